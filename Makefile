@@ -1,0 +1,34 @@
+# Two commands do all the set-up on a fresh Debian / Python 3.11 machine:
+#   make lab    create/refresh .venv, install collnb + JupyterLab, open JupyterLab on notebooks/
+#   make test   create/refresh .venv with the test extras, run the whole suite
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+LAB_ARGS ?=
+
+.PHONY: lab test venv clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+# Re-install when pyproject.toml changes. torch is pinned to 2.13.0 there (its CPU wheel).
+$(VENV)/.lab-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[lab]"
+	touch $@
+
+$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
+	touch $@
+
+venv: $(VENV)/.lab-installed
+
+lab: $(VENV)/.lab-installed
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) $(LAB_ARGS)
+
+test: $(VENV)/.test-installed
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache

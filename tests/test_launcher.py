@@ -1,0 +1,345 @@
+"""The launcher: results, output capture, failures, timeouts, interrupts, leftovers, sockets."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+import collnb
+from collnb import launcher
+from conftest import live_children, pool_dirs
+
+
+def _all_reduce_arange(rank, world_size):
+    t = torch.arange(4, dtype=torch.float32) + 10 * rank
+    dist.all_reduce(t)
+    return {"rank": dist.get_rank(), "size": dist.get_world_size(), "t": t}
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4, 8])
+def test_results_in_rank_order(world_size):
+    out = collnb.launch(_all_reduce_arange, world_size)
+    want = sum(torch.arange(4.) + 10 * r for r in range(world_size))
+    assert [o["rank"] for o in out] == list(range(world_size))
+    assert all(o["size"] == world_size for o in out)
+    for o in out:
+        assert torch.equal(o["t"], want)
+
+
+def test_args_kwargs_and_closure():
+    scale = 3
+
+    def fn(rank, world_size, a, b=0):
+        return rank * scale + a + b
+
+    assert collnb.launch(fn, 3, args=(100,), kwargs={"b": 1000}) == [1100, 1103, 1106]
+
+
+def test_results_are_real_snapshots():
+    def fn(rank, world_size):
+        base = torch.zeros(1000)
+        view = base[:4]
+        view += rank
+        return [view, (base[4:6],)]
+
+    out = collnb.launch(fn, 2)
+    view, (tail,) = out[1]
+    assert torch.equal(view, torch.ones(4)) and torch.equal(tail, torch.zeros(2))
+    assert not view.is_shared() and view.untyped_storage().nbytes() == 16  # a copy, not the 4000 B base
+
+
+def test_warm_pool_is_reused_and_resized():
+    collnb.launch(_all_reduce_arange, 4)
+    pids = launcher.warm_pool().pids()
+    collnb.launch(_all_reduce_arange, 4)
+    assert launcher.warm_pool().pids() == pids
+    assert [o["size"] for o in collnb.launch(_all_reduce_arange, 2)] == [2, 2]
+    out = collnb.launch(_all_reduce_arange, 4)
+    assert launcher.warm_pool().pids() == pids
+    assert torch.equal(out[3]["t"], sum(torch.arange(4.) + 10 * r for r in range(4)))
+
+
+def test_output_is_captured_whole_lines_prefixed(capfd):
+    def fn(rank, world_size):
+        for i in range(50):
+            print(f"line {i} from rank {rank} " + "x" * 200)
+        print(f"warning from {rank}", file=sys.stderr)
+        sys.stdout.write(f"no newline at the end {rank}")
+        return rank
+
+    collnb.launch(fn, 4)
+    out, err = capfd.readouterr()
+    lines = out.splitlines()
+    for rank in range(4):
+        mine = [ln for ln in lines if ln.startswith(f"[rank {rank}] ")]
+        assert mine[:50] == [f"[rank {rank}] line {i} from rank {rank} " + "x" * 200 for i in range(50)]
+        assert mine[-1] == f"[rank {rank}] no newline at the end {rank}"
+        assert f"[rank {rank}] warning from {rank}" in err.splitlines()
+    assert all(ln.startswith("[rank ") for ln in lines)
+
+
+def _assert_clean():
+    pool = launcher.warm_pool()
+    assert pool is None or pool.broken
+    deadline = time.monotonic() + 5
+    while live_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert live_children() == []
+    assert pool_dirs() == []
+
+
+def _raise_on_2(rank, world_size):
+    t = torch.ones(3)
+    if rank == 2:
+        raise ValueError("bad value on rank 2")
+    dist.all_reduce(t)
+
+
+def _sys_exit_on_1(rank, world_size):
+    if rank == 1:
+        sys.exit(3)
+    dist.barrier()
+
+
+def _os_exit_on_1(rank, world_size):
+    if rank == 1:
+        os._exit(7)
+    dist.barrier()
+
+
+def _segv_on_3(rank, world_size):
+    if rank == 3:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    dist.barrier()
+
+
+@pytest.mark.parametrize("fn, rank, exc_type, text", [
+    (_raise_on_2, 2, "ValueError", "bad value on rank 2"),
+    (_sys_exit_on_1, 1, "SystemExit", "sys.exit(3)"),
+    (_os_exit_on_1, 1, "Exited", "exited with code 7"),
+    (_segv_on_3, 3, "Killed", "killed by SIGSEGV"),
+])
+def test_failing_rank_is_the_root_cause(fn, rank, exc_type, text):
+    t0 = time.monotonic()
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 4)
+    elapsed = time.monotonic() - t0
+    err = info.value
+    assert str(err).startswith(f"rank {rank}: {exc_type}: ")
+    assert text in str(err).splitlines()[0]
+    assert (err.rank, err.exc_type) == (rank, exc_type)
+    assert elapsed < 3, f"took {elapsed:.1f}s to stop the other ranks"
+    if exc_type in ("ValueError", "SystemExit"):
+        # the rank's own traceback, with its source line, not the launcher's
+        assert f"in {fn.__name__}" in err.rank_traceback
+        assert "test_launcher.py" in err.rank_traceback
+        assert "launcher.py\", line" not in err.rank_traceback.replace("test_launcher.py", "")
+    others = [r for r in range(4) if r != rank]
+    assert set(err.outcomes) == set(range(4))
+    for r in others:
+        assert "Connection closed" not in err.outcomes[r] or "follows the root cause" in err.outcomes[r]
+    _assert_clean()
+    assert collnb.launch(lambda r, w: r, 4) == [0, 1, 2, 3]  # the next launch works at once
+
+
+def test_rank_that_never_joins_is_named():
+    def fn(rank, world_size):
+        if rank == 1:
+            time.sleep(60)
+        t = torch.ones(2)
+        dist.all_reduce(t)
+
+    t0 = time.monotonic()
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 3, collective_timeout=2)
+    assert time.monotonic() - t0 < 8
+    err = info.value
+    assert str(err).startswith("rank 1: DidNotJoin: ")
+    assert "time.sleep(60)" in err.rank_traceback  # where rank 1 actually was
+    assert "still running" in err.outcomes[1]
+    _assert_clean()
+
+
+def test_timeout_names_unfinished_ranks():
+    def fn(rank, world_size):
+        if rank in (1, 2):
+            time.sleep(30)
+        return rank
+
+    with pytest.raises(collnb.LaunchTimeout) as info:
+        collnb.launch(fn, 3, timeout=1.5)
+    assert info.value.pending == [1, 2]
+    assert "rank(s) 1, 2 had not finished" in str(info.value)
+    assert info.value.outcomes[0] == "finished"
+    assert "time.sleep(30)" not in info.value.outcomes[1]  # a location, not source
+    assert "in fn" in info.value.outcomes[1]
+    _assert_clean()
+
+
+def test_mismatched_dtype_is_a_clear_error():
+    def fn(rank, world_size):
+        t = torch.ones(3, dtype=torch.float32 if rank == 0 else torch.int64)
+        dist.broadcast(t, 0)
+
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 2)
+    assert "Detected mismatch between collectives" in str(info.value)
+    assert "Float" in str(info.value) and "Long" in str(info.value)
+    _assert_clean()
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    (dict(fn=_all_reduce_arange, world_size=0), ValueError, "between 1 and 16"),
+    (dict(fn=_all_reduce_arange, world_size=17), ValueError, "between 1 and 16"),
+    (dict(fn=_all_reduce_arange, world_size="4"), TypeError, "world_size must be an int"),
+    (dict(fn=_all_reduce_arange, world_size=True), TypeError, "world_size must be an int"),
+    (dict(fn=_all_reduce_arange, world_size=2, backend="mpi"), ValueError, "choose one of gloo, nccl"),
+    (dict(fn=42, world_size=2), TypeError, "fn must be a function"),
+    (dict(fn=_all_reduce_arange, world_size=2, timeout=0), ValueError, "timeout must be a positive"),
+    (dict(fn=_all_reduce_arange, world_size=2, start_method="thread"), ValueError, "start_method"),
+])
+def test_bad_input_is_refused_before_any_rank_starts(kwargs, exc, text):
+    collnb.shutdown()
+    with pytest.raises(exc, match=text.replace("(", r"\(")):
+        collnb.launch(**kwargs)
+    assert launcher.warm_pool() is None and live_children() == []
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the refusal is for CPU-only machines")
+def test_nccl_without_gpu_fails_clearly():
+    info = collnb.backend_info("nccl")
+    assert info["available"] is False and "NCCL needs CUDA" in info["reason"]
+    with pytest.raises(RuntimeError, match="backend 'nccl' cannot run here: NCCL needs CUDA"):
+        collnb.launch(_all_reduce_arange, 2, backend="nccl")
+    assert live_children() == []
+
+
+def _listening_sockets(rank, world_size):
+    """This rank's listening TCP sockets as (address, port) read from /proc/net/tcp*."""
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as fh:
+            for line in fh.readlines()[1:]:
+                parts = line.split()
+                if parts[3] == "0A" and parts[9] in inodes:  # 0A = LISTEN
+                    found.append(parts[1])
+    return found
+
+
+def test_ranks_listen_on_loopback_only():
+    collnb.shutdown()
+    out = collnb.launch(_listening_sockets, 4)
+    loopback = {"0100007F", "00000000000000000000000001000000"}  # 127.0.0.1, ::1 in /proc byte order
+    every = [addr for rank in out for addr in rank]
+    assert every, "expected gloo to listen on some socket"
+    for addr in every:
+        host = addr.split(":")[0]
+        assert host in loopback, f"a rank listens on {addr} (not loopback)"
+
+
+def test_concurrent_launches_do_not_collide():
+    results, errors = {}, []
+
+    def worker(i):
+        try:
+            results[i] = collnb.launch(lambda r, w, k: (k, r, w), 3, args=(i,))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors
+    assert results == {i: [(i, r, 3) for r in range(3)] for i in range(3)}
+
+
+def test_spawn_start_method_works_for_a_lambda(tmp_path):
+    # spawn re-imports the main module in every rank, hence the usual __main__ guard; run in a
+    # subprocess because spawn also starts multiprocessing's resource tracker for the parent.
+    script = tmp_path / "spawned.py"
+    script.write_text("import collnb\nif __name__ == '__main__':\n"
+                      "    print(collnb.launch(lambda r, w: r + w, 2, start_method='spawn', timeout=90))\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[2, 3]"
+
+
+INTERRUPT_SCRIPT = textwrap.dedent("""
+    import os, sys, time, psutil, collnb
+    def slow(rank, world_size):
+        print("started", flush=True)
+        time.sleep(60)
+    try:
+        collnb.launch(slow, 4)
+    except KeyboardInterrupt:
+        alive = [p for p in psutil.Process().children(recursive=True) if p.is_running()]
+        print("interrupted; children alive:", len(alive), flush=True)
+    print("next:", collnb.launch(lambda r, w: r, 4), flush=True)
+""")
+
+
+def test_interrupt_stops_every_rank_and_next_launch_works(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", INTERRUPT_SCRIPT], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    started = 0
+    for line in proc.stdout:
+        started += "started" in line
+        if started == 4:
+            break
+    proc.send_signal(signal.SIGINT)
+    rest, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, rest
+    assert "interrupted; children alive: 0" in rest
+    assert "next: [0, 1, 2, 3]" in rest
+    assert not [d for d in os.listdir("/tmp") if d.startswith(f"collnb-{proc.pid}-")]
+
+
+def test_killed_parent_takes_its_ranks_along(tmp_path):
+    script = "import collnb, time\ncollnb.launch(lambda r, w: None, 4)\nprint('up', flush=True)\ntime.sleep(60)\n"
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "up"
+    ranks = psutil.Process(proc.pid).children()
+    assert len(ranks) == 4
+    proc.kill()
+    proc.wait()
+    gone, alive = psutil.wait_procs(ranks, timeout=5)
+    assert alive == []
+    # the killed parent's directory is swept by the next pool that starts
+    collnb.shutdown()
+    collnb.launch(lambda r, w: None, 1)
+    assert not [d for d in os.listdir("/tmp") if d.startswith(f"collnb-{proc.pid}-")]
+
+
+@pytest.mark.slow
+def test_stress_100_fresh_launches_at_world_size_16():
+    """Each launch forks 16 new ranks (no warm pool): the fork-while-hosting-a-store trap."""
+    def fn(rank, world_size):
+        t = torch.full((4,), float(rank))
+        dist.all_reduce(t)
+        return t[0].item()
+
+    want = float(sum(range(16)))
+    for i in range(100):
+        collnb.shutdown()
+        assert collnb.launch(fn, 16, timeout=30) == [want] * 16, f"launch {i}"
+    collnb.shutdown()
+    assert live_children() == [] and pool_dirs() == []
