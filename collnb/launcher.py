@@ -24,7 +24,8 @@ How it works (and why):
   A rank that never reaches a collective its peers wait in is caught by the process group's
   ``collective_timeout`` (seconds, default 5), not gloo's 30-minute default; the launcher then
   shows where each still-running rank was (its Python stack, via :mod:`faulthandler`).
-* **No orphans.** Ranks die with their parent (``PR_SET_PDEATHSIG``), ignore SIGINT (the kernel
+* **No orphans.** Ranks watch their parent and exit, removing the pool's files, within 0.2 s of
+  its death (a killed or restarted kernel); they ignore SIGINT (the kernel
   handles Kernel → Interrupt and stops them), and the pool's temporary directory is removed on
   shutdown, at interpreter exit, and swept on the next start if a kernel was killed.
 """
@@ -296,12 +297,16 @@ def _restore_files(fn, files):
             pass
 
 
-def _set_pdeathsig():
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:  # not Linux: the parent's atexit handler and pipe EOF still stop the rank
-        pass
+def _watch_parent(parent_pid, pool_dir, period=0.2):
+    """Rank-side watchdog thread: when the parent (the kernel) is gone, remove the pool's files
+    and exit. A thread, not PR_SET_PDEATHSIG=SIGKILL, so the files go too; it runs even while
+    the main thread is blocked in a collective (gloo releases the GIL)."""
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(period)
+        shutil.rmtree(pool_dir, ignore_errors=True)
+        os._exit(0)
+    threading.Thread(target=watch, name="collnb-parent-watch", daemon=True).start()
 
 
 def _fflush_c():
@@ -315,9 +320,11 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
     """Entry point of a rank process. Never returns: ends with ``os._exit``."""
     code = 0
     try:
-        _set_pdeathsig()
-        if os.getppid() != cfg["parent_pid"]:
-            os._exit(1)
+        # Our own process group: a kernel manager that kills the kernel's group on shutdown
+        # would otherwise kill us before we remove our files. The watchdog ends us instead.
+        os.setpgid(0, 0)
+        _watch_parent(cfg["parent_pid"], cfg["dir"])
+        signal.signal(signal.SIGTERM, lambda *_: (shutil.rmtree(cfg["dir"], ignore_errors=True), os._exit(0)))
         for fd in close_fds:  # the parent's ends of other ranks' pipes (fork inherits them)
             try:
                 os.close(fd)

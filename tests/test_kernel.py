@@ -1,0 +1,138 @@
+"""The launcher inside a real Jupyter kernel: cell-defined functions, output in the launching
+cell, tracebacks that show the cell's code, Kernel -> Interrupt, restart and shutdown."""
+import glob
+import os
+import tempfile
+import textwrap
+import time
+
+import psutil
+import pytest
+from jupyter_client.manager import start_new_kernel
+
+pytestmark = pytest.mark.slow
+
+
+class Cell:
+    def __init__(self, kc, code, timeout=60):
+        self.streams, self.errors, self.results = [], [], []
+        reply = kc.execute_interactive(textwrap.dedent(code), output_hook=self._hook, timeout=timeout)
+        self.status = reply["content"]["status"]
+        self.reply = reply["content"]
+
+    def _hook(self, msg):
+        kind, content = msg["msg_type"], msg["content"]
+        if kind == "stream":
+            self.streams.append((content["name"], content["text"]))
+        elif kind == "error":
+            self.errors.append(content)
+        elif kind == "execute_result":
+            self.results.append(content["data"].get("text/plain", ""))
+
+    def text(self, name="stdout"):
+        return "".join(t for n, t in self.streams if n == name)
+
+
+@pytest.fixture()
+def kernel():
+    km, kc = start_new_kernel(kernel_name="python3")
+    try:
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        if km.is_alive():
+            km.shutdown_kernel(now=True)
+
+
+def _ranks_of(pid):
+    try:
+        return [p for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
+    except psutil.NoSuchProcess:
+        return []
+
+
+def test_cell_defined_function_output_and_traceback(kernel):
+    km, kc = kernel
+    cell = Cell(kc, """
+        import torch, torch.distributed as dist, collnb
+        def shout(rank, world_size):
+            t = torch.tensor([float(rank)])
+            dist.all_reduce(t)
+            print(f"hello from {rank}, sum {t.item():.0f}")
+            return rank * 10
+        collnb.launch(shout, 3)
+    """)
+    assert cell.status == "ok", cell.errors
+    assert cell.results == ["[0, 10, 20]"]
+    lines = cell.text().splitlines()
+    assert sorted(lines) == [f"[rank {r}] hello from {r}, sum 3" for r in range(3)]
+
+    # the next cell sees none of the ranks' output
+    quiet = Cell(kc, "print('only me')")
+    assert quiet.text() == "only me\n"
+
+    failing = Cell(kc, """
+        def broken(rank, world_size):
+            if rank == 1:
+                values = [1, 2]
+                return values[5]
+            dist.barrier()
+        collnb.launch(broken, 2)
+    """)
+    assert failing.status == "error"
+    err = failing.errors[0]
+    assert err["ename"] == "RankError"
+    tb = "\n".join(err["traceback"])
+    assert tb.startswith("rank 1: IndexError: list index out of range")
+    assert "return values[5]" in tb          # the cell's own source line
+    assert "in broken" in tb
+    assert "launcher.py" not in tb           # not the launcher's frames
+
+    again = Cell(kc, "collnb.launch(shout, 2)")
+    assert again.status == "ok" and again.results == ["[0, 10]"]
+
+
+def test_interrupt_then_restart_leave_nothing(kernel):
+    km, kc = kernel
+    kpid = km.provisioner.process.pid
+    kc.execute(textwrap.dedent("""
+        import time, collnb
+        def slow(rank, world_size):
+            time.sleep(120)
+        collnb.launch(slow, 4)
+    """))
+    deadline = time.monotonic() + 30
+    while len(_ranks_of(kpid)) < 4 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    ranks = _ranks_of(kpid)
+    assert len(ranks) == 4
+    time.sleep(0.5)
+    km.interrupt_kernel()
+    reply = kc.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "error"
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    gone, alive = psutil.wait_procs(ranks, timeout=5)
+    assert alive == [] and _ranks_of(kpid) == []
+    assert glob.glob(os.path.join(tempfile.gettempdir(), f"collnb-{kpid}-*")) == []
+
+    t0 = time.monotonic()
+    after = Cell(kc, "collnb.launch(lambda r, w: r, 4)")
+    assert after.status == "ok" and after.results == ["[0, 1, 2, 3]"]
+    assert time.monotonic() - t0 < 10
+    ranks = _ranks_of(kpid)
+    assert len(ranks) == 4
+
+    km.restart_kernel(now=False)
+    gone, alive = psutil.wait_procs(ranks, timeout=10)
+    assert alive == []
+    assert glob.glob(os.path.join(tempfile.gettempdir(), f"collnb-{kpid}-*")) == []
+
+    kc.wait_for_ready(timeout=60)
+    kpid2 = km.provisioner.process.pid
+    fresh = Cell(kc, "import collnb; collnb.launch(lambda r, w: r * r, 3)")
+    assert fresh.status == "ok" and fresh.results == ["[0, 1, 4]"]
+    ranks2 = _ranks_of(kpid2)
+    km.shutdown_kernel(now=False)
+    gone, alive = psutil.wait_procs(ranks2, timeout=10)
+    assert alive == []
+    assert glob.glob(os.path.join(tempfile.gettempdir(), f"collnb-{kpid2}-*")) == []
