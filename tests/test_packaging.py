@@ -1,0 +1,40 @@
+"""Set-up files agree with each other: environment.yml (conda/Binder) and pyproject.toml (pip)."""
+import pathlib
+import re
+import tomllib
+
+import yaml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~ \[]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _pin(reqs, name):
+    return next(r for r in reqs if _name(r) == name)
+
+
+def test_environment_yml_matches_pyproject():
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = project["dependencies"] + project["optional-dependencies"]["lab"]
+
+    conda = [d for d in env["dependencies"] if isinstance(d, str)]
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    conda_names = {_name(d) for d in conda}
+    pip_names = {_name(d) for d in pip if not d.startswith("-")}
+    assert "python" in conda_names and any(d.startswith("python=3.11") for d in conda)
+
+    missing = {_name(r) for r in wanted} - conda_names - pip_names
+    assert not missing, f"environment.yml lacks {sorted(missing)} that pyproject.toml requires"
+    # the same torch release for pip and conda users
+    assert _pin(pip, "torch").replace(" ", "") == _pin(project["dependencies"], "torch").replace(" ", "")
+    assert "-e ." in pip  # collnb itself
+
+
+def test_package_data_and_entry_points():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert project["project"]["scripts"]["collnb"] == "collnb.__main__:main"
+    assert "torch==2.13.0" in project["project"]["dependencies"]
