@@ -44,6 +44,16 @@ def kernel():
             km.shutdown_kernel(now=True)
 
 
+def _iopub(kc):
+    msgs = []
+    while True:
+        try:
+            m = kc.get_iopub_msg(timeout=0.5)
+        except Exception:
+            return msgs
+        msgs.append((m["msg_type"], m["content"]))
+
+
 def _ranks_of(pid):
     try:
         return [p for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
@@ -95,7 +105,7 @@ def test_cell_defined_function_output_and_traceback(kernel):
 def test_interrupt_then_restart_leave_nothing(kernel):
     km, kc = kernel
     kpid = km.provisioner.process.pid
-    kc.execute(textwrap.dedent("""
+    msg_id = kc.execute(textwrap.dedent("""
         import time, collnb
         def slow(rank, world_size):
             time.sleep(120)
@@ -109,7 +119,9 @@ def test_interrupt_then_restart_leave_nothing(kernel):
     time.sleep(0.5)
     km.interrupt_kernel()
     reply = kc.get_shell_msg(timeout=30)
-    assert reply["content"]["status"] == "error"
+    while reply["parent_header"].get("msg_id") != msg_id:  # skip start-up kernel_info replies
+        reply = kc.get_shell_msg(timeout=30)
+    assert reply["content"]["status"] == "error", (reply, _iopub(kc))
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     gone, alive = psutil.wait_procs(ranks, timeout=5)
     assert alive == [] and _ranks_of(kpid) == []
