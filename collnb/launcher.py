@@ -325,11 +325,28 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         os.setpgid(0, 0)
         _watch_parent(cfg["parent_pid"], cfg["dir"])
         signal.signal(signal.SIGTERM, lambda *_: (shutil.rmtree(cfg["dir"], ignore_errors=True), os._exit(0)))
-        for fd in close_fds:  # the parent's ends of other ranks' pipes (fork inherits them)
+        global _pool
+        _pool = None  # the parent's warm pool is not ours to use
+        if cfg["start_method"] == "fork":
+            # A forked rank inherits every descriptor of its parent. Close the parent's ends of
+            # other ranks' pipes (they would hide EOFs) and every inherited socket (in a kernel,
+            # Jupyter's own). Other pipes stay: multiprocessing's liveness sentinel is one.
+            keep = {cmd_r.fileno(), res_w.fileno(), out_w.fileno(), err_w.fileno()}
+            inherited = set(close_fds)
             try:
-                os.close(fd)
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                            inherited.add(int(fd))
+                    except OSError:
+                        pass
             except OSError:
                 pass
+            for fd in inherited - keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel stops us on Kernel -> Interrupt
         os.dup2(out_w.fileno(), 1)
         os.dup2(err_w.fileno(), 2)
@@ -554,6 +571,7 @@ class RankPool:
 
     def _grow(self, n):
         cfg = dict(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
+                   start_method=self.start_method,
                    collective_timeout=self.collective_timeout, parent_pid=os.getpid())
         for rank in range(len(self.ranks), n):
             cmd_r, cmd_w = self._ctx.Pipe(duplex=False)

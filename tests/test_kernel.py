@@ -101,6 +101,32 @@ def test_cell_defined_function_output_and_traceback(kernel):
     again = Cell(kc, "collnb.launch(shout, 2)")
     assert again.status == "ok" and again.results == ["[0, 10]"]
 
+    # ranks hold none of the kernel's sockets (forked ranks would inherit them)
+    ports = Cell(kc, """
+        import os
+        def listening_ports(rank, world_size):
+            mine = set()
+            for fd in os.listdir("/proc/self/fd"):
+                try:
+                    link = os.readlink(f"/proc/self/fd/{fd}")
+                except OSError:
+                    continue
+                if link.startswith("socket:["):
+                    mine.add(link[8:-1])
+            ports = []
+            for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+                for line in open(table).readlines()[1:]:
+                    f = line.split()
+                    if f[3] == "0A" and f[9] in mine:
+                        ports.append(int(f[1].split(":")[1], 16))
+            return sorted(ports)
+        print(collnb.launch(listening_ports, 2))
+    """)
+    rank_ports = eval(ports.text().strip().splitlines()[-1])
+    kernel_ports = {km.shell_port, km.iopub_port, km.stdin_port, km.control_port, km.hb_port}
+    assert all(rank_ports), "each rank should listen for its gloo peers"
+    assert not kernel_ports & {p for ps in rank_ports for p in ps}
+
 
 def test_interrupt_then_restart_leave_nothing(kernel):
     km, kc = kernel
