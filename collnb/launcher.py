@@ -361,6 +361,7 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
                                       encoding="utf-8", line_buffering=True, write_through=True)
         stack_file = open(os.path.join(cfg["dir"], f"stack-{rank}.txt"), "w")
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+        faulthandler.enable(file=sys.stderr, all_threads=False)  # a crashing rank shows its stack
         torch.set_num_threads(1)
         os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
         os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
