@@ -1,13 +1,22 @@
 """collnb: teach PyTorch collective communication by running it on real ranks.
 
-Start with :func:`launch` (run your own function on real ranks) and :func:`run` (one
-primitive, with before/after heatmaps).
+Start with :func:`launch` (run your own function on real ranks), :func:`run` (one primitive,
+with before/after heatmaps) and :func:`explore` (sliders that re-run it on warm ranks).
 """
 
 from .launcher import (BACKENDS, MAX_WORLD_SIZE, LaunchError, LaunchTimeout, RankError,
                        backend_info, launch, shutdown)
+from .primitives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, RunResult,
+                         backend_support, run, run_batch)
+from .heatmap import heatmap_figure, heatmap_image, heatmap_png
+from .explorer import explore
 
 __version__ = "0.1.0"
 
-__all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
-           "MAX_WORLD_SIZE", "BACKENDS"]
+__all__ = [
+    "launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
+    "MAX_WORLD_SIZE", "BACKENDS",
+    "run", "run_batch", "RunResult", "PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "backend_support",
+    "BackendSupport", "heatmap_figure", "heatmap_png", "heatmap_image",
+    "explore",
+]

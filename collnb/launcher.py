@@ -381,6 +381,18 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         os._exit(code)
 
 
+def _dumps(obj) -> bytes:
+    """Serialise a result. torch.save, not pickle: plain pickle cannot rebuild uint16/32/64 or
+    float8 tensors in torch 2.13; cloudpickle lets results hold classes defined in a cell."""
+    buf = io.BytesIO()
+    torch.save(obj, buf, pickle_module=cloudpickle)
+    return buf.getvalue()
+
+
+def _loads(data: bytes):
+    return torch.load(io.BytesIO(data), weights_only=False)
+
+
 def _send(conn, msg):
     conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -422,15 +434,19 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             continue
         if kind == "group":
             # A cached group of ranks 0..k-1; every rank of the pool takes part, as new_group needs.
-            _, k = msg
+            _, k, count = msg
             t0 = time.perf_counter()
             c10d._update_default_pg(base)
+            c10d._world.group_count = count
             groups[k] = dist.new_group(list(range(k)),
                                        timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
             _send(res_w, ("ready", k, time.perf_counter() - t0))
             continue
         if kind == "run":
-            _, world_size, task = msg
+            _, world_size, count, task = msg
+            # Groups the user's function creates are named from this counter: start every rank
+            # of this call at the same value, whatever groups earlier calls made on some ranks.
+            c10d._world.group_count = count
             if groups.get(world_size) is not base:
                 # Ranks 0..k-1 see the cached group as their default process group, so
                 # dist.get_world_size() == k and collectives without group= use it.
@@ -438,12 +454,12 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             elif c10d._get_default_group() is not base:
                 c10d._update_default_pg(base)
             try:
-                fn, args, kwargs, files = cloudpickle.loads(task)
+                fn, args, kwargs, files = _loads(task)
                 _restore_files(fn, files)
                 result = fn(rank, world_size, *args, **kwargs)
                 if backend == "nccl":
                     torch.cuda.synchronize()
-                payload = pickle.dumps(_to_cpu(result), protocol=pickle.HIGHEST_PROTOCOL)
+                payload = _dumps(_to_cpu(result))
                 sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
                 res_w.send_bytes(pickle.dumps(("ok", payload), protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
@@ -514,12 +530,24 @@ def _sweep_stale_dirs():
 def _format_frames(frames) -> str:
     """Format frames as Python does, filling source lines from this process's linecache
     (IPython registers notebook cells there, so a rank's traceback shows the cell's code)."""
+    cells = _ipython_cells()
     filled = []
     for filename, lineno, name, line in frames:
         if not line:
             line = linecache.getline(filename, lineno).strip()
+        if filename in cells:  # IPython's own way of naming a cell: "Cell In[7]"
+            filename = f"Cell In[{cells[filename]}]"
         filled.append((filename, lineno, name, line))
     return "".join(traceback.StackSummary.from_list(filled).format())
+
+
+def _ipython_cells() -> dict:
+    """``{filename: execution count}`` of the cells IPython compiled, or ``{}`` outside IPython."""
+    try:
+        ip = sys.modules["IPython"].get_ipython()
+        return dict(ip.compile._filename_map)
+    except Exception:
+        return {}
 
 
 class RankPool:
@@ -550,6 +578,7 @@ class RankPool:
         self.ranks: list[_Rank] = []
         self.base_size = 0   # size of the pool's default process group
         self.groups = set()  # world sizes with a cached group of ranks 0..k-1
+        self._group_count = 0
         # Cached groups are made the ranks' default group through torch's _update_default_pg;
         # without it, each new world size re-initialises the default group (35-110 ms).
         self.swap = hasattr(dist.distributed_c10d, "_update_default_pg")
@@ -665,19 +694,26 @@ class RankPool:
             raise LaunchError("this pool was closed after a failure; start a new one")
         deadline = time.monotonic() + timeout
         try:
-            task = cloudpickle.dumps((fn, tuple(args), dict(kwargs or {}), _code_files(fn)))
+            task = _dumps((fn, tuple(args), dict(kwargs or {}), _code_files(fn)))
         except Exception as exc:
             raise TypeError(f"cannot send {fn!r} and its arguments to the ranks: {exc}") from exc
         try:
             self._prepare(world_size, deadline)
             self._drain(self.ranks, final=False)
-            message = pickle.dumps(("run", world_size, task), protocol=pickle.HIGHEST_PROTOCOL)
+            message = pickle.dumps(("run", world_size, self._next_count(), task),
+                                   protocol=pickle.HIGHEST_PROTOCOL)
             for r in self.ranks[:world_size]:
                 r.cmd_w.send_bytes(message)
             return self._collect(self.ranks[:world_size], deadline, phase="run")
         except BaseException:
             self.close()
             raise
+
+    def _next_count(self):
+        """A fresh value for torch's group counter, the same on every rank of one call: group
+        names stay unique and agree even after calls that created groups on some ranks only."""
+        self._group_count += 1000
+        return self._group_count
 
     def _prepare(self, world_size, deadline):
         """Make ranks 0..world_size-1 a process group: reuse a cached one, create one with
@@ -695,8 +731,9 @@ class RankPool:
             self._collect(self.ranks, deadline, phase="init")
             self.base_size, self.groups = size, {size}
         if world_size not in self.groups:
+            count = self._next_count()
             for r in self.ranks[:self.base_size]:
-                _send(r.cmd_w, ("group", world_size))
+                _send(r.cmd_w, ("group", world_size, count))
             self._collect(self.ranks[:self.base_size], deadline, phase="init")
             self.groups.add(world_size)
 
@@ -758,8 +795,11 @@ class RankPool:
         if not failed and not pending:
             if phase == "init":
                 return None
-            return [pickle.loads(events[r.rank].value) for r in ranks]
+            return [_loads(events[r.rank].value) for r in ranks]
         stacks = self._stacks([r for r in ranks if r.rank in pending])
+        cells = _ipython_cells()
+        stacks = {k: [(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
+                  for k, v in stacks.items()}
         if not failed:
             outcomes = self._outcomes(ranks, events, stacks, None)
             raise LaunchTimeout(

@@ -95,6 +95,7 @@ def test_cell_defined_function_output_and_traceback(kernel):
     tb = "\n".join(err["traceback"])
     assert tb.startswith("rank 1: IndexError: list index out of range")
     assert "return values[5]" in tb          # the cell's own source line
+    assert "Cell In[" in tb                  # named the way IPython names cells
     assert "in broken" in tb
     assert "launcher.py" not in tb           # not the launcher's frames
 

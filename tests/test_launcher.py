@@ -343,3 +343,27 @@ def test_stress_100_fresh_launches_at_world_size_16():
         assert collnb.launch(fn, 16, timeout=30) == [want] * 16, f"launch {i}"
     collnb.shutdown()
     assert live_children() == [] and pool_dirs() == []
+
+
+def test_user_created_groups_do_not_upset_later_world_sizes():
+    def make_group(rank, world_size):
+        g = dist.new_group(list(range(world_size)))
+        t = torch.ones(1)
+        dist.all_reduce(t, group=g)
+        return t.item()
+
+    assert collnb.launch(make_group, 2) == [2.0, 2.0]
+    assert collnb.launch(make_group, 3) == [3.0] * 3   # ranks 0-1 made one group more than rank 2
+    assert collnb.launch(make_group, 6) == [6.0] * 6   # grows the pool, then a cached subgroup
+    assert collnb.launch(_all_reduce_arange, 5)[4]["size"] == 5
+
+
+@pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn,
+                                   torch.bfloat16, torch.complex64, torch.bool])
+def test_every_dtype_comes_back(dtype):
+    def fn(rank, world_size):
+        return torch.arange(3).to(dtype), {"nested": [torch.ones(2).to(dtype)]}
+
+    (t, extra), _ = collnb.launch(fn, 2)
+    assert t.dtype == dtype and torch.equal(t.to(torch.float64), torch.arange(3).to(dtype).to(torch.float64))
+    assert extra["nested"][0].dtype == dtype

@@ -1,0 +1,113 @@
+"""Command line: ``python -m collnb run PRIMITIVE ...`` and ``python -m collnb seeds``.
+
+Exit status: 0 success; 1 a result differs from the reference (✗); 2 bad input (unknown
+primitive/dtype/op/backend, a combination the backend refuses, a root outside the world size,
+a backend that cannot run here); 3 the launch failed (a rank raised or timed out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
+
+
+def _cmd_run(args) -> int:
+    from .launcher import LaunchError
+    from .primitives import SPECS, run
+    spec = SPECS[args.primitive]
+    if args.op is not None and not spec.reduces:
+        print(f"error: {args.primitive} does not combine values, so it takes no --op; ops apply to "
+              f"reduce, all_reduce, reduce_scatter, reduce_scatter_tensor, reduce_scatter_single",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = run(args.primitive, world_size=args.world_size, dtype=args.dtype, op=args.op or "sum",
+                     root=args.root, backend=args.backend, chunk_size=args.chunk_size, timeout=args.timeout)
+    except (ValueError, TypeError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except LaunchError as exc:
+        print(f"error: the ranks failed:\n{exc}", file=sys.stderr)
+        return EXIT_LAUNCH
+    except RuntimeError as exc:  # e.g. the backend cannot run on this machine
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(result.summary())
+    if args.png:
+        result.save(args.png)
+        print(f"heatmap written to {args.png}")
+    return EXIT_OK if result.ok else EXIT_MISMATCH
+
+
+def _cmd_seeds(args) -> int:
+    from .launcher import LaunchError
+    from .seeds import run_seeds
+    try:
+        ok = run_seeds(timeout=args.timeout)
+    except LaunchError as exc:
+        print(f"error: the ranks failed:\n{exc}", file=sys.stderr)
+        return EXIT_LAUNCH
+    return EXIT_OK if ok else EXIT_MISMATCH
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, and ``replay`` when
+    :mod:`collnb._cli_replay` is present). Each subparser sets ``func(args) -> exit status``."""
+    from .launcher import BACKENDS
+    from .primitives import DTYPE_NAMES, PRIMITIVES, REDUCE_OPS
+
+    parser = argparse.ArgumentParser(
+        prog="python -m collnb",
+        description="Run PyTorch collectives on real ranks and show what each rank holds before and after.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = subparsers.add_parser(
+        "run", help="run one primitive on real ranks and print every rank's before/after",
+        description="Run one torch.distributed primitive on real ranks. Rank r, chunk c starts with "
+                    "10*r + c (100*r + c above world size 10); each rank's before/after is printed with "
+                    "a check mark against a reference computed without torch.distributed.")
+    p.add_argument("primitive", choices=PRIMITIVES, metavar="PRIMITIVE",
+                   help="one of: " + ", ".join(PRIMITIVES))
+    p.add_argument("--world-size", "-n", type=int, default=4, help="number of ranks, 1-16 (default 4)")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, metavar="D",
+                   help="tensor dtype (default float32); which ones the backend accepts is detected "
+                        "when run. One of: " + ", ".join(DTYPE_NAMES))
+    p.add_argument("--op", default=None, choices=REDUCE_OPS, metavar="OP",
+                   help="reduce op for reducing primitives (default sum): " + ", ".join(REDUCE_OPS))
+    p.add_argument("--root", type=int, default=0, help="src/dst rank of rooted primitives (default 0)")
+    p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
+    p.add_argument("--chunk-size", type=int, default=1, help="elements per chunk (default 1)")
+    p.add_argument("--png", metavar="FILE", help="write the before|after heatmap to FILE (PNG)")
+    p.add_argument("--timeout", type=float, default=60.0, help="seconds before the launch is stopped (default 60)")
+    p.set_defaults(func=_cmd_run)
+
+    s = subparsers.add_parser(
+        "seeds", help="run every scenario of the two seed documents with check marks",
+        description="Run every scenario of both seed documents (their world sizes, inputs and ops) on "
+                    "real Gloo ranks; print each rank's lines as the seeds' scripts do, with ✓/✗ "
+                    "against a reference.")
+    s.add_argument("--timeout", type=float, default=60.0, help="seconds per launch (default 60)")
+    s.set_defaults(func=_cmd_seeds)
+
+    try:
+        _cli_replay = importlib.import_module("collnb._cli_replay")
+    except ModuleNotFoundError as exc:  # the replay subcommand is optional; its own errors are not hidden
+        if exc.name != "collnb._cli_replay":
+            raise
+    else:
+        _cli_replay.add_parser(subparsers)
+    return parser
+
+
+def main(argv=None) -> int:
+    """Parse ``argv`` (default ``sys.argv[1:]``), run the subcommand, return its exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,362 @@
+"""The scenarios of the two seed documents (``/work/shared/seeds/``), run on real ranks.
+
+``python -m collnb seeds`` runs every scenario with the seed's own world size, inputs, ops and
+roots on real Gloo ranks (one :func:`collnb.launcher.launch` per world size), prints each rank's
+lines the way the seed's script prints them, and puts a check mark after every result line:
+✓ when it equals the reference computed here without ``torch.distributed``, ✗ otherwise.
+
+Seed documents:
+
+* ``000_ae5c56c5c8b93d7c.txt`` ("PyTorch collective communication"), world size 2:
+  ``cm_broadcast_object_demo``, ``cm_broadcast_demo``, ``cm_allreduce_demo``,
+  ``cm_gather_demo``, ``cm_scatter_demo``.
+* ``003_7e63c0b78594089b.txt`` (the interactive teaching page's CPU examples), world size 4:
+  broadcast, scatter, gather, reduce, all_gather, reduce_scatter, all_reduce, all_to_all.
+
+The second document emulates ``reduce_scatter`` with ``world_size`` calls of ``reduce`` and
+uses ``all_to_all_single`` because, it says, Gloo lacks ``dist.reduce_scatter`` and the list form
+of ``dist.all_to_all``. Whether the installed torch's Gloo has them is detected at run time
+(:func:`collnb.primitives.backend_support`); where it does, the native call runs too and its
+result is checked against the same reference.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+
+from . import launcher as _launcher
+
+__all__ = ["SEED_FILES", "SCENARIOS", "Scenario", "run_seeds", "main"]
+
+SEED_FILES = ("000_ae5c56c5c8b93d7c.txt", "003_7e63c0b78594089b.txt")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One seed scenario.
+
+    Attributes:
+        seed: the seed document's file name.
+        name: the seed's function/file name (``cm_allreduce_demo``, ``allreduce_cpu_demo.py``).
+        world_size: the seed's world size.
+        rank_fn: ``fn(rank, world_size, native) -> dict`` run on every rank; ``native`` says
+            which optional native calls the backend has (``{"reduce_scatter": bool,
+            "all_to_all": bool}``).
+        report: ``fn(per_rank_dicts, world_size, native) -> list of (line, mark)`` where mark is
+            ``True`` (✓), ``False`` (✗) or ``None`` (no check: an input, a note, or an
+            undefined output).
+    """
+
+    seed: str
+    name: str
+    world_size: int
+    rank_fn: Callable
+    report: Callable
+
+
+def _mark(ok):
+    return {True: "✓", False: "✗", None: ""}[ok]
+
+
+def _eq(a, b) -> bool:
+    return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype \
+        and a.shape == b.shape and bool(torch.equal(a, b))
+
+
+# ----------------------------------------------------------------------------------------------
+# 000: "PyTorch collective communication", world size 2
+
+def _cm_broadcast_object(rank, ws, native):
+    objects = ["foo", 12, {"key": "value"}] if rank == 0 else [None, None, None]
+    dist.broadcast_object_list(objects, src=0, device=torch.device("cpu"))
+    return {"objects": objects}
+
+
+def _rep_broadcast_object(res, ws, native):
+    want = ["foo", 12, {"key": "value"}]
+    return [(f"[rank {r}] rank: {r}, objects: {d['objects']}", d["objects"] == want) for r, d in enumerate(res)]
+
+
+def _cm_broadcast(rank, ws, native):
+    tensor = torch.arange(10) if rank == 0 else torch.zeros(10, dtype=torch.int64)
+    dist.broadcast(tensor, src=0)
+    return {"tensor": tensor}
+
+
+def _rep_broadcast(res, ws, native):
+    want = torch.arange(10)
+    return [(f"[rank {r}] {d['tensor']}", _eq(d["tensor"], want)) for r, d in enumerate(res)]
+
+
+def _cm_allreduce(rank, ws, native):
+    tensor = torch.arange(2) + 2 * rank
+    before = tensor.clone()
+    dist.all_reduce(tensor=tensor, op=dist.ReduceOp.SUM)
+    return {"before": before, "after": tensor}
+
+
+def _rep_allreduce(res, ws, native):
+    want = sum(torch.arange(2) + 2 * r for r in range(ws))
+    lines = [(f"[rank {r}] before allreduce, rank: {r}, tensor: {d['before']}", None) for r, d in enumerate(res)]
+    lines += [(f"[rank {r}] after allreduce, rank: {r}, tensor: {d['after']}", _eq(d["after"], want))
+              for r, d in enumerate(res)]
+    return lines
+
+
+def _cm_gather(rank, ws, native):
+    tensor = torch.tensor([rank])
+    output = [torch.zeros_like(tensor) for _ in range(ws)]
+    dist.gather(tensor, output if rank == 0 else None, dst=0)
+    return {"tensor": tensor, "output": output if rank == 0 else None}
+
+
+def _rep_gather(res, ws, native):
+    lines = [(f"[rank {r}] before gather, rank: {r}, tensor: {d['tensor']}", None) for r, d in enumerate(res)]
+    out = res[0]["output"]
+    want = [torch.tensor([r]) for r in range(ws)]
+    ok = len(out) == ws and all(_eq(a, b) for a, b in zip(out, want))
+    lines.append((f"[rank 0] after gather, rank: 0, output: {out}, concat output: {torch.concat(out)}", ok))
+    return lines
+
+
+def _cm_scatter(rank, ws, native):
+    scatter_list = [torch.ones(2), torch.ones(2) * 3]
+    output_tensor = torch.zeros_like(scatter_list[0])
+    dist.scatter(output_tensor, scatter_list if rank == 0 else None, src=0)
+    return {"scatter_list": scatter_list, "output": output_tensor}
+
+
+def _rep_scatter(res, ws, native):
+    want = [torch.ones(2), torch.ones(2) * 3]
+    return [(f"[rank {r}] scatter_list: {d['scatter_list']}, rank: {r}, output: {d['output']}",
+             _eq(d["output"], want[r])) for r, d in enumerate(res)]
+
+
+# ----------------------------------------------------------------------------------------------
+# 003: the teaching page's CPU examples, world size 4
+
+def _p_broadcast(rank, ws, native):
+    tensor = torch.tensor([1.0, 2.0, 3.0]) if rank == 0 else torch.zeros(3)
+    before = tensor.tolist()
+    dist.broadcast(tensor, src=0)
+    return {"before": before, "after": tensor.tolist()}
+
+
+def _rep_p_broadcast(res, ws, native):
+    lines = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
+    lines += [(f"[rank {r}] after : {d['after']}", d["after"] == [1.0, 2.0, 3.0]) for r, d in enumerate(res)]
+    return lines
+
+
+def _p_scatter(rank, ws, native):
+    output_tensor = torch.zeros(2)
+    full = None
+    if rank == 0:
+        full_data = torch.arange(2 * ws, dtype=torch.float32)
+        scatter_list = list(full_data.chunk(ws))
+        full = full_data.tolist()
+    else:
+        scatter_list = None
+    dist.scatter(output_tensor, scatter_list=scatter_list, src=0)
+    return {"full_data": full, "received": output_tensor.tolist()}
+
+
+def _rep_p_scatter(res, ws, native):
+    lines = [(f"[rank 0] full_data = {res[0]['full_data']}", None)]
+    lines += [(f"[rank {r}] received: {d['received']}", d["received"] == [2.0 * r, 2.0 * r + 1])
+              for r, d in enumerate(res)]
+    return lines
+
+
+def _p_gather(rank, ws, native):
+    my_chunk = torch.full((2,), fill_value=float(rank))
+    gather_list = [torch.zeros(2) for _ in range(ws)] if rank == 0 else None
+    dist.gather(my_chunk, gather_list=gather_list, dst=0)
+    return {"my_chunk": my_chunk.tolist(), "gathered": [t.tolist() for t in gather_list] if rank == 0 else None}
+
+
+def _rep_p_gather(res, ws, native):
+    lines = [(f"[rank {r}] my_chunk = {d['my_chunk']}", None) for r, d in enumerate(res)]
+    want = [[float(r)] * 2 for r in range(ws)]
+    lines.append((f"[rank 0] gathered: {res[0]['gathered']}", res[0]["gathered"] == want))
+    return lines
+
+
+def _p_reduce(rank, ws, native):
+    tensor = torch.full((4,), fill_value=float(rank + 1))
+    before = tensor.tolist()
+    dist.reduce(tensor, dst=0, op=dist.ReduceOp.SUM)
+    return {"before": before, "after": tensor.tolist()}
+
+
+def _rep_p_reduce(res, ws, native):
+    want = [float(sum(r + 1 for r in range(ws)))] * 4
+    lines = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
+    for r, d in enumerate(res):
+        if r == 0:
+            lines.append((f"[rank {r}] after : {d['after']}", d["after"] == want))
+        else:  # the seed: "non-dst tensors are undefined"
+            lines.append((f"[rank {r}] after : {d['after']}  (undefined: only dst=0's result is defined)", None))
+    return lines
+
+
+def _p_all_gather(rank, ws, native):
+    my_chunk = torch.full((2,), fill_value=float(rank))
+    gather_list = [torch.zeros(2) for _ in range(ws)]
+    dist.all_gather(gather_list, my_chunk)
+    return {"my_chunk": my_chunk.tolist(), "gathered": [t.tolist() for t in gather_list]}
+
+
+def _rep_p_all_gather(res, ws, native):
+    want = [[float(r)] * 2 for r in range(ws)]
+    lines = [(f"[rank {r}] my_chunk = {d['my_chunk']}", None) for r, d in enumerate(res)]
+    lines += [(f"[rank {r}] gathered: {d['gathered']}", d["gathered"] == want) for r, d in enumerate(res)]
+    return lines
+
+
+def _p_reduce_scatter(rank, ws, native):
+    input_list = [torch.full((2,), fill_value=float(rank * 10 + j)) for j in range(ws)]
+    output = torch.zeros(2)
+    for j in range(ws):  # the seed's emulation: world_size reduce calls
+        part = input_list[j].clone()
+        dist.reduce(part, dst=j, op=dist.ReduceOp.SUM)
+        if rank == j:
+            output = part
+    out = {"input_list": [t.tolist() for t in input_list], "emulated": output.tolist()}
+    if native["reduce_scatter"]:
+        o = torch.zeros(2)
+        dist.reduce_scatter(o, [t.clone() for t in input_list], op=dist.ReduceOp.SUM)
+        out["native"] = o.tolist()
+    return out
+
+
+def _rep_p_reduce_scatter(res, ws, native):
+    lines = [(f"[rank {r}] input_list = {d['input_list']}", None) for r, d in enumerate(res)]
+    for r, d in enumerate(res):
+        want = [float(sum(s * 10 + r for s in range(ws)))] * 2
+        lines.append((f"[rank {r}] reduce_scatter result: {d['emulated']}", d["emulated"] == want))
+    if native["reduce_scatter"]:
+        lines.append((f"note: the seed emulates reduce_scatter with {ws} reduce calls because Gloo lacked "
+                      f"dist.reduce_scatter; torch {torch.__version__}'s Gloo has it (detected), so it ran "
+                      "natively too:", None))
+        for r, d in enumerate(res):
+            want = [float(sum(s * 10 + r for s in range(ws)))] * 2
+            lines.append((f"[rank {r}] dist.reduce_scatter result: {d['native']}", d["native"] == want))
+    else:
+        lines.append((f"note: torch {torch.__version__}'s Gloo has no dist.reduce_scatter (detected); "
+                      "the emulation is needed", None))
+    return lines
+
+
+def _p_all_reduce(rank, ws, native):
+    tensor = torch.full((4,), fill_value=float(rank + 1))
+    before = tensor.tolist()
+    dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+    return {"before": before, "after": tensor.tolist()}
+
+
+def _rep_p_all_reduce(res, ws, native):
+    want = [float(sum(r + 1 for r in range(ws)))] * 4
+    lines = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
+    lines += [(f"[rank {r}] after : {d['after']}", d["after"] == want) for r, d in enumerate(res)]
+    return lines
+
+
+def _p_all_to_all(rank, ws, native):
+    chunk_size = 2
+    input_tensor = torch.cat([torch.full((chunk_size,), fill_value=float(rank * 10 + j)) for j in range(ws)])
+    output_tensor = torch.zeros_like(input_tensor)
+    dist.all_to_all_single(output_tensor, input_tensor)
+    out = {"input_tensor": input_tensor.tolist(),
+           "received": [t.tolist() for t in output_tensor.chunk(ws)]}
+    if native["all_to_all"]:
+        outs = [torch.zeros(chunk_size) for _ in range(ws)]
+        dist.all_to_all(outs, [t.clone() for t in input_tensor.chunk(ws)])
+        out["native"] = [t.tolist() for t in outs]
+    return out
+
+
+def _rep_p_all_to_all(res, ws, native):
+    lines = [(f"[rank {r}] input_tensor = {d['input_tensor']}", None) for r, d in enumerate(res)]
+    for r, d in enumerate(res):
+        want = [[float(j * 10 + r)] * 2 for j in range(ws)]
+        lines.append((f"[rank {r}] received: {d['received']}", d["received"] == want))
+    if native["all_to_all"]:
+        lines.append((f"note: the seed uses all_to_all_single because Gloo lacked the list form; torch "
+                      f"{torch.__version__}'s Gloo has dist.all_to_all (detected), so it ran too:", None))
+        for r, d in enumerate(res):
+            want = [[float(j * 10 + r)] * 2 for j in range(ws)]
+            lines.append((f"[rank {r}] dist.all_to_all received: {d['native']}", d["native"] == want))
+    else:
+        lines.append((f"note: torch {torch.__version__}'s Gloo has no list-form dist.all_to_all (detected)", None))
+    return lines
+
+
+_S0, _S3 = SEED_FILES
+#: Every scenario of both seed documents, in document order.
+SCENARIOS = (
+    Scenario(_S0, "cm_broadcast_object_demo", 2, _cm_broadcast_object, _rep_broadcast_object),
+    Scenario(_S0, "cm_broadcast_demo", 2, _cm_broadcast, _rep_broadcast),
+    Scenario(_S0, "cm_allreduce_demo", 2, _cm_allreduce, _rep_allreduce),
+    Scenario(_S0, "cm_gather_demo", 2, _cm_gather, _rep_gather),
+    Scenario(_S0, "cm_scatter_demo", 2, _cm_scatter, _rep_scatter),
+    Scenario(_S3, "broadcast_cpu_demo.py", 4, _p_broadcast, _rep_p_broadcast),
+    Scenario(_S3, "scatter_cpu_demo.py", 4, _p_scatter, _rep_p_scatter),
+    Scenario(_S3, "gather_cpu_demo.py", 4, _p_gather, _rep_p_gather),
+    Scenario(_S3, "reduce_cpu_demo.py", 4, _p_reduce, _rep_p_reduce),
+    Scenario(_S3, "allgather_cpu_demo.py", 4, _p_all_gather, _rep_p_all_gather),
+    Scenario(_S3, "reducescatter_cpu_demo.py", 4, _p_reduce_scatter, _rep_p_reduce_scatter),
+    Scenario(_S3, "allreduce_cpu_demo.py", 4, _p_all_reduce, _rep_p_all_reduce),
+    Scenario(_S3, "alltoall_cpu_demo.py", 4, _p_all_to_all, _rep_p_all_to_all),
+)
+
+
+def _seed_rank(rank, world_size, indices, native):
+    return [SCENARIOS[i].rank_fn(rank, world_size, native) for i in indices]
+
+
+def run_seeds(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
+    """Run every seed scenario on real ranks and print it with check marks.
+
+    One launch per world size (2, then 4) runs that world size's scenarios one after another.
+
+    Args:
+        backend: the seeds use ``"gloo"``.
+        print_fn: where lines go (default :func:`print`).
+        launch_kwargs: passed to :func:`collnb.launcher.launch`.
+
+    Returns:
+        True when every checked line got ✓.
+    """
+    from .primitives import backend_support
+    sup = backend_support(backend, **launch_kwargs)
+    native = {"reduce_scatter": sup.supports("reduce_scatter", "float32", "sum"),
+              "all_to_all": sup.supports("all_to_all", "float32")}
+    all_ok = True
+    n_checked = n_bad = 0
+    for ws in sorted({s.world_size for s in SCENARIOS}):
+        idx = [i for i, s in enumerate(SCENARIOS) if s.world_size == ws]
+        per_rank = _launcher.launch(_seed_rank, ws, args=(idx, native), backend=backend, **launch_kwargs)
+        for j, i in enumerate(idx):
+            sc = SCENARIOS[i]
+            print_fn(f"== {sc.seed} · {sc.name} · world size {ws} · {backend} ==")
+            for line, ok in sc.report([per_rank[r][j] for r in range(ws)], ws, native):
+                if ok is not None:
+                    n_checked += 1
+                    if not ok:
+                        n_bad += 1
+                        all_ok = False
+                print_fn(f"{line}  {_mark(ok)}".rstrip())
+            print_fn("")
+    print_fn(f"{'✓' if all_ok else '✗'} {n_checked - n_bad}/{n_checked} seed results match the reference "
+             f"({len(SCENARIOS)} scenarios from {len(SEED_FILES)} seed documents)")
+    return all_ok
+
+
+def main() -> int:
+    """``python -m collnb seeds``: exit status 0 when every result matches, else 1."""
+    return 0 if run_seeds() else 1

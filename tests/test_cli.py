@@ -1,0 +1,138 @@
+"""python -m collnb: run, seeds, exit codes, and the hook for the replay subcommand."""
+
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from collnb import heatmap as H
+from collnb.__main__ import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, build_parser, main
+
+
+def _cli(*args, timeout=180):
+    return subprocess.run([sys.executable, "-m", "collnb", *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def test_run_prints_ranks_like_the_seeds_and_writes_png(tmp_path):
+    png = tmp_path / "ar.png"
+    out = _cli("run", "all_reduce", "--world-size", "3", "--png", str(png))
+    assert out.returncode == EXIT_OK, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "all_reduce (SUM) · world size 3 · float32 · gloo"
+    assert "[rank 0] before: [0.0, 1.0, 2.0]" in lines
+    assert "[rank 2] before: [20.0, 21.0, 22.0]" in lines
+    for r in range(3):
+        assert f"[rank {r}] after : [30.0, 33.0, 36.0]  ✓" in lines
+    assert f"heatmap written to {png}" in lines
+    img = np.asarray(Image.open(png).convert("RGB"))
+    assert img.shape[0] > 300 and img.shape[1] > 600
+    colours = {tuple(p) for p in img.reshape(-1, 3)[::7]}
+    for r in range(3):  # every rank's colour is painted
+        assert tuple(int(v * 255 + 0.5) for v in H.rank_color(r)) in colours
+
+
+def test_run_int8_shows_the_wrap_and_the_exact_result():
+    out = _cli("run", "all_reduce", "-n", "8", "--dtype", "int8")
+    assert out.returncode == EXIT_OK, out.stderr
+    assert "[rank 7] after : [24, 32, 40, 48, 56, 64, 72, 80]  ✓" in out.stdout
+    assert "[rank 0] exact : [280.0, 288.0, 296.0, 304.0, 312.0, 320.0, 328.0, 336.0]" in out.stdout
+
+
+def test_bad_choice_exits_2_with_the_choices(capsys):
+    out = _cli("run", "all_reduse")
+    assert out.returncode == EXIT_USAGE
+    assert "invalid choice: 'all_reduse'" in out.stderr and "all_reduce" in out.stderr
+    for argv, word in ((["run", "all_reduce", "--dtype", "float128"], "bfloat16"),
+                       (["run", "all_reduce", "--op", "mean"], "bxor"),
+                       (["run", "all_reduce", "--backend", "mpi"], "nccl"),
+                       (["run"], "PRIMITIVE")):
+        with pytest.raises(SystemExit) as info:
+            main(argv)
+        assert info.value.code == EXIT_USAGE
+        assert word in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["run", "all_reduce", "--dtype", "int8", "--op", "avg"], ["AVG", "Valid ops for int8"]),
+    (["run", "reduce", "--root", "9"], ["root 9", "0 to 3"]),
+    (["run", "broadcast", "--op", "max"], ["takes no --op"]),
+    (["run", "all_reduce", "--backend", "nccl"], ["NCCL needs CUDA", "gloo"]),
+    (["run", "all_reduce", "--world-size", "40"], ["between 1 and 16"]),
+    (["run", "broadcast", "--dtype", "float8_e4m3fn"], ["float8_e4m3fn", "bfloat16"]),
+])
+def test_invalid_runs_exit_2_with_a_clear_message(capsys, argv, words):
+    assert main(argv) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("error: ")
+    for w in words:
+        assert w in err, (w, err)
+
+
+def test_main_in_process_reports_undefined_ranks(capsys):
+    assert main(["run", "reduce", "-n", "3", "--root", "1", "--op", "max"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "[rank 1] after : [20.0, 21.0, 22.0]  ✓" in out
+    assert "[rank 0] after :" in out and "(undefined: only dst=1's output is defined)" in out
+
+
+def test_mismatch_exit_code(monkeypatch, capsys):
+    from collnb import primitives as P
+    real = P.run_batch
+
+    def broken(*a, **k):
+        res = real(*a, **k)
+        res[0].after[0][0] = 42.0
+        res[0].check()
+        return res
+    monkeypatch.setattr(P, "run_batch", broken)
+    assert main(["run", "all_gather", "-n", "2"]) == EXIT_MISMATCH
+    assert "✗ expected [0.0, 10.0]" in capsys.readouterr().out
+
+
+def test_seeds_every_scenario_with_check_marks():
+    out = _cli("seeds")
+    assert out.returncode == EXIT_OK, out.stdout + out.stderr
+    text = out.stdout
+    # 000: world size 2, printed as the seed's script prints
+    assert "[rank 1] rank: 1, objects: ['foo', 12, {'key': 'value'}]  ✓" in text
+    assert "[rank 1] tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])  ✓" in text
+    assert "[rank 0] before allreduce, rank: 0, tensor: tensor([0, 1])" in text
+    assert "[rank 1] after allreduce, rank: 1, tensor: tensor([2, 4])  ✓" in text
+    assert ("[rank 0] after gather, rank: 0, output: [tensor([0]), tensor([1])], "
+            "concat output: tensor([0, 1])  ✓") in text
+    assert "[rank 1] scatter_list: [tensor([1., 1.]), tensor([3., 3.])], rank: 1, output: tensor([3., 3.])  ✓" in text
+    # 003: world size 4
+    assert "[rank 3] after : [1.0, 2.0, 3.0]  ✓" in text
+    assert "[rank 3] received: [6.0, 7.0]  ✓" in text
+    assert "[rank 0] gathered: [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  ✓" in text
+    assert "[rank 0] after : [10.0, 10.0, 10.0, 10.0]  ✓" in text
+    assert "(undefined: only dst=0's result is defined)" in text
+    assert "[rank 2] gathered: [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  ✓" in text
+    assert "[rank 3] reduce_scatter result: [72.0, 72.0]  ✓" in text
+    assert "[rank 3] dist.reduce_scatter result: [72.0, 72.0]  ✓" in text  # native: detected
+    assert "[rank 1] received: [[1.0, 1.0], [11.0, 11.0], [21.0, 21.0], [31.0, 31.0]]  ✓" in text
+    assert "[rank 1] dist.all_to_all received: [[1.0, 1.0], [11.0, 11.0], [21.0, 21.0], [31.0, 31.0]]  ✓" in text
+    assert "[rank 2] after : [10.0, 10.0, 10.0, 10.0]  ✓" in text
+    assert "✗" not in text
+    assert text.rstrip().splitlines()[-1].startswith("✓ ")
+    assert "13 scenarios from 2 seed documents" in text
+    assert text.count("== ") == 13
+
+
+def test_replay_subcommand_hook(monkeypatch):
+    """Another module may add `replay`: build_parser calls collnb._cli_replay.add_parser."""
+    mod = types.ModuleType("collnb._cli_replay")
+
+    def add_parser(subparsers):
+        p = subparsers.add_parser("replay")
+        p.add_argument("primitive")
+        p.set_defaults(func=lambda args: 7 if args.primitive == "all_reduce" else 0)
+    mod.add_parser = add_parser
+    monkeypatch.setitem(sys.modules, "collnb._cli_replay", mod)
+    args = build_parser().parse_args(["replay", "all_reduce"])
+    assert args.func(args) == 7
+    assert main(["replay", "all_reduce"]) == 7
