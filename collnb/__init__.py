@@ -10,6 +10,10 @@ from .primitives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, Ru
                          backend_support, run, run_batch)
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
 from .explorer import explore
+from .algorithms import ALGORITHMS, run_algorithm, run_algorithms, schedule
+from .trace import Trace
+from .costmodel import CostModel, algbw, busbw, predict
+from .replay import compare, compare_figure, explore_rounds, replay, save_filmstrip, save_gif
 
 __version__ = "0.1.0"
 
@@ -19,4 +23,7 @@ __all__ = [
     "run", "run_batch", "RunResult", "PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "backend_support",
     "BackendSupport", "heatmap_figure", "heatmap_png", "heatmap_image",
     "explore",
+    "ALGORITHMS", "run_algorithm", "run_algorithms", "schedule", "Trace",
+    "CostModel", "algbw", "busbw", "predict",
+    "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
 ]

@@ -393,6 +393,16 @@ def _loads(data: bytes):
     return torch.load(io.BytesIO(data), weights_only=False)
 
 
+def _sequence_number():
+    """How many collectives and point-to-point operations this rank has issued on its default
+    group. Ranks that sent/received unevenly disagree, and with TORCH_DISTRIBUTED_DEBUG=DETAIL
+    the next collective on that group would fail its fingerprint check."""
+    try:
+        return dist.distributed_c10d._get_default_group()._get_sequence_number_for_group()
+    except Exception:
+        return None
+
+
 def _send(conn, msg):
     conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
 
@@ -461,7 +471,8 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                     torch.cuda.synchronize()
                 payload = _dumps(_to_cpu(result))
                 sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
-                res_w.send_bytes(pickle.dumps(("ok", payload), protocol=pickle.HIGHEST_PROTOCOL))
+                res_w.send_bytes(pickle.dumps(("ok", payload, _sequence_number()),
+                                              protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
                 sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
                 if isinstance(exc, SystemExit):
@@ -501,6 +512,7 @@ class _Event:
     frames: list = field(default_factory=list)
     comm: bool = False
     value: Any = None
+    seq: Any = None
 
 
 def _sweep_stale_dirs():
@@ -709,6 +721,14 @@ class RankPool:
             self.close()
             raise
 
+    def _retire_group(self, world_size):
+        """Stop using the group of ranks 0..world_size-1: its ranks issued different numbers of
+        operations (uneven send/recv), so its next collective would fail the DETAIL check.
+        The next call at this world size makes a fresh group (or re-initialises the pool)."""
+        self.groups.discard(world_size)
+        if world_size == self.base_size:
+            self.base_size = 0
+
     def _next_count(self):
         """A fresh value for torch's group counter, the same on every rank of one call: group
         names stay unique and agree even after calls that created groups on some ranks only."""
@@ -722,7 +742,8 @@ class RankPool:
         if world_size > self.base_size or (not self.swap and world_size != self.base_size):
             size = world_size
             if self.swap:  # grow in steps (4, 8, 16) so that a slider sweep re-initialises rarely
-                size = min(max(world_size, 4, 1 << (world_size - 1).bit_length()), self.max_size)
+                size = min(max(world_size, 4, 1 << (world_size - 1).bit_length(), len(self.ranks)),
+                           self.max_size)
             if size > len(self.ranks):
                 self._grow(size)
             self.generation += 1
@@ -782,7 +803,7 @@ class RankPool:
                         events[r.rank] = _Event(r.rank, "died", t, value=r.proc.exitcode)
                         failure_at = failure_at or t
                     elif msg[0] == "ok":
-                        events[r.rank] = _Event(r.rank, "ok", t, value=msg[1])
+                        events[r.rank] = _Event(r.rank, "ok", t, value=msg[1], seq=msg[2])
                     elif msg[0] == "ready":
                         events[r.rank] = _Event(r.rank, "ok", t, value=msg[2])
                     else:
@@ -795,6 +816,8 @@ class RankPool:
         if not failed and not pending:
             if phase == "init":
                 return None
+            if len({events[r.rank].seq for r in ranks}) > 1:
+                self._retire_group(len(ranks))
             return [_loads(events[r.rank].value) for r in ranks]
         stacks = self._stacks([r for r in ranks if r.rank in pending])
         cells = _ipython_cells()

@@ -367,3 +367,24 @@ def test_every_dtype_comes_back(dtype):
     (t, extra), _ = collnb.launch(fn, 2)
     assert t.dtype == dtype and torch.equal(t.to(torch.float64), torch.arange(3).to(dtype).to(torch.float64))
     assert extra["nested"][0].dtype == dtype
+
+
+@pytest.mark.parametrize("world_size", [3, 4])
+def test_uneven_send_recv_does_not_break_the_next_collective(world_size):
+    """With DETAIL checks on, ranks that issued different numbers of operations would fail
+    the next collective's fingerprint check; the pool retires such a group."""
+    def uneven(rank, world_size):
+        t = torch.ones(2)
+        if rank == 0:
+            dist.send(t, 1)
+        elif rank == 1:
+            dist.recv(t, 0)
+
+    def total(rank, world_size):
+        t = torch.ones(2)
+        dist.all_reduce(t)
+        return t.sum().item()
+
+    collnb.launch(_all_reduce_arange, 4)   # a pool of 4: world size 3 is a cached subgroup
+    collnb.launch(uneven, world_size)
+    assert collnb.launch(total, world_size) == [2.0 * world_size] * world_size

@@ -1,0 +1,476 @@
+"""The trace of one collective algorithm run: every round's transfers and every rank's buffer.
+
+A :class:`Trace` is plain data (numpy arrays, ints, strings, lists) so it can be saved on one
+machine (a GPU box, a cluster) and replayed on another (:meth:`Trace.save`, :meth:`Trace.load`,
+JSON or ``.npz``). It is made by :func:`collnb.algorithms.run_algorithm` and drawn by
+:mod:`collnb.replay`.
+
+Layout. Every rank's buffer is a row of ``n_chunks`` chunks (``chunk_bounds`` gives their element
+offsets). Round ``k`` (1-based) moves data; index 0 of the per-round arrays is the state before
+the first round, index ``k`` the state after round ``k``:
+
+* ``buffers[k, r, :]``: rank ``r``'s buffer after round ``k`` (``None`` when recorded with
+  ``snapshots=False``; ``final`` is always kept);
+* ``provenance[k, r, c]``: int bitmask, bit ``s`` set = chunk ``c`` of rank ``r`` holds rank
+  ``s``'s contribution (``0`` = holds nothing yet). :meth:`provenance_sets` gives Python sets;
+* ``rounds[k-1].transfers``: who sent which chunks to whom, and how many bytes.
+
+Loading needs only numpy (no torch).
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+from dataclasses import dataclass, field
+
+import numpy as np
+
+__all__ = ["Trace", "TransferRecord", "RoundRecord", "TRACE_FORMAT_VERSION"]
+
+#: Bumped when the saved layout changes; :meth:`Trace.load` refuses newer versions.
+TRACE_FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class TransferRecord:
+    """One message of a round.
+
+    Attributes:
+        src, dst: sending and receiving rank.
+        chunks: chunk indices read at ``src`` (for all_to_all: of its input buffer).
+        dst_chunks: chunk indices written at ``dst``.
+        reduce: True if ``dst`` combined the data with the op, False if it overwrote.
+        nbytes: bytes in the message (int).
+    """
+
+    src: int
+    dst: int
+    chunks: tuple
+    dst_chunks: tuple
+    reduce: bool
+    nbytes: int
+
+    def to_dict(self) -> dict:
+        return dict(src=self.src, dst=self.dst, chunks=list(self.chunks), dst_chunks=list(self.dst_chunks),
+                    reduce=self.reduce, nbytes=self.nbytes)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TransferRecord":
+        return cls(int(d["src"]), int(d["dst"]), tuple(int(c) for c in d["chunks"]),
+                   tuple(int(c) for c in d["dst_chunks"]), bool(d["reduce"]), int(d["nbytes"]))
+
+
+@dataclass
+class RoundRecord:
+    """One round: its index (1-based), phase label, one-sentence detail, transfers, and the
+    measured wall time (seconds, max over ranks; ``None`` if unknown)."""
+
+    index: int
+    label: str
+    detail: str
+    transfers: list
+    seconds: float | None = None
+
+    def to_dict(self) -> dict:
+        return dict(index=self.index, label=self.label, detail=self.detail, seconds=self.seconds,
+                    transfers=[t.to_dict() for t in self.transfers])
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "RoundRecord":
+        return cls(int(d["index"]), str(d["label"]), str(d.get("detail", "")),
+                   [TransferRecord.from_dict(t) for t in d["transfers"]],
+                   None if d.get("seconds") is None else float(d["seconds"]))
+
+
+def _np_dtype_for(torch_dtype_name: str):
+    """numpy dtype that holds values of a torch dtype exactly (bfloat16 -> float32)."""
+    table = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32,
+             "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+             "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
+             "complex64": np.complex64, "complex128": np.complex128}
+    return table.get(torch_dtype_name, np.float64)
+
+
+def _to_numpy(t, dtype_name):
+    if t is None:
+        return None
+    if isinstance(t, np.ndarray):
+        return t
+    import torch  # noqa: PLC0415 - only when building from tensors
+    if t.dtype == torch.bool:
+        t = t.view(torch.uint8).ne(0)  # gloo's bool SUM can leave byte 2 in a bool tensor
+    elif t.dtype == torch.bfloat16 or (t.dtype.is_floating_point and t.dtype.itemsize == 1):
+        t = t.to(torch.float32)
+    return t.detach().cpu().numpy().astype(_np_dtype_for(dtype_name), copy=False)
+
+
+_ARRAYS = ("inputs", "buffers", "final", "builtin", "provenance", "defined")
+
+
+@dataclass
+class Trace:
+    """Everything one algorithm run did, round by round, as plain data.
+
+    Attributes:
+        primitive, algorithm: names (e.g. ``"all_reduce"``, ``"ring"``).
+        world_size: number of ranks.
+        root: src/dst rank of rooted primitives (0 otherwise).
+        op: reduce op name (``"sum"`` ...), ``None`` for primitives that do not reduce.
+        dtype: torch dtype name (``"float32"``); arrays hold it as the nearest exact numpy dtype
+            (bfloat16 as float32).
+        itemsize: bytes per element in the run's dtype.
+        chunk_bounds: ``n_chunks + 1`` element offsets of the chunks in every buffer.
+        rounds: list of :class:`RoundRecord`.
+        inputs: ``(world_size, count)`` each rank's input (for all_to_all: its send buffer).
+        buffers: ``(n_rounds + 1, world_size, count)`` buffers after each round, or ``None``.
+        final: ``(world_size, count)`` the buffers after the last round.
+        builtin: ``(world_size, count)`` the built-in ``torch.distributed`` collective's result on
+            the same inputs, laid out the same way (``None`` if not compared).
+        provenance: ``(n_rounds + 1, world_size, n_chunks)`` int64 bitmasks (see module doc).
+        defined: ``(world_size, n_chunks)`` bool: chunks that hold the primitive's result.
+        meta: dict: ``backend``, ``torch_version``, ``host``, ``cpu_count``, ``created`` (ISO time),
+            ``wall_seconds``, ``fold`` ([p, q]: power of two used and ranks folded),
+            ``snapshots`` (bool).
+    """
+
+    primitive: str
+    algorithm: str
+    world_size: int
+    root: int
+    op: str | None
+    dtype: str
+    itemsize: int
+    chunk_bounds: list
+    rounds: list
+    inputs: np.ndarray
+    buffers: np.ndarray | None
+    final: np.ndarray
+    builtin: np.ndarray | None
+    provenance: np.ndarray
+    defined: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def from_schedule(cls, sched, *, inputs, bounds, op, dtype, buffers=None, final=None, builtin=None,
+                      round_seconds=None, backend="gloo", wall_seconds=None) -> "Trace":
+        """Build a trace from a :class:`collnb.algorithms.Schedule` and the ranks' tensors.
+
+        Args:
+            sched: the schedule that ran.
+            inputs: ``(world_size, count)`` tensor. bounds: chunk offsets. op: op name.
+            dtype: torch.dtype. buffers: ``(rounds+1, world_size, count)`` tensor or None.
+            final, builtin: ``(world_size, count)`` tensors (builtin may be None).
+            round_seconds: per-round measured seconds (max over ranks) or None.
+        """
+        import torch  # noqa: PLC0415
+        dname = str(dtype).replace("torch.", "")
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        rounds = []
+        for k, rnd in enumerate(sched.rounds, 1):
+            ts = [TransferRecord(t.src, t.dst, tuple(t.chunks), tuple(t.dst_chunks), bool(t.reduce),
+                                 int(sum(bounds[c + 1] - bounds[c] for c in t.chunks) * itemsize))
+                  for t in rnd.transfers]
+            rounds.append(RoundRecord(k, rnd.label, rnd.detail, ts,
+                                      None if round_seconds is None else float(round_seconds[k - 1])))
+        reducing = sched.primitive in ("all_reduce", "reduce_scatter", "reduce")
+        meta = dict(backend=backend, torch_version=torch.__version__, host=platform.node(),
+                    cpu_count=os.cpu_count(),
+                    created=datetime.datetime.now().isoformat(timespec="seconds"), wall_seconds=wall_seconds,
+                    fold=list(sched.fold), snapshots=buffers is not None)
+        return cls(primitive=sched.primitive, algorithm=sched.algorithm, world_size=sched.world_size,
+                   root=sched.root, op=op if reducing else None, dtype=dname, itemsize=int(itemsize),
+                   chunk_bounds=[int(b) for b in bounds], rounds=rounds,
+                   inputs=_to_numpy(inputs, dname), buffers=_to_numpy(buffers, dname),
+                   final=_to_numpy(final, dname), builtin=_to_numpy(builtin, dname),
+                   provenance=np.array(sched.provenance, dtype=np.int64),
+                   defined=np.array(sched.defined, dtype=bool), meta=meta)
+
+    # ------------------------------------------------------------------ basic shape
+    @property
+    def n_rounds(self) -> int:
+        """Number of communication rounds."""
+        return len(self.rounds)
+
+    @property
+    def n_chunks(self) -> int:
+        return len(self.chunk_bounds) - 1
+
+    @property
+    def count(self) -> int:
+        """Elements per rank buffer."""
+        return int(self.chunk_bounds[-1])
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of one rank's buffer."""
+        return self.count * self.itemsize
+
+    @property
+    def has_snapshots(self) -> bool:
+        return self.buffers is not None
+
+    def _check_round(self, k: int) -> int:
+        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= self.n_rounds:
+            raise ValueError(f"round must be an int from 0 (start) to {self.n_rounds}; got {k!r}")
+        return int(k)
+
+    def transfers(self, k: int) -> list:
+        """Transfers of round ``k`` (1..n_rounds); round 0 (the start) has none."""
+        k = self._check_round(k)
+        return [] if k == 0 else list(self.rounds[k - 1].transfers)
+
+    def label(self, k: int) -> str:
+        """Phase label of round ``k`` (``"start"`` for 0)."""
+        k = self._check_round(k)
+        return "start" if k == 0 else self.rounds[k - 1].label
+
+    # ------------------------------------------------------------------ data per round
+    def buffer(self, k: int) -> np.ndarray:
+        """``(world_size, count)`` buffers after round ``k``.
+
+        Raises:
+            ValueError: the run was recorded without snapshots (only round 0 = ``inputs`` layout
+                and the last round = ``final`` are available then).
+        """
+        k = self._check_round(k)
+        if self.buffers is not None:
+            return self.buffers[k]
+        if k == self.n_rounds:
+            return self.final
+        raise ValueError("this trace was recorded with snapshots=False: only the final buffers were kept; "
+                         "run it again with snapshots=True to step through the rounds")
+
+    def chunk_values(self, k: int) -> np.ndarray:
+        """``(world_size, n_chunks)``: the first element of every chunk after round ``k``."""
+        buf = self.buffer(k)
+        return buf[:, np.asarray(self.chunk_bounds[:-1])]
+
+    def provenance_sets(self, k: int) -> list:
+        """``[rank][chunk]`` -> frozenset of the ranks whose contributions the chunk holds after
+        round ``k`` (empty = nothing yet)."""
+        k = self._check_round(k)
+        return [[frozenset(b for b in range(self.world_size) if int(m) >> b & 1) for m in row]
+                for row in self.provenance[k]]
+
+    def contributors(self, k: int) -> np.ndarray:
+        """``(world_size, n_chunks)`` int: how many ranks' contributions each chunk holds."""
+        k = self._check_round(k)
+        p = self.provenance[k]
+        return np.array([[bin(int(m)).count("1") for m in row] for row in p], dtype=np.int64)
+
+    # ------------------------------------------------------------------ bytes
+    def bytes_sent(self, k: int) -> np.ndarray:
+        """``(world_size,)`` int64: bytes each rank sent in round ``k`` (zeros for round 0)."""
+        out = np.zeros(self.world_size, dtype=np.int64)
+        for t in self.transfers(k):
+            out[t.src] += t.nbytes
+        return out
+
+    def bytes_received(self, k: int) -> np.ndarray:
+        """``(world_size,)`` int64: bytes each rank received in round ``k``."""
+        out = np.zeros(self.world_size, dtype=np.int64)
+        for t in self.transfers(k):
+            out[t.dst] += t.nbytes
+        return out
+
+    def bytes_matrix(self) -> np.ndarray:
+        """``(n_rounds, world_size)`` int64: bytes sent per round per rank."""
+        return np.array([self.bytes_sent(k) for k in range(1, self.n_rounds + 1)],
+                        dtype=np.int64).reshape(self.n_rounds, self.world_size)
+
+    def total_bytes_sent(self) -> np.ndarray:
+        """``(world_size,)`` int64: bytes each rank sent over the whole run."""
+        return self.bytes_matrix().sum(axis=0) if self.n_rounds else np.zeros(self.world_size, dtype=np.int64)
+
+    def round_seconds(self) -> np.ndarray | None:
+        """Measured seconds per round (max over ranks), or None if not recorded."""
+        if not self.rounds or any(r.seconds is None for r in self.rounds):
+            return None if self.rounds else np.zeros(0)
+        return np.array([r.seconds for r in self.rounds], dtype=np.float64)
+
+    # ------------------------------------------------------------------ verdict
+    def mismatches(self) -> list:
+        """``(rank, chunk)`` pairs, among the defined outputs, where ``final`` differs from the
+        built-in collective's result. Integers/bools compare exactly; floating sums, products and
+        averages within ``world_size * eps`` relative (another order of additions rounds
+        differently); everything else exactly. Empty if no built-in result was kept."""
+        if self.builtin is None:
+            return []
+        a, b = self.final, self.builtin
+        if np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.complexfloating):
+            if self.op in ("sum", "avg", "product"):
+                real = np.finfo(np.dtype(self.dtype) if self.dtype in ("float16", "float32", "float64")
+                                else (np.float32 if self.dtype in ("bfloat16", "complex64") else np.float64))
+                eps = 2.0 ** -7 if self.dtype == "bfloat16" else real.eps
+                rtol = self.world_size * eps
+            else:
+                rtol = 0.0
+            with np.errstate(invalid="ignore", over="ignore"):
+                bad = ~np.isclose(a.astype(np.complex128 if np.iscomplexobj(a) else np.float64),
+                                  b.astype(np.complex128 if np.iscomplexobj(b) else np.float64),
+                                  rtol=rtol, atol=0.0, equal_nan=True)
+        else:
+            bad = a != b
+        out = []
+        for r in range(self.world_size):
+            for c in range(self.n_chunks):
+                lo, hi = self.chunk_bounds[c], self.chunk_bounds[c + 1]
+                if self.defined[r, c] and bool(bad[r, lo:hi].any()):
+                    out.append((r, c))
+        return out
+
+    @property
+    def matches_builtin(self) -> bool | None:
+        """True if every defined output equals the built-in collective's (None if not compared)."""
+        return None if self.builtin is None else not self.mismatches()
+
+    def summary(self) -> str:
+        """A few lines: what ran, rounds, bytes, verdict."""
+        sent = self.total_bytes_sent()
+        op = f", op={self.op}" if self.op else ""
+        root = f", root={self.root}" if self.primitive in ("broadcast", "reduce", "scatter", "gather") else ""
+        p, q = self.meta.get("fold", [0, 0])
+        fold = f"; {q} rank(s) folded onto a power of two ({p})" if q else ""
+        verdict = {None: "not compared", True: "equals the built-in collective ✓",
+                   False: f"DIFFERS from the built-in at {self.mismatches()} ✗"}[self.matches_builtin]
+        return (f"{self.primitive} / {self.algorithm}: world size {self.world_size}, {self.dtype}{op}{root}, "
+                f"{self.n_chunks} chunks x {self.count // max(1, self.n_chunks)} element(s)\n"
+                f"  {self.n_rounds} rounds{fold}; bytes sent per rank: {sent.tolist()}\n  result {verdict}")
+
+    def __repr__(self) -> str:
+        return (f"<Trace {self.primitive}/{self.algorithm} world_size={self.world_size} rounds={self.n_rounds} "
+                f"dtype={self.dtype} snapshots={self.has_snapshots} matches_builtin={self.matches_builtin}>")
+
+    def replay(self, **kwargs):
+        """Shortcut for :func:`collnb.replay.replay` ``(self, **kwargs)``."""
+        from .replay import replay
+        return replay(self, **kwargs)
+
+    # ------------------------------------------------------------------ (de)serialisation
+    def _meta_dict(self) -> dict:
+        return dict(format_version=TRACE_FORMAT_VERSION, primitive=self.primitive, algorithm=self.algorithm,
+                    world_size=self.world_size, root=self.root, op=self.op, dtype=self.dtype,
+                    itemsize=self.itemsize, chunk_bounds=list(self.chunk_bounds),
+                    rounds=[r.to_dict() for r in self.rounds], meta=self.meta)
+
+    @staticmethod
+    def _array_to_json(a):
+        if a is None:
+            return None
+        if np.iscomplexobj(a):
+            data = np.stack([a.real, a.imag], axis=-1).tolist()
+        else:
+            data = a.tolist()
+        return dict(dtype=a.dtype.str, shape=list(a.shape), complex=bool(np.iscomplexobj(a)), data=data)
+
+    @staticmethod
+    def _array_from_json(d):
+        if d is None:
+            return None
+        dt = np.dtype(d["dtype"])
+        if d.get("complex"):
+            pairs = np.array(d["data"], dtype=np.float64)
+            return (pairs[..., 0] + 1j * pairs[..., 1]).astype(dt).reshape(d["shape"])
+        return np.array(d["data"], dtype=dt).reshape(d["shape"])
+
+    def to_dict(self) -> dict:
+        """JSON-compatible dict (arrays as ``{"dtype", "shape", "data"}``; NaN/inf as JSON's
+        ``NaN``/``Infinity`` extensions that Python's :mod:`json` reads back)."""
+        d = self._meta_dict()
+        d["arrays"] = {name: self._array_to_json(getattr(self, name)) for name in _ARRAYS}
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Trace":
+        """Inverse of :meth:`to_dict`.
+
+        Raises:
+            ValueError: not a trace, or a newer format version.
+        """
+        if not isinstance(d, dict) or "primitive" not in d or "rounds" not in d:
+            raise ValueError("not a collnb trace (expected keys 'primitive', 'rounds', 'arrays')")
+        v = int(d.get("format_version", 1))
+        if v > TRACE_FORMAT_VERSION:
+            raise ValueError(f"trace format version {v} is newer than this collnb understands "
+                             f"({TRACE_FORMAT_VERSION}); upgrade collnb")
+        arrays = d.get("arrays", {})
+        kw = {name: cls._array_from_json(arrays.get(name)) for name in _ARRAYS}
+        return cls._from_parts(d, kw)
+
+    @classmethod
+    def _from_parts(cls, d, arrays):
+        return cls(primitive=d["primitive"], algorithm=d["algorithm"], world_size=int(d["world_size"]),
+                   root=int(d["root"]), op=d.get("op"), dtype=d["dtype"], itemsize=int(d["itemsize"]),
+                   chunk_bounds=[int(b) for b in d["chunk_bounds"]],
+                   rounds=[RoundRecord.from_dict(r) for r in d["rounds"]],
+                   inputs=arrays["inputs"], buffers=arrays.get("buffers"), final=arrays["final"],
+                   builtin=arrays.get("builtin"), provenance=np.asarray(arrays["provenance"], dtype=np.int64),
+                   defined=np.asarray(arrays["defined"], dtype=bool), meta=dict(d.get("meta", {})))
+
+    def save(self, path) -> str:
+        """Write the trace to ``path``: ``.json`` (text) or ``.npz`` (compressed numpy arrays plus
+        the metadata as JSON). Returns the path as str.
+
+        Raises:
+            ValueError: another suffix (say which to use).
+        """
+        path = os.fspath(path)
+        low = path.lower()
+        if low.endswith(".json"):
+            with open(path, "w", encoding="utf-8") as f:
+                json.dump(self.to_dict(), f)
+        elif low.endswith(".npz"):
+            arrays = {name: getattr(self, name) for name in _ARRAYS if getattr(self, name) is not None}
+            meta = np.frombuffer(json.dumps(self._meta_dict()).encode("utf-8"), dtype=np.uint8)
+            with open(path, "wb") as f:
+                np.savez_compressed(f, __meta__=meta, **arrays)
+        else:
+            raise ValueError(f"cannot tell the format of {path!r}: end the file name with .json or .npz")
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Trace":
+        """Read a trace written by :meth:`save` (``.json`` or ``.npz``; the content decides).
+
+        Raises:
+            FileNotFoundError: no such file. ValueError: not a trace / newer format.
+        """
+        path = os.fspath(path)
+        with open(path, "rb") as f:
+            head = f.read(4)
+        if head.startswith(b"PK"):
+            with np.load(path, allow_pickle=False) as z:
+                if "__meta__" not in z.files:
+                    raise ValueError(f"{path} is an npz file but not a collnb trace (no __meta__)")
+                d = json.loads(bytes(z["__meta__"]).decode("utf-8"))
+                arrays = {name: (z[name] if name in z.files else None) for name in _ARRAYS}
+            v = int(d.get("format_version", 1))
+            if v > TRACE_FORMAT_VERSION:
+                raise ValueError(f"trace format version {v} is newer than this collnb understands")
+            return cls._from_parts(d, arrays)
+        with open(path, encoding="utf-8") as f:
+            try:
+                d = json.load(f)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path} is neither a .npz nor a JSON collnb trace: {exc}") from None
+        return cls.from_dict(d)
+
+    def equals(self, other: "Trace") -> bool:
+        """Same metadata, rounds and arrays (NaN equal to NaN)."""
+        if not isinstance(other, Trace):
+            return False
+        a, b = self._meta_dict(), other._meta_dict()
+        if json.dumps(a, sort_keys=True, default=str) != json.dumps(b, sort_keys=True, default=str):
+            return False
+        for name in _ARRAYS:
+            x, y = getattr(self, name), getattr(other, name)
+            if (x is None) != (y is None):
+                return False
+            if x is not None and (x.shape != y.shape or x.dtype != y.dtype
+                                  or not np.array_equal(x, y, equal_nan=x.dtype.kind in "fc")):
+                return False
+        return True

@@ -1,0 +1,279 @@
+"""Traces (collnb.trace), the replay (collnb.replay) and the ``replay`` CLI.
+
+The checks read data: buffers after every round against the transfer lists and the provenance
+sets, bytes per round, frames' pixels at known cells, GIF frame counts, the widgets' state after
+moving their controls programmatically.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image, ImageSequence
+
+from collnb import algorithms as A
+from collnb.heatmap import EMPTY_COLOR, RANK_COLORS
+from collnb.trace import Trace
+
+REPO = Path(__file__).resolve().parent.parent
+ALL_PAIRS = [(p, a) for p, algs in A.ALGORITHMS.items() for a in algs]
+ROOTED = ("broadcast", "reduce", "scatter", "gather")
+
+
+def _rgb255(c):
+    return np.round(np.asarray(c) * 255).astype(int)
+
+
+@pytest.fixture(scope="module")
+def bit_traces():
+    """Every algorithm at world sizes 3, 6 and 16 on int64 SUM with rank r contributing 1 << r:
+    a sum of distinct powers of two is the set of contributors, written as a number."""
+    out = {}
+    for ws in (3, 6, 16):
+        cfgs = [dict(primitive=p, algorithm=a, dtype="int64", root=(ws - 1 if p in ROOTED else 0),
+                     inputs=lambda r, c: 1 << r) for p, a in ALL_PAIRS]
+        for cfg, tr in zip(cfgs, A.run_algorithms(cfgs, ws)):
+            out[(cfg["primitive"], cfg["algorithm"], ws)] = tr
+    return out
+
+
+def test_every_rounds_buffers_equal_their_provenance(bit_traces):
+    for (p, a, ws), tr in bit_traces.items():
+        assert tr.has_snapshots and tr.buffers.shape == (tr.n_rounds + 1, ws, tr.count)
+        assert tr.matches_builtin, (p, a, ws)
+        for k in range(tr.n_rounds + 1):
+            vals = tr.chunk_values(k)
+            prov = tr.provenance[k]
+            held = prov != 0
+            assert np.array_equal(vals[held], prov[held]), (p, a, ws, k)
+            assert not vals[~held].any(), f"{p}/{a} ws {ws} round {k}: an empty slot holds data"
+
+
+def test_buffers_follow_the_transfer_lists(bit_traces):
+    """Replaying each round's TransferRecords on the numbers of the round before gives the next
+    recorded buffers: the transfer lists say exactly what moved."""
+    for (p, a, ws), tr in bit_traces.items():
+        cur = tr.chunk_values(0).astype(np.int64)
+        inputs = tr.inputs[:, tr.chunk_bounds[:-1]]
+        for k in range(1, tr.n_rounds + 1):
+            new = cur.copy()
+            for t in tr.transfers(k):
+                src = inputs if p == "all_to_all" else cur
+                for sc, dc in zip(t.chunks, t.dst_chunks):
+                    new[t.dst, dc] = new[t.dst, dc] + src[t.src, sc] if t.reduce else src[t.src, sc]
+                assert t.nbytes == len(t.chunks) * 8
+            assert np.array_equal(new, tr.chunk_values(k)), (p, a, ws, k)
+            cur = new
+
+
+def test_provenance_grows_from_own_rank_to_all_ranks_in_reduce_scatter(bit_traces):
+    tr = bit_traces[("reduce_scatter", "ring", 6)]
+    n = 6
+    for r in range(n):
+        sizes = [len(tr.provenance_sets(k)[r][r]) for k in range(n)]
+        assert sizes[0] == 1 and tr.provenance_sets(0)[r][r] == {r}
+        assert sizes == sorted(sizes) and tr.provenance_sets(n - 1)[r][r] == frozenset(range(n))
+    assert tr.contributors(n - 1).diagonal().tolist() == [n] * n
+
+
+def test_rounds_of_real_traces(bit_traces):
+    def rounds(p, a, ws):
+        return bit_traces[(p, a, ws)].n_rounds
+    assert rounds("all_reduce", "ring", 16) == 30
+    assert rounds("all_reduce", "recursive_doubling", 16) == 4
+    assert rounds("all_reduce", "recursive_doubling", 6) == 2 + 2       # lg 4 + fold + unfold
+    assert rounds("all_reduce", "rabenseifner", 6) == 2 * 2 + 2
+    assert rounds("all_gather", "bruck", 6) == 3
+    assert rounds("broadcast", "chain", 6) == 6 + 6 - 2
+    labels = [bit_traces[("all_reduce", "recursive_doubling", 6)].label(k) for k in range(5)]
+    assert labels == ["start", "fold", "exchange", "exchange", "unfold"]
+
+
+def test_ring_all_reduce_transfers_and_bytes():
+    ws = 4
+    tr = A.run_algorithm("all_reduce", "ring", ws, chunk_size=2)
+    assert tr.n_rounds == 2 * (ws - 1) and tr.matches_builtin
+    for k in range(1, ws):
+        got = sorted((t.src, t.dst, t.chunks, t.reduce, t.nbytes) for t in tr.transfers(k))
+        assert got == [(r, (r + 1) % ws, ((r - k) % ws,), True, 2 * 4) for r in range(ws)]
+    for k in range(ws, 2 * ws - 1):
+        assert all(not t.reduce for t in tr.transfers(k))
+    assert tr.bytes_sent(1).tolist() == [8] * ws and tr.bytes_received(1).tolist() == [8] * ws
+    assert tr.total_bytes_sent().tolist() == [2 * (ws - 1) * 8] * ws
+    assert tr.bytes_matrix().shape == (2 * (ws - 1), ws)
+    # the teaching values: chunk c of rank r is 10r + c; every rank ends with sum_r (10r + c)
+    assert tr.chunk_values(0)[2].tolist() == [20, 21, 22, 23]
+    assert tr.chunk_values(tr.n_rounds)[3].tolist() == [60 + 4 * c for c in range(ws)]
+
+
+@pytest.mark.parametrize("suffix", [".json", ".npz"])
+def test_save_load_round_trip(tmp_path, suffix):
+    traces = A.run_algorithms([dict(primitive="all_reduce", algorithm="rabenseifner", dtype="bfloat16", op="max"),
+                               dict(primitive="all_to_all", algorithm="pairwise", dtype="bool"),
+                               dict(primitive="reduce", algorithm="binomial_tree", dtype="float32", op="avg",
+                                    root=2, snapshots=False)], 5)
+    for i, tr in enumerate(traces):
+        path = tmp_path / f"t{i}{suffix}"
+        tr.save(path)
+        back = Trace.load(path)
+        assert back.equals(tr) and back.n_rounds == tr.n_rounds
+        assert back.provenance_sets(back.n_rounds) == tr.provenance_sets(tr.n_rounds)
+        assert [t.to_dict() for t in back.transfers(1)] == [t.to_dict() for t in tr.transfers(1)]
+        assert back.matches_builtin is True
+    assert traces[0].buffers.dtype == np.float32 and traces[0].dtype == "bfloat16"
+    assert traces[2].buffers is None and not Trace.load(tmp_path / f"t2{suffix}").has_snapshots
+    with pytest.raises(ValueError, match="snapshots=False"):
+        traces[2].buffer(1)
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"hello": 1}')
+    with pytest.raises(ValueError, match="not a collnb trace"):
+        Trace.load(bad)
+    with pytest.raises(ValueError, match=".json or .npz"):
+        traces[0].save(tmp_path / "t.txt")
+
+
+# ------------------------------------------------------------------------------------------------
+# Frames, GIF, filmstrip
+
+@pytest.fixture(scope="module")
+def ag4():
+    return A.run_algorithm("all_gather", "ring", 4)
+
+
+def _pixel(img, box, fx=0.12, fy=0.5):
+    x0, y0, x1, y1 = box
+    return np.asarray(img)[int(y0 + fy * (y1 - y0)), int(x0 + fx * (x1 - x0))][:3].astype(int)
+
+
+def test_frame_pixels_show_provenance(ag4):
+    from collnb.replay import FrameRenderer
+    ren = FrameRenderer(ag4)
+    first, last = ren.rgb(0), ren.rgb(ag4.n_rounds)
+    assert first.shape == last.shape and first.dtype == np.uint8
+    for r in range(4):
+        for c in range(4):
+            box = ren.cell_box(r, c)
+            want0 = _rgb255(RANK_COLORS[r]) if c == r else _rgb255(EMPTY_COLOR)
+            assert np.abs(_pixel(first, box) - want0).max() <= 3, (r, c, _pixel(first, box), want0)
+            assert np.abs(_pixel(last, box) - _rgb255(RANK_COLORS[c])).max() <= 3, (r, c)
+    d = ren.data(1)
+    assert d["round"] == 1 and d["label"] == "all-gather"
+    assert d["values"] == ag4.chunk_values(1).tolist()
+    assert [(t["src"], t["dst"], t["chunks"]) for t in d["transfers"]] == [(r, (r + 1) % 4, [r]) for r in range(4)]
+    assert d["bytes_sent"] == [4] * 4 and d["model_seconds"] > 0
+
+
+def test_gif_has_one_frame_per_round_plus_start(ag4, tmp_path):
+    from collnb.replay import FrameRenderer, save_gif
+    path = save_gif(ag4, tmp_path / "ag.gif")
+    img = Image.open(path)
+    frames = [f.convert("RGB").copy() for f in ImageSequence.Iterator(img)]
+    assert len(frames) == ag4.n_rounds + 1 == 4
+    arrs = [np.asarray(f).astype(int) for f in frames]
+    assert all((arrs[i] != arrs[i + 1]).any() for i in range(len(arrs) - 1))
+    ren = FrameRenderer(ag4)
+    box = ren.cell_box(0, 3)   # rank 0 receives chunk 3 (from rank 3) in the last round
+    assert np.abs(_pixel(arrs[0], box) - _rgb255(EMPTY_COLOR)).max() <= 12
+    assert np.abs(_pixel(arrs[-1], box) - _rgb255(RANK_COLORS[3])).max() <= 12
+    with pytest.raises(ValueError, match="snapshots"):
+        save_gif(A.run_algorithm("all_gather", "ring", 2, snapshots=False), tmp_path / "x.gif")
+
+
+def test_filmstrip_png(tmp_path):
+    from collnb.replay import save_filmstrip
+    tr = A.run_algorithm("all_reduce", "recursive_doubling", 3)
+    path = save_filmstrip(tr, tmp_path / "film.png")
+    arr = np.asarray(Image.open(path).convert("RGB")).astype(int)
+    assert arr.shape[0] > 150 and arr.shape[1] > 600
+    # start + 3 rounds (fold, exchange, unfold) side by side: every rank's colour is there
+    for r in range(3):
+        hits = (np.abs(arr - _rgb255(RANK_COLORS[r])).max(axis=2) <= 2).sum()
+        assert hits > 500, (r, hits)
+    wide = save_filmstrip(tr, tmp_path / "film2.png", columns=2)
+    assert np.asarray(Image.open(wide)).shape[0] > arr.shape[0]
+
+
+# ------------------------------------------------------------------------------------------------
+# Widgets
+
+def test_replay_widget_slider_play_speed(ag4):
+    from collnb.replay import replay
+    w = replay(ag4)
+    assert w.current_round == 0 and w.slider.max == ag4.n_rounds
+    for k in (2, 1, 3):
+        w.slider.value = k
+        assert w.current_round == k
+        assert w.current_data["values"] == ag4.chunk_values(k).tolist()
+        assert w.current_data["provenance"] == [[sorted(s) for s in row] for row in ag4.provenance_sets(k)]
+        shown = np.asarray(Image.open(io.BytesIO(w.image.value)).convert("RGB"))
+        assert np.array_equal(shown, w.renderer.rgb(k))
+        assert f"round {k}/{ag4.n_rounds}" in w.info.value
+    w.play.value = 2
+    assert w.slider.value == 2 and w.current_round == 2
+    w.speed.value = 4.0
+    assert w.play.interval == 250
+    with pytest.raises(TypeError):
+        replay("not a trace")
+    with pytest.raises(ValueError, match="snapshots"):
+        replay(A.run_algorithm("all_gather", "ring", 2, snapshots=False))
+
+
+def test_explore_rounds_runs_on_real_ranks():
+    from collnb.replay import explore_rounds
+    e = explore_rounds("all_reduce", world_size=3)
+    assert e.trace.algorithm == "ring" and e.trace.world_size == 3 and e.trace.n_rounds == 4
+    assert "equals" in e.status.value
+    e.algorithm.value = "recursive_doubling"
+    assert e.trace.n_rounds == 3 and "fold" in e.status.value
+    e.world_size.value = 4
+    assert e.trace.world_size == 4 and e.trace.n_rounds == 2
+    e.primitive.value = "all_to_all"
+    assert e.algorithm.options == ("pairwise", "linear") and e.trace.primitive == "all_to_all"
+    e.player.slider.value = 1
+    assert e.player.current_data["round"] == 1
+
+
+def test_compare_view(tmp_path):
+    from collnb.replay import compare, compare_figure
+    for ws in (8, 6):
+        w = compare("ring", "recursive_doubling", world_size=ws, primitive="all_reduce")
+        a, b = w.left.trace, w.right.trace
+        assert a.n_rounds == 2 * (ws - 1)
+        assert b.n_rounds == (3 if ws == 8 else 4)
+        w.slider.value = 5
+        assert w.rounds_shown(5) == (5, min(5, b.n_rounds))
+        assert np.array_equal(np.asarray(Image.open(io.BytesIO(w.images[1].value)).convert("RGB")),
+                              w.right.rgb(min(5, b.n_rounds)))
+        fig = compare_figure(a, b)
+        fig.savefig(tmp_path / f"cmp{ws}.png")
+        assert Image.open(tmp_path / f"cmp{ws}.png").size[0] > 500
+    with pytest.raises(ValueError, match="same primitive and world size"):
+        compare_figure(a, A.run_algorithm("all_reduce", "ring", 3))
+
+
+# ------------------------------------------------------------------------------------------------
+# CLI
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "collnb", "replay", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=240)
+
+
+def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
+    gif, trace, png = tmp_path / "b.gif", tmp_path / "b.npz", tmp_path / "b.png"
+    p = _cli("all_gather", "--algorithm", "bruck", "--world-size", "5", "--gif", str(gif), "--trace", str(trace),
+             "--png", str(png))
+    assert p.returncode == 0, p.stderr
+    assert "equals the built-in" in p.stdout and "round  3 [all-gather]" in p.stdout
+    tr = Trace.load(trace)
+    assert (tr.primitive, tr.algorithm, tr.world_size, tr.n_rounds) == ("all_gather", "bruck", 5, 3)
+    assert Image.open(gif).n_frames == 4
+    assert np.asarray(Image.open(png)).ndim == 3
+    bad = _cli("all_reduce", "--algorithm", "bruck", "--world-size", "4")
+    assert bad.returncode == 2
+    assert "valid algorithms for all_reduce: ring, recursive_doubling, rabenseifner, binomial_tree" in bad.stderr
