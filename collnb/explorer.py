@@ -156,7 +156,7 @@ class Explorer:
         lay = widgets.Layout(width="auto")
         c = self.controls = {}
         c["primitive"] = widgets.Dropdown(options=choices, value=choices[0], description="primitive",
-                                          style=style, layout=lay)
+                                          disabled=len(choices) == 1, style=style, layout=lay)
         c["backend"] = widgets.ToggleButtons(options=usable, value=backend, tooltips=[
             f"run on {b} ranks" for b in usable], style={"button_width": "70px"})
         c["world_size"] = widgets.IntSlider(value=1, min=1, max=_launcher.MAX_WORLD_SIZE, step=1,
@@ -276,6 +276,7 @@ class Explorer:
         unknown = set(values) - set(order)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; choose from {', '.join(order)}")
+        self._notes = []
         self._syncing += 1
         try:
             for name in order:
@@ -289,8 +290,13 @@ class Explorer:
                                      f"{', '.join(map(str, offered))}")
                 w.value = v
                 self._after_change(name)
-        finally:
+        except BaseException:
             self._syncing -= 1
+            self._update_note()
+            self._request()  # the figure follows the values that were applied
+            raise
+        self._syncing -= 1
+        self._update_note()
         self._request()
         return self
 
@@ -308,7 +314,7 @@ class Explorer:
         self._request()
         return self
 
-    def wait(self, timeout: float = 60.0):
+    def wait(self, timeout: float = 120.0):
         """Block until no run is in flight or waiting; returns :attr:`last_result`.
 
         Raises:
@@ -332,8 +338,16 @@ class Explorer:
             worker = self._worker
         if worker is not None and worker is not threading.current_thread():
             worker.join(timeout)
-        for w in list(self.controls.values()) + [self.figure, self.reference, self.status, self.note,
-                                                 self.backend_note, self.length_label, self.widget]:
+        todo, seen = [self.widget], []
+        while todo:  # every widget of the panel, containers included
+            w = todo.pop()
+            seen.append(w)
+            todo.extend(getattr(w, "children", ()))
+            for part in ("layout", "style"):  # their own widget models
+                sub = getattr(w, part, None)
+                if isinstance(sub, widgets.Widget) and sub not in seen:
+                    seen.append(sub)
+        for w in seen:
             w.close()
 
     # -- control logic ---------------------------------------------------------------------------
@@ -394,10 +408,15 @@ class Explorer:
                     want = None
                 if want not in ops:
                     fallback = "sum" if "sum" in ops else ops[0]
-                    if want is not None and want_op is not None:
+                    if want is not None:
+                        why = ""
+                        if want == "avg":
+                            why = " AVG divides by the world size, so it needs a floating-point dtype."
+                        elif want in ("band", "bor", "bxor"):
+                            why = " Bitwise ops need an integer or bool dtype."
                         self._notes.append(
-                            f"op {want.upper()} is not valid for {cur} with {backend} in {spec.name} "
-                            f"(valid: {', '.join(o.upper() for o in ops)}). Showing {fallback.upper()}.")
+                            f"op {want.upper()} is not valid for {cur} with {backend} in {spec.name} (detected on "
+                            f"real ranks; valid: {', '.join(o.upper() for o in ops)}).{why} Showing {fallback.upper()}.")
                     want = fallback
                 if list(c["op"].options) != ops:
                     c["op"].options = ops
@@ -537,8 +556,8 @@ class Explorer:
             self.draws_skipped += 1
             return
         from .heatmap import heatmap_grid
-        png = result.png(dpi=self.dpi)  # the same drawing path as RunResult's notebook display
         grid = heatmap_grid(result)
+        png = result.png(dpi=self.dpi, grid=grid)  # the drawing path of RunResult's notebook display
         fig_html = self._figure_html(result, grid, png)
         ref_html = self._reference_html(result, grid)
         t2 = time.perf_counter()
@@ -558,8 +577,7 @@ class Explorer:
         effect = _dtype_effect_text(result, grid)
         text = (f"{verdict} · {result.title()} · ran in {1000 * (t1 - t0):.0f} ms, "
                 f"drawn in {1000 * (t2 - t1):.0f} ms")
-        self._set_status(text + (f"\n{effect}" if effect else ""), busy=False,
-                         color="#2E7D32" if result.ok else "#C62828")
+        self._set_status(text, busy=False, color="#2E7D32" if result.ok else "#C62828", effect=effect)
 
     def _show_error(self, exc, params):
         self.error = exc
@@ -578,13 +596,15 @@ class Explorer:
             lines = lines[:40] + ["…"]
         self._set_status(f"✗ {head}:\n" + "\n".join(lines), busy=False, color="#C62828", pre=True)
 
-    def _set_status(self, text, busy, color="#444", pre=False):
-        self.message = text
+    def _set_status(self, text, busy, color="#444", pre=False, effect=""):
+        self.message = text + (f"\n{effect}" if effect else "")
         body = _esc(text)
         if pre:
             body = (f"<pre style='white-space:pre-wrap;margin:0;font-size:85%;color:{color}'>{body}</pre>")
         else:
             body = f"<span style='color:{color}'>{body.replace(chr(10), '<br>')}</span>"
+        if effect:
+            body += f"<br><span class='collnb-dtype-effect' style='color:#A65400;font-weight:bold'>{_esc(effect)}</span>"
         self.status.value = (f"<div class='collnb-status-box' data-busy='{int(busy)}'>{body}</div>")
 
     # -- HTML ------------------------------------------------------------------------------------

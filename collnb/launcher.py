@@ -54,6 +54,7 @@ from multiprocessing.connection import wait as _mp_wait
 from typing import Any, Callable, Sequence
 
 import cloudpickle
+import psutil
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
@@ -611,6 +612,11 @@ class RankPool:
         """PIDs (list of int) of the live rank processes, in rank order."""
         return [r.proc.pid for r in self.ranks if r.proc.is_alive()]
 
+    def dead_ranks(self) -> dict:
+        """``{rank: what happened}`` for rank processes that are no longer alive (e.g. killed by
+        the OOM killer while the pool was idle); empty when every rank is alive."""
+        return {r.rank: _death_text(r.proc.exitcode) for r in self.ranks if not r.proc.is_alive()}
+
     def _grow(self, n):
         cfg = dict(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
                    start_method=self.start_method,
@@ -715,7 +721,10 @@ class RankPool:
             message = pickle.dumps(("run", world_size, self._next_count(), task),
                                    protocol=pickle.HIGHEST_PROTOCOL)
             for r in self.ranks[:world_size]:
-                r.cmd_w.send_bytes(message)
+                try:
+                    r.cmd_w.send_bytes(message)
+                except OSError:  # the rank just died: _collect reports how (RankError "rank R: Killed")
+                    pass
             return self._collect(self.ranks[:world_size], deadline, phase="run")
         except BaseException:
             self.close()
@@ -821,8 +830,8 @@ class RankPool:
             return [_loads(events[r.rank].value) for r in ranks]
         stacks = self._stacks([r for r in ranks if r.rank in pending])
         cells = _ipython_cells()
-        stacks = {k: [(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
-                  for k, v in stacks.items()}
+        stacks = {k: ([(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
+                      if isinstance(k, int) else v) for k, v in stacks.items()}
         if not failed:
             outcomes = self._outcomes(ranks, events, stacks, None)
             raise LaunchTimeout(
@@ -851,6 +860,15 @@ class RankPool:
         time.sleep(0.15)
         for r in ranks:
             try:
+                status = psutil.Process(r.proc.pid).status()
+            except psutil.Error:
+                status = ""
+            if status == psutil.STATUS_STOPPED:
+                stacks[("state", r.rank)] = "was stopped (SIGSTOP), so it could not say where it was"
+            elif status:
+                stacks[("state", r.rank)] = (f"did not say where it was (process state: {status}; "
+                                             "stuck outside Python?)")
+            try:
                 with open(os.path.join(self.dir, f"stack-{r.rank}.txt")) as fh:
                     text = fh.read()
             except OSError:
@@ -875,7 +893,12 @@ class RankPool:
             names = ", ".join(map(str, absent))
             culprit = absent[0]
             frames = stacks.get(culprit) or []
-            seen = f"rank {culprit} was " + (_where(frames) if frames else "done: its function had returned")
+            if frames:
+                seen = f"rank {culprit} was {_where(frames)}"
+            elif pending:
+                seen = f"rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
+            else:
+                seen = f"rank {culprit}'s function had returned"
             return _Event(culprit, "absent", first.t, "DidNotJoin",
                           f"rank(s) {names} never reached the collective that rank {first.rank} waited in "
                           f"({how} when rank {first.rank}'s collective timed out after the "
@@ -887,7 +910,7 @@ class RankPool:
         for r in ranks:
             e = events.get(r.rank)
             if e is None:
-                where = _where(stacks.get(r.rank))
+                where = _where(stacks.get(r.rank)) or stacks.get(("state", r.rank), "")
                 out[r.rank] = "still running, stopped by collnb" + (f" ({where})" if where else "")
             elif e.kind == "ok":
                 out[r.rank] = "finished"
@@ -995,6 +1018,16 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
     key = (backend, bool(debug), float(collective_timeout), start_method)
     with _pool_guard:
         pool = _pool
+        if pool is not None and not pool.broken and pool.key == key and pool.lock.acquire(blocking=False):
+            # A warm rank that died while the pool was idle (OOM killer, a stray kill) is replaced:
+            # the pool starts over instead of failing the next call with a BrokenPipeError.
+            dead = pool.dead_ranks()
+            pool.lock.release()
+            if dead:
+                sys.stderr.write("[collnb] warm rank(s) had died while idle (" +
+                                 "; ".join(f"rank {r}: {why}" for r, why in sorted(dead.items())) +
+                                 "); starting fresh ranks\n")
+                pool.close()
         if pool is None or pool.broken or pool.key != key:
             if pool is not None:
                 pool.close()

@@ -388,3 +388,31 @@ def test_uneven_send_recv_does_not_break_the_next_collective(world_size):
     collnb.launch(_all_reduce_arange, 4)   # a pool of 4: world size 3 is a cached subgroup
     collnb.launch(uneven, world_size)
     assert collnb.launch(total, world_size) == [2.0 * world_size] * world_size
+
+
+def test_a_stopped_rank_is_named_as_stopped():
+    def fn(rank, world_size):
+        if rank == 1:
+            os.kill(os.getpid(), signal.SIGSTOP)
+        dist.barrier()
+
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 3, collective_timeout=2)
+    assert str(info.value).startswith("rank 1: DidNotJoin: ")
+    assert "was stopped (SIGSTOP)" in str(info.value).splitlines()[0]
+    _assert_clean()
+
+
+def test_a_rank_that_died_while_idle_is_replaced(capfd):
+    collnb.launch(_all_reduce_arange, 4)
+    rank2 = launcher.warm_pool().ranks[2].proc
+    victim = rank2.pid
+    os.kill(victim, signal.SIGKILL)
+    # wait until every thread of it is gone (its sentinel closes); reaping is the launcher's job
+    from multiprocessing.connection import wait
+    assert wait([rank2.sentinel], timeout=5)
+    time.sleep(0.1)
+    out = collnb.launch(_all_reduce_arange, 4)
+    assert [o["rank"] for o in out] == [0, 1, 2, 3]
+    assert victim not in launcher.warm_pool().pids()
+    assert "[collnb] warm rank(s) had died while idle (rank 2: killed by SIGKILL)" in capfd.readouterr().err

@@ -1,0 +1,307 @@
+"""The explorer widget, headless: controls -> runs on warm ranks -> heatmap data and messages.
+
+Expected values are computed here from the teaching-input rule (rank r, chunk c holds 10*r + c)
+with plain Python / torch casts, never read back from collnb.
+"""
+import base64
+import io
+import os
+import re
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+import collnb
+from collnb import launcher
+from collnb import primitives as P
+from collnb.explorer import INPUT_PRESETS, explore
+from conftest import live_children, pool_dirs
+
+IMG = re.compile(r'<img class="collnb-heatmap" src="data:image/png;base64,([^"]+)"')
+
+
+def attr(html, name):
+    m = re.search(rf'data-{name}="([^"]*)"', html)
+    assert m, f"data-{name} missing from {html[-400:]}"
+    return m.group(1)
+
+
+def rows(html, name="after"):
+    """data-after="a,b;c,d" -> [["a","b"],["c","d"]]."""
+    return [r.split(",") if r else [] for r in attr(html, name).split(";")]
+
+
+def wrap_int8(v):
+    return ((v + 128) % 256) - 128
+
+
+def fmt(v):
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def sum_table(ws, cast=lambda v: v):
+    """all_reduce SUM of the teaching inputs: every rank holds sum_r (10r + c) in chunk c."""
+    return [[fmt(cast(sum(10 * r + c for r in range(ws)))) for c in range(ws)] for _ in range(ws)]
+
+
+def explorer_threads():
+    return [t for t in threading.enumerate() if t.name == "collnb-explorer"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _clean_module():
+    yield
+    collnb.shutdown()
+    deadline = time.monotonic() + 10
+    while explorer_threads() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not explorer_threads(), "explorer worker threads left running"
+    assert not live_children(), f"processes left: {live_children()}"
+    assert not pool_dirs(), f"pool directories left: {pool_dirs()}"
+
+
+def test_controls_values_and_dtype_lesson():
+    ex = explore("all_reduce", world_size=4)
+    try:
+        c = ex.controls
+        sup = P.backend_support("gloo")
+        # dropdowns offer what detection found, and ops valid for the dtype only
+        assert list(c["dtype"].options) == list(sup.dtypes("all_reduce"))
+        assert list(c["op"].options) == list(sup.ops("all_reduce", "float32"))
+        assert c["root"].layout.display == "none" and c["op"].layout.display is None
+        # backends: only those that can run are offered; the others' reason is shown
+        usable = [b for b in launcher.BACKENDS if launcher.backend_info(b)["available"]]
+        assert list(c["backend"].options) == usable
+        for b in launcher.BACKENDS:
+            if b not in usable:
+                assert launcher.backend_info(b)["reason"][:40] in ex.backend_note.value.replace("&#x27;", "'")
+
+        fig = ex.figure.value
+        assert attr(fig, "world-size") == "4" and attr(fig, "dtype") == "float32"
+        assert rows(fig) == sum_table(4)
+        assert rows(fig, "before") == [[str(10 * r + c) for c in range(4)] for r in range(4)]
+        assert "✓" in ex.message and ex.error is None and ex.in_flight == 0
+        # the <img> is the same PNG a RunResult draws for notebook display
+        png = base64.b64decode(IMG.search(fig).group(1))
+        assert png == ex.last_png == ex.last_result.png(dpi=ex.dpi)
+
+        # world size 8, int8: SUM wraps; the float64 reference shows the exact sums, highlighted
+        c["world_size"].value = 8
+        ex.wait()
+        assert rows(ex.figure.value) == sum_table(8)
+        c["dtype"].value = "int8"
+        ex.wait()
+        assert "avg" not in c["op"].options and "avg" in sup.ops("all_reduce", "float32")
+        fig = ex.figure.value
+        assert attr(fig, "world-size") == "8" and attr(fig, "dtype") == "int8"
+        assert rows(fig) == sum_table(8, wrap_int8)
+        assert rows(fig, "exact") == sum_table(8)  # every chunk differs from float64 here
+        ref = ex.reference.value
+        assert "data-differs='64'" in ref and ref.count("class='differs'") == 64
+        assert "dtype effect: int8 gives 24 where float64 gives 280" in ex.message
+
+        # presets: the three dtype lessons at world size 2
+        ex.controls["inputs"].value = "int8_wrap"
+        ex.wait()
+        assert ex.params()["world_size"] == 2 and ex.params()["dtype"] == "int8"
+        assert rows(ex.figure.value) == [[fmt(wrap_int8(200))] * 2] * 2 == [["-56"] * 2] * 2
+        assert rows(ex.figure.value, "exact") == [["200"] * 2] * 2
+        ex.controls["inputs"].value = "fp16_inf"
+        ex.wait()
+        assert ex.params()["dtype"] == "float16"
+        want = torch.tensor([60000.0], dtype=torch.float16) * 2
+        assert rows(ex.figure.value) == [[str(want.item())] * 2] * 2 == [["inf"] * 2] * 2
+        assert rows(ex.figure.value, "exact") == [["120000"] * 2] * 2
+        ex.controls["inputs"].value = "bf16_round"
+        ex.wait()
+        got = (torch.tensor([256.0], dtype=torch.bfloat16) + torch.tensor([1.0], dtype=torch.bfloat16)).item()
+        assert rows(ex.figure.value) == [[fmt(got)] * 2] * 2 == [["256"] * 2] * 2
+        assert "bfloat16 gives 256 where float64 gives 257" in ex.message
+        # float64 has no effect to show
+        ex.controls["dtype"].value = "float64"
+        ex.wait()
+        assert rows(ex.figure.value) == [["257"] * 2] * 2
+        assert "dtype effect" not in ex.message and "data-differs='0'" in ex.reference.value
+    finally:
+        ex.close()
+
+
+def test_rooted_and_object_primitives():
+    ex = explore("reduce", world_size=3, root=2)
+    try:
+        c = ex.controls
+        assert c["root"].layout.display is None and c["root"].description == "dst"
+        assert c["root"].max == 2
+        fig = ex.figure.value
+        assert attr(fig, "root") == "2"
+        assert rows(fig)[2] == [str(sum(10 * r + k for r in range(3))) for k in range(3)]
+        c["world_size"].value = 2  # root 2 no longer exists: clamped to the last rank
+        ex.wait()
+        assert c["root"].max == 1 and c["root"].value == 1 and attr(ex.figure.value, "root") == "1"
+        assert rows(ex.figure.value)[1] == ["10", "12"]
+        assert ex.last_result.defined == [False, True]
+    finally:
+        ex.close()
+    ex = explore(["all_gather_object", "scatter_object_list"], world_size=3)
+    try:
+        assert ex.controls["dtype"].layout.display == "none"
+        assert ex.controls["primitive"].options == ("all_gather_object", "scatter_object_list")
+        assert rows(ex.figure.value) == [[f"r{r}c0" for r in range(3)]] * 3
+        assert ex.reference.value == ""
+        ex.controls["primitive"].value = "scatter_object_list"
+        ex.wait()
+        assert ex.controls["root"].layout.display is None
+        assert rows(ex.figure.value) == [["r0c0"], ["r0c1"], ["r0c2"]]
+    finally:
+        ex.close()
+    # closing leaves no widget models behind in the kernel
+    from ipywidgets.widgets.widget import _instances
+    before = set(_instances)
+    explore("broadcast", world_size=2).close()
+    assert set(_instances) <= before
+
+
+def test_rapid_changes_coalesce_to_latest():
+    ex = explore("all_reduce", world_size=4)
+    try:
+        c = ex.controls
+        started, reqs = ex.runs_started, ex.requests
+        max_in_flight, max_threads = 0, 0
+        dtypes = ["float32", "int8", "int32", "float64"]
+        changes = 0
+        for i in range(200):
+            changes += c["world_size"].value != 2 + i % 7
+            c["world_size"].value = 2 + i % 7
+            if i % 10 == 0:
+                changes += c["dtype"].value != dtypes[(i // 10) % len(dtypes)]
+                c["dtype"].value = dtypes[(i // 10) % len(dtypes)]
+            busy_shown = ex.message  # the busy indicator is set with each change, before its run
+            max_in_flight = max(max_in_flight, ex.in_flight)
+            max_threads = max(max_threads, len(explorer_threads()))
+        final_ws, final_dtype = c["world_size"].value, c["dtype"].value
+        assert busy_shown.startswith("⏳ running all_reduce")
+        # right after the burst: one run on the ranks, at most the latest values waiting
+        assert ex.in_flight == 1 or ex.pending
+        assert ex.in_flight <= 1 and max_in_flight <= 1 and max_threads == 1
+        assert ex.requests - reqs == changes >= 200
+        ex.wait()
+        n_runs = ex.runs_started - started
+        assert 1 <= n_runs <= 20, n_runs  # coalesced: nowhere near one run per change
+        fig = ex.figure.value
+        assert attr(fig, "world-size") == str(final_ws) and attr(fig, "dtype") == final_dtype
+        cast = {"int8": wrap_int8}.get(final_dtype, lambda v: v)
+        assert rows(fig) == sum_table(final_ws, cast)
+        assert ex.last_params["world_size"] == final_ws
+        assert ex.in_flight == 0 and not ex.pending and "data-busy='0'" in ex.status.value
+        deadline = time.monotonic() + 5
+        while explorer_threads() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert not explorer_threads()  # the worker ends when idle
+    finally:
+        ex.close()
+
+
+def test_errors_shown_and_explorer_stays_usable():
+    # an invalid initial choice: noted in the panel with the valid ones, a valid one shown
+    ex = explore("all_reduce", world_size=2, dtype="int16", op="avg")
+    try:
+        note = ex.note.value
+        valid = P.backend_support("gloo").dtypes("all_reduce")
+        assert "int16" not in valid
+        assert "cannot run all_reduce on int16" in note and ", ".join(valid) in note
+        assert ex.params()["dtype"] == "float32" and ex.params()["op"] == "avg"
+        ex.wait()
+        assert rows(ex.figure.value) == [["5", "6"]] * 2  # (0 + 10) / 2, (1 + 11) / 2
+        # moving to an integer dtype drops AVG from the ops offered, and says why
+        ex.controls["dtype"].value = "int32"
+        ex.wait()
+        assert "avg" not in ex.controls["op"].options and ex.params()["op"] == "sum"
+        assert "op AVG is not valid for int32" in ex.note.value and "floating-point dtype" in ex.note.value
+        assert rows(ex.figure.value) == [["10", "12"]] * 2
+        with pytest.raises(ValueError, match="op='avg' is not offered here; choose one of sum"):
+            ex.set(dtype="int8", op="avg")
+        ex.set(dtype="int8", op="max")
+        ex.wait()
+        assert rows(ex.figure.value) == [["10", "11"]] * 2
+
+        # a rank dies while idle (OOM killer, a stray kill): the explorer recovers by the next
+        # change at the latest -- either the launcher replaces the rank at once, or the run shows
+        # the failure and the change after it starts fresh ranks
+        victim = launcher.warm_pool().pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        time.sleep(0.2)
+        ex.controls["world_size"].value = 3
+        ex.wait()
+        if ex.error is not None:
+            assert ex.message.startswith("✗") and "data-busy='0'" in ex.status.value
+            assert rows(ex.figure.value) == [["10", "11"]] * 2  # the last good figure stays
+            assert launcher.warm_pool() is None or launcher.warm_pool().broken  # never reused
+            ex.controls["world_size"].value = 4
+            ex.wait()
+        ws = ex.params()["world_size"]
+        assert ex.error is None and "✓" in ex.message
+        assert rows(ex.figure.value) == [[str(max(10 * r + c for r in range(ws))) for c in range(ws)]] * ws
+        assert victim not in launcher.warm_pool().pids()
+    finally:
+        ex.close()
+
+
+def test_failing_rank_shown_then_fresh_ranks():
+    # rank 1 stops (SIGSTOP) and never reaches the collective: its peers time out after the
+    # collective_timeout, the launcher stops every rank and closes the pool; the panel says
+    # which rank failed; the next change runs on fresh ranks.
+    ex = explore("all_reduce", world_size=3, collective_timeout=1.0)
+    try:
+        pool = launcher.warm_pool()
+        old = pool.pids()
+        os.kill(old[1], signal.SIGSTOP)
+        ex.controls["dtype"].value = "int32"
+        ex.wait(timeout=30)
+        assert isinstance(ex.error, launcher.RankError)
+        assert ex.error.rank == 1
+        assert ex.message.startswith("✗ a rank failed") and "rank 1" in ex.message
+        assert pool.broken and not any(psutil_alive(p) for p in old)
+        ex.controls["dtype"].value = "int64"
+        ex.wait(timeout=30)
+        assert ex.error is None and attr(ex.figure.value, "dtype") == "int64"
+        assert rows(ex.figure.value) == sum_table(3)
+        assert not set(launcher.warm_pool().pids()) & set(old)
+    finally:
+        ex.close()
+        collnb.shutdown()  # the pool of collective_timeout=1.0 is not the default one
+
+
+def psutil_alive(pid):
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def test_run_result_display_protocol_and_bad_arguments():
+    from IPython.core.formatters import DisplayFormatter
+    res = collnb.primitives.run("broadcast", 2, root=1)
+    data, _ = DisplayFormatter().format(res)
+    assert data["image/png"] == res.png()
+    from PIL import Image
+    img = Image.open(io.BytesIO(data["image/png"]))
+    assert img.format == "PNG" and img.width > 300
+    ex = explore("broadcast", world_size=2, wait=False)
+    try:
+        bundle = ex._repr_mimebundle_()
+        assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == ex.widget.model_id
+        ex.wait()
+    finally:
+        ex.close()
+    for kwargs, msg in [(dict(primitive="allreduce"), "unknown primitive 'allreduce'; choose one of broadcast"),
+                        (dict(world_size=17), "world_size must be an int from 1 to 16"),
+                        (dict(inputs="huge"), "unknown inputs preset 'huge'; choose one of teaching"),
+                        (dict(chunk_size=3), "chunk_size must be one of 1, 2, 4"),
+                        (dict(backend="mpi"), "unknown backend 'mpi'; choose one of gloo, nccl")]:
+        with pytest.raises(ValueError, match=re.escape(msg)):
+            explore(**kwargs)
+    assert set(INPUT_PRESETS) == {"teaching", "int8_wrap", "fp16_inf", "bf16_round"}
