@@ -7,6 +7,7 @@ Screenshots go to a temporary directory; set ``COLLNB_SCREENSHOTS=DIR`` to keep 
 """
 import json
 import os
+import pathlib
 import re
 import secrets
 import shutil
@@ -220,8 +221,10 @@ def _wait_attr(page, name, value, timeout=60):
 
 def test_explorer_in_jupyterlab(lab):
     from playwright.sync_api import sync_playwright
-    shots = lab["tmp"] / "screenshots"
-    shots.mkdir()
+    # kept after the run (git-ignored) so that people can look at what the learner saw
+    shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    print(f"screenshots: {shots}")
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
