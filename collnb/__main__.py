@@ -11,11 +11,10 @@ import argparse
 import importlib
 import sys
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
+from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, on_ranks  # noqa: F401
 
 
 def _cmd_run(args) -> int:
-    from .launcher import LaunchError
     from .primitives import SPECS, run
     spec = SPECS[args.primitive]
     if args.op is not None and not spec.reduces:
@@ -23,18 +22,11 @@ def _cmd_run(args) -> int:
               f"reduce, all_reduce, reduce_scatter, reduce_scatter_tensor, reduce_scatter_single",
               file=sys.stderr)
         return EXIT_USAGE
-    try:
-        result = run(args.primitive, world_size=args.world_size, dtype=args.dtype, op=args.op or "sum",
-                     root=args.root, backend=args.backend, chunk_size=args.chunk_size, timeout=args.timeout)
-    except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except LaunchError as exc:
-        print(f"error: the ranks failed:\n{exc}", file=sys.stderr)
-        return EXIT_LAUNCH
-    except RuntimeError as exc:  # e.g. the backend cannot run on this machine
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    result, status = on_ranks(lambda: run(
+        args.primitive, world_size=args.world_size, dtype=args.dtype, op=args.op or "sum",
+        root=args.root, backend=args.backend, chunk_size=args.chunk_size, timeout=args.timeout))
+    if status is not None:
+        return status
     print(result.summary())
     if args.png:
         result.save(args.png)
@@ -43,13 +35,10 @@ def _cmd_run(args) -> int:
 
 
 def _cmd_seeds(args) -> int:
-    from .launcher import LaunchError
     from .seeds import run_seeds
-    try:
-        ok = run_seeds(timeout=args.timeout)
-    except LaunchError as exc:
-        print(f"error: the ranks failed:\n{exc}", file=sys.stderr)
-        return EXIT_LAUNCH
+    ok, status = on_ranks(lambda: run_seeds(timeout=args.timeout))
+    if status is not None:
+        return status
     return EXIT_OK if ok else EXIT_MISMATCH
 
 

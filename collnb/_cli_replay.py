@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import sys
 
-EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
+from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, on_ranks  # noqa: F401
 
 
 def _cmd_replay(args) -> int:
     from .algorithms import ALGORITHMS, run_algorithm
-    from .launcher import LaunchError
     from .trace import Trace
     if args.from_trace:
         try:
@@ -38,20 +37,12 @@ def _cmd_replay(args) -> int:
             print(f"error: {args.primitive} has no algorithm {algorithm!r}; valid algorithms for "
                   f"{args.primitive}: {', '.join(valid)}", file=sys.stderr)
             return EXIT_USAGE
-        try:
-            trace = run_algorithm(args.primitive, algorithm, args.world_size, dtype=args.dtype,
-                                  op=args.op or "sum", root=args.root, chunk_size=args.chunk_size,
-                                  segments=args.segments, backend=args.backend, timeout=args.timeout,
-                                  snapshots=True)
-        except (ValueError, TypeError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        except LaunchError as exc:
-            print(f"error: the ranks failed:\n{exc}", file=sys.stderr)
-            return EXIT_LAUNCH
-        except RuntimeError as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return EXIT_USAGE
+        trace, status = on_ranks(lambda: run_algorithm(
+            args.primitive, algorithm, args.world_size, dtype=args.dtype, op=args.op or "sum",
+            root=args.root, chunk_size=args.chunk_size, segments=args.segments,
+            backend=args.backend, timeout=args.timeout, snapshots=True))
+        if status is not None:
+            return status
     print(trace.summary())
     for rnd in trace.rounds:
         moved = max((t.nbytes for t in rnd.transfers), default=0)

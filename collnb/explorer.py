@@ -41,6 +41,7 @@ import ipywidgets as widgets
 
 from . import launcher as _launcher
 from . import primitives as _prim
+from .heatmap import chunk_firsts
 
 __all__ = ["explore", "Explorer", "INPUT_PRESETS", "CHUNK_SIZES"]
 
@@ -678,29 +679,9 @@ class Explorer:
         return style + head + table
 
 
-def _chunk_values(t, chunk_size):
-    """First element of each chunk of a flat tensor as Python scalars (a list of objects as is;
-    ``None`` stays ``None``)."""
-    import torch
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor):
-        return list(t)
-    if t.numel() == 0:
-        return []
-    first = t.reshape(-1, chunk_size)[:, 0]
-    if first.dtype == torch.bool:
-        return first.view(torch.uint8).ne(0).tolist()
-    if first.dtype.is_floating_point and first.dtype.itemsize == 1:  # float8: no Python scalar type
-        first = first.to(torch.float32)
-    try:
-        return first.tolist()
-    except (TypeError, RuntimeError):
-        return first.to(torch.float64).tolist()
-
 
 def _values(result, which):
-    return [_chunk_values(t, result.chunk_size) for t in getattr(result, which)]
+    return [chunk_firsts(t, result.chunk_size) for t in getattr(result, which)]
 
 
 def _num(v) -> str:

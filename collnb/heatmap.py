@@ -131,7 +131,7 @@ def _short(v) -> str:
     return _compact_exp(f"{v:.2g}")
 
 
-def _chunk_firsts(t, chunk_size):
+def chunk_firsts(t, chunk_size):
     """First element of every chunk of a flat tensor, as Python scalars."""
     if t is None:
         return None
@@ -215,10 +215,10 @@ def heatmap_grid(result) -> HeatmapGrid:
     values as text, cell states, contributing ranks, mismatches, per-rank verdicts."""
     spec = result.spec
     ws, cs, kind = result.world_size, result.chunk_size, spec.kind
-    before_vals = [_chunk_firsts(t, cs) for t in result.before]
-    after_vals = [_chunk_firsts(t, cs) for t in result.after]
-    exp_vals = [_chunk_firsts(t, cs) for t in result.expected]
-    ex64_vals = [_chunk_firsts(t, cs) if t is not None else None for t in result.expected_f64]
+    before_vals = [chunk_firsts(t, cs) for t in result.before]
+    after_vals = [chunk_firsts(t, cs) for t in result.after]
+    exp_vals = [chunk_firsts(t, cs) for t in result.expected]
+    ex64_vals = [chunk_firsts(t, cs) if t is not None else None for t in result.expected_f64]
     nb = max([len(v) for v in before_vals] + [1])
     na = max([len(v) for v in after_vals] + [spec.n_out(ws, r, result.root or 0) for r in range(ws)] + [1])
 
