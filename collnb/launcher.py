@@ -310,13 +310,6 @@ def _watch_parent(parent_pid, pool_dir, period=0.2):
     threading.Thread(target=watch, name="collnb-parent-watch", daemon=True).start()
 
 
-def _fflush_c():
-    try:
-        ctypes.CDLL(None).fflush(None)
-    except Exception:
-        pass
-
-
 def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
     """Entry point of a rank process. Never returns: ends with ``os._exit``."""
     code = 0
@@ -382,16 +375,47 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         os._exit(code)
 
 
+def _rebuild_tensor(data, dtype_name, shape):
+    flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
+    return flat.view(getattr(torch, dtype_name)).reshape(shape)
+
+
+class _Pickler(cloudpickle.Pickler):
+    """cloudpickle (functions and classes defined in a cell travel by value) that sends dense
+    tensors as raw bytes plus dtype and shape: a real copy, fast, and for every dtype (plain
+    pickle cannot rebuild uint16/32/64 or float8 tensors in torch 2.13)."""
+
+    def reducer_override(self, obj):
+        if type(obj) is torch.Tensor and obj.layout == torch.strided and not obj.is_quantized:
+            t = obj.detach().to("cpu").contiguous()
+            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
+            return _rebuild_tensor, (data, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+        return super().reducer_override(obj)
+
+
 def _dumps(obj) -> bytes:
-    """Serialise a result. torch.save, not pickle: plain pickle cannot rebuild uint16/32/64 or
-    float8 tensors in torch 2.13; cloudpickle lets results hold classes defined in a cell."""
+    """Serialise a task or a result (see :class:`_Pickler`)."""
     buf = io.BytesIO()
-    torch.save(obj, buf, pickle_module=cloudpickle)
+    _Pickler(buf, protocol=pickle.HIGHEST_PROTOCOL).dump(obj)
     return buf.getvalue()
 
 
 def _loads(data: bytes):
-    return torch.load(io.BytesIO(data), weights_only=False)
+    return pickle.loads(data)
+
+
+_libc = None
+
+
+def _fflush_c():
+    """Flush C stdio buffers (output printed by C/C++ code in the rank)."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.fflush(None)
+    except Exception:
+        pass
 
 
 def _sequence_number():
