@@ -38,6 +38,7 @@ import datetime
 import faulthandler
 import io
 import linecache
+import math
 import os
 import pickle
 import re
@@ -1035,10 +1036,10 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
     global _pool
     start_method = start_method or _default_start_method()
     _check_request(fn, world_size, backend, start_method)
-    if timeout is None or timeout <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds; got {timeout!r}")
-    if collective_timeout is None or collective_timeout <= 0:
-        raise ValueError(f"collective_timeout must be a positive number of seconds; got {collective_timeout!r}")
+    for name, value in (("timeout", timeout), ("collective_timeout", collective_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or value <= 0:
+            raise ValueError(f"{name} must be a positive, finite number of seconds; got {value!r}")
     key = (backend, bool(debug), float(collective_timeout), start_method)
     with _pool_guard:
         pool = _pool

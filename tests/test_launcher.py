@@ -203,6 +203,10 @@ def test_mismatched_dtype_is_a_clear_error():
     (dict(fn=_all_reduce_arange, world_size=2, backend="mpi"), ValueError, "choose one of gloo, nccl"),
     (dict(fn=42, world_size=2), TypeError, "fn must be a function"),
     (dict(fn=_all_reduce_arange, world_size=2, timeout=0), ValueError, "timeout must be a positive"),
+    (dict(fn=_all_reduce_arange, world_size=2, timeout=float("nan")), ValueError, "timeout must be a positive"),
+    (dict(fn=_all_reduce_arange, world_size=2, collective_timeout=float("inf")), ValueError,
+     "collective_timeout must be a positive, finite"),
+    (dict(fn=_all_reduce_arange, world_size=2, timeout="60"), ValueError, "timeout must be a positive"),
     (dict(fn=_all_reduce_arange, world_size=2, start_method="thread"), ValueError, "start_method"),
 ])
 def test_bad_input_is_refused_before_any_rank_starts(kwargs, exc, text):
