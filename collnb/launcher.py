@@ -33,6 +33,7 @@ How it works (and why):
 from __future__ import annotations
 
 import atexit
+import contextlib
 import ctypes
 import datetime
 import faulthandler
@@ -206,11 +207,17 @@ _COMM_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe",
 
 
 def _is_comm_error(exc: BaseException) -> bool:
-    names = {c.__name__ for c in type(exc).__mro__}
-    msg = str(exc)
-    if names & {"DistNetworkError", "DistStoreError"}:
+    """Whether ``exc`` is torch.distributed reporting a lost or late peer (a consequence of some
+    other rank's failure), as opposed to an error of the rank's own code. Only exceptions raised
+    inside torch count: a learner's own ``TimeoutError("timed out ...")`` is a root cause."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_TORCH_DIR):
+        return False
+    if {c.__name__ for c in type(exc).__mro__} & {"DistNetworkError", "DistStoreError"}:
         return True
-    return any(m in msg for m in _COMM_MARKERS)
+    return any(m in str(exc) for m in _COMM_MARKERS)
 
 
 _WORKER_FILE = os.path.abspath(__file__).rstrip("c")
@@ -299,6 +306,14 @@ def _restore_files(fn, files):
             pass
 
 
+def _exit_group():
+    """End this rank and every process it started (they share its process group)."""
+    try:
+        os.killpg(0, signal.SIGKILL)
+    finally:
+        os._exit(0)
+
+
 def _watch_parent(parent_pid, pool_dir, period=0.2):
     """Rank-side watchdog thread: when the parent (the kernel) is gone, remove the pool's files
     and exit. A thread, not PR_SET_PDEATHSIG=SIGKILL, so the files go too; it runs even while
@@ -307,7 +322,7 @@ def _watch_parent(parent_pid, pool_dir, period=0.2):
         while os.getppid() == parent_pid:
             time.sleep(period)
         shutil.rmtree(pool_dir, ignore_errors=True)
-        os._exit(0)
+        _exit_group()
     threading.Thread(target=watch, name="collnb-parent-watch", daemon=True).start()
 
 
@@ -319,7 +334,7 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         # would otherwise kill us before we remove our files. The watchdog ends us instead.
         os.setpgid(0, 0)
         _watch_parent(cfg["parent_pid"], cfg["dir"])
-        signal.signal(signal.SIGTERM, lambda *_: (shutil.rmtree(cfg["dir"], ignore_errors=True), os._exit(0)))
+        signal.signal(signal.SIGTERM, lambda *_: (shutil.rmtree(cfg["dir"], ignore_errors=True), _exit_group()))
         global _pool
         _pool = None  # the parent's warm pool is not ours to use
         if cfg["start_method"] == "fork":
@@ -439,11 +454,13 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
     base = None      # the pool's default process group (all ranks of the pool)
     groups = {}      # world size k -> cached group of ranks 0..k-1
     world_size = 0
+    my_pid = os.getpid()
     while True:
         try:
             msg = pickle.loads(cmd_r.recv_bytes())
-        except EOFError:
-            return
+        except EOFError:  # the parent is gone (or closed the pool): leave nothing behind
+            shutil.rmtree(cfg["dir"], ignore_errors=True)
+            _exit_group()
         kind = msg[0]
         if kind == "exit":
             if dist.is_initialized():
@@ -492,12 +509,22 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             try:
                 fn, args, kwargs, files = _loads(task)
                 _restore_files(fn, files)
+                before = set(c10d._world.pg_map)
                 result = fn(rank, world_size, *args, **kwargs)
+                if os.getpid() != my_pid:  # a process the function forked returned into our loop
+                    sys.stdout.flush(), sys.stderr.flush()
+                    os._exit(0)
                 if backend == "nccl":
                     torch.cuda.synchronize()
                 payload = _dumps(_to_cpu(result))
+                seq = _sequence_number()
+                intact = dist.is_initialized() and all(g in c10d._world.pg_map for g in groups.values()
+                                                       if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER)
+                if intact:  # groups the function made end with the call, as in a fresh script
+                    for g in set(c10d._world.pg_map) - before:
+                        dist.destroy_process_group(g)
                 sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
-                res_w.send_bytes(pickle.dumps(("ok", payload, _sequence_number()),
+                res_w.send_bytes(pickle.dumps(("ok", payload, seq, intact),
                                               protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
                 sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
@@ -539,6 +566,7 @@ class _Event:
     comm: bool = False
     value: Any = None
     seq: Any = None
+    intact: bool = True
 
 
 def _sweep_stale_dirs():
@@ -643,6 +671,10 @@ class RankPool:
         return {r.rank: _death_text(r.proc.exitcode) for r in self.ranks if not r.proc.is_alive()}
 
     def _grow(self, n):
+        with _sigint_deferred():
+            self._fork_ranks(n)
+
+    def _fork_ranks(self, n):
         cfg = dict(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
                    start_method=self.start_method,
                    collective_timeout=self.collective_timeout, parent_pid=os.getpid())
@@ -671,10 +703,16 @@ class RankPool:
     def close(self):
         """Stop every rank (SIGKILL after a short grace), reap them, and remove the pool's files."""
         for r in self.ranks:
+            pid = r.proc.pid
+            if pid is None:
+                continue
+            try:  # the rank's own process group: it and whatever it started
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
             try:
-                if r.proc.is_alive():
-                    os.kill(r.proc.pid, signal.SIGKILL)
-            except (ProcessLookupError, OSError, ValueError):
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, OSError):
                 pass
         for r in self.ranks:
             try:
@@ -837,7 +875,7 @@ class RankPool:
                         events[r.rank] = _Event(r.rank, "died", t, value=r.proc.exitcode)
                         failure_at = failure_at or t
                     elif msg[0] == "ok":
-                        events[r.rank] = _Event(r.rank, "ok", t, value=msg[1], seq=msg[2])
+                        events[r.rank] = _Event(r.rank, "ok", t, value=msg[1], seq=msg[2], intact=msg[3])
                     elif msg[0] == "ready":
                         events[r.rank] = _Event(r.rank, "ok", t, value=msg[2])
                     else:
@@ -850,7 +888,11 @@ class RankPool:
         if not failed and not pending:
             if phase == "init":
                 return None
-            if len({events[r.rank].seq for r in ranks}) > 1:
+            if not all(events[r.rank].intact for r in ranks):
+                # the function destroyed process groups (dist.destroy_process_group()):
+                # the next call re-initialises the pool's groups
+                self.base_size, self.groups = 0, set()
+            elif len({events[r.rank].seq for r in ranks}) > 1:
                 self._retire_group(len(ranks))
             return [_loads(events[r.rank].value) for r in ranks]
         stacks = self._stacks([r for r in ranks if r.rank in pending])
@@ -969,6 +1011,31 @@ class RankPool:
             text += "\n\n(while initialising the process group)"
         text += "\n\nWhat happened to every rank:\n" + self._outcome_text(outcomes)
         return RankError(text, root.rank, exc_type, tb, outcomes)
+
+
+@contextlib.contextmanager
+def _sigint_deferred():
+    """Hold back SIGINT (Kernel -> Interrupt, Ctrl-C) while ranks are forked, then deliver it.
+
+    A KeyboardInterrupt raised inside ``os.fork``'s after-fork hooks is printed and dropped by
+    Python ("Exception ignored in ..."), and one raised between a fork and the bookkeeping of the
+    new rank would leave an untracked process. Only the main thread can set signal handlers;
+    elsewhere (e.g. an explorer's worker thread) this does nothing.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            if callable(previous):
+                previous(*caught[0])
+            elif previous == signal.SIG_DFL:
+                raise KeyboardInterrupt
 
 
 def _death_text(exitcode):

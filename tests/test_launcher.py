@@ -420,3 +420,110 @@ def test_a_rank_that_died_while_idle_is_replaced(capfd):
     assert [o["rank"] for o in out] == [0, 1, 2, 3]
     assert victim not in launcher.warm_pool().pids()
     assert "[collnb] warm rank(s) had died while idle (rank 2: killed by SIGKILL)" in capfd.readouterr().err
+
+
+def test_function_that_destroys_the_process_group_leaves_a_working_pool():
+    def tutorial_style(rank, world_size):  # clean-up as torch.distributed tutorials end
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        dist.destroy_process_group()
+        return t.item()
+
+    assert collnb.launch(tutorial_style, 4) == [4.0] * 4
+    assert collnb.launch(tutorial_style, 3) == [3.0] * 3
+    assert [o["size"] for o in collnb.launch(_all_reduce_arange, 4)] == [4] * 4
+
+
+def test_groups_made_by_the_function_end_with_the_call():
+    def subgroup(rank, world_size):
+        evens = dist.new_group([r for r in range(world_size) if r % 2 == 0])
+        t = torch.ones(1)
+        if rank % 2 == 0:
+            dist.all_reduce(t, group=evens)
+        return t.item(), len(os.listdir("/proc/self/fd"))
+
+    first = collnb.launch(subgroup, 4)
+    for _ in range(15):
+        last = collnb.launch(subgroup, 4)
+    assert [v for v, _ in last] == [2.0, 1.0, 2.0, 1.0]
+    assert [fds for _, fds in last] == [fds for _, fds in collnb.launch(subgroup, 4)]  # no growth
+    assert all(b - a <= 12 for (_, a), (_, b) in zip(first, last))
+
+
+def test_a_forked_child_returning_from_the_function_is_not_a_rank():
+    def forker(rank, world_size):
+        pid = os.fork()
+        if pid == 0:
+            return "child"                 # forgot os._exit
+        os.waitpid(pid, 0)
+        return "parent"
+
+    assert collnb.launch(forker, 2) == ["parent", "parent"]
+    pids = launcher.warm_pool().pids()[:2]
+    assert collnb.launch(lambda r, w: os.getpid(), 2) == pids
+
+
+def test_processes_started_by_ranks_are_stopped_with_them(tmp_path):
+    marker = tmp_path / "helper.pid"
+
+    def starts_helper(rank, world_size, path):
+        import subprocess
+        if rank == 1:
+            proc = subprocess.Popen(["sleep", "300"])
+            open(path, "w").write(str(proc.pid))
+            raise ValueError("boom")
+        dist.barrier()
+
+    with pytest.raises(collnb.RankError, match="rank 1: ValueError: boom"):
+        collnb.launch(starts_helper, 2, args=(str(marker),))
+    helper = int(marker.read_text())
+    deadline = time.monotonic() + 5
+    while psutil.pid_exists(helper) and psutil.Process(helper).status() != psutil.STATUS_ZOMBIE \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not psutil.pid_exists(helper) or psutil.Process(helper).status() == psutil.STATUS_ZOMBIE
+
+
+def test_the_learners_own_timeout_error_is_the_root_cause():
+    def fn(rank, world_size):
+        if rank == 2:
+            raise TimeoutError("Timed out waiting for my data")
+        dist.barrier()
+
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 4)
+    assert str(info.value).startswith("rank 2: TimeoutError: Timed out waiting for my data")
+
+
+SIGINT_DURING_START = textwrap.dedent("""
+    import os, random, signal, threading, time, psutil, collnb
+    random.seed(0)
+    for i in range(25):
+        collnb.shutdown()
+        t = threading.Timer(random.uniform(0.0, 0.2), os.kill, (os.getpid(), signal.SIGINT))
+        t.start()
+        try:
+            collnb.launch(lambda r, w: r, 16, timeout=30)
+        except KeyboardInterrupt:
+            pass
+        while t.is_alive():
+            try:
+                t.join()
+            except KeyboardInterrupt:
+                pass
+        try:
+            time.sleep(0.05)
+        except KeyboardInterrupt:
+            pass
+    collnb.shutdown()
+    time.sleep(0.5)
+    print("left:", [(c.pid, c.status()) for c in psutil.Process().children(recursive=True)])
+""")
+
+
+@pytest.mark.slow
+def test_interrupts_while_ranks_start_leave_no_process(tmp_path):
+    done = subprocess.run([sys.executable, "-c", SIGINT_DURING_START], capture_output=True, text=True,
+                          timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "left: []"
