@@ -24,8 +24,10 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.lab-installed
 
+# --allow-root: containers and CI machines often log in as root, which JupyterLab refuses by default.
 lab: $(VENV)/.lab-installed
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) $(LAB_ARGS)
+	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) \
+		$(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

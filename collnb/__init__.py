@@ -10,6 +10,7 @@ from .primitives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, Ru
                          backend_support, run, run_batch)
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
 from .explorer import explore
+from . import seeds
 from .algorithms import ALGORITHMS, run_algorithm, run_algorithms, schedule
 from .trace import Trace
 from .costmodel import CostModel, algbw, busbw, predict

@@ -956,20 +956,19 @@ class RankPool:
         first = min(failed, key=lambda e: e.t)
         absent = pending or [e.rank for e in events.values() if e.kind == "ok"]
         if absent:
-            how = "was still running" if pending else "had returned"
             names = ", ".join(map(str, absent))
             culprit = absent[0]
             frames = stacks.get(culprit) or []
+            head = (f"rank {names} never reached the collective that rank {first.rank} was waiting in "
+                    f"until its collective_timeout ran out")
             if frames:
-                seen = f"rank {culprit} was {_where(frames)}"
+                text = f"{head}; rank {culprit} was {_where(frames)}"
             elif pending:
-                seen = f"rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
+                text = f"{head}; rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
             else:
-                seen = f"rank {culprit}'s function had returned"
-            return _Event(culprit, "absent", first.t, "DidNotJoin",
-                          f"rank(s) {names} never reached the collective that rank {first.rank} waited in "
-                          f"({how} when rank {first.rank}'s collective timed out after the "
-                          f"collective_timeout; {seen})", frames, True)
+                text = (f"{head}: its function had already returned. Every rank must call the same "
+                        f"collectives in the same order")
+            return _Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
         return first
 
     def _outcomes(self, ranks, events, stacks, root):

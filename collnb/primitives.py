@@ -276,7 +276,7 @@ _spec(name="send_recv",
       kind="tensor", reduces=False, rooted=False, root_name=None, n_in=_ws, n_out=_ws,
       sources=lambda ws, r, root, k: (((r - 1) % ws, k),))
 _spec(name="barrier", call="dist.barrier()",
-      summary="rank r arrives 10*r ms late; nobody leaves before the last rank has arrived",
+      summary="rank r arrives 30*r ms late; nobody leaves before the last rank has arrived",
       kind="time", reduces=False, rooted=False, root_name=None, n_in=_one, n_out=_one,
       sources=lambda ws, r, root, k: tuple((s, 0) for s in range(ws)))
 
@@ -289,7 +289,7 @@ ROOTED_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.rooted)
 #: Primitives that move pickled Python objects.
 OBJECT_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.kind == "object")
 
-_BARRIER_STAGGER_S = 0.010
+_BARRIER_STAGGER_S = 0.030  # well above scheduling jitter of 16 ranks on 2 cores
 
 
 # ----------------------------------------------------------------------------------------------
@@ -1310,7 +1310,7 @@ def run(primitive: str, world_size: int = 4, dtype=torch.float32, op="sum", root
         primitive: one of :data:`PRIMITIVES`. ``send_recv`` is a ring shift: every rank sends its
             buffer to ``(rank+1) % world_size`` and receives from ``(rank-1) % world_size`` with
             ``batch_isend_irecv`` (nothing moves at world size 1). ``barrier``: rank ``r``
-            arrives ``10*r`` ms late; before/after are arrival/departure times in ms.
+            arrives ``30*r`` ms late; before/after are arrival/departure times in ms.
         world_size: 1..16 (for NCCL at most the visible GPU count).
         dtype: ``torch.dtype`` or its name (``"float16"``, aliases ``"fp16"``/``"half"``...).
             Ignored by the object primitives (they send strings) and ``barrier``.

@@ -407,18 +407,31 @@ class FrameRenderer:
         top_t = max(self.model_cum[-1], self.measured_cum[-1] if self.measured_cum is not None else 0.0, 1e-9)
         self._tscale, tunit = _units(top_t, "seconds")
         xs = np.arange(R + 1)
-        ax_t.plot(xs, self.model_cum / self._tscale, "-o", ms=3, color="#555555", label="α-β-γ model")
+        # Measured times on a shared CPU can be 100x the model's (tuned for a network):
+        # a log axis keeps both lines readable then, starting at round 1 (round 0 is zero).
+        positive = [v for v in (self.model_cum[-1], None if self.measured_cum is None else self.measured_cum[-1])
+                    if v is not None and v > 0]
+        log = R >= 1 and len(positive) == 2 and max(positive) > 10 * min(positive)
+        first = 1 if log else 0
+        ax_t.plot(xs[first:], self.model_cum[first:] / self._tscale, "-o", ms=3, color="#555555",
+                  label="α-β-γ model")
         if self.measured_cum is not None:
             cpus = t.meta.get("cpu_count")
             where = f" ({t.world_size} ranks on {cpus} CPU cores)" if cpus else ""
-            ax_t.plot(xs, self.measured_cum / self._tscale, "-s", ms=3, color="#2E7D32", label="measured" + where)
+            ax_t.plot(xs[first:], self.measured_cum[first:] / self._tscale, "-s", ms=3, color="#2E7D32",
+                      label="measured" + where)
         ax_t.set_xlim(-0.3, max(R, 1) + 0.3)
-        ax_t.set_ylim(0, top_t / self._tscale * 1.25)
+        if log:
+            lows = [c[1] for c in (self.model_cum, self.measured_cum) if c is not None and c[1] > 0]
+            ax_t.set_yscale("log")
+            ax_t.set_ylim(min(lows) / self._tscale / 2, top_t / self._tscale * 3)
+        else:
+            ax_t.set_ylim(0, top_t / self._tscale * 1.25)
         ax_t.set_xlabel("round", fontsize=9)
-        ax_t.set_ylabel(tunit, fontsize=9)
+        ax_t.set_ylabel(tunit + (" (log scale)" if log else ""), fontsize=9)
         ax_t.set_title("running total time", fontsize=9)
         ax_t.tick_params(labelsize=8)
-        ax_t.legend(fontsize=7, loc="upper left", frameon=False)
+        ax_t.legend(fontsize=7, loc="center right" if log else "upper left", frameon=False)
         self.vline = ax_t.axvline(0, color="#C0392B", lw=1.2, animated=True)
         self.total_text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom", fontsize=8,
                                     animated=True)

@@ -1,4 +1,7 @@
-"""The scenarios of the two seed documents (``/work/shared/seeds/``), run on real ranks.
+"""The scenarios of the two seed documents, run on real ranks.
+
+The documents ship with collnb (``collnb/data/seeds/``, unchanged; read one with
+:func:`seed_text`): they are what learners arrive with.
 
 ``python -m collnb seeds`` runs every scenario with the seed's own world size, inputs, ops and
 roots on real Gloo ranks (one :func:`collnb.launcher.launch` per world size), prints each rank's
@@ -30,9 +33,23 @@ import torch.distributed as dist
 
 from . import launcher as _launcher
 
-__all__ = ["SEED_FILES", "SCENARIOS", "Scenario", "run_seeds", "main"]
+__all__ = ["SEED_FILES", "SEED_TITLES", "SCENARIOS", "Scenario", "run_seeds", "seed_text", "main"]
 
 SEED_FILES = ("000_ae5c56c5c8b93d7c.txt", "003_7e63c0b78594089b.txt")
+#: A short title per seed document, for people (the file names are opaque).
+SEED_TITLES = {
+    "000_ae5c56c5c8b93d7c.txt": "seed 1: 'PyTorch collective communication' script",
+    "003_7e63c0b78594089b.txt": "seed 2: interactive teaching page, CPU examples",
+}
+
+
+def seed_text(name: str) -> str:
+    """The text of a seed document shipped in ``collnb/data/seeds/`` (``name``: a file name from
+    :data:`SEED_FILES`, or ``"README.md"``). Raises ``FileNotFoundError`` for other names."""
+    from importlib.resources import files
+    if name not in SEED_FILES + ("README.md",):
+        raise FileNotFoundError(f"no seed document {name!r}; choose one of {', '.join(SEED_FILES)}")
+    return files("collnb").joinpath("data", "seeds", name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
@@ -343,7 +360,7 @@ def run_seeds(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
         per_rank = _launcher.launch(_seed_rank, ws, args=(idx, native), backend=backend, **launch_kwargs)
         for j, i in enumerate(idx):
             sc = SCENARIOS[i]
-            print_fn(f"== {sc.seed} · {sc.name} · world size {ws} · {backend} ==")
+            print_fn(f"== {SEED_TITLES.get(sc.seed, sc.seed)} · {sc.name} · world size {ws} · {backend} ==")
             for line, ok in sc.report([per_rank[r][j] for r in range(ws)], ws, native):
                 if ok is not None:
                     n_checked += 1

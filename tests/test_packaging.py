@@ -38,3 +38,12 @@ def test_package_data_and_entry_points():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["collnb"] == "collnb.__main__:main"
     assert "torch==2.13.0" in project["project"]["dependencies"]
+
+
+def test_seed_documents_ship_with_the_package():
+    from collnb import seeds
+    first = seeds.seed_text(seeds.SEED_FILES[0])
+    second = seeds.seed_text(seeds.SEED_FILES[1])
+    assert "mp.spawn(method, (world_size,), nprocs=world_size, join=True)" in first
+    assert "dist.all_to_all_single(output_tensor, input_tensor)" in second
+    assert seeds.SEED_FILES[0] in seeds.seed_text("README.md")
