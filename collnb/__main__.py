@@ -11,7 +11,7 @@ import argparse
 import importlib
 import sys
 
-from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, on_ranks  # noqa: F401
+from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks  # noqa: F401
 
 
 def _cmd_run(args) -> int:
@@ -22,6 +22,9 @@ def _cmd_run(args) -> int:
               f"reduce, all_reduce, reduce_scatter, reduce_scatter_tensor, reduce_scatter_single",
               file=sys.stderr)
         return EXIT_USAGE
+    status = check_outputs((args.png, "--png", (".png",)))
+    if status is not None:
+        return status
     result, status = on_ranks(lambda: run(
         args.primitive, world_size=args.world_size, dtype=args.dtype, op=args.op or "sum",
         root=args.root, backend=args.backend, chunk_size=args.chunk_size, timeout=args.timeout))

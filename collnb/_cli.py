@@ -27,3 +27,32 @@ def on_ranks(call):
     except RuntimeError as exc:  # e.g. the backend cannot run on this machine
         print(f"error: {exc}", file=sys.stderr)
         return None, EXIT_USAGE
+
+
+def output_problem(path, what, suffixes=()):
+    """Why ``path`` cannot be written as ``what`` (e.g. "--png"), or ``None`` when it can.
+
+    Checked before any rank starts, so a typo in an output path costs no run."""
+    import os
+    if path is None:
+        return None
+    if os.path.isdir(path):
+        return f"{what} {path!r} is a directory; give a file name, e.g. {os.path.join(path, 'out' + (suffixes[0] if suffixes else ''))}"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"{what} {path!r}: the folder {parent!r} does not exist; create it first"
+    if not os.access(parent, os.W_OK):
+        return f"{what} {path!r}: the folder {parent!r} is not writable"
+    if suffixes and not str(path).lower().endswith(tuple(suffixes)):
+        return f"{what} {path!r} must end with {' or '.join(suffixes)}"
+    return None
+
+
+def check_outputs(*checks):
+    """Print the first problem of ``(path, what, suffixes)`` checks; return EXIT_USAGE or None."""
+    for path, what, suffixes in checks:
+        problem = output_problem(path, what, suffixes)
+        if problem:
+            print(f"error: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    return None

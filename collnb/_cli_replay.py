@@ -14,12 +14,20 @@ from __future__ import annotations
 
 import sys
 
-from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, on_ranks  # noqa: F401
+from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks  # noqa: F401
 
 
 def _cmd_replay(args) -> int:
     from .algorithms import ALGORITHMS, run_algorithm
     from .trace import Trace
+    import math
+    status = check_outputs((args.gif, "--gif", (".gif",)), (args.png, "--png", (".png",)),
+                           (args.trace, "--trace", (".json", ".npz")))
+    if status is not None:
+        return status
+    if not (math.isfinite(args.fps) and args.fps > 0):
+        print(f"error: --fps must be a positive number of frames per second; got {args.fps}", file=sys.stderr)
+        return EXIT_USAGE
     if args.from_trace:
         try:
             trace = Trace.load(args.from_trace)

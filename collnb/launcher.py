@@ -37,6 +37,7 @@ import contextlib
 import ctypes
 import datetime
 import faulthandler
+import inspect
 import io
 import linecache
 import math
@@ -177,8 +178,9 @@ def _check_request(fn, world_size, backend, start_method):
         raise ValueError(f"world_size {world_size} needs {world_size} GPUs with backend {backend!r} "
                          f"(NCCL puts one rank per GPU), but only {info['max_world_size']} are visible; "
                          f"use world_size <= {info['max_world_size']} or backend='gloo'")
-    if start_method not in ("fork", "spawn", "forkserver"):
-        raise ValueError(f"start_method must be 'fork', 'spawn' or 'forkserver'; got {start_method!r}")
+    if start_method not in ("fork", "spawn"):
+        raise ValueError(f"start_method must be 'fork' or 'spawn' (ranks must be children of this "
+                         f"process, which forkserver's are not); got {start_method!r}")
     if start_method == "fork" and backend == "nccl" and torch.cuda.is_initialized():
         raise RuntimeError("CUDA is already initialised in this process, and forked ranks cannot use it. "
                            "Restart the kernel and launch before touching CUDA, or pass start_method='spawn'")
@@ -314,6 +316,16 @@ def _exit_group():
         os._exit(0)
 
 
+def _on_sigterm(cfg):
+    """SIGTERM in a rank: when the parent is gone, clean up as the watchdog does; otherwise die
+    of SIGTERM as usual (so the launcher reports "killed by SIGTERM")."""
+    if os.getpid() == cfg["rank_pid"] and os.getppid() != cfg["parent_pid"]:
+        shutil.rmtree(cfg["dir"], ignore_errors=True)
+        _exit_group()
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def _watch_parent(parent_pid, pool_dir, period=0.2):
     """Rank-side watchdog thread: when the parent (the kernel) is gone, remove the pool's files
     and exit. A thread, not PR_SET_PDEATHSIG=SIGKILL, so the files go too; it runs even while
@@ -334,7 +346,8 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         # would otherwise kill us before we remove our files. The watchdog ends us instead.
         os.setpgid(0, 0)
         _watch_parent(cfg["parent_pid"], cfg["dir"])
-        signal.signal(signal.SIGTERM, lambda *_: (shutil.rmtree(cfg["dir"], ignore_errors=True), _exit_group()))
+        cfg = dict(cfg, rank_pid=os.getpid())  # processes the rank forks inherit the handler
+        signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(cfg))
         global _pool
         _pool = None  # the parent's warm pool is not ours to use
         if cfg["start_method"] == "fork":
@@ -476,11 +489,15 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                 dist.destroy_process_group()
             base, groups = None, {}
             if rank < world_size:
-                if backend == "nccl":
-                    torch.cuda.set_device(rank)
-                dist.init_process_group(
-                    backend, store=dist.PrefixStore(f"gen{gen}", store), rank=rank,
-                    world_size=world_size, timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
+                try:
+                    if backend == "nccl":
+                        torch.cuda.set_device(rank)
+                    dist.init_process_group(
+                        backend, store=dist.PrefixStore(f"gen{gen}", store), rank=rank,
+                        world_size=world_size, timeout=datetime.timedelta(seconds=cfg["collective_timeout"]))
+                except Exception as exc:  # noqa: BLE001 - reported like a failure of the function
+                    _report_error(res_w, exc, rank)
+                    _idle_forever()
                 base = c10d._get_default_group()
                 groups = {world_size: base}
             _send(res_w, ("ready", gen, time.perf_counter() - t0))
@@ -510,13 +527,30 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                 fn, args, kwargs, files = _loads(task)
                 _restore_files(fn, files)
                 before = set(c10d._world.pg_map)
-                result = fn(rank, world_size, *args, **kwargs)
+                # Groups the function creates keep their rendezvous keys under a prefix of this
+                # call's own, so a re-run (same group names: hashed from ranks) starts clean.
+                default = c10d._get_default_group()
+                default_entry = c10d._world.pg_map[default]
+                c10d._world.pg_map[default] = (default_entry[0],
+                                               dist.PrefixStore(f"call{count}/", default_entry[1]))
+                try:
+                    result = fn(rank, world_size, *args, **kwargs)
+                finally:
+                    if default in c10d._world.pg_map:
+                        c10d._world.pg_map[default] = default_entry
                 if os.getpid() != my_pid:  # a process the function forked returned into our loop
                     sys.stdout.flush(), sys.stderr.flush()
                     os._exit(0)
                 if backend == "nccl":
                     torch.cuda.synchronize()
-                payload = _dumps(_to_cpu(result))
+                try:
+                    payload = _dumps(_to_cpu(result))
+                except Exception as exc:
+                    raise TypeError(
+                        f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
+                        f"to the launcher ({type(exc).__name__}: {exc}). Return tensors, numbers, strings, "
+                        f"or lists/tuples/dicts of them; wait on Work handles (work.wait()) inside the "
+                        f"function instead of returning them") from exc
                 seq = _sequence_number()
                 intact = dist.is_initialized() and all(g in c10d._world.pg_map for g in groups.values()
                                                        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER)
@@ -527,17 +561,29 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                 res_w.send_bytes(pickle.dumps(("ok", payload, seq, intact),
                                               protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
-                sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
-                if isinstance(exc, SystemExit):
-                    text = f"sys.exit({exc.code!r}) called in rank {rank}"
-                else:
-                    text = str(exc)
-                _send(res_w, ("error", type(exc).__name__, text, _frames(exc.__traceback__),
-                              _is_comm_error(exc)))
-                # Stay alive and idle: the launcher stops every rank, so peers blocked in a
-                # collective do not pile "connection closed" errors on top of the root cause.
-                while True:
-                    time.sleep(3600)
+                _report_error(res_w, exc, rank)
+                _idle_forever()
+
+
+def _report_error(res_w, exc, rank):
+    """Send a rank's exception to the launcher: type, message, frames, whether it is a
+    communication error (a consequence of another rank's failure)."""
+    sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
+    if isinstance(exc, SystemExit):
+        text = f"sys.exit({exc.code!r}) called in rank {rank}"
+    else:
+        try:
+            text = str(exc)
+        except Exception as inner:  # noqa: BLE001 - an exception whose __str__ raises
+            text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
+    _send(res_w, ("error", type(exc).__name__, text, _frames(exc.__traceback__), _is_comm_error(exc)))
+
+
+def _idle_forever():
+    """Stay alive and idle after a failure: the launcher stops every rank, so peers blocked in a
+    collective do not pile "connection closed" errors on top of the root cause."""
+    while True:
+        time.sleep(3600)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -625,7 +671,7 @@ class RankPool:
             same collective with the same shapes/dtypes; turn off for benchmarks).
         collective_timeout: process-group timeout in seconds: how long a rank waits in a
             collective for a peer before it fails.
-        start_method: ``"fork"`` (fast: ~0.1 s per rank, ~5 MB each), ``"forkserver"`` or
+        start_method: ``"fork"`` (fast: ~0.1 s per rank, ~5 MB each) or
             ``"spawn"`` (each rank imports torch: ~1.5 CPU-s and ~150 MB per rank).
 
     The pool's ranks form one default process group of ``base_size`` ranks, grown in steps of
@@ -688,7 +734,10 @@ class RankPool:
             if self.start_method != "fork":
                 close_fds = []
             proc = self._ctx.Process(target=_rank_main, name=f"collnb-rank{rank}",
-                                     args=(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds), daemon=True)
+                                     args=(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds),
+                                     # not daemonic, so a rank may start processes of its own
+                                     # (DataLoader workers); shutdown() stops ranks at exit
+                                     daemon=False)
             proc.start()
             for c in (cmd_r, res_w, out_w, err_w):
                 c.close()
@@ -1060,6 +1109,19 @@ def _default_start_method():
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
+def _check_signature(fn, args, kwargs):
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # some builtins have none: let the rank report it
+        return
+    try:
+        sig.bind(0, 1, *args, **(kwargs or {}))
+    except TypeError as exc:
+        raise TypeError(f"fn cannot be called as fn(rank, world_size, *args, **kwargs) with "
+                        f"{len(args)} extra argument(s) and keywords {sorted(kwargs or {})}: {exc}. "
+                        f"Define it as def {getattr(fn, '__name__', 'fn')}(rank, world_size, ...)") from None
+
+
 def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | None = None,
            backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0,
            debug: bool = True, start_method: str | None = None):
@@ -1084,7 +1146,8 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         debug: ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` in the ranks, so a rank that calls a different
             collective, shape or dtype than its peers fails with a clear message. Costs extra
             checks per collective: pass ``False`` for benchmarks.
-        start_method: ``"fork"`` (default on Linux), ``"forkserver"`` or ``"spawn"``.
+        start_method: ``"fork"`` (default on Linux) or ``"spawn"`` (each rank imports torch
+            afresh; needed when CUDA is already initialised here).
 
     Returns:
         list of length ``world_size``: ``fn``'s return value on each rank, in rank order. Tensors
@@ -1102,6 +1165,7 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
     global _pool
     start_method = start_method or _default_start_method()
     _check_request(fn, world_size, backend, start_method)
+    _check_signature(fn, tuple(args), kwargs)
     for name, value in (("timeout", timeout), ("collective_timeout", collective_timeout)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value <= 0:

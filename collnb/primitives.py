@@ -109,6 +109,9 @@ def op_name(op) -> str:
         return "sum"
     if isinstance(op, str):
         name = op.strip().lower()
+    elif isinstance(op, (int, float)):  # ReduceOp compares equal to ints: 3 == MIN would slip in
+        raise TypeError(f"op must be a name or a torch.distributed.ReduceOp, not the number {op!r}; "
+                        f"choose one of {', '.join(REDUCE_OPS)}")
     else:
         name = None
         for n in REDUCE_OPS:
@@ -320,6 +323,8 @@ def teaching_inputs(primitive: str, world_size: int, root: int = 0) -> list:
 
 
 def _get_spec(primitive) -> PrimitiveSpec:
+    if not isinstance(primitive, str):
+        raise TypeError(f"primitive must be a name (str); got {primitive!r}; choose one of {', '.join(PRIMITIVES)}")
     if primitive not in SPECS:
         raise ValueError(f"unknown primitive {primitive!r}; choose one of {', '.join(PRIMITIVES)}")
     return SPECS[primitive]

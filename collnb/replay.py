@@ -822,8 +822,20 @@ def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, 
         :class:`RoundsExplorer` (displays itself in a notebook).
 
     Raises:
-        ValueError: unknown primitive (valid ones listed).
+        ValueError: unknown primitive or algorithm, or a world size outside 1..16 (valid
+            choices listed).
+        TypeError: a world size that is not an int.
     """
+    from .algorithms import ALGORITHMS
+    from .launcher import MAX_WORLD_SIZE
+    if primitive not in ALGORITHMS:
+        raise ValueError(f"no round-by-round algorithms for {primitive!r}; choose one of {', '.join(ALGORITHMS)}")
+    if algorithm is not None and algorithm not in ALGORITHMS[primitive]:
+        raise ValueError(f"{primitive} has no algorithm {algorithm!r}; choose one of {', '.join(ALGORITHMS[primitive])}")
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int from 1 to {MAX_WORLD_SIZE}; got {world_size!r}")
+    if not 1 <= world_size <= MAX_WORLD_SIZE:
+        raise ValueError(f"world_size must be between 1 and {MAX_WORLD_SIZE}; got {world_size}")
     return RoundsExplorer(primitive, algorithm, world_size, dtype, backend, timeout)
 
 

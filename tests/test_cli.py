@@ -136,3 +136,16 @@ def test_replay_subcommand_hook(monkeypatch):
     args = build_parser().parse_args(["replay", "all_reduce"])
     assert args.func(args) == 7
     assert main(["replay", "all_reduce"]) == 7
+
+
+@pytest.mark.parametrize("argv, text", [
+    (["run", "all_reduce", "--png", "/nonexistent-dir/x.png"], "does not exist; create it first"),
+    (["run", "all_reduce", "--png", "/tmp"], "is a directory"),
+    (["replay", "all_reduce", "--trace", "/tmp/x.txt"], "must end with .json or .npz"),
+    (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be a positive"),
+])
+def test_bad_output_arguments_are_refused_before_any_rank_runs(argv, text):
+    done = subprocess.run([sys.executable, "-m", "collnb", *argv], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert text in done.stderr and "Traceback" not in done.stderr
+    assert "[rank" not in done.stdout  # nothing ran

@@ -208,6 +208,9 @@ def test_mismatched_dtype_is_a_clear_error():
      "collective_timeout must be a positive, finite"),
     (dict(fn=_all_reduce_arange, world_size=2, timeout="60"), ValueError, "timeout must be a positive"),
     (dict(fn=_all_reduce_arange, world_size=2, start_method="thread"), ValueError, "start_method"),
+    (dict(fn=_all_reduce_arange, world_size=2, start_method="forkserver"), ValueError, "start_method"),
+    (dict(fn=lambda rank: rank, world_size=2), TypeError, "fn cannot be called as fn.rank, world_size"),
+    (dict(fn=_all_reduce_arange, world_size=2, args=(1,)), TypeError, "with 1 extra argument"),
 ])
 def test_bad_input_is_refused_before_any_rank_starts(kwargs, exc, text):
     collnb.shutdown()
@@ -527,3 +530,49 @@ def test_interrupts_while_ranks_start_leave_no_process(tmp_path):
                           timeout=240, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "left: []"
+
+
+def test_rerunning_a_local_synchronisation_subgroup_works():
+    def pair(rank, world_size):
+        if rank < 2:
+            g = dist.new_group([0, 1], use_local_synchronization=True)
+            t = torch.ones(1)
+            dist.all_reduce(t, group=g)
+            return t.item()
+        return None
+
+    for _ in range(3):
+        assert collnb.launch(pair, 4, timeout=20) == [2.0, 2.0, None, None]
+
+
+def test_ranks_may_start_processes_of_their_own():
+    def with_workers(rank, world_size):
+        import multiprocessing as mp
+        with mp.get_context("fork").Pool(2) as workers:
+            return workers.map(abs, [-rank, -10 * rank])
+
+    assert collnb.launch(with_workers, 2) == [[0, 0], [1, 10]]
+
+
+@pytest.mark.parametrize("case", ["unpicklable_result", "init_error", "sigterm"])
+def test_more_failures_say_what_happened(case):
+    if case == "unpicklable_result":
+        def fn(rank, world_size):
+            return threading.Lock()
+        kwargs, head = {}, "rank 0: TypeError: rank 0's function returned a lock that cannot be sent back"
+    elif case == "init_error":
+        collnb.shutdown()
+        fn, kwargs, head = _all_reduce_arange, dict(collective_timeout=0.0001), "rank "
+    else:
+        def fn(rank, world_size):
+            if rank == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+            dist.barrier()
+        kwargs, head = {}, "rank 1: Killed: killed by SIGTERM"
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 2, **kwargs)
+    first = str(info.value).splitlines()[0]
+    assert first.startswith(head)
+    if case == "init_error":  # whether init or the collective times out: the exception, not "exited"
+        assert "Exited" not in first and ("Error" in first or "Timeout" in first), first
+    _assert_clean()

@@ -255,3 +255,13 @@ def test_detection_runs_on_real_ranks_and_finds_the_truth(monkeypatch):
     assert sup.supports("send_recv", "int16") and not sup.supports("all_reduce", "int16", "sum")
     assert sup.supports("all_gather", "complex64") and not sup.supports("gather", "complex64")
     assert sup.supports("barrier") and sup.supports("all_gather_object")
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    (dict(primitive=["all_reduce"]), TypeError, "primitive must be a name"),
+    (dict(primitive="all_reduce", op=3), TypeError, "not the number 3"),
+])
+def test_run_refuses_lookalike_arguments(kwargs, exc, text):
+    import collnb
+    with pytest.raises(exc, match=text):
+        collnb.run(**kwargs)

@@ -277,3 +277,14 @@ def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
     bad = _cli("all_reduce", "--algorithm", "bruck", "--world-size", "4")
     assert bad.returncode == 2
     assert "valid algorithms for all_reduce: ring, recursive_doubling, rabenseifner, binomial_tree" in bad.stderr
+
+
+@pytest.mark.parametrize("args, kwargs, exc, text", [
+    (("all_reduce", "bruck"), {}, ValueError, "choose one of ring, recursive_doubling"),
+    (("all_reduce",), dict(world_size=17), ValueError, "between 1 and 16"),
+    (("all_reduce",), dict(world_size="4"), TypeError, "must be an int"),
+])
+def test_explore_rounds_refuses_bad_input(args, kwargs, exc, text):
+    from collnb.replay import explore_rounds
+    with pytest.raises(exc, match=text):
+        explore_rounds(*args, **kwargs)
