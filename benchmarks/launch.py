@@ -125,7 +125,7 @@ def main(argv=None):
         ax.set_xticks(list(x), [f"world size {r[0]}" for r in rows])
         ax.set_yscale("log")
         ax.set_ylabel("seconds to first all_reduce result (log)")
-        ax.legend()
+        ax.legend(loc="lower left", bbox_to_anchor=(0, 1.01), ncols=3, frameon=False, fontsize=8)
         bars = bx.bar(["mp.spawn", "collnb"], [spawn_pss, collnb_pss], color=["#999999", "#1f77b4"])
         bx.bar_label(bars, fmt="%.0f MB")
         bx.set_ylabel("total PSS of 8 ranks (MB)")
