@@ -41,7 +41,7 @@ import ipywidgets as widgets
 
 from . import launcher as _launcher
 from . import primitives as _prim
-from .heatmap import chunk_firsts
+from .heatmap import chunk_firsts, differs_exact
 
 __all__ = ["explore", "Explorer", "INPUT_PRESETS", "CHUNK_SIZES"]
 
@@ -614,7 +614,7 @@ class Explorer:
         b64 = base64.b64encode(png).decode("ascii")
         after = _values(result, "after")
         exact = _values(result, "expected_f64")
-        marks = [[_num(x) if _differs(v, x) else "" for v, x in zip(a, e)] if e else ["" for _ in a]
+        marks = [[_num(x) if differs_exact(v, x) else "" for v, x in zip(a, e)] if e else ["" for _ in a]
                  for a, e in zip(after, exact)]
         alt_rows = "; ".join(f"rank {r}: [{', '.join(t for t in row if t)}]"
                              for r, row in enumerate(grid.after.text))
@@ -652,7 +652,7 @@ class Explorer:
                 for c, x in enumerate(vals):
                     txt = _esc(format_value(x))
                     got = after[r][c] if c < len(after[r]) else None
-                    if _differs(got, x):
+                    if differs_exact(got, x):
                         n_diff += 1
                         g = _esc(format_value(got))
                         cells.append(f"<td class='differs' title='{_esc(dname)} gives {g}'>{txt}"
@@ -697,20 +697,6 @@ def _num(v) -> str:
     return str(v)
 
 
-def _differs(v, x) -> bool:
-    """Whether a result value ``v`` differs from the float64 reference ``x`` (nan equals nan)."""
-    import cmath
-    if v is None or x is None:
-        return False
-    try:
-        a, b = complex(v), complex(x)
-    except (TypeError, ValueError):
-        return False
-    if cmath.isnan(a) and cmath.isnan(b):
-        return False
-    return a != b
-
-
 def _dtype_effect_text(result, grid) -> str:
     """One line saying what the dtype did, e.g. "dtype effect: int8 gives -56 where float64 gives
     200 (...)", or ``""``."""
@@ -720,7 +706,7 @@ def _dtype_effect_text(result, grid) -> str:
     after = _values(result, "after")
     exact = _values(result, "expected_f64")
     diffs = [(r, c) for r in range(result.world_size) if exact[r] is not None
-             for c, x in enumerate(exact[r]) if c < len(after[r]) and _differs(after[r][c], x)]
+             for c, x in enumerate(exact[r]) if c < len(after[r]) and differs_exact(after[r][c], x)]
     if not diffs:
         return ""
     r, c = diffs[0]

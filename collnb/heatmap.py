@@ -275,7 +275,7 @@ def heatmap_grid(result) -> HeatmapGrid:
                     a.state[r][c] = "empty"
         if ex64_vals[r] is not None and kind == "tensor":
             for c, (v, x) in enumerate(zip(vals, ex64_vals[r])):
-                if not a.mismatch[r][c] and _differs_exact(v, x):
+                if not a.mismatch[r][c] and differs_exact(v, x):
                     a.exact[r][c] = _short(x)
         verdicts.append("✗" if any(mism) else "✓")
 
@@ -304,7 +304,9 @@ def heatmap_grid(result) -> HeatmapGrid:
                        before=b, after=a, verdicts=verdicts, legend=legend)
 
 
-def _differs_exact(v, x) -> bool:
+def differs_exact(v, x) -> bool:
+    """Whether a result value ``v`` differs from the float64 reference ``x`` (nan equals nan;
+    bools compare by truth value; values that are not numbers never differ)."""
     if isinstance(v, bool):
         v = float(v)
     try:
