@@ -326,6 +326,13 @@ def _on_sigterm(cfg):
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+def _default_sigterm():
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    except ValueError:  # forked from a thread other than the main one: nothing to reset there
+        pass
+
+
 def _watch_parent(parent_pid, pool_dir, period=0.2):
     """Rank-side watchdog thread: when the parent (the kernel) is gone, remove the pool's files
     and exit. A thread, not PR_SET_PDEATHSIG=SIGKILL, so the files go too; it runs even while
@@ -346,8 +353,12 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         # would otherwise kill us before we remove our files. The watchdog ends us instead.
         os.setpgid(0, 0)
         _watch_parent(cfg["parent_pid"], cfg["dir"])
-        cfg = dict(cfg, rank_pid=os.getpid())  # processes the rank forks inherit the handler
+        cfg = dict(cfg, rank_pid=os.getpid())
         signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(cfg))
+        # Processes the rank forks (a multiprocessing.Pool in the learner's function) get the
+        # default SIGTERM back: a Python-level handler can lose a SIGTERM that lands just before
+        # a blocking wait (seen: a Pool worker in sem_wait outlived Pool.terminate, 1 in ~80).
+        os.register_at_fork(after_in_child=_default_sigterm)
         global _pool
         _pool = None  # the parent's warm pool is not ours to use
         if cfg["start_method"] == "fork":
