@@ -326,11 +326,25 @@ def _on_sigterm(cfg):
     os.kill(os.getpid(), signal.SIGTERM)
 
 
+_fork_mask = threading.local()
+
+
+def _hold_sigterm():
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    _fork_mask.was_blocked = signal.SIGTERM in old
+
+
+def _release_sigterm():
+    if not getattr(_fork_mask, "was_blocked", False):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+
+
 def _default_sigterm():
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    except ValueError:  # forked from a thread other than the main one: nothing to reset there
+    except ValueError:
         pass
+    _release_sigterm()
 
 
 def _watch_parent(parent_pid, pool_dir, period=0.2):
@@ -355,10 +369,13 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         _watch_parent(cfg["parent_pid"], cfg["dir"])
         cfg = dict(cfg, rank_pid=os.getpid())
         signal.signal(signal.SIGTERM, lambda *_: _on_sigterm(cfg))
-        # Processes the rank forks (a multiprocessing.Pool in the learner's function) get the
-        # default SIGTERM back: a Python-level handler can lose a SIGTERM that lands just before
-        # a blocking wait (seen: a Pool worker in sem_wait outlived Pool.terminate, 1 in ~80).
-        os.register_at_fork(after_in_child=_default_sigterm)
+        # Processes the rank forks (a multiprocessing.Pool in the learner's function) must die of
+        # SIGTERM as usual. Inheriting our Python-level handler, a child loses a SIGTERM that lands
+        # before Python's after-fork clean-up (seen: Pool.terminate() hung on a worker that had
+        # not started yet, 1 launch in ~80 under load). SIGTERM stays blocked across the fork;
+        # the child restores the default action, then unblocks (a pending one then kills it).
+        os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm,
+                            after_in_child=_default_sigterm)
         global _pool
         _pool = None  # the parent's warm pool is not ours to use
         if cfg["start_method"] == "fork":
