@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import copy
 import ctypes
 import datetime
 import faulthandler
@@ -191,15 +192,33 @@ def _check_request(fn, world_size, backend, start_method):
 
 
 def _to_cpu(obj):
-    """Detached CPU copies of every tensor in a nested list/tuple/dict (real snapshots)."""
+    """Every tensor in a nested list/tuple/dict as a plain, detached CPU tensor; the containers
+    keep their types (namedtuple, ``torch.Size``, ``OrderedDict``, ``defaultdict``...). The
+    pickler then copies each tensor's bytes, so the launcher gets real snapshots."""
     if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True).clone()
-    if isinstance(obj, list):
+        if type(obj) is torch.Tensor and obj.device.type == "cpu" and not obj.requires_grad:
+            return obj
+        return obj.detach().to("cpu")
+    if type(obj) is list:
         return [_to_cpu(x) for x in obj]
-    if isinstance(obj, tuple) and not hasattr(obj, "_fields"):
+    if type(obj) is tuple:
         return tuple(_to_cpu(x) for x in obj)
-    if isinstance(obj, dict):
+    if type(obj) is dict:
         return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple, dict)) and not isinstance(obj, torch.Size):
+        try:  # a subclass: rebuild the same type
+            if isinstance(obj, tuple):
+                values = [_to_cpu(x) for x in obj]
+                return type(obj)._make(values) if hasattr(type(obj), "_make") else type(obj)(values)
+            new = copy.copy(obj)
+            if isinstance(obj, list):
+                new[:] = [_to_cpu(x) for x in obj]
+            else:
+                for k in list(new):
+                    new[k] = _to_cpu(new[k])
+            return new
+        except Exception:  # noqa: BLE001 - a container we cannot rebuild travels as it is
+            return obj
     return obj
 
 
@@ -308,9 +327,33 @@ def _restore_files(fn, files):
             pass
 
 
+def _descendants(pids):
+    """psutil.Process objects of every live descendant of the processes ``pids`` (also those
+    that started a session of their own, which a process-group kill misses). One scan of /proc."""
+    children = {}
+    for p in psutil.process_iter(["ppid"]):
+        children.setdefault(p.info["ppid"], []).append(p)
+    found, todo = [], list(pids)
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child.pid)
+    return found
+
+
+def _kill_all(procs):
+    for p in procs:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+
+
 def _exit_group():
-    """End this rank and every process it started (they share its process group)."""
+    """End this rank and every process it started (its process group, and descendants that
+    left it with setsid / start_new_session)."""
     try:
+        _kill_all(_descendants([os.getpid()]))
         os.killpg(0, signal.SIGKILL)
     finally:
         os._exit(0)
@@ -414,10 +457,7 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
         faulthandler.enable(file=sys.stderr, all_threads=False)  # a crashing rank shows its stack
         torch.set_num_threads(1)
-        os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
-        os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
-        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
-        dist.set_debug_level_from_env()
+        _restore_environment(cfg)
         store = dist.FileStore(os.path.join(cfg["dir"], "store"), -1)
         _rank_loop(rank, cfg, store, cmd_r, res_w)
     except BaseException:  # noqa: BLE001 - report anything that kills the loop itself
@@ -496,6 +536,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
     groups = {}      # world size k -> cached group of ranks 0..k-1
     world_size = 0
     my_pid = os.getpid()
+    saved = _save_rank_state()
     while True:
         try:
             msg = pickle.loads(cmd_r.recv_bytes())
@@ -504,18 +545,14 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             _exit_group()
         kind = msg[0]
         if kind == "exit":
-            if dist.is_initialized():
-                c10d._update_default_pg(base)
-                dist.destroy_process_group()
+            _destroy_all_groups(base)
             return
         if kind == "init":
             _, gen, world_size = msg
             t0 = time.perf_counter()
-            if dist.is_initialized():
-                if base is not None and hasattr(c10d, "_update_default_pg"):
-                    c10d._update_default_pg(base)
-                dist.destroy_process_group()
+            _destroy_all_groups(base)
             base, groups = None, {}
+            _restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
             if rank < world_size:
                 try:
                     if backend == "nccl":
@@ -566,9 +603,10 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                 finally:
                     if default in c10d._world.pg_map:
                         c10d._world.pg_map[default] = default_entry
+                    if os.getpid() == my_pid:
+                        _restore_rank_state(saved)
                 if os.getpid() != my_pid:  # a process the function forked returned into our loop
-                    sys.stdout.flush(), sys.stderr.flush()
-                    os._exit(0)
+                    _leave_forked_child(0)
                 if backend == "nccl":
                     torch.cuda.synchronize()
                 try:
@@ -589,8 +627,79 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                 res_w.send_bytes(pickle.dumps(("ok", payload, seq, intact),
                                               protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
+                if os.getpid() != my_pid:  # a process the function forked raised or exited
+                    if isinstance(exc, SystemExit):
+                        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+                    else:
+                        code = 1
+                        traceback.print_exc()
+                    _leave_forked_child(code)
                 _report_error(res_w, exc, rank)
                 _idle_forever()
+
+
+def _destroy_all_groups(base):
+    """Destroy every process group of this rank: the pool's (``base``, made the default again
+    so torch's bookkeeping agrees) and any the function made, even a default group of its own."""
+    c10d = dist.distributed_c10d
+    if not dist.is_initialized():
+        return
+    if base is not None and base in c10d._world.pg_map and hasattr(c10d, "_update_default_pg"):
+        c10d._update_default_pg(base)
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - torch's records disagree: destroy what is there, one by one
+        for g in list(c10d._world.pg_map):
+            try:
+                dist.destroy_process_group(g)
+            except Exception:  # noqa: BLE001
+                pass
+        if hasattr(c10d, "_update_default_pg"):
+            c10d._update_default_pg(None)
+
+
+def _restore_environment(cfg):
+    os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
+    os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
+    dist.set_debug_level_from_env()
+
+
+def _save_rank_state():
+    """What a call may change and the next call must find as it was (a warm rank is a fresh
+    script to each call): the output streams and their descriptors, the working directory."""
+    return dict(stdout=sys.stdout, stderr=sys.stderr, fd1=os.dup(1), fd2=os.dup(2), cwd=os.getcwd())
+
+
+def _restore_rank_state(saved):
+    """Undo a call's changes to the rank's process state (see :func:`_save_rank_state`): a
+    replaced or closed ``sys.stdout``, closed or redirected fds 1 and 2, a pending
+    ``signal.alarm``, another working directory or thread count."""
+    sys.stdout, sys.stderr = saved["stdout"], saved["stderr"]
+    for fd, copy_of in ((1, saved["fd1"]), (2, saved["fd2"])):
+        try:
+            if not os.path.samestat(os.fstat(fd), os.fstat(copy_of)):
+                os.dup2(copy_of, fd)
+        except OSError:  # closed
+            os.dup2(copy_of, fd)
+    signal.setitimer(signal.ITIMER_REAL, 0)  # also cancels signal.alarm()
+    try:
+        if os.getcwd() != saved["cwd"]:
+            os.chdir(saved["cwd"])
+    except OSError:  # the function removed the directory it moved to
+        os.chdir(saved["cwd"])
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def _leave_forked_child(code):
+    """End a process the learner's function forked that came back into the rank's loop: it must
+    not answer the launcher for the rank."""
+    try:
+        sys.stdout.flush(), sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(code)
 
 
 def _report_error(res_w, exc, rank):
@@ -626,7 +735,7 @@ class _Rank:
     res_r: Any
     out_r: Any
     err_r: Any
-    partial: dict = field(default_factory=lambda: {1: b"", 2: b""})
+    partial: dict = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
 
 
 @dataclass
@@ -778,7 +887,10 @@ class RankPool:
                [r.proc.sentinel for r in ranks]
 
     def close(self):
-        """Stop every rank (SIGKILL after a short grace), reap them, and remove the pool's files."""
+        """Stop every rank and every process it started (SIGKILL), reap them, and remove the
+        pool's files."""
+        pids = [r.proc.pid for r in self.ranks if r.proc.pid is not None and r.proc.exitcode is None]
+        strays = _descendants(pids) if pids else []  # found before the ranks die and they re-parent
         for r in self.ranks:
             pid = r.proc.pid
             if pid is None:
@@ -791,11 +903,13 @@ class RankPool:
                 os.kill(pid, signal.SIGKILL)
             except (ProcessLookupError, OSError):
                 pass
+        _kill_all(strays)
+        deadline = time.monotonic() + 5
         for r in self.ranks:
-            try:
-                r.proc.join(timeout=5)
-            except Exception:
-                pass
+            # Reap through waitpid (exitcode), not join(): a process the rank forked may hold a
+            # copy of the rank's sentinel pipe, and join() would wait for that process too.
+            while r.proc.pid is not None and r.proc.exitcode is None and time.monotonic() < deadline:
+                time.sleep(0.005)
             for c in (r.cmd_w, r.res_r, r.out_r, r.err_r):
                 try:
                     c.close()
@@ -818,13 +932,17 @@ class RankPool:
                 data = b""
             if not data:
                 break
-            buf = r.partial[fd_kind] + data
-            *lines, rest = buf.split(b"\n")
-            r.partial[fd_kind] = rest
-            self._emit(r.rank, fd_kind, lines)
+            pending = r.partial[fd_kind]
+            end = data.rfind(b"\n")
+            if end < 0:  # no line ends yet: keep collecting (linear, however long the line)
+                pending += data
+                continue
+            pending += data[:end]
+            self._emit(r.rank, fd_kind, bytes(pending).split(b"\n"))
+            r.partial[fd_kind] = bytearray(data[end + 1:])
         if final and r.partial[fd_kind]:
-            self._emit(r.rank, fd_kind, [r.partial[fd_kind]])
-            r.partial[fd_kind] = b""
+            self._emit(r.rank, fd_kind, [bytes(r.partial[fd_kind])])
+            r.partial[fd_kind] = bytearray()
 
     @staticmethod
     def _emit(rank, fd_kind, lines):
@@ -929,7 +1047,10 @@ class RankPool:
             waitables = [r.res_r for r in pending] + [r.proc.sentinel for r in pending]
             waitables += [c for r in ranks for c in (r.out_r, r.err_r)]
             limit = min(deadline, failure_at + grace if failure_at else deadline) - now
-            ready = _mp_wait(waitables, timeout=max(0.0, min(limit, 1.0)))
+            ready = _mp_wait(waitables, timeout=max(0.0, min(limit, 0.25)))
+            for r in pending:  # a process the rank forked may hold its sentinel: ask waitpid too
+                if r.proc.sentinel not in ready and r.proc.exitcode is not None:
+                    ready.append(r.proc.sentinel)
             for obj in ready:
                 key = obj if isinstance(obj, int) else id(obj)
                 what, r = by_conn[key]
@@ -971,7 +1092,7 @@ class RankPool:
                 self.base_size, self.groups = 0, set()
             elif len({events[r.rank].seq for r in ranks}) > 1:
                 self._retire_group(len(ranks))
-            return [_loads(events[r.rank].value) for r in ranks]
+            return [self._result(r.rank, events[r.rank].value) for r in ranks]
         stacks = self._stacks([r for r in ranks if r.rank in pending])
         cells = _ipython_cells()
         stacks = {k: ([(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
@@ -985,6 +1106,17 @@ class RankPool:
         root = self._root_cause(failed, events, pending, stacks)
         outcomes = self._outcomes(ranks, events, stacks, root)
         raise self._rank_error(root, outcomes, phase)
+
+    @staticmethod
+    def _result(rank, payload):
+        try:
+            return _loads(payload)
+        except Exception as exc:  # noqa: BLE001 - e.g. a class whose __setstate__ fails here
+            raise RankError(
+                f"rank {rank}: {type(exc).__name__}: rank {rank}'s return value was sent but could not be "
+                f"rebuilt in the launcher ({exc}). Return tensors, numbers, strings, or lists/tuples/dicts "
+                f"of them", rank, type(exc).__name__, "", {rank: "finished; its result could not be rebuilt"}) \
+                from exc
 
     def _stacks(self, ranks):
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).
@@ -1179,7 +1311,14 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
 
     Returns:
         list of length ``world_size``: ``fn``'s return value on each rank, in rank order. Tensors
-        (also inside lists, tuples and dicts) come back as detached CPU copies.
+        (also inside lists, tuples and dicts, whose types are kept) come back as detached CPU
+        copies.
+
+    Each call finds its ranks as a fresh script would: what a call changed in a rank's
+    ``sys.stdout``/``sys.stderr``, fds 1 and 2, working directory, pending ``signal.alarm``,
+    torch thread count, socket environment variables and process groups is undone before the
+    next call. Processes a function starts end with the pool (:func:`shutdown`, or when the
+    kernel exits), also those in a session of their own.
 
     Raises:
         TypeError / ValueError: bad ``fn``, ``world_size``, ``backend`` or ``start_method``

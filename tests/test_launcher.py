@@ -588,3 +588,174 @@ def test_more_failures_say_what_happened(case):
     if case == "init_error":  # whether init or the collective times out: the exception, not "exited"
         assert "Exited" not in first and ("Error" in first or "Timeout" in first), first
     _assert_clean()
+
+
+# -- what a learner's function may do inside a warm rank, and the next call must not notice ----
+
+@pytest.mark.parametrize("how", ["sys.exit", "raise", "return"])
+def test_a_process_the_function_forked_never_answers_for_the_rank(how):
+    def fn(rank, world_size, how):
+        if os.fork() == 0:  # the child comes back through the function into the rank's loop
+            if how == "sys.exit":
+                sys.exit(0)
+            if how == "raise":
+                raise ValueError("from the forked child")
+            return "child"
+        os.wait()
+        return rank
+
+    for _ in range(3):
+        assert collnb.launch(fn, 2, args=(how,)) == [0, 1]
+        assert collnb.launch(lambda r, w: r, 4) == [0, 1, 2, 3]
+
+
+def _print_rank(rank, world_size):
+    print(f"hello {rank}")
+    return os.getcwd()
+
+
+@pytest.mark.parametrize("change", ["sys.stdout = io.StringIO()", "sys.stdout = None", "os.close(1)",
+                                    "signal.alarm(1)", "os.chdir('/')", "torch.set_num_threads(2)"])
+def test_a_call_leaves_the_rank_as_it_found_it(change, capfd):
+    def fn(rank, world_size, change):
+        import io
+        import signal
+        exec(change, {"io": io, "os": os, "signal": signal, "sys": sys, "torch": torch})
+        return torch.get_num_threads()
+
+    cwd = collnb.launch(_print_rank, 2)
+    capfd.readouterr()
+    assert collnb.launch(fn, 2, args=(change,)) == ([2, 2] if "threads" in change else [1, 1])
+    assert collnb.launch(lambda r, w: time.sleep(1.5) or r, 2) == [0, 1]  # a pending alarm fires here
+    assert collnb.launch(_print_rank, 2) == cwd
+    out = capfd.readouterr().out
+    assert "[rank 0] hello 0" in out and "[rank 1] hello 1" in out
+    assert collnb.launch(lambda r, w: torch.get_num_threads(), 2) == [1, 1]
+
+
+def test_changed_socket_environment_does_not_break_the_next_init():
+    def fn(rank, world_size):
+        os.environ["GLOO_SOCKET_IFNAME"] = "no-such-interface"
+        os.environ["TORCH_DISTRIBUTED_DEBUG"] = "OFF"
+        return rank
+
+    collnb.shutdown()
+    collnb.launch(fn, 2)
+    out = collnb.launch(lambda r, w: (os.environ["GLOO_SOCKET_IFNAME"], dist.get_debug_level().name), 8)
+    assert out == [("lo", "DETAIL")] * 8
+
+
+def test_a_default_group_of_the_functions_own_is_cleaned_up(tmp_path):
+    def fn(rank, world_size, path):
+        dist.destroy_process_group()
+        dist.init_process_group("gloo", init_method=f"file://{path}", rank=rank, world_size=world_size)
+        t = torch.ones(1)
+        dist.all_reduce(t)
+        return t.item()
+
+    for i in range(2):
+        assert collnb.launch(fn, 4, args=(str(tmp_path / f"rdv{i}"),)) == [4.0] * 4
+        assert collnb.launch(_all_reduce_arange, 4)[0]["size"] == 4
+
+
+def test_results_keep_their_container_types():
+    import collections
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    def fn(rank, world_size):
+        t = torch.full((2,), float(rank), requires_grad=True)
+        counts = collections.defaultdict(list)
+        counts["t"].append(t)
+        return (torch.Size([rank, 2]), Pair(t, rank), collections.OrderedDict(t=t),
+                collections.Counter(a=rank), counts, torch.nn.Parameter(t.detach()))
+
+    size, pair, od, counter, counts, param = collnb.launch(fn, 2)[1]
+    assert type(size) is torch.Size and size == torch.Size([1, 2])
+    assert type(pair).__name__ == "Pair" and pair.b == 1 and torch.equal(pair.a, torch.ones(2))
+    assert not pair.a.requires_grad
+    assert type(od) is collections.OrderedDict and torch.equal(od["t"], torch.ones(2))
+    assert type(counter) is collections.Counter and counter["a"] == 1
+    assert type(counts) is collections.defaultdict and counts.default_factory is list
+    assert type(param) is torch.Tensor and torch.equal(param, torch.ones(2))
+
+
+class _FailsToRebuild:
+    def __reduce__(self):
+        return int, ("not a number",)
+
+
+def test_a_result_that_cannot_be_rebuilt_names_its_rank():
+    def fn(rank, world_size):
+        return _FailsToRebuild() if rank == 1 else rank
+
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 2)
+    assert str(info.value).startswith("rank 1: ValueError: rank 1's return value was sent but could not")
+    assert collnb.launch(lambda r, w: r, 2) == [0, 1]
+
+
+def test_a_long_line_without_newline_is_captured_in_linear_time(capfd):
+    def fn(rank, world_size):
+        if rank == 0:
+            for i in range(4000):  # 40 MB of progress updates, no newline
+                sys.stdout.write("\r" + "x" * 10_000)
+        return rank
+
+    t0 = time.monotonic()
+    assert collnb.launch(fn, 2) == [0, 1]
+    elapsed = time.monotonic() - t0
+    out = capfd.readouterr().out
+    assert out.count("x") == 40_000_000 and out.startswith("[rank 0] \r")
+    assert elapsed < 10, f"{elapsed:.1f} s to pass 40 MB through"
+
+
+def test_processes_in_a_session_of_their_own_end_with_the_pool():
+    def fn(rank, world_size):
+        return subprocess.Popen(["sleep", "300"], start_new_session=True).pid
+
+    pids = collnb.launch(fn, 2)
+    assert all(psutil.pid_exists(p) for p in pids)
+    collnb.shutdown()
+    gone, alive = psutil.wait_procs([psutil.Process(p) for p in pids if psutil.pid_exists(p)], timeout=5)
+    assert [p for p in alive if p.status() != psutil.STATUS_ZOMBIE] == []
+    _assert_clean()
+
+
+def test_a_rank_that_dies_while_its_forked_child_lives_is_reported_at_once():
+    def fn(rank, world_size):
+        if rank == 0:
+            if os.fork() == 0:
+                time.sleep(300)
+                os._exit(0)
+            os._exit(3)
+        dist.barrier()
+
+    t0 = time.monotonic()
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 2, timeout=30)
+    assert str(info.value).startswith("rank 0: Exited: exited with code 3")
+    assert time.monotonic() - t0 < 5
+    _assert_clean()
+
+
+def test_concurrent_launches_close_their_private_pool_promptly():
+    def fn(rank, world_size):
+        time.sleep(0.5)
+        return rank
+
+    times = {}
+
+    def go(name):
+        t0 = time.monotonic()
+        assert collnb.launch(fn, 4) == [0, 1, 2, 3]
+        times[name] = time.monotonic() - t0
+
+    collnb.shutdown()
+    threads = [threading.Thread(target=go, args=(n,)) for n in "AB"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert set(times) == {"A", "B"}
+    assert max(times.values()) < 4, times
