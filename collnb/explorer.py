@@ -660,7 +660,7 @@ class Explorer:
                     else:
                         cells.append(f"<td>{txt}</td>")
             rows.append(f"<tr><th>rank {r}</th>{''.join(cells)}</tr>")
-        style = ("<style>.collnb-reference{border-collapse:collapse;font-size:80%;text-align:center}"
+        style = ("<style>.collnb-reference{border-collapse:collapse;font-size:80%;text-align:center;line-height:1.3}"
                  ".collnb-reference th{text-align:right;padding:1px 4px 1px 0;font-weight:normal}"
                  ".collnb-reference td{padding:1px 4px;border:1px solid #ddd}"
                  ".collnb-reference td.differs{background:#FFD8A8;font-weight:bold;border:2px solid #A65400}"
@@ -671,9 +671,10 @@ class Explorer:
                     f"{dname} gave another value")
         else:
             what = f"{dname} gave the exact result everywhere"
-        head = (f"<div style='font-weight:bold'>float64 reference</div>"
-                f"<div style='font-size:85%;color:#555;max-width:24em'>the exact result of the same "
-                f"inputs; {what}</div>")
+        # line-height: ipywidgets' HTML widget sets a 28 px line height meant for one-line labels
+        head = (f"<div style='font-weight:bold;line-height:1.6'>float64 reference</div>"
+                f"<div style='font-size:85%;color:#555;line-height:1.4;margin-bottom:4px'>the exact "
+                f"result of the same inputs; {what}</div>")
         table = (f"<table class='collnb-reference' data-differs='{n_diff}' "
                  f"data-exact='{_esc(_rows_attr(exact_rows))}'>{''.join(rows)}</table>")
         return style + head + table

@@ -1,7 +1,7 @@
-"""The explorer in a real browser: JupyterLab from .venv on loopback, headless Chromium (Debian's
-``chromium`` package) driven by Playwright's Python package, a real drag of the world-size
-slider and a real dtype change, and the values read back from the page (the heatmap ``<img>``'s
-``data-*`` attributes and ``alt`` text).
+"""The explorer in a real browser: JupyterLab 4 and Jupyter Notebook 7 from .venv on loopback,
+headless Chromium (Debian's ``chromium`` package) driven by Playwright's Python package, a real
+drag of the world-size slider and a real dtype change, and the values read back from the page
+(the heatmap ``<img>``'s ``data-*`` attributes and ``alt`` text).
 
 Screenshots go to a temporary directory; set ``COLLNB_SCREENSHOTS=DIR`` to keep copies.
 """
@@ -75,8 +75,17 @@ def _descendants(pid):
         return []
 
 
-@pytest.fixture()
-def lab(tmp_path):
+# front end -> (jupyter subcommand, its own options, the notebook's URL path)
+FRONT_ENDS = {
+    "jupyterlab": ("lab", ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                           "--LabApp.extension_manager=readonly"], "/lab/tree/explore.ipynb"),
+    "notebook7": ("notebook", [], "/notebooks/explore.ipynb"),
+}
+
+
+@pytest.fixture(params=sorted(FRONT_ENDS))
+def lab(tmp_path, request):
+    command, options, url = FRONT_ENDS[request.param]
     if not os.path.exists(CHROMIUM):
         print(f"SKIP reason: {CHROMIUM} is missing (Debian package 'chromium'; .ci/run installs it)")
         pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
@@ -99,11 +108,9 @@ def lab(tmp_path):
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp_path / "lab.log", "wb")
     proc = subprocess.Popen(
-        [str(JUPYTER), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
+        [str(JUPYTER), command, "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
          "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
-         f"--ServerApp.root_dir={root}", "--LabApp.news_url=None",
-         "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-         "--LabApp.extension_manager=readonly", "--ServerApp.terminals_enabled=False"]
+         f"--ServerApp.root_dir={root}", "--ServerApp.terminals_enabled=False"] + options
         + (["--allow-root"] if os.geteuid() == 0 else []),
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}"
@@ -116,10 +123,11 @@ def lab(tmp_path):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("JupyterLab did not start:\n" +
+                    raise RuntimeError(f"jupyter {command} did not start:\n" +
                                        (tmp_path / "lab.log").read_text(errors="replace")[-3000:])
                 time.sleep(0.3)
-        yield dict(base=base, token=token, root=root, tmp=tmp_path, proc=proc, seen=seen)
+        yield dict(base=base, token=token, root=root, tmp=tmp_path, proc=proc, seen=seen,
+                   url=url, name=request.param)
     finally:
         for p in _descendants(proc.pid):
             seen[p.pid] = p
@@ -219,7 +227,7 @@ def _wait_attr(page, name, value, timeout=60):
     raise AssertionError(f"data-{name} stayed {last!r}, wanted {value!r}")
 
 
-def test_explorer_in_jupyterlab(lab):
+def test_explorer_in_the_browser(lab):
     from playwright.sync_api import sync_playwright
     # kept after the run (git-ignored) so that people can look at what the learner saw
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
@@ -229,7 +237,7 @@ def test_explorer_in_jupyterlab(lab):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            page.goto(f"{lab['base']}/lab/tree/explore.ipynb?token={lab['token']}")
+            page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
             page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
             # wait for an idle kernel (accepting the "Select Kernel" dialog JupyterLab may show
             # for a notebook it has not run before), then Run -> Run All Cells through the menu
@@ -243,7 +251,7 @@ def test_explorer_in_jupyterlab(lab):
             assert img.get_attribute("data-world-size") == "4"
             assert img.get_attribute("data-after") == _sum_rows(4)
             assert "After: rank 0: [60, 64, 68, 72]" in img.get_attribute("alt")
-            page.screenshot(path=str(shots / "1_initial.png"), full_page=True)
+            page.screenshot(path=str(shots / f"{lab['name']}_1_initial.png"), full_page=True)
 
             # drag the world-size slider's handle with the mouse to 8 (1..16 along the track)
             slider = page.locator(".collnb-world-size")
@@ -268,7 +276,7 @@ def test_explorer_in_jupyterlab(lab):
             _wait_attr(page, "world-size", "8")
             assert img.get_attribute("data-after") == _sum_rows(8)
             assert img.get_attribute("data-dtype") == "float32"
-            page.screenshot(path=str(shots / "2_world_size_8.png"), full_page=True)
+            page.screenshot(path=str(shots / f"{lab['name']}_2_world_size_8.png"), full_page=True)
 
             # change the dtype through the dropdown: int8 SUM wraps, the float64 reference shows why
             page.locator(".collnb-dtype select").select_option("int8")
@@ -284,12 +292,12 @@ def test_explorer_in_jupyterlab(lab):
             # the image really is a PNG the browser decoded
             size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
             assert size[0] > 300 and size[1] > 200 and size[2]
-            page.screenshot(path=str(shots / "3_int8.png"), full_page=True)
-            img.screenshot(path=str(shots / "4_heatmap_int8.png"))
+            page.screenshot(path=str(shots / f"{lab['name']}_3_int8.png"), full_page=True)
+            img.screenshot(path=str(shots / f"{lab['name']}_4_heatmap_int8.png"))
         except BaseException:
             try:
-                page.screenshot(path=str(shots / "failure.png"), full_page=True)
-                print(f"screenshot of the failure: {shots / 'failure.png'}")
+                page.screenshot(path=str(shots / f"{lab['name']}_failure.png"), full_page=True)
+                print(f"screenshot of the failure: {shots / (lab['name'] + '_failure.png')}")
             except Exception:
                 pass
             raise
