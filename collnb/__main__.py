@@ -11,7 +11,8 @@ import argparse
 import importlib
 import sys
 
-from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks  # noqa: F401
+from ._cli import (EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks,  # noqa: F401
+                   write_output)
 
 
 def _cmd_run(args) -> int:
@@ -32,7 +33,9 @@ def _cmd_run(args) -> int:
         return status
     print(result.summary())
     if args.png:
-        result.save(args.png)
+        status = write_output("--png", args.png, lambda: result.save(args.png))
+        if status is not None:
+            return status
         print(f"heatmap written to {args.png}")
     return EXIT_OK if result.ok else EXIT_MISMATCH
 

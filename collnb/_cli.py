@@ -48,6 +48,19 @@ def output_problem(path, what, suffixes=()):
     return None
 
 
+def write_output(what, path, write):
+    """Call ``write()`` (which writes ``path``); on failure print ``error: ...`` and return
+    :data:`EXIT_USAGE`, else ``None``. The pre-checks of :func:`output_problem` cannot foresee
+    everything (a dangling symlink, a name over 255 bytes, a full disk, a trace without the
+    snapshots a GIF needs)."""
+    try:
+        write()
+    except (OSError, ValueError) as exc:
+        print(f"error: cannot write {what} {path}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    return None
+
+
 def check_outputs(*checks):
     """Print the first problem of ``(path, what, suffixes)`` checks; return EXIT_USAGE or None."""
     for path, what, suffixes in checks:

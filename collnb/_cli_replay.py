@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import sys
 
-from ._cli import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks  # noqa: F401
+from ._cli import (EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks,  # noqa: F401
+                   write_output)
 
 
 def _cmd_replay(args) -> int:
@@ -25,14 +26,25 @@ def _cmd_replay(args) -> int:
                            (args.trace, "--trace", (".json", ".npz")))
     if status is not None:
         return status
-    if not (math.isfinite(args.fps) and args.fps > 0):
-        print(f"error: --fps must be a positive number of frames per second; got {args.fps}", file=sys.stderr)
+    from .replay import FPS_RANGE
+    if not (math.isfinite(args.fps) and FPS_RANGE[0] <= args.fps <= FPS_RANGE[1]):
+        print(f"error: --fps must be {FPS_RANGE[0]} to {FPS_RANGE[1]} frames per second; got {args.fps}",
+              file=sys.stderr)
         return EXIT_USAGE
     if args.from_trace:
+        ignored = [flag for flag, value, default in (
+            ("PRIMITIVE", args.primitive, None), ("--algorithm", args.algorithm, None),
+            ("--world-size", args.world_size, 4), ("--dtype", args.dtype, "float32"), ("--op", args.op, None),
+            ("--root", args.root, 0), ("--chunk-size", args.chunk_size, 1), ("--segments", args.segments, None),
+            ("--backend", args.backend, "gloo")) if value != default]
+        if ignored:
+            print(f"note: --from-trace replays the saved run as it was; ignoring {', '.join(ignored)}",
+                  file=sys.stderr)
         try:
             trace = Trace.load(args.from_trace)
         except (OSError, ValueError) as exc:
-            print(f"error: cannot read trace {args.from_trace}: {exc}", file=sys.stderr)
+            print(f"error: {exc}" if isinstance(exc, ValueError) else
+                  f"error: cannot read trace {args.from_trace}: {exc}", file=sys.stderr)
             return EXIT_USAGE
     else:
         if args.primitive is None:
@@ -56,15 +68,21 @@ def _cmd_replay(args) -> int:
         moved = max((t.nbytes for t in rnd.transfers), default=0)
         print(f"  round {rnd.index:2d} [{rnd.label}] {len(rnd.transfers)} message(s), largest {moved} B: {rnd.detail}")
     if args.trace:
-        trace.save(args.trace)
+        status = write_output("--trace", args.trace, lambda: trace.save(args.trace))
+        if status is not None:
+            return status
         print(f"trace written to {args.trace}")
     if args.gif or args.png:
         from .replay import save_filmstrip, save_gif
         if args.gif:
-            save_gif(trace, args.gif, fps=args.fps)
+            status = write_output("--gif", args.gif, lambda: save_gif(trace, args.gif, fps=args.fps))
+            if status is not None:
+                return status
             print(f"animation written to {args.gif} ({trace.n_rounds + 1} frames: start + {trace.n_rounds} rounds)")
         if args.png:
-            save_filmstrip(trace, args.png)
+            status = write_output("--png", args.png, lambda: save_filmstrip(trace, args.png))
+            if status is not None:
+                return status
             print(f"filmstrip written to {args.png}")
     if trace.matches_builtin is False:
         return EXIT_MISMATCH

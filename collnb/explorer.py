@@ -267,13 +267,16 @@ class Explorer:
 
     def set(self, **values) -> "Explorer":
         """Set several controls at once (names as in :attr:`controls`), asking for ONE run.
-        Values are applied in a sensible order (backend, primitive, world size, dtype, op, root...).
+        Values are applied in a sensible order (backend, primitive, inputs, world size, dtype, op,
+        root...), so a value given here wins over the one an inputs preset would choose.
+        ``dtype`` takes a ``torch.dtype`` or a name or alias (``"fp16"``); ``op`` a name in any
+        case or a ``dist.ReduceOp``.
 
         Raises:
             ValueError: an unknown control name, or a value the control does not offer (the
                 message lists the offered values).
         """
-        order = ["backend", "primitive", "world_size", "inputs", "dtype", "op", "root", "chunk_size"]
+        order = ["backend", "primitive", "inputs", "world_size", "dtype", "op", "root", "chunk_size"]
         unknown = set(values) - set(order)
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; choose from {', '.join(order)}")
@@ -285,6 +288,13 @@ class Explorer:
                     continue
                 w = self.controls[name]
                 v = values[name]
+                try:
+                    if name == "dtype":
+                        v = _prim.dtype_name(v)
+                    elif name == "op":
+                        v = _prim.op_name(v)
+                except (ValueError, TypeError):
+                    pass  # the check below names what is offered
                 offered = self._offered(name)
                 if offered is not None and v not in offered:
                     raise ValueError(f"{name}={v!r} is not offered here; choose one of "

@@ -31,6 +31,7 @@ form of ``all_to_all``; torch 2.13's Gloo has both, and the detection reports th
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 import time
@@ -38,6 +39,7 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
+import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -1145,12 +1147,16 @@ def _normalise_inputs(inputs, spec, world_size, root):
     if spec.kind == "time":
         raise ValueError("barrier takes no inputs: it measures when each rank arrives and leaves")
     want = [spec.n_in(world_size, r, root) for r in range(world_size)]
+    shape_msg = (f"{spec.name} at world size {world_size} needs one list per rank with "
+                 f"{want} chunk values (rank r's list has want[r] values), or a callable f(rank, chunk)")
     if callable(inputs):
         table = [[inputs(r, c) for c in range(want[r])] for r in range(world_size)]
     else:
-        table = [list(row) for row in inputs]
-    shape_msg = (f"{spec.name} at world size {world_size} needs one list per rank with "
-                 f"{want} chunk values (rank r's list has want[r] values), or a callable f(rank, chunk)")
+        try:
+            table = [list(row) for row in inputs]
+        except TypeError:
+            raise TypeError(f"inputs must be a list of lists or a callable; got {type(inputs).__name__}. "
+                            f"{shape_msg}") from None
     if len(table) != world_size:
         raise ValueError(f"inputs has {len(table)} rows; {shape_msg}")
     for r, row in enumerate(table):
@@ -1160,10 +1166,48 @@ def _normalise_inputs(inputs, spec, world_size, root):
         if len(row) != want[r]:
             raise ValueError(f"inputs[{r}] has {len(row)} values; {shape_msg}")
         if spec.kind == "tensor":
-            for v in row:
+            for c, v in enumerate(row):
+                row[c] = v = _plain_number(v)
                 if not isinstance(v, (bool, int, float, complex)):
-                    raise ValueError(f"inputs[{r}] holds {v!r}; tensor primitives take numbers")
+                    raise ValueError(f"inputs[{r}] holds {v!r}; tensor primitives take numbers "
+                                     f"(Python or numpy ints, floats, complex numbers, bools)")
+            table[r] = row
     return table
+
+
+def _plain_number(v):
+    """A numpy scalar as the Python number it holds (np.int64 -> int ...); anything else as is."""
+    if isinstance(v, (bool, int, float, complex)):
+        return v
+    if isinstance(v, np.bool_):
+        return bool(v)
+    if isinstance(v, numbers.Integral):
+        return int(v)
+    if isinstance(v, numbers.Real):
+        return float(v)
+    if isinstance(v, numbers.Complex):
+        return complex(v)
+    return v
+
+
+def _check_input_values(table, dname):
+    """Refuse, before launch, inputs the ranks could not build as documented in
+    :func:`_make_tensor`: complex numbers for a real dtype (the imaginary part would be dropped),
+    floats for an integer dtype, integers outside int64 (integer inputs are made as int64, then
+    cast: they wrap into the dtype, as overflow while the ranks combine them does)."""
+    dt = getattr(torch, dname)
+    lo, hi = -(1 << 63), (1 << 63) - 1
+    for r, row in enumerate(table):
+        for v in row:
+            if isinstance(v, complex) and not dt.is_complex:
+                raise ValueError(f"inputs[{r}] holds the complex number {v!r} but dtype {dname} is not complex; "
+                                 f"use complex64/complex128 or give real numbers")
+            if isinstance(v, float) and not (dt.is_floating_point or dt.is_complex):
+                raise ValueError(f"inputs hold floats but dtype {dname} is not floating point; give integers")
+            if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
+                raise ValueError(f"inputs[{r}] holds {v}, outside int64 ({lo}..{hi}): integer inputs are made "
+                                 f"as int64 and then cast to {dname}; give a smaller integer"
+                                 + (f", or a float such as {float(v):.3g}" if dt.is_floating_point else ""))
 
 
 def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs, support_getter):
@@ -1213,9 +1257,7 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
                 f"{backend} cannot reduce {dname} with op {opn.upper()} in {primitive} (detected on real ranks, "
                 f"torch {sup.torch_version}: {sup.error(primitive, dname, opn)}).{why} "
                 f"Valid ops for {dname}: {', '.join(o.upper() for o in valid_o)}")
-        if any(isinstance(v, float) for row in table for v in row) and not (
-                getattr(torch, dname).is_floating_point or getattr(torch, dname).is_complex):
-            raise ValueError(f"inputs hold floats but dtype {dname} is not floating point; give integers")
+        _check_input_values(table, dname)
     elif spec.kind == "object":
         sup = support_getter()
         if not sup.supports(primitive):
@@ -1277,6 +1319,9 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
 
     cases = []
     for cfg in configs:
+        if not isinstance(cfg, dict):
+            raise TypeError(f"run_batch takes a list of dicts such as {{'primitive': 'all_reduce', 'dtype': 'int8'}}; "
+                            f"got {cfg!r} in the list")
         cfg = dict(cfg)
         try:
             primitive = cfg.pop("primitive")

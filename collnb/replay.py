@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import io
 import math
+import numbers
 import os
 import textwrap
 from functools import lru_cache
@@ -551,6 +552,29 @@ class FrameRenderer:
 # ----------------------------------------------------------------------------------------------
 # Files: GIF and filmstrip
 
+FPS_RANGE = (0.01, 50.0)  # GIF frame delays are centiseconds in 16 bits; below 20 ms browsers slow them
+SPEED_RANGE = (0.25, 8.0)  # the replay's rounds-per-second slider
+
+
+def _check_file_args(trace, path, suffix, fn, cell=None, columns=None):
+    """Raise TypeError/ValueError, naming the argument, for what the writers below cannot use."""
+    if not isinstance(trace, Trace):
+        raise TypeError(f"{fn}() takes a collnb.trace.Trace; got {type(trace).__name__}")
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{fn}() path must be a file name (str or os.PathLike); got {type(path).__name__}")
+    if not os.fspath(path).lower().endswith(suffix):
+        raise ValueError(f"{fn}() writes {suffix[1:].upper()}: end the file name with {suffix}; got {os.fspath(path)!r}")
+    for name, value, lo, hi in (("cell", cell, 4, 200), ("columns", columns, 1, 64)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Integral)
+                                  or not lo <= value <= hi):
+            raise ValueError(f"{fn}() {name} must be an int from {lo} to {hi} (or None); got {value!r}")
+
+
+def _check_rate(name, value, bounds, unit):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
+            or not bounds[0] <= value <= bounds[1]:
+        raise ValueError(f"{name} must be {bounds[0]} to {bounds[1]} {unit}; got {value!r}")
+
 def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = None, cell: int | None = None,
              hold_last: float = 2.0) -> str:
     """Write the replay as an animated GIF: one frame for the start plus one per round.
@@ -568,13 +592,15 @@ def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = 
         ``path`` as str.
 
     Raises:
-        ValueError: the trace has no snapshots (``snapshots=False``).
+        TypeError: not a Trace, or a path that is not a file name.
+        ValueError: the trace has no snapshots (``snapshots=False``); ``path`` does not end with
+            ``.gif``; ``fps`` outside :data:`FPS_RANGE`; ``cell`` outside 4..200.
     """
+    _check_file_args(trace, path, ".gif", "save_gif", cell=cell)
+    _check_rate("fps", fps, FPS_RANGE, "frames per second")
     if not trace.has_snapshots:
         raise ValueError("this trace has no per-round snapshots (recorded with snapshots=False); "
                          "run it with snapshots=True to animate it")
-    if fps <= 0:
-        raise ValueError(f"fps must be > 0; got {fps}")
     path = os.fspath(path)
     ren = FrameRenderer(trace, model=model, cell=cell)
     frames = [Image.fromarray(ren.rgb(k)) for k in range(trace.n_rounds + 1)]
@@ -598,7 +624,13 @@ def save_filmstrip(trace: Trace, path, *, columns: int | None = None, cell: int 
 
     Returns:
         ``path`` as str.
+
+    Raises:
+        TypeError: not a Trace, or a path that is not a file name.
+        ValueError: ``path`` does not end with ``.png``; ``columns`` outside 1..64 or ``cell``
+            outside 4..200.
     """
+    _check_file_args(trace, path, ".png", "save_filmstrip", cell=cell, columns=columns)
     path = os.fspath(path)
     R = trace.n_rounds
     n = R + 1
@@ -676,7 +708,7 @@ class ReplayWidget:
                            description="play", show_repeat=True)
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
                                   continuous_update=True, layout=w.Layout(width="420px"))
-        self.speed = w.FloatSlider(value=speed, min=0.25, max=8.0, step=0.25, description="rounds/s",
+        self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25, description="rounds/s",
                                    readout_format=".2f", layout=w.Layout(width="300px"))
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
         self.image = w.Image(format="png", value=self.renderer.png(0))
@@ -732,10 +764,12 @@ def replay(trace: Trace, model: CostModel | None = None, cell: int | None = None
         :class:`ReplayWidget` (displays itself in a notebook; ``.widget`` is the VBox).
 
     Raises:
-        TypeError: not a Trace. ValueError: the trace has no snapshots.
+        TypeError: not a Trace. ValueError: the trace has no snapshots; ``speed`` outside
+        :data:`SPEED_RANGE` rounds per second.
     """
     if not isinstance(trace, Trace):
         raise TypeError(f"replay() takes a collnb.trace.Trace; got {type(trace).__name__}")
+    _check_rate("speed", speed, SPEED_RANGE, "rounds per second")
     return ReplayWidget(trace, model=model, cell=cell, speed=speed)
 
 
@@ -822,12 +856,16 @@ def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, 
         :class:`RoundsExplorer` (displays itself in a notebook).
 
     Raises:
-        ValueError: unknown primitive or algorithm, or a world size outside 1..16 (valid
-            choices listed).
-        TypeError: a world size that is not an int.
+        ValueError: unknown primitive, algorithm, dtype or backend, a dtype the backend refuses
+            for the primitive, a world size outside 1..16, a timeout that is not a positive
+            number of seconds (valid choices listed).
+        TypeError: a primitive that is not a name, a world size that is not an int.
+        RuntimeError: the backend cannot run here (e.g. NCCL without GPUs).
     """
-    from .algorithms import ALGORITHMS
+    from .algorithms import ALGORITHMS, _prepare_case
     from .launcher import MAX_WORLD_SIZE
+    if not isinstance(primitive, str):
+        raise TypeError(f"primitive must be a name (str); choose one of {', '.join(ALGORITHMS)}; got {primitive!r}")
     if primitive not in ALGORITHMS:
         raise ValueError(f"no round-by-round algorithms for {primitive!r}; choose one of {', '.join(ALGORITHMS)}")
     if algorithm is not None and algorithm not in ALGORITHMS[primitive]:
@@ -836,6 +874,11 @@ def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, 
         raise TypeError(f"world_size must be an int from 1 to {MAX_WORLD_SIZE}; got {world_size!r}")
     if not 1 <= world_size <= MAX_WORLD_SIZE:
         raise ValueError(f"world_size must be between 1 and {MAX_WORLD_SIZE}; got {world_size}")
+    if isinstance(timeout, bool) or not isinstance(timeout, numbers.Real) or not math.isfinite(timeout) \
+            or timeout <= 0:
+        raise ValueError(f"timeout must be a positive, finite number of seconds; got {timeout!r}")
+    # dtype and backend as run_algorithm checks them (on real ranks, cached), before any widget
+    _prepare_case(primitive, algorithm, world_size, dtype, "sum", 0, 1, None, None, False, False, backend)
     return RoundsExplorer(primitive, algorithm, world_size, dtype, backend, timeout)
 
 

@@ -24,6 +24,7 @@ import datetime
 import json
 import os
 import platform
+import zipfile
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -313,6 +314,8 @@ class Trace:
                 bad = ~np.isclose(a.astype(np.complex128 if np.iscomplexobj(a) else np.float64),
                                   b.astype(np.complex128 if np.iscomplexobj(b) else np.float64),
                                   rtol=rtol, atol=0.0, equal_nan=True)
+                if self.op in ("sum", "avg", "product") and bad.any():
+                    bad &= ~self._order_dependent_overflow(a, b, rtol)
         else:
             bad = a != b
         out = []
@@ -322,6 +325,29 @@ class Trace:
                 if self.defined[r, c] and bool(bad[r, lo:hi].any()):
                     out.append((r, c))
         return out
+
+    def _order_dependent_overflow(self, a, b, rtol) -> np.ndarray:
+        """``(world_size, count)`` bool: elements where the order of the op decides between a
+        finite value, inf and NaN, so that ``a`` and ``b`` may both be right: some order of the op
+        over the ranks' inputs overflows the dtype, one of the two is inf/NaN, and the other is
+        inf/NaN too or the exact (float64) result. Example: float16 PRODUCT of 0, 10, 20, 30, 40 is
+        0 in one order and NaN in another (10*20*30*40 = inf first, then inf*0). Every reducing
+        primitive's output element j combines element j of every rank's input."""
+        limits = {"float16": 65504.0, "bfloat16": 3.3895313892515355e38, "float32": 3.4028234663852886e38,
+                  "complex64": 3.4028234663852886e38}
+        limit = limits.get(self.dtype, np.finfo(np.float64).max)
+        x = self.inputs.astype(np.complex128 if np.iscomplexobj(self.inputs) else np.float64)
+        with np.errstate(over="ignore", invalid="ignore"):
+            # the largest magnitude any partial result can reach, and the exact result
+            if self.op == "product":
+                bound, exact = np.maximum(np.abs(x), 1.0).prod(axis=0), x.prod(axis=0)
+            else:
+                bound, exact = np.abs(x).sum(axis=0), x.sum(axis=0) / (self.world_size if self.op == "avg" else 1)
+            a64, b64 = (v.astype(np.complex128 if np.iscomplexobj(v) else np.float64) for v in (a, b))
+            fa, fb = np.isfinite(a64), np.isfinite(b64)
+            exactly = (np.isclose(a64, exact[None, :], rtol=rtol, atol=0.0) |
+                       np.isclose(b64, exact[None, :], rtol=rtol, atol=0.0))
+        return (bound > limit)[None, :] & ~(fa & fb) & ((~fa & ~fb) | exactly)
 
     @property
     def matches_builtin(self) -> bool | None:
@@ -397,19 +423,77 @@ class Trace:
         if v > TRACE_FORMAT_VERSION:
             raise ValueError(f"trace format version {v} is newer than this collnb understands "
                              f"({TRACE_FORMAT_VERSION}); upgrade collnb")
-        arrays = d.get("arrays", {})
-        kw = {name: cls._array_from_json(arrays.get(name)) for name in _ARRAYS}
+        arrays = d.get("arrays")
+        if not isinstance(arrays, dict):
+            raise ValueError("not a collnb trace: 'arrays' is missing or not an object")
+        try:
+            kw = {name: cls._array_from_json(arrays.get(name)) for name in _ARRAYS}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a collnb trace: an array does not load ({type(exc).__name__}: {exc})") \
+                from None
         return cls._from_parts(d, kw)
 
     @classmethod
     def _from_parts(cls, d, arrays):
-        return cls(primitive=d["primitive"], algorithm=d["algorithm"], world_size=int(d["world_size"]),
-                   root=int(d["root"]), op=d.get("op"), dtype=d["dtype"], itemsize=int(d["itemsize"]),
-                   chunk_bounds=[int(b) for b in d["chunk_bounds"]],
-                   rounds=[RoundRecord.from_dict(r) for r in d["rounds"]],
-                   inputs=arrays["inputs"], buffers=arrays.get("buffers"), final=arrays["final"],
-                   builtin=arrays.get("builtin"), provenance=np.asarray(arrays["provenance"], dtype=np.int64),
-                   defined=np.asarray(arrays["defined"], dtype=bool), meta=dict(d.get("meta", {})))
+        """Build a trace from its saved metadata and arrays; any missing, mistyped or
+        inconsistent part is a ValueError that says what (see :meth:`check`)."""
+        try:
+            trace = cls(primitive=str(d["primitive"]), algorithm=str(d["algorithm"]),
+                        world_size=int(d["world_size"]), root=int(d["root"]),
+                        op=None if d.get("op") is None else str(d["op"]), dtype=str(d["dtype"]),
+                        itemsize=int(d["itemsize"]), chunk_bounds=[int(b) for b in d["chunk_bounds"]],
+                        rounds=[RoundRecord.from_dict(r) for r in d["rounds"]],
+                        inputs=np.asarray(arrays["inputs"]),
+                        buffers=None if arrays.get("buffers") is None else np.asarray(arrays["buffers"]),
+                        final=np.asarray(arrays["final"]),
+                        builtin=None if arrays.get("builtin") is None else np.asarray(arrays["builtin"]),
+                        provenance=np.asarray(arrays["provenance"], dtype=np.int64),
+                        defined=np.asarray(arrays["defined"], dtype=bool), meta=dict(d.get("meta") or {}))
+        except KeyError as exc:
+            raise ValueError(f"not a collnb trace: {exc.args[0]!r} is missing") from None
+        except (TypeError, ValueError, AttributeError) as exc:
+            raise ValueError(f"not a collnb trace: {type(exc).__name__}: {exc}") from None
+        trace.check()
+        return trace
+
+    def check(self) -> None:
+        """Check that the parts of this trace fit together: a known primitive and algorithm, a
+        world size of 1..16, increasing chunk bounds, arrays of the shapes documented above,
+        rounds numbered 1..n with transfers between existing ranks and chunks.
+
+        Raises:
+            ValueError: the first problem found, e.g. for a trace file edited by hand or written
+                by another program.
+        """
+        from .algorithms import ALGORITHMS  # noqa: PLC0415 - algorithms imports this module
+        if self.primitive not in ALGORITHMS:
+            raise ValueError(f"trace of an unknown primitive {self.primitive!r}; known: {', '.join(ALGORITHMS)}")
+        if self.algorithm not in ALGORITHMS[self.primitive]:
+            raise ValueError(f"trace of an unknown algorithm {self.algorithm!r} for {self.primitive}; "
+                             f"known: {', '.join(ALGORITHMS[self.primitive])}")
+        ws, b = self.world_size, self.chunk_bounds
+        if not 1 <= ws <= 16:
+            raise ValueError(f"trace world size {ws} is outside 1..16")
+        if not 0 <= self.root < ws:
+            raise ValueError(f"trace root {self.root} is not a rank of world size {ws}")
+        if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
+            raise ValueError(f"trace chunk_bounds {b} must start at 0 and increase")
+        count, nc, nr = b[-1], len(b) - 1, len(self.rounds)
+        want = {"inputs": (ws, count), "final": (ws, count), "builtin": (ws, count),
+                "buffers": (nr + 1, ws, count), "provenance": (nr + 1, ws, nc), "defined": (ws, nc)}
+        for name, shape in want.items():
+            a = getattr(self, name)
+            if a is not None and tuple(a.shape) != shape:
+                raise ValueError(f"trace array {name!r} has shape {tuple(a.shape)}; a trace of world size {ws} "
+                                 f"with {nc} chunk(s) of {count} element(s) in all and {nr} round(s) needs {shape}")
+        for k, rnd in enumerate(self.rounds, 1):
+            if rnd.index != k:
+                raise ValueError(f"trace round {k} is numbered {rnd.index}")
+            for t in rnd.transfers:
+                if not (0 <= t.src < ws and 0 <= t.dst < ws) or \
+                        not all(0 <= c < nc for c in t.chunks + t.dst_chunks):
+                    raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} of chunks "
+                                     f"{list(t.chunks)} outside world size {ws} / {nc} chunk(s)")
 
     def save(self, path) -> str:
         """Write the trace to ``path``: ``.json`` (text) or ``.npz`` (compressed numpy arrays plus
@@ -442,22 +526,35 @@ class Trace:
         path = os.fspath(path)
         with open(path, "rb") as f:
             head = f.read(4)
-        if head.startswith(b"PK"):
-            with np.load(path, allow_pickle=False) as z:
-                if "__meta__" not in z.files:
-                    raise ValueError(f"{path} is an npz file but not a collnb trace (no __meta__)")
-                d = json.loads(bytes(z["__meta__"]).decode("utf-8"))
-                arrays = {name: (z[name] if name in z.files else None) for name in _ARRAYS}
-            v = int(d.get("format_version", 1))
-            if v > TRACE_FORMAT_VERSION:
-                raise ValueError(f"trace format version {v} is newer than this collnb understands")
-            return cls._from_parts(d, arrays)
-        with open(path, encoding="utf-8") as f:
-            try:
+        try:
+            if head.startswith(b"PK"):
+                with np.load(path, allow_pickle=False) as z:
+                    if "__meta__" not in z.files:
+                        raise ValueError("an npz file but not a collnb trace (no __meta__)")
+                    d = json.loads(bytes(z["__meta__"]).decode("utf-8"))
+                    arrays = {name: (z[name] if name in z.files else None) for name in _ARRAYS}
+                if not isinstance(d, dict):
+                    raise ValueError("not a collnb trace: its __meta__ is not a JSON object")
+                v = int(d.get("format_version", 1))
+                if v > TRACE_FORMAT_VERSION:
+                    raise ValueError(f"trace format version {v} is newer than this collnb understands "
+                                     f"({TRACE_FORMAT_VERSION}); upgrade collnb")
+                return cls._from_parts(d, arrays)
+            with open(path, encoding="utf-8") as f:
                 d = json.load(f)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"{path} is neither a .npz nor a JSON collnb trace: {exc}") from None
-        return cls.from_dict(d)
+            return cls.from_dict(d)
+        except (ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as exc:
+            # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
+            if isinstance(exc, UnicodeDecodeError):
+                why = "neither an .npz file nor UTF-8 JSON text"
+            elif isinstance(exc, json.JSONDecodeError):
+                why = f"not JSON ({exc})"
+            elif isinstance(exc, (zipfile.BadZipFile, EOFError)):
+                why = f"a damaged .npz file ({exc})"
+            else:
+                why = str(exc).removeprefix("not a collnb trace: ")
+            raise ValueError(f"cannot read {path} as a collnb trace: {why}. Traces are written by "
+                             f"Trace.save(...) or `python -m collnb replay ... --trace FILE`") from None
 
     def equals(self, other: "Trace") -> bool:
         """Same metadata, rounds and arrays (NaN equal to NaN)."""

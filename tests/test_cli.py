@@ -142,7 +142,8 @@ def test_replay_subcommand_hook(monkeypatch):
     (["run", "all_reduce", "--png", "/nonexistent-dir/x.png"], "does not exist; create it first"),
     (["run", "all_reduce", "--png", "/tmp"], "is a directory"),
     (["replay", "all_reduce", "--trace", "/tmp/x.txt"], "must end with .json or .npz"),
-    (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be a positive"),
+    (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be 0.01 to 50.0 frames per second"),
+        (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0.001"], "--fps must be 0.01 to 50.0"),
 ])
 def test_bad_output_arguments_are_refused_before_any_rank_runs(argv, text):
     done = subprocess.run([sys.executable, "-m", "collnb", *argv], capture_output=True, text=True, timeout=60)

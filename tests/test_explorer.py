@@ -305,3 +305,22 @@ def test_run_result_display_protocol_and_bad_arguments():
         with pytest.raises(ValueError, match=re.escape(msg)):
             explore(**kwargs)
     assert set(INPUT_PRESETS) == {"teaching", "int8_wrap", "fp16_inf", "bf16_round"}
+
+
+
+def test_set_values_win_over_the_presets_choices_and_take_aliases():
+    ex = explore("all_reduce", world_size=4)
+    try:
+        ex.set(world_size=8, inputs="int8_wrap")
+        ex.wait()
+        p = ex.params()
+        assert (p["world_size"], p["dtype"], p["inputs"]) == (8, "int8", "int8_wrap")
+        assert rows(ex.figure.value)[0][0] == fmt(wrap_int8(100 * 8))  # 800 wraps to 32
+        ex.set(dtype="fp16")
+        ex.wait()
+        assert ex.params()["dtype"] == "float16"
+        ex.set(op="MAX")
+        ex.wait()
+        assert ex.params()["op"] == "max"
+    finally:
+        ex.close()

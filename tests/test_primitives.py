@@ -6,6 +6,7 @@ import math
 import pytest
 import torch
 
+import collnb
 import collnb.launcher as launcher
 from collnb import primitives as P
 
@@ -265,3 +266,33 @@ def test_run_refuses_lookalike_arguments(kwargs, exc, text):
     import collnb
     with pytest.raises(exc, match=text):
         collnb.run(**kwargs)
+
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    (dict(inputs=lambda r, c: 2 ** 70, dtype="int8"), ValueError, "outside int64"),
+    (dict(inputs=lambda r, c: 1 + 2j, dtype="int32"), ValueError, "complex number (1+2j) but dtype int32"),
+    (dict(inputs=lambda r, c: 1 + 2j, dtype="float32"), ValueError, "dtype float32 is not complex"),
+    (dict(inputs=5), TypeError, "inputs must be a list of lists or a callable; got int"),
+])
+def test_inputs_the_ranks_could_not_build_are_refused_before_launch(kwargs, exc, text):
+    pool = collnb.launcher.warm_pool()
+    before = pool.pids() if pool else []
+    with pytest.raises(exc) as info:
+        collnb.run("all_reduce", world_size=3, **kwargs)
+    assert text in str(info.value)
+    after = collnb.launcher.warm_pool()
+    assert (after.pids() if after else []) == before  # nothing launched, nothing replaced
+
+
+def test_numpy_inputs_are_numbers():
+    import numpy as np
+    res = collnb.run("all_reduce", world_size=3, dtype="int32", inputs=np.arange(9).reshape(3, 3))
+    assert res.ok and res.after[0].tolist() == [9, 12, 15]
+    res = collnb.run("all_reduce", world_size=2, dtype="float32", inputs=lambda r, c: np.float32(1.5))
+    assert res.ok and res.after[1].tolist() == [3.0, 3.0]
+
+
+def test_run_batch_names_a_config_that_is_not_a_dict():
+    with pytest.raises(TypeError, match="run_batch takes a list of dicts"):
+        collnb.run_batch(["all_reduce"], world_size=2)

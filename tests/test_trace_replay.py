@@ -283,8 +283,104 @@ def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
     (("all_reduce", "bruck"), {}, ValueError, "choose one of ring, recursive_doubling"),
     (("all_reduce",), dict(world_size=17), ValueError, "between 1 and 16"),
     (("all_reduce",), dict(world_size="4"), TypeError, "must be an int"),
+    ((["all_reduce"],), {}, TypeError, "primitive must be a name"),
+    (("all_reduce",), dict(dtype="bogus"), ValueError, "unknown dtype 'bogus'"),
+    (("all_reduce",), dict(dtype="int16"), ValueError, "gloo cannot run all_reduce on int16"),
+    (("all_reduce",), dict(backend="bogus"), ValueError, "unknown backend 'bogus'"),
+    (("all_reduce",), dict(timeout=-1), ValueError, "timeout must be a positive"),
 ])
 def test_explore_rounds_refuses_bad_input(args, kwargs, exc, text):
     from collnb.replay import explore_rounds
     with pytest.raises(exc, match=text):
         explore_rounds(*args, **kwargs)
+
+
+# -- traces that do not fit together, files that are not traces, writers' arguments ----------
+
+def _saved(tmp_path, name="t.json"):
+    tr = A.run_algorithm("all_reduce", "ring", 3)
+    path = tmp_path / name
+    tr.save(path)
+    return tr, path
+
+
+@pytest.mark.parametrize("damage, text", [
+    (lambda d: d.pop("algorithm"), "'algorithm' is missing"),
+    (lambda d: d.update(primitive="bogus"), "unknown primitive 'bogus'"),
+    (lambda d: d.update(world_size=2), "trace array 'inputs' has shape (3, 3)"),
+    (lambda d: d["rounds"][0].pop("label"), "'label' is missing"),
+    (lambda d: d.update(meta=[1]), "TypeError"),
+    (lambda d: d.update(arrays={}), "TypeError"),
+    (lambda d: d["rounds"][1]["transfers"][0].update(dst=7), "outside world size 3"),
+])
+def test_a_damaged_trace_file_is_a_value_error_that_says_what(tmp_path, damage, text):
+    import json
+    _, path = _saved(tmp_path)
+    d = json.loads(path.read_text())
+    damage(d)
+    path.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="cannot read .* as a collnb trace") as info:
+        Trace.load(path)
+    assert text in str(info.value)
+
+
+def test_a_truncated_npz_or_foreign_file_is_a_value_error(tmp_path):
+    _, path = _saved(tmp_path, "t.npz")
+    path.write_bytes(path.read_bytes()[:200])
+    with pytest.raises(ValueError, match="damaged .npz"):
+        Trace.load(path)
+    (tmp_path / "bin.json").write_bytes(bytes(range(256)))
+    with pytest.raises(ValueError, match="neither an .npz file nor UTF-8 JSON"):
+        Trace.load(tmp_path / "bin.json")
+
+
+def test_cli_from_a_damaged_trace_or_without_snapshots_exits_2(tmp_path):
+    import json
+    _, path = _saved(tmp_path)
+    d = json.loads(path.read_text())
+    d.pop("algorithm")
+    path.write_text(json.dumps(d))
+    done = _cli("--from-trace", str(path), "--world-size", "8")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "'algorithm' is missing" in done.stderr and "ignoring --world-size" in done.stderr
+    A.run_algorithm("all_reduce", "ring", 3, snapshots=False).save(tmp_path / "plain.json")
+    done = _cli("--from-trace", str(tmp_path / "plain.json"), "--gif", str(tmp_path / "x.gif"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "no per-round snapshots" in done.stderr
+
+
+def test_cli_an_output_that_fails_at_write_time_exits_2(tmp_path):
+    (tmp_path / "dangling.gif").symlink_to(tmp_path / "no" / "such" / "dir.gif")
+    done = _cli("all_reduce", "-n", "2", "--gif", str(tmp_path / "dangling.gif"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr.startswith("error: cannot write --gif")
+
+
+def test_writers_and_player_refuse_bad_arguments(ag4, tmp_path):
+    from collnb.replay import replay, save_filmstrip, save_gif
+    for call, exc, text in [
+        (lambda: save_gif(ag4, tmp_path / "a.gif", fps=float("nan")), ValueError, "fps must be 0.01 to 50.0"),
+        (lambda: save_gif(ag4, tmp_path / "a.gif", fps=1e-6), ValueError, "fps must be 0.01 to 50.0"),
+        (lambda: save_gif(None, tmp_path / "a.gif"), TypeError, "takes a collnb.trace.Trace"),
+        (lambda: save_gif(ag4, tmp_path / "a.png"), ValueError, "end the file name with .gif"),
+        (lambda: save_gif(ag4, tmp_path / "a.gif", cell=-5), ValueError, "cell must be an int from 4 to 200"),
+        (lambda: save_filmstrip(ag4, tmp_path / "a.gif"), ValueError, "end the file name with .png"),
+        (lambda: save_filmstrip(ag4, tmp_path / "a.png", columns=-1), ValueError, "columns must be an int"),
+        (lambda: save_filmstrip("x", tmp_path / "a.png"), TypeError, "takes a collnb.trace.Trace"),
+        (lambda: replay(ag4, speed=0), ValueError, "speed must be 0.25 to 8.0"),
+        (lambda: replay(ag4, speed=float("nan")), ValueError, "speed must be 0.25 to 8.0"),
+    ]:
+        with pytest.raises(exc, match=text):
+            call()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_overflow_that_depends_on_the_order_is_not_a_mismatch():
+    # float16 PRODUCT of 0, 10, 20, 30, 40: the tree multiplies by 0 early (0); gloo reaches
+    # 10*20*30*40 = inf first, then inf*0 = NaN. Both are right for their order.
+    tr = A.run_algorithm("all_reduce", "binomial_tree", 5, dtype="float16", op="product")
+    assert tr.final[0, 0] == 0 and np.isnan(tr.builtin[0, 0])
+    assert tr.matches_builtin is True
+    wrong = Trace.from_dict(tr.to_dict())
+    wrong.final[2, 1] = 1.0  # a finite, wrong value is still a mismatch
+    assert wrong.mismatches() == [(2, 1)]
