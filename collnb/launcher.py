@@ -38,6 +38,7 @@ import copy
 import ctypes
 import datetime
 import faulthandler
+import gc
 import inspect
 import io
 import linecache
@@ -875,7 +876,17 @@ class RankPool:
                                      # not daemonic, so a rank may start processes of its own
                                      # (DataLoader workers); shutdown() stops ranks at exit
                                      daemon=False)
-            proc.start()
+            # Objects the rank inherits are never garbage-collected there: a cycle that was
+            # garbage here (a socket, a pipe's Connection, a zmq context of the kernel) would
+            # otherwise close its fd *number* at a random time in the rank, by then gloo's epoll
+            # or socket fd (seen: gloo abort "loop.cc:212 nfds != -1"). gc.freeze() is O(1).
+            thaw = gc.get_freeze_count() == 0  # leave objects the kernel's own code froze frozen
+            gc.freeze()
+            try:
+                proc.start()
+            finally:
+                if thaw:
+                    gc.unfreeze()
             for c in (cmd_r, res_w, out_w, err_w):
                 c.close()
             for c in (out_r, err_r):
@@ -1035,6 +1046,7 @@ class RankPool:
             by_conn[r.proc.sentinel] = ("dead", r)
         failure_at = None
         grace = 0.5
+        polled = time.monotonic()
         while True:
             pending = [r for r in ranks if r.rank not in events]
             now = time.monotonic()
@@ -1048,9 +1060,13 @@ class RankPool:
             waitables += [c for r in ranks for c in (r.out_r, r.err_r)]
             limit = min(deadline, failure_at + grace if failure_at else deadline) - now
             ready = _mp_wait(waitables, timeout=max(0.0, min(limit, 0.25)))
-            for r in pending:  # a process the rank forked may hold its sentinel: ask waitpid too
-                if r.proc.sentinel not in ready and r.proc.exitcode is not None:
-                    ready.append(r.proc.sentinel)
+            if not ready or time.monotonic() - polled > 0.25:
+                # A process the rank forked may hold a copy of its sentinel (no EOF when the
+                # rank dies): ask waitpid too, at most 4 times a second (off the fast path).
+                polled = time.monotonic()
+                for r in pending:
+                    if r.proc.sentinel not in ready and r.proc.exitcode is not None:
+                        ready.append(r.proc.sentinel)
             for obj in ready:
                 key = obj if isinstance(obj, int) else id(obj)
                 what, r = by_conn[key]

@@ -759,3 +759,37 @@ def test_concurrent_launches_close_their_private_pool_promptly():
         t.join(60)
     assert set(times) == {"A", "B"}
     assert max(times.values()) < 4, times
+
+
+
+class _Cycle:
+    pass
+
+
+def test_garbage_inherited_from_the_kernel_never_closes_a_ranks_fds():
+    # Cyclic garbage holding sockets (as a kernel's old zmq or HTTP objects do) is copied into
+    # every forked rank. Collected there, it would close its fd numbers, by then gloo's sockets
+    # or epoll fd: the rank aborts ("loop.cc:212 nfds != -1"), as seen in a CI run.
+    import gc
+    import socket
+
+    def fn(rank, world_size):
+        import gc
+        gc.collect()
+        t = torch.ones(4)
+        for _ in range(20):
+            dist.all_reduce(t)
+        return t[0].item()
+
+    collnb.shutdown()
+    gc.disable()
+    try:
+        for _ in range(30):
+            c = _Cycle()
+            c.self, c.sock = c, socket.socket()
+        del c
+        assert collnb.launch(fn, 4) == [4.0 ** 20] * 4
+        assert collnb.launch(fn, 4) == [4.0 ** 20] * 4
+    finally:
+        gc.enable()
+        gc.collect()
