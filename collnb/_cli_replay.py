@@ -21,15 +21,15 @@ from ._cli import (EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_output
 def _cmd_replay(args) -> int:
     from .algorithms import ALGORITHMS, run_algorithm
     from .trace import Trace
-    import math
     status = check_outputs((args.gif, "--gif", (".gif",)), (args.png, "--png", (".png",)),
                            (args.trace, "--trace", (".json", ".npz")))
     if status is not None:
         return status
-    from .replay import FPS_RANGE
-    if not (math.isfinite(args.fps) and FPS_RANGE[0] <= args.fps <= FPS_RANGE[1]):
-        print(f"error: --fps must be {FPS_RANGE[0]} to {FPS_RANGE[1]} frames per second; got {args.fps}",
-              file=sys.stderr)
+    from .replay import FPS_RANGE, _check_rate
+    try:
+        _check_rate("--fps", args.fps, FPS_RANGE, "frames per second")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.from_trace:
         ignored = [flag for flag, value, default in (

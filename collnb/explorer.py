@@ -365,6 +365,20 @@ class Explorer:
     def _support(self, backend):
         return _prim.backend_support(backend, **self.launch_kwargs)
 
+    def _choose(self, wanted, normalise, valid, preferred):
+        """``(value, refused)``: ``wanted`` normalised (a name for an alias, dtype or ReduceOp)
+        when it is in ``valid``; otherwise ``preferred`` (or the first valid value) and the
+        refused name. A value that does not normalise adds its error to the notes and is
+        refused silently (``refused`` is None)."""
+        try:
+            name = normalise(wanted)
+        except (ValueError, TypeError) as exc:
+            self._notes.append(str(exc))
+            name = None
+        if name in valid:
+            return name, None
+        return (preferred if preferred in valid else valid[0]), name
+
     def _sync_controls(self, want_dtype=None, want_op=None, want_root=None):
         """Make every control offer only valid choices for the current primitive/backend/dtype,
         keeping the current values where they stay valid. Called with ``_syncing`` raised."""
@@ -393,42 +407,24 @@ class Explorer:
             dtypes = list(sup.dtypes(spec.name))
             if not dtypes:
                 raise RuntimeError(f"{backend} ran {spec.name} with no dtype here (detected on real ranks)")
-            cur = want_dtype if want_dtype is not None else c["dtype"].value
-            try:
-                cur = _prim.dtype_name(cur)
-            except (ValueError, TypeError) as exc:
-                self._notes.append(str(exc))
-                cur = None
-            if cur not in dtypes:
-                fallback = "float32" if "float32" in dtypes else dtypes[0]
-                if cur is not None and want_dtype is not None:
-                    self._notes.append(
-                        f"{backend} cannot run {spec.name} on {cur} tensors (detected on real ranks of torch "
-                        f"{sup.torch_version}); dtypes it accepts: {', '.join(dtypes)}. Showing {fallback}.")
-                cur = fallback
+            cur, refused = self._choose(want_dtype if want_dtype is not None else c["dtype"].value,
+                                        _prim.dtype_name, dtypes, "float32")
+            if refused is not None and want_dtype is not None:
+                self._notes.append(
+                    f"{backend} cannot run {spec.name} on {refused} tensors (detected on real ranks of torch "
+                    f"{sup.torch_version}); dtypes it accepts: {', '.join(dtypes)}. Showing {cur}.")
             if list(c["dtype"].options) != dtypes:
                 c["dtype"].options = dtypes
             c["dtype"].value = cur
             if spec.reduces:
                 ops = list(sup.ops(spec.name, cur))
-                want = want_op if want_op is not None else c["op"].value
-                try:
-                    want = _prim.op_name(want)
-                except (ValueError, TypeError) as exc:
-                    self._notes.append(str(exc))
-                    want = None
-                if want not in ops:
-                    fallback = "sum" if "sum" in ops else ops[0]
-                    if want is not None:
-                        why = ""
-                        if want == "avg":
-                            why = " AVG divides by the world size, so it needs a floating-point dtype."
-                        elif want in ("band", "bor", "bxor"):
-                            why = " Bitwise ops need an integer or bool dtype."
-                        self._notes.append(
-                            f"op {want.upper()} is not valid for {cur} with {backend} in {spec.name} (detected on "
-                            f"real ranks; valid: {', '.join(o.upper() for o in ops)}).{why} Showing {fallback.upper()}.")
-                    want = fallback
+                want, refused = self._choose(want_op if want_op is not None else c["op"].value,
+                                             _prim.op_name, ops, "sum")
+                if refused is not None:
+                    self._notes.append(
+                        f"op {refused.upper()} is not valid for {cur} with {backend} in {spec.name} (detected on "
+                        f"real ranks; valid: {', '.join(o.upper() for o in ops)}).{_prim.op_hint(refused, cur)} "
+                        f"Showing {want.upper()}.")
                 if list(c["op"].options) != ops:
                     c["op"].options = ops
                 c["op"].value = want

@@ -1190,6 +1190,17 @@ def _plain_number(v):
     return v
 
 
+def op_hint(op: str, dtype: str) -> str:
+    """Why a reduce op may not fit a dtype, as a sentence with a leading space ("" when there is
+    no general reason): AVG needs a floating-point dtype, bitwise ops an integer or bool one."""
+    dt = getattr(torch, dtype_name(dtype))
+    if op == "avg" and not (dt.is_floating_point or dt.is_complex):
+        return " AVG divides by the world size, so it needs a floating-point dtype."
+    if op in ("band", "bor", "bxor"):
+        return " Bitwise ops need an integer or bool dtype."
+    return ""
+
+
 def _check_input_values(table, dname):
     """Refuse, before launch, inputs the ranks could not build as documented in
     :func:`_make_tensor`: complex numbers for a real dtype (the imaginary part would be dropped),
@@ -1248,14 +1259,9 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
                     f"{backend} cannot run {primitive} on {dname} tensors (detected on real ranks, torch "
                     f"{sup.torch_version}: {err}); dtypes {primitive} accepts on {backend}: {', '.join(valid_d)}")
             valid_o = sup.ops(primitive, dname)
-            why = ""
-            if opn == "avg" and not (getattr(torch, dname).is_floating_point or getattr(torch, dname).is_complex):
-                why = " AVG divides by the world size, so it needs a floating-point dtype."
-            elif opn in ("band", "bor", "bxor"):
-                why = " Bitwise ops need an integer or bool dtype."
             raise ValueError(
                 f"{backend} cannot reduce {dname} with op {opn.upper()} in {primitive} (detected on real ranks, "
-                f"torch {sup.torch_version}: {sup.error(primitive, dname, opn)}).{why} "
+                f"torch {sup.torch_version}: {sup.error(primitive, dname, opn)}).{op_hint(opn, dname)} "
                 f"Valid ops for {dname}: {', '.join(o.upper() for o in valid_o)}")
         _check_input_values(table, dname)
     elif spec.kind == "object":
