@@ -99,11 +99,17 @@ class RankError(LaunchError):
     """A rank failed. The message starts with ``"rank R: ExcType: message"``.
 
     Attributes:
-        rank: the root-cause rank (int).
+        rank: the root-cause rank (int); ``None`` when no single rank is to blame: ranks called
+            mismatched collectives and no rank differs from all the others (the message then
+            starts ``"ranks 0 and 1: ..."`` and ``mismatch`` says who called what).
         exc_type: the name of that rank's exception type (str), e.g. ``"ValueError"``,
             ``"SystemExit"``, ``"Killed"`` (died from a signal), ``"Exited"`` (``os._exit``).
         rank_traceback: that rank's own traceback as text (str; empty when it died without one).
         outcomes: ``{rank: str}`` what happened to every rank.
+        mismatch: ``{collective fingerprint (str): [ranks]}`` when the debug check found ranks
+            calling different collectives (op, shapes, dtypes), else ``None``.
+        backend_log: the lines the backend's C++ code logged during the call (list of str,
+            ``"[rank r] ..."``), kept out of the cell unless ``launch(..., show_backend_log=True)``.
     """
 
     def __init__(self, message, rank, exc_type, rank_traceback, outcomes):
@@ -112,6 +118,8 @@ class RankError(LaunchError):
         self.exc_type = exc_type
         self.rank_traceback = rank_traceback
         self.outcomes = outcomes
+        self.mismatch = None
+        self.backend_log = []
 
     def _render_traceback_(self):
         # IPython shows this instead of the launcher's own frames: the learner sees their code.
@@ -124,12 +132,14 @@ class LaunchTimeout(LaunchError):
     Attributes:
         pending: ranks (list of int) that had not finished.
         outcomes: ``{rank: str}`` what happened to every rank.
+        backend_log: the lines the backend's C++ code logged (see :class:`RankError`).
     """
 
     def __init__(self, message, pending, outcomes):
         super().__init__(message)
         self.pending = pending
         self.outcomes = outcomes
+        self.backend_log = []
 
     def _render_traceback_(self):
         return str(self).splitlines()
@@ -218,7 +228,8 @@ def _to_cpu(obj):
     keep their types (namedtuple, ``torch.Size``, ``OrderedDict``, ``defaultdict``...). The
     pickler then copies each tensor's bytes, so the launcher gets real snapshots."""
     if isinstance(obj, torch.Tensor):
-        if type(obj) is torch.Tensor and obj.device.type == "cpu" and not obj.requires_grad:
+        if (type(obj) is torch.Tensor and obj.device.type == "cpu" and not obj.requires_grad) \
+                or obj.device.type == "meta":  # a meta tensor has no data to copy: it travels as it is
             return obj
         return obj.detach().to("cpu")
     if type(obj) is list:
@@ -264,6 +275,7 @@ def _is_comm_error(exc: BaseException) -> bool:
 
 
 _WORKER_FILE = os.path.abspath(__file__).rstrip("c")
+_HOOKS_FILE = os.path.abspath(_dist_hooks.__file__).rstrip("c")
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _FAULT_LINE = re.compile(r'File "(.*)", line (\d+) in (\S+)')
 _FINGERPRINT_NOISE = re.compile(r", TensorDeviceTypes=TensorOptions\((?:[^()]|\([^()]*\))*\)")
@@ -289,10 +301,12 @@ def _frames(tb) -> list:
 
 
 def _user_frames(frames):
-    """Drop every frame up to the launcher's call of the user's function (outermost first).
+    """Drop every frame up to the launcher's call of the user's function (outermost first), and
+    the frames of collnb's wrappers of torch.distributed (the learner called torch, not us).
     A forked rank's stack still holds the parent's frames that forked it."""
     mine = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == _WORKER_FILE]
-    return frames[mine[-1] + 1:] if mine else frames
+    frames = frames[mine[-1] + 1:] if mine else frames
+    return [f for f in frames if os.path.abspath(f[0]) != _HOOKS_FILE]
 
 
 def _iter_functions(fn, limit=200):
@@ -494,21 +508,62 @@ def _rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         os._exit(code)
 
 
-def _rebuild_tensor(data, dtype_name, shape):
+def _rebuild_tensor(data, dtype_name, shape, requires_grad=False, parameter=False):
     flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
-    return flat.view(getattr(torch, dtype_name)).reshape(shape)
+    t = flat.view(getattr(torch, dtype_name)).reshape(shape)
+    if parameter:
+        return torch.nn.Parameter(t, requires_grad=requires_grad)
+    return t.requires_grad_(True) if requires_grad else t
+
+
+def _rebuild_storage(data):
+    return torch.UntypedStorage.from_buffer(bytearray(data), dtype=torch.uint8) if data \
+        else torch.UntypedStorage(0)
+
+
+class _Unsendable(TypeError):
+    """A tensor flavour that cannot leave its process; the message says which and what instead."""
+
+
+def _unsendable_tensor(obj):
+    """Why ``obj`` (a tensor) cannot be serialised and what to send instead, or ``""``."""
+    if obj.layout == torch._mkldnn:
+        return ("an MKL-DNN tensor (layout torch._mkldnn: opaque memory that neither pickle nor torch.save "
+                "can copy); send t.to_dense() instead")
+    if type(obj).__name__ == "DTensor":
+        return ("a DTensor (a tensor sharded over a DeviceMesh, tied to this rank's process groups); "
+                "send t.to_local() (this rank's shard) or t.full_tensor() (the whole tensor) instead")
+    if type(obj).__name__ in ("FakeTensor", "FunctionalTensor"):
+        return f"a {type(obj).__name__} (it has no data); send a real tensor instead"
+    return ""
 
 
 class _Pickler(cloudpickle.Pickler):
     """cloudpickle (functions and classes defined in a cell travel by value) that sends dense
     tensors as raw bytes plus dtype and shape: a real copy, fast, and for every dtype (plain
-    pickle cannot rebuild uint16/32/64 or float8 tensors in torch 2.13)."""
+    pickle cannot rebuild uint16/32/64 or float8 tensors in torch 2.13). Conjugate and negative
+    views are resolved first (their bytes are not their values); ``nn.Parameter`` and a leaf's
+    ``requires_grad`` are kept, as pickle keeps them. Other flavours (sparse, quantized, nested,
+    meta, tensor subclasses) travel the way pickle sends them; untyped storages as their bytes."""
 
     def reducer_override(self, obj):
-        if type(obj) is torch.Tensor and obj.layout == torch.strided and not obj.is_quantized:
-            t = obj.detach().to("cpu").contiguous()
-            data = t.reshape(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b""
-            return _rebuild_tensor, (data, str(t.dtype).removeprefix("torch."), tuple(t.shape))
+        if isinstance(obj, torch.Tensor):
+            kind = type(obj)
+            if (kind is torch.Tensor or kind is torch.nn.Parameter) and obj.layout == torch.strided \
+                    and not obj.is_quantized and not obj.is_nested and obj.device.type != "meta":
+                t = obj.detach().to("cpu").resolve_conj().resolve_neg()
+                flat = t.reshape(-1)
+                if flat.numel() and flat.stride(0) != 1:  # e.g. one element at stride 2 (z.imag)
+                    flat = flat.clone(memory_format=torch.contiguous_format)
+                data = flat.view(torch.uint8).numpy().tobytes() if t.numel() else b""
+                return _rebuild_tensor, (data, str(t.dtype).removeprefix("torch."), tuple(t.shape),
+                                         bool(obj.requires_grad and obj.is_leaf), kind is torch.nn.Parameter)
+            why = _unsendable_tensor(obj)
+            if why:
+                raise _Unsendable(why)
+        elif type(obj) is torch.UntypedStorage and obj.device.type == "cpu":
+            # plain pickle fails on an untyped storage in torch 2.13 (AttributeError: ... 'dtype')
+            return _rebuild_storage, (bytes(obj),)
         return super().reducer_override(obj)
 
 
@@ -639,6 +694,8 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                     torch.cuda.synchronize()
                 try:
                     payload = _dumps(_to_cpu(result))
+                except _Unsendable as exc:
+                    raise TypeError(f"rank {rank}'s function returned {exc}") from None
                 except Exception as exc:
                     raise TypeError(
                         f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
@@ -743,7 +800,8 @@ def _report_error(res_w, exc, rank):
             text = str(exc)
         except Exception as inner:  # noqa: BLE001 - an exception whose __str__ raises
             text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
-    _send(res_w, ("error", type(exc).__name__, text, _frames(exc.__traceback__), _is_comm_error(exc)))
+    _send(res_w, ("error", type(exc).__name__, text, _frames(exc.__traceback__), _is_comm_error(exc),
+                  getattr(exc, "collnb_timeout", "")))
 
 
 def _idle_forever():
@@ -766,6 +824,7 @@ class _Rank:
     out_r: Any
     err_r: Any
     partial: dict = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
+    in_log: bool = False  # the last stderr line was a C++ log line (its continuation lines follow)
 
 
 @dataclass
@@ -781,6 +840,7 @@ class _Event:
     seq: Any = None
     intact: bool = True
     calls: Any = None
+    timeout_name: str = ""  # which timeout fired, in words (communication errors only)
 
 
 def _sweep_stale_dirs():
@@ -865,6 +925,8 @@ class RankPool:
         self.max_size = backend_info(backend)["max_world_size"] or MAX_WORLD_SIZE
         self.generation = 0
         self.broken = False
+        self.show_backend_log = False
+        self.backend_log = []  # C++ log lines of the current call (see _emit)
         self.lock = threading.Lock()
         self._ctx = tmp.get_context(start_method)
         _sweep_stale_dirs()
@@ -985,14 +1047,34 @@ class RankPool:
             self._emit(r.rank, fd_kind, [bytes(r.partial[fd_kind])])
             r.partial[fd_kind] = bytearray()
 
-    @staticmethod
-    def _emit(rank, fd_kind, lines):
+    def _emit(self, rank, fd_kind, lines):
         if not lines:
             return
         stream = sys.stdout if fd_kind == 1 else sys.stderr
-        text = "".join(f"[rank {rank}] {ln.decode('utf-8', 'replace')}\n" for ln in lines)
-        stream.write(text)
-        stream.flush()
+        shown = [f"[rank {rank}] {ln.decode('utf-8', 'replace')}\n" for ln in lines]
+        if fd_kind == 2 and not self.show_backend_log:
+            # torch's / gloo's C++ log lines ("[rank0]:[E1130 ... ProcessGroupGloo.cpp:2901] ...")
+            # repeat what the launcher reports as one clear error: keep them for the error
+            r = self.ranks[rank] if rank < len(self.ranks) else None
+            keep = []
+            for line, text in zip(lines, shown):
+                held = _CPP_LOG.match(line) is not None or (
+                    r is not None and r.in_log and _CPP_LOG_MORE.match(line) is not None)
+                if r is not None:
+                    r.in_log = held
+                (self.backend_log if held else keep).append(text.rstrip("\n"))
+            shown = [t + "\n" for t in keep]
+        if shown:
+            stream.write("".join(shown))
+            stream.flush()
+
+    def _release_backend_log(self):
+        """Write the held C++ log lines to stderr (a call that ended without an error to attach
+        them to, or was interrupted) and forget them."""
+        if self.backend_log:
+            sys.stderr.write("".join(line + "\n" for line in self.backend_log))
+            sys.stderr.flush()
+        self.backend_log = []
 
     def _drain(self, ranks, final=True):
         for r in ranks:
@@ -1000,19 +1082,25 @@ class RankPool:
             self._pump_output(r, r.err_r, final)
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, fn, world_size, args=(), kwargs=None, timeout=60.0, record_calls=False):
+    def run(self, fn, world_size, args=(), kwargs=None, timeout=60.0, record_calls=False,
+            show_backend_log=False):
         """Run ``fn(rank, world_size, *args, **kwargs)`` on ranks ``0..world_size-1``.
 
         Returns the per-rank results (list, rank order; a :class:`LaunchResults` with ``.calls``
-        when ``record_calls``). Raises :class:`RankError`,
+        when ``record_calls``). C++ log lines of the backend are printed as they come when
+        ``show_backend_log``, else attached to the error (or printed at the end when there is
+        none). Raises :class:`RankError`,
         :class:`LaunchTimeout` or re-raises ``KeyboardInterrupt`` after stopping every rank; in
         each case the pool is closed and must not be reused.
         """
         if self.broken:
             raise LaunchError("this pool was closed after a failure; start a new one")
+        self.show_backend_log, self.backend_log = bool(show_backend_log), []
         deadline = time.monotonic() + timeout
         try:
             task = _dumps((fn, tuple(args), dict(kwargs or {}), _code_files(fn)))
+        except _Unsendable as exc:
+            raise TypeError(f"cannot send {exc.args[0].replace('; send', ' to the ranks; pass', 1)}") from None
         except Exception as exc:
             raise TypeError(f"cannot send {fn!r} and its arguments to the ranks: {exc}") from exc
         try:
@@ -1026,10 +1114,26 @@ class RankPool:
                     r.cmd_w.send_bytes(message)
                 except OSError:  # the rank just died: _collect reports how (RankError "rank R: Killed")
                     pass
-            return self._collect(self.ranks[:world_size], deadline, phase="run")
+            results = self._collect(self.ranks[:world_size], deadline, phase="run")
+            self._release_backend_log()
+            return results
+        except (RankError, LaunchTimeout) as exc:
+            self.close()
+            self._attach_backend_log(exc)
+            raise
         except BaseException:
             self.close()
+            self._release_backend_log()
             raise
+
+    def _attach_backend_log(self, exc):
+        exc.backend_log, self.backend_log = self.backend_log, []
+        if exc.backend_log:
+            n = len(exc.backend_log)
+            note = (f"\n\n({n} line{'s' if n > 1 else ''} logged by {self.backend}'s C++ code kept out of "
+                    f"the output: print(*err.backend_log, sep='\\n') shows them; "
+                    f"launch(..., show_backend_log=True) prints them as they come)")
+            exc.args = (exc.args[0] + note,) + exc.args[1:]
 
     def _retire_group(self, world_size):
         """Stop using the group of ranks 0..world_size-1: its ranks issued different numbers of
@@ -1126,8 +1230,9 @@ class RankPool:
                     elif msg[0] == "ready":
                         events[r.rank] = _Event(r.rank, "ok", t, value=msg[2])
                     else:
-                        _, et, text, frames, comm = msg
-                        events[r.rank] = _Event(r.rank, "error", t, et, text, frames, comm)
+                        _, et, text, frames, comm, timeout_name = msg
+                        events[r.rank] = _Event(r.rank, "error", t, et, text, frames, comm,
+                                                timeout_name=timeout_name or self._timeout_name(text))
                         failure_at = failure_at or t
         self._drain(ranks, final=True)
         failed = [e for e in events.values() if e.kind != "ok"]
@@ -1208,9 +1313,23 @@ class RankPool:
             stacks[r.rank] = _user_frames(frames)
         return stacks
 
+    def _timeout_name(self, text):
+        """Which timeout a communication error reports, in words, from its message ("... in 2000
+        ms", "Timed out waiting 5000ms"); ``""`` when it names none."""
+        m = _TIMEOUT_MS.search(text or "")
+        if not m:
+            return ""
+        seconds = int(m.group(1) or m.group(2)) / 1000
+        if math.isclose(seconds, self.collective_timeout, rel_tol=1e-3):
+            return f"collective_timeout ({self.collective_timeout:g} s)"
+        return f"a timeout of {seconds:g} s set in the function (not collective_timeout)"
+
     @staticmethod
     def _root_cause(failed, events, pending, stacks):
         primary = [e for e in failed if e.kind == "died" or not e.comm]
+        mismatch = _mismatch(failed) if primary and all(_MISMATCH in e.message for e in primary) else None
+        if mismatch is not None:
+            return mismatch
         if primary:
             return min(primary, key=lambda e: e.t)
         # Only communication errors: the culprit is a rank that never joined the collective.
@@ -1220,8 +1339,10 @@ class RankPool:
             names = ", ".join(map(str, absent))
             culprit = absent[0]
             frames = stacks.get(culprit) or []
+            which = next((e.timeout_name for e in sorted(failed, key=lambda e: e.t) if e.timeout_name),
+                         "its collective_timeout")
             head = (f"rank {names} never reached the collective that rank {first.rank} was waiting in "
-                    f"until its collective_timeout ran out")
+                    f"until {which} ran out")
             if frames:
                 text = f"{head}; rank {culprit} was {_where(frames)}"
             elif pending:
@@ -1256,6 +1377,8 @@ class RankPool:
         return "\n".join(f"  rank {k}: {v}" for k, v in sorted(outcomes.items()))
 
     def _rank_error(self, root, outcomes, phase):
+        if root.kind == "mismatch":
+            return self._mismatch_error(root, outcomes, phase)
         if root.kind == "died":
             exc_type = "Killed" if (root.value or 0) < 0 else "Exited"
             head = f"rank {root.rank}: {exc_type}: {_death_text(root.value)}"
@@ -1271,6 +1394,45 @@ class RankPool:
             text += "\n\n(while initialising the process group)"
         text += "\n\nWhat happened to every rank:\n" + self._outcome_text(outcomes)
         return RankError(text, root.rank, exc_type, tb, outcomes)
+
+    def _mismatch_error(self, root, outcomes, phase):
+        """The TORCH_DISTRIBUTED_DEBUG=DETAIL check found ranks calling different collectives
+        (op, shapes or dtypes). Blame one rank only when it differs from all the others."""
+        sides = root.value  # [(fingerprint, [ranks])], largest side first
+        lines = [f"  {_ranks_text(ranks)}: {fp}" for fp, ranks in sides]
+        if root.rank is not None:
+            others = sorted(r for fp, ranks in sides for r in ranks if r != root.rank)
+            head = (f"rank {root.rank}: {root.exc_type}: {_MISMATCH} on ranks: rank {root.rank} called a "
+                    f"different collective from every other rank ({_ranks_text(others)} agree)")
+            tbs = [([root.rank], root.frames)]
+        else:
+            every = sorted(r for _, ranks in sides for r in ranks)
+            head = (f"{_ranks_text(every)}: {root.exc_type}: {_MISMATCH} on ranks: no rank differs from all "
+                    f"the others, so none of them is called the root cause; each side is shown")
+            tbs = []  # one traceback per place in the code (the sides often share one line)
+            for (fp, ranks), frames in zip(sides, root.frames):
+                same = [i for i, (_, f) in enumerate(tbs) if [x[:3] for x in f] == [x[:3] for x in frames]]
+                if same:
+                    tbs[same[0]] = (tbs[same[0]][0] + ranks, tbs[same[0]][1])
+                else:
+                    tbs.append((list(ranks), frames))
+        text = head + ":\n" + "\n".join(lines)
+        if root.message:
+            text += f"\n{root.message}"
+        text += ("\nEvery rank of a group must call the same collectives, in the same order, with the same "
+                 "shapes and dtypes.")
+        tb = ""
+        for ranks, frames in tbs:
+            part = _format_frames(frames).rstrip()
+            if part:
+                tb += f"\n\nTraceback of {_ranks_text(ranks)} (most recent call last):\n{part}"
+        text += tb
+        if phase == "init":
+            text += "\n\n(while initialising the process group)"
+        text += "\n\nWhat happened to every rank:\n" + self._outcome_text(outcomes)
+        err = RankError(text, root.rank, root.exc_type, tb.strip(), outcomes)
+        err.mismatch = {fp: ranks for fp, ranks in sides}
+        return err
 
 
 @contextlib.contextmanager
@@ -1296,6 +1458,59 @@ def _sigint_deferred():
                 previous(*caught[0])
             elif previous == signal.SIG_DFL:
                 raise KeyboardInterrupt
+
+
+_MISMATCH = "Detected mismatch between collectives"
+# c10's C++ log line: "[rank0]:[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] message"
+# (glog style: severity I/W/E/F, month+day, time, optional thread id, file:line)
+_CPP_LOG = re.compile(rb"^(?:\[rank\d+\]:)?\[[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: +\d+)? [^\]\s]+:\d+\]")
+_CPP_LOG_MORE = re.compile(rb"^(?:frame #\d+:|Exception raised from |\s)")
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(((?:[^()]|\([^()]*\))*)\)")
+_DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)", re.S)
+_TIMEOUT_MS = re.compile(r"in (\d+) ?ms|[Tt]imed out waiting (\d+) ?ms")
+
+
+def _ranks_text(ranks):
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + (", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}")
+
+
+def _mismatch(failed):
+    """Root cause of a DETAIL-check mismatch: an ``_Event`` of kind ``"mismatch"`` whose ``rank``
+    is the one rank that differs from all the others (``None`` when no rank does, e.g. two ranks,
+    or three sides), ``value`` the sides ``[(fingerprint, [ranks])]`` and ``message`` what
+    differs. ``None`` when the messages cannot be read."""
+    fps, frames = {}, {}
+    for e in sorted(failed, key=lambda e: e.t):
+        for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message)):
+            fps.setdefault(int(rank), fp.strip())
+        frames.setdefault(e.rank, e.frames)
+    if len(set(fps.values())) < 2:
+        return None
+    seqs = {m.group(1) for fp in fps.values() for m in [re.search(r"SequenceNumber=(\d+)", fp)] if m}
+    if len(seqs) == 1:  # the same operation number everywhere: leave it out
+        fps = {r: re.sub(r"SequenceNumber=\d+,\s*", "", fp) for r, fp in fps.items()}
+    by_fp = {}
+    for rank, fp in sorted(fps.items()):
+        by_fp.setdefault(fp, []).append(rank)
+    sides = sorted(by_fp.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    odd = None
+    if len(sides) == 2 and len(sides[1][1]) == 1 and len(sides[0][1]) >= 2:
+        odd = sides[1][1][0]
+    first = min(failed, key=lambda e: e.t)
+    differ = ""
+    for e in sorted(failed, key=lambda e: (e.rank != odd, e.rank)):  # the odd rank's, or the lowest's
+        m = _DIFFER.search(e.message)
+        if m:  # torch's text: "Tensor Tensor dtypes: Floatvs Long"
+            aspects = re.sub(r"\s+", " ", m.group(1)).strip().replace("Tensor Tensor ", "Tensor ")
+            differ = "Collectives differ in: " + re.sub(r"(\S)vs ", r"\1 vs ", aspects)
+            break
+    if odd is not None:
+        return _Event(odd, "mismatch", first.t, first.exc_type, differ, frames.get(odd, []), value=sides)
+    return _Event(None, "mismatch", first.t, first.exc_type, differ,
+                  [frames.get(ranks[0], []) for _, ranks in sides], value=sides)
 
 
 def _death_text(exitcode):
@@ -1336,7 +1551,8 @@ def _check_signature(fn, args, kwargs):
 
 def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | None = None,
            backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0,
-           debug: bool = True, start_method: str | None = None, *, record_calls: bool = False):
+           debug: bool = True, start_method: str | None = None, *, record_calls: bool = False,
+           show_backend_log: bool = False):
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` real ranks.
 
     Each rank is a process started through :mod:`torch.multiprocessing`, already inside an
@@ -1362,6 +1578,10 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
             afresh; needed when CUDA is already initialised here).
         record_calls: also return the torch.distributed calls each rank's function made
             (keyword only; see Returns).
+        show_backend_log: print the lines the backend's C++ code logs (``[E... ProcessGroupGloo.cpp:...]``)
+            in the cell as they come (keyword only). By default they are kept out of the cell and
+            attached to the error as ``err.backend_log`` (its message says how many); after a call
+            that succeeds they are printed at its end.
 
     Returns:
         list of length ``world_size``: ``fn``'s return value on each rank, in rank order. Tensors
@@ -1415,11 +1635,13 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         # Another thread is using the warm pool: run on a private pool of our own.
         own = RankPool(backend, debug, collective_timeout, start_method)
         try:
-            return own.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls)
+            return own.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls,
+                           show_backend_log=show_backend_log)
         finally:
             own.close()
     try:
-        return pool.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls)
+        return pool.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls,
+                        show_backend_log=show_backend_log)
     finally:
         pool.lock.release()
 
