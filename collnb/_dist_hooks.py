@@ -370,25 +370,27 @@ def _batch(orig, args, kwargs):
     if not (_state["check_layout"] and any(_odd(op.tensor) for op in ops if isinstance(op.tensor, torch.Tensor))):
         return orig(*args, **kwargs)
     # Dense stand-ins for odd tensors; results copied back when each Work is waited on.
-    swapped = []
-    for op in ops:
+    swapped = {}  # index of the op -> (its tensor, the dense stand-in or None for a send)
+    for i, op in enumerate(ops):
         t = op.tensor
         if isinstance(t, torch.Tensor) and _odd(t):
             receives = op.op is _wrappers.get("irecv")
             if receives:
                 _check_writable(t, "batch_isend_irecv")
             dense = _dense(t)
-            swapped.append((op, t, dense if receives else None))
+            swapped[i] = (t, dense if receives else None)
             op.tensor = dense
     try:
         works = orig(ops)
     finally:
-        for op, t, _ in swapped:
-            op.tensor = t
-    copies = [(t, dense) for _, t, dense in swapped if dense is not None]
+        for i, (t, _) in swapped.items():
+            ops[i].tensor = t
+    copies = {i: (t, dense) for i, (t, dense) in swapped.items() if dense is not None}
     if not copies:
         return works
-    return [_CopyBackWork(w, copies) for w in works]
+    if len(works) == len(ops):  # one Work per operation (gloo): each copies back its own receive
+        return [_CopyBackWork(w, [copies[i]]) if i in copies else w for i, w in enumerate(works)]
+    return [_CopyBackWork(w, list(copies.values())) for w in works]  # one Work for the batch (NCCL)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -397,7 +399,11 @@ def _batch(orig, args, kwargs):
 
 def _odd(t) -> bool:
     """Whether gloo would misread this tensor: strided but not dense, or a pending conj/neg."""
-    return (t.layout == torch.strided and not t.is_contiguous()) or t.is_conj() or t.is_neg()
+    try:
+        return (t.layout == torch.strided and not t.is_nested and not t.is_contiguous()) \
+            or t.is_conj() or t.is_neg()
+    except Exception:  # noqa: BLE001 - a tensor kind without these queries: leave it to torch
+        return False
 
 
 def _any_odd(args, kwargs) -> bool:

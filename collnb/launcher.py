@@ -1256,9 +1256,19 @@ class RankPool:
                       if isinstance(k, int) else v) for k, v in stacks.items()}
         if not failed:
             outcomes = self._outcomes(ranks, events, stacks, None)
+            waiting = [r for r in pending if _where(stacks.get(r)).startswith("waiting in ")]
+            finished = [r.rank for r in ranks if r.rank in events]
+            if waiting and finished:
+                # a group with a timeout= longer than the launch's: more time would not help
+                advice = (f"rank(s) {', '.join(map(str, waiting))} were waiting in a collective that rank(s) "
+                          f"{', '.join(map(str, finished))} never called (their functions had returned); every "
+                          f"rank of a group must call the same collectives in the same order. A longer timeout "
+                          f"will not help: the group's own timeout= was longer than the launch's")
+            else:
+                advice = "raise the limit with launch(..., timeout=SECONDS)"
             raise LaunchTimeout(
                 f"timed out during {phase}: rank(s) {', '.join(map(str, pending))} had not finished "
-                f"(raise the limit with launch(..., timeout=SECONDS))\n" + self._outcome_text(outcomes),
+                f"({advice})\n" + self._outcome_text(outcomes),
                 pending, outcomes)
         root = self._root_cause(failed, events, pending, stacks)
         outcomes = self._outcomes(ranks, events, stacks, root)
@@ -1589,6 +1599,13 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         copies. With ``record_calls=True`` a :class:`LaunchResults` (a ``list`` equal to the
         plain one) whose ``.calls[r]`` lists rank ``r``'s calls as :class:`CallRecord` objects
         (function name, global src/dst, group size, tensor shapes and dtypes), in call order.
+
+    Inside the ranks, torch.distributed's functions are wrapped for the call (see
+    :mod:`collnb._dist_hooks`): tensors whose layout gloo misreads (non-contiguous or expanded,
+    conjugate or negative views) are handed to torch as dense copies and results copied back;
+    groups and device meshes the function creates without ``timeout=`` get ``collective_timeout``.
+    Arguments travel as pickle sends them (``nn.Parameter`` and a leaf's ``requires_grad`` kept);
+    results come back detached.
 
     Each call finds its ranks as a fresh script would: what a call changed in a rank's
     ``sys.stdout``/``sys.stderr``, fds 1 and 2, working directory, pending ``signal.alarm``,

@@ -368,3 +368,17 @@ def test_values_of_views_that_share_a_base_are_kept():
     assert a.tolist() == [0., 1., 2., 3.] and b.tolist() == [2., 3., 4., 5.]
     assert c.tolist() == [[0., 3.], [1., 4.], [2., 5.]]
     assert pickle.loads(pickle.dumps(a)).tolist() == a.tolist()
+
+
+def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
+    def fn(rank, world_size):
+        g = dist.new_group([0, 1], timeout=datetime.timedelta(minutes=10))  # longer than the launch
+        if rank == 0:
+            dist.all_reduce(torch.ones(2), group=g)
+
+    with pytest.raises(collnb.LaunchTimeout) as info:
+        collnb.launch(fn, 2, timeout=4)
+    text = str(info.value)
+    assert "rank(s) 0 were waiting in a collective that rank(s) 1 never called" in text
+    assert "raise the limit" not in text
+    assert info.value.outcomes[1] == "finished"
