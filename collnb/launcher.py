@@ -1473,7 +1473,11 @@ def _sigint_deferred():
 _MISMATCH = "Detected mismatch between collectives"
 # c10's C++ log line: "[rank0]:[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] message"
 # (glog style: severity I/W/E/F, month+day, time, optional thread id, file:line)
-_CPP_LOG = re.compile(rb"^(?:\[rank\d+\]:)?\[[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: +\d+)? [^\]\s]+:\d+\]")
+# gloo's own: "[/path/gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242";
+# NCCL's: "host:1234:1240 [0] NCCL WARN ..." / "NCCL INFO ...".
+_CPP_LOG = re.compile(rb"^(?:(?:\[rank\d+\]:)?\[[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: +\d+)? [^\]\s]+:\d+\]"
+                      rb"|\[[^\]\s]+\.(?:cc|cpp|cu|h):\d+\] "
+                      rb"|\S+:\d+:\d+ \[\d+\] NCCL (?:WARN|INFO|ERROR|TRACE) )")
 _CPP_LOG_MORE = re.compile(rb"^(?:frame #\d+:|Exception raised from |\s)")
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(((?:[^()]|\([^()]*\))*)\)")
 _DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)", re.S)

@@ -382,3 +382,28 @@ def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
     assert "rank(s) 0 were waiting in a collective that rank(s) 1 never called" in text
     assert "raise the limit" not in text
     assert info.value.outcomes[1] == "finished"
+
+
+@pytest.mark.parametrize("line, held", [
+    (b"[rank0]:[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] [Rank 0]: Rank 1 failed", True),
+    (b"[W1130 21:54:26.310024083 4242 socket.cpp:767] [c10d] The client socket has failed", True),
+    (b"[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer", True),
+    (b"gpu-node:4242:4250 [0] NCCL WARN Cuda failure 'out of memory'", True),
+    (b"[W1130 12:00:00] a learner's own line that looks like a log line", False),
+    (b"[1, 2, 3]", False),
+    (b"Traceback (most recent call last):", False),
+])
+def test_which_lines_count_as_the_backends_log(line, held):
+    from collnb.launcher import _CPP_LOG
+    assert (_CPP_LOG.match(line) is not None) == held
+
+
+def test_a_recv_timeout_names_the_groups_own_timeout():
+    def fn(rank, world_size):
+        g = dist.new_group([0, 1], timeout=datetime.timedelta(seconds=1.5))
+        if rank == 0:
+            dist.recv(torch.zeros(2), src=1, group=g)
+
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 2, collective_timeout=30, timeout=25)
+    assert "until the timeout=1.5 s passed to new_group ran out" in str(info.value).splitlines()[0]
