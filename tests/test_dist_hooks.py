@@ -9,6 +9,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb import CallRecord, LaunchResults
+from torch.distributed import irecv as torch_irecv, isend as torch_isend  # taken before any wrapping
 
 warnings.filterwarnings("ignore", category=FutureWarning)
 
@@ -322,3 +323,47 @@ def test_async_work_copies_back_on_wait_and_future():
     for first, y in collnb.launch(fn, 2):
         assert first.tolist() == [100., 104., 108., 112.]
         assert y.tolist() == [102., 106., 110., 114.]
+
+
+def test_p2p_ops_built_with_functions_taken_before_the_wrapping_still_work():
+    def fn(rank, world_size):
+        other = 1 - rank
+        got = torch.zeros(2)
+        col = torch.zeros(2, 2)[:, 1]  # a strided receive buffer too
+        ops = [dist.P2POp(torch_isend, torch.full((2,), float(rank)), other),
+               dist.P2POp(torch_irecv, got, other),
+               dist.P2POp(torch_isend, torch.full((2,), 10. + rank), other),
+               dist.P2POp(torch_irecv, col, other)]
+        for w in dist.batch_isend_irecv(ops):
+            w.wait()
+        return got, col
+
+    out = collnb.launch(fn, 2, record_calls=True)
+    assert [g.tolist() for g, _ in out] == [[1., 1.], [0., 0.]]
+    assert [c.tolist() for _, c in out] == [[11., 11.], [10., 10.]]
+    assert [r.op for r in out.calls[0]] == ["isend", "irecv", "isend", "irecv"]
+
+
+def test_the_hooks_can_be_driven_by_hand_on_any_rank():
+    """install/take_records/pause/uninstall: the API a remote engine uses without launch()."""
+    from collnb import _dist_hooks
+
+    def fn(rank, world_size):
+        wrapped = dist.all_reduce
+        _dist_hooks.uninstall()
+        plain = dist.all_reduce
+        restored = plain is not wrapped and dist.distributed_c10d.all_reduce is plain
+        _dist_hooks.install(record=True, check_layout=True, group_timeout=3.0)
+        x = (torch.arange(4.).reshape(2, 2) + 10 * rank)[:, 0]
+        dist.all_reduce(x)
+        records = _dist_hooks.take_records()
+        again = _dist_hooks.take_records()
+        _dist_hooks.pause()
+        dist.barrier()  # not recorded while paused
+        return restored, records, again, x, _dist_hooks.take_records()
+
+    for restored, records, again, x, after in collnb.launch(fn, 2):
+        assert restored
+        assert records == [R("all_reduce", None, 2, ((2,),), ("float32",))]
+        assert again == [] and after == []
+        assert x.tolist() == [10., 14.]
