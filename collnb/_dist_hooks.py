@@ -238,8 +238,7 @@ def _make_wrapper(name, orig):
             if _state["record"]:
                 bound = sig.bind(*args, **kwargs)
                 _records.append(_record(name, bound.arguments, roles))
-            if _state["check_layout"] and roles and (_any_odd(args, kwargs) or
-                                                      (name == "gather" and _any_complex(args, kwargs))):
+            if _state["check_layout"] and roles and _any_odd(args, kwargs):
                 bound = bound or sig.bind(*args, **kwargs)
                 return _call_with_dense(orig, name, bound, roles)
             return orig(*args, **kwargs)
@@ -418,10 +417,6 @@ def _any_odd(args, kwargs) -> bool:
     return False
 
 
-def _any_complex(args, kwargs) -> bool:
-    return any(t.is_complex() for value in (*args, *kwargs.values()) for t in _tensors(value))
-
-
 def _dense(t):
     return t.resolve_conj().resolve_neg().contiguous().clone(memory_format=torch.contiguous_format)
 
@@ -453,14 +448,6 @@ def _swap(value, role, name, copies):
     return value
 
 
-def _as_real(value):
-    if isinstance(value, torch.Tensor):
-        return torch.view_as_real(value) if value.is_complex() else value
-    if isinstance(value, list):
-        return [_as_real(v) for v in value]
-    return value
-
-
 def _copy_back(copies):
     for original, dense in copies:
         original.copy_(dense)
@@ -472,12 +459,6 @@ def _call_with_dense(orig, name, bound, roles):
     for arg, role in roles.items():
         if arg in arguments:
             arguments[arg] = _swap(arguments[arg], role, name, copies)
-    if name == "gather":
-        # gloo's gather has no complex dtypes ("Invalid scalar type"); torch's other collectives
-        # send complex tensors as real pairs (view_as_real), and so does this one here
-        for arg in roles:
-            if arg in arguments:
-                arguments[arg] = _as_real(arguments[arg])
     result = orig(*bound.args, **bound.kwargs)
     if not copies:
         return result

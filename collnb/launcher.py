@@ -24,6 +24,13 @@ How it works (and why):
   A rank that never reaches a collective its peers wait in is caught by the process group's
   ``collective_timeout`` (seconds, default 5), not gloo's 30-minute default; the launcher then
   shows where each still-running rank was (its Python stack, via :mod:`faulthandler`).
+* **torch.distributed, checked.** Inside a call, :mod:`collnb._dist_hooks` wraps the public
+  torch.distributed functions: tensors whose layout gloo misreads get dense copies (results copied
+  back), groups and device meshes the function makes get ``collective_timeout``, and with
+  ``record_calls=True`` each rank's own calls come back as :class:`CallRecord` objects. When the
+  DETAIL check finds mismatched collectives, a rank is blamed only if it differs from all the
+  others; a timeout error names the timeout that fired; the backend's C++ log lines are attached
+  to the error instead of printed.
 * **No orphans.** Ranks watch their parent and exit, removing the pool's files, within 0.2 s of
   its death (a killed or restarted kernel); they ignore SIGINT (the kernel
   handles Kernel → Interrupt and stops them), and the pool's temporary directory is removed on
@@ -543,8 +550,11 @@ class _Pickler(cloudpickle.Pickler):
     tensors as raw bytes plus dtype and shape: a real copy, fast, and for every dtype (plain
     pickle cannot rebuild uint16/32/64 or float8 tensors in torch 2.13). Conjugate and negative
     views are resolved first (their bytes are not their values); ``nn.Parameter`` and a leaf's
-    ``requires_grad`` are kept, as pickle keeps them. Other flavours (sparse, quantized, nested,
-    meta, tensor subclasses) travel the way pickle sends them; untyped storages as their bytes."""
+    ``requires_grad`` are kept, as pickle keeps them (a non-leaf that requires grad, which pickle
+    refuses, arrives detached: no autograd graph crosses processes). Other flavours (sparse,
+    quantized, nested, meta, tensor subclasses) travel the way pickle sends them; untyped
+    storages as their bytes. MKL-DNN tensors and DTensors raise :class:`_Unsendable` saying what
+    to send instead."""
 
     def reducer_override(self, obj):
         if isinstance(obj, torch.Tensor):
