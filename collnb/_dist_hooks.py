@@ -37,6 +37,7 @@ from __future__ import annotations
 import datetime
 import functools
 import inspect
+import re
 import threading
 from dataclasses import dataclass
 
@@ -267,7 +268,7 @@ def _make_constructor(name, orig):
                 except TypeError:
                     timeout = None
                 if timeout is not None:
-                    phrase = f"the timeout={_seconds(timeout):g} s passed to {name}"
+                    phrase = (_seconds(timeout), f"the timeout={_seconds(timeout):g} s passed to {name}")
                     groups = result if isinstance(result, tuple) else (result,)
                     for g in groups:  # new_subgroups returns (this rank's group, all groups)
                         for pg in (g if isinstance(g, list) else [g]):
@@ -285,27 +286,39 @@ def _seconds(timeout):
 
 
 _TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "failed to pass monitoredBarrier")
+_TIMEOUT_MS = re.compile(r"in (\d+) ?ms|[Tt]imed out waiting (\d+) ?ms")
 
 
 def _name_timeout(exc, name, sig, args, kwargs):
-    """Attach ``collnb_timeout`` to a timeout error: which timeout fired, in words."""
+    """Attach ``collnb_timeout`` to a timeout error: which timeout fired, in words. The call's
+    own ``timeout=``, its group's (given to ``new_group`` & co.) or the launch's; when the message
+    says how long it waited ("... in 6000 ms"), the one of that length."""
     try:
-        if not any(m in str(exc) for m in _TIMEOUT_MARKERS) or hasattr(exc, "collnb_timeout"):
+        text = str(exc)
+        if not any(m in text for m in _TIMEOUT_MARKERS) or hasattr(exc, "collnb_timeout"):
             return
         arguments = sig.bind(*args, **kwargs).arguments
+        candidates = []
         if name in ("monitored_barrier", "barrier") and arguments.get("timeout") is not None:
-            phrase = f"the timeout={_seconds(arguments['timeout']):g} s passed to {name}"
+            seconds = _seconds(arguments["timeout"])
+            candidates.append((seconds, f"the timeout={seconds:g} s passed to {name}"))
+        group = arguments.get("group")
+        if group is None and name == "batch_isend_irecv":
+            ops = arguments.get("p2p_op_list") or []
+            group = getattr(ops[0], "group", None) if ops else None
+        group = group if group is not None else dist.distributed_c10d._get_default_group()
+        if group in _group_timeouts:
+            candidates.append(_group_timeouts[group])
+        seconds = _state["group_timeout"]
+        candidates.append((seconds, f"collective_timeout ({seconds:g} s)" if seconds is not None
+                           else "collective_timeout"))
+        m = _TIMEOUT_MS.search(text)
+        if m:
+            waited = int(m.group(1) or m.group(2)) / 1000
+            exact = [p for s, p in candidates if s is not None and abs(s - waited) < 1e-3 * max(s, 1)]
+            exc.collnb_timeout = exact[0] if exact else f"a timeout of {waited:g} s"
         else:
-            group = arguments.get("group")
-            if group is None and name == "batch_isend_irecv":
-                ops = arguments.get("p2p_op_list") or []
-                group = getattr(ops[0], "group", None) if ops else None
-            group = group if group is not None else dist.distributed_c10d._get_default_group()
-            phrase = _group_timeouts.get(group)
-            if phrase is None:
-                seconds = _state["group_timeout"]
-                phrase = f"collective_timeout ({seconds:g} s)" if seconds is not None else "collective_timeout"
-        exc.collnb_timeout = phrase
+            exc.collnb_timeout = candidates[0][1]
     except Exception:  # noqa: BLE001 - naming is a courtesy; never hide the real error
         pass
 

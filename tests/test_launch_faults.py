@@ -407,3 +407,17 @@ def test_a_recv_timeout_names_the_groups_own_timeout():
     with pytest.raises(collnb.RankError) as info:
         collnb.launch(fn, 2, collective_timeout=30, timeout=25)
     assert "until the timeout=1.5 s passed to new_group ran out" in str(info.value).splitlines()[0]
+
+
+def test_the_timeout_named_is_the_one_that_fired_not_the_one_passed():
+    # barrier(timeout=1.5 s): with debug=True torch's DETAIL check first waits in a monitored
+    # barrier with the group's timeout (collective_timeout, 3 s here), and that is what fires
+    def fn(rank, world_size):
+        if rank == 0:
+            dist.barrier(timeout=datetime.timedelta(seconds=1.5))
+
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(fn, 2, collective_timeout=3, timeout=30)
+    first = str(info.value).splitlines()[0]
+    assert "until collective_timeout (3 s) ran out" in first
+    assert "monitoredBarrier in 3000 ms" in info.value.outcomes[0]
