@@ -39,6 +39,7 @@ import functools
 import inspect
 import re
 import threading
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -59,8 +60,8 @@ class CallRecord:
             ``"all_gather_into_tensor"``, ``"isend"``, ``"broadcast_object_list"``, ``"barrier"``.
             Each operation of a ``batch_isend_irecv`` list is one record named
             ``"batch_isend_irecv"`` (with ``op`` saying ``"isend"`` or ``"irecv"``).
-        peer: global rank of ``src``/``dst`` for rooted and point-to-point calls (``None`` for
-            the others and for ``recv`` from any source).
+        peer: global rank of ``src``/``dst`` for rooted and point-to-point calls (for ``recv``
+            from any source, the rank the tensor came from); ``None`` for the others.
         group_size: size of the process group used (``-1`` when this rank is not in it).
         shapes: the shape of each tensor argument, in argument order, lists flattened
             (tuple of tuples of int).
@@ -235,14 +236,19 @@ def _make_wrapper(name, orig):
         try:
             if name == "batch_isend_irecv":
                 return _batch(orig, args, kwargs)
-            bound = None
+            bound = record = None
             if _state["record"]:
                 bound = sig.bind(*args, **kwargs)
-                _records.append(_record(name, bound.arguments, roles))
+                record = _record(name, bound.arguments, roles)
+                _records.append(record)
             if _state["check_layout"] and roles and _any_odd(args, kwargs):
                 bound = bound or sig.bind(*args, **kwargs)
-                return _call_with_dense(orig, name, bound, roles)
-            return orig(*args, **kwargs)
+                result = _call_with_dense(orig, name, bound, roles)
+            else:
+                result = orig(*args, **kwargs)
+            if record is not None and name == "recv" and record.peer is None and isinstance(result, int):
+                _set_peer(record, result)  # recv from any source: the rank it came from
+            return result
         except Exception as exc:
             _name_timeout(exc, name, sig, args, kwargs)
             raise
@@ -357,6 +363,14 @@ def _global_peer(arguments, group):
             except Exception:  # noqa: BLE001
                 return int(arguments[in_group])
     return None
+
+
+def _set_peer(record, peer):
+    with _lock:
+        for i in range(len(_records) - 1, -1, -1):
+            if _records[i] is record:
+                _records[i] = dataclasses.replace(record, peer=peer)
+                return
 
 
 def _record(name, arguments, roles):

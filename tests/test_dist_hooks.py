@@ -357,3 +357,19 @@ def test_the_hooks_can_be_driven_by_hand_on_any_rank():
         assert records == [R("all_reduce", None, 2, ((2,),), ("float32",))]
         assert again == [] and after == []
         assert x.tolist() == [10., 14.]
+
+
+def test_a_recv_from_any_source_records_the_rank_it_came_from():
+    def fn(rank, world_size):
+        t = torch.zeros(1)
+        if rank == 2:
+            dist.send(t + 1, 0)
+        elif rank == 0:
+            return dist.recv(t)  # src=None: any source
+        return None
+
+    out = collnb.launch(fn, 3, record_calls=True)
+    assert out[0] == 2
+    assert out.calls[0] == [R("recv", 2, 3, ((1,),), ("float32",))]
+    assert out.calls[2] == [R("send", 0, 3, ((1,),), ("float32",))]
+    assert out.calls[1] == []
