@@ -604,10 +604,10 @@ def connect(cluster_or_client, timeout: float = 60.0):
     cluster = None
     if isinstance(cluster_or_client, ipp.Cluster):
         cluster = cluster_or_client
-        try:
-            client = cluster.connect_client_sync()
-        except Exception:  # noqa: BLE001 - not started yet
+        if getattr(cluster, "controller", None) is None:  # not started yet: start it (and its engines)
             client = cluster.start_and_connect_sync()
+        else:
+            client = cluster.connect_client_sync()
     elif isinstance(cluster_or_client, ipp.Client):
         client = cluster_or_client
     else:
