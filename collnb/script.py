@@ -44,6 +44,7 @@ On two machines (NODE = 0 on the first, 1 on the second; PORT a free port on the
 {nccl_note}"""
 import datetime
 import os
+import sys
 
 import torch
 import torch.distributed as dist
@@ -81,7 +82,9 @@ def init():
 def show(rank, what, value):
     if isinstance(value, torch.Tensor):
         value = value.cpu().tolist()
-    print(f"rank {{rank}} {{what}}: {{value}}", flush=True)
+    # one write per line, so the lines of ranks sharing a terminal or pipe never interleave
+    sys.stdout.write(f"rank {{rank}} {{what}}: {{value}}\\n")
+    sys.stdout.flush()
 
 '''
 
