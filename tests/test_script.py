@@ -240,3 +240,27 @@ def test_to_script_runs_under_torchrun_and_on_two_nodes(tmp_path):
     outs = _torchrun_two_nodes(path, tmp_path)
     both = {**_printed(outs[0]), **_printed(outs[1])}
     assert [both[(r, "returned")] for r in range(2)] == want
+
+
+# ----------------------------------------------------------------------------------------------
+# "Run it on a cluster" at the end of every primitive notebook
+
+NOTEBOOK_PRIMITIVE = {"01_broadcast": "broadcast", "02_scatter": "scatter", "03_gather": "gather",
+                      "04_reduce": "reduce", "05_all_gather": "all_gather",
+                      "06_reduce_scatter": "reduce_scatter", "07_all_reduce": "all_reduce",
+                      "08_all_to_all": "all_to_all", "09_object_collectives": "broadcast_object_list",
+                      "10_send_recv": "send_recv"}
+
+
+@pytest.mark.parametrize("stem, primitive", sorted(NOTEBOOK_PRIMITIVE.items()))
+def test_primitive_notebooks_end_with_run_it_on_a_cluster(stem, primitive, capsys):
+    import nbformat
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    nb = nbformat.read(os.path.join(root, "notebooks", f"{stem}.ipynb"), as_version=4)
+    md, code = nb.cells[-2:]
+    assert "cluster" in md.metadata.get("tags", []) and "cluster" in code.metadata.get("tags", [])
+    assert md.source.startswith("## Run it on a cluster")
+    assert f"torchrun --nproc-per-node 2 {primitive}.py" in md.source
+    assert f"python -m collnb script {primitive} -o {primitive}.py" in md.source
+    exec(code.source, {})  # the cell prints the very script `python -m collnb script` writes
+    assert capsys.readouterr().out == script_text(primitive) + "\n"
