@@ -136,6 +136,29 @@ def test_every_primitive_matches_the_reference_and_local_ranks(connected, ws):
                 assert a == b, (cfg, r, a, b)
 
 
+def test_explorer_algorithms_and_calibrate_run_on_engines(connected):
+    client, info = connected
+    engine_pids = {d["pid"] for d in info}
+    ex = collnb.explore("all_reduce", world_size=3)
+    try:
+        ex.wait()
+        assert ex.error is None and "✓" in ex.message, ex.message
+        ex.controls["world_size"].value = 4
+        ex.wait()
+        assert ex.error is None and "✓" in ex.message, ex.message
+        assert ex.last_result.world_size == 4
+    finally:
+        ex.close()
+    trace = collnb.run_algorithm("all_reduce", "ring", world_size=4)
+    assert trace.matches_builtin
+    assert trace.final.tolist() == [[60.0, 64.0, 68.0, 72.0]] * 4  # sum over ranks of 10*r + c
+    model = collnb.costmodel.calibrate(sizes=(8, 1 << 16), repeats=2)
+    assert model.alpha > 0 and model.beta > 0
+    # all of it ran on the engines: no local rank was started
+    assert launcher.warm_pool() is None or not launcher.warm_pool().pids()
+    assert len(engine_pids) == 4
+
+
 def _fails_on_rank_2(rank, world_size):
     t = torch.ones(2)
     if rank == 2:
