@@ -1351,8 +1351,7 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
     """
     global _pool
     if _remote is not None:  # collnb.connect(cluster): the ranks are ipyparallel engines
-        return _remote.launch(fn, world_size, args=args, kwargs=kwargs, backend=backend, timeout=timeout,
-                              collective_timeout=collective_timeout, debug=debug, start_method=start_method)
+        return _remote.launch(**locals())  # every parameter of this call, as given
     start_method = start_method or _default_start_method()
     _check_request(fn, world_size, backend, start_method)
     _check_signature(fn, tuple(args), kwargs)

@@ -504,13 +504,13 @@ class _Connection:
         pending.sort()
         failed = [e for e in events.values() if e.kind != "ok"]
         if timed_out or not failed:
-            outcomes = _launcher.RankPool._outcomes(None, ranks, events, stacks, None)
+            outcomes = object.__new__(_launcher.RankPool)._outcomes(ranks, events, stacks, None)
             raise _launcher.LaunchTimeout(
                 f"timed out during run: rank(s) {', '.join(map(str, pending))} had not finished "
                 f"(raise the limit with launch(..., timeout=SECONDS))\n"
                 + _launcher.RankPool._outcome_text(outcomes), pending, outcomes)
         root = _launcher.RankPool._root_cause(failed, events, pending, stacks)
-        outcomes = _launcher.RankPool._outcomes(None, ranks, events, stacks, root)
+        outcomes = object.__new__(_launcher.RankPool)._outcomes(ranks, events, stacks, root)
         for r, e in events.items():
             if e.kind == "died":
                 outcomes[r] = f"engine {self.ids[r]} (host {self.infos[r]['host']}, pid {self.infos[r]['pid']}) died"
@@ -520,7 +520,8 @@ class _Connection:
                     f"{self.infos[r]['pid']}) died during the call ({root.message})")
             text = head + "\n\nWhat happened to every rank:\n" + _launcher.RankPool._outcome_text(outcomes)
             raise _launcher.RankError(text, r, "Killed", "", outcomes)
-        raise _launcher.RankPool._rank_error(_launcher.RankPool, root, outcomes, "run")
+        # the local pool's own wording (an instance without ranks: only its formatting is used)
+        raise object.__new__(_launcher.RankPool)._rank_error(root, outcomes, "run")
 
 
 @contextlib.contextmanager
@@ -662,16 +663,14 @@ def engines() -> list:
 def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, collective_timeout=5.0,
            debug=True, start_method=None, **extra):
     """:func:`collnb.launcher.launch` on the connected engines (same arguments, results and
-    errors; ``start_method`` does not apply)."""
+    errors). ``start_method`` and other options of local ranks (``extra``) do not apply and are
+    ignored, except ``record_calls=True``, which raises :class:`NotImplementedError`."""
     conn = _connection
     if conn is None:
         raise _launcher.LaunchError("not connected; call collnb.connect(cluster) first")
     if extra.get("record_calls"):
         raise NotImplementedError("record_calls=True is not supported on ipyparallel engines yet; "
                                   "collnb.disconnect() and record on local ranks")
-    unknown = set(extra) - {"record_calls"}
-    if unknown:
-        raise TypeError(f"launch() got unexpected keyword argument(s) {', '.join(sorted(unknown))}")
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
     if backend not in _launcher.BACKENDS:
