@@ -33,6 +33,12 @@ How (and why):
   named (its peers fail within ``collective_timeout``); after a failure the process group is
   built afresh on the next call.
 
+Limits: world sizes up to the number of engines and at most :data:`collnb.launcher.MAX_WORLD_SIZE`;
+an engine stuck outside Python (in C code that ignores SIGINT) stays busy after a timeout, so
+restart it (``cluster.restart_engines_sync()``) and connect again; ``barrier``'s arrival and
+leave times come from each host's own monotonic clock, so across hosts they are not comparable;
+``launch(..., record_calls=True)`` is not supported on engines yet.
+
 Requires ``pip install collnb[cluster]`` (ipyparallel) here, and collnb with the same torch on
 every engine.
 """
