@@ -49,7 +49,8 @@ def _rank_and_job(rank, world_size):
     return float(t), os.environ.get("SLURM_JOB_ID"), int(os.environ.get("SLURM_PROCID", -1))
 
 
-def test_all_reduce_on_engines_started_by_ipyparallels_slurm_launcher(slurm, tmp_path):
+def test_all_reduce_on_engines_started_by_ipyparallels_slurm_launcher(slurm, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # ipyparallel writes its slurm_engine.sbatch into the working directory
     cluster = ipp.Cluster(n=2, engine_launcher_class="slurm", profile_dir=str(tmp_path / "profile"),
                           cluster_id="collnbtest", log_level=40)
     cluster.start_controller_sync()
