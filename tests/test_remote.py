@@ -271,11 +271,15 @@ def _killed_mid_call(rank, world_size):
 
 
 @pytest.mark.slow
-def test_a_killed_engine_is_named(cluster):
-    """Runs on a cluster of its own (the killed engine does not come back)."""
-    own, client = _start(3)
+def test_a_killed_engine_is_named():
+    """Runs on a cluster of its own (the killed engine does not come back), which connect()
+    starts itself (a Cluster not started yet: controller + 3 engines, waited for)."""
+    own = ipp.Cluster(n=3, log_level=40)
+    client = None
     try:
-        info = collnb.connect(client)
+        info = collnb.connect(own)
+        client = remote._connection.client
+        assert len(info) == 3 and sorted(client.ids) == [d["engine"] for d in info]
         t0 = time.monotonic()
         with pytest.raises(collnb.RankError) as exc:
             collnb.launch(_killed_mid_call, 3, collective_timeout=5, timeout=120)
@@ -289,5 +293,6 @@ def test_a_killed_engine_is_named(cluster):
             collnb.launch(_sum_ranks, 2)
     finally:
         collnb.disconnect()
-        client.close()
+        if client is not None:
+            client.close()
         own.stop_cluster_sync()
