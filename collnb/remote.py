@@ -17,7 +17,8 @@ How (and why):
 * **One default process group over the engines**, kept warm between calls; smaller world sizes
   run in cached ``new_group``\\ s of ranks ``0..k-1``, as the local pool does. Rank 0's engine
   hosts the rendezvous :class:`torch.distributed.TCPStore` on a socket collnb binds to the
-  address the engines share (``127.0.0.1`` when every engine runs on one host; otherwise rank 0's address on the IPv4 network every engine has an interface in), with
+  address the engines share (``127.0.0.1`` when every engine runs on one host; otherwise
+  rank 0's address on the IPv4 network every engine has an interface in), with
   port 0 (the OS picks a free port, never a fixed one); the port travels to the other engines
   through ipyparallel. Gloo (``GLOO_SOCKET_IFNAME``) and NCCL's bootstrap
   (``NCCL_SOCKET_IFNAME``) are bound to that interface on every engine.
