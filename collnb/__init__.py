@@ -15,6 +15,8 @@ from .algorithms import ALGORITHMS, run_algorithm, run_algorithms, schedule
 from .trace import Trace
 from .costmodel import CostModel, algbw, busbw, predict
 from .replay import compare, compare_figure, explore_rounds, replay, save_filmstrip, save_gif
+from .remote import connect, disconnect
+from .script import to_script
 
 __version__ = "0.1.0"
 
@@ -28,4 +30,5 @@ __all__ = [
     "ALGORITHMS", "run_algorithm", "run_algorithms", "schedule", "Trace",
     "CostModel", "algbw", "busbw", "predict",
     "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
+    "connect", "disconnect", "to_script",
 ]

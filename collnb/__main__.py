@@ -1,4 +1,5 @@
-"""Command line: ``python -m collnb run PRIMITIVE ...`` and ``python -m collnb seeds``.
+"""Command line: ``python -m collnb run PRIMITIVE ...``, ``python -m collnb seeds`` and
+``python -m collnb script PRIMITIVE -o FILE`` (a standalone torchrun script).
 
 Exit status: 0 success; 1 a result differs from the reference (✗); 2 bad input (unknown
 primitive/dtype/op/backend, a combination the backend refuses, a root outside the world size,
@@ -49,7 +50,7 @@ def _cmd_seeds(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, and ``replay`` when
+    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, ``script``, and ``replay`` when
     :mod:`collnb._cli_replay` is present). Each subparser sets ``func(args) -> exit status``."""
     from .launcher import BACKENDS
     from .primitives import DTYPE_NAMES, PRIMITIVES, REDUCE_OPS
@@ -86,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
                     "against a reference.")
     s.add_argument("--timeout", type=float, default=60.0, help="seconds per launch (default 60)")
     s.set_defaults(func=_cmd_seeds)
+
+    from .script import add_parser as _add_script_parser
+    _add_script_parser(subparsers)
 
     try:
         _cli_replay = importlib.import_module("collnb._cli_replay")

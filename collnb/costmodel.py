@@ -341,8 +341,12 @@ def _rank_pingpong(rank, world_size, sizes, repeats):
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
     out = {}
+    # NCCL moves GPU tensors only: the launcher made this rank's GPU current. Its send/recv are
+    # asynchronous on the GPU, so the clock stops after torch.cuda.synchronize().
+    cuda = dist.get_backend() == "nccl"
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     for n in sizes:
-        t = torch.zeros(max(1, n // 4), dtype=torch.float32)
+        t = torch.zeros(max(1, n // 4), dtype=torch.float32, device=device)
         best = float("inf")
         for it in range(repeats + 1):
             t0 = time.perf_counter()
@@ -352,6 +356,8 @@ def _rank_pingpong(rank, world_size, sizes, repeats):
             elif rank == 1:
                 dist.recv(t, 0)
                 dist.send(t, 0)
+            if cuda:
+                torch.cuda.synchronize()
             dt = (time.perf_counter() - t0) / 2
             if it:
                 best = min(best, dt)

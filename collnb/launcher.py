@@ -183,6 +183,8 @@ def backend_info(backend: str) -> dict:
     Raises:
         ValueError: ``backend`` is not one of :data:`BACKENDS`.
     """
+    if _remote is not None:  # collnb.connect(): the engines' answer
+        return _remote.backend_info(backend)
     if backend not in BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(BACKENDS)}")
     if backend == "gloo":
@@ -1554,6 +1556,8 @@ def _death_text(exitcode):
 
 _pool: RankPool | None = None
 _pool_guard = threading.Lock()
+#: :mod:`collnb.remote` while ``collnb.connect()`` is in force (launch and backend_info go there).
+_remote = None
 
 
 def _default_start_method():
@@ -1637,6 +1641,8 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         KeyboardInterrupt: re-raised after every rank has been stopped.
     """
     global _pool
+    if _remote is not None:  # collnb.connect(cluster): the ranks are ipyparallel engines
+        return _remote.launch(**locals())  # every parameter of this call, as given
     start_method = start_method or _default_start_method()
     _check_request(fn, world_size, backend, start_method)
     _check_signature(fn, tuple(args), kwargs)

@@ -538,7 +538,9 @@ _RANK_FNS = {name: globals()["_r_" + name] for name in SPECS}
 
 
 def _device(rank, backend):
-    return torch.device("cuda", rank) if backend == "nccl" else torch.device("cpu")
+    # NCCL: the device the launcher made current (cuda:rank for local ranks, cuda:LOCAL_RANK on
+    # ipyparallel engines, see collnb.remote)
+    return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
 
 def _pack(x):

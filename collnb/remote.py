@@ -1,0 +1,709 @@
+"""Ranks on ipyparallel engines: the same notebooks on ranks spread over machines.
+
+``collnb.connect(cluster)`` takes an :class:`ipyparallel.Cluster` or :class:`ipyparallel.Client`;
+afterwards every collnb entry point that starts ranks (``launch``, ``run``, ``run_batch``,
+``explore``, ``run_algorithm``, ``explore_rounds``, the bandwidth tools) runs on the cluster's
+engines, one rank per engine (engine order = rank order), through the one dispatch at the top of
+:func:`collnb.launcher.launch`. ``collnb.disconnect()`` returns to local forked ranks and leaves
+the engines as they were before, usable for other work.
+
+How (and why):
+
+* **ipyparallel does the remote part**: engines are started by its launchers (local, MPI, SSH,
+  SLURM...), messages are signed with the cluster's key (HMAC), each call is an ordinary
+  ``apply_async`` of a function of this module, engine output arrives through ipyparallel's
+  output capture, and Kernel -> Interrupt reaches the engines through ipyparallel's
+  ``Client.send_signal`` (the engine's nanny delivers SIGINT). collnb adds no server of its own.
+* **One default process group over the engines**, kept warm between calls; smaller world sizes
+  run in cached ``new_group``\\ s of ranks ``0..k-1``, as the local pool does. Rank 0's engine
+  hosts the rendezvous :class:`torch.distributed.TCPStore` on a socket collnb binds to the
+  address the engines share (``127.0.0.1`` when every engine runs on one host; otherwise
+  rank 0's address on the IPv4 network every engine has an interface in), with
+  port 0 (the OS picks a free port, never a fixed one); the port travels to the other engines
+  through ipyparallel. Gloo (``GLOO_SOCKET_IFNAME``) and NCCL's bootstrap
+  (``NCCL_SOCKET_IFNAME``) are bound to that interface on every engine.
+* **Security**: torch.distributed's store and Gloo/NCCL sockets are **not authenticated**: any
+  process that can reach that interface and port while a call runs can talk to them. collnb
+  binds them to the interface the engines use to reach each other (loopback when all are local),
+  never to all interfaces; use it on networks you trust (a cluster's private network).
+* **GPUs**: with ``backend="nccl"`` each rank uses ``cuda:LOCAL_RANK``, its index among the
+  engines on its own host (counted by host name); more ranks on a host than it has GPUs is
+  refused before anything runs (NCCL forbids two ranks on one GPU).
+* **Failures** are reported as for local ranks: one :class:`collnb.RankError` naming the root-cause
+  rank with its traceback; the other ranks are interrupted; an engine that dies mid-call is
+  named (its peers fail within ``collective_timeout``); after a failure the process group is
+  built afresh on the next call.
+
+Limits: world sizes up to the number of engines and at most :data:`collnb.launcher.MAX_WORLD_SIZE`;
+an engine stuck outside Python (in C code that ignores SIGINT) stays busy after a timeout, so
+restart it (``cluster.restart_engines_sync()``) and connect again; ``barrier``'s arrival and
+leave times come from each host's own monotonic clock, so across hosts they are not comparable;
+``launch(..., record_calls=True)`` is not supported on engines yet.
+
+Requires ``pip install collnb[cluster]`` (ipyparallel) here, and collnb with the same torch on
+every engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import ipaddress
+import os
+import pickle
+import signal
+import socket
+import sys
+import threading
+import time
+import traceback
+import uuid
+
+import torch
+import torch.distributed as dist
+
+from . import launcher as _launcher
+
+__all__ = ["connect", "disconnect", "connected", "engines"]
+
+_THIS_FILE = os.path.abspath(__file__).rstrip("c")
+
+
+# ----------------------------------------------------------------------------------------------
+# The engine side: functions ipyparallel applies on the engines (imported there from collnb)
+
+_ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
+
+
+def _engine_info():
+    """What the kernel needs to know about this engine (runs on the engine)."""
+    import psutil
+    addrs = []
+    for ifname, entries in psutil.net_if_addrs().items():
+        for a in entries:
+            if a.family == socket.AF_INET:
+                addrs.append((ifname, a.address, a.netmask or "255.255.255.255"))
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return dict(host=socket.gethostname(), pid=os.getpid(), addrs=addrs, cuda=cuda,
+                torch=torch.__version__, nccl=dist.is_nccl_available(), gloo=dist.is_gloo_available())
+
+
+def _engine_setup(token, rank, cfg):
+    """Make this engine rank ``rank`` of the connection ``token`` (no process group yet)."""
+    _engine_teardown()
+    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")}
+    _ENGINE.update(token=token, rank=rank, cfg=cfg, store=None, listen=None, base=None, groups={},
+                   gen=None, saved_env=saved)
+    return os.getpid()
+
+
+def _engine_teardown():
+    """Leave the engine as before :func:`_engine_setup`: no process group, no store, the socket
+    environment variables as they were."""
+    if not _ENGINE:
+        return False
+    _destroy_groups()
+    for key in ("store", "listen"):
+        obj = _ENGINE.get(key)
+        if key == "listen" and obj is not None:
+            try:
+                obj.close()
+            except OSError:
+                pass
+    for k, v in (_ENGINE.get("saved_env") or {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _ENGINE.clear()
+    return True
+
+
+def _destroy_groups():
+    base = _ENGINE.get("base")
+    if dist.is_initialized():
+        _launcher._destroy_all_groups(base)
+    _ENGINE.update(base=None, groups={}, gen=None)
+
+
+def _check_token(token):
+    if _ENGINE.get("token") != token:
+        raise RuntimeError("this engine was taken over by another collnb.connect() (another notebook?); "
+                           "call collnb.connect() again")
+
+
+def _engine_listen(token, timeout):
+    """Rank 0: host the rendezvous store on a socket bound to the chosen address, port 0 (the OS
+    picks a free one). Returns the port (int)."""
+    _check_token(token)
+    if _ENGINE.get("store") is not None:
+        return _ENGINE["port"]
+    cfg = _ENGINE["cfg"]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((cfg["address"], 0))
+    sock.listen(256)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(cfg["address"], port, None, True, datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False, master_listen_fd=sock.fileno())
+    _ENGINE.update(listen=sock, store=store, port=port)
+    return port
+
+
+def _engine_init(token, port, gen, world_size, timeout):
+    """Join (or re-join) the default process group of generation ``gen`` over all engines."""
+    _check_token(token)
+    cfg, rank = _ENGINE["cfg"], _ENGINE["rank"]
+    _destroy_groups()
+    _launcher._restore_environment(cfg)
+    if _ENGINE.get("store") is None:
+        _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))
+    t0 = time.perf_counter()
+    kwargs = {}
+    if cfg["backend"] == "nccl":
+        device = torch.device("cuda", cfg["local_ranks"][rank])
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(cfg["backend"], store=dist.PrefixStore(f"gen{gen}", _ENGINE["store"]), rank=rank,
+                            world_size=world_size,
+                            timeout=datetime.timedelta(seconds=cfg["collective_timeout"]), **kwargs)
+    base = dist.distributed_c10d._get_default_group()
+    _ENGINE.update(base=base, groups={world_size: base}, gen=gen)
+    return time.perf_counter() - t0
+
+
+def _engine_group(token, k, count):
+    """Every engine of the default group: make the cached group of ranks 0..k-1."""
+    _check_token(token)
+    c10d = dist.distributed_c10d
+    c10d._update_default_pg(_ENGINE["base"])
+    c10d._world.group_count = count
+    timeout = datetime.timedelta(seconds=_ENGINE["cfg"]["collective_timeout"])
+    _ENGINE["groups"][k] = dist.new_group(list(range(k)), timeout=timeout)
+    return k
+
+
+def _user_frames(tb):
+    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(tb)]
+    mine = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == _THIS_FILE]
+    return frames[mine[-1] + 1:] if mine else frames
+
+
+def _engine_run(token, world_size, count, task):
+    """Run the shipped function as rank ``_ENGINE['rank']`` of ``world_size``; returns
+    ``("ok", payload, seq, intact)`` or ``("error", exc_type, message, frames, comm)``; never
+    raises (so ipyparallel's own error wrapping never hides the rank's traceback)."""
+    try:
+        _check_token(token)
+        rank, base, groups = _ENGINE["rank"], _ENGINE["base"], _ENGINE["groups"]
+        c10d = dist.distributed_c10d
+        c10d._world.group_count = count
+        c10d._update_default_pg(groups[world_size])
+        fn, args, kwargs, files = _launcher._loads(task)
+        _launcher._restore_files(fn, files)
+        before = set(c10d._world.pg_map)
+        default = c10d._get_default_group()
+        entry = c10d._world.pg_map[default]
+        c10d._world.pg_map[default] = (entry[0], dist.PrefixStore(f"call{count}/", entry[1]))
+        saved = dict(cwd=os.getcwd(), threads=torch.get_num_threads())
+        try:
+            result = fn(rank, world_size, *args, **kwargs)
+        finally:
+            if default in c10d._world.pg_map:
+                c10d._world.pg_map[default] = entry
+            try:
+                os.chdir(saved["cwd"])
+            except OSError:
+                pass
+            torch.set_num_threads(saved["threads"])
+        if _ENGINE["cfg"]["backend"] == "nccl":
+            torch.cuda.synchronize()
+        try:
+            payload = _launcher._dumps(_launcher._to_cpu(result))
+        except Exception as exc:
+            raise TypeError(f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
+                            f"({type(exc).__name__}: {exc}). Return tensors, numbers, strings, or "
+                            f"lists/tuples/dicts of them") from exc
+        seq = _launcher._sequence_number()
+        intact = dist.is_initialized() and all(g in c10d._world.pg_map for g in groups.values())
+        if intact:
+            for g in set(c10d._world.pg_map) - before:
+                dist.destroy_process_group(g)
+            c10d._update_default_pg(base)
+        sys.stdout.flush(), sys.stderr.flush()
+        return ("ok", payload, seq, intact)
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit are rank outcomes too
+        try:
+            sys.stdout.flush(), sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        if isinstance(exc, SystemExit):
+            text = f"sys.exit({exc.code!r}) called in rank {_ENGINE.get('rank')}"
+        else:
+            try:
+                text = str(exc)
+            except Exception as inner:  # noqa: BLE001
+                text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
+        return ("error", type(exc).__name__, text, _user_frames(exc.__traceback__), _launcher._is_comm_error(exc))
+
+
+# ----------------------------------------------------------------------------------------------
+# The kernel side
+
+
+class _Connection:
+    def __init__(self, client, cluster, timeout):
+        self.client = client
+        self.cluster = cluster
+        self.token = uuid.uuid4().hex
+        self.ids = list(client.ids)
+        self.lock = threading.Lock()
+        self.generation = 0
+        self.port = None
+        self.key = None         # (backend, debug, collective_timeout) of the engines' process group
+        self.groups = set()
+        self.base_size = 0
+        self._count = 0
+        self.broken = False
+        views = client[self.ids]
+        try:
+            self.infos = views.apply_sync(_engine_info)
+        except Exception as exc:
+            raise RuntimeError(f"the engines could not run collnb ({type(exc).__name__}: {exc}). Every engine needs "
+                               f"collnb and torch installed (pip install collnb) in the Python it runs") from exc
+        versions = {i["torch"] for i in self.infos}
+        if versions != {torch.__version__}:
+            raise RuntimeError(f"the engines run torch {', '.join(sorted(versions))} and this kernel torch "
+                               f"{torch.__version__}; install the same torch everywhere (collnb pins torch 2.13.0)")
+        self.address, self.ifnames = _choose_interface(self.infos)
+        hosts = [i["host"] for i in self.infos]
+        self.local_ranks = [hosts[:r].count(h) for r, h in enumerate(hosts)]
+
+    # -- describing --------------------------------------------------------------------------
+    def describe(self):
+        return [dict(rank=r, engine=e, host=i["host"], pid=i["pid"], local_rank=self.local_ranks[r],
+                     interface=self.ifnames[r], gpus=i["cuda"])
+                for r, (e, i) in enumerate(zip(self.ids, self.infos))]
+
+    def backend_info(self, backend):
+        n = len(self.ids)
+        limit = min(n, _launcher.MAX_WORLD_SIZE)
+        if backend == "gloo":
+            if not all(i["gloo"] for i in self.infos):
+                return dict(backend=backend, available=False, max_world_size=0,
+                            reason="the engines' torch has no Gloo backend")
+            return dict(backend=backend, available=True, max_world_size=limit, reason="")
+        no_gpu = [r for r, i in enumerate(self.infos) if i["cuda"] == 0]
+        if no_gpu:
+            return dict(backend=backend, available=False, max_world_size=0,
+                        reason=f"NCCL needs CUDA GPUs and the engine of rank {no_gpu[0]} "
+                               f"(host {self.infos[no_gpu[0]]['host']}) sees none; use backend='gloo'")
+        if not all(i["nccl"] for i in self.infos):
+            return dict(backend=backend, available=False, max_world_size=0,
+                        reason="the engines' torch has no NCCL backend; use backend='gloo'")
+        ok = 0
+        for r, i in enumerate(self.infos):
+            if self.local_ranks[r] >= i["cuda"]:
+                break
+            ok += 1
+        return dict(backend=backend, available=True, max_world_size=min(ok, limit),
+                    reason="" if ok == n else
+                    f"host {self.infos[ok]['host']} has {self.infos[ok]['cuda']} GPU(s) but runs more engines")
+
+    # -- process groups ----------------------------------------------------------------------
+    def _views(self, n):
+        return [self.client[e] for e in self.ids[:n]]
+
+    def _setup(self, backend, debug, collective_timeout):
+        cfg = dict(address=self.address, backend=backend, debug=bool(debug),
+                   collective_timeout=float(collective_timeout), local_ranks=self.local_ranks)
+        ars = [self.client[e].apply_async(_engine_setup, self.token, r, dict(cfg, ifname=self.ifnames[r]))
+               for r, e in enumerate(self.ids)]
+        for ar in ars:
+            ar.get(timeout=60)
+        self.key, self.groups, self.base_size, self.port = (backend, bool(debug), float(collective_timeout)), set(), 0, None
+
+    def _prepare(self, world_size, deadline, timeout_each):
+        n = len(self.ids)
+        if self.base_size != n:
+            self.generation += 1
+            if self.port is None:
+                self.port = self._wait([self.client[self.ids[0]].apply_async(_engine_listen, self.token, timeout_each)],
+                                       deadline, "init")[0]
+            ars = [self.client[e].apply_async(_engine_init, self.token, self.port, self.generation, n, timeout_each)
+                   for e in self.ids]
+            self._wait(ars, deadline, "init")
+            self.base_size, self.groups = n, {n}
+        if world_size not in self.groups:
+            self._count += 1000
+            ars = [self.client[e].apply_async(_engine_group, self.token, world_size, self._count) for e in self.ids]
+            self._wait(ars, deadline, "init")
+            self.groups.add(world_size)
+
+    def _wait(self, ars, deadline, phase):
+        """Results of set-up calls (which raise on the engine on failure)."""
+        out = []
+        for r, ar in enumerate(ars):
+            left = max(0.1, deadline - time.monotonic())
+            try:
+                out.append(ar.get(timeout=left))
+            except Exception as exc:  # noqa: BLE001
+                self.base_size, self.groups = 0, set()
+                text = str(exc)
+                if type(exc).__name__ == "TimeoutError":
+                    raise _launcher.LaunchTimeout(
+                        f"timed out during {phase}: the engine of rank {r} had not finished setting up the "
+                        f"process group (raise the limit with timeout=SECONDS)", [r], {r: "setting up"}) from None
+                raise _launcher.RankError(
+                    f"rank {r}: {type(exc).__name__}: {text}\n\n(while initialising the process group on engine "
+                    f"{self.ids[r]}, host {self.infos[r]['host']})", r, type(exc).__name__, "",
+                    {r: f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}) from None
+        return out
+
+    # -- running -----------------------------------------------------------------------------
+    def launch(self, fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug):
+        if self.broken:
+            raise _launcher.LaunchError("the connection to the engines was closed; call collnb.connect() again")
+        gone = [e for e in self.ids if e not in self.client.ids]
+        if gone:
+            raise _launcher.LaunchError(
+                f"engine(s) {', '.join(map(str, gone))} (rank(s) "
+                f"{', '.join(str(self.ids.index(e)) for e in gone)}) are no longer part of the cluster; "
+                f"start new engines and call collnb.connect() again")
+        deadline = time.monotonic() + timeout
+        try:
+            with _by_value(fn):
+                task = _launcher._dumps((fn, tuple(args), dict(kwargs or {}), _launcher._code_files(fn)))
+        except Exception as exc:
+            raise TypeError(f"cannot send {fn!r} and its arguments to the engines: {exc}") from exc
+        key = (backend, bool(debug), float(collective_timeout))
+        if key != self.key:
+            self._setup(backend, debug, collective_timeout)
+        self._prepare(world_size, deadline, timeout)
+        self._count += 1000
+        ars = [self.client[e].apply_async(_engine_run, self.token, world_size, self._count, task)
+               for e in self.ids[:world_size]]
+        try:
+            return self._collect(ars, world_size, deadline, collective_timeout)
+        except BaseException:
+            # the process group may be half-used (peers timed out in a collective): build it afresh
+            self.base_size, self.groups = 0, set()
+            raise
+
+    def _interrupt(self, ars):
+        """SIGINT, through ipyparallel, to the engines whose call is still running."""
+        targets = [self.ids[r] for r, ar in enumerate(ars) if not ar.ready()]
+        if not targets:
+            return
+        try:
+            self.client.send_signal(signal.SIGINT, targets=targets, block=True)
+        except Exception as exc:  # noqa: BLE001 - engines without a nanny cannot be signalled
+            sys.stderr.write(f"[collnb] could not interrupt engine(s) {targets}: {exc}\n")
+
+    def _collect(self, ars, world_size, deadline, collective_timeout):
+        Event = _launcher._Event
+        events = {}
+        shown = [[0, 0] for _ in ars]
+        partial = [["", ""] for _ in ars]
+        failure_at = None
+        interrupted_at = None
+        grace = 0.5
+        after_signal = collective_timeout + 10.0
+
+        def pump(final=False):
+            for r, ar in enumerate(ars):
+                for k, attr in enumerate(("stdout", "stderr")):
+                    try:
+                        text = getattr(ar, attr) or ""
+                    except Exception:  # noqa: BLE001
+                        text = ""
+                    if isinstance(text, list):
+                        text = text[0] if text else ""
+                    new = text[shown[r][k]:]
+                    shown[r][k] = len(text)
+                    buf = partial[r][k] + new
+                    lines = buf.split("\n")
+                    partial[r][k] = lines.pop()
+                    if final and partial[r][k]:
+                        lines.append(partial[r][k])
+                        partial[r][k] = ""
+                    if lines:
+                        stream = sys.stdout if k == 0 else sys.stderr
+                        stream.write("".join(f"[rank {r}] {ln}\n" for ln in lines))
+                        stream.flush()
+
+        def poll():
+            nonlocal failure_at
+            for r, ar in enumerate(ars):
+                if r in events or not ar.ready():
+                    continue
+                t = time.monotonic()
+                try:
+                    msg = ar.get(timeout=0)
+                except Exception as exc:  # noqa: BLE001 - the engine died or ipyparallel lost it
+                    events[r] = Event(r, "died", t, value=None, message=f"{type(exc).__name__}: {exc}")
+                    failure_at = failure_at or t
+                    continue
+                if msg[0] == "ok":
+                    events[r] = Event(r, "ok", t, value=msg[1], seq=msg[2], intact=msg[3])
+                else:
+                    _, et, text, frames, comm = msg
+                    events[r] = Event(r, "error", t, et, text, frames, comm)
+                    failure_at = failure_at or t
+
+        user_interrupt = False
+        try:
+            while len(events) < len(ars):
+                poll()
+                pump()
+                now = time.monotonic()
+                if len(events) == len(ars):
+                    break
+                if interrupted_at is None and (now > deadline or (failure_at and now - failure_at > grace)):
+                    self._interrupt(ars)
+                    interrupted_at = now
+                if interrupted_at is not None and now - interrupted_at > after_signal:
+                    break
+                time.sleep(0.01)
+        except KeyboardInterrupt:
+            user_interrupt = True
+            self._interrupt(ars)
+            end = time.monotonic() + after_signal
+            while len(events) < len(ars) and time.monotonic() < end:
+                try:
+                    poll()
+                except KeyboardInterrupt:
+                    break
+                time.sleep(0.02)
+        pump(final=True)
+        if user_interrupt:
+            raise KeyboardInterrupt
+        timed_out = interrupted_at is not None and failure_at is None or (
+            failure_at is not None and interrupted_at is not None and failure_at > interrupted_at)
+        failed = [e for e in events.values() if e.kind != "ok"]
+        if not failed and len(events) == len(ars):
+            if not all(e.intact for e in events.values()):
+                self.base_size, self.groups = 0, set()
+            elif len({e.seq for e in events.values()}) > 1:
+                self.groups.discard(world_size)
+                if world_size == self.base_size:
+                    self.base_size = 0
+            results = []
+            for r in range(len(ars)):
+                results.append(_launcher.RankPool._result(r, events[r].value))
+            return results
+        return self._raise(events, ars, timed_out)
+
+    def _raise(self, events, ars, timed_out):
+        """Turn the outcome of a failed call into RankError / LaunchTimeout, as the local pool does."""
+        ranks = [_launcher._Event(r, "pending", 0) for r in range(len(ars))]  # only .rank is used
+        pending = [r for r in range(len(ars)) if r not in events]
+        # Ranks we interrupted answer with KeyboardInterrupt: their frames say where they were.
+        stacks = {}
+        for r, e in list(events.items()):
+            if e.kind == "error" and e.exc_type == "KeyboardInterrupt":
+                stacks[r] = e.frames
+                del events[r]
+                pending.append(r)
+        for r in pending:
+            if r not in stacks:
+                stacks[("state", r)] = (f"did not answer (engine {self.ids[r]} on {self.infos[r]['host']}, "
+                                        f"pid {self.infos[r]['pid']}: busy outside Python, or gone)")
+        pending.sort()
+        failed = [e for e in events.values() if e.kind != "ok"]
+        if timed_out or not failed:
+            outcomes = object.__new__(_launcher.RankPool)._outcomes(ranks, events, stacks, None)
+            raise _launcher.LaunchTimeout(
+                f"timed out during run: rank(s) {', '.join(map(str, pending))} had not finished "
+                f"(raise the limit with launch(..., timeout=SECONDS))\n"
+                + _launcher.RankPool._outcome_text(outcomes), pending, outcomes)
+        root = _launcher.RankPool._root_cause(failed, events, pending, stacks)
+        outcomes = object.__new__(_launcher.RankPool)._outcomes(ranks, events, stacks, root)
+        for r, e in events.items():
+            if e.kind == "died":
+                outcomes[r] = f"engine {self.ids[r]} (host {self.infos[r]['host']}, pid {self.infos[r]['pid']}) died"
+        if root.kind == "died":
+            r = root.rank
+            head = (f"rank {r}: Killed: engine {self.ids[r]} (host {self.infos[r]['host']}, pid "
+                    f"{self.infos[r]['pid']}) died during the call ({root.message})")
+            text = head + "\n\nWhat happened to every rank:\n" + _launcher.RankPool._outcome_text(outcomes)
+            raise _launcher.RankError(text, r, "Killed", "", outcomes)
+        # the local pool's own wording (an instance without ranks: only its formatting is used)
+        raise object.__new__(_launcher.RankPool)._rank_error(root, outcomes, "run")
+
+
+@contextlib.contextmanager
+def _by_value(fn):
+    """Ship ``fn``'s module by value when the engines may not have it: a learner's own ``.py``
+    next to the notebook (or a test module) is not installed on a remote machine. Modules of
+    installed packages (site-packages) and collnb itself travel by reference, as usual."""
+    import cloudpickle
+    name = getattr(fn, "__module__", None)
+    module = sys.modules.get(name) if name else None
+    path = os.path.abspath(getattr(module, "__file__", None) or "")
+    own = (module is not None and name != "__main__" and path and "-packages" + os.sep not in path
+           and not name.startswith(("collnb", "torch")) and name not in sys.stdlib_module_names)
+    if own:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        yield
+    finally:
+        if own:
+            cloudpickle.unregister_pickle_by_value(module)
+
+
+def _choose_interface(infos):
+    """``(address, [ifname per rank])``: where rank 0 hosts the store and which interface each
+    engine binds Gloo/NCCL to. Loopback when every engine runs on one host; otherwise rank 0's
+    address on an IPv4 network in which every engine has an address.
+
+    Raises:
+        RuntimeError: the engines share no IPv4 network (the message lists their addresses).
+    """
+    hosts = {i["host"] for i in infos}
+    if len(hosts) == 1:
+        lo = [name for name, ip, _ in infos[0]["addrs"] if ip.startswith("127.")]
+        return "127.0.0.1", [lo[0] if lo else "lo"] * len(infos)
+    for ifname, ip, mask in infos[0]["addrs"]:
+        if ip.startswith("127."):
+            continue
+        net = ipaddress.ip_network(f"{ip}/{mask}", strict=False)
+        names = []
+        for info in infos:
+            match = [n for n, a, _ in info["addrs"] if ipaddress.ip_address(a) in net]
+            if not match:
+                break
+            names.append(match[0])
+        else:
+            return ip, names
+    table = "; ".join(f"rank {r} on {i['host']}: " + ", ".join(f"{n} {a}/{m}" for n, a, m in i["addrs"])
+                      for r, i in enumerate(infos))
+    raise RuntimeError(f"the engines share no IPv4 network through which rank 0 could host the rendezvous "
+                       f"({table})")
+
+
+_connection: _Connection | None = None
+
+
+def connect(cluster_or_client, timeout: float = 60.0):
+    """Run collnb's ranks on the engines of an ipyparallel cluster from now on.
+
+    Args:
+        cluster_or_client: an :class:`ipyparallel.Cluster` (started, or started here with
+            ``start_and_connect_sync``) or an :class:`ipyparallel.Client`. Rank ``r`` is the
+            ``r``-th engine id in ascending order; world sizes up to the number of engines.
+        timeout: seconds to wait for the engines to answer.
+
+    Returns:
+        a list with one dict per rank: ``rank``, ``engine`` (id), ``host``, ``pid``,
+        ``local_rank`` (its index among the engines of its host: its GPU with NCCL),
+        ``interface`` (the one Gloo/NCCL is bound to there) and ``gpus``.
+
+    Raises:
+        ImportError: ipyparallel is not installed (``pip install collnb[cluster]``).
+        TypeError: neither a Cluster nor a Client.
+        RuntimeError: the cluster has no engines, an engine lacks collnb/torch or runs another
+            torch, or the engines share no network.
+    """
+    global _connection
+    try:
+        import ipyparallel as ipp
+    except ImportError as exc:
+        raise ImportError("collnb.connect needs ipyparallel: pip install 'collnb[cluster]'") from exc
+    cluster = None
+    if isinstance(cluster_or_client, ipp.Cluster):
+        cluster = cluster_or_client
+        if getattr(cluster, "controller", None) is None:  # not started yet: start it (and its engines)
+            client = cluster.start_and_connect_sync()
+        else:
+            client = cluster.connect_client_sync()
+    elif isinstance(cluster_or_client, ipp.Client):
+        client = cluster_or_client
+    else:
+        raise TypeError(f"connect() takes an ipyparallel.Cluster or ipyparallel.Client; got "
+                        f"{type(cluster_or_client).__name__}")
+    if cluster is not None and getattr(cluster, "n", None):
+        try:
+            client.wait_for_engines(cluster.n, timeout=timeout)
+        except Exception as exc:  # noqa: BLE001
+            raise RuntimeError(f"the cluster's {cluster.n} engines did not all register within {timeout:g} s "
+                               f"({exc})") from exc
+    if not client.ids:
+        raise RuntimeError("the cluster has no engines yet; start them (cluster.start_engines_sync(n)) "
+                           "or wait for them (client.wait_for_engines(n))")
+    disconnect()
+    conn = _Connection(client, cluster, timeout)
+    _connection = conn
+    _launcher._remote = sys.modules[__name__]
+    return conn.describe()
+
+
+def disconnect():
+    """Return to local forked ranks. The engines' process groups and the rendezvous store are
+    closed and their environment is restored; the engines stay up and usable (their ipyparallel
+    client is not closed). Does nothing when not connected."""
+    global _connection
+    conn, _connection = _connection, None
+    _launcher._remote = None
+    if conn is None:
+        return
+    conn.broken = True
+    try:
+        ids = [e for e in conn.ids if e in conn.client.ids]
+        if ids:
+            conn.client[ids].apply_async(_engine_teardown).get(timeout=30)
+    except Exception as exc:  # noqa: BLE001 - a dead engine must not make disconnect fail
+        sys.stderr.write(f"[collnb] some engines could not be cleaned up: {type(exc).__name__}: {exc}\n")
+
+
+def connected() -> bool:
+    """Whether collnb's ranks currently run on ipyparallel engines."""
+    return _connection is not None
+
+
+def engines() -> list:
+    """The connected engines (as :func:`connect` returns them), or ``[]``."""
+    return _connection.describe() if _connection is not None else []
+
+
+# -- the two entry points launcher.py dispatches to while connected ----------------------------
+
+def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, collective_timeout=5.0,
+           debug=True, start_method=None, **extra):
+    """:func:`collnb.launcher.launch` on the connected engines (same arguments, results and
+    errors). ``start_method`` and other options of local ranks (``extra``) do not apply and are
+    ignored, except ``record_calls=True``, which raises :class:`NotImplementedError`."""
+    conn = _connection
+    if conn is None:
+        raise _launcher.LaunchError("not connected; call collnb.connect(cluster) first")
+    if extra.get("record_calls"):
+        raise NotImplementedError("record_calls=True is not supported on ipyparallel engines yet; "
+                                  "collnb.disconnect() and record on local ranks")
+    if not callable(fn):
+        raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
+    if backend not in _launcher.BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(_launcher.BACKENDS)}")
+    info = conn.backend_info(backend)
+    if isinstance(world_size, bool) or not isinstance(world_size, int):
+        raise TypeError(f"world_size must be an int from 1 to {info['max_world_size'] or len(conn.ids)}; "
+                        f"got {world_size!r}")
+    if not info["available"]:
+        raise RuntimeError(f"backend {backend!r} cannot run on the connected engines: {info['reason']}")
+    if not 1 <= world_size <= info["max_world_size"]:
+        why = (f"one rank per engine, and {len(conn.ids)} engine(s) are connected" if backend == "gloo" else
+               f"NCCL puts one rank per GPU: {info['reason'] or 'that many GPUs'}")
+        raise ValueError(f"world_size must be between 1 and {info['max_world_size']} on the connected engines "
+                         f"({why}); got {world_size}")
+    _launcher._check_signature(fn, tuple(args), kwargs)
+    for name, value in (("timeout", timeout), ("collective_timeout", collective_timeout)):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0 \
+                or value == float("inf"):
+            raise ValueError(f"{name} must be a positive, finite number of seconds; got {value!r}")
+    with conn.lock:
+        return conn.launch(fn, world_size, args, kwargs, backend, float(timeout), float(collective_timeout), debug)
+
+
+def backend_info(backend):
+    """:func:`collnb.launcher.backend_info` for the connected engines."""
+    if backend not in _launcher.BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(_launcher.BACKENDS)}")
+    return _connection.backend_info(backend)

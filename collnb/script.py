@@ -1,0 +1,466 @@
+"""Standalone ``torchrun`` scripts: one primitive, or a function written in a notebook.
+
+``write_script("all_reduce", "all_reduce.py")`` (the CLI: ``python -m collnb script all_reduce -o
+all_reduce.py``) and :func:`to_script` write a script that needs only torch to run::
+
+    torchrun --nproc-per-node 2 all_reduce.py
+    # two machines (run on each, NODE = 0 on the first, 1 on the second):
+    torchrun --nnodes 2 --node-rank NODE --nproc-per-node GPUS \\
+             --rdzv-backend c10d --rdzv-endpoint HOST_OF_NODE_0:PORT all_reduce.py
+
+The script does what torch.distributed's documentation asks of a torchrun script: it reads
+``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` from the environment torchrun sets, initialises the
+default process group with ``init_process_group`` (``init_method="env://"``, the default), with
+NCCL selects ``cuda:LOCAL_RANK`` through ``torch.cuda.set_device`` and passes ``device_id=``,
+runs the collective on collnb's teaching input (rank ``r``, chunk ``c`` holds ``10*r + c``),
+prints every rank's buffer before and after, and ends with ``destroy_process_group``.
+
+Sources: torchrun's environment variables, https://pytorch.org/docs/stable/elastic/run.html;
+``init_process_group(device_id=...)``, https://pytorch.org/docs/stable/distributed.html.
+"""
+
+from __future__ import annotations
+
+import builtins
+import inspect
+import os
+import textwrap
+import types
+
+__all__ = ["script_text", "write_script", "to_script", "SCRIPT_PRIMITIVES"]
+
+_HEADER = '''\
+#!/usr/bin/env python3
+"""{title}
+
+Written by collnb ({how}). Needs only torch. Run it with torchrun:
+
+    torchrun --nproc-per-node 2 {name}
+
+On two machines (NODE = 0 on the first, 1 on the second; PORT a free port on the first):
+
+    torchrun --nnodes 2 --node-rank NODE --nproc-per-node {nproc} \\
+             --rdzv-backend c10d --rdzv-endpoint HOST_OF_NODE_0:PORT {name}
+{nccl_note}"""
+import datetime
+import os
+import sys
+
+import torch
+import torch.distributed as dist
+
+BACKEND = {backend!r}
+'''
+
+_NCCL_NOTE = '''
+NCCL: one GPU per rank, so --nproc-per-node is at most the GPUs of each machine; rank r of a
+machine uses cuda:LOCAL_RANK.
+'''
+
+_INIT = '''
+
+def init():
+    """Join the default process group from the environment torchrun sets."""
+    rank = int(os.environ["RANK"])
+    world_size = int(os.environ["WORLD_SIZE"])
+    local_rank = int(os.environ["LOCAL_RANK"])  # this rank's index on its own machine
+    timeout = datetime.timedelta(seconds=60)
+    if BACKEND == "nccl":
+        if torch.cuda.device_count() <= local_rank:
+            raise SystemExit(f"rank {{rank}}: LOCAL_RANK {{local_rank}} needs GPU {{local_rank}} but this machine "
+                             f"has {{torch.cuda.device_count()}}; NCCL needs one GPU per rank "
+                             f"(lower --nproc-per-node)")
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", device_id=device, timeout=timeout)
+    else:
+        device = torch.device("cpu")
+        dist.init_process_group("gloo", timeout=timeout)
+    return rank, world_size, device
+
+
+def show(rank, what, value):
+    if isinstance(value, torch.Tensor):
+        value = value.cpu().tolist()
+    # one write per line, so the lines of ranks sharing a terminal or pipe never interleave
+    sys.stdout.write(f"rank {{rank}} {{what}}: {{value}}\\n")
+    sys.stdout.flush()
+
+'''
+
+_MAIN = '''
+
+if __name__ == "__main__":
+    rank, world_size, device = init()
+    try:
+        main(rank, world_size, device)
+    finally:
+        dist.destroy_process_group()
+'''
+
+# The body of main(rank, world_size, device) for each primitive: the teaching input (rank r,
+# chunk c holds 10*r + c), the call as torch.distributed's docs write it, the printout.
+_BODIES = {
+    "broadcast": """
+    src = {root}
+    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", tensor)
+    dist.broadcast(tensor, src=src)
+    show(rank, "after", tensor)
+""",
+    "scatter": """
+    src = {root}
+    output = torch.zeros(1, device=device)
+    if rank == src:
+        scatter_list = [torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]
+        show(rank, "before", torch.cat(scatter_list))
+        dist.scatter(output, scatter_list, src=src)
+    else:
+        show(rank, "before", [])
+        dist.scatter(output, None, src=src)
+    show(rank, "after", output)
+""",
+    "gather": """
+    dst = {root}
+    tensor = torch.tensor([10.0 * rank], device=device)
+    show(rank, "before", tensor)
+    if rank == dst:
+        gather_list = [torch.zeros(1, device=device) for _ in range(world_size)]
+        dist.gather(tensor, gather_list, dst=dst)
+        show(rank, "after", torch.cat(gather_list))
+    else:
+        dist.gather(tensor, None, dst=dst)
+        show(rank, "after", [])  # only dst receives
+""",
+    "reduce": """
+    dst = {root}
+    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", tensor)
+    dist.reduce(tensor, dst=dst, op=dist.ReduceOp.{OP})
+    show(rank, "after", tensor if rank == dst else [])  # other ranks' buffers are undefined
+""",
+    "all_gather": """
+    tensor = torch.tensor([10.0 * rank], device=device)
+    show(rank, "before", tensor)
+    tensor_list = [torch.zeros(1, device=device) for _ in range(world_size)]
+    dist.all_gather(tensor_list, tensor)
+    show(rank, "after", torch.cat(tensor_list))
+""",
+    "reduce_scatter": """
+    input_list = [torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]
+    show(rank, "before", torch.cat(input_list))
+    output = torch.zeros(1, device=device)
+    dist.reduce_scatter(output, input_list, op=dist.ReduceOp.{OP})
+    show(rank, "after", output)
+""",
+    "all_reduce": """
+    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", tensor)
+    dist.all_reduce(tensor, op=dist.ReduceOp.{OP})
+    show(rank, "after", tensor)
+""",
+    "all_to_all": """
+    input_list = [torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]
+    show(rank, "before", torch.cat(input_list))
+    output_list = [torch.zeros(1, device=device) for _ in range(world_size)]
+    dist.all_to_all(output_list, input_list)
+    show(rank, "after", torch.cat(output_list))
+""",
+    "all_to_all_single": """
+    input = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", input)
+    output = torch.zeros_like(input)
+    dist.all_to_all_single(output, input)
+    show(rank, "after", output)
+""",
+    "all_gather_into_tensor": """
+    input = torch.tensor([10.0 * rank], device=device)
+    show(rank, "before", input)
+    output = torch.zeros(world_size, device=device)
+    dist.all_gather_into_tensor(output, input)
+    show(rank, "after", output)
+""",
+    "all_gather_single": """
+    input = torch.tensor([10.0 * rank], device=device)
+    show(rank, "before", input)
+    output = torch.zeros(world_size, device=device)
+    dist.all_gather_single(output, input)
+    show(rank, "after", output)
+""",
+    "reduce_scatter_tensor": """
+    input = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", input)
+    output = torch.zeros(1, device=device)
+    dist.reduce_scatter_tensor(output, input, op=dist.ReduceOp.{OP})
+    show(rank, "after", output)
+""",
+    "reduce_scatter_single": """
+    input = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", input)
+    output = torch.zeros(1, device=device)
+    dist.reduce_scatter_single(output, input, op=dist.ReduceOp.{OP})
+    show(rank, "after", output)
+""",
+    "broadcast_object_list": """
+    src = {root}
+    object_list = [f"r{{rank}}c{{c}}" for c in range(world_size)]
+    show(rank, "before", object_list)
+    dist.broadcast_object_list(object_list, src=src, device=device)
+    show(rank, "after", object_list)
+""",
+    "scatter_object_list": """
+    src = {root}
+    output_list = [None]
+    if rank == src:
+        input_list = [f"r{{rank}}c{{c}}" for c in range(world_size)]
+        show(rank, "before", input_list)
+        dist.scatter_object_list(output_list, input_list, src=src)
+    else:
+        show(rank, "before", [])
+        dist.scatter_object_list(output_list, None, src=src)
+    show(rank, "after", output_list)
+""",
+    "gather_object": """
+    dst = {root}
+    obj = f"r{{rank}}c0"
+    show(rank, "before", [obj])
+    object_list = [None] * world_size if rank == dst else None
+    dist.gather_object(obj, object_list, dst=dst)
+    show(rank, "after", object_list if rank == dst else [])
+""",
+    "all_gather_object": """
+    obj = f"r{{rank}}c0"
+    show(rank, "before", [obj])
+    object_list = [None] * world_size
+    dist.all_gather_object(object_list, obj)
+    show(rank, "after", object_list)
+""",
+    "send_recv": """
+    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
+    show(rank, "before", tensor)
+    received = torch.zeros_like(tensor)
+    if world_size > 1:  # a ring: send to rank+1, receive from rank-1
+        ops = [dist.P2POp(dist.isend, tensor, (rank + 1) % world_size),
+               dist.P2POp(dist.irecv, received, (rank - 1) % world_size)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+    else:
+        received.copy_(tensor)
+    show(rank, "after", received)
+""",
+    "barrier": """
+    import time
+    dist.barrier()
+    time.sleep(0.030 * rank)  # rank r arrives 30*r ms late
+    arrive = time.time()
+    dist.barrier()
+    leave = time.time()
+    show(rank, "before", [arrive])  # when it arrived (seconds since the epoch)
+    show(rank, "after", [leave])    # when it left: after the last rank arrived
+""",
+}
+
+#: Primitives :func:`write_script` can write (the same names as :data:`collnb.PRIMITIVES`).
+SCRIPT_PRIMITIVES = tuple(_BODIES)
+
+_REDUCING = ("reduce", "all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single")
+_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
+
+
+def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: int = 0) -> str:
+    """The text (str) of a standalone torchrun script that runs ``primitive`` once.
+
+    Args:
+        primitive: one of :data:`SCRIPT_PRIMITIVES`.
+        backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (``cuda:LOCAL_RANK``).
+        op: reduce op of a reducing primitive (``"sum"``, ``"max"``...; ``avg`` needs NCCL).
+        root: the src/dst rank of a rooted primitive (must be below the world size torchrun starts).
+
+    Raises:
+        ValueError: unknown primitive, backend or op, an op for a primitive that takes none, or a
+            negative root.
+    """
+    if primitive not in _BODIES:
+        raise ValueError(f"unknown primitive {primitive!r}; choose one of {', '.join(SCRIPT_PRIMITIVES)}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; choose gloo or nccl")
+    if op not in _OPS:
+        raise ValueError(f"unknown op {op!r}; choose one of {', '.join(_OPS)}")
+    if op != "sum" and primitive not in _REDUCING:
+        raise ValueError(f"{primitive} does not combine values, so it takes no op; ops apply to "
+                         f"{', '.join(_REDUCING)}")
+    if isinstance(root, bool) or not isinstance(root, int) or root < 0:
+        raise ValueError(f"root must be a rank (an int >= 0); got {root!r}")
+    body = _BODIES[primitive].format(root=root, OP=op.upper())
+    head = _HEADER.format(title=f"{primitive} on every rank: each rank prints its buffer before and after.",
+                          how=f"python -m collnb script {primitive} --backend {backend}",
+                          name=f"{primitive}.py", nproc="GPUS" if backend == "nccl" else "2",
+                          nccl_note=_NCCL_NOTE if backend == "nccl" else "", backend=backend)
+    return head + _INIT.format() + "\ndef main(rank, world_size, device):" + body + _MAIN
+
+
+def _write(text, path):
+    path = os.fspath(path)
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise ValueError(f"cannot write {path!r}: the folder {parent!r} does not exist; create it first")
+    if os.path.isdir(path):
+        raise ValueError(f"{path!r} is a directory; give a file name such as {os.path.join(path, 'script.py')}")
+    with open(path, "w") as fh:
+        fh.write(text)
+    os.chmod(path, 0o755)
+    return path
+
+
+def write_script(primitive: str, path, backend: str = "gloo", op: str = "sum", root: int = 0) -> str:
+    """Write :func:`script_text` to ``path`` (made executable); returns the path (str).
+
+    Raises:
+        ValueError: as :func:`script_text`, or when ``path``'s folder does not exist.
+        OSError: the file cannot be written.
+    """
+    return _write(script_text(primitive, backend=backend, op=op, root=root), path)
+
+
+# ----------------------------------------------------------------------------------------------
+# A function from a notebook
+
+
+def _source(fn) -> str:
+    try:
+        return textwrap.dedent(inspect.getsource(fn))
+    except (OSError, TypeError) as exc:
+        raise ValueError(f"the source of {getattr(fn, '__name__', fn)!r} cannot be found ({exc}); define it "
+                         f"with def in a notebook cell or a .py file") from None
+
+
+def _global_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _global_names(const)
+    return names
+
+
+def to_script(fn, path, backend: str = "gloo") -> str:
+    """Write a standalone torchrun script that runs ``fn(rank, world_size)`` on every rank.
+
+    ``fn`` is a function written for :func:`collnb.launch` (``def f(rank, world_size): ...``;
+    the default process group is initialised when it is called). The script holds its source
+    (from the notebook cell, via :func:`inspect.getsource`), the source of functions it calls
+    that were defined next to it, the modules it uses (``import numpy as np`` for a global
+    ``np``), and simple constants it reads (numbers, strings, tuples/lists/dicts of them, as
+    ``repr``); it prints ``rank R returned: VALUE`` for each rank (tensors as lists).
+
+    Args:
+        fn: the function; closures and lambdas are refused (their source is not a definition).
+        path: the file to write (made executable).
+        backend: ``"gloo"`` or ``"nccl"`` (``cuda:LOCAL_RANK`` is made the current device).
+
+    Returns:
+        the path (str).
+
+    Raises:
+        TypeError: ``fn`` is not a plain function.
+        ValueError: its source cannot be found, it is a lambda or a closure, or it reads a global
+            whose value cannot be written as Python source (the message names it).
+    """
+    from .launcher import _iter_functions  # the functions cloudpickle would ship with fn
+    if not isinstance(fn, types.FunctionType):
+        raise TypeError(f"fn must be a function defined with def; got {type(fn).__name__}")
+    if backend not in ("gloo", "nccl"):
+        raise ValueError(f"unknown backend {backend!r}; choose gloo or nccl")
+    if fn.__name__ == "<lambda>":
+        raise ValueError("a lambda cannot be written as a script: define the function with def")
+    if fn.__closure__:
+        raise ValueError(f"{fn.__name__} is a closure (it reads variables of an enclosing function: "
+                         f"{', '.join(fn.__code__.co_freevars)}); define it at the top level of a cell")
+    funcs = [f for f in _iter_functions(fn) if f.__closure__ is None]
+    defined = {f.__name__ for f in funcs}
+    imports, constants, problems = [], [], []
+    standard = {"torch", "dist", "os", "datetime"}
+    for f in funcs:
+        for name in sorted(_global_names(f.__code__)):
+            if name in defined or name in standard or name in imports or hasattr(builtins, name):
+                continue
+            if name not in f.__globals__:
+                continue  # an attribute name (t.sum): not a global
+            value = f.__globals__[name]
+            if isinstance(value, types.ModuleType):
+                line = (f"import {value.__name__}" if value.__name__ == name
+                        else f"import {value.__name__} as {name}")
+                if line not in imports:
+                    imports.append(line)
+            elif isinstance(value, (types.FunctionType, type)) and getattr(value, "__module__", "") not in (
+                    "__main__", f.__module__):
+                line = f"from {value.__module__} import {value.__qualname__}" + (
+                    f" as {name}" if value.__qualname__ != name else "")
+                if line not in imports:
+                    imports.append(line)
+            else:
+                text = repr(value)
+                try:
+                    ok = eval(text, {}) == value  # noqa: S307 - a repr we made, checked to round-trip
+                except Exception:  # noqa: BLE001
+                    ok = False
+                if ok:
+                    constants.append(f"{name} = {text}")
+                else:
+                    problems.append(name)
+    if problems:
+        raise ValueError(f"{fn.__name__} reads global(s) {', '.join(sorted(set(problems)))} whose value cannot be "
+                         f"written into a script; pass them as arguments or define them inside the function")
+    sources = [_source(f) for f in reversed(funcs)]
+    head = _HEADER.format(title=f"{fn.__name__}(rank, world_size) on every rank; each rank prints what it returns.",
+                          how=f"collnb.to_script({fn.__name__}, ...)", name=os.path.basename(os.fspath(path)),
+                          nproc="GPUS" if backend == "nccl" else "2",
+                          nccl_note=_NCCL_NOTE if backend == "nccl" else "", backend=backend)
+    extra = "".join(line + "\n" for line in imports)
+    consts = "".join(line + "\n" for line in dict.fromkeys(constants))
+    text = (head + extra + (("\n" + consts) if consts else "") + _INIT.format() + "\n"
+            + "\n\n".join(s.rstrip() + "\n" for s in sources)
+            + f"\n\ndef main(rank, world_size, device):\n    show(rank, \"returned\", {fn.__name__}(rank, world_size))\n"
+            + _MAIN)
+    compile(text, os.fspath(path), "exec")  # a script that cannot even be parsed is never written
+    return _write(text, path)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line: python -m collnb script PRIMITIVE [--backend gloo|nccl] -o FILE
+
+
+def add_parser(subparsers):
+    """Add the ``script`` subcommand to ``python -m collnb``'s subparsers."""
+    p = subparsers.add_parser(
+        "script", help="write a standalone torchrun script for one primitive",
+        description="Write a standalone script (no collnb needed) that runs one primitive under torchrun: "
+                    "init_process_group from torchrun's environment, LOCAL_RANK's GPU with NCCL, the "
+                    "collective on the teaching input, every rank's before/after printed, "
+                    "destroy_process_group. Run it with: torchrun --nproc-per-node 2 FILE")
+    p.add_argument("primitive", choices=SCRIPT_PRIMITIVES, metavar="PRIMITIVE",
+                   help="one of: " + ", ".join(SCRIPT_PRIMITIVES))
+    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
+                   help="gloo (CPU, default) or nccl (one GPU per rank, cuda:LOCAL_RANK)")
+    p.add_argument("--op", default=None, choices=_OPS, metavar="OP",
+                   help="reduce op of a reducing primitive (default sum): " + ", ".join(_OPS))
+    p.add_argument("--root", type=int, default=0, help="src/dst rank of a rooted primitive (default 0)")
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the script to write (.py)")
+    p.set_defaults(func=_cmd_script)
+
+
+def _cmd_script(args) -> int:
+    import sys
+    from ._cli import EXIT_OK, EXIT_USAGE, check_outputs, write_output
+    status = check_outputs((args.output, "-o", (".py",)))
+    if status is not None:
+        return status
+    try:
+        text = script_text(args.primitive, backend=args.backend, op=args.op or "sum", root=args.root)
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    status = write_output("-o", args.output, lambda: _write(text, args.output))
+    if status is not None:
+        return status
+    print(f"wrote {args.output}; run it with: torchrun --nproc-per-node 2 {args.output}")
+    return EXIT_OK

@@ -1,0 +1,298 @@
+"""collnb.connect(): ranks on the engines of a real local ipyparallel cluster (Cluster(n=4)).
+
+The engines are processes on this machine started by ipyparallel's local launcher; every call
+goes through ipyparallel (signed messages, output capture, send_signal). The cluster is started
+once for the module; the killed-engine test runs last, on a cluster of its own.
+"""
+
+import os
+import signal
+import threading
+import time
+
+import pytest
+import torch
+import torch.distributed as dist
+
+import collnb
+from collnb import launcher, remote
+
+ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (pip install 'collnb[cluster]')")
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+
+
+def _start(n):
+    cluster = ipp.Cluster(n=n, log_level=40)
+    client = cluster.start_and_connect_sync()
+    client.wait_for_engines(n, timeout=180)
+    return cluster, client
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    cluster, client = _start(4)
+    try:
+        yield cluster, client
+    finally:
+        collnb.disconnect()
+        client.close()
+        cluster.stop_cluster_sync()
+
+
+@pytest.fixture
+def connected(cluster):
+    cl, client = cluster
+    info = collnb.connect(client)
+    try:
+        yield client, info
+    finally:
+        collnb.disconnect()
+
+
+def _where_am_i(rank, world_size):
+    return (os.getpid(), dist.get_rank(), dist.get_world_size(), dist.get_backend())
+
+
+def test_connect_describes_engines_and_ranks_run_there(connected):
+    client, info = connected
+    collnb.shutdown()  # no local ranks: any that appear were started by this test
+    assert [d["rank"] for d in info] == [0, 1, 2, 3]
+    assert [d["engine"] for d in info] == sorted(client.ids)
+    assert {d["interface"] for d in info} == {"lo"}  # all engines local: loopback only
+    assert [d["local_rank"] for d in info] == [0, 1, 2, 3]  # one host: local rank = rank
+    out = collnb.launch(_where_am_i, 4)
+    engine_pids = [d["pid"] for d in info]
+    assert [o[0] for o in out] == engine_pids  # each rank ran in its engine's process
+    assert [o[1:] for o in out] == [(r, 4, "gloo") for r in range(4)]
+    assert os.getpid() not in engine_pids
+    assert launcher.warm_pool() is None  # no local rank started
+    # a smaller world size runs on ranks 0..2 only, inside a cached subgroup
+    out3 = collnb.launch(_where_am_i, 3)
+    assert [o[1:] for o in out3] == [(r, 3, "gloo") for r in range(3)]
+    assert collnb.backend_info("gloo")["max_world_size"] == 4
+    with pytest.raises(ValueError, match="one rank per engine, and 4 engine"):
+        collnb.launch(_where_am_i, 5)
+
+
+def test_rendezvous_store_listens_on_loopback_only(connected):
+    """The TCPStore rank 0 hosts is bound to 127.0.0.1 on a port the OS chose (never 0.0.0.0)."""
+    import psutil
+    client, info = connected
+    collnb.launch(_where_am_i, 4)
+    port = remote._connection.port
+    assert port and port != 29500
+    listening = [c for c in psutil.Process(info[0]["pid"]).net_connections(kind="tcp")
+                 if c.status == psutil.CONN_LISTEN]
+    assert listening, "rank 0 hosts no listening socket"
+    assert {c.laddr.ip for c in listening} == {"127.0.0.1"}, listening
+    assert port in {c.laddr.port for c in listening}
+
+
+def _cell_defined(rank, world_size, scale):
+    t = torch.full((3,), float(rank + 1)) * scale
+    print(f"contributing {t.tolist()}")
+    dist.all_reduce(t)
+    return {"sum": t, "rank": rank}
+
+
+def test_cell_functions_prints_and_results(connected, capsys):
+    out = collnb.launch(_cell_defined, 4, args=(2.0,))
+    assert [o["rank"] for o in out] == [0, 1, 2, 3]
+    for o in out:
+        assert torch.equal(o["sum"], torch.full((3,), 20.0))  # 2 * (1+2+3+4)
+    text = capsys.readouterr().out
+    for r in range(4):
+        assert f"[rank {r}] contributing {[2.0 * (r + 1)] * 3}" in text
+
+
+def test_closure_defined_here_works(connected):
+    offset = 7
+
+    def f(rank, world_size):
+        t = torch.tensor([rank + offset])
+        dist.all_reduce(t)
+        return int(t)
+
+    assert collnb.launch(f, 3) == [3 * 7 + 3] * 3
+
+
+@pytest.mark.parametrize("ws", [4, 3])
+def test_every_primitive_matches_the_reference_and_local_ranks(connected, ws):
+    cfgs = [dict(primitive=p) for p in collnb.PRIMITIVES]
+    cfgs += [dict(primitive="all_reduce", op="max", dtype="int32"), dict(primitive="reduce", root=ws - 1),
+             dict(primitive="broadcast", root=1, dtype="float64")]
+    on_engines = collnb.run_batch(cfgs, world_size=ws)
+    collnb.disconnect()
+    local = collnb.run_batch(cfgs, world_size=ws)
+    for cfg, e, loc in zip(cfgs, on_engines, local):
+        assert e.ok, (cfg, e.summary())
+        if cfg["primitive"] == "barrier":
+            continue  # measured times
+        for r in range(ws):
+            a, b = e.after[r], loc.after[r]
+            if isinstance(a, torch.Tensor):
+                assert torch.equal(a, b), (cfg, r, a, b)
+            else:
+                assert a == b, (cfg, r, a, b)
+
+
+def test_explorer_algorithms_and_calibrate_run_on_engines(connected):
+    client, info = connected
+    collnb.shutdown()  # no local ranks: any that appear were started by this test
+    engine_pids = {d["pid"] for d in info}
+    ex = collnb.explore("all_reduce", world_size=3)
+    try:
+        ex.wait()
+        assert ex.error is None and "✓" in ex.message, ex.message
+        ex.controls["world_size"].value = 4
+        ex.wait()
+        assert ex.error is None and "✓" in ex.message, ex.message
+        assert ex.last_result.world_size == 4
+    finally:
+        ex.close()
+    trace = collnb.run_algorithm("all_reduce", "ring", world_size=4)
+    assert trace.matches_builtin
+    assert trace.final.tolist() == [[60.0, 64.0, 68.0, 72.0]] * 4  # sum over ranks of 10*r + c
+    model = collnb.costmodel.calibrate(sizes=(8, 1 << 16), repeats=2)
+    assert model.alpha > 0 and model.beta > 0
+    # all of it ran on the engines: no local rank was started
+    assert launcher.warm_pool() is None
+    assert len(engine_pids) == 4
+
+
+def _fails_on_rank_2(rank, world_size):
+    t = torch.ones(2)
+    if rank == 2:
+        raise ValueError(f"rank {rank} refuses")
+    dist.all_reduce(t)
+    return t
+
+
+def test_a_failing_engine_is_one_rank_error_and_the_next_call_works(connected):
+    t0 = time.monotonic()
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(_fails_on_rank_2, 4, collective_timeout=3)
+    took = time.monotonic() - t0
+    print(f"failing engine reported after {took:.1f} s (collective_timeout 3 s)")
+    err = info.value
+    assert err.rank == 2 and err.exc_type == "ValueError"
+    assert str(err).startswith("rank 2: ValueError: rank 2 refuses")
+    assert "_fails_on_rank_2" in err.rank_traceback and 'raise ValueError(f"rank {rank} refuses")' in err.rank_traceback
+    assert err.outcomes[2].startswith("ValueError")
+    assert all("stopped by collnb" in err.outcomes[r] or "follows the root cause" in err.outcomes[r]
+               for r in (0, 1, 3)), err.outcomes
+    assert took < 3 + 30, took  # within the collective timeout (plus generous slack for a loaded machine)
+    # the process group is rebuilt: the next call works on the same engines
+    assert collnb.launch(_sum_ranks, 4) == [torch.tensor([6.0])] * 4
+
+
+def _sum_ranks(rank, world_size):
+    t = torch.tensor([float(rank)])
+    dist.all_reduce(t)
+    return t
+
+
+def _sleepy(rank, world_size):
+    print("sleeping", flush=True)
+    time.sleep(120)
+    return rank
+
+
+def test_interrupt_stops_the_call_on_every_engine(connected):
+    client, info = connected
+    timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    timer.start()
+    t0 = time.monotonic()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            collnb.launch(_sleepy, 4, timeout=300)
+    finally:
+        timer.cancel()
+    assert time.monotonic() - t0 < 60
+    # every engine is free again at once (no 120 s sleep still running there)
+    t1 = time.monotonic()
+    assert client[:].apply_sync(os.getpid) == [d["pid"] for d in info]
+    assert time.monotonic() - t1 < 20
+    assert [float(x) for x in collnb.launch(_sum_ranks, 4)] == [6.0] * 4
+
+
+def test_timeout_names_the_ranks_and_where_they_were(connected):
+    def late(rank, world_size):
+        if rank == 1:
+            time.sleep(120)
+        return rank
+
+    with pytest.raises(collnb.LaunchTimeout) as info:
+        collnb.launch(late, 3, timeout=4)
+    assert info.value.pending == [1]
+    assert "time.sleep(120)" in str(info.value) or "in late" in str(info.value)
+    assert collnb.launch(_sum_ranks, 3) == [torch.tensor([3.0])] * 3
+
+
+def test_disconnect_leaves_engines_usable_and_reconnect_works(cluster):
+    cl, client = cluster
+    collnb.connect(client)
+    assert collnb.launch(_sum_ranks, 4) == [torch.tensor([6.0])] * 4
+    collnb.disconnect()
+    assert not remote.connected() and launcher._remote is None
+    # the engines hold no process group any more and answer other work
+    assert client[:].apply_sync(dist.is_initialized) == [False] * 4
+    assert client[:].apply_sync(os.getenv, "GLOO_SOCKET_IFNAME") == [None] * 4
+    # local ranks again
+    assert collnb.launch(_where_am_i, 2)[0][0] not in client[:].apply_sync(os.getpid)
+    # reconnect, through the Cluster object this time
+    collnb.connect(cl)
+    assert collnb.launch(_sum_ranks, 4) == [torch.tensor([6.0])] * 4
+    collnb.disconnect()
+
+
+def test_bad_arguments_are_refused(cluster):
+    with pytest.raises(TypeError, match="ipyparallel.Cluster or ipyparallel.Client"):
+        collnb.connect("localhost")
+    cl, client = cluster
+    collnb.connect(client)
+    try:
+        with pytest.raises(RuntimeError, match="NCCL needs CUDA GPUs and the engine of rank 0"):
+            collnb.launch(_sum_ranks, 2, backend="nccl")
+        with pytest.raises(NotImplementedError, match="record_calls"):
+            remote.launch(_sum_ranks, 2, record_calls=True)
+    finally:
+        collnb.disconnect()
+
+
+def _killed_mid_call(rank, world_size):
+    t = torch.ones(4)
+    if rank == 2:
+        time.sleep(0.5)
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.all_reduce(t)
+    return t
+
+
+@pytest.mark.slow
+def test_a_killed_engine_is_named():
+    """Runs on a cluster of its own (the killed engine does not come back), which connect()
+    starts itself (a Cluster not started yet: controller + 3 engines, waited for)."""
+    own = ipp.Cluster(n=3, log_level=40)
+    client = None
+    try:
+        info = collnb.connect(own)
+        client = remote._connection.client
+        assert len(info) == 3 and sorted(client.ids) == [d["engine"] for d in info]
+        t0 = time.monotonic()
+        with pytest.raises(collnb.RankError) as exc:
+            collnb.launch(_killed_mid_call, 3, collective_timeout=5, timeout=120)
+        took = time.monotonic() - t0
+        print(f"killed engine named after {took:.1f} s (collective_timeout 5 s):\n{exc.value}")
+        err = exc.value
+        assert err.rank == 2 and err.exc_type == "Killed", str(err)
+        assert f"pid {info[2]['pid']}" in str(err)
+        assert took < 60, took
+        with pytest.raises(collnb.LaunchError, match="no longer part of the cluster"):
+            collnb.launch(_sum_ranks, 2)
+    finally:
+        collnb.disconnect()
+        if client is not None:
+            client.close()
+        own.stop_cluster_sync()
