@@ -716,10 +716,12 @@ class Explorer:
         if self._stale():
             self.draws_skipped += 1
             return
-        from .heatmap import heatmap_grid
+        from .heatmap import heatmap_grid, heatmap_image
         grid = heatmap_grid(result)
-        png = result.png(dpi=self.dpi, grid=grid)  # the drawing path of RunResult's notebook display
-        fig_html = self._figure_html(result, grid, png)
+        # the drawing path of RunResult's notebook display (RunResult.png -> heatmap_png)
+        him = heatmap_image(result, dpi=self.dpi, grid=grid)
+        png = _encode_png(him.pixels, self.dpi)
+        fig_html = self._figure_html(result, grid, png, him)
         ref_html = self._reference_html(result, grid) if result.spec.reduces else ""
         t2 = time.perf_counter()
         if self._stale():
@@ -778,7 +780,7 @@ class Explorer:
 
     # -- HTML ------------------------------------------------------------------------------------
     @staticmethod
-    def _figure_html(result, grid, png) -> str:
+    def _figure_html(result, grid, png, him=None) -> str:
         b64 = base64.b64encode(png).decode("ascii")
         after = _values(result, "after")
         exact = _values(result, "expected_f64")
@@ -794,6 +796,9 @@ class Explorer:
                      before=_rows_attr([[_num(v) for v in row] for row in _values(result, "before")]),
                      after=_rows_attr([[_num(v) for v in row] for row in after]),
                      exact=_rows_attr(marks), after_text=_rows_attr(grid.after.text))
+        if him is not None:  # where the cells are, for tests that measure the drawn labels
+            attrs.update(cells=";".join(f"{k}:{x},{y},{c}" for k, (x, y, c) in him.geometry.items()),
+                         layout=him.layout, min_font_px=f"{min(s_ for _, s_, _ in him.labels):.1f}")
         data = " ".join(f"data-{k.replace('_', '-')}=\"{_esc(v)}\"" for k, v in attrs.items())
         return (f"<img class=\"collnb-heatmap\" src=\"data:image/png;base64,{b64}\" alt=\"{_esc(alt)}\" "
                 f"title=\"{_esc(grid.title)}\" {data} style=\"{_IMG_STYLE}\">")
@@ -989,3 +994,13 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
                          f"{extra} style=\"{_IMG_STYLE}\"></div>")
     data["image/png"] = base64.b64encode(png_with_line or png).decode("ascii")
     return data
+
+
+def _encode_png(pixels, dpi) -> bytes:
+    """RGB pixels -> PNG bytes, as :func:`collnb.heatmap.heatmap_png` encodes them."""
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buf, format="PNG", compress_level=1, dpi=(dpi, dpi))
+    return buf.getvalue()
