@@ -752,7 +752,7 @@ def _transfers_html(data: dict, limit: int = 24) -> str:
         lines.append(f"rank {t['src']} → rank {t['dst']}: {where} ({_human(t['nbytes'], 'bytes')}; "
                      f"rank {t['dst']} {verb})")
     more = f"<br>… and {len(ts) - limit} more" if len(ts) > limit else ""
-    return "<code style='font-size:11px'>" + "<br>".join(_h.escape(x) for x in lines) + "</code>" + more
+    return "<code style='font-size:12px'>" + "<br>".join(_h.escape(x) for x in lines) + "</code>" + more
 
 
 class ReplayWidget:
@@ -763,7 +763,7 @@ class ReplayWidget:
         play: ``ipywidgets.Play`` (``interval`` in ms per round).
         slider: ``ipywidgets.IntSlider`` (the round shown; jslink'd to ``play``; focused, the
             ← / → keys step it round by round, Home / End jump to the ends).
-        first, back, forward, last: ``ipywidgets.Button`` ⏮ ◀ ▶ ⏭ (round 0, one round back,
+        first, back, forward, last: ``ipywidgets.Button`` "|◀", "◀ step", "step ▶", "▶|" (round 0, one round back,
             one round on, the last round), each with a tooltip; disabled where they cannot move.
         speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``).
         image: ``ipywidgets.Image`` (PNG of the current frame).
@@ -789,13 +789,13 @@ class ReplayWidget:
                            description="play", show_repeat=True,
                            tooltip="play / pause the rounds at the speed set on the right")
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
-                                  continuous_update=True, layout=w.Layout(width="360px"),
+                                  continuous_update=True, layout=w.Layout(width="300px"),
                                   tooltip="drag, or click it and press ← / → to step round by round")
-        bl = w.Layout(width="42px")
-        self.first = w.Button(description="⏮", tooltip="first: round 0, before any message", layout=bl)
-        self.back = w.Button(description="◀", tooltip="step back one round", layout=bl)
-        self.forward = w.Button(description="▶", tooltip="step forward one round", layout=bl)
-        self.last = w.Button(description="⏭", tooltip=f"last: round {R}, the result", layout=bl)
+        bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
+        self.first = w.Button(description="|◀", tooltip="first: round 0, before any message", layout=bl)
+        self.back = w.Button(description="◀ step", tooltip="step back one round", layout=sl)
+        self.forward = w.Button(description="step ▶", tooltip="step forward one round", layout=sl)
+        self.last = w.Button(description="▶|", tooltip=f"last: round {R}, the result", layout=bl)
         for b_, name in ((self.first, "first"), (self.back, "back"), (self.forward, "forward"), (self.last, "last")):
             b_.add_class("collnb-step")
             b_.add_class(f"collnb-step-{name}")
@@ -806,11 +806,15 @@ class ReplayWidget:
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
                                    description="speed", readout_format=".2f",
                                    tooltip="rounds per second while playing",
-                                   layout=w.Layout(width="280px"))
+                                   layout=w.Layout(width="230px"))
         self.speed_unit = w.Label("rounds/s")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
-        self.image = w.Image(format="png", value=self.renderer.png(0))
+        W, H = self.renderer.size
+        # shown 1:1 (the browser would otherwise stretch it to the output's width, blurring it)
+        self.image = w.Image(format="png", value=self.renderer.png(0),
+                             layout=w.Layout(width=f"{W}px", max_width="100%", height="auto"))
         self.info = w.HTML()
+        self.info.add_class("collnb-replay-info")
         self.current_round = 0
         self.current_data = self.renderer.data(0)
         self.slider.observe(self._on_round, names="value")
@@ -846,7 +850,7 @@ class ReplayWidget:
             head = f"<b>start</b> (round 0 of {R}): every rank's buffer before any message"
         else:
             head = f"<b>round {k}/{R}: {d['label']}</b>" + (f" — {d['detail']}" if d["detail"] else "")
-        self.info.value = head + "<br>" + _transfers_html(d)
+        self.info.value = f"<div style='line-height:1.45'>{head}<br>{_transfers_html(d)}</div>"
         if hasattr(self, "first"):
             self.first.disabled = self.back.disabled = k <= 0
             self.forward.disabled = self.last.disabled = k >= R
@@ -1147,17 +1151,18 @@ class CompareWidget:
                            tooltip="play / pause both replays")
         self.slider = w.IntSlider(value=0, min=0, max=R, description="round",
                                   tooltip="drag, or click it and press ← / → to step round by round")
-        bl = w.Layout(width="42px")
-        self.first = w.Button(description="⏮", tooltip="first: round 0", layout=bl)
-        self.back = w.Button(description="◀", tooltip="step back one round", layout=bl)
-        self.forward = w.Button(description="▶", tooltip="step forward one round", layout=bl)
-        self.last = w.Button(description="⏭", tooltip=f"last: round {R}", layout=bl)
+        bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
+        self.first = w.Button(description="|◀", tooltip="first: round 0", layout=bl)
+        self.back = w.Button(description="◀ step", tooltip="step back one round", layout=sl)
+        self.forward = w.Button(description="step ▶", tooltip="step forward one round", layout=sl)
+        self.last = w.Button(description="▶|", tooltip=f"last: round {R}", layout=bl)
         self.first.on_click(lambda _: setattr(self.slider, "value", 0))
         self.back.on_click(lambda _: setattr(self.slider, "value", max(0, self.slider.value - 1)))
         self.forward.on_click(lambda _: setattr(self.slider, "value", min(R, self.slider.value + 1)))
         self.last.on_click(lambda _: setattr(self.slider, "value", R))
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
-        self.images = (w.Image(format="png", value=self.left.png(0)), w.Image(format="png", value=self.right.png(0)))
+        self.images = tuple(w.Image(format="png", value=ren.png(0), layout=w.Layout(
+            width=f"{ren.size[0]}px", max_width="100%", height="auto")) for ren in (self.left, self.right))
         self.captions = (w.HTML(), w.HTML())
         self.summary = w.Image(format="png", value=buf.getvalue())
         self.slider.observe(self._on_round, names="value")

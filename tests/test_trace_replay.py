@@ -257,7 +257,7 @@ def test_compare_view(tmp_path):
 
 
 def test_step_buttons_keyboard_tooltips_and_caption(ag4):
-    """Issue 10 item 3: ⏮ ◀ ▶ ⏭ step the replay (disabled where they cannot move), every
+    """Issue 10 item 3: |◀ ◀ ▶ ▶| step the replay (disabled where they cannot move), every
     control has a tooltip, and round 0's caption says what it is (no dangling "start —")."""
     from collnb.replay import replay
     w = replay(ag4)
@@ -278,7 +278,7 @@ def test_step_buttons_keyboard_tooltips_and_caption(ag4):
     for ctl in (w.play, w.slider, w.first, w.back, w.forward, w.last, w.speed):
         assert ctl.tooltip, ctl
     assert "←" in w.slider.tooltip  # focused slider: arrow keys step (ipywidgets' slider keyboard support)
-    assert {b.description for b in (w.first, w.back, w.forward, w.last)} == {"⏮", "◀", "▶", "⏭"}
+    assert {b.description for b in (w.first, w.back, w.forward, w.last)} == {"|◀", "◀ step", "step ▶", "▶|"}
     # the static stand-in follows the round shown
     w.show_round(2)
     b = w.static_bundle()
@@ -334,7 +334,8 @@ def test_compare_is_stacked_and_readable(ag4):
     # each replay at the size of a single replay, one above the other (no 49 % side by side)
     assert w.left.cell == FrameRenderer(ag4).cell
     boxes = [c for c in w.widget.children if isinstance(c, ipywidgets.Image)]
-    assert boxes[1:] == list(w.images) and all(im.layout.width in (None, "") for im in w.images)
+    assert boxes[1:] == list(w.images)
+    assert [im.layout.width for im in w.images] == [f"{w.left.size[0]}px", f"{w.right.size[0]}px"]
     w.forward.click()
     assert w.slider.value == 1 and "round 1 of" in w.captions[0].value
     fig = compare_figure(ag4, b)
