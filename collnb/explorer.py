@@ -837,7 +837,7 @@ class Explorer:
                  ".collnb-reference th{text-align:right;padding:1px 4px 1px 0;font-weight:normal}"
                  ".collnb-reference td{padding:1px 4px;border:1px solid #ddd}"
                  ".collnb-reference td.differs{background:#FFD8A8;font-weight:bold;border:2px solid #A65400}"
-                 ".collnb-reference td.differs span{display:block;font-weight:normal;font-size:80%;color:#A65400}"
+                 ".collnb-reference td.differs span{display:block;font-weight:normal;font-size:80%;color:#7A3E00}"
                  ".collnb-reference td.undef{color:#888;font-style:italic}</style>")
         if n_diff:
             what = (f"<span style='background:#FFD8A8'>highlighted</span>: {n_diff} chunk(s) where "

@@ -793,6 +793,11 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                 if sub:
                     size = _fit_size(sub, sub_px, inner * 0.96, "bold")
                     sub = _fit_text(sub, size, inner - 2, "bold")
+                    if st == "value" and not combined:  # a white backing: red/orange on a rank's fill is < 4.5:1
+                        sw_, sh_ = cv.measure(sub, size, "bold")
+                        ys = cy0 + inner - 0.16 * inner
+                        cv.rect(xc - sw_ / 2 - 2, ys - 0.5 * size - 1, xc + sw_ / 2 + 2, ys + 0.5 * size + 1,
+                                COMBINED_COLOR)
                     cv.text(sub, xc, cy0 + inner - 0.16 * inner, size,
                             _RED if panel.expected[r][c] else _EXACT, "bold")
                 if panel.mismatch[r][c]:

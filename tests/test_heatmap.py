@@ -303,6 +303,9 @@ def test_rank_colours_pass_contrast_and_stay_distinct_with_colour_blindness():
     for r in range(16):
         assert H.contrast_ratio(H.rank_text_color(r)) >= 4.5, r        # rank label on white (AA)
         assert H.contrast_ratio(ink, H.rank_color(r)) >= 7.0, r        # black value on the rank's fill (AAA)
+    # every other text colour on white (sub labels get a white backing on coloured fills)
+    for name in ("_INK", "_EXACT", "_RED", "_OK_GREEN", "_GREY_TEXT"):
+        assert H.contrast_ratio(getattr(H, name)) >= 4.5, name
     # ranks 0-7 (Okabe-Ito hues): every pair stays apart under simulated protanopia,
     # deuteranopia and tritanopia (CIE76 distance; ~2.3 is a just-noticeable difference)
     for kind in _CVD:
@@ -312,3 +315,20 @@ def test_rank_colours_pass_contrast_and_stay_distinct_with_colour_blindness():
     # all 16 fills are different colours for normal vision
     labs = [_lab(H.rank_color(r)) for r in range(16)]
     assert min(np.linalg.norm(labs[i] - labs[j]) for i in range(16) for j in range(i + 1, 16)) >= 6.0
+
+
+def test_note_under_a_value_on_a_rank_fill_has_a_white_backing():
+    """A wrong value in a copied (rank-coloured) cell: its red "expected" note sits on white."""
+    res = _offline("broadcast", 4)
+    res.after = [t.clone() for t in res.after]
+    res.after[2][1] = 99.0
+    assert not res.check()
+    him = H.heatmap_image(res, dpi=80)
+    x0, y0, x1, y1 = (int(v) for v in H.cell_box(him, "after", 2, 1))
+    note = [b for t, _, b in him.labels if b[0] >= x0 and b[2] <= x1 and b[1] >= y0 + (y1 - y0) // 2 and b[3] <= y1]
+    assert note, him.labels[-5:]
+    nx0, ny0, nx1, ny1 = note[0]
+    patch = him.pixels[ny0:ny1, nx0:nx1].reshape(-1, 3)
+    fill = np.array(_rgb8(H.rank_color(0)))
+    assert not (np.abs(patch.astype(int) - fill).max(axis=1) <= 2).any()  # no rank fill behind the text
+    assert (patch == 255).all(axis=1).mean() > 0.4  # mostly white around the glyphs
