@@ -315,6 +315,10 @@ def test_explorer_in_the_browser(lab):
             ref = page.locator("table.collnb-reference")
             assert ref.get_attribute("data-differs") == "64"
             assert page.locator("table.collnb-reference td.differs").count() == 64
+            # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
+            px = page.locator("table.collnb-reference td.differs span").first.evaluate(
+                "el => parseFloat(getComputedStyle(el).fontSize)")
+            assert px >= 10, f"reference table text is {px} px"
             status = page.locator(".collnb-status").inner_text()
             assert "dtype effect: int8 gives 24 where float64 gives 280" in status
             # the image really is a PNG the browser decoded
