@@ -21,8 +21,10 @@ JavaScript, so it works the same in JupyterLab 4, Jupyter Notebook 7 and VS Code
 Saved notebooks: displaying an explorer also displays a static picture of its current state
 (PNG, plus one line telling the learner to run the cell to bring the controls back), kept current
 with ``update_display`` as the controls move. While the panel is live the picture is hidden (a
-CSS rule in the picture's own HTML); a saved notebook reopened without a kernel, nbviewer, a code
-host or a MyST-NB book shows it (see :func:`static_bundle`).
+CSS rule in the picture's own HTML) and one grey line above the panel says to run the cell again
+if the controls stop answering (a restarted kernel leaves the old panel on the page); a saved
+notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows the picture
+(see :func:`static_bundle`).
 
 Every change runs the primitive through :func:`collnb.primitives.run` (the warm pool of
 :mod:`collnb.launcher`) and redraws the before | after heatmap with the same drawing path a
@@ -955,10 +957,15 @@ def _captioned_png(png: bytes | None, line: str) -> bytes | None:
     return out.getvalue()
 
 
-#: CSS carried by every static picture: hidden while a live collnb panel is in the same output
-#: area (JupyterLab 4 and Notebook 7 DOM; ``:has`` needs Chromium 105+, Firefox 121+, Safari 15.4+).
-_STATIC_CSS = ("<style>.jp-OutputArea:has(.collnb-live) > .jp-OutputArea-child:has(.collnb-static)"
-               "{display:none}</style>")
+#: CSS carried by every static picture: while a live collnb panel is in the same output area
+#: (JupyterLab 4 and Notebook 7 DOM; ``:has`` needs Chromium 105+, Firefox 121+, Safari 15.4+) the
+#: picture and its line are hidden and only a one-line hint shows, for the case the page cannot
+#: detect: a kernel restart leaves the old panel on the page, looking alive but answering nothing.
+_STATIC_CSS = ("<style>.collnb-static .collnb-live-hint{display:none}"
+               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-static-body{display:none}"
+               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-live-hint{display:block}</style>")
+#: The hint shown above a live panel.
+LIVE_HINT = "Controls not responding (after a kernel restart)? Run this cell again."
 
 
 def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str = "",
@@ -969,7 +976,8 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
     * ``text/html``: one line ("Static picture of the explorer's last state: run this cell to
       bring back its controls.") above ``<img class="collnb-static-img">`` of ``png``, in a
       ``<div class="collnb-static">`` whose CSS hides it while a live panel (class
-      ``collnb-live``) is in the same output area;
+      ``collnb-live``) is in the same output area, where only a one-line hint shows instead
+      (:data:`LIVE_HINT`: after a kernel restart the old panel stays on the page, inert);
     * ``image/png``: ``png_with_line`` (the same picture with the line painted above it), for
       frontends that show only images;
     * ``text/plain``: the line.
@@ -982,17 +990,19 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
     """
     line = RERUN_LINE.format(what=what)
     data = {"text/plain": line}
+    hint = (f"<div class='collnb-live-hint' style='color:#555;font-size:12px;line-height:1.4'>"
+            f"{_esc(LIVE_HINT)}</div>")
     if png is None:
-        data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><i>{_esc(line)}</i> "
-                             f"{_esc(caption)}</div>")
+        data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
+                             f"<i>{_esc(line)}</i> {_esc(caption)}</div>{hint}</div>")
         return data
     b64 = base64.b64encode(png).decode("ascii")
     extra = " ".join(f'data-{k.replace("_", "-")}="{_esc(v)}"' for k, v in (attrs or {}).items())
-    data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'>"
-                         f"<div style='color:#5A3B00;background:#FFF4D6;padding:3px 8px;display:inline-block'>"
-                         f"{_esc(line)}</div><br>"
+    data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
+                         f"<div class='collnb-static-line' style='color:#5A3B00;background:#FFF4D6;"
+                         f"padding:3px 8px;display:inline-block'>{_esc(line)}</div><br>"
                          f"<img class=\"collnb-static-img\" src=\"data:image/png;base64,{b64}\" alt=\"{_esc(alt)}\" "
-                         f"{extra} style=\"{_IMG_STYLE}\"></div>")
+                         f"{extra} style=\"{_IMG_STYLE}\"></div>{hint}</div>")
     data["image/png"] = base64.b64encode(png_with_line or png).decode("ascii")
     return data
 

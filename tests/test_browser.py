@@ -437,9 +437,12 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
             _run_all_cells(page)
             page.locator(".jp-OutputArea-output pre", has_text="second cell ran").wait_for(timeout=120_000)
             img = _img(page)
-            # while the panel is live its static stand-in is in the page but hidden
+            # while the panel is live its static picture is in the page but hidden; one grey line
+            # says what to do if the controls stop answering (a kernel restart leaves them inert)
             assert page.locator(".collnb-static").count() >= 2
-            assert not page.locator(".collnb-static").first.is_visible()
+            assert not page.locator(".collnb-static-img").first.is_visible()
+            assert page.locator(".collnb-live-hint").first.is_visible()
+            assert "Run this cell again" in page.locator(".collnb-live-hint").first.inner_text()
             for ws in (8, 16):
                 _set_world_size(page, ws)
                 _wait_attr(page, "world-size", str(ws), timeout=120)
@@ -502,6 +505,7 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
             assert "run this cell to bring back its controls" in statics.first.inner_text()
             assert statics.first.locator("img").get_attribute("data-world-size") == "16"
             assert page.locator(".collnb-live").count() == 0
+            assert not page.locator(".collnb-live-hint").first.is_visible()
             page.screenshot(path=str(shots / "reopened_static.png"), full_page=False)
         except BaseException:
             try:

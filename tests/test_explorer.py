@@ -389,7 +389,7 @@ def test_static_picture_follows_the_last_state():
         assert set(b) == {"text/html", "image/png", "text/plain"}
         assert b["text/plain"] == "Static picture of the explorer's last state: run this cell to bring back its controls."
         assert 'data-world-size="2"' in b["text/html"] and "collnb-static" in b["text/html"]
-        assert ".jp-OutputArea:has(.collnb-live)" in b["text/html"]
+        assert ".jp-OutputArea:has(.collnb-live)" in b["text/html"] and "collnb-live-hint" in b["text/html"]
         png = base64.b64decode(b["image/png"])
         from PIL import Image
         im = Image.open(io.BytesIO(png))
