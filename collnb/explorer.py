@@ -750,7 +750,8 @@ class Explorer:
         text = (f"{verdict} · {result.title()} · ran in {1000 * (t1 - t0):.0f} ms, "
                 f"drawn in {1000 * (t2 - t1):.0f} ms")
         self._set_status(text, busy=False, color="#2E7D32" if result.ok else "#C62828", effect=effect)
-        self._update_static()
+        if not self._stale():  # during a drag only the last state is worth saving (~10-30 ms a picture)
+            self._update_static()
 
     def _show_error(self, exc, params):
         self.error = exc
