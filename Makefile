@@ -24,10 +24,22 @@ $(VENV)/.test-installed: pyproject.toml | $(BIN)/python
 
 venv: $(VENV)/.lab-installed
 
+# JupyterLab settings for the server `make lab` starts: no "get notified about news" toast, no update
+# check (etc/jupyterlab-overrides.json, installed as defaults into this .venv's app settings dir
+# share/jupyter/lab/settings/overrides.d/, never into the user's ~/.jupyter; a learner's own
+# setting still wins). It opens on the first notebook, with the notebooks listed beside it.
+LAB_OVERRIDES := $(VENV)/share/jupyter/lab/settings/overrides.d/collnb.json
+FIRST_NOTEBOOK := 00_launching_ranks.ipynb
+
+$(LAB_OVERRIDES): etc/jupyterlab-overrides.json | $(VENV)/.lab-installed
+	mkdir -p $(dir $@)
+	cp etc/jupyterlab-overrides.json $@
+
 # --allow-root: containers and CI machines often log in as root, which JupyterLab refuses by default.
-lab: $(VENV)/.lab-installed
+lab: $(VENV)/.lab-installed $(LAB_OVERRIDES)
 	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) \
-		$(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
+		--LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)

@@ -11,14 +11,27 @@ JavaScript, so it works the same in JupyterLab 4, Jupyter Notebook 7 and VS Code
 * **backend** toggle: the backends that can run here; the reason is shown for the others
   (:func:`collnb.launcher.backend_info`),
 * **elements per chunk** (tensor length = chunks x elements per chunk),
-* **inputs**: the teaching values (``10*rank + chunk``) or a preset that shows a dtype effect
-  (int8 SUM wraps 100+100 -> -56; float16 60000+60000 -> inf; bfloat16 256+1 -> 256).
+* **inputs**: the teaching values (``10*rank + chunk``; ``100*rank + chunk`` above 10 ranks) or
+  a preset that fits the primitive (:func:`presets_for`): reducing primitives get the dtype
+  lessons (int8 SUM wraps 100+100 -> -56; float16 60000+60000 -> inf; bfloat16 256+1 -> 256);
+  primitives that only move data get values that name their source rank and special floats
+  (nan, inf, 1/3) that arrive bit for bit. A preset keeps the learner's world size unless its
+  effect needs more ranks, and then says so in the panel.
+
+Saved notebooks: displaying an explorer also displays a static picture of its current state
+(PNG, plus one line telling the learner to run the cell to bring the controls back), kept current
+with ``update_display`` as the controls move. While the panel is live the picture is hidden (a
+CSS rule in the picture's own HTML) and one grey line above the panel says to run the cell again
+if the controls stop answering (a restarted kernel leaves the old panel on the page); a saved
+notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows the picture
+(see :func:`static_bundle`).
 
 Every change runs the primitive through :func:`collnb.primitives.run` (the warm pool of
 :mod:`collnb.launcher`) and redraws the before | after heatmap with the same drawing path a
 :class:`~collnb.primitives.RunResult` uses when a notebook displays it
-(:meth:`RunResult.png <collnb.primitives.RunResult.png>`). Beside it a table shows the float64
-result of the same inputs and highlights the chunks where the dtype changed the answer.
+(:meth:`RunResult.png <collnb.primitives.RunResult.png>`). For reducing primitives a table beside
+the heatmap (below it when the notebook is too narrow for both) shows the float64 result of the
+same inputs and highlights the chunks where the dtype changed the answer.
 
 Runs happen on one background thread per explorer with a one-slot "latest request" mailbox:
 while a run is in flight, further changes only overwrite the slot, so a fast slider drag runs at
@@ -43,20 +56,66 @@ from . import launcher as _launcher
 from . import primitives as _prim
 from .heatmap import chunk_firsts, differs_exact
 
-__all__ = ["explore", "Explorer", "INPUT_PRESETS", "CHUNK_SIZES"]
+__all__ = ["explore", "Explorer", "INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "static_bundle"]
+
+
+def _special_float(r, c):
+    return (float("nan"), float("inf"), float("-inf"), 1 / 3)[(r + c) % 4]
+
 
 #: Input presets: key -> (label, inputs callable ``f(rank, chunk)`` or ``None`` for the teaching
-#: values, ``(dtype, op, world_size)`` that shows the effect, or ``None``). Choosing a preset in
-#: the panel also sets that dtype, op (reducing primitives) and world size; the learner can then
-#: move the world size or dtype to see how the effect changes.
+#: values, ``(dtype, op, min_world_size)`` that the effect needs, or ``None``). ``dtype`` may be
+#: ``"float"``: any floating dtype (float32 when the current one is not). Choosing a preset sets
+#: that dtype and op (reducing primitives) and keeps the learner's world size unless it is below
+#: ``min_world_size``; the panel says what it changed. Which presets a primitive offers:
+#: :func:`presets_for`.
 INPUT_PRESETS: dict[str, tuple] = {
     "teaching": ("10·rank + chunk (teaching values)", None, None),
-    "int8_wrap": ("100 everywhere: int8 SUM wraps, 100+100 → -56", lambda r, c: 100, ("int8", "sum", 2)),
-    "fp16_inf": ("60000 everywhere: float16 SUM overflows, 60000+60000 → inf", lambda r, c: 60000,
+    "int8_wrap": ("100 on every rank: int8 SUM wraps past 127 (2 ranks: 100+100 → -56)", lambda r, c: 100,
+                  ("int8", "sum", 2)),
+    "fp16_inf": ("60000 on every rank: float16 SUM overflows (2 ranks: 60000+60000 → inf)", lambda r, c: 60000,
                  ("float16", "sum", 2)),
-    "bf16_round": ("256 on rank 0, 1 elsewhere: bfloat16 rounds, 256+1 → 256",
+    "bf16_round": ("256 on rank 0, 1 elsewhere: bfloat16 SUM rounds (2 ranks: 256+1 → 256)",
                    lambda r, c: 256 if r == 0 else 1, ("bfloat16", "sum", 2)),
+    "rank_ids": ("every chunk holds its rank: the values say where the data came from", lambda r, c: r, None),
+    "special_floats": ("nan, inf, -inf, 1/3: copied bit for bit (no arithmetic, nothing rounds)",
+                       _special_float, ("float", None, 1)),
 }
+
+_REDUCING_PRESETS = ("teaching", "int8_wrap", "fp16_inf", "bf16_round", "rank_ids")
+_MOVING_PRESETS = ("teaching", "rank_ids", "special_floats")
+
+
+def presets_for(primitive: str) -> tuple:
+    """The keys of :data:`INPUT_PRESETS` that show something real for ``primitive``: the dtype
+    lessons (int8 wraps, float16 overflows, bfloat16 rounds) only where the primitive does
+    arithmetic (reduces); values naming their source rank and special floats where it only moves
+    data; just the teaching values for object collectives and barrier (no tensor inputs).
+
+    Raises:
+        ValueError: unknown primitive (the valid ones listed).
+    """
+    spec = _prim._get_spec(primitive)
+    if spec.kind != "tensor":
+        return ("teaching",)
+    return _REDUCING_PRESETS if spec.reduces else _MOVING_PRESETS
+
+
+def _teaching_label(world_size: int) -> str:
+    return f"{10 if world_size <= 10 else 100}·rank + chunk (teaching values)"
+
+
+_ABOUT_REDUCING = ("<b>{p}</b> combines the ranks' values ({op}), so the dtype can change the answer: "
+                   "the inputs presets show int8 wrapping, float16 overflowing and bfloat16 rounding, "
+                   "and the float64 reference table shows the exact result.")
+_ABOUT_MOVING = ("<b>{p}</b> only moves data, it does no arithmetic: every output is some rank's input, "
+                 "bit for bit, whatever the dtype. Presets: values that name their source rank; nan, inf "
+                 "and 1/3 arriving unchanged.")
+_ABOUT_OBJECT = ("<b>{p}</b> moves pickled Python objects (strings here), not tensors: no dtype, no arithmetic.")
+_ABOUT_TIME = ("<b>{p}</b> moves no data: each rank leaves only after every rank has arrived (times in ms).")
+
+#: One line under a saved explorer's or replay's static picture.
+RERUN_LINE = "Static picture of the {what}'s last state: run this cell to bring back its controls."
 
 #: Choices of the "elements per chunk" slider (powers of two).
 CHUNK_SIZES = tuple(2 ** i for i in range(0, 17))
@@ -116,6 +175,9 @@ class Explorer:
             raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(_launcher.BACKENDS)}")
         if inputs not in INPUT_PRESETS:
             raise ValueError(f"unknown inputs preset {inputs!r}; choose one of {', '.join(INPUT_PRESETS)}")
+        if inputs not in presets_for(choices[0]):
+            raise ValueError(f"inputs preset {inputs!r} shows nothing for {choices[0]}; choose one of "
+                             f"{', '.join(presets_for(choices[0]))}")
         if chunk_size not in CHUNK_SIZES:
             raise ValueError(f"chunk_size must be one of {', '.join(map(str, CHUNK_SIZES))}; got {chunk_size!r}")
         if isinstance(world_size, bool) or not isinstance(world_size, int) or \
@@ -141,6 +203,9 @@ class Explorer:
         self._closed = False
         self._syncing = 0
         self._notes: list = []
+        self._info: list = []
+        self._display_ids: list = []
+        self.static_png: bytes | None = None
 
         # which backends can run here
         self.backend_infos = {b: _launcher.backend_info(b) for b in _launcher.BACKENDS}
@@ -172,9 +237,10 @@ class Explorer:
         c["chunk_size"] = widgets.SelectionSlider(options=list(CHUNK_SIZES), value=chunk_size,
                                                   description="elements per chunk", continuous_update=True,
                                                   style=style, layout=widgets.Layout(width="330px"))
-        c["inputs"] = widgets.Dropdown(options=[(lab, k) for k, (lab, _, _) in INPUT_PRESETS.items()],
+        c["inputs"] = widgets.Dropdown(options=[(self._preset_label(k, world_size), k)
+                                                for k in presets_for(choices[0])],
                                        value=inputs, description="inputs", style=style,
-                                       layout=widgets.Layout(width="440px"))
+                                       layout=widgets.Layout(width="520px"))
         for w in c.values():
             w.add_class("collnb-control")
         for name, w in c.items():
@@ -187,6 +253,8 @@ class Explorer:
         self.status.add_class("collnb-status")
         self.note = widgets.HTML(value="")
         self.note.add_class("collnb-note")
+        self.about = widgets.HTML(value="")
+        self.about.add_class("collnb-about")
         self.figure = widgets.HTML(value="<i>no run yet</i>", layout=widgets.Layout(min_width="0"))
         self.figure.add_class("collnb-figure")
         self.reference = widgets.HTML(value="", layout=widgets.Layout(margin="0 0 0 12px"))
@@ -201,8 +269,9 @@ class Explorer:
                             layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
         body = widgets.HBox([self.figure, self.reference],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start"))
-        self.widget = widgets.VBox([row1, row2, row3, self.status, self.note, body])
+        self.widget = widgets.VBox([row1, row2, row3, self.about, self.status, self.note, body])
         self.widget.add_class("collnb-explorer")
+        self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
 
         # initial values, validated against what the backend supports (no run yet)
         self._syncing += 1
@@ -224,8 +293,41 @@ class Explorer:
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         # the panel (ipywidgets' view mime type) with this explorer's repr as the plain-text fallback
         data = self.widget._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = repr(self)
+        data["text/plain"] = repr(self) + "\n" + RERUN_LINE.format(what="explorer")
         return data
+
+    def _ipython_display_(self):
+        """Display the static picture of the current state (kept current, see the module doc)
+        and the live panel, as two outputs of the cell."""
+        from IPython.display import display
+        did = f"collnb-explorer-{id(self):x}-{len(self._display_ids)}"
+        self._display_ids.append(did)
+        display(self.static_bundle(), raw=True, display_id=did)
+        display(self._repr_mimebundle_(), raw=True)
+
+    def static_bundle(self) -> dict:
+        """The static picture of the explorer's current state as a mime bundle (``text/html``,
+        ``image/png``, ``text/plain``): see :func:`static_bundle`."""
+        res = self.last_result
+        what = repr(self)
+        if res is None:
+            return static_bundle(None, "explorer", alt=what, caption=self.message or "no run yet")
+        if self.static_png is None:
+            self.static_png = _captioned_png(self.last_png, RERUN_LINE.format(what="explorer"))
+        return static_bundle(self.last_png, "explorer", alt=what, png_with_line=self.static_png,
+                             attrs=dict(world_size=res.world_size, primitive=res.primitive,
+                                        dtype=str(res.dtype).replace("torch.", "") if res.dtype is not None else ""))
+
+    def _update_static(self):
+        if not self._display_ids:
+            return
+        try:
+            from IPython.display import update_display
+            bundle = self.static_bundle()
+            for did in self._display_ids:
+                update_display(bundle, raw=True, display_id=did)
+        except Exception:  # noqa: BLE001 - outside IPython, or the kernel is going away
+            pass
 
     def __repr__(self):
         p = self.params()
@@ -281,6 +383,7 @@ class Explorer:
         if unknown:
             raise ValueError(f"unknown control(s) {sorted(unknown)}; choose from {', '.join(order)}")
         self._notes = []
+        self._info = []
         self._syncing += 1
         try:
             for name in order:
@@ -362,6 +465,10 @@ class Explorer:
             w.close()
 
     # -- control logic ---------------------------------------------------------------------------
+    @staticmethod
+    def _preset_label(key, world_size):
+        return _teaching_label(world_size) if key == "teaching" else INPUT_PRESETS[key][0]
+
     def _support(self, backend):
         return _prim.backend_support(backend, **self.launch_kwargs)
 
@@ -438,7 +545,19 @@ class Explorer:
                                        f"(choose 0..{ws - 1}); showing {spec.root_name}={fixed}")
                 r = fixed
             c["root"].value = r
+        if tensor:
+            keys = presets_for(spec.name)
+            cur = c["inputs"].value
+            if cur not in keys:
+                self._info.append(f"the inputs preset “{INPUT_PRESETS[cur][0]}” shows nothing for {spec.name}; "
+                                  f"showing the teaching values")
+                cur = "teaching"
+            opts = [(self._preset_label(k, ws), k) for k in keys]
+            if [tuple(o) for o in c["inputs"].options] != opts:
+                c["inputs"].options = opts
+            c["inputs"].value = cur
         self._update_length()
+        self._update_about()
 
     def _update_length(self):
         c = self.controls
@@ -459,27 +578,63 @@ class Explorer:
                                    if down else "")
 
     def _update_note(self):
+        parts = []
+        if self._info:
+            parts.append("<div class='collnb-info' style='color:#1F4E79'>" +
+                         "<br>".join("ℹ " + _esc(n) for n in self._info) + "</div>")
         if self._notes:
-            self.note.value = ("<div style='color:#8a5300'>" +
-                               "<br>".join("⚠ " + _esc(n) for n in self._notes) + "</div>")
+            parts.append("<div style='color:#8a5300'>" +
+                         "<br>".join("⚠ " + _esc(n) for n in self._notes) + "</div>")
+        self.note.value = "".join(parts)
+
+    def _update_about(self):
+        spec = self.spec
+        c = self.controls
+        if spec.kind == "time":
+            text = _ABOUT_TIME
+        elif spec.kind == "object":
+            text = _ABOUT_OBJECT
+        elif spec.reduces:
+            text = _ABOUT_REDUCING
         else:
-            self.note.value = ""
+            text = _ABOUT_MOVING
+        text = text.format(p=_esc(spec.name), op=_esc(str(c["op"].value).upper()))
+        self.about.value = f"<div style='color:#333;line-height:1.4;max-width:900px'>{text}</div>"
 
     def _after_change(self, name):
         c = self.controls
         if name == "inputs":
-            preset = INPUT_PRESETS[c["inputs"].value]
-            effect = preset[2]
+            key = c["inputs"].value
+            effect = INPUT_PRESETS[key][2]
             spec = self.spec
             if effect and spec.kind == "tensor":
-                dt, op, ws = effect
+                dt, op, min_ws = effect
+                before = self.params()
                 sup = self._support(c["backend"].value)
-                if ws <= c["world_size"].max:
-                    c["world_size"].value = ws
+                ws = c["world_size"].value
+                if ws < min_ws <= c["world_size"].max:
+                    c["world_size"].value = min_ws
+                if dt == "float":
+                    import torch
+                    dt = before["dtype"] if getattr(torch, before["dtype"]).is_floating_point else "float32"
                 if dt in sup.dtypes(spec.name):
-                    self._sync_controls(want_dtype=dt, want_op=op if spec.reduces and op in
+                    self._sync_controls(want_dtype=dt, want_op=op if spec.reduces and op and op in
                                         sup.ops(spec.name, dt) else None)
-                    return
+                else:
+                    self._sync_controls()
+                after = self.params()
+                changed = [f"{k.replace('_', ' ')} {before[k]} → {after[k]}" for k in ("dtype", "op", "world_size")
+                           if before[k] != after[k]]
+                if before["world_size"] != after["world_size"]:
+                    changed[-1] += f" (the effect needs at least {min_ws} ranks)"
+                kept = [] if before["world_size"] != after["world_size"] else [f"world size {ws} kept"]
+                if changed:
+                    self._info.append(f"preset “{INPUT_PRESETS[key][0]}” set " + ", ".join(changed) +
+                                      ("; " + kept[0] if kept else ""))
+                else:
+                    self._info.append(f"preset “{INPUT_PRESETS[key][0]}”: dtype {after['dtype']} as set; "
+                                      + kept[0])
+                return
         self._sync_controls()
 
     def _on_change(self, name):
@@ -487,6 +642,7 @@ class Explorer:
             if self._syncing:
                 return
             self._notes = []
+            self._info = []
             self._syncing += 1
             try:
                 self._after_change(name)
@@ -562,11 +718,13 @@ class Explorer:
         if self._stale():
             self.draws_skipped += 1
             return
-        from .heatmap import heatmap_grid
+        from .heatmap import heatmap_grid, heatmap_image
         grid = heatmap_grid(result)
-        png = result.png(dpi=self.dpi, grid=grid)  # the drawing path of RunResult's notebook display
-        fig_html = self._figure_html(result, grid, png)
-        ref_html = self._reference_html(result, grid)
+        # the drawing path of RunResult's notebook display (RunResult.png -> heatmap_png)
+        him = heatmap_image(result, dpi=self.dpi, grid=grid)
+        png = _encode_png(him.pixels, self.dpi)
+        fig_html = self._figure_html(result, grid, png, him)
+        ref_html = self._reference_html(result, grid) if result.spec.reduces else ""
         t2 = time.perf_counter()
         if self._stale():
             self.draws_skipped += 1
@@ -575,16 +733,25 @@ class Explorer:
         self.reference.value = ref_html
         self.last_result = result
         self.last_png = png
+        self.static_png = None
         self.last_params = {k: v for k, v in p.items() if not k.startswith("_")}
         self.error = None
         t3 = time.perf_counter()
         self.last_timing = dict(run_s=t1 - t0, draw_s=t2 - t1, total_s=t3 - p["_t_request"])
-        verdict = ("✓ matches the reference" if result.ok else
-                   f"✗ {result.n_mismatches()} chunk(s) differ from the reference")
         effect = _dtype_effect_text(result, grid)
+        dname = str(result.dtype).replace("torch.", "") if result.dtype is not None else ""
+        if not result.ok:
+            verdict = f"✗ {result.n_mismatches()} chunk(s) differ from the reference"
+        elif effect and result.spec.reduces:
+            verdict = (f"✓ {result.backend} matches the reference: the same {dname} arithmetic done without "
+                       f"torch.distributed (the dtype, not the communication, changed the value)")
+        else:
+            verdict = "✓ matches the reference (computed without torch.distributed)"
         text = (f"{verdict} · {result.title()} · ran in {1000 * (t1 - t0):.0f} ms, "
                 f"drawn in {1000 * (t2 - t1):.0f} ms")
         self._set_status(text, busy=False, color="#2E7D32" if result.ok else "#C62828", effect=effect)
+        if not self._stale():  # during a drag only the last state is worth saving (~10-30 ms a picture)
+            self._update_static()
 
     def _show_error(self, exc, params):
         self.error = exc
@@ -616,7 +783,7 @@ class Explorer:
 
     # -- HTML ------------------------------------------------------------------------------------
     @staticmethod
-    def _figure_html(result, grid, png) -> str:
+    def _figure_html(result, grid, png, him=None) -> str:
         b64 = base64.b64encode(png).decode("ascii")
         after = _values(result, "after")
         exact = _values(result, "expected_f64")
@@ -632,6 +799,9 @@ class Explorer:
                      before=_rows_attr([[_num(v) for v in row] for row in _values(result, "before")]),
                      after=_rows_attr([[_num(v) for v in row] for row in after]),
                      exact=_rows_attr(marks), after_text=_rows_attr(grid.after.text))
+        if him is not None:  # where the cells are, for tests that measure the drawn labels
+            attrs.update(cells=";".join(f"{k}:{x},{y},{c}" for k, (x, y, c) in him.geometry.items()),
+                         layout=him.layout, min_font_px=f"{min(s_ for _, s_, _ in him.labels):.1f}")
         data = " ".join(f"data-{k.replace('_', '-')}=\"{_esc(v)}\"" for k, v in attrs.items())
         return (f"<img class=\"collnb-heatmap\" src=\"data:image/png;base64,{b64}\" alt=\"{_esc(alt)}\" "
                 f"title=\"{_esc(grid.title)}\" {data} style=\"{_IMG_STYLE}\">")
@@ -666,11 +836,12 @@ class Explorer:
                     else:
                         cells.append(f"<td>{txt}</td>")
             rows.append(f"<tr><th>rank {r}</th>{''.join(cells)}</tr>")
-        style = ("<style>.collnb-reference{border-collapse:collapse;font-size:80%;text-align:center;line-height:1.3}"
+        # sizes: >= 10 px at ipywidgets' 13 px base (90% = 11.7 px, the dtype's value 88% of that)
+        style = ("<style>.collnb-reference{border-collapse:collapse;font-size:90%;text-align:center;line-height:1.3}"
                  ".collnb-reference th{text-align:right;padding:1px 4px 1px 0;font-weight:normal}"
                  ".collnb-reference td{padding:1px 4px;border:1px solid #ddd}"
                  ".collnb-reference td.differs{background:#FFD8A8;font-weight:bold;border:2px solid #A65400}"
-                 ".collnb-reference td.differs span{display:block;font-weight:normal;font-size:80%;color:#A65400}"
+                 ".collnb-reference td.differs span{display:block;font-weight:normal;font-size:88%;color:#7A3E00}"
                  ".collnb-reference td.undef{color:#888;font-style:italic}</style>")
         if n_diff:
             what = (f"<span style='background:#FFD8A8'>highlighted</span>: {n_diff} chunk(s) where "
@@ -718,6 +889,10 @@ def _dtype_effect_text(result, grid) -> str:
         return ""
     r, c = diffs[0]
     dname = str(result.dtype).replace("torch.", "")
+    if not result.spec.reduces:
+        return (f"{dname} cannot hold every input value: the inputs changed when the tensors were made "
+                f"(rank {r}, chunk {c}: {format_value(after[r][c])} for {format_value(exact[r][c])}); "
+                f"{result.primitive} itself copied them unchanged")
     return (f"dtype effect: {dname} gives {format_value(after[r][c])} where float64 gives "
             f"{format_value(exact[r][c])} (rank {r}, chunk {c}; {len(diffs)} chunk(s) differ from the "
             f"float64 result, highlighted)")
@@ -758,3 +933,86 @@ def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Exp
             1..16 (the message lists the valid choices). RuntimeError: no backend can run here.
     """
     return Explorer(primitive, **kwargs)
+
+
+def _captioned_png(png: bytes | None, line: str) -> bytes | None:
+    """``png`` with ``line`` painted in a strip above it (>= 13 px text), for frontends that show
+    only the ``image/png`` of a saved output."""
+    if png is None:
+        return None
+    import io
+
+    import numpy as np
+    from PIL import Image
+
+    from .heatmap import _Canvas, _rgb
+    img = np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+    h, w = img.shape[:2]
+    strip = 30
+    cv = _Canvas(w, h + strip)
+    cv.img[strip:] = img.astype(np.float32) / 255.0
+    cv.rect(0, 0, w, strip - 2, _rgb("#FFF4D6"))
+    cv.text(line, 10, strip / 2 - 1, 14, _rgb("#5A3B00"), "bold", ha="left")
+    out = io.BytesIO()
+    Image.fromarray((np.clip(cv.img, 0, 1) * 255 + 0.5).astype(np.uint8), "RGB").save(out, format="PNG", compress_level=1)
+    return out.getvalue()
+
+
+#: CSS carried by every static picture: while a live collnb panel is in the same output area
+#: (JupyterLab 4 and Notebook 7 DOM; ``:has`` needs Chromium 105+, Firefox 121+, Safari 15.4+) the
+#: picture and its line are hidden and only a one-line hint shows, for the case the page cannot
+#: detect: a kernel restart leaves the old panel on the page, looking alive but answering nothing.
+_STATIC_CSS = ("<style>.collnb-static .collnb-live-hint{display:none}"
+               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-static-body{display:none}"
+               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-live-hint{display:block}</style>")
+#: The hint shown above a live panel.
+LIVE_HINT = "Controls not responding (after a kernel restart)? Run this cell again."
+
+
+def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str = "",
+                  png_with_line: bytes | None = None, attrs: dict | None = None) -> dict:
+    """A display bundle standing in for a live widget (an explorer or a replay) where no kernel
+    runs: a saved notebook reopened, nbviewer, a code host, a MyST-NB book.
+
+    * ``text/html``: one line ("Static picture of the explorer's last state: run this cell to
+      bring back its controls.") above ``<img class="collnb-static-img">`` of ``png``, in a
+      ``<div class="collnb-static">`` whose CSS hides it while a live panel (class
+      ``collnb-live``) is in the same output area, where only a one-line hint shows instead
+      (:data:`LIVE_HINT`: after a kernel restart the old panel stays on the page, inert);
+    * ``image/png``: ``png_with_line`` (the same picture with the line painted above it), for
+      frontends that show only images;
+    * ``text/plain``: the line.
+
+    Args:
+        png: PNG bytes of the current state, or None (no picture yet: the line and ``caption``).
+        what: ``"explorer"`` or ``"replay"`` (goes into the line).
+        alt: the image's alt text. caption: text shown when there is no picture.
+        attrs: extra ``data-*`` attributes of the ``<img>`` (e.g. world_size).
+    """
+    line = RERUN_LINE.format(what=what)
+    data = {"text/plain": line}
+    hint = (f"<div class='collnb-live-hint' style='color:#555;font-size:12px;line-height:1.4'>"
+            f"{_esc(LIVE_HINT)}</div>")
+    if png is None:
+        data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
+                             f"<i>{_esc(line)}</i> {_esc(caption)}</div>{hint}</div>")
+        return data
+    b64 = base64.b64encode(png).decode("ascii")
+    extra = " ".join(f'data-{k.replace("_", "-")}="{_esc(v)}"' for k, v in (attrs or {}).items())
+    data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
+                         f"<div class='collnb-static-line' style='color:#5A3B00;background:#FFF4D6;"
+                         f"padding:3px 8px;display:inline-block'>{_esc(line)}</div><br>"
+                         f"<img class=\"collnb-static-img\" src=\"data:image/png;base64,{b64}\" alt=\"{_esc(alt)}\" "
+                         f"{extra} style=\"{_IMG_STYLE}\"></div>{hint}</div>")
+    data["image/png"] = base64.b64encode(png_with_line or png).decode("ascii")
+    return data
+
+
+def _encode_png(pixels, dpi) -> bytes:
+    """RGB pixels -> PNG bytes, as :func:`collnb.heatmap.heatmap_png` encodes them."""
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    Image.fromarray(pixels, "RGB").save(buf, format="PNG", compress_level=1, dpi=(dpi, dpi))
+    return buf.getvalue()

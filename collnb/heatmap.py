@@ -38,15 +38,21 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg, get_hinting_flag
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-__all__ = ["RANK_COLORS", "UNDEFINED_COLOR", "COMBINED_COLOR", "EMPTY_COLOR", "MISMATCH_COLOR", "format_value", "heatmap_grid",
+__all__ = ["RANK_COLORS", "RANK_TEXT_COLORS", "MIN_LABEL_PX", "contrast_ratio", "rank_text_color", "UNDEFINED_COLOR", "COMBINED_COLOR", "EMPTY_COLOR", "MISMATCH_COLOR", "format_value", "heatmap_grid",
            "heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "rank_color", "Panel", "HeatmapGrid",
-           "HeatmapImage"]
+           "HeatmapImage", "MAX_WIDTH_PX"]
 
-#: One colour per rank (0..15), Tableau-like hues lightened so black values stay readable.
-_BASE_COLORS = ["#4E79A7", "#F28E2B", "#59A14F", "#E15759", "#B07AA1", "#EDC948", "#76B7B2",
-                "#FF9DA7", "#9C755F", "#2F9FD8", "#FFBE7D", "#8CD17D", "#D37295", "#B6992D",
-                "#499894", "#A463F2"]
-_LIGHTEN = 0.30
+#: Rank hues: the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"), built to stay
+#: distinguishable with protanopia, deuteranopia and tritanopia, with its black replaced by Paul
+#: Tol's olive (#999933) so that a cell can hold black text (Tol's indigo, tried first, merges
+#: with the blue under simulated protanopia once lightened). Ranks 0-7 get these hues; ranks 8-15
+#: repeat them as paler tints (lightness still tells them apart under colour-vision deficiency; the
+#: row label and the value, 100*rank + chunk above 10 ranks, name the rank in any case).
+_BASE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#999933"]
+_PALE_TINT = 0.72        # share of white mixed into the hues of ranks 8-15
+_FILL_CONTRAST = 7.0     # WCAG AAA: black (#111) text on any rank's fill
+_TEXT_CONTRAST = 4.5     # WCAG AA: a rank-coloured label on white
+MIN_LABEL_PX = 10.0      #: the smallest font (pixels per em) of any label a learner needs
 
 
 def _hex_rgb(h):
@@ -54,8 +60,45 @@ def _hex_rgb(h):
     return np.array([int(h[i:i + 2], 16) / 255.0 for i in (0, 2, 4)], dtype=np.float32)
 
 
-#: RGB (0..1) fill colour of each rank's cells, index = rank.
-RANK_COLORS = np.array([(1 - _LIGHTEN) * _hex_rgb(h) + _LIGHTEN for h in _BASE_COLORS], dtype=np.float32)
+def relative_luminance(rgb) -> float:
+    """WCAG 2.x relative luminance of an sRGB colour (3 floats in 0..1)."""
+    c = np.asarray(rgb, dtype=np.float64)
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return float(0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2])
+
+
+def contrast_ratio(fg, bg=(1.0, 1.0, 1.0)) -> float:
+    """WCAG 2.x contrast ratio (1..21) of two sRGB colours (3 floats in 0..1); 4.5 is the AA
+    minimum for normal text (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio)."""
+    a, b = sorted((relative_luminance(fg), relative_luminance(bg)))
+    return (b + 0.05) / (a + 0.05)
+
+
+def _tint_for_ink(hue, lo=0.35):
+    """The least white (>= lo) mixed into ``hue`` so that #111 text on it has AAA contrast."""
+    ink = _hex_rgb("#111111")
+    for t in np.linspace(lo, 0.95, 61):
+        fill = (1 - t) * hue + t
+        if contrast_ratio(ink, fill) >= _FILL_CONTRAST:
+            return fill
+    return (1 - 0.95) * hue + 0.95
+
+
+def _darken_for_text(hue):
+    """``hue`` darkened (mixed with black) just enough for AA contrast as text on white."""
+    for s in np.linspace(0.0, 0.9, 91):
+        c = hue * (1 - s)
+        if contrast_ratio(c) >= _TEXT_CONTRAST + 0.05:
+            return c
+    return hue * 0.1
+
+
+_HUES = [_hex_rgb(h) for h in _BASE_COLORS]
+#: RGB (0..1) fill colour of each rank's cells, index = rank (16 entries).
+RANK_COLORS = np.array([_tint_for_ink(h) for h in _HUES] +
+                       [(1 - _PALE_TINT) * h + _PALE_TINT for h in _HUES], dtype=np.float32)
+#: RGB (0..1) of each rank's label text (its hue, dark enough for 4.5:1 on white), index = rank.
+RANK_TEXT_COLORS = np.array([_darken_for_text(h) for h in _HUES] * 2, dtype=np.float32)
 #: Fill of undefined cells, and their hatch lines.
 UNDEFINED_COLOR = np.array([0.90, 0.90, 0.90], dtype=np.float32)
 _HATCH_COLOR = np.array([0.74, 0.74, 0.74], dtype=np.float32)
@@ -71,6 +114,11 @@ _EXACT_COLOR = "#A65400"
 def rank_color(rank: int) -> np.ndarray:
     """RGB fill (3 floats in 0..1) of ``rank``'s data."""
     return RANK_COLORS[rank % len(RANK_COLORS)]
+
+
+def rank_text_color(rank: int) -> np.ndarray:
+    """RGB (3 floats in 0..1) for text naming ``rank`` on white (contrast >= 4.5:1)."""
+    return RANK_TEXT_COLORS[rank % len(RANK_TEXT_COLORS)]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -281,7 +329,12 @@ def heatmap_grid(result) -> HeatmapGrid:
 
     n_bad = sum(v == "✗" for v in verdicts)
     n_chunks_bad = result.n_mismatches()
-    if result.ok:
+    dtype_effect = any(x for row in a.exact for x in row)
+    if result.ok and dtype_effect:
+        dname = str(result.dtype).replace("torch.", "")
+        status = (f"✓ matches the same {dname} arithmetic done without torch.distributed; "
+                  f"orange: float64's result, which {dname} changed")
+    elif result.ok:
         status = "✓ every defined output matches the reference (computed without torch.distributed)"
         if kind == "time":
             status = "✓ no rank left dist.barrier() before the last rank had arrived"
@@ -379,6 +432,7 @@ class _Canvas:
     def __init__(self, w: int, h: int):
         self.w, self.h = w, h
         self.img = np.ones((h, w, 3), dtype=np.float32)
+        self.labels = None  # a list: every painted text as (text, size_px, box)
 
     def _clip(self, x0, y0, x1, y1):
         return max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))
@@ -423,6 +477,8 @@ class _Canvas:
             base_y = y
         top = int(round(base_y - baseline))
         left = int(round(x - (w / 2 if ha == "center" else (w if ha == "right" else 0))))
+        if self.labels is not None:
+            self.labels.append((text, float(size_px), (left, top, left + w, top + h)))
         x0, y0, x1, y1 = self._clip(left, top, left + w, top + h)
         if x1 <= x0 or y1 <= y0:
             return w
@@ -448,19 +504,45 @@ _EXACT = _rgb(_EXACT_COLOR)
 class HeatmapImage:
     """A painted heatmap: ``pixels`` (uint8, H x W x 3), ``dpi``, the ``grid`` it shows,
     ``geometry`` (``{panel: (x0, y0, cell)}``: pixel position of a panel's top-left cell and the
-    cell side, y down) and ``outlines`` (pixel boxes ``(x0, y0, x1, y1)`` of the red outlines)."""
+    cell side, y down), ``outlines`` (pixel boxes ``(x0, y0, x1, y1)`` of the red outlines),
+    ``layout`` (``"side by side"`` or ``"stacked"``: after below before, when side by side would
+    not fit :data:`MAX_WIDTH_PX`) and ``labels`` (every painted text as ``(text, size_px, box)``,
+    size in pixels per em; none is below :data:`MIN_LABEL_PX`)."""
 
     pixels: np.ndarray
     dpi: float
     grid: HeatmapGrid
     geometry: dict
     outlines: list
+    layout: str = "side by side"
+    labels: list = field(default_factory=list)
 
 
-def _fit_size(text, size_px, max_w, style):
-    em = {"bold": 0.72, "mono": 0.61}.get(style, 0.64)  # average glyph advance of DejaVu Sans
-    w = len(text) * em * size_px
-    return size_px if w <= max_w else max(6.0, size_px * max_w / w)
+#: Widest heatmap drawn at the default dpi (pixels): JupyterLab 4's output area in a 1440 px
+#: window with the file browser open is ~1080 CSS px wide (tests/test_browser.py measures it), and
+#: an image wider than its output area is scaled down, labels with it.
+MAX_WIDTH_PX = 1000
+_SAFE_PX = MIN_LABEL_PX + 1  # painted sizes keep a pixel in hand
+
+
+def _fit_size(text, size_px, max_w, style, floor=MIN_LABEL_PX):
+    """The largest size <= ``size_px`` (not below ``floor``) at which ``text`` is <= ``max_w`` px
+    wide (measured with the real glyphs)."""
+    w = _mask(text, size_px, style)[0].shape[1]
+    if w <= max_w:
+        return size_px
+    return max(floor, size_px * max_w / w * 0.98)
+
+
+def _fit_text(text, size_px, max_w, style):
+    """``text`` cut with "…" until it fits ``max_w`` pixels at ``size_px``."""
+    while len(text) > 1 and _mask(text, size_px, style)[0].shape[1] > max_w:
+        text = text[:-2] + "…" if not text.endswith("…") else text[:-2] + "…"
+    return text
+
+
+def _band_text(n, ws):
+    return f"all {n}" if n == ws else f"{n} ranks"
 
 
 def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
@@ -469,9 +551,16 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
 
     Args:
         result: the run to draw.
-        dpi: pixels per inch; a cell is 0.36-0.62 inch (36-62 pixels at 100 dpi).
-        show_exact: write the float64 result under values the dtype changed ("exact 280").
+        dpi: pixels per inch of the decorations; cells are 0.36-0.62 inch but never so small that
+            a value is written below :data:`MIN_LABEL_PX` pixels.
+        show_exact: write the float64 result under values the dtype changed ("exact 280", or
+            just "280" where the cell is too narrow for the word; the legend says which).
         grid: a precomputed :func:`heatmap_grid` (else computed here).
+
+    Every label is at least :data:`MIN_LABEL_PX` pixels per em whatever the world size; the
+    image stays within :data:`MAX_WIDTH_PX` (at dpi <= 125) by putting ``after`` below
+    ``before`` when side by side would be wider; a band of more contributors than its cell can
+    show as stripes (< 5 px each) says "all 16" / "12 ranks" instead.
 
     Returns:
         :class:`HeatmapImage`. Takes ~20-40 ms at world size 8.
@@ -480,21 +569,42 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     b, a = g.before, g.after
     ws = result.world_size
     k = dpi / 100.0
+    F = lambda base: max(_SAFE_PX, base * k)  # noqa: E731 - a font size in pixels, floored
+    max_w = MAX_WIDTH_PX * max(1.0, k / 1.25)
     total_cols = b.n_cols + a.n_cols
     cell_in = float(np.clip(11.5 / (total_cols + 5), 0.36, 0.62))
     if ws > 10:
         cell_in = min(cell_in, 0.46)
     cell = int(round(cell_in * dpi))
     gap = max(1, int(round(2 * k)))
-    inner = cell - 2 * gap
     probe = _Canvas(1, 1)
+    time_kind = result.spec.kind == "time"
+
+    # the narrowest cell that writes every value at >= 12 px and every note under it at >= 11 px
+    val_floor = _SAFE_PX + 1
+    texts = [t for p in (b, a) for row in p.text for t in row if t]
+    subs_long, subs_short = [], []
+    for r in range(ws):
+        for c in range(a.n_cols):
+            if a.expected[r][c]:
+                subs_long.append(f"exp {a.expected[r][c]}")
+                subs_short.append(a.expected[r][c])
+            elif show_exact and a.exact[r][c]:
+                subs_long.append(f"exact {a.exact[r][c]}")
+                subs_short.append(a.exact[r][c])
+    widest = max([probe.measure(t, val_floor, "bold")[0] for t in texts] + [1])
+    need = widest / 0.9
+    if subs_short:
+        need = max(need, max(probe.measure(t, _SAFE_PX, "bold")[0] for t in subs_short) / 0.94)
+    need = int(math.ceil(need + 2 * gap + 2))
+    need = max(need, 48 if subs_short else 38)
+    cell = min(max(cell, need), max(need, int(round(0.62 * dpi))), 120)
+    inner = cell - 2 * gap
+    long_subs = bool(subs_long) and max(probe.measure(t, _SAFE_PX, "bold")[0] for t in subs_long) <= inner * 0.94
 
     # sizes (pixels)
-    title_px, call_px, head_px, desc_px = 20 * k, 13 * k, 17 * k, 12.5 * k
-    col_px = min(13 * k, cell * 0.26)
-    row_px = min(15 * k, cell * 0.36)
-    leg_px, status_px = 12 * k, 14.5 * k
-    long_cols = probe.measure("chunk 00", col_px)[0] < cell * 0.96
+    title_px, call_px, head_px, desc_px = F(20), F(13), F(17), F(12.5)
+    row_px, leg_px, status_px = F(14), F(12), F(14.5)
 
     row_labels = []
     for r in range(ws):
@@ -502,11 +612,34 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         if result.root is not None and r == result.root:
             lab += f" ({result.spec.root_name})"
         row_labels.append(lab)
-    left = max(probe.measure(t, row_px, "bold")[0] for t in row_labels) + int(28 * k)
-    verdict_px = {v: (min(22 * k, cell * 0.5) if v != "undefined" else min(13 * k, cell * 0.3)) for v in ("✓", "✗", "undefined")}
+    sw_row = int(max(10, 12 * k))
+    left = max(probe.measure(t, row_px, "bold")[0] for t in row_labels) + sw_row + int(18 * k) + 8
+    verdict_px = {"✓": F(22), "✗": F(22), "undefined": F(12)}
     right = max(probe.measure(v, verdict_px[v], "italic" if v == "undefined" else "bold")[0]
-                for v in set(g.verdicts) | {"✓"}) + int(34 * k)
-    mid = int(100 * k)
+                for v in set(g.verdicts) | {"✓"}) + int(24 * k)
+    mid = int(76 * k)
+
+    # side by side if it fits (cells no bigger than they need be), else after below before
+    side_w = left + total_cols * cell + mid + right
+    if side_w > max_w:
+        fit = int((max_w - left - mid - right) // max(total_cols, 1))
+        if fit >= need:
+            cell, side_w = fit, left + total_cols * fit + mid + right
+    stacked = side_w > max_w
+    if stacked:
+        most = max(b.n_cols, a.n_cols)
+        if left + most * need + right > max_w and val_floor > _SAFE_PX:
+            val_floor = _SAFE_PX  # values at 11 px rather than an image the browser scales down
+            need = max(int(math.ceil(max(probe.measure(t, val_floor, "bold")[0] for t in texts) / 0.9
+                                     + 2 * gap + 2)) if texts else 1, 48 if subs_short else 38)
+        if left + most * need + right > max_w:  # smaller row labels (still >= 11 px) before wider
+            row_px = _SAFE_PX
+            left = max(probe.measure(t, row_px, "bold")[0] for t in row_labels) + sw_row + int(12 * k) + 8
+        if left + most * cell + right > max_w:
+            cell = max(need, int((max_w - left - right) // max(most, 1)))
+    inner = cell - 2 * gap
+    col_px = F(13)
+    long_cols = probe.measure("chunk 00", col_px)[0] < cell * 0.96
     pw_b, pw_a = b.n_cols * cell, a.n_cols * cell
 
     def wrap(text, width):
@@ -520,17 +653,38 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                 cur = t
         return lines + ([cur] if cur else [])
 
-    desc = {"before": wrap(b.title.split(": ", 1)[-1], max(pw_b, 170 * k)),
-            "after": wrap(a.title.split(": ", 1)[-1], max(pw_a, 170 * k))}
+    if stacked:
+        pw = max(pw_b, pw_a)
+        desc = {"before": wrap(b.title.split(": ", 1)[-1], max(pw, 170 * k)),
+                "after": wrap(a.title.split(": ", 1)[-1], max(pw, 170 * k))}
+        content_w = left + pw + right
+    else:
+        desc = {"before": wrap(b.title.split(": ", 1)[-1], max(pw_b, 170 * k)),
+                "after": wrap(a.title.split(": ", 1)[-1], max(pw_a, 170 * k))}
+        content_w = side_w
     n_desc = max(len(v) for v in desc.values())
-    content_w = left + pw_b + mid + pw_a + right
+    room = max(content_w, max_w) - 60 * k
+    title_px = _fit_size(g.title, title_px, room, "bold", floor=_SAFE_PX)
+    call_px = _fit_size(g.call, call_px, room, "mono", floor=_SAFE_PX)
+    status_px = _fit_size(g.status, status_px, room, "bold", floor=_SAFE_PX)
     W = int(max(content_w, probe.measure(g.title, title_px, "bold")[0] + 60 * k,
                 probe.measure(g.call, call_px, "mono")[0] + 60 * k,
                 probe.measure(g.status, status_px, "bold")[0] + 60 * k, 760 * k))
 
-    # legend layout
-    sw, sh = int(24 * k), int(14 * k)
-    entries = [(label, kind, sw + 7 * k + probe.measure(label, leg_px)[0] + 20 * k) for label, kind in g.legend]
+    # legend (labels that say what this picture does)
+    compact_bands = any(st == "value" and len(rk) > 1 and inner / len(rk) < 5
+                        for p in (b, a) for srow, rrow in zip(p.state, p.ranks) for st, rk in zip(srow, rrow))
+    legend = []
+    for label, kind in g.legend:
+        if kind == "exact" and not long_subs:
+            label = "orange number under a value: the float64 result, where the dtype changed it"
+        if kind == "mismatch" and subs_short and not long_subs:
+            label = "red outline: differs from reference (red number: the expected value)"
+        if kind == "stripes" and compact_bands:
+            label += f" (a dark band with a count: too many ranks for stripes)"
+        legend.append((label, kind))
+    sw, sh = int(max(18, 24 * k)), int(max(11, 14 * k))
+    entries = [(label, kind, sw + 7 * k + probe.measure(label, leg_px)[0] + 20 * k) for label, kind in legend]
     rows, row, roww = [], [], 0.0
     for e in entries:
         if row and roww + e[2] > W - 40 * k:
@@ -540,42 +694,59 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         roww += e[2]
     if row:
         rows.append((row, roww))
+    leg_step = max(24 * k, leg_px + 8)
 
     y_head = int(80 * k)
-    grid_top = int(y_head + 26 * k + 17 * k * n_desc + col_px + 14 * k)
-    grid_bottom = grid_top + ws * cell
+    head_h = int(26 * k + max(17 * k, desc_px + 4) * n_desc + col_px + 14 * k)
+    if stacked:
+        x_b = x_a = int(left + max(0, (W - content_w) / 2))
+        top_b = y_head + head_h
+        y_head_a = top_b + ws * cell + int(56 * k)
+        top_a = y_head_a + head_h
+        heads = {"before": (x_b, y_head, top_b, pw_b), "after": (x_a, y_head_a, top_a, pw_a)}
+        grid_bottom = top_a + ws * cell
+    else:
+        x_b = int(left + max(0, (W - content_w) / 2))
+        x_a = x_b + pw_b + mid
+        top_b = top_a = y_head + head_h
+        heads = {"before": (x_b, y_head, top_b, pw_b), "after": (x_a, y_head, top_a, pw_a)}
+        grid_bottom = top_b + ws * cell
     y_status = grid_bottom + int(30 * k)
-    H = int(y_status + 22 * k + 24 * k * len(rows) + 12 * k)
+    H = int(y_status + 22 * k + leg_step * len(rows) + 12 * k)
 
     cv = _Canvas(W, H)
-    x_b = int(left + max(0, (W - content_w) / 2))
-    x_a = x_b + pw_b + mid
-    geometry = {"before": (x_b, grid_top, cell), "after": (x_a, grid_top, cell)}
+    cv.labels = []
+    geometry = {"before": (x_b, top_b, cell), "after": (x_a, top_a, cell)}
 
     cv.text(g.title, W / 2, 14 * k, title_px, _INK, "bold", va="top")
     cv.text(g.call, W / 2, 46 * k, call_px, _rgb("#333333"), "mono", va="top")
 
     outlines = []
-    cap = (21 if ws <= 8 else 15) * k
-    for panel, x0, pw in ((b, x_b, pw_b), (a, x_a, pw_a)):
-        cv.text(panel.name, x0 + pw / 2, y_head, head_px, _INK, "bold", va="top")
+    strips: dict = {}
+    cap = (21 if ws <= 8 else 17) * k
+    val_px = max(val_floor, min(cap, 0.40 * cell))
+    sub_px = max(_SAFE_PX, min(11 * k, 0.22 * cell))
+    dstep = max(17 * k, desc_px + 4)
+    for panel in (b, a):
+        x0, yh, gtop, pw = heads[panel.name]
+        cv.text(panel.name, x0 + pw / 2, yh, head_px, _INK, "bold", va="top")
         for i, line in enumerate(desc[panel.name]):
-            cv.text(line, x0 + pw / 2, y_head + 26 * k + 17 * k * i, desc_px, _rgb("#444444"), va="top")
+            cv.text(line, x0 + pw / 2, yh + 26 * k + dstep * i, desc_px, _rgb("#444444"), va="top")
         for c in range(panel.n_cols):
-            label = "ms" if result.spec.kind == "time" else (f"chunk {c}" if long_cols else str(c))
-            cv.text(label, x0 + (c + 0.5) * cell, grid_top - 7 * k, col_px,
-                    _rgb("#333333"), va="bottom")
-        if not long_cols and result.spec.kind != "time":
-            cv.text("chunk", x0 - 6 * k, grid_top - 7 * k, col_px, _rgb("#333333"), ha="right", va="bottom")
+            label = "ms" if time_kind else (f"chunk {c}" if long_cols else str(c))
+            cv.text(label, x0 + (c + 0.5) * cell, gtop - 7 * k, col_px, _rgb("#333333"), va="bottom")
+        if not long_cols and not time_kind:
+            cv.text("chunk", x0 - 6 * k, gtop - 7 * k, col_px, _rgb("#333333"), ha="right", va="bottom")
         band = int(round(_BAND * inner))
         for r in range(ws):
-            y0 = grid_top + r * cell
+            y0 = gtop + r * cell
             for c in range(panel.n_cols):
                 cx0 = x0 + c * cell + gap
                 cy0 = y0 + gap
                 st = panel.state[r][c]
                 ranks = panel.ranks[r][c]
                 combined = st == "value" and len(ranks) > 1
+                cband = band
                 if st == "undefined":
                     cv.hatch(cx0, cy0, cx0 + inner, cy0 + inner, UNDEFINED_COLOR, _HATCH_COLOR,
                              period=max(6, int(10 * k)), width=max(2, int(3 * k)))
@@ -586,24 +757,47 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                 else:
                     cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, COMBINED_COLOR)
                     cv.frame(cx0, cy0, cx0 + inner, cy0 + inner, _rgb("#C8C8C8"), 1)
-                    edges = np.linspace(cx0, cx0 + inner, len(ranks) + 1).round().astype(int)
-                    for i, s_ in enumerate(ranks):
-                        cv.rect(edges[i], cy0, edges[i + 1], cy0 + band, rank_color(s_))
+                    if inner / len(ranks) >= 5:
+                        strip = strips.get(ranks)
+                        if strip is None:  # one band per set of contributors, pasted where it recurs
+                            strip = strips[ranks] = np.empty((band, inner, 3), dtype=np.float32)
+                            edges = np.linspace(0, inner, len(ranks) + 1).round().astype(int)
+                            for i, s_ in enumerate(ranks):
+                                strip[:, edges[i]:edges[i + 1]] = rank_color(s_)
+                        cv.img[cy0:cy0 + band, cx0:cx0 + inner] = strip
+                    else:  # too many contributors for stripes: say how many
+                        bt = _band_text(len(ranks), ws)
+                        bpx = _fit_size(bt, _SAFE_PX, inner - 4, "bold")
+                        bt = _fit_text(bt, bpx, inner - 4, "bold")
+                        cband = max(band, int(0.73 * bpx + 7))
+                        cv.rect(cx0, cy0, cx0 + inner, cy0 + cband, _rgb("#5A5A5A"))
+                        cv.text(bt, cx0 + inner / 2, cy0 + cband / 2, bpx, (1, 1, 1), "bold")
                 if panel.row_note[r]:
                     continue
                 txt = panel.text[r][c]
-                sub = (panel.expected[r][c] and f"exp {panel.expected[r][c]}") or \
-                      (show_exact and panel.exact[r][c] and f"exact {panel.exact[r][c]}") or ""
+                if panel.expected[r][c]:
+                    sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
+                elif show_exact and panel.exact[r][c]:
+                    sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
+                else:
+                    sub = ""
                 xc = x0 + (c + 0.5) * cell
-                body_top = cy0 + (band if combined else 0)
+                body_top = cy0 + (cband if combined else 0)
                 body_bottom = cy0 + inner - (0.30 * inner if sub else 0)
                 if txt:
-                    size = _fit_size(txt, min(cap, 0.40 * cell), inner * 0.9, "bold")
+                    size = _fit_size(txt, val_px, inner * 0.92, "bold")
+                    txt = _fit_text(txt, size, inner - 2, "bold")
                     cv.text(txt, xc, (body_top + body_bottom) / 2, size,
                             _GREY_TEXT if st == "undefined" else _INK,
                             "regular" if st == "undefined" else "bold")
                 if sub:
-                    size = _fit_size(sub, min(11 * k, 0.22 * cell), inner * 0.94, "bold")
+                    size = _fit_size(sub, sub_px, inner * 0.96, "bold")
+                    sub = _fit_text(sub, size, inner - 2, "bold")
+                    if st == "value" and not combined:  # a white backing: red/orange on a rank's fill is < 4.5:1
+                        sw_, sh_ = cv.measure(sub, size, "bold")
+                        ys = cy0 + inner - 0.16 * inner
+                        cv.rect(xc - sw_ / 2 - 2, ys - 0.5 * size - 1, xc + sw_ / 2 + 2, ys + 0.5 * size + 1,
+                                COMBINED_COLOR)
                     cv.text(sub, xc, cy0 + inner - 0.16 * inner, size,
                             _RED if panel.expected[r][c] else _EXACT, "bold")
                 if panel.mismatch[r][c]:
@@ -612,18 +806,25 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                     outlines.append(box)
             if panel.row_note[r]:
                 note = panel.row_note[r]
-                size = min(13 * k, cell * 0.3)
+                size = _fit_size(note, F(13), max(pw - 8, 1), "italic")
                 tw, th = cv.measure(note, size, "italic")
                 yc = y0 + cell / 2
                 cv.rect(x0 + pw / 2 - tw / 2 - 6 * k, yc - 0.5 * size - 3 * k, x0 + pw / 2 + tw / 2 + 6 * k,
                         yc + 0.5 * size + 3 * k, (1, 1, 1))
                 cv.text(note, x0 + pw / 2, yc, size, _rgb("#555555"), "italic")
-    for r, lab in enumerate(row_labels):
-        cv.text(lab, x_b - 12 * k, grid_top + (r + 0.5) * cell, row_px, _rgb(_BASE_COLORS[r % 16]) * 0.85,
-                "bold", ha="right")
-    cv.text("→", x_b + pw_b + mid / 2, grid_top + ws * cell / 2, 44 * k, _rgb("#444444"))
+        if panel is b or stacked:
+            for r, lab in enumerate(row_labels):
+                yc = gtop + (r + 0.5) * cell
+                sx1 = x0 - int(8 * k) - 2
+                cv.rect(sx1 - sw_row, yc - sw_row / 2, sx1, yc + sw_row / 2, rank_color(r))
+                cv.frame(sx1 - sw_row, int(yc - sw_row / 2), sx1, int(yc + sw_row / 2), _rgb("#9A9A9A"), 1)
+                cv.text(lab, sx1 - sw_row - 6 * k - 2, yc, row_px, rank_text_color(r), "bold", ha="right")
+    if stacked:
+        cv.text("↓", x_b + max(pw_b, pw_a) / 2, top_b + ws * cell + 28 * k, F(34), _rgb("#444444"))
+    else:
+        cv.text("→", x_b + pw_b + mid / 2, top_b + ws * cell / 2, F(44), _rgb("#444444"))
     for r, v in enumerate(g.verdicts):
-        yc = grid_top + (r + 0.5) * cell
+        yc = top_a + (r + 0.5) * cell
         if v == "undefined":
             cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], _GREY_TEXT, "italic", ha="left")
         else:
@@ -631,7 +832,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     cv.text(g.status, W / 2, y_status, status_px, _OK_GREEN if g.ok else _RED, "bold")
 
     for i, (row, roww) in enumerate(rows):
-        yc = y_status + 30 * k + 24 * k * i
+        yc = y_status + 30 * k + leg_step * i
         x = (W - roww) / 2
         for label, kind, ew in row:
             sx0, sy0 = int(x), int(yc - sh / 2)
@@ -654,7 +855,8 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
             x += ew
 
     pixels = (np.clip(cv.img, 0, 1) * 255 + 0.5).astype(np.uint8)
-    return HeatmapImage(pixels=pixels, dpi=dpi, grid=g, geometry=geometry, outlines=outlines)
+    return HeatmapImage(pixels=pixels, dpi=dpi, grid=g, geometry=geometry, outlines=outlines,
+                        layout="stacked" if stacked else "side by side", labels=cv.labels)
 
 
 def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,

@@ -131,12 +131,20 @@ def _arrow(draw, p0, p1, color, width, head, bend):
     draw.polygon([(xb, yb), left, right], fill=color)
 
 
+def _in_margin(t) -> bool:
+    """Whether transfer ``t`` is drawn in the margin right of the grid: several chunks, or one
+    chunk between ranks that are not neighbours (a straight arrow would cross other ranks' cells,
+    e.g. a ring's wrap-around from the last rank to rank 0)."""
+    return len(t.chunks) > 1 or abs(t.src - t.dst) > 1
+
+
 def _lanes(transfers) -> list:
-    """Lane index of every multi-chunk transfer of one round (None for single-chunk ones):
-    transfers whose rank spans overlap get different lanes (greedy interval colouring)."""
+    """Lane index of every transfer of one round drawn in the margin (:func:`_in_margin`; None
+    for the others): transfers whose rank spans overlap get different lanes (greedy interval
+    colouring)."""
     out = [None] * len(transfers)
     busy: list = []  # per lane: list of (lo, hi)
-    order = sorted((i for i, t in enumerate(transfers) if len(t.chunks) > 1),
+    order = sorted((i for i, t in enumerate(transfers) if _in_margin(t)),
                    key=lambda i: (min(transfers[i].src, transfers[i].dst), max(transfers[i].src, transfers[i].dst)))
     for i in order:
         t = transfers[i]
@@ -161,10 +169,18 @@ def _max_lanes(trace: Trace) -> int:
     return m
 
 
+_MIN_PX = 11  # smallest text painted in a replay frame (pixels per em; labels stay >= 10 px)
+
+
+def _head_px(cell: int) -> int:
+    return max(_MIN_PX, int(cell * 0.24))
+
+
 def _layout(trace: Trace, cell: int, lanes: int | None = None):
     ws, C = trace.world_size, trace.n_chunks
-    left = int(cell * 1.15) + 8
-    top = int(cell * 0.55) + 6
+    label_w = _font(_head_px(cell)).getlength(f"rank {ws - 1}")
+    left = int(max(cell * 1.15 + 8, label_w + max(6, int(cell * 0.22)) + 16))
+    top = int(max(cell * 0.55, _head_px(cell) + 6)) + 6
     lanes = _max_lanes(trace) if lanes is None else lanes
     lane_w = _lane_width(cell)
     right = left + C * cell + (10 + lanes * lane_w if lanes else 6)
@@ -221,12 +237,12 @@ def paint_heatmap(trace: Trace, k: int, cell: int = 48, arrows: bool = True, val
     for t in trace.transfers(k):
         for c in t.dst_chunks:
             received.add((t.dst, c))
-    fsize = int(cs * (0.30 if C <= 10 else 0.27))
-    small = int(cs * 0.19)
+    fsize = max(int(11.5 * S), int(cs * (0.30 if C <= 10 else 0.27)))
+    small = max(int(10.5 * S), int(cs * 0.19))
     band = int(round(cs * 0.28))
     x0, y0 = left * S, top * S
     # column and row headers
-    hf = _font(int(cs * 0.24))
+    hf = _font(_head_px(cell) * S)
     for c in range(C):
         d.text((x0 + c * cs + cs / 2, y0 - 3 * S), f"c{c}", fill=_GREY, font=hf, anchor="md")
     for r in range(ws):
@@ -248,18 +264,27 @@ def paint_heatmap(trace: Trace, k: int, cell: int = 48, arrows: bool = True, val
             else:
                 d.rectangle([a, b, a + cs - 1, b + cs - 1], fill=_WHITE)
                 n = len(members)
-                for i, s in enumerate(members):
-                    xa = a + int(round(i * cs / n))
-                    xb = a + int(round((i + 1) * cs / n)) - 1
-                    d.rectangle([xa, b, max(xa, xb), b + band - 1], fill=_rank_rgb(s))
-                if cs >= 34 * S:
-                    d.text((a + cs - 3 * S, b + cs - 2 * S), f"{n}/{ws}", fill=_GREY, font=_font(small),
-                           anchor="rd")
+                if cs / n >= 5 * S:
+                    for i, s in enumerate(members):
+                        xa = a + int(round(i * cs / n))
+                        xb = a + int(round((i + 1) * cs / n)) - 1
+                        d.rectangle([xa, b, max(xa, xb), b + band - 1], fill=_rank_rgb(s))
+                    if cs >= 56 * S:
+                        d.text((a + cs - 3 * S, b + cs - 2 * S), f"{n}/{ws}", fill=_GREY, font=_font(small),
+                               anchor="rd")
+                else:  # too many contributors for stripes (< 5 px each): how many of the ranks
+                    bh = max(band, int(14 * S))
+                    d.rectangle([a, b, a + cs - 1, b + bh - 1], fill=(90, 90, 90))
+                    d.text((a + cs / 2, b + bh / 2), f"{n}/{ws}", fill=(255, 255, 255),
+                           font=_font(small, bold=True), anchor="mm")
             d.rectangle([a, b, a + cs - 1, b + cs - 1], outline=(255, 255, 255), width=S)
             if vals is not None:
                 ty = b + cs / 2 + (band / 2 if len(members) > 1 else 0) - (2 * S if len(members) > 1 else 0)
                 txt = _fmt(vals[r, c])
-                f = _font(fsize if len(txt) <= 4 else int(fsize * 0.8))
+                size = fsize if len(txt) <= 4 else max(_MIN_PX * S, int(fsize * 0.8))
+                while size > _MIN_PX * S and _font(size).getlength(txt) > cs * 0.92:
+                    size -= S
+                f = _font(size)
                 d.text((a + cs / 2, ty), txt, fill=_INK, font=f, anchor="mm")
     # fade chunks outside the result (final frame)
     arr = np.asarray(img, dtype=np.float32)
@@ -319,7 +344,26 @@ def heatmap_origin(trace: Trace, cell: int) -> tuple:
 
 
 def _auto_cell(trace: Trace, target: int = 440) -> int:
-    return int(max(22, min(64, target // max(trace.world_size, trace.n_chunks))))
+    """Cell side (pixels): ~``target`` / cells across, but wide enough to write the trace's widest
+    value at >= 11.5 px (values are shown at every world size)."""
+    cell = int(max(22, min(64, target // max(trace.world_size, trace.n_chunks))))
+    return max(cell, _value_cell(trace))
+
+
+def _value_cell(trace: Trace) -> int:
+    """The narrowest cell that writes the trace's widest value at >= 11.5 px (0 without values)."""
+    cell = 0
+    if trace.has_snapshots:
+        longest = 1
+        for k in {0, trace.n_rounds}:
+            try:
+                vals = trace.chunk_values(k)
+            except ValueError:
+                continue
+            longest = max([longest] + [len(_fmt(v)) for v in np.asarray(vals).ravel()])
+        need = int(math.ceil(_font(12).getlength("8" * longest) / 0.93)) + 2
+        cell = max(cell, min(need, 96), 34)
+    return cell
 
 
 # ----------------------------------------------------------------------------------------------
@@ -345,7 +389,14 @@ class FrameRenderer:
                             f"collnb.algorithms.run_algorithm or Trace.load)")
         self.trace = trace
         self.model = model or DEFAULT_MODEL
-        self.cell = int(cell or _auto_cell(trace))
+        if cell:
+            self.cell = int(cell)
+        else:  # no wider than MAX_WIDTH while the values still fit
+            self.cell = _auto_cell(trace)
+            lanes = _max_lanes(trace)
+            floor = max(22, _value_cell(trace))
+            while self.cell > floor and _layout(trace, self.cell, lanes)[2] + 2 * self._PAD > self.MAX_WIDTH:
+                self.cell -= 1
         self.dpi = dpi
         R = trace.n_rounds
         self.model_rounds = round_costs(trace, self.model) if R else np.zeros(0)
@@ -363,6 +414,8 @@ class FrameRenderer:
     _TITLE_H = 92
     _PAD = 12
     _SIDE_W = 390
+    #: widest frame drawn side by side (pixels); wider, the bytes and time plots go below the heatmap
+    MAX_WIDTH = 1000
 
     def _build(self):
         t = self.trace
@@ -370,8 +423,16 @@ class FrameRenderer:
         heat = paint_heatmap(t, 0, self.cell, lanes=self.lanes)
         hh, hw = heat.shape[:2]
         pad, title_h, side_w = self._PAD, self._TITLE_H, self._SIDE_W
-        W = hw + side_w + 3 * pad
-        H = max(hh + title_h + pad, 470)
+        pt = 72.0 / self.dpi  # points per pixel: sizes below are pixels (>= 11), whatever the dpi
+        self.stacked = hw + side_w + 3 * pad > self.MAX_WIDTH
+        foot_h = 40
+        if self.stacked:  # heatmap on top, the two plots side by side below it
+            plots_h = 300
+            W = max(hw + 2 * pad, 2 * side_w + 3 * pad)
+            H = title_h + hh + plots_h + foot_h + pad
+        else:
+            W = hw + side_w + 3 * pad
+            H = max(hh + title_h + pad + foot_h, 490)
         self.size = (W, H)
         self.heat_box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
         self.title_box = (pad, 26, W - pad, title_h - 2)
@@ -382,12 +443,21 @@ class FrameRenderer:
         root = f", root {t.root}" if t.primitive in ("broadcast", "reduce", "scatter", "gather") else ""
         fig.text(pad / W, 1 - 8 / H, f"{t.primitive}{op} · {t.algorithm} · world size {t.world_size}{root} · "
                  f"{t.dtype}, {t.n_chunks} chunks x {t.count // max(1, t.n_chunks)} element(s)",
-                 fontsize=12, fontweight="bold", va="top", ha="left")
+                 fontsize=15 * pt, fontweight="bold", va="top", ha="left")
         # bytes per rank, this round
-        x0 = (hw + 2 * pad + 44) / W
-        wfrac = (side_w - 56) / W
-        b_top = 1 - (title_h + 26) / H
-        ax_b = fig.add_axes((x0, 0.55, wfrac, b_top - 0.55))
+        if self.stacked:
+            top_px = title_h + hh + 34
+            ax_h = plots_h - 34 - 52
+            half = (W - 3 * pad) / 2
+            rect_b = ((pad + 58) / W, 1 - (top_px + ax_h) / H, (half - 70) / W, ax_h / H)
+            rect_t = ((2 * pad + half + 58) / W, 1 - (top_px + ax_h) / H, (half - 70) / W, ax_h / H)
+        else:
+            x0 = (hw + 2 * pad + 58) / W
+            wfrac = (side_w - 70) / W
+            b_top = 1 - (title_h + 26) / H
+            rect_b = (x0, 0.56, wfrac, b_top - 0.56)
+            rect_t = (x0, 0.13, wfrac, 0.29)
+        ax_b = fig.add_axes(rect_b)
         ymax = max(1, int(max(max(s.max() for s in self._sent), max(r.max() for r in self._recv))))
         self._bscale, bunit = _units(ymax, "bytes")
         ranks = np.arange(t.world_size)
@@ -398,12 +468,13 @@ class FrameRenderer:
         ax_b.set_ylim(0, ymax / self._bscale * 1.15)
         ax_b.set_xlim(-0.7, t.world_size - 0.3)
         ax_b.set_xticks(ranks if t.world_size <= 8 else ranks[::2])
-        ax_b.set_xlabel("rank", fontsize=9)
-        ax_b.set_ylabel(bunit, fontsize=9)
-        ax_b.set_title("bytes this round: sent (filled), received (outlined)", fontsize=9)
-        ax_b.tick_params(labelsize=8)
+        fs = 12 * pt  # 12 px
+        ax_b.set_xlabel("rank", fontsize=fs)
+        ax_b.set_ylabel(bunit, fontsize=fs)
+        ax_b.set_title("bytes this round: sent (filled), received (outlined)", fontsize=fs)
+        ax_b.tick_params(labelsize=11.5 * pt)
         # running total against the model
-        ax_t = fig.add_axes((x0, 0.10, wfrac, 0.30))
+        ax_t = fig.add_axes(rect_t)
         R = t.n_rounds
         top_t = max(self.model_cum[-1], self.measured_cum[-1] if self.measured_cum is not None else 0.0, 1e-9)
         self._tscale, tunit = _units(top_t, "seconds")
@@ -428,17 +499,19 @@ class FrameRenderer:
             ax_t.set_ylim(min(lows) / self._tscale / 2, top_t / self._tscale * 3)
         else:
             ax_t.set_ylim(0, top_t / self._tscale * 1.25)
-        ax_t.set_xlabel("round", fontsize=9)
-        ax_t.set_ylabel(tunit + (" (log scale)" if log else ""), fontsize=9)
-        ax_t.set_title("running total time", fontsize=9)
-        ax_t.tick_params(labelsize=8)
-        ax_t.legend(fontsize=7, loc="center right" if log else "upper left", frameon=False)
+        ax_t.set_xlabel("round", fontsize=fs)
+        ax_t.set_ylabel(tunit + (" (log scale)" if log else ""), fontsize=fs)
+        ax_t.set_title("running total time", fontsize=fs)
+        ax_t.tick_params(labelsize=11.5 * pt)
+        ax_t.legend(fontsize=11 * pt, loc="center right" if log else "upper left", frameon=False)
         self.vline = ax_t.axvline(0, color="#C0392B", lw=1.2, animated=True)
-        self.total_text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom", fontsize=8,
-                                    animated=True)
+        self.total_text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
+                                    fontsize=11 * pt, animated=True)
         self.ax_bytes, self.ax_time = ax_b, ax_t
-        fig.text((hw + 2 * pad) / W, 0.015, "arrows: red = receiver combines, blue = receiver overwrites; "
-                 "framed = received this round", fontsize=7, color="#555555", ha="left", va="bottom")
+        fig.text(pad / W, 20 / H, "arrows: red = receiver combines, blue = receiver overwrites; "
+                 "framed = received this round", fontsize=11 * pt, color="#444444", ha="left", va="bottom")
+        fig.text(pad / W, 4 / H, "arrows in the right margin: several chunks, or ranks that are not neighbours",
+                 fontsize=11 * pt, color="#444444", ha="left", va="bottom")
         fig.canvas.draw()
         self._bg = fig.canvas.copy_from_bbox(fig.bbox)
 
@@ -679,7 +752,7 @@ def _transfers_html(data: dict, limit: int = 24) -> str:
         lines.append(f"rank {t['src']} → rank {t['dst']}: {where} ({_human(t['nbytes'], 'bytes')}; "
                      f"rank {t['dst']} {verb})")
     more = f"<br>… and {len(ts) - limit} more" if len(ts) > limit else ""
-    return "<code style='font-size:11px'>" + "<br>".join(_h.escape(x) for x in lines) + "</code>" + more
+    return "<code style='font-size:12px'>" + "<br>".join(_h.escape(x) for x in lines) + "</code>" + more
 
 
 class ReplayWidget:
@@ -688,12 +761,19 @@ class ReplayWidget:
     Attributes:
         trace: the trace. renderer: its :class:`FrameRenderer`.
         play: ``ipywidgets.Play`` (``interval`` in ms per round).
-        slider: ``ipywidgets.IntSlider`` (the round shown; jslink'd to ``play``).
-        speed: ``ipywidgets.FloatSlider`` (rounds per second; sets ``play.interval``).
+        slider: ``ipywidgets.IntSlider`` (the round shown; jslink'd to ``play``; focused, the
+            ← / → keys step it round by round, Home / End jump to the ends).
+        first, back, forward, last: ``ipywidgets.Button`` "|◀", "◀ step", "step ▶", "▶|" (round 0, one round back,
+            one round on, the last round), each with a tooltip; disabled where they cannot move.
+        speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``).
         image: ``ipywidgets.Image`` (PNG of the current frame).
-        info: ``ipywidgets.HTML`` (this round's transfers).
+        info: ``ipywidgets.HTML`` (this round's caption and transfers).
         widget: the ``ipywidgets.VBox`` to display.
         current_round: the round shown now (int); ``current_data`` its :meth:`FrameRenderer.data`.
+
+    Displayed in a notebook, it also shows a static picture of the current frame (kept current,
+    hidden while the player is live) so that a saved notebook shows the replay without a kernel
+    (see :func:`collnb.explorer.static_bundle`).
     """
 
     def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
@@ -703,23 +783,50 @@ class ReplayWidget:
                              "with snapshots=True to replay it")
         self.trace = trace
         self.renderer = FrameRenderer(trace, model=model, cell=cell)
+        self._display_ids: list = []
         R = trace.n_rounds
         self.play = w.Play(value=0, min=0, max=max(R, 0), step=1, interval=int(1000 / speed),
-                           description="play", show_repeat=True)
+                           description="play", show_repeat=True,
+                           tooltip="play / pause the rounds at the speed set on the right")
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
-                                  continuous_update=True, layout=w.Layout(width="420px"))
-        self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25, description="rounds/s",
-                                   readout_format=".2f", layout=w.Layout(width="300px"))
+                                  continuous_update=True, layout=w.Layout(width="300px"),
+                                  tooltip="drag, or click it and press ← / → to step round by round")
+        bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
+        self.first = w.Button(description="|◀", tooltip="first: round 0, before any message", layout=bl)
+        self.back = w.Button(description="◀ step", tooltip="step back one round", layout=sl)
+        self.forward = w.Button(description="step ▶", tooltip="step forward one round", layout=sl)
+        self.last = w.Button(description="▶|", tooltip=f"last: round {R}, the result", layout=bl)
+        for b_, name in ((self.first, "first"), (self.back, "back"), (self.forward, "forward"), (self.last, "last")):
+            b_.add_class("collnb-step")
+            b_.add_class(f"collnb-step-{name}")
+        self.first.on_click(lambda _: self.show_round(0))
+        self.back.on_click(lambda _: self.step(-1))
+        self.forward.on_click(lambda _: self.step(1))
+        self.last.on_click(lambda _: self.show_round(self.trace.n_rounds))
+        self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
+                                   description="speed", readout_format=".2f",
+                                   tooltip="rounds per second while playing",
+                                   layout=w.Layout(width="230px"))
+        self.speed_unit = w.Label("rounds/s")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
-        self.image = w.Image(format="png", value=self.renderer.png(0))
+        W, H = self.renderer.size
+        # shown 1:1 (the browser would otherwise stretch it to the output's width, blurring it)
+        self.image = w.Image(format="png", value=self.renderer.png(0),
+                             layout=w.Layout(width=f"{W}px", max_width="100%", height="auto"))
         self.info = w.HTML()
+        self.info.add_class("collnb-replay-info")
         self.current_round = 0
         self.current_data = self.renderer.data(0)
         self.slider.observe(self._on_round, names="value")
         self.play.observe(self._on_play, names="value")
         self.speed.observe(self._on_speed, names="value")
         self._show(0)
-        self.widget = w.VBox([w.HBox([self.play, self.slider, self.speed]), self.image, self.info])
+        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider,
+                           self.speed, self.speed_unit],
+                          layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        self.widget = w.VBox([controls, self.image, self.info])
+        self.widget.add_class("collnb-replay")
+        self.widget.add_class("collnb-live")  # hides the static picture while the player is live
 
     def _on_play(self, change):
         # jslink keeps them in step in the browser; without a front end (tests, voila export)
@@ -738,15 +845,54 @@ class ReplayWidget:
         self.current_data = self.renderer.data(k)
         self.image.value = self.renderer.png(k)
         d = self.current_data
-        head = "start" if k == 0 else f"round {k}/{d['n_rounds']}: {d['label']}"
-        self.info.value = f"<b>{head}</b> — {d['detail']}<br>" + _transfers_html(d)
+        R = d["n_rounds"]
+        if k == 0:
+            head = f"<b>start</b> (round 0 of {R}): every rank's buffer before any message"
+        else:
+            head = f"<b>round {k}/{R}: {d['label']}</b>" + (f" — {d['detail']}" if d["detail"] else "")
+        self.info.value = f"<div style='line-height:1.45'>{head}<br>{_transfers_html(d)}</div>"
+        if hasattr(self, "first"):
+            self.first.disabled = self.back.disabled = k <= 0
+            self.forward.disabled = self.last.disabled = k >= R
+        self._update_static()
+
+    def step(self, n: int = 1) -> int:
+        """Move ``n`` rounds on (negative: back), staying within 0..n_rounds; returns the round."""
+        self.show_round(min(max(self.current_round + int(n), 0), self.trace.n_rounds))
+        return self.current_round
 
     def show_round(self, k: int) -> None:
         """Move the player to round ``k`` (as dragging the slider does)."""
         self.slider.value = int(k)
 
+    # -- saved notebooks -----------------------------------------------------------------------
+    def static_bundle(self) -> dict:
+        """The current frame as a static display bundle (see :func:`collnb.explorer.static_bundle`)."""
+        from .explorer import RERUN_LINE, _captioned_png, static_bundle
+        k = self.current_round
+        png = self.renderer.png(k)
+        t = self.trace
+        return static_bundle(png, "replay", alt=f"{t.primitive} / {t.algorithm} at world size {t.world_size}, "
+                             f"round {k} of {t.n_rounds}",
+                             png_with_line=_captioned_png(png, RERUN_LINE.format(what="replay")),
+                             attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size))
+
+    def _update_static(self):
+        if not getattr(self, "_display_ids", None):
+            return
+        try:
+            from IPython.display import update_display
+            bundle = self.static_bundle()
+            for did in list(self._display_ids):
+                update_display(bundle, raw=True, display_id=did)
+        except Exception:  # noqa: BLE001 - outside IPython
+            pass
+
     def _ipython_display_(self):
         from IPython.display import display
+        did = f"collnb-replay-{id(self):x}-{len(self._display_ids)}"
+        self._display_ids.append(did)
+        display(self.static_bundle(), raw=True, display_id=did)
         display(self.widget)
 
 
@@ -800,10 +946,12 @@ class RoundsExplorer:
         self.player = None
         self.trace = None
         self._busy = False
+        self._display_ids: list = []
         self.primitive.observe(self._on_primitive, names="value")
         self.algorithm.observe(self._rerun, names="value")
         self.world_size.observe(self._rerun, names="value")
         self.widget = w.VBox([w.HBox([self.primitive, self.algorithm, self.world_size]), self.status, self.area])
+        self.widget.add_class("collnb-live")
         self.run()
 
     def _on_primitive(self, change):
@@ -835,6 +983,8 @@ class RoundsExplorer:
             return
         self.trace = tr
         self.player = ReplayWidget(tr)
+        self.player._display_ids = self._display_ids  # the static picture follows the current player
+        self.player._update_static()
         self.area.children = (self.player.widget,)
         verdict = "equals" if tr.matches_builtin else "DIFFERS from"
         p_, q_ = tr.meta.get("fold", [0, 0])
@@ -844,6 +994,12 @@ class RoundsExplorer:
 
     def _ipython_display_(self):
         from IPython.display import display
+        from .explorer import static_bundle
+        did = f"collnb-rounds-{id(self):x}-{len(self._display_ids)}"
+        self._display_ids.append(did)
+        bundle = self.player.static_bundle() if self.player is not None else \
+            static_bundle(None, "replay", caption=self.status.value)
+        display(bundle, raw=True, display_id=did)
         display(self.widget)
 
 
@@ -901,9 +1057,10 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
                          f"{a.primitive}@{a.world_size} and {b.primitive}@{b.world_size}")
     model = model or DEFAULT_MODEL
     n = a.world_size
-    fig = Figure(figsize=(13, 7.2), dpi=dpi)
+    fig = Figure(figsize=(980 / dpi, 600 / dpi), dpi=dpi)
+    pt = 72.0 / dpi  # sizes below in pixels (>= 11), whatever the dpi
     FigureCanvasAgg(fig)
-    gs = fig.add_gridspec(2, 3, width_ratios=[1, 1, 1.1], hspace=0.5, wspace=0.38)
+    gs = fig.add_gridspec(2, 3, width_ratios=[1, 1, 1.1], hspace=0.5, wspace=0.6)
     vmax = max(int(a.bytes_matrix().max()) if a.n_rounds else 0, int(b.bytes_matrix().max()) if b.n_rounds else 0, 1)
     scale, unit = _units(vmax, "bytes")
     for i, t in enumerate((a, b)):
@@ -915,63 +1072,67 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
         for k, rnd in enumerate(t.rounds, 1):
             if rnd.label in ("fold", "unfold"):
                 folds += 1
-                ax.text(k, -0.6, rnd.label, ha="center", va="bottom", fontsize=7, color="#B85C00")
+                ax.text(k, -0.6, rnd.label, ha="center", va="bottom", fontsize=11 * pt, color="#B85C00")
         extra = f" ({folds} fold/unfold)" if folds else ""
-        ax.set_title(f"{t.algorithm}: {t.n_rounds} rounds{extra}", fontsize=11, fontweight="bold", pad=12)
-        ax.set_xlabel("round", fontsize=9)
-        ax.set_ylabel("rank", fontsize=9)
-        ax.tick_params(labelsize=8)
-        fig.colorbar(im, ax=ax, label=f"{unit} sent", fraction=0.05)
+        ax.set_title(f"{t.algorithm}: {t.n_rounds} rounds{extra}", fontsize=14 * pt, fontweight="bold", pad=12)
+        ax.set_xlabel("round", fontsize=12 * pt)
+        ax.set_ylabel("rank", fontsize=12 * pt)
+        ax.tick_params(labelsize=11.5 * pt)
+        cb = fig.colorbar(im, ax=ax, fraction=0.05)
+        cb.set_label(f"{unit} sent", fontsize=12 * pt)
+        cb.ax.tick_params(labelsize=11.5 * pt)
     ax = fig.add_subplot(gs[1, 0:2])
     ranks = np.arange(n)
     sa, sb = a.total_bytes_sent() / scale, b.total_bytes_sent() / scale
-    ax.bar(ranks - 0.2, sa, width=0.4, label=f"{a.algorithm}", color="#4E79A7")
-    ax.bar(ranks + 0.2, sb, width=0.4, label=f"{b.algorithm}", color="#F28E2B")
+    ax.bar(ranks - 0.2, sa, width=0.4, label=f"{a.algorithm}", color="#0072B2")
+    ax.bar(ranks + 0.2, sb, width=0.4, label=f"{b.algorithm}", color="#D55E00")
     ax.set_xticks(ranks)
-    ax.set_xlabel("rank", fontsize=9)
-    ax.set_ylabel(f"{unit} sent in total", fontsize=9)
-    ax.legend(fontsize=8)
-    ax.set_title("bytes each rank sends over the whole run", fontsize=10)
-    ax.tick_params(labelsize=8)
+    ax.set_xlabel("rank", fontsize=12 * pt)
+    ax.set_ylabel(f"{unit} sent in total", fontsize=12 * pt)
+    ax.legend(fontsize=11 * pt)
+    ax.set_title("bytes each rank sends over the whole run", fontsize=13 * pt)
+    ax.tick_params(labelsize=11.5 * pt)
     ax2 = fig.add_subplot(gs[0, 2])
     ca = np.concatenate([[0], np.cumsum(round_costs(a, model))])
     cb = np.concatenate([[0], np.cumsum(round_costs(b, model))])
     ts, tu = _units(max(ca[-1], cb[-1], 1e-9), "seconds")
-    ax2.plot(np.arange(len(ca)), ca / ts, "-o", ms=3, label=f"{a.algorithm}", color="#4E79A7")
-    ax2.plot(np.arange(len(cb)), cb / ts, "-o", ms=3, label=f"{b.algorithm}", color="#F28E2B")
-    ax2.set_xlabel("round", fontsize=9)
-    ax2.set_ylabel(tu, fontsize=9)
-    ax2.set_title(f"predicted running total, {_human(a.nbytes, 'bytes')} per rank", fontsize=10)
-    ax2.legend(fontsize=8, loc="upper left")
-    ax2.tick_params(labelsize=8)
+    ax2.plot(np.arange(len(ca)), ca / ts, "-o", ms=3, label=f"{a.algorithm}", color="#0072B2")
+    ax2.plot(np.arange(len(cb)), cb / ts, "-o", ms=3, label=f"{b.algorithm}", color="#D55E00")
+    ax2.set_xlabel("round", fontsize=12 * pt)
+    ax2.set_ylabel(tu, fontsize=12 * pt)
+    ax2.set_title(f"predicted running total, {_human(a.nbytes, 'bytes')} per rank", fontsize=13 * pt)
+    ax2.legend(fontsize=11 * pt, loc="upper left")
+    ax2.tick_params(labelsize=11.5 * pt)
     # the same two algorithms at other buffer sizes: where latency or bandwidth wins
     from .costmodel import predict
     ax3 = fig.add_subplot(gs[1, 2])
     lo = max(1.0, min(float(a.nbytes or 1), 1024.0) / 2)
     sizes = np.logspace(np.log10(lo), 28 * np.log10(2), 30)
-    for t, color in ((a, "#4E79A7"), (b, "#F28E2B")):
+    for t, color in ((a, "#0072B2"), (b, "#D55E00")):
         seg = t.n_chunks if t.primitive == "broadcast" else None
         ys = [predict(t.primitive, t.algorithm, n, m, model, segments=seg, root=t.root).seconds for m in sizes]
         ax3.loglog(sizes, ys, color=color, label=t.algorithm)
         mine = predict(t.primitive, t.algorithm, n, t.nbytes or 1, model, segments=seg, root=t.root).seconds
         ax3.plot([max(t.nbytes, 1)], [mine], "o", color=color, ms=5)
-    ax3.set_xlabel("bytes per rank (dot = this trace)", fontsize=9)
-    ax3.set_ylabel("predicted time (s)", fontsize=9)
-    ax3.set_title(f"α-β-γ model, {_human(lo, 'bytes')} to 256 MiB", fontsize=10)
-    ax3.legend(fontsize=8, loc="upper left")
-    ax3.tick_params(labelsize=8)
-    fig.suptitle(f"{a.primitive} at world size {n}: {a.algorithm} vs {b.algorithm}", fontsize=13, fontweight="bold")
+    ax3.set_xlabel("bytes per rank (dot = this trace)", fontsize=12 * pt)
+    ax3.set_ylabel("predicted time (s)", fontsize=12 * pt)
+    ax3.set_title(f"α-β-γ model, {_human(lo, 'bytes')} to 256 MiB", fontsize=13 * pt)
+    ax3.legend(fontsize=11 * pt, loc="upper left")
+    ax3.tick_params(labelsize=11.5 * pt)
+    fig.suptitle(f"{a.primitive} at world size {n}: {a.algorithm} vs {b.algorithm}", fontsize=16 * pt, fontweight="bold")
     return fig
 
 
 class CompareWidget:
-    """Two replays with one round slider (see :func:`compare`).
+    """Two replays under one round slider (see :func:`compare`), stacked: each as large and
+    readable as a single :func:`replay`, the summary figure above them.
 
     Attributes:
-        left, right: :class:`FrameRenderer` of the two traces. slider: ``ipywidgets.IntSlider``
-        (0..max rounds; a trace with fewer rounds stays on its last). play: ``ipywidgets.Play``.
-        images: the two ``ipywidgets.Image``. summary: ``ipywidgets.Image`` of
-        :func:`compare_figure`. widget: the VBox.
+        left, right: :class:`FrameRenderer` of the two traces (``left`` drawn first, on top).
+        slider: ``ipywidgets.IntSlider`` (0..max rounds; a trace with fewer rounds stays on its
+        last). play: ``ipywidgets.Play``. first, back, forward, last: step buttons as in
+        :class:`ReplayWidget`. images: the two ``ipywidgets.Image``. summary: ``ipywidgets.Image``
+        of :func:`compare_figure`. widget: the VBox.
     """
 
     def __init__(self, a: Trace, b: Trace, model: CostModel | None = None):
@@ -982,32 +1143,88 @@ class CompareWidget:
         fig = compare_figure(a, b, model)
         buf = io.BytesIO()
         fig.savefig(buf, format="png")
-        cell = min(_auto_cell(a, 300), _auto_cell(b, 300))
-        self.left = FrameRenderer(a, model, cell=cell)
-        self.right = FrameRenderer(b, model, cell=cell)
+        self.left = FrameRenderer(a, model)
+        self.right = FrameRenderer(b, model)
         R = max(a.n_rounds, b.n_rounds)
-        self.play = w.Play(value=0, min=0, max=R, interval=700, description="play")
-        self.slider = w.IntSlider(value=0, min=0, max=R, description="round")
+        self._display_ids: list = []
+        self.play = w.Play(value=0, min=0, max=R, interval=700, description="play",
+                           tooltip="play / pause both replays")
+        self.slider = w.IntSlider(value=0, min=0, max=R, description="round",
+                                  tooltip="drag, or click it and press ← / → to step round by round")
+        bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
+        self.first = w.Button(description="|◀", tooltip="first: round 0", layout=bl)
+        self.back = w.Button(description="◀ step", tooltip="step back one round", layout=sl)
+        self.forward = w.Button(description="step ▶", tooltip="step forward one round", layout=sl)
+        self.last = w.Button(description="▶|", tooltip=f"last: round {R}", layout=bl)
+        self.first.on_click(lambda _: setattr(self.slider, "value", 0))
+        self.back.on_click(lambda _: setattr(self.slider, "value", max(0, self.slider.value - 1)))
+        self.forward.on_click(lambda _: setattr(self.slider, "value", min(R, self.slider.value + 1)))
+        self.last.on_click(lambda _: setattr(self.slider, "value", R))
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
-        self.images = (w.Image(format="png", value=self.left.png(0)), w.Image(format="png", value=self.right.png(0)))
-        for im in self.images:
-            im.layout = w.Layout(width="49%")
+        self.images = tuple(w.Image(format="png", value=ren.png(0), layout=w.Layout(
+            width=f"{ren.size[0]}px", max_width="100%", height="auto")) for ren in (self.left, self.right))
+        self.captions = (w.HTML(), w.HTML())
         self.summary = w.Image(format="png", value=buf.getvalue())
         self.slider.observe(self._on_round, names="value")
         self.play.observe(lambda c: setattr(self.slider, "value", c["new"]), names="value")
-        self.widget = w.VBox([self.summary, w.HBox([self.play, self.slider]), w.HBox(list(self.images))])
+        self._caption(0)
+        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider],
+                          layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        self.widget = w.VBox([self.summary, controls, self.captions[0], self.images[0],
+                              self.captions[1], self.images[1]])
+        self.widget.add_class("collnb-compare")
+        self.widget.add_class("collnb-live")
 
     def rounds_shown(self, k: int) -> tuple:
         """The round each side shows when the slider is at ``k``."""
         return min(k, self.left.trace.n_rounds), min(k, self.right.trace.n_rounds)
 
+    def _caption(self, k):
+        for cap, ren, kk in zip(self.captions, (self.left, self.right), self.rounds_shown(k)):
+            t = ren.trace
+            stay = " (finished: stays on its last round)" if k > t.n_rounds else ""
+            cap.value = (f"<b style='font-size:115%'>{t.algorithm}</b>: round {kk} of {t.n_rounds}{stay}")
+
     def _on_round(self, change):
-        ka, kb = self.rounds_shown(int(change["new"]))
+        k = int(change["new"])
+        ka, kb = self.rounds_shown(k)
         self.images[0].value = self.left.png(ka)
         self.images[1].value = self.right.png(kb)
+        self._caption(k)
+        self.first.disabled = self.back.disabled = k <= 0
+        self.forward.disabled = self.last.disabled = k >= self.slider.max
+        if self._display_ids:
+            try:
+                from IPython.display import update_display
+                for did in self._display_ids:
+                    update_display(self.static_bundle(), raw=True, display_id=did)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def static_bundle(self) -> dict:
+        """The summary and both current frames as one static picture (see
+        :func:`collnb.explorer.static_bundle`)."""
+        from .explorer import RERUN_LINE, _captioned_png, static_bundle
+        imgs = [np.asarray(Image.open(io.BytesIO(v)).convert("RGB")) for v in
+                (self.summary.value, self.images[0].value, self.images[1].value)]
+        W = max(i.shape[1] for i in imgs)
+        canvas = np.full((sum(i.shape[0] for i in imgs) + 20, W, 3), 255, np.uint8)
+        y = 0
+        for im in imgs:
+            canvas[y:y + im.shape[0], :im.shape[1]] = im
+            y += im.shape[0] + 10
+        out = io.BytesIO()
+        Image.fromarray(canvas).save(out, format="PNG", compress_level=1)
+        png = out.getvalue()
+        return static_bundle(png, "comparison", alt=f"{self.left.trace.algorithm} vs {self.right.trace.algorithm}",
+                             png_with_line=_captioned_png(png, RERUN_LINE.format(what="comparison")),
+                             attrs=dict(round=self.slider.value))
 
     def _ipython_display_(self):
         from IPython.display import display
+        did = f"collnb-compare-{id(self):x}-{len(self._display_ids)}"
+        self._display_ids.append(did)
+        display(self.static_bundle(), raw=True, display_id=did)
         display(self.widget)
 
 

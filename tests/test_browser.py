@@ -18,6 +18,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import psutil
 import pytest
 
@@ -42,6 +43,23 @@ NOTEBOOK = {
     "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
                  "language_info": {"name": "python"}},
     "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+NOTEBOOK_STATIC = {
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["import collnb\n",
+                    "ex = collnb.explore(\"all_reduce\", world_size=4)\n",
+                    "ex"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["tr = collnb.run_algorithm(\"all_reduce\", \"ring\", 4)\n",
+                    "rw = collnb.replay(tr)\n",
+                    "rw"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["print('second cell ran', ex.runs_finished)"]},
+    ],
+    "metadata": NOTEBOOK["metadata"], "nbformat": 4, "nbformat_minor": 5,
 }
 
 
@@ -85,14 +103,24 @@ FRONT_ENDS = {
 
 @pytest.fixture(params=sorted(FRONT_ENDS))
 def lab(tmp_path, request):
-    command, options, url = FRONT_ENDS[request.param]
+    yield from _serve(tmp_path, request.param, NOTEBOOK)
+
+
+@pytest.fixture
+def jlab_saved(tmp_path):
+    """JupyterLab 4 on a notebook with an explorer and a replay (the static-picture test)."""
+    yield from _serve(tmp_path, "jupyterlab", NOTEBOOK_STATIC)
+
+
+def _serve(tmp_path, name, notebook):
+    command, options, url = FRONT_ENDS[name]
     if not os.path.exists(CHROMIUM):
         print(f"SKIP reason: {CHROMIUM} is missing (Debian package 'chromium'; .ci/run installs it)")
         pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
     pytest.importorskip("playwright.sync_api")
     root = tmp_path / "root"
     root.mkdir()
-    (root / "explore.ipynb").write_text(json.dumps(NOTEBOOK))
+    (root / "explore.ipynb").write_text(json.dumps(notebook))
     env = dict(os.environ)
     for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
@@ -127,7 +155,7 @@ def lab(tmp_path, request):
                                        (tmp_path / "lab.log").read_text(errors="replace")[-3000:])
                 time.sleep(0.3)
         yield dict(base=base, token=token, root=root, tmp=tmp_path, proc=proc, seen=seen,
-                   url=url, name=request.param)
+                   url=url, name=name)
     finally:
         for p in _descendants(proc.pid):
             seen[p.pid] = p
@@ -287,6 +315,10 @@ def test_explorer_in_the_browser(lab):
             ref = page.locator("table.collnb-reference")
             assert ref.get_attribute("data-differs") == "64"
             assert page.locator("table.collnb-reference td.differs").count() == 64
+            # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
+            px = page.locator("table.collnb-reference td.differs span").first.evaluate(
+                "el => parseFloat(getComputedStyle(el).fontSize)")
+            assert px >= 10, f"reference table text is {px} px"
             status = page.locator(".collnb-status").inner_text()
             assert "dtype effect: int8 gives 24 where float64 gives 280" in status
             # the image really is a PNG the browser decoded
@@ -308,3 +340,246 @@ def test_explorer_in_the_browser(lab):
                 os.makedirs(keep, exist_ok=True)
                 for f in shots.iterdir():
                     shutil.copy(f, keep)
+
+
+# ------------------------------------------------------------------------------------------------
+# What learners see (issue 10): label sizes at world sizes 8 and 16 measured in the page, step
+# buttons clicked, the static picture of a saved notebook reopened without the old kernel.
+
+def _ink_rows(arr, box, dark=80):
+    x0, y0, x1, y1 = (int(round(v)) for v in box)
+    region = arr[y0 + 2:y1 - 2, x0 + 2:x1 - 2]
+    rows = np.flatnonzero((region.max(axis=2) < dark).any(axis=1))
+    return 0 if rows.size == 0 else int(rows[-1] - rows[0] + 1)
+
+
+def _reference_ink(text):
+    """Ink height of ``text`` painted in bold at 10 px (the smallest a label may be)."""
+    from collnb import heatmap as H
+    cv = H._Canvas(240, 60)
+    cv.text(text, 120, 30, 10.0, H._INK, "bold")
+    return _ink_rows((np.clip(cv.img, 0, 1) * 255).astype(np.uint8), (0, 0, 240, 60))
+
+
+def _measure_heatmap(page, img, ws, shot_path):
+    """Label sizes as the browser shows them: the <img>'s scale (shown / natural width) and the
+    ink height of values read from a screenshot of the element, against the same text painted
+    at 10 px. Returns a dict of what was measured."""
+    from PIL import Image
+    natural, shown = img.evaluate("el => [el.naturalWidth, el.getBoundingClientRect().width]")
+    out_w = img.evaluate("el => el.closest('.jp-OutputArea-output').getBoundingClientRect().width")
+    img.screenshot(path=str(shot_path))
+    arr = np.asarray(Image.open(shot_path).convert("RGB"))
+    scale = arr.shape[1] / natural
+    cells = dict(part.split(":") for part in img.get_attribute("data-cells").split(";"))
+    before = [v.split(",") for v in img.get_attribute("data-before").split(";")]
+    worst = None
+    for r in sorted({0, ws // 2, ws - 1}):
+        for c in sorted({0, len(before[r]) - 1}):
+            x0, y0, cell = (float(v) for v in cells["before"].split(","))
+            box = [(x0 + c * cell) * scale, (y0 + r * cell) * scale, (x0 + (c + 1) * cell) * scale,
+                   (y0 + (r + 1) * cell) * scale]
+            got, want = _ink_rows(arr, box), _reference_ink(before[r][c])
+            assert got >= want, f"world size {ws}: rank {r} chunk {c} '{before[r][c]}' ink {got} px < {want} px (10 px font)"
+            worst = got if worst is None else min(worst, got)
+    return dict(natural=natural, shown=shown, output_width=out_w, scale=scale, min_ink=worst,
+                min_font_px=float(img.get_attribute("data-min-font-px")) * scale,
+                layout=img.get_attribute("data-layout"))
+
+
+def _set_world_size(page, target):
+    slider = page.locator(".collnb-explorer .collnb-world-size").first
+    handle = slider.locator(".noUi-handle").first
+    readout = slider.locator(".widget-readout").first
+    for _ in range(20):
+        got = int(readout.inner_text().strip())
+        if got == target:
+            return
+        handle.press("ArrowRight" if got < target else "ArrowLeft")
+        time.sleep(0.05)
+    raise AssertionError(f"world size slider stuck at {readout.inner_text()}")
+
+
+def _saved_outputs(path):
+    nb = json.loads(Path(path).read_text())
+    return [[o for o in cell.get("outputs", [])] for cell in nb["cells"]]
+
+
+def _static_html(outputs):
+    for o in outputs:
+        html = "".join(o.get("data", {}).get("text/html", ""))
+        if "collnb-static" in html:
+            return html, o
+    return None, None
+
+
+def test_readable_steppable_and_static_when_saved(jlab_saved):
+    """JupyterLab 4 at a 1440 px window: the explorer's labels at world sizes 8 and 16 measured
+    in the page (no image scaled below 1:1, every sampled value's ink at least that of a 10 px
+    label), the replay's step buttons and keyboard steps, the static picture hidden while live,
+    saved with the last state, and shown (with its one line) when the notebook is reopened after
+    the kernel is gone."""
+    from playwright.sync_api import sync_playwright
+    lab = jlab_saved
+    shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    measured = {}
+    nb_path = lab["root"] / "explore.ipynb"
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _until(page, lambda: page.locator(
+                ".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
+                and _kernel_connected(lab), 60, "an idle, connected kernel")
+            _run_all_cells(page)
+            page.locator(".jp-OutputArea-output pre", has_text="second cell ran").wait_for(timeout=120_000)
+            img = _img(page)
+            # while the panel is live its static picture is in the page but hidden; one grey line
+            # says what to do if the controls stop answering (a kernel restart leaves them inert)
+            assert page.locator(".collnb-static").count() >= 2
+            assert not page.locator(".collnb-static-img").first.is_visible()
+            assert page.locator(".collnb-live-hint").first.is_visible()
+            assert "Run this cell again" in page.locator(".collnb-live-hint").first.inner_text()
+            for ws in (8, 16):
+                _set_world_size(page, ws)
+                _wait_attr(page, "world-size", str(ws), timeout=120)
+                # a window tall enough for the whole figure (a scrolled-away part is not painted);
+                # the width, which decides the layout, stays 1440 px
+                page.set_viewport_size({"width": 1440, "height": 2600})
+                img.scroll_into_view_if_needed()
+                m = measured[ws] = _measure_heatmap(page, img, ws, shots / f"explorer_heatmap_ws{ws}.png")
+                page.set_viewport_size({"width": 1440, "height": 900})
+                print(f"world size {ws}: {m}")
+                assert m["scale"] >= 0.999, f"the heatmap is scaled down to {m['scale']:.2f} at world size {ws}"
+                assert m["min_font_px"] >= 10
+                page.screenshot(path=str(shots / f"static_test_ws{ws}.png"), full_page=False)
+
+            # the replay: step buttons, last, keyboard on the focused slider
+            rp = page.locator(".collnb-replay").first
+            rp.scroll_into_view_if_needed()
+            info = rp.locator(".collnb-replay-info").first
+            _until(page, lambda: "before any message" in info.inner_text(), 30, "the replay's round 0 caption")
+            rp.locator(".collnb-step-forward").click()
+            _until(page, lambda: "round 1/6" in info.inner_text(), 30, "round 1 after ▶")
+            rp.locator(".collnb-step-last").click()
+            _until(page, lambda: "round 6/6" in info.inner_text(), 30, "round 6 after ▶|")
+            assert rp.locator(".collnb-step-forward").is_disabled()
+            assert rp.locator(".collnb-step-forward").get_attribute("title") == "step forward one round"
+            rp.locator(".noUi-handle").first.press("ArrowLeft")
+            _until(page, lambda: "round 5/6" in info.inner_text(), 30, "round 5 after the ← key")
+            rimg = rp.locator("img").first
+            nat, shown = rimg.evaluate("el => [el.naturalWidth, el.getBoundingClientRect().width]")
+            measured["replay"] = dict(natural=nat, shown=shown)
+            assert shown >= nat - 1, f"the replay frame is scaled down: {shown} of {nat} px"
+            page.screenshot(path=str(shots / "replay_stepped.png"), full_page=False)
+
+            # save; the static pictures in the file show the last state
+            page.locator(".jp-NotebookPanel-toolbar [data-command='docmanager:save']").first.click()
+            deadline = time.monotonic() + 60
+            while True:
+                outs = _saved_outputs(nb_path)
+                ex_html, ex_out = _static_html(outs[0])
+                rp_html, rp_out = _static_html(outs[1])
+                if ex_html and 'data-world-size="16"' in ex_html and rp_html and 'data-round="5"' in rp_html:
+                    break
+                assert time.monotonic() < deadline, (
+                    f"saved static pictures not current: explorer {ex_html and ex_html[-300:]}, "
+                    f"replay {rp_html and rp_html[-200:]}")
+                _accept_dialog(page)
+                time.sleep(0.5)
+            for o in (ex_out, rp_out):
+                assert "image/png" in o["data"] and "run this cell" in "".join(o["data"]["text/plain"])
+
+            # the kernel goes away; the notebook reopened shows the pictures and the line
+            for sess in _api(lab["base"], lab["token"], "/api/sessions") or []:
+                _api(lab["base"], lab["token"], f"/api/sessions/{sess['id']}", method="DELETE")
+            page.reload()
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _until(page, lambda: page.locator(".collnb-static img").count() >= 2
+                   and page.locator(".collnb-static img").first.is_visible(), 90,
+                   "the static pictures after reopening")
+            statics = page.locator(".collnb-static")
+            assert "run this cell to bring back its controls" in statics.first.inner_text()
+            assert statics.first.locator("img").get_attribute("data-world-size") == "16"
+            assert page.locator(".collnb-live").count() == 0
+            assert not page.locator(".collnb-live-hint").first.is_visible()
+            page.screenshot(path=str(shots / "reopened_static.png"), full_page=False)
+        except BaseException:
+            try:
+                page.screenshot(path=str(shots / "static_failure.png"), full_page=True)
+            except Exception:
+                pass
+            raise
+        finally:
+            browser.close()
+    print("measured:", json.dumps(measured))
+    # the same file as nbconvert (nbviewer, MyST-NB books) renders it: the pictures are there
+    from nbconvert import HTMLExporter
+    body, _ = HTMLExporter().from_filename(str(nb_path))
+    assert body.count("collnb-static-img") >= 2 and "Static picture of the explorer" in body
+
+
+def test_make_lab_has_no_news_toast_and_opens_the_notebooks(tmp_path):
+    """`make lab` (its jupyter command, without reinstalling) with a fresh user settings dir: the
+    news toast never shows, and the printed URL opens the first notebook beside the notebook list."""
+    from playwright.sync_api import sync_playwright
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
+    env = dict(os.environ)
+    env.pop("DISPLAY", None)
+    for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
+                     ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
+        (tmp_path / sub).mkdir()
+        env[var] = str(tmp_path / sub)
+    port, token = _free_port(), secrets.token_hex(16)
+    log = open(tmp_path / "make_lab.log", "wb")
+    proc = subprocess.Popen(["make", "-o", ".venv/.lab-installed", "lab",
+                             f"LAB_ARGS=--ServerApp.port={port} --ServerApp.port_retries=0 "
+                             f"--IdentityProvider.token={token} --ServerApp.terminals_enabled=False"],
+                            cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                _api(base, token, "/api/status")
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, \
+                    (tmp_path / "make_lab.log").read_text(errors="replace")[-3000:]
+                time.sleep(0.5)
+        schema = _api(base, token, "/lab/api/settings/@jupyterlab/apputils-extension:notification")["schema"]
+        assert schema["properties"]["fetchNews"]["default"] == "false"
+        assert schema["properties"]["checkForUpdates"]["default"] is False
+        text = (tmp_path / "make_lab.log").read_text(errors="replace")
+        assert f"127.0.0.1:{port}/lab/tree/00_launching_ranks.ipynb" in text
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+            try:
+                page = browser.new_page(viewport={"width": 1440, "height": 900})
+                page.goto(f"{base}/?token={token}")
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+                assert "00_launching_ranks.ipynb" in page.url
+                page.locator(".jp-DirListing-item", has_text="07_all_reduce.ipynb").wait_for(timeout=30_000)
+                time.sleep(8)  # the news toast appears a few seconds after start-up when it is on
+                toasts = page.locator(".Toastify__toast").all_inner_texts()
+                assert not any("news" in t.lower() for t in toasts), toasts
+                shots = REPO / "artifacts" / "screenshots"
+                shots.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(shots / "make_lab_first_screen.png"))
+            finally:
+                browser.close()
+    finally:
+        try:
+            _api(base, token, "/api/shutdown", method="POST")
+        except OSError:
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        log.close()

@@ -103,10 +103,15 @@ def test_controls_values_and_dtype_lesson():
         assert "data-differs='64'" in ref and ref.count("class='differs'") == 64
         assert "dtype effect: int8 gives 24 where float64 gives 280" in ex.message
 
-        # presets: the three dtype lessons at world size 2
+        # presets: the three dtype lessons; a preset keeps the learner's world size (8 here)
         ex.controls["inputs"].value = "int8_wrap"
         ex.wait()
-        assert ex.params()["world_size"] == 2 and ex.params()["dtype"] == "int8"
+        assert ex.params()["world_size"] == 8 and ex.params()["dtype"] == "int8"
+        assert rows(ex.figure.value) == [[fmt(wrap_int8(800))] * 8] * 8 == [["32"] * 8] * 8
+        assert "world size 8 kept" in ex.note.value
+        ex.controls["world_size"].value = 2
+        ex.wait()
+        assert ex.params()["inputs"] == "int8_wrap" and ex.params()["dtype"] == "int8"
         assert rows(ex.figure.value) == [[fmt(wrap_int8(200))] * 2] * 2 == [["-56"] * 2] * 2
         assert rows(ex.figure.value, "exact") == [["200"] * 2] * 2
         ex.controls["inputs"].value = "fp16_inf"
@@ -304,7 +309,10 @@ def test_run_result_display_protocol_and_bad_arguments():
                         (dict(backend="mpi"), "unknown backend 'mpi'; choose one of gloo, nccl")]:
         with pytest.raises(ValueError, match=re.escape(msg)):
             explore(**kwargs)
-    assert set(INPUT_PRESETS) == {"teaching", "int8_wrap", "fp16_inf", "bf16_round"}
+    assert set(INPUT_PRESETS) == {"teaching", "int8_wrap", "fp16_inf", "bf16_round", "rank_ids", "special_floats"}
+    with pytest.raises(ValueError, match=re.escape("inputs preset 'int8_wrap' shows nothing for broadcast; "
+                                                   "choose one of teaching, rank_ids, special_floats")):
+        explore("broadcast", inputs="int8_wrap")
 
 
 
@@ -322,5 +330,74 @@ def test_set_values_win_over_the_presets_choices_and_take_aliases():
         ex.set(op="MAX")
         ex.wait()
         assert ex.params()["op"] == "max"
+    finally:
+        ex.close()
+
+
+def test_presets_fit_the_primitive_and_keep_the_world_size():
+    """Issue 9 §2 / issue 10 item 2: no dtype-overflow presets where the primitive does no
+    arithmetic; a preset changes the world size only when it must, and says so; the teaching
+    label follows the rule the values follow (100·rank above 10 ranks)."""
+    from collnb.explorer import presets_for
+    moving = ["broadcast", "scatter", "gather", "all_gather", "all_to_all", "send_recv"]
+    for p in moving:
+        assert presets_for(p) == ("teaching", "rank_ids", "special_floats"), p
+    for p in ["all_reduce", "reduce", "reduce_scatter"]:
+        assert {"int8_wrap", "fp16_inf", "bf16_round"} <= set(presets_for(p)), p
+    assert presets_for("barrier") == ("teaching",) and presets_for("gather_object") == ("teaching",)
+    ex = explore(["broadcast", "all_reduce"], world_size=4)
+    try:
+        c = ex.controls
+        assert [k for _, k in c["inputs"].options] == ["teaching", "rank_ids", "special_floats"]
+        assert "only moves data" in ex.about.value and "int8" not in ex.about.value
+        assert ex.reference.value == ""  # no float64 table where nothing is computed
+        c["dtype"].value = "int8"
+        ex.wait()
+        c["inputs"].value = "special_floats"  # needs a floating dtype: int8 -> float32, said so
+        ex.wait()
+        assert ex.params()["dtype"] == "float32" and ex.params()["world_size"] == 4
+        assert "dtype int8 → float32" in ex.note.value and "world size 4 kept" in ex.note.value
+        assert rows(ex.figure.value)[3] == ["nan", "inf", "-inf", repr(float(torch.tensor(1 / 3)))]
+        c["inputs"].value = "rank_ids"
+        ex.wait()
+        assert rows(ex.figure.value) == [["0"] * 4] * 4  # broadcast from src 0: everyone holds rank 0's data
+        c["primitive"].value = "all_reduce"
+        ex.wait()
+        assert "combines" in ex.about.value and "int8" in ex.about.value
+        assert [k for _, k in c["inputs"].options] == ["teaching", "int8_wrap", "fp16_inf", "bf16_round", "rank_ids"]
+        assert rows(ex.figure.value) == [[str(0 + 1 + 2 + 3)] * 4] * 4
+        c["world_size"].value = 1
+        ex.wait()
+        c["inputs"].value = "bf16_round"  # needs two ranks: 1 -> 2, and the panel says why
+        ex.wait()
+        assert ex.params()["world_size"] == 2 and ex.params()["dtype"] == "bfloat16"
+        assert "world size 1 → 2 (the effect needs at least 2 ranks)" in ex.note.value
+        assert c["inputs"].options[0][0].startswith("10·rank + chunk")
+        ex.set(inputs="teaching", world_size=12, dtype="float32")  # (bfloat16 would round 1103 to 1104)
+        ex.wait()
+        assert c["inputs"].options[0][0].startswith("100·rank + chunk")
+        assert rows(ex.figure.value, "before")[11][3] == "1103"
+    finally:
+        ex.close()
+
+
+def test_static_picture_follows_the_last_state():
+    """Issue 10 item 6: the static stand-in (html + png + one line) shows the current state."""
+    ex = explore("all_reduce", world_size=2)
+    try:
+        b = ex.static_bundle()
+        assert set(b) == {"text/html", "image/png", "text/plain"}
+        assert b["text/plain"] == "Static picture of the explorer's last state: run this cell to bring back its controls."
+        assert 'data-world-size="2"' in b["text/html"] and "collnb-static" in b["text/html"]
+        assert ".jp-OutputArea:has(.collnb-live)" in b["text/html"] and "collnb-live-hint" in b["text/html"]
+        png = base64.b64decode(b["image/png"])
+        from PIL import Image
+        im = Image.open(io.BytesIO(png))
+        heat = Image.open(io.BytesIO(ex.last_png))
+        assert im.size[0] == heat.size[0] and im.size[1] == heat.size[1] + 30  # the line painted above
+        ex.controls["world_size"].value = 3
+        ex.wait()
+        assert 'data-world-size="3"' in ex.static_bundle()["text/html"]
+        assert "collnb-live" in ex.widget._dom_classes
     finally:
         ex.close()

@@ -186,3 +186,149 @@ def test_format_value():
     assert H.format_value(12345678901) == "1.23e10"
     assert H.format_value(True) == "True" and H.format_value(2 + 0j) == "2+0j"
     assert H.format_value("r1c0") == "r1c0"
+
+
+# ----------------------------------------------------------------------------------------------
+# Readability: label sizes, width, contrast, colour-blind safety (issue 10, items 1 and 7)
+
+def _offline(primitive, ws, dtype="float32", root=0):
+    """A RunResult built without ranks: the reference output as the result (fast, any world size)."""
+    import torch
+    spec = P.SPECS[primitive]
+    inputs = P.teaching_inputs(primitive, ws, root)
+    dt = getattr(torch, dtype)
+    case = dict(primitive=primitive, dtype=dtype, op="sum", root=root, chunk_size=1, inputs=inputs)
+    exp = P.reference(primitive, ws, inputs, dtype=dt, op="sum", root=root)[0]
+    before = [P._make_tensor(v, 1, dt) for v in inputs]
+    after = [e if e is not None else torch.zeros(spec.n_out(ws, r, root), dtype=dt) for r, e in enumerate(exp)]
+    return P._finish(case, ws, "gloo", before, after, 0.0)
+
+
+def _ink_height(pixels, box, dark=80):
+    """Height in pixels of the dark ink (every channel < ``dark``) inside ``box``: the painted
+    height of a cell's value (fills, bands, orange and red notes are all lighter)."""
+    x0, y0, x1, y1 = (int(v) for v in box)
+    region = pixels[y0 + 3:y1 - 3, x0 + 3:x1 - 3]
+    rows = np.flatnonzero((region.max(axis=2) < dark).any(axis=1))
+    return 0 if rows.size == 0 else int(rows[-1] - rows[0] + 1)
+
+
+def _reference_ink(text):
+    """Ink height of ``text`` painted in bold at exactly MIN_LABEL_PX (the smallest allowed)."""
+    cv = H._Canvas(200, 60)
+    cv.text(text, 100, 30, H.MIN_LABEL_PX, H._INK, "bold")
+    px = (np.clip(cv.img, 0, 1) * 255 + 0.5).astype(np.uint8)
+    return _ink_height(px, (0, 0, 200, 60))
+
+
+TENSOR_PRIMITIVES = [p for p in P.PRIMITIVES if P.SPECS[p].kind == "tensor"]
+
+
+@pytest.mark.parametrize("ws", [1, 2, 3, 4, 5, 8, 11, 12, 16])
+def test_every_label_readable_and_within_the_notebook_width(ws):
+    """At every world size the slider offers (samples 1..16), for every tensor primitive, int8
+    (wrapping, "exact" notes) and float32, at the explorer's dpi (80) and RunResult's (100): no
+    painted text below MIN_LABEL_PX, the image no wider than MAX_WIDTH_PX, and each value's ink,
+    measured in the pixels, at least as tall as the same text painted at MIN_LABEL_PX."""
+    assert H.MIN_LABEL_PX >= 10 and H.MAX_WIDTH_PX <= 1000
+    for prim in TENSOR_PRIMITIVES:
+        for dtype in ("float32", "int8"):
+            res = _offline(prim, ws, dtype, root=ws - 1)
+            for dpi in (80, 100):
+                him = H.heatmap_image(res, dpi=dpi)
+                small = [(t, s) for t, s, _ in him.labels if s < H.MIN_LABEL_PX]
+                assert not small, (prim, ws, dtype, dpi, small[:3])
+                assert him.pixels.shape[1] <= H.MAX_WIDTH_PX, (prim, ws, dtype, dpi, him.pixels.shape)
+                if dpi != 80:
+                    continue
+                g = him.grid
+                for panel in (g.before, g.after):
+                    for r in range(ws):
+                        for c in range(panel.n_cols):
+                            t = panel.text[r][c]
+                            if not t or panel.state[r][c] != "value" or panel.row_note[r]:
+                                continue
+                            got = _ink_height(him.pixels, H.cell_box(him, panel.name, r, c))
+                            assert got >= _reference_ink(t) >= 7, (prim, ws, dtype, panel.name, r, c, t, got)
+
+
+def test_world_size_16_stacks_and_counts_contributors():
+    him = H.heatmap_image(_offline("all_reduce", 16), dpi=80)
+    assert him.layout == "stacked"
+    bx, by, cell = him.geometry["before"]
+    ax_, ay, _ = him.geometry["after"]
+    assert ax_ == bx and ay > by + 16 * cell  # after below before, same columns
+    texts = [t for t, _, _ in him.labels]
+    assert texts.count("all 16") == 16 * 16  # every combined cell says how many ranks, no 3 px stripes
+    assert any("too many ranks for stripes" in label for label, _ in [(t, 0) for t in texts])
+    # world size 8 still fits side by side, with one stripe (>= 5 px) per contributor
+    him8 = H.heatmap_image(_offline("all_reduce", 8), dpi=80)
+    assert him8.layout == "side by side" and "all 8" not in [t for t, _, _ in him8.labels]
+    x0, y0, x1, y1 = H.cell_box(him8, "after", 0, 0)
+    band = {tuple(him8.pixels[int(y0) + 4, x]) for x in range(int(x0) + 3, int(x1) - 3)}
+    assert all(_rgb8(H.rank_color(s)) in band for s in range(8))
+
+
+def _lab(rgb):
+    c = np.asarray(rgb, dtype=np.float64)
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    xyz = xyz / np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > 0.008856, np.cbrt(xyz), 7.787 * xyz + 16 / 116)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+# Machado, Oliveira & Fernandes 2009, severity 1.0 (linear RGB)
+_CVD = {"protanopia": [[0.152286, 1.052583, -0.204868], [0.114503, 0.786281, 0.099216], [-0.003882, -0.048116, 1.051998]],
+        "deuteranopia": [[0.367322, 0.860646, -0.227968], [0.280085, 0.672501, 0.047413], [-0.011820, 0.042940, 0.968881]],
+        "tritanopia": [[1.255528, -0.076749, -0.178779], [-0.078411, 0.930809, 0.147602], [0.004733, 0.691367, 0.303900]]}
+
+
+def _simulate(rgb, kind):
+    c = np.asarray(rgb, dtype=np.float64)
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    out = np.clip(np.array(_CVD[kind]) @ lin, 0, 1)
+    return np.where(out <= 0.0031308, 12.92 * out, 1.055 * out ** (1 / 2.4) - 0.055)
+
+
+def test_contrast_ratio_matches_wcag_examples():
+    assert H.contrast_ratio((0, 0, 0), (1, 1, 1)) == pytest.approx(21.0)
+    assert H.contrast_ratio((1, 1, 1), (1, 1, 1)) == pytest.approx(1.0)
+    # #767676 on white is the classic 4.54:1 AA boundary grey
+    assert H.contrast_ratio(H._hex_rgb("#767676")) == pytest.approx(4.54, abs=0.01)
+
+
+def test_rank_colours_pass_contrast_and_stay_distinct_with_colour_blindness():
+    ink = H._hex_rgb("#111111")
+    for r in range(16):
+        assert H.contrast_ratio(H.rank_text_color(r)) >= 4.5, r        # rank label on white (AA)
+        assert H.contrast_ratio(ink, H.rank_color(r)) >= 7.0, r        # black value on the rank's fill (AAA)
+    # every other text colour on white (sub labels get a white backing on coloured fills)
+    for name in ("_INK", "_EXACT", "_RED", "_OK_GREEN", "_GREY_TEXT"):
+        assert H.contrast_ratio(getattr(H, name)) >= 4.5, name
+    # ranks 0-7 (Okabe-Ito hues): every pair stays apart under simulated protanopia,
+    # deuteranopia and tritanopia (CIE76 distance; ~2.3 is a just-noticeable difference)
+    for kind in _CVD:
+        sims = [_lab(_simulate(H.rank_color(r), kind)) for r in range(8)]
+        worst = min(np.linalg.norm(sims[i] - sims[j]) for i in range(8) for j in range(i + 1, 8))
+        assert worst >= 8.0, (kind, worst)
+    # all 16 fills are different colours for normal vision
+    labs = [_lab(H.rank_color(r)) for r in range(16)]
+    assert min(np.linalg.norm(labs[i] - labs[j]) for i in range(16) for j in range(i + 1, 16)) >= 6.0
+
+
+def test_note_under_a_value_on_a_rank_fill_has_a_white_backing():
+    """A wrong value in a copied (rank-coloured) cell: its red "expected" note sits on white."""
+    res = _offline("broadcast", 4)
+    res.after = [t.clone() for t in res.after]
+    res.after[2][1] = 99.0
+    assert not res.check()
+    him = H.heatmap_image(res, dpi=80)
+    x0, y0, x1, y1 = (int(v) for v in H.cell_box(him, "after", 2, 1))
+    note = [b for t, _, b in him.labels if b[0] >= x0 and b[2] <= x1 and b[1] >= y0 + (y1 - y0) // 2 and b[3] <= y1]
+    assert note, him.labels[-5:]
+    nx0, ny0, nx1, ny1 = note[0]
+    patch = him.pixels[ny0:ny1, nx0:nx1].reshape(-1, 3)
+    fill = np.array(_rgb8(H.rank_color(0)))
+    assert not (np.abs(patch.astype(int) - fill).max(axis=1) <= 2).any()  # no rank fill behind the text
+    assert (patch == 255).all(axis=1).mean() > 0.4  # mostly white around the glyphs

@@ -256,6 +256,95 @@ def test_compare_view(tmp_path):
         compare_figure(a, A.run_algorithm("all_reduce", "ring", 3))
 
 
+def test_step_buttons_keyboard_tooltips_and_caption(ag4):
+    """Issue 10 item 3: |◀ ◀ ▶ ▶| step the replay (disabled where they cannot move), every
+    control has a tooltip, and round 0's caption says what it is (no dangling "start —")."""
+    from collnb.replay import replay
+    w = replay(ag4)
+    R = ag4.n_rounds
+    assert "start" in w.info.value and "—" not in w.info.value.split("<br>")[0]
+    assert "before any message" in w.info.value
+    assert (w.first.disabled, w.back.disabled, w.forward.disabled, w.last.disabled) == (True, True, False, False)
+    w.forward.click()
+    assert w.current_round == w.slider.value == 1
+    w.forward.click()
+    w.back.click()
+    assert w.current_round == 1
+    w.last.click()
+    assert w.current_round == R and w.forward.disabled and w.last.disabled and not w.back.disabled
+    assert w.step(5) == R and w.step(-2) == R - 2  # stays within 0..n_rounds
+    w.first.click()
+    assert w.current_round == 0 and w.first.disabled
+    for ctl in (w.play, w.slider, w.first, w.back, w.forward, w.last, w.speed):
+        assert ctl.tooltip, ctl
+    assert "←" in w.slider.tooltip  # focused slider: arrow keys step (ipywidgets' slider keyboard support)
+    assert {b.description for b in (w.first, w.back, w.forward, w.last)} == {"|◀", "◀ step", "step ▶", "▶|"}
+    # the static stand-in follows the round shown
+    w.show_round(2)
+    b = w.static_bundle()
+    assert 'data-round="2"' in b["text/html"] and "run this cell" in b["text/plain"]
+    assert "collnb-live" in w.widget._dom_classes
+
+
+def _dark_rows(arr, box, dark=80):
+    x0, y0, x1, y1 = box
+    region = arr[y0 + 3:y1 - 3, x0 + 3:x1 - 3]
+    rows = np.flatnonzero((region.max(axis=2) < dark).any(axis=1))
+    return 0 if rows.size == 0 else int(rows[-1] - rows[0] + 1)
+
+
+def test_replay_frames_readable_at_world_size_16():
+    """Issue 10 items 1 and 7: at world size 16 every value is written at >= 10 px (its ink, read
+    from the frame's pixels, as tall as the digits of a 10 px label), the frame fits 1000 px, and
+    a ring's wrap-around (rank 15 -> rank 0) goes through the margin, not across other cells."""
+    from collnb.replay import FrameRenderer, _font, _in_margin
+    from PIL import ImageDraw
+    ref = Image.new("RGB", (120, 40), "white")
+    ImageDraw.Draw(ref).text((5, 5), "0123456789", fill=(17, 17, 17), font=_font(10))
+    ref_h = _dark_rows(np.asarray(ref), (0, 0, 120, 40))
+    assert ref_h >= 6
+    for alg in ("ring", "recursive_doubling"):
+        tr = A.run_algorithm("all_reduce", alg, 16)
+        ren = FrameRenderer(tr)
+        k = tr.n_rounds
+        arr = ren.rgb(k)
+        assert arr.shape[1] <= 1000, (alg, arr.shape)
+        for r in (0, 7, 15):
+            for c in (0, 9, 15):
+                assert _dark_rows(arr, ren.cell_box(r, c)) >= ref_h, (alg, r, c)
+    ring = A.run_algorithm("all_reduce", "ring", 16)
+    wraps = [t for k in range(1, ring.n_rounds + 1) for t in ring.transfers(k) if abs(t.src - t.dst) > 1]
+    assert wraps and all(_in_margin(t) for t in wraps)
+    ren = FrameRenderer(ring)
+    arr = ren.rgb(1)
+    # the cells between rank 15 and rank 0 in the wrapped chunk's column carry no arrow colour
+    t = next(t for t in ring.transfers(1) if abs(t.src - t.dst) > 1)
+    red = np.array([192, 57, 43])
+    for r in range(1, 15):
+        x0, y0, x1, y1 = ren.cell_box(r, t.chunks[0])
+        cell = arr[y0 + 2:y1 - 2, x0 + 2:x1 - 2].astype(int)
+        assert (np.abs(cell - red).max(axis=2) < 40).sum() == 0, r
+
+
+def test_compare_is_stacked_and_readable(ag4):
+    from collnb.replay import CompareWidget, FrameRenderer, compare_figure
+    import ipywidgets
+    b = A.run_algorithm("all_gather", "recursive_doubling", 4)
+    w = CompareWidget(ag4, b)
+    # each replay at the size of a single replay, one above the other (no 49 % side by side)
+    assert w.left.cell == FrameRenderer(ag4).cell
+    boxes = [c for c in w.widget.children if isinstance(c, ipywidgets.Image)]
+    assert boxes[1:] == list(w.images)
+    assert [im.layout.width for im in w.images] == [f"{w.left.size[0]}px", f"{w.right.size[0]}px"]
+    w.forward.click()
+    assert w.slider.value == 1 and "round 1 of" in w.captions[0].value
+    fig = compare_figure(ag4, b)
+    assert fig.get_figwidth() * fig.dpi <= 1000
+    sizes = [t.get_fontsize() * fig.dpi / 72 for ax in fig.axes for t in
+             ax.get_xticklabels() + ax.get_yticklabels() + [ax.xaxis.label, ax.yaxis.label, ax.title]]
+    assert min(sizes) >= 10, min(sizes)
+
+
 # ------------------------------------------------------------------------------------------------
 # CLI
 
