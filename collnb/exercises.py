@@ -101,7 +101,7 @@ def _short(x: Any) -> str:
 def _unfinished(name: str, solution: Callable | None, show: Callable[[], None] | None) -> None:
     print(f"{name}: {NOT_ANSWERED}. Write your answer in the exercise cell above and run this cell again.")
     if solution is not None and show is not None:
-        print("Demonstration with the stored SOLUTION (not your answer, so no ✓):")
+        print("Demonstration with the stored SOLUTION (not your answer, so it earns no check mark):")
         show()
 
 
@@ -679,7 +679,7 @@ def _prediction(name: str, prediction, solution, real, *, normalise=lambda x: x,
                 passed: str, what: str = "") -> None:
     if prediction is None:
         print(f"{name}: {NOT_ANSWERED}. Set `prediction` in the exercise cell above and run this cell again.")
-        print("The stored SOLUTION (not your answer, so no ✓), next to what the real ranks did:")
+        print("The stored SOLUTION (not your answer, so it earns no check mark), next to what the real ranks did:")
         print(f"  solution : {solution}\n  real run : {real}")
         return
     try:
@@ -728,14 +728,15 @@ def check_reduce_prediction(prediction, solution=None) -> None:
                 passed="right: dst=1 holds the element-wise MAX (rank 3's values); every other rank is undefined")
 
 
-def check_reduce_scatter_prediction(prediction, solution=None) -> None:
-    """Check the SUM reduce_scatter prediction of notebook 06 (world size 4, teaching inputs).
+def check_reduce_scatter_prediction(prediction, solution=None, *, world_size: int = 5) -> None:
+    """Check the SUM reduce_scatter prediction of notebook 06 (teaching inputs, ``world_size``
+    ranks; 5 by default, a size the notebook does not draw before asking).
 
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
     from .primitives import run
-    real = [[float(v) for v in t.tolist()] for t in run("reduce_scatter", world_size=4, op="sum").after]
+    real = [[float(v) for v in t.tolist()] for t in run("reduce_scatter", world_size=world_size, op="sum").after]
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="rank j gets the sum over all ranks r of their chunk j (10*r + j): one column of the inputs.",
                 passed="right: rank j holds the sum of everyone's chunk j")
@@ -758,14 +759,15 @@ def check_int8_prediction(prediction, solution=None, *, world_size: int = 6, val
                 passed=f"right: every rank holds {real}, not {world_size * value}: int8 SUM wrapped around")
 
 
-def check_all_to_all_prediction(prediction, solution=None) -> None:
-    """Check the all_to_all prediction of notebook 08 (world size 4, teaching inputs).
+def check_all_to_all_prediction(prediction, solution=None, *, world_size: int = 3) -> None:
+    """Check the all_to_all prediction of notebook 08 (teaching inputs, ``world_size`` ranks; 3 by
+    default, a size the notebook does not draw before asking).
 
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
     from .primitives import run
-    real = [[float(v) for v in t.tolist()] for t in run("all_to_all", world_size=4).after]
+    real = [[float(v) for v in t.tolist()] for t in run("all_to_all", world_size=world_size).after]
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="rank i's output chunk j is rank j's input chunk i (10*j + i).",
                 passed="right: after all_to_all, rank i holds chunk i of every rank: the transpose")
