@@ -41,7 +41,7 @@ __all__ = [
     "check_count_ranks", "check_broadcast", "check_scatter_prediction", "check_gather",
     "check_reduce_prediction", "check_all_gather", "check_reduce_scatter_prediction",
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
-    "check_ring_prediction", "check_ring_step", "check_average_gradients",
+    "check_ring_prediction", "check_ring_step", "check_average_gradients", "tiny_model", "train_steps",
     "launch_recorded",
 ]
 
@@ -254,6 +254,17 @@ def _names(calls: list) -> list[str]:
     return [c.name for c in calls if c.name != "get_world_size"]
 
 
+def _summary(calls: list) -> str:
+    """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted."""
+    names, out = _names(calls), []
+    for name in names:
+        if out and out[-1][0] == name:
+            out[-1][1] += 1
+        else:
+            out.append([name, 1])
+    return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or "(none)"
+
+
 def _no_calls(results, calls) -> bool:
     return all(r is None for r in results) and not any(calls_r for calls_r in calls)
 
@@ -313,7 +324,7 @@ def check_count_ranks(count_ranks: Callable, solution: Callable | None = None) -
     for ws in sizes:
         if ws != sizes[0]:
             (results, calls), decoy = run(count_ranks, ws)
-        rows = [(r, results[r], ws, ", ".join(_names(calls[r])) or "(none)") for r in range(ws)]
+        rows = [(r, results[r], ws, _summary(calls[r])) for r in range(ws)]
         table = _table(rows, ("rank", "returned", "expected", "calls"))
         if any(c.name == "get_world_size" for rc in calls for c in rc):
             raise _fail(f"world size {ws}: your function called dist.get_world_size(), which this "
@@ -536,7 +547,7 @@ def check_census(my_census: Callable, solution: Callable | None = None) -> None:
         return _unfinished("my_census", solution, show)
     for i, ws in enumerate(sizes):
         infos, (results, calls) = first if i == 0 else case(my_census, ws)
-        rows = [(r, results[r], ", ".join(_names(calls[r])) or "(none)") for r in range(ws)]
+        rows = [(r, results[r], _summary(calls[r])) for r in range(ws)]
         table = _table(rows, ("rank", "returned", "calls"))
         bad = [r for r in range(ws) if _names(calls[r]) != ["all_gather_object"]]
         if bad:
@@ -795,3 +806,106 @@ def check_ring_prediction(prediction, solution, trace) -> None:
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="give one list of three numbers per rank, e.g. [[a, b, c], [d, e, f], [g, h, i]].",
                 passed="right: after round 2 rank r holds chunk r summed over all three ranks")
+
+
+# ----------------------------------------------------------------------------------------------
+# 11 · data-parallel gradient averaging
+
+
+def tiny_model(seed: int = 0) -> torch.nn.Module:
+    """The small float64 model of notebook 11: ``Linear(3, 4) → Tanh → Linear(4, 1)``, initialised
+    from ``torch.manual_seed(seed)`` so every rank and the kernel build the same weights."""
+    gen_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
+    finally:
+        torch.random.set_rng_state(gen_state)
+    return model
+
+
+def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
+                after_backward: Callable[[torch.nn.Module], Any] | None = None) -> list[torch.Tensor]:
+    """Train ``model`` with plain SGD on the mean squared error for ``steps`` steps on (x, y).
+
+    ``after_backward(model)``, if given, runs between ``loss.backward()`` and the update: a
+    data-parallel rank averages its gradients there. Returns the final parameters (detached
+    copies, in ``model.parameters()`` order).
+    """
+    for _ in range(steps):
+        model.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if after_backward is not None:
+            after_backward(model)
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _ddp_rank(rank: int, world_size: int, average_gradients: Callable, x, y, steps: int, lr: float):
+    return train_steps(tiny_model(), x, y, steps, lr, after_backward=average_gradients)
+
+
+def check_average_gradients(average_gradients: Callable, solution: Callable | None = None) -> None:
+    """Check ``average_gradients(model)`` (notebook 11): after ``loss.backward()`` on each rank's own
+    shard of the batch, replace every parameter's ``.grad`` by its mean over the ranks, with
+    ``dist.all_reduce``.
+
+    Trains :func:`tiny_model` for 3 SGD steps on real ranks (random world size 2-4; every rank
+    gets its own random shard of 4 samples, known only to it) and compares each rank's final
+    parameters with the same model trained in this kernel on the **concatenated** batch. Only
+    ``dist.all_reduce`` calls are accepted.
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    rng = _rng()
+    steps, lr = 3, 0.1
+    hint = ("for p in model.parameters(): dist.all_reduce(p.grad, op=dist.ReduceOp.SUM); "
+            "p.grad /= dist.get_world_size().")
+
+    def case(fn, ws):
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        x = torch.randn(4 * ws, 3, generator=gen, dtype=torch.float64)
+        y = torch.randn(4 * ws, 1, generator=gen, dtype=torch.float64)
+        want = train_steps(tiny_model(), x, y, steps, lr)
+        args = [(fn, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
+        return want, _launch_or_fail(_ddp_rank, ws, args, hint=hint, what=f"world size {ws}")
+
+    ws = rng.randint(2, 4)
+    want, (results, calls) = case(average_gradients, ws)
+    if not any(calls) and _is_stub(average_gradients):
+        def show():
+            w, (res, _) = case(solution, ws)
+            dev = max(float((a - b).abs().max()) for a, b in zip(res[0], w))
+            print(f"  world size {ws}: largest difference between rank 0's parameters and the "
+                  f"single-process model: {dev:.2e}")
+        return _unfinished("average_gradients", solution, show)
+    rows = []
+    for r in range(ws):
+        dev = max(float((a - b).abs().max()) for a, b in zip(results[r], want))
+        rows.append((r, f"{dev:.2e}", _summary(calls[r])))
+    table = _table(rows, ("rank", "max |param - single-process|", "calls"))
+    _check_only(calls, {"all_reduce", "get_world_size"}, hint=hint)
+    if not any(_names(c) for c in calls):
+        raise _fail(f"world size {ws}: no rank communicated, so each rank trained on its own shard only.",
+                    hint, table)
+    bad = [r for r in range(ws) if float(rows[r][1]) > 1e-9]
+    if bad:
+        raise _fail(f"world size {ws}: rank(s) {bad} ended with parameters that differ from the single-process "
+                    "model trained on the concatenated batch.",
+                    "the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: "
+                    "all_reduce with SUM, then divide by the world size. " + hint, table)
+    _passed(f"at world size {ws}, every rank's model equals the single-process model trained on the "
+            "concatenated batch", table)
+
+
+def _is_stub(fn: Callable) -> bool:
+    """True for a function whose body is only ``...``, ``pass`` or a docstring (an unfinished answer):
+    its code refers to no name and holds no constant but ``None``, ``...`` and its docstring."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    return not code.co_names and all(c is None or c is Ellipsis or isinstance(c, str) for c in code.co_consts)

@@ -82,6 +82,7 @@ CODE = {
     "05_all_gather": "solution_all_gather",
     "09_object_collectives": "solution_census",
     "10_send_recv": "solution_token_ring",
+    "11_training": "solution_average_gradients",
 }
 
 
@@ -175,6 +176,21 @@ def test_gather_and_census_and_ring_step_by_local_values_fail(capsys):
         return buf
 
     _fails(capsys, exercises.check_ring_step, my_ring_step, what="should post one isend")
+
+
+def test_average_gradients_without_communication_or_division_fails(capsys):
+    def average_gradients(model):
+        for p in model.parameters():
+            p.grad /= 2                       # a local guess: no rank hears of the others' data
+
+    _fails(capsys, exercises.check_average_gradients, average_gradients, what="no rank communicated")
+
+    def average_gradients(model):  # noqa: F811 - sums but forgets the division
+        for p in model.parameters():
+            dist.all_reduce(p.grad)
+
+    _fails(capsys, exercises.check_average_gradients, average_gradients, what="differ from the single-process",
+           hint="divide by the world size")
 
 
 # --- Wrong answers that do communicate get a hint about that mistake ------------------------------
