@@ -7,8 +7,8 @@ function or a prediction) and the stored solution. A check
   rank knows** (random per launch), at **varied world sizes** (random per launch, and where the
   exercise forbids ``world_size`` a decoy value), so an answer that computes the result locally
   cannot pass;
-* verifies the ``torch.distributed`` calls each rank actually made (:class:`CallRecord`, recorded
-  on the ranks) and refuses forbidden ones where the exercise says "build it from X";
+* verifies the ``torch.distributed`` calls each rank actually made (:class:`collnb.CallRecord`,
+  recorded by ``collnb.launch(..., record_calls=True)``) and refuses forbidden ones where the exercise says "build it from X";
 * prints ``✓`` only when the learner's own answer passed. While the answer cell is unfinished
   (the function still returns ``None`` and communicates nothing, or ``prediction`` is ``None``)
   the check says so and may **demonstrate** the stored solution, labelled as such, without ``✓``;
@@ -25,16 +25,14 @@ Example (the check cell of ``01_broadcast``)::
 from __future__ import annotations
 
 import functools
-import inspect
 import random
 import sys
-from collections import Counter
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
 
-from .launcher import LaunchTimeout, RankError, launch
+from .launcher import CallRecord, LaunchTimeout, RankError, launch
 
 __all__ = [
     "CheckFailed", "CallRecord", "NOT_ANSWERED",
@@ -48,15 +46,6 @@ __all__ = [
 #: Printed (never with ✓) when the answer cell is still unfinished.
 NOT_ANSWERED = "not answered yet"
 
-#: The torch.distributed functions whose calls are recorded on the ranks.
-RECORDED = (
-    "broadcast", "all_reduce", "reduce", "all_gather", "all_gather_into_tensor", "gather", "scatter",
-    "reduce_scatter", "reduce_scatter_tensor", "all_to_all", "all_to_all_single", "send", "recv",
-    "isend", "irecv", "batch_isend_irecv", "barrier", "broadcast_object_list", "all_gather_object",
-    "gather_object", "scatter_object_list", "send_object_list", "recv_object_list",
-    "get_world_size",
-)
-_PEER_ARGS = ("src", "dst", "peer", "group_src", "group_dst", "group_peer")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,99 +98,39 @@ def _unfinished(name: str, solution: Callable | None, show: Callable[[], None] |
 # Running a learner's function on real ranks, with the calls each rank made
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    """One ``torch.distributed`` call a rank made from its own code.
-
-    Attributes:
-        name: the function's name, e.g. ``"broadcast"``, ``"isend"``, ``"get_world_size"``.
-        peer: the ``src``/``dst``/``peer`` rank it named (global rank), else ``None``.
-        group_size: size of the process group it ran on (the default group unless ``group=``).
-        shapes: shapes of the tensors it was given (lists of tensors flattened in order).
-        dtypes: their dtypes, as strings like ``"torch.float32"``.
-    """
-
-    name: str
-    peer: int | None
-    group_size: int
-    shapes: tuple
-    dtypes: tuple
-
-
-def _tensors(value) -> list:
-    if isinstance(value, torch.Tensor):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        return [t for v in value for t in _tensors(v)]
-    return []
-
-
-def _recorder(name: str, original: Callable, calls: list, world_size_of: Callable) -> Callable:
-    import torch.distributed as dist
-
-    try:
-        signature = inspect.signature(original)
-    except (TypeError, ValueError):  # pragma: no cover - every recorded function has one
-        signature = None
-
-    @functools.wraps(original)
-    def recorded(*args, **kwargs):
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        if caller == "torch" or caller.startswith("torch."):
-            return original(*args, **kwargs)   # torch's own internal calls are not the learner's
-        peer, group, tensors = None, None, []
-        if signature is not None:
-            try:
-                bound = signature.bind(*args, **kwargs).arguments
-            except TypeError:
-                bound = {}
-            for key in _PEER_ARGS:
-                if bound.get(key) is not None and isinstance(bound[key], int):
-                    peer = int(bound[key])
-                    if key.startswith("group_") and bound.get("group") is not None:
-                        peer = dist.get_global_rank(bound["group"], peer)
-                    break
-            group = bound.get("group")
-            for key, value in bound.items():
-                if key != "group":
-                    tensors += _tensors(value)
-        try:
-            group_size = world_size_of(group) if group is not None else world_size_of()
-        except Exception:  # noqa: BLE001 - a bad group fails in the real call below
-            group_size = -1
-        calls.append(CallRecord(name, peer, group_size, tuple(tuple(t.shape) for t in tensors),
-                                tuple(str(t.dtype) for t in tensors)))
-        return original(*args, **kwargs)
-
-    return recorded
-
-
 def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Sequence[tuple],
                   fn_world_size: Sequence[int] | None):
-    """Runs on a rank: ``fn(rank, world_size, *per_rank_args[rank])`` with its calls recorded.
+    """Runs on a rank: ``fn(rank, world_size, *per_rank_args[rank])``.
 
     Only this rank's own arguments reach ``fn``. ``fn_world_size`` (per rank) replaces the
-    ``world_size`` argument ``fn`` sees (a decoy, for exercises that must not use it).
+    ``world_size`` argument ``fn`` sees (a decoy, for exercises that must not use it). The
+    collectives ``fn`` makes are recorded by ``collnb.launch(..., record_calls=True)``; this
+    wrapper also counts ``fn``'s own ``dist.get_world_size()`` queries (not a collective, so not
+    recorded there), which some exercises forbid. Returns ``(result, number of queries)``.
     """
     import torch.distributed as dist
     import torch.distributed.distributed_c10d as c10d
 
-    calls: list = []
-    saved = []
-    world_size_of = c10d.get_world_size
-    for module in (dist, c10d):
-        for name in RECORDED:
-            original = getattr(module, name, None)
-            if original is not None:
-                saved.append((module, name, original))
-                setattr(module, name, _recorder(name, original, calls, world_size_of))
+    queries = [0]
+    originals = [(m, m.get_world_size) for m in (dist, c10d)]
+    query = c10d.get_world_size
+
+    @functools.wraps(query)
+    def counted(*args, **kwargs):
+        caller = sys._getframe(1).f_globals.get("__name__", "")
+        if not (caller == "torch" or caller.startswith(("torch.", "collnb."))):
+            queries[0] += 1
+        return query(*args, **kwargs)
+
+    for module, _ in originals:
+        module.get_world_size = counted
     try:
         shown = world_size if fn_world_size is None else fn_world_size[rank]
         out = fn(rank, shown, *per_rank_args[rank])
     finally:
-        for module, name, original in saved:
-            setattr(module, name, original)
-    return out, calls
+        for module, original in originals:
+            module.get_world_size = original
+    return out, queries[0]
 
 
 def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple] | None = None,
@@ -220,9 +149,11 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
 
     Returns:
         ``(results, calls)``: ``results[r]`` is what rank ``r`` returned (tensors as CPU copies);
-        ``calls[r]`` is the list of :class:`CallRecord` rank ``r`` made from its own code, in order
-        (calls torch makes internally, e.g. the ``all_gather`` inside ``all_gather_object``, are
-        not listed).
+        ``calls[r]`` is the list of :class:`collnb.CallRecord` rank ``r`` made from its own code, in
+        order (recorded by ``collnb.launch(..., record_calls=True)``: calls torch makes internally,
+        e.g. the ``all_gather`` inside ``all_gather_object``, are not listed; an operation of a
+        ``batch_isend_irecv`` list appears as ``"isend"``/``"irecv"``), followed by one
+        ``"get_world_size"`` record per ``dist.get_world_size()`` query of ``fn``.
 
     Raises:
         collnb.RankError / collnb.LaunchTimeout: as :func:`collnb.launch`.
@@ -230,9 +161,15 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
     per_rank_args = [tuple(a) for a in (per_rank_args or [()] * world_size)]
     if len(per_rank_args) != world_size:
         raise ValueError(f"per_rank_args has {len(per_rank_args)} entries; need one per rank ({world_size})")
-    pairs = launch(_run_recorded, world_size, args=(fn, per_rank_args, fn_world_size),
-                   timeout=timeout, collective_timeout=collective_timeout)
-    return [p[0] for p in pairs], [list(p[1]) for p in pairs]
+    out = launch(_run_recorded, world_size, args=(fn, per_rank_args, fn_world_size), timeout=timeout,
+                 collective_timeout=collective_timeout, record_calls=True)
+    calls = []
+    for (_, queries), rank_calls in zip(out, out.calls):
+        # An operation of a batch_isend_irecv list counts as the isend/irecv it is.
+        mine = [replace(c, name=c.op) if c.name == "batch_isend_irecv" and c.op else c for c in rank_calls]
+        mine += [CallRecord("get_world_size", None, world_size, (), ())] * queries
+        calls.append(mine)
+    return [p[0] for p in out], calls
 
 
 def _launch_or_fail(fn, world_size, per_rank_args=None, fn_world_size=None, *, hint: str, what: str):

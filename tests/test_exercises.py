@@ -19,6 +19,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
+import collnb
 from collnb import exercises
 from collnb.exercises import CheckFailed, NOT_ANSWERED
 
@@ -311,6 +312,7 @@ def test_launch_recorded_lists_each_ranks_own_calls_only():
         dist.all_gather_object(objs, payload)           # torch calls all_gather inside: not listed
         t = torch.zeros(3, dtype=torch.int32)
         dist.broadcast(t, src=1)
+        assert dist.get_world_size() == world_size             # a query, counted separately
         if rank == 0:
             dist.send(t, dst=1)
         elif rank == 1:
@@ -319,10 +321,25 @@ def test_launch_recorded_lists_each_ranks_own_calls_only():
 
     results, calls = exercises.launch_recorded(fn, 3, [("a",), ("b",), ("c",)])
     assert results == [["a", "b", "c"]] * 3
-    assert [c.name for c in calls[2]] == ["all_gather_object", "broadcast"]
-    assert calls[0][1] == exercises.CallRecord("broadcast", 1, 3, ((3,),), ("torch.int32",))
+    assert [c.name for c in calls[2]] == ["all_gather_object", "broadcast", "get_world_size"]
+    assert calls[0][1] == collnb.CallRecord("broadcast", 1, 3, ((3,),), ("int32",))
     assert (calls[0][2].name, calls[0][2].peer) == ("send", 1)
     assert (calls[1][2].name, calls[1][2].peer) == ("recv", 0)
+
+
+def test_batch_isend_irecv_operations_count_as_isend_and_irecv(capsys):
+    """A ring step posted with batch_isend_irecv passes like one posted with isend/irecv."""
+    def my_ring_step(rank, world_size, buf, k):
+        send_chunk, recv_chunk = (rank - k) % world_size, (rank - k - 1) % world_size
+        incoming = torch.empty(1, dtype=buf.dtype)
+        ops = [dist.P2POp(dist.isend, buf[send_chunk:send_chunk + 1].clone(), (rank + 1) % world_size),
+               dist.P2POp(dist.irecv, incoming, (rank - 1) % world_size)]
+        for req in dist.batch_isend_irecv(ops):
+            req.wait()
+        buf[recv_chunk] += incoming[0]
+        return buf
+
+    _passes(capsys, exercises.check_ring_step, my_ring_step)
 
 
 def test_check_failed_renders_without_traceback():
