@@ -42,6 +42,7 @@ EXPECTED = {
         ("nccl", "cannot run here"),
         *[("subgroup", f"[rank {r}] global rank {r} = group rank {r // 2}: [2.0, 2.0]") for r in (0, 2, 4)],
         ("subgroup", "tensor([3., 3.])"),
+        ("record-calls", "rank 1: [CallRecord(name='all_reduce', peer=None, group_size=2, shapes=((2,),), dtypes=('int64',)"),
     ],
     "01_broadcast": [
         *[("raw", f"[rank {r}] after : [1.0, 2.0, 3.0]") for r in range(4)],
