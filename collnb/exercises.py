@@ -8,7 +8,8 @@ function or a prediction) and the stored solution. A check
   exercise forbids ``world_size`` a decoy value), so an answer that computes the result locally
   cannot pass;
 * verifies the ``torch.distributed`` calls each rank actually made (:class:`collnb.CallRecord`,
-  recorded by ``collnb.launch(..., record_calls=True)``) and refuses forbidden ones where the exercise says "build it from X";
+  recorded by ``collnb.launch(..., record_calls=True)``) and refuses forbidden ones where the
+  exercise says "build it from X";
 * prints ``✓`` only when the learner's own answer passed. While the answer cell is unfinished
   (the function still returns ``None`` and communicates nothing, or ``prediction`` is ``None``)
   the check says so and may **demonstrate** the stored solution, labelled as such, without ``✓``;
@@ -45,7 +46,6 @@ __all__ = [
 
 #: Printed (never with ✓) when the answer cell is still unfinished.
 NOT_ANSWERED = "not answered yet"
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -388,6 +388,9 @@ def check_gather(my_gather: Callable, solution: Callable | None = None) -> None:
             raise _fail(f"world size {ws}, dst={dst}: rank(s) {bad} did not make exactly one dist.gather "
                         f"with dst={dst}.", hint, table)
         got = results[dst]
+        if isinstance(got, (list, tuple)) and got and all(isinstance(t, torch.Tensor) for t in got):
+            raise _fail(f"world size {ws}, dst={dst}: dst returned the gather list itself ({len(got)} tensors).",
+                        "return one tensor: torch.cat(gather_list).", table)
         if not (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)):
             raise _fail(f"world size {ws}, dst={dst}: dst returned {_short(got)}; the ranks' values in rank "
                         f"order are {want.tolist()}.", hint, table)

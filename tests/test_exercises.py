@@ -203,7 +203,7 @@ def test_gather_returning_the_list_gets_a_hint(capsys):
         dist.gather(mine, gather_list=gather_list, dst=dst)
         return gather_list if rank == dst else mine      # forgets torch.cat, and returns mine elsewhere
 
-    _fails(capsys, exercises.check_gather, my_gather, hint="torch.cat(gather_list)")
+    _fails(capsys, exercises.check_gather, my_gather, what="the gather list itself", hint="torch.cat(gather_list)")
 
 
 def test_token_ring_summing_the_wrong_way_gets_a_hint(capsys):
