@@ -351,6 +351,7 @@ def test_check_failed_renders_without_traceback():
     assert isinstance(err, AssertionError)
 
 
+@pytest.mark.slow
 def test_wrong_answer_in_a_kernel_shows_the_hint_and_no_traceback():
     """Issue 10 item 5: executed in a real Jupyter kernel, a wrong answer's error output is the ✗
     message and the hint, not a traceback of checker code; nbclient still sees an error."""
