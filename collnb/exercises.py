@@ -660,23 +660,25 @@ def check_scatter_prediction(prediction, solution=None) -> None:
                 passed="right: rank j received chunk j of rank 1's scatter_list")
 
 
-def check_reduce_prediction(prediction, solution=None) -> None:
-    """Check the MAX-reduce prediction of notebook 04 (world size 4, ``dst=1``): ``None`` for every
-    rank whose output is undefined, the values on ``dst``.
+def check_reduce_prediction(prediction, solution=None, *, world_size: int = 5, dst: int = 2) -> None:
+    """Check the MAX-reduce prediction of notebook 04 (teaching inputs, ``world_size`` ranks, ``dst``;
+    by default 5 and 2, a case the notebook does not draw before asking): ``None`` for every rank
+    whose output is undefined, the values on ``dst``.
 
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
     from .primitives import run
-    result = run("reduce", world_size=4, op="max", root=1)
+    result = run("reduce", world_size=world_size, op="max", root=dst)
     real = [[float(v) for v in t.tolist()] if d else None for t, d in zip(result.after, result.defined)]
-    if prediction is not None and isinstance(prediction, list) and len(prediction) == 4 \
+    if prediction is not None and isinstance(prediction, list) and len(prediction) == world_size \
             and [p is None for p in prediction] != [r is None for r in real]:
         raise _fail(f"check which ranks are undefined: you predicted {prediction!r}.",
                     "after reduce only dst's tensor is defined; write None for every other rank.")
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="MAX over the ranks of 10*r + c is the largest rank's value in every chunk.",
-                passed="right: dst=1 holds the element-wise MAX (rank 3's values); every other rank is undefined")
+                passed=f"right: dst={dst} holds the element-wise MAX (rank {world_size - 1}'s values); "
+                       "every other rank is undefined")
 
 
 def check_reduce_scatter_prediction(prediction, solution=None, *, world_size: int = 5) -> None:

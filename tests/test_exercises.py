@@ -278,7 +278,27 @@ def test_prediction_checks(stem, capsys):
 
 def test_reduce_prediction_with_values_on_undefined_ranks_gets_that_hint(capsys):
     check = _prediction_check("04_reduce")
-    _fails(capsys, check, [[30, 31, 32, 33]] * 4, None, hint="only dst's tensor is defined")
+    _fails(capsys, check, [[40, 41, 42, 43, 44]] * 5, None, hint="only dst's tensor is defined")
+
+
+def test_prediction_exercises_are_not_the_cases_run_before_them():
+    """Issue 9: no prediction exercise is answered on screen before it is asked: the case it checks
+    (primitive, world size, root) is not the one a heatmap or predict cell above it runs."""
+    cases = {"02_scatter": ('"scatter"', 4, 1), "04_reduce": ('"reduce"', 5, 2),
+             "06_reduce_scatter": ('"reduce_scatter"', 5, None), "08_all_to_all": ('"all_to_all"', 3, None)}
+    for stem, (prim, ws, root) in cases.items():
+        nb = nbformat.read(NOTEBOOK_DIR / f"{stem}.ipynb", as_version=4)
+        check_at = next(i for i, c in enumerate(nb.cells) if "check" in c.metadata.get("tags", []))
+        assert f"world_size={ws}" in nb.cells[check_at].source or stem == "02_scatter"
+        for c in nb.cells[:check_at]:
+            if c.cell_type != "code" or not c.metadata.get("tags"):
+                continue
+            for m in re.finditer(r"collnb\.run\((\"\w+\")[^)]*world_size=(\d+)(?:[^)]*root=(\d+))?", c.source):
+                same = m.group(1) == prim and int(m.group(2)) == ws and (root is None or m.group(3) == str(root))
+                assert not same, f"{stem}: the exercise's case is drawn before it: {c.source!r}"
+            launched = re.search(r"collnb\.launch\(predict_\w+, world_size=(\d+)", c.source)
+            if launched and stem in ("06_reduce_scatter", "08_all_to_all"):
+                assert int(launched.group(1)) != ws, f"{stem}: the predict cell runs the exercise's world size"
 
 
 def test_int8_exercise_is_not_the_case_drawn_before_it():
