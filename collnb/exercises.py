@@ -26,6 +26,7 @@ Example (the check cell of ``01_broadcast``)::
 from __future__ import annotations
 
 import functools
+import inspect
 import random
 import sys
 from dataclasses import replace
@@ -187,6 +188,21 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, fn_world_size=None, *, h
         raise _fail(f"{what}: your function did not finish.\n{err}", hint) from None
 
 
+def _check_params(fn: Callable, call: str) -> None:
+    """Refuse, before any rank starts, a function that cannot be called as ``call`` says
+    (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``)."""
+    if not callable(fn):
+        raise _fail(f"{call.split('(')[0]} is {fn!r}, not a function.", f"define it as: def {call}: ...")
+    params = call.split("(", 1)[1].rstrip(")").split(", ")
+    try:
+        inspect.signature(fn).bind(*params)
+    except TypeError:
+        raise _fail(f"{call.split('(')[0]} takes {inspect.signature(fn)}, but the check calls it as {call}.",
+                    f"define it as: def {call}: ...") from None
+    except ValueError:  # no signature (a builtin): let the call itself fail
+        pass
+
+
 def _names(calls: list) -> list[str]:
     return [c.name for c in calls if c.name != "get_world_size"]
 
@@ -243,6 +259,7 @@ def check_count_ranks(count_ranks: Callable, solution: Callable | None = None) -
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(count_ranks, "count_ranks(rank, world_size)")
     rng = _rng()
     sizes = _world_sizes(rng, 2, 6)
     hint = "start every rank with torch.ones(1), all_reduce it with SUM and return int(t.item())."
@@ -300,6 +317,7 @@ def check_broadcast(my_broadcast: Callable, solution: Callable | None = None) ->
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(my_broadcast, "my_broadcast(rank, world_size, src, tensor)")
     rng = _rng()
     hint = "call dist.broadcast(tensor, src=src) on every rank and return tensor."
 
@@ -354,6 +372,7 @@ def check_gather(my_gather: Callable, solution: Callable | None = None) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(my_gather, "my_gather(rank, world_size, dst, mine)")
     rng = _rng()
     hint = ("on dst pass gather_list=[torch.zeros_like(mine) for _ in range(world_size)], elsewhere "
             "gather_list=None; call dist.gather(mine, gather_list, dst=dst) on every rank; on dst return "
@@ -417,6 +436,7 @@ def check_all_gather(my_all_gather: Callable, solution: Callable | None = None) 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(my_all_gather, "my_all_gather(rank, world_size, mine)")
     rng = _rng()
     hint = ("for src in range(world_size): buf = mine.clone() if rank == src else torch.zeros(2); "
             "dist.broadcast(buf, src=src); keep buf. Then torch.cat the buffers.")
@@ -469,6 +489,7 @@ def check_census(my_census: Callable, solution: Callable | None = None) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(my_census, "my_census(rank, world_size, info)")
     rng = _rng()
     hint = "everyone = [None] * world_size; dist.all_gather_object(everyone, info); return everyone."
 
@@ -517,6 +538,7 @@ def check_token_ring(token_ring: Callable, solution: Callable | None = None) -> 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(token_ring, "token_ring(rank, world_size, value)")
     rng = _rng()
     hint = ("rank 0: dist.send(torch.tensor([value]), dst=1) then dist.recv(token, src=world_size - 1); "
             "rank r: dist.recv(token, src=r - 1), remember int(token), dist.send(token + value, "
@@ -573,6 +595,7 @@ def check_ring_step(my_ring_step: Callable, solution: Callable | None = None) ->
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(my_ring_step, "my_ring_step(rank, world_size, buf, k)")
     rng = _rng()
     hint = ("send_chunk = (rank - k) % world_size; recv_chunk = (rank - k - 1) % world_size; post "
             "dist.isend(buf[send_chunk:send_chunk + 1].clone(), (rank + 1) % world_size) and "
@@ -803,6 +826,7 @@ def check_average_gradients(average_gradients: Callable, solution: Callable | No
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
+    _check_params(average_gradients, "average_gradients(model)")
     rng = _rng()
     steps, lr = 3, 0.1
     hint = ("for p in model.parameters(): dist.all_reduce(p.grad, op=dist.ReduceOp.SUM); "

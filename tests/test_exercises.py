@@ -194,6 +194,15 @@ def test_average_gradients_without_communication_or_division_fails(capsys):
            hint="divide by the world size")
 
 
+def test_a_function_with_the_wrong_parameters_is_refused_before_any_rank_starts(capsys):
+    def my_broadcast(rank, world_size, src):          # the signature of an older version
+        ...
+
+    _fails(capsys, exercises.check_broadcast, my_broadcast, what="but the check calls it as "
+           "my_broadcast(rank, world_size, src, tensor)", hint="def my_broadcast(rank, world_size, src, tensor)")
+    _fails(capsys, exercises.check_count_ranks, None, what="not a function")
+
+
 # --- Wrong answers that do communicate get a hint about that mistake ------------------------------
 
 
