@@ -157,7 +157,7 @@ def test_interrupt_then_restart_leave_nothing(kernel):
     t0 = time.monotonic()
     after = Cell(kc, "collnb.launch(lambda r, w: r, 4)")
     assert after.status == "ok" and after.results == ["[0, 1, 2, 3]"]
-    assert time.monotonic() - t0 < 10
+    assert time.monotonic() - t0 < 60  # generous: the point is that it works at once, not how fast
     ranks = _ranks_of(kpid)
     assert len(ranks) == 4
 

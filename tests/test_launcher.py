@@ -129,13 +129,15 @@ def _segv_on_3(rank, world_size):
 def test_failing_rank_is_the_root_cause(fn, rank, exc_type, text):
     t0 = time.monotonic()
     with pytest.raises(collnb.RankError) as info:
-        collnb.launch(fn, 4)
+        collnb.launch(fn, 4, collective_timeout=120)
     elapsed = time.monotonic() - t0
     err = info.value
     assert str(err).startswith(f"rank {rank}: {exc_type}: ")
     assert text in str(err).splitlines()[0]
     assert (err.rank, err.exc_type) == (rank, exc_type)
-    assert elapsed < 3, f"took {elapsed:.1f}s to stop the other ranks"
+    # The others are stopped as soon as the failure is seen, not when their collective times out
+    # (120 s); the bound is generous so that a loaded machine cannot break it.
+    assert elapsed < 60, f"took {elapsed:.1f}s to stop the other ranks"
     if exc_type in ("ValueError", "SystemExit"):
         # the rank's own traceback, with its source line, not the launcher's
         assert f"in {fn.__name__}" in err.rank_traceback
@@ -159,7 +161,7 @@ def test_rank_that_never_joins_is_named():
     t0 = time.monotonic()
     with pytest.raises(collnb.RankError) as info:
         collnb.launch(fn, 3, collective_timeout=2)
-    assert time.monotonic() - t0 < 8
+    assert time.monotonic() - t0 < 45  # named after collective_timeout, long before rank 1's 60 s sleep ends
     err = info.value
     assert str(err).startswith("rank 1: DidNotJoin: ")
     assert "time.sleep(60)" in err.rank_traceback  # where rank 1 actually was
@@ -707,7 +709,7 @@ def test_a_long_line_without_newline_is_captured_in_linear_time(capfd):
     elapsed = time.monotonic() - t0
     out = capfd.readouterr().out
     assert out.count("x") == 40_000_000 and out.startswith("[rank 0] \r")
-    assert elapsed < 10, f"{elapsed:.1f} s to pass 40 MB through"
+    assert elapsed < 120, f"{elapsed:.1f} s to pass 40 MB through"  # quadratic copying would take many minutes
 
 
 def test_processes_in_a_session_of_their_own_end_with_the_pool():
@@ -733,9 +735,9 @@ def test_a_rank_that_dies_while_its_forked_child_lives_is_reported_at_once():
 
     t0 = time.monotonic()
     with pytest.raises(collnb.RankError) as info:
-        collnb.launch(fn, 2, timeout=30)
+        collnb.launch(fn, 2, timeout=300)
     assert str(info.value).startswith("rank 0: Exited: exited with code 3")
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 100  # reported at once, not when the 300 s launch timeout ends
     _assert_clean()
 
 
@@ -758,7 +760,7 @@ def test_concurrent_launches_close_their_private_pool_promptly():
     for t in threads:
         t.join(60)
     assert set(times) == {"A", "B"}
-    assert max(times.values()) < 4, times
+    assert max(times.values()) < 40, times  # generous: a loaded 2-core machine must not break it
 
 
 
