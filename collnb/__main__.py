@@ -1,4 +1,4 @@
-"""Command line: ``python -m collnb run PRIMITIVE ...`` and ``python -m collnb seeds``.
+"""Command line: ``python -m collnb run PRIMITIVE ...``, ``seeds``, ``replay`` and ``bench``.
 
 Exit status: 0 success; 1 a result differs from the reference (✗); 2 bad input (unknown
 primitive/dtype/op/backend, a combination the backend refuses, a root outside the world size,
@@ -49,8 +49,8 @@ def _cmd_seeds(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, and ``replay`` when
-    :mod:`collnb._cli_replay` is present). Each subparser sets ``func(args) -> exit status``."""
+    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, and ``replay`` / ``bench``
+    when :mod:`collnb._cli_replay` / :mod:`collnb._cli_bench` are present). Each subparser sets ``func(args) -> exit status``."""
     from .launcher import BACKENDS
     from .primitives import DTYPE_NAMES, PRIMITIVES, REDUCE_OPS
 
@@ -87,13 +87,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=60.0, help="seconds per launch (default 60)")
     s.set_defaults(func=_cmd_seeds)
 
-    try:
-        _cli_replay = importlib.import_module("collnb._cli_replay")
-    except ModuleNotFoundError as exc:  # the replay subcommand is optional; its own errors are not hidden
-        if exc.name != "collnb._cli_replay":
-            raise
-    else:
-        _cli_replay.add_parser(subparsers)
+    for name in ("collnb._cli_replay", "collnb._cli_bench"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # optional subcommands; their own errors are not hidden
+            if exc.name != name:
+                raise
+        else:
+            module.add_parser(subparsers)
     return parser
 
 
