@@ -15,6 +15,7 @@ from .algorithms import ALGORITHMS, run_algorithm, run_algorithms, schedule
 from .trace import Trace
 from .costmodel import CostModel, algbw, busbw, predict
 from .replay import compare, compare_figure, explore_rounds, replay, save_filmstrip, save_gif
+from . import bench  # the bandwidth lab: collnb.bench.bench(...), python -m collnb bench
 
 __version__ = "0.1.0"
 

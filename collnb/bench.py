@@ -78,7 +78,7 @@ from .costmodel import algbw as _algbw
 from .costmodel import busbw_factor
 
 __all__ = ["PRIMITIVES", "COLUMNS", "REFERENCES", "bench", "parse_size", "parse_sizes", "check_algorithms",
-           "reference_rows", "debug_cost", "to_table", "save_json", "save_csv", "load", "plot", "format_table"]
+           "reference_rows", "debug_cost", "to_table", "as_rows", "save_json", "save_csv", "load", "plot", "format_table"]
 
 #: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order.
 PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather",
@@ -545,8 +545,8 @@ def to_table(rows, as_frame: bool | None = None):
     return pd.DataFrame(rows, columns=cols)
 
 
-def _rows(table) -> list:
-    """A DataFrame, a list of dicts, or a path (JSON/CSV) -> list of dicts."""
+def as_rows(table) -> list:
+    """A DataFrame, a list of dicts, or a path (JSON/CSV) -> list of dicts (the bench rows)."""
     if isinstance(table, (str, os.PathLike)):
         return load(table, as_frame=False)
     if hasattr(table, "to_dict"):
@@ -702,7 +702,7 @@ def _clean(row) -> dict:
 def save_json(rows, path, *, note: str = "") -> str:
     """Write the rows to ``path`` as JSON: ``{"columns", "machine", "note", "rows"}`` (the machine:
     torch version, CPU count, CUDA devices). Returns the path."""
-    rows = [_clean(r) for r in _rows(rows)]
+    rows = [_clean(r) for r in as_rows(rows)]
     machine = dict(torch=torch.__version__, cpu_count=os.cpu_count(),
                    cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
                    if torch.cuda.is_available() else [])
@@ -714,7 +714,7 @@ def save_json(rows, path, *, note: str = "") -> str:
 
 def save_csv(rows, path) -> str:
     """Write the rows to ``path`` as CSV with the :data:`COLUMNS` header. Returns the path."""
-    rows = [_clean(r) for r in _rows(rows)]
+    rows = [_clean(r) for r in as_rows(rows)]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS))
         w.writeheader()
@@ -778,7 +778,7 @@ def _fmt_bytes(n) -> str:
 
 def format_table(rows) -> str:
     """The rows as nccl-tests-like text: size, algorithm, time (us), algbw, busbw, ✓/✗."""
-    rows = _rows(rows)
+    rows = as_rows(rows)
     lines = [f"{'primitive':>14} {'algorithm':>18} {'ws':>3} {'dtype':>8} {'size':>10} {'time us':>11} "
              f"{'min us':>10} {'max us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10}  ok"]
     for r in rows:
@@ -832,7 +832,7 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
     from matplotlib.ticker import FuncFormatter
 
     from .costmodel import BUILTIN_FORM, DEFAULT_MODEL, crossovers, fit_each, predict
-    rows = _rows(rows)
+    rows = as_rows(rows)
     coll = [r for r in rows if r["primitive"] in PRIMITIVES]
     if not coll:
         raise ValueError("no collective rows to plot (only references?); measure with bench() first")
