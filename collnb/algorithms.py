@@ -784,6 +784,23 @@ def _detail_mode() -> bool:
 
 _SCRATCH: dict = {}
 
+#: Messages larger than twice this many bytes travel as segments of this size, each its own
+#: isend/irecv; a receiver that combines starts reducing the first segment while the next ones
+#: are still arriving (the overlap gloo's own ring uses, gloo/allreduce.cc). Set it to ``None`` to
+#: send every message whole.
+SEGMENT_BYTES: int | None = 1 << 20
+_TAG_STRIDE = 1 << 12  # tags: round * stride + segment
+
+
+def _segments(n: int, esize: int) -> list:
+    """``[(start, stop), ...]`` element ranges of one message of ``n`` elements (sender and
+    receiver compute the same split from the same length)."""
+    seg = SEGMENT_BYTES
+    if not seg or n * esize <= 2 * seg:
+        return [(0, n)]
+    per = max(1, seg // esize, -(-n // (_TAG_STRIDE - 1)))
+    return [(a, min(a + per, n)) for a in range(0, n, per)]
+
 
 def _scratch(n: int, dtype, device) -> torch.Tensor:
     """A receive buffer of ``n`` elements, reused across calls (one per dtype and device, grown
@@ -853,13 +870,17 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     initial = work.clone() if record else None
     changes = []
     seconds = []
+    esize = work.element_size()
     for k, (sends, recvs, fin) in enumerate(plan.rounds, 1):
         t0 = time.perf_counter()
         reqs = []
         for dst, rgs in sends:
-            reqs.append(dist.isend(_gather_ranges(src_buf, rgs), dst, group=group, tag=k))
+            msg = _gather_ranges(src_buf, rgs)
+            for s, (a, b) in enumerate(_segments(msg.numel(), esize)):
+                reqs.append(dist.isend(msg[a:b], dst, group=group, tag=k * _TAG_STRIDE + s))
         send_spans = [rg for _, rgs in sends for rg in rgs] if send_from is None else []
         pending = []
+        streamed = []  # reductions into one contiguous range: combined segment by segment as they arrive
         off = 0
         for src, rgs, red in recvs:
             n = sum(b - a for a, b in rgs)
@@ -867,11 +888,22 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             if red or len(rgs) > 1 or overlap:
                 buf = scratch[off:off + n]
                 off += n
-                pending.append((buf, rgs, red))
             else:
                 a, b = rgs[0]
                 buf = work[a:b]
-            reqs.append(dist.irecv(buf, src, group=group, tag=k))
+            segs = _segments(n, esize)
+            seg_reqs = [dist.irecv(buf[a:b], src, group=group, tag=k * _TAG_STRIDE + s)
+                        for s, (a, b) in enumerate(segs)]
+            if red and len(rgs) == 1 and not overlap:
+                streamed.append((seg_reqs, segs, buf, rgs[0][0]))
+            else:
+                reqs.extend(seg_reqs)
+                if red or len(rgs) > 1 or overlap:
+                    pending.append((buf, rgs, red))
+        for seg_reqs, segs, buf, start in streamed:
+            for req, (a, b) in zip(seg_reqs, segs):
+                req.wait()
+                _combine(work[start + a:start + b], buf[a:b], op)
         for req in reqs:
             req.wait()
         for buf, rgs, red in pending:
@@ -907,7 +939,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             one = torch.zeros(1, dtype=torch.uint8, device=work.device)
             sink = [torch.empty(1, dtype=torch.uint8, device=work.device) for _ in pad]
             reqs = []
-            tag = len(sched.rounds) + 1
+            tag = (len(sched.rounds) + 1) * _TAG_STRIDE
             for i, (a, b) in enumerate(pad):
                 if a == rank:
                     reqs.append(dist.isend(one, b, group=group, tag=tag))
