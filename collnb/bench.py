@@ -77,8 +77,8 @@ import torch.distributed as dist
 from .costmodel import algbw as _algbw
 from .costmodel import busbw_factor
 
-__all__ = ["PRIMITIVES", "COLUMNS", "REFERENCES", "bench", "parse_size", "parse_sizes", "check_algorithms",
-           "reference_rows", "debug_cost", "to_table", "as_rows", "save_json", "save_csv", "load", "plot", "format_table"]
+__all__ = ["PRIMITIVES", "COLUMNS", "REFERENCES", "EXAMPLE_FILE", "bench", "parse_size", "parse_sizes", "check_algorithms",
+           "reference_rows", "debug_cost", "to_table", "as_rows", "save_json", "save_csv", "load", "note", "plot", "format_table"]
 
 #: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order.
 PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather",
@@ -93,6 +93,8 @@ _REDUCING = ("all_reduce", "reduce_scatter", "reduce")
 _BLOCKED = ("all_gather", "reduce_scatter", "scatter", "gather", "all_to_all")  # one block per rank
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+#: A small results file measured on CPU (gloo, a loaded 2-core machine), labelled as such in its note.
+EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "bench_example_cpu.json")
 MAX_BYTES = 1 << 30  # per rank; more does not fit 16 ranks x 4 buffers in a laptop's memory
 
 
@@ -463,7 +465,8 @@ def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", 
 
     Args:
         sizes: bytes, as :func:`parse_sizes` takes them.
-        iters, warmup: timed and untimed repetitions per size (>= 1 and >= 0).
+        iters, warmup: timed and untimed repetitions per size (>= 1 and >= 0); memcpy and
+            local_reduce take at least 10 (they are cheap).
         dtype: dtype of ``local_reduce``.
         which: subset of :data:`REFERENCES`.
 
@@ -478,13 +481,14 @@ def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", 
     if unknown:
         raise ValueError(f"unknown reference {unknown[0]!r}; choose from {', '.join(REFERENCES)}")
     rows = []
+    local = max(iters, 10)  # one core, microseconds each: more iterations cost nothing and steady the median
     for n in sizes:
         if "memcpy" in which:
-            rows.append(_memcpy_row(n, iters, warmup))
+            rows.append(_memcpy_row(n, local, warmup))
         if "tcp_loopback" in which:
             rows.append(_tcp_row(n, iters, warmup))
         if "local_reduce" in which:
-            rows.append(_local_reduce_row(n, iters, warmup, dt))
+            rows.append(_local_reduce_row(n, local, warmup, dt))
     return rows
 
 
@@ -724,6 +728,16 @@ def save_csv(rows, path) -> str:
 
 _INT_COLS = ("world_size", "nbytes")
 _FLOAT_COLS = ("time_s", "time_min_s", "time_max_s", "algbw_GBps", "busbw_GBps")
+
+
+def note(path) -> str:
+    """The ``note`` a JSON results file carries (where and how it was measured), or ``""``."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    return str(data.get("note", "")) if isinstance(data, dict) else ""
 
 
 def load(path, as_frame: bool | None = None):

@@ -517,8 +517,7 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
             False are left out; so are reference rows (except ``local_reduce``, see ``gamma``).
         primitive, algorithm, world_size: keep only these rows (world_size: int or list).
         gamma: ``None``: for reductions, measured beside when the rows have ``local_reduce``
-            reference rows (the median over the larger half of their sizes of
-            ``time_min_s / nbytes``), else fitted when the rows can separate it from beta
+            reference rows (the lowest ``time_min_s / nbytes`` among them: preemption only adds), else fitted when the rows can separate it from beta
             (several algorithms whose bytes-moved to bytes-reduced ratios differ), else 0;
             ``"fit"``: always fitted; a number: used as given (s/byte).
         min_bytes: leave out rows below this size.
@@ -556,12 +555,9 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
         elif gamma is None:
             lr = [r for r in allrows if r["primitive"] == "local_reduce" and bool(r["ok"]) and float(r["time_s"]) > 0]
             if lr:
-                # best-case per-byte cost (preemption on a shared machine only adds time), robust
-                # over the larger half of the sizes (small ones are dominated by call overhead)
-                lr.sort(key=lambda r: float(r["nbytes"]))
-                big = lr[len(lr) // 2:]
-                g_value = float(np.median([float(r.get("time_min_s", r["time_s"])) / float(r["nbytes"])
-                                           for r in big]))
+                # the best per-byte cost seen (preemption on a shared machine only adds time; small
+                # sizes carry call overhead): the fastest iteration's time per byte, lowest over sizes
+                g_value = min(float(r.get("time_min_s", r["time_s"])) / float(r["nbytes"]) for r in lr)
                 gamma_from = "local_reduce"
             else:
                 W = C / t[:, None]

@@ -75,6 +75,13 @@ EXPECTED = {
     "09_object_collectives": [
         *[("raw", f"[rank {r}] objects: ['foo', 12, {{'key': 'value'}}]") for r in range(2)],
     ],
+    "bandwidth": [
+        ("factors", "all_reduce        1.000   1.500   1.750   1.875"),
+        ("factors", "all_gather        0.500   0.750   0.875   0.938"),
+        ("fit", "all_reduce/builtin at world size 2, 4: α ="),
+        ("example-file", "EXAMPLE measured on CPU, not a GPU"),
+        ("debug-cost", "TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+    ],
     "10_send_recv": [
         ("raw", "[rank 1] holds [1.0, 2.0, 3.0]"),
         ("deadlock", "waiting in send"),
