@@ -887,9 +887,9 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
             f = fits.get((primitive, alg))
             if f is not None:
                 ft = [f.predict(world_size=ws, nbytes=n) for n in grid]
+                inv_beta = f"{1 / f.model.beta / 1e9:.2f} GB/s" if f.model.beta > 0 else "∞ (β fitted as 0)"
                 ax_t.plot(grid, ft, "--", color=c, lw=1.3,
-                          label=f"{alg} fit: α={f.model.alpha * 1e6:.0f} µs, 1/β={1 / f.model.beta / 1e9:.2f} GB/s"
-                          if f.model.beta > 0 else f"{alg} fit")
+                          label=f"{alg} fit: α={f.model.alpha * 1e6:.0f} µs, 1/β={inv_beta}")
                 ax_b.plot(grid, [_algbw(n, s) * busbw_factor(primitive, ws) for n, s in zip(grid, ft)], "--",
                           color=c, lw=1.1)
         # the naive model for the built-in's form
