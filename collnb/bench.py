@@ -69,6 +69,7 @@ import socket
 import statistics
 import threading
 import time
+import warnings
 from typing import Sequence
 
 import torch
@@ -632,6 +633,10 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
             rows.append(dict(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname,
                              nbytes=int(actual), time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab,
                              busbw_GBps=ab * busbw_factor(primitive, ws), ok=all(res[r]["ok"] for r in range(ws))))
+            if not rows[-1]["ok"]:
+                first = next(res[r]["bad"] for r in range(ws) if not res[r]["ok"])
+                warnings.warn(f"{primitive}/{alg} at world size {ws}, {_fmt_bytes(actual)}: the result differs from "
+                              f"the reference ({first}); the row has ok=False", RuntimeWarning, stacklevel=2)
             if bar is not None:
                 bar.update(1)
         if references:
