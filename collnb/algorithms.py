@@ -871,16 +871,28 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     changes = []
     seconds = []
     esize = work.element_size()
+    # Forwarding: a range that arrives complete in round k and is sent on unchanged in round k+1
+    # (the ring passes each chunk on) goes out segment by segment as it arrives, so the next
+    # round's transfer overlaps this one's, as in gloo's ring. gloo only (NCCL orders p2p per
+    # stream), not for AVG (its division ends the round) nor all_to_all (sends from its input).
+    forward_ok = send_from is None and op != "avg" and dist.get_backend(group) == "gloo"
+    early_reqs: dict = {}
+    early_posted: dict = {}
     for k, (sends, recvs, fin) in enumerate(plan.rounds, 1):
         t0 = time.perf_counter()
-        reqs = []
+        reqs = early_reqs.pop(k, [])
+        posted = early_posted.pop(k, set())
         for dst, rgs in sends:
+            if (dst, tuple(rgs)) in posted:
+                continue
             msg = _gather_ranges(src_buf, rgs)
             for s, (a, b) in enumerate(_segments(msg.numel(), esize)):
                 reqs.append(dist.isend(msg[a:b], dst, group=group, tag=k * _TAG_STRIDE + s))
         send_spans = [rg for _, rgs in sends for rg in rgs] if send_from is None else []
+        next_sends = plan.rounds[k][0] if forward_ok and k < len(plan.rounds) else []
+        recv_spans = [rg for _, rgs, _ in recvs for rg in rgs]
         pending = []
-        streamed = []  # reductions into one contiguous range: combined segment by segment as they arrive
+        streamed = []  # single-range receives handled segment by segment as they arrive
         off = 0
         for src, rgs, red in recvs:
             n = sum(b - a for a, b in rgs)
@@ -894,16 +906,27 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             segs = _segments(n, esize)
             seg_reqs = [dist.irecv(buf[a:b], src, group=group, tag=k * _TAG_STRIDE + s)
                         for s, (a, b) in enumerate(segs)]
-            if red and len(rgs) == 1 and not overlap:
-                streamed.append((seg_reqs, segs, buf, rgs[0][0]))
+            forward = []
+            if len(rgs) == 1 and not overlap:
+                ra, rb = rgs[0]
+                alone = sum(1 for c, d in recv_spans if c < rb and ra < d) == 1
+                forward = [dst for dst, nrgs in next_sends if alone and len(nrgs) == 1 and nrgs[0] == (ra, rb)]
+            if (red or forward) and len(rgs) == 1 and not overlap:
+                streamed.append((seg_reqs, segs, buf, rgs[0], red, forward))
             else:
                 reqs.extend(seg_reqs)
                 if red or len(rgs) > 1 or overlap:
                     pending.append((buf, rgs, red))
-        for seg_reqs, segs, buf, start in streamed:
-            for req, (a, b) in zip(seg_reqs, segs):
+        for seg_reqs, segs, buf, (ra, rb), red, forward in streamed:
+            for s, (req, (a, b)) in enumerate(zip(seg_reqs, segs)):
                 req.wait()
-                _combine(work[start + a:start + b], buf[a:b], op)
+                if red:
+                    _combine(work[ra + a:ra + b], buf[a:b], op)
+                for dst in forward:  # this segment is final: send it on for round k+1 now
+                    early_reqs.setdefault(k + 1, []).append(
+                        dist.isend(work[ra + a:ra + b], dst, group=group, tag=(k + 1) * _TAG_STRIDE + s))
+            for dst in forward:
+                early_posted.setdefault(k + 1, set()).add((dst, ((ra, rb),)))
         for req in reqs:
             req.wait()
         for buf, rgs, red in pending:
