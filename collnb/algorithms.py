@@ -819,6 +819,12 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     Call it on every rank of the launch (inside the function you give
     :func:`collnb.launcher.launch`), with the same schedule.
 
+    Messages above ``2 * SEGMENT_BYTES`` travel as segments of :data:`SEGMENT_BYTES`; a
+    receiver that combines reduces each segment as it arrives, and on gloo a range that arrives
+    complete and is sent on unchanged in the next round (the ring) is forwarded segment by
+    segment as it arrives, so consecutive rounds overlap as in gloo's own ring
+    (gloo ``gloo/allreduce.cc``). The rounds' results are the same; only their timing overlaps.
+
     Args:
         sched: from :func:`schedule`; its world size must equal the process group's.
         work: this rank's contiguous 1-D buffer (any dtype the backend sends), updated in place.
