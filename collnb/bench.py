@@ -30,7 +30,8 @@ in ``dist.barrier()``; each rank times the call with ``time.perf_counter`` (gloo
 CUDA events on its stream (NCCL); per iteration the slowest rank's time counts (a collective is
 finished when its last rank is); the row reports the median (robust to a loaded machine) and
 the min and max. Unlike nccl-tests (which times a loop and reports the mean) every iteration is
-kept, so the spread shows.
+kept, so the spread shows. The algorithms of one (world size, size) run in one launch, taking
+turns within every iteration, so that load on a shared machine hits them alike.
 
 **Correctness**: the inputs are small integers (exact in every dtype up to 16 ranks), so the
 reference is exact; after every timed iteration each rank compares the part of its output the
@@ -216,10 +217,19 @@ def _values(rank, count, reducing, dtype, device, offset=0):
 class _Case:
     """One rank's buffers, call, reset and check for one (primitive, algorithm, size)."""
 
-    def __init__(self, primitive, algorithm, rank, ws, count, block, dtype, device):
+    def __init__(self, primitive, algorithm, rank, ws, count, block, dtype, device, shared=None):
+        """``shared``: a dict through which the cases of one launch share the tensors they never
+        write (inputs, the reference) and their working buffers (each reset before every call)."""
         self.primitive, self.algorithm, self.rank, self.ws = primitive, algorithm, rank, ws
         red = primitive in _REDUCING
-        V = lambda r, n=count, off=0: _values(r, n, red, dtype, device, off)  # noqa: E731
+        shared = {} if shared is None else shared
+
+        def m(key, make):
+            if key not in shared:
+                shared[key] = make()
+            return shared[key]
+
+        V = lambda r, n=count, off=0: m(("V", r, n, off), lambda: _values(r, n, red, dtype, device, off))  # noqa: E731
         root = 0
         self.defined = None  # (start, stop) of the output the primitive defines, or None = all
         if algorithm != "builtin":
@@ -230,49 +240,62 @@ class _Case:
             if primitive in ("all_reduce", "reduce", "reduce_scatter", "broadcast"):
                 self.start = V(rank)
             elif primitive in ("all_gather", "gather"):
-                self.start = torch.zeros(count, dtype=dtype, device=device)
-                self.start[rank * block:(rank + 1) * block] = V(rank, block)
+                def own_slot():
+                    t = torch.zeros(count, dtype=dtype, device=device)
+                    t[rank * block:(rank + 1) * block] = V(rank, block)
+                    return t
+                self.start = m(("own-slot", count), own_slot)
             elif primitive == "scatter":
-                self.start = V(root) if rank == root else torch.zeros(count, dtype=dtype, device=device)
+                self.start = V(root) if rank == root else m(("zeros", count), lambda: torch.zeros(
+                    count, dtype=dtype, device=device))
             else:  # all_to_all
                 self.send_from = V(rank)
-                self.start = torch.zeros(count, dtype=dtype, device=device)
-                self.start[rank * block:(rank + 1) * block] = self.send_from[rank * block:(rank + 1) * block]
-            self.work = self.start.clone()
+
+                def own_block():
+                    t = torch.zeros(count, dtype=dtype, device=device)
+                    t[rank * block:(rank + 1) * block] = self.send_from[rank * block:(rank + 1) * block]
+                    return t
+                self.start = m(("own-block", count), own_block)
+            self.work = m(("work", count), self.start.clone)
             self.out = self.work
         else:
             self.sched = None
             if primitive in ("all_reduce", "reduce", "broadcast"):
                 self.start = V(rank)
-                self.work = self.start.clone()
+                self.work = m(("work", count), self.start.clone)
                 self.out = self.work
             elif primitive in ("all_gather", "gather"):
                 self.start = V(rank, block)
-                self.work = self.start.clone()
-                self.out = torch.zeros(count, dtype=dtype, device=device)
+                self.work = m(("work-block", block), self.start.clone)
+                self.out = m(("out", count), lambda: torch.zeros(count, dtype=dtype, device=device))
                 self.out_list = list(self.out.split(block))
             else:  # reduce_scatter, scatter, all_to_all: a whole-buffer input, a block (or whole) output
                 self.start = V(root) if primitive == "scatter" else V(rank)
-                self.work = self.start.clone()
+                self.work = m(("work", count), self.start.clone)
                 self.in_list = list(self.work.split(block))
-                self.out = torch.zeros(block if primitive != "all_to_all" else count, dtype=dtype, device=device)
-        # the reference, laid out like self.out
-        if primitive in ("all_reduce", "reduce"):
-            self.expected = sum(_values(r, count, True, torch.int64, device) for r in range(ws)).to(dtype)
-        elif primitive == "broadcast":
-            self.expected = V(root)
-        elif primitive in ("all_gather", "gather"):
-            self.expected = torch.cat([V(r, block) for r in range(ws)])
-        elif primitive == "reduce_scatter":
-            full = sum(_values(r, block, True, torch.int64, device, rank * block) for r in range(ws)).to(dtype)
-            self.expected = full
-        elif primitive == "scatter":
-            self.expected = V(root, block, rank * block)
-        else:  # all_to_all: block j of my output = rank j's block for me
-            self.expected = torch.cat([V(r, block, rank * block) for r in range(ws)])
+                n_out = block if primitive != "all_to_all" else count
+                self.out = m(("out", n_out), lambda: torch.zeros(n_out, dtype=dtype, device=device))
+        self.expected = m(("expected",), lambda: self._reference(primitive, rank, ws, count, block, dtype, device, V))
         if algorithm != "builtin" and primitive in ("reduce_scatter", "scatter"):
             self.defined = (rank * block, (rank + 1) * block)
         self.checked = not (primitive in ("reduce", "gather") and rank != root)
+
+    @staticmethod
+    def _reference(primitive, rank, ws, count, block, dtype, device, V):
+        """The exact result, laid out like the output (the same for the built-in and the algorithms)."""
+        root = 0
+        if primitive in ("all_reduce", "reduce"):
+            return sum(_values(r, count, True, torch.int64, device) for r in range(ws)).to(dtype)
+        if primitive == "broadcast":
+            return V(root)
+        if primitive in ("all_gather", "gather"):
+            return torch.cat([V(r, block) for r in range(ws)])
+        if primitive == "reduce_scatter":
+            return sum(_values(r, block, True, torch.int64, device, rank * block) for r in range(ws)).to(dtype)
+        if primitive == "scatter":
+            return V(root, block, rank * block)
+        # all_to_all: block j of my output = rank j's block for me
+        return torch.cat([V(r, block, rank * block) for r in range(ws)])
 
     def reset(self):
         self.work.copy_(self.start)
@@ -319,35 +342,40 @@ class _Case:
 
 
 def _rank_bench(rank, world_size, job):
-    """Rank side: warm-up, timed iterations, per-iteration check. Returns {times, ok, bad}."""
+    """Rank side: warm-up, then timed iterations, every algorithm of the job interleaved within
+    each iteration (so that load on the machine hits them alike), each result checked.
+    Returns ``{algorithm: {times, ok, bad}}``."""
     nccl = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
     dtype = getattr(torch, job["dtype"])
-    case = _Case(job["primitive"], job["algorithm"], rank, world_size, job["count"], job["block"], dtype, device)
-    times, ok, bad = [], True, None
+    shared = {}
+    cases = {a: _Case(job["primitive"], a, rank, world_size, job["count"], job["block"], dtype, device, shared)
+             for a in job["algorithms"]}
+    out = {a: {"times": [], "ok": True, "bad": None} for a in cases}
     if nccl:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
     for it in range(job["warmup"] + job["iters"]):
-        case.reset()
-        if nccl:
-            torch.cuda.synchronize()
-        dist.barrier()
-        if nccl:
-            start.record()
-            case.run()
-            end.record()
-            end.synchronize()
-            dt = start.elapsed_time(end) / 1e3
-        else:
-            t0 = time.perf_counter()
-            case.run()
-            dt = time.perf_counter() - t0
-        if it >= job["warmup"]:
-            times.append(dt)
-            if not case.check():
-                ok = False
-                bad = bad or f"rank {rank}, timed iteration {it - job['warmup'] + 1}"
-    return {"times": times, "ok": ok, "bad": bad}
+        for a, case in cases.items():
+            case.reset()
+            if nccl:
+                torch.cuda.synchronize()
+            dist.barrier()
+            if nccl:
+                start.record()
+                case.run()
+                end.record()
+                end.synchronize()
+                dt = start.elapsed_time(end) / 1e3
+            else:
+                t0 = time.perf_counter()
+                case.run()
+                dt = time.perf_counter() - t0
+            if it >= job["warmup"]:
+                out[a]["times"].append(dt)
+                if not case.check():
+                    out[a]["ok"] = False
+                    out[a]["bad"] = out[a]["bad"] or f"rank {rank}, timed iteration {it - job['warmup'] + 1}"
+    return out
 
 
 # ----------------------------------------------------------------------------------------------
@@ -559,6 +587,16 @@ def as_rows(table) -> list:
     return [dict(r) for r in table]
 
 
+def _row(primitive, alg, backend, ws, dname, nbytes, per_rank, iters) -> dict:
+    """One row from every rank's ``{times, ok}``: per iteration the slowest rank's time."""
+    slowest = [max(pr["times"][k] for pr in per_rank) for k in range(iters)]
+    med, lo, hi = _stats(slowest)
+    ab = _algbw(nbytes, med)
+    return dict(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname, nbytes=int(nbytes),
+                time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab, busbw_GBps=ab * busbw_factor(primitive, ws),
+                ok=all(pr["ok"] for pr in per_rank))
+
+
 def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 4), sizes="1K:64M",
           dtype="float32", *, iters: int = 20, warmup: int = 5, algorithms: str | Sequence[str] = ("builtin",),
           backend: str = "gloo", references: bool = True, progress: bool = True, timeout: float = 600.0,
@@ -574,7 +612,8 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         dtype: ``torch.dtype`` or name; one the backend accepts (detected on real ranks).
         iters: timed iterations per measurement (>= 1); warmup: untimed ones before (>= 0).
         algorithms: ``"builtin"`` (the backend's collective), names from
-            :func:`collnb.algorithms.algorithms_for`, or ``"all"``. Measured interleaved per size.
+            :func:`collnb.algorithms.algorithms_for`, or ``"all"``. They take turns within
+            every iteration.
         backend: ``"gloo"`` or ``"nccl"`` (CUDA-event timing; refused with the reason where
             there is no GPU -- never a silent fallback to gloo).
         references: also measure ``memcpy``, ``tcp_loopback`` and ``local_reduce`` at each size.
@@ -614,31 +653,27 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         if sizes[0] < need:
             raise ValueError(f"{sizes[0]} B is too small for {primitive} on {dname} at world size {ws}: it needs "
                              f"at least {need} B ({need // esize} elements, one per rank); start the sweep there")
-    jobs = [(ws, n, a) for ws in world_sizes for n in sizes for a in algs]
-    bar = _progress(len(jobs) + (len(sizes) if references else 0), progress, f"bench {primitive}")
+    jobs = [(ws, n) for ws in world_sizes for n in sizes]
+    bar = _progress(len(jobs) * len(algs) + (len(sizes) if references else 0), progress, f"bench {primitive}")
     rows = []
     try:
-        for ws, nbytes, alg in jobs:
+        for ws, nbytes in jobs:
             count, block = _counts(primitive, nbytes, ws, esize)
-            job = dict(primitive=primitive, algorithm=alg, dtype=dname, count=count, block=block, iters=iters,
+            job = dict(primitive=primitive, algorithms=list(algs), dtype=dname, count=count, block=block, iters=iters,
                        warmup=warmup)
             if bar is not None:
-                bar.set_postfix_str(f"ws {ws}, {_fmt_bytes(nbytes)}, {alg}")
+                bar.set_postfix_str(f"ws {ws}, {_fmt_bytes(nbytes)}, {'/'.join(algs)}")
             res = launch(_rank_bench, ws, args=(job,), backend=backend, timeout=timeout, debug=False,
                          collective_timeout=max(60.0, timeout / 4))
-            slowest = [max(res[r]["times"][k] for r in range(ws)) for k in range(iters)]
-            med, lo, hi = _stats(slowest)
             actual = count * esize
-            ab = _algbw(actual, med)
-            rows.append(dict(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname,
-                             nbytes=int(actual), time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab,
-                             busbw_GBps=ab * busbw_factor(primitive, ws), ok=all(res[r]["ok"] for r in range(ws))))
-            if not rows[-1]["ok"]:
-                first = next(res[r]["bad"] for r in range(ws) if not res[r]["ok"])
-                warnings.warn(f"{primitive}/{alg} at world size {ws}, {_fmt_bytes(actual)}: the result differs from "
-                              f"the reference ({first}); the row has ok=False", RuntimeWarning, stacklevel=2)
+            for alg in algs:
+                rows.append(_row(primitive, alg, backend, ws, dname, actual, [res[r][alg] for r in range(ws)], iters))
+                if not rows[-1]["ok"]:
+                    first = next(res[r][alg]["bad"] for r in range(ws) if not res[r][alg]["ok"])
+                    warnings.warn(f"{primitive}/{alg} at world size {ws}, {_fmt_bytes(actual)}: the result differs "
+                                  f"from the reference ({first}); the row has ok=False", RuntimeWarning, stacklevel=2)
             if bar is not None:
-                bar.update(1)
+                bar.update(len(algs))
         if references:
             for nbytes in sizes:
                 if bar is not None:
@@ -675,19 +710,16 @@ def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes=1 << 1
     count, block = _counts(primitive, nbytes, world_size, dt.itemsize)
     if count < world_size:
         raise ValueError(f"{nbytes} B is too small for {primitive} at world size {world_size}")
-    job = dict(primitive=primitive, algorithm=algs[0], dtype=str(dt).replace("torch.", ""), count=count, block=block,
-               iters=iters, warmup=warmup)
+    dname = str(dt).replace("torch.", "")
+    job = dict(primitive=primitive, algorithms=[algs[0]], dtype=dname, count=count, block=block, iters=iters,
+               warmup=warmup)
     out = {}
     for debug in (False, True):
         res = launch(_rank_bench, world_size, args=(job,), backend=backend, timeout=timeout, debug=debug,
                      collective_timeout=max(60.0, timeout / 4))
-        slowest = [max(res[r]["times"][k] for r in range(world_size)) for k in range(iters)]
-        med, lo, hi = _stats(slowest)
-        ab = _algbw(count * dt.itemsize, med)
-        out["on" if debug else "off"] = dict(
-            primitive=primitive, algorithm=algs[0], backend=backend, world_size=world_size, dtype=job["dtype"],
-            nbytes=count * dt.itemsize, time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab,
-            busbw_GBps=ab * busbw_factor(primitive, world_size), ok=all(r["ok"] for r in res), debug=debug)
+        row = _row(primitive, algs[0], backend, world_size, dname, count * dt.itemsize,
+                   [res[r][algs[0]] for r in range(world_size)], iters)
+        out["on" if debug else "off"] = dict(row, debug=debug)
     out["ratio"] = out["on"]["time_s"] / out["off"]["time_s"]
     out["extra_s"] = out["on"]["time_s"] - out["off"]["time_s"]
     return out
