@@ -1,18 +1,18 @@
-"""Overhead of collnb.bench, and of collnb's send/recv ring, measured against bare loops in one run.
+"""Overhead of collnb.bench's timing, and of collnb's send/recv ring, against bare loops in one run.
 
-Two targets (issue 11), printed as ratios measured in the same run so that load on a shared
-machine hits both sides alike:
+Two targets (issue 11), printed as ratios of times measured *interleaved* -- one iteration of each
+variant in turn, in one launch -- so that load on a shared machine hits every variant alike:
 
-* ``bench / bare``: collnb.bench's busbw for the built-in all_reduce (float32, 64 MiB per rank)
-  divided by the busbw of a bare ``torch.distributed`` timing loop (``barrier``, then
-  ``perf_counter`` around ``dist.all_reduce``, slowest rank per iteration, median) at the same
-  size and world size. Target: >= 0.95 at world sizes 2 and 4.
+* ``bench / bare``: the busbw collnb.bench measures for the built-in all_reduce (float32, 64 MiB
+  per rank; its rank-side code path :func:`collnb.bench._rank_bench`: reset the buffers, barrier,
+  time the call, check the result) divided by the busbw of a bare ``torch.distributed`` timing
+  loop (barrier, ``perf_counter`` around ``dist.all_reduce``). Per iteration the slowest rank's
+  time; medians over iterations. Target: >= 0.95 at world sizes 2 and 4.
 * ``ring / built-in``: collnb's ring all_reduce on isend/irecv (``collnb.algorithms``), timed by
-  collnb.bench, divided by the built-in's time in the same bench call. Target: <= 1.5.
+  the same bench code path, divided by the built-in's time. Target: <= 1.5.
 
-Each ratio is the median over ``--rounds`` rounds; every round runs the bare loop and the bench
-back to back (the bench interleaves ring and built-in per size). Ranks run with
-``TORCH_DISTRIBUTED_DEBUG`` off (``launch(debug=False)``).
+Each ratio is the median over ``--rounds`` launches. Ranks run with ``TORCH_DISTRIBUTED_DEBUG``
+off (``launch(debug=False)``).
 
 Usage: ``python benchmarks/bench_overhead.py [--size 64M] [--world-sizes 2,4] [--iters 10] [--rounds 3]``
 """
@@ -30,17 +30,25 @@ from collnb import bench as B
 from collnb.costmodel import busbw
 
 
-def bare_loop(rank, world_size, nelem, iters, warmup):
+def interleaved(rank, world_size, nelem, iters, warmup):
+    """Per iteration: one bare timed all_reduce, then one iteration of collnb.bench's rank side
+    (built-in and ring, reset + barrier + timed call + check). Returns per-iteration seconds."""
     t = torch.ones(nelem, dtype=torch.float32)
-    times = []
+    job = dict(primitive="all_reduce", algorithms=["builtin", "ring"], dtype="float32", count=nelem, block=nelem,
+               iters=1, warmup=0)
+    out = {"bare": [], "builtin": [], "ring": [], "ok": True}
     for it in range(warmup + iters):
         dist.barrier()
         t0 = time.perf_counter()
         dist.all_reduce(t)
         dt = time.perf_counter() - t0
+        res = B._rank_bench(rank, world_size, job)
         if it >= warmup:
-            times.append(dt)
-    return times
+            out["bare"].append(dt)
+            for a in ("builtin", "ring"):
+                out[a].append(res[a]["times"][0])
+                out["ok"] = out["ok"] and res[a]["ok"]
+    return out
 
 
 def main(argv=None):
@@ -63,21 +71,19 @@ def main(argv=None):
     for ws in wss:
         r1, r2 = [], []
         for k in range(args.rounds):
-            res = collnb.launch(bare_loop, ws, args=(nbytes // 4, args.iters, args.warmup), debug=False, timeout=600,
-                                collective_timeout=120)
-            bare_t = statistics.median(max(res[r][i] for r in range(ws)) for i in range(args.iters))
-            bare_bw = busbw("all_reduce", nbytes, bare_t, ws)
-            rows = B.bench("all_reduce", ws, nbytes, iters=args.iters, warmup=args.warmup,
-                           algorithms=["builtin", "ring"], references=False, progress=False, as_frame=False)
-            b = next(r for r in rows if r["algorithm"] == "builtin")
-            g = next(r for r in rows if r["algorithm"] == "ring")
-            if not (b["ok"] and g["ok"]):
+            res = collnb.launch(interleaved, ws, args=(nbytes // 4, args.iters, args.warmup), debug=False,
+                                timeout=900, collective_timeout=120)
+            if not all(res[r]["ok"] for r in range(ws)):
                 print("✗ a measured result differs from the reference", file=sys.stderr)
                 return 1
-            r1.append(b["busbw_GBps"] / bare_bw)
-            r2.append(g["time_s"] / b["time_s"])
-            print(f"{ws:>3} {k + 1:>5} | {bare_bw:>7.2f} GB/s {b['busbw_GBps']:>6.2f} GB/s {r1[-1]:>10.2f} | "
-                  f"{b['time_s'] * 1e3:>11.1f} {g['time_s'] * 1e3:>9.1f} {r2[-1]:>13.2f}")
+            med = {v: statistics.median(max(res[r][v][i] for r in range(ws)) for i in range(args.iters))
+                   for v in ("bare", "builtin", "ring")}
+            bare_bw = busbw("all_reduce", nbytes, med["bare"], ws)
+            bench_bw = busbw("all_reduce", nbytes, med["builtin"], ws)
+            r1.append(bench_bw / bare_bw)
+            r2.append(med["ring"] / med["builtin"])
+            print(f"{ws:>3} {k + 1:>5} | {bare_bw:>7.2f} GB/s {bench_bw:>6.2f} GB/s {r1[-1]:>10.2f} | "
+                  f"{med['builtin'] * 1e3:>11.1f} {med['ring'] * 1e3:>9.1f} {r2[-1]:>13.2f}", flush=True)
         summary.append((ws, statistics.median(r1), statistics.median(r2)))
     print()
     for ws, a, b in summary:
