@@ -935,15 +935,14 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
             nt = [predict(primitive, form, ws, n, naive).seconds for n in grid]
             ax_t.plot(grid, nt, ":", color="#777777", lw=1.5, label=f"naive model ({form} form, α={naive.alpha * 1e6:.0f} "
                       f"µs, 1/β={1 / naive.beta / 1e9:.0f} GB/s)")
-        # crossovers of the fitted models inside the measured range, labels stacked down from the top
+        # crossovers of the fitted models inside the measured range, labels stacked up from the bottom
         fitted = [(a, fits[(primitive, a)]) for a in algs if (primitive, a) in fits]
-        top = max(r["time_max_s"] for r in sel)
         k = 0
         for (a1, f1), (a2, f2) in ((p, q) for j, p in enumerate(fitted) for q in fitted[j + 1:]):
             for xc in crossovers(f1, f2, ws, xs_all[0], xs_all[-1]):
                 ax_t.axvline(xc, color="#999999", lw=0.8, ls="-.")
-                ax_t.text(xc, top * 0.62 ** k, f" {a1} = {a2} at {_human_bytes(xc)}", fontsize=7, color="#555555",
-                          va="top")
+                ax_t.text(xc, 0.03 + 0.07 * k, f" {a1} = {a2} at {_human_bytes(xc)}", fontsize=7, color="#555555",
+                          va="bottom", transform=ax_t.get_xaxis_transform())
                 k += 1
         for name, style in (("memcpy", "-"), ("tcp_loopback", "--")):
             rr = sorted((r for r in refs if r["primitive"] == name), key=lambda r: r["nbytes"])
