@@ -789,6 +789,9 @@ _SCRATCH: dict = {}
 #: are still arriving (the overlap gloo's own ring uses, gloo/allreduce.cc). Set it to ``None`` to
 #: send every message whole.
 SEGMENT_BYTES: int | None = 1 << 20
+#: Forward ranges that arrive complete and go out unchanged next round as they arrive (gloo only;
+#: see :func:`execute`). ``False`` runs the rounds strictly one after the other.
+FORWARD: bool = True
 _TAG_STRIDE = 1 << 12  # tags: round * stride + segment
 
 
@@ -881,7 +884,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     # (the ring passes each chunk on) goes out segment by segment as it arrives, so the next
     # round's transfer overlaps this one's, as in gloo's ring. gloo only (NCCL orders p2p per
     # stream), not for AVG (its division ends the round) nor all_to_all (sends from its input).
-    forward_ok = send_from is None and op != "avg" and dist.get_backend(group) == "gloo"
+    forward_ok = FORWARD and send_from is None and op != "avg" and dist.get_backend(group) == "gloo"
     early_reqs: dict = {}
     early_posted: dict = {}
     for k, (sends, recvs, fin) in enumerate(plan.rounds, 1):
