@@ -17,6 +17,7 @@ from .costmodel import CostModel, algbw, busbw, predict
 from .replay import compare, compare_figure, explore_rounds, replay, save_filmstrip, save_gif
 from .remote import connect, disconnect
 from .script import to_script
+from . import bench  # the bandwidth lab: collnb.bench.bench(...), python -m collnb bench
 
 __version__ = "0.1.0"
 

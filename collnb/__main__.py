@@ -1,5 +1,5 @@
-"""Command line: ``python -m collnb run PRIMITIVE ...``, ``python -m collnb seeds`` and
-``python -m collnb script PRIMITIVE -o FILE`` (a standalone torchrun script).
+"""Command line: ``python -m collnb run PRIMITIVE ...``, ``seeds``, ``replay``, ``bench`` and
+``script PRIMITIVE -o FILE`` (a standalone torchrun script).
 
 Exit status: 0 success; 1 a result differs from the reference (✗); 2 bad input (unknown
 primitive/dtype/op/backend, a combination the backend refuses, a root outside the world size,
@@ -50,8 +50,9 @@ def _cmd_seeds(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, ``script``, and ``replay`` when
-    :mod:`collnb._cli_replay` is present). Each subparser sets ``func(args) -> exit status``."""
+    """The ``collnb`` argument parser (subcommands ``run``, ``seeds``, ``script``, and ``replay`` /
+    ``bench`` when :mod:`collnb._cli_replay` / :mod:`collnb._cli_bench` are present). Each subparser
+    sets ``func(args) -> exit status``."""
     from .launcher import BACKENDS
     from .primitives import DTYPE_NAMES, PRIMITIVES, REDUCE_OPS
 
@@ -91,13 +92,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .script import add_parser as _add_script_parser
     _add_script_parser(subparsers)
 
-    try:
-        _cli_replay = importlib.import_module("collnb._cli_replay")
-    except ModuleNotFoundError as exc:  # the replay subcommand is optional; its own errors are not hidden
-        if exc.name != "collnb._cli_replay":
-            raise
-    else:
-        _cli_replay.add_parser(subparsers)
+    for name in ("collnb._cli_replay", "collnb._cli_bench"):
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:  # optional subcommands; their own errors are not hidden
+            if exc.name != name:
+                raise
+        else:
+            module.add_parser(subparsers)
     return parser
 
 

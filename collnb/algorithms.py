@@ -784,6 +784,26 @@ def _detail_mode() -> bool:
 
 _SCRATCH: dict = {}
 
+#: Messages larger than twice this many bytes travel as segments of this size, each its own
+#: isend/irecv; a receiver that combines starts reducing the first segment while the next ones
+#: are still arriving (the overlap gloo's own ring uses, gloo/allreduce.cc). Set it to ``None`` to
+#: send every message whole.
+SEGMENT_BYTES: int | None = 1 << 20
+#: Forward ranges that arrive complete and go out unchanged next round as they arrive (gloo only;
+#: see :func:`execute`). ``False`` runs the rounds strictly one after the other.
+FORWARD: bool = True
+_TAG_STRIDE = 1 << 12  # tags: round * stride + segment
+
+
+def _segments(n: int, esize: int) -> list:
+    """``[(start, stop), ...]`` element ranges of one message of ``n`` elements (sender and
+    receiver compute the same split from the same length)."""
+    seg = SEGMENT_BYTES
+    if not seg or n * esize <= 2 * seg:
+        return [(0, n)]
+    per = max(1, seg // esize, -(-n // (_TAG_STRIDE - 1)))
+    return [(a, min(a + per, n)) for a in range(0, n, per)]
+
 
 def _scratch(n: int, dtype, device) -> torch.Tensor:
     """A receive buffer of ``n`` elements, reused across calls (one per dtype and device, grown
@@ -801,6 +821,12 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
 
     Call it on every rank of the launch (inside the function you give
     :func:`collnb.launcher.launch`), with the same schedule.
+
+    Messages above ``2 * SEGMENT_BYTES`` travel as segments of :data:`SEGMENT_BYTES`; a
+    receiver that combines reduces each segment as it arrives, and on gloo a range that arrives
+    complete and is sent on unchanged in the next round (the ring) is forwarded segment by
+    segment as it arrives, so consecutive rounds overlap as in gloo's own ring
+    (gloo ``gloo/allreduce.cc``). The rounds' results are the same; only their timing overlaps.
 
     Args:
         sched: from :func:`schedule`; its world size must equal the process group's.
@@ -853,13 +879,29 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     initial = work.clone() if record else None
     changes = []
     seconds = []
+    esize = work.element_size()
+    # Forwarding: a range that arrives complete in round k and is sent on unchanged in round k+1
+    # (the ring passes each chunk on) goes out segment by segment as it arrives, so the next
+    # round's transfer overlaps this one's, as in gloo's ring. gloo only (NCCL orders p2p per
+    # stream), not for AVG (its division ends the round) nor all_to_all (sends from its input).
+    forward_ok = FORWARD and send_from is None and op != "avg" and dist.get_backend(group) == "gloo"
+    early_reqs: dict = {}
+    early_posted: dict = {}
     for k, (sends, recvs, fin) in enumerate(plan.rounds, 1):
         t0 = time.perf_counter()
-        reqs = []
+        reqs = early_reqs.pop(k, [])
+        posted = early_posted.pop(k, set())
         for dst, rgs in sends:
-            reqs.append(dist.isend(_gather_ranges(src_buf, rgs), dst, group=group, tag=k))
+            if (dst, tuple(rgs)) in posted:
+                continue
+            msg = _gather_ranges(src_buf, rgs)
+            for s, (a, b) in enumerate(_segments(msg.numel(), esize)):
+                reqs.append(dist.isend(msg[a:b], dst, group=group, tag=k * _TAG_STRIDE + s))
         send_spans = [rg for _, rgs in sends for rg in rgs] if send_from is None else []
+        next_sends = plan.rounds[k][0] if forward_ok and k < len(plan.rounds) else []
+        recv_spans = [rg for _, rgs, _ in recvs for rg in rgs]
         pending = []
+        streamed = []  # single-range receives handled segment by segment as they arrive
         off = 0
         for src, rgs, red in recvs:
             n = sum(b - a for a, b in rgs)
@@ -867,11 +909,33 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             if red or len(rgs) > 1 or overlap:
                 buf = scratch[off:off + n]
                 off += n
-                pending.append((buf, rgs, red))
             else:
                 a, b = rgs[0]
                 buf = work[a:b]
-            reqs.append(dist.irecv(buf, src, group=group, tag=k))
+            segs = _segments(n, esize)
+            seg_reqs = [dist.irecv(buf[a:b], src, group=group, tag=k * _TAG_STRIDE + s)
+                        for s, (a, b) in enumerate(segs)]
+            forward = []
+            if len(rgs) == 1 and not overlap:
+                ra, rb = rgs[0]
+                alone = sum(1 for c, d in recv_spans if c < rb and ra < d) == 1
+                forward = [dst for dst, nrgs in next_sends if alone and len(nrgs) == 1 and nrgs[0] == (ra, rb)]
+            if (red or forward) and len(rgs) == 1 and not overlap:
+                streamed.append((seg_reqs, segs, buf, rgs[0], red, forward))
+            else:
+                reqs.extend(seg_reqs)
+                if red or len(rgs) > 1 or overlap:
+                    pending.append((buf, rgs, red))
+        for seg_reqs, segs, buf, (ra, rb), red, forward in streamed:
+            for s, (req, (a, b)) in enumerate(zip(seg_reqs, segs)):
+                req.wait()
+                if red:
+                    _combine(work[ra + a:ra + b], buf[a:b], op)
+                for dst in forward:  # this segment is final: send it on for round k+1 now
+                    early_reqs.setdefault(k + 1, []).append(
+                        dist.isend(work[ra + a:ra + b], dst, group=group, tag=(k + 1) * _TAG_STRIDE + s))
+            for dst in forward:
+                early_posted.setdefault(k + 1, set()).add((dst, ((ra, rb),)))
         for req in reqs:
             req.wait()
         for buf, rgs, red in pending:
@@ -907,7 +971,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             one = torch.zeros(1, dtype=torch.uint8, device=work.device)
             sink = [torch.empty(1, dtype=torch.uint8, device=work.device) for _ in pad]
             reqs = []
-            tag = len(sched.rounds) + 1
+            tag = (len(sched.rounds) + 1) * _TAG_STRIDE
             for i, (a, b) in enumerate(pad):
                 if a == rank:
                     reqs.append(dist.isend(one, b, group=group, tag=tag))

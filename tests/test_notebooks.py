@@ -91,6 +91,13 @@ EXPECTED = {
         ("inner-calls", "broadcast_object_list  broadcast[(2,)], broadcast["),
         ("inner-calls", "scatter_object_list    broadcast[(1,)], scatter[(18,)], scatter[(1,)]"),
     ],
+    "bandwidth": [
+        ("factors", "all_reduce        1.000   1.500   1.750   1.875"),
+        ("factors", "all_gather        0.500   0.750   0.875   0.938"),
+        ("fit", "all_reduce/builtin at world size 2, 4: α ="),
+        ("example-file", "EXAMPLE measured on CPU, not a GPU"),
+        ("debug-cost", "TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+    ],
     "10_send_recv": [
         ("raw", "[rank 1] holds [1.0, 2.0, 3.0]"),
         ("deadlock", "waiting in send"),

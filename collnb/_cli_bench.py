@@ -1,0 +1,138 @@
+"""The ``bench`` subcommand: ``python -m collnb bench PRIMITIVE --world-size 2 4 --sizes 1K:64M``.
+
+Times a collective on real ranks as nccl-tests does (:func:`collnb.bench.bench`): warm-up, timed
+iterations, the slowest rank per iteration, median/min/max, every result checked; prints the
+table (time, algbw, busbw, ✓/✗) with the physical references (memcpy, one loopback TCP stream,
+a local reduction) measured in the same run, then the α-β(-γ) model fitted per algorithm.
+
+Exit status (as the other subcommands): 0 success; 1 a measured result differed from the
+reference; 2 bad input (sizes, counts, an algorithm the primitive does not have, a dtype the
+backend refuses, NCCL without a GPU, an output path that cannot be written); 3 the ranks failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ._cli import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
+
+
+def _world_sizes(text: str) -> list:
+    """``"4"`` or ``"2,4,8"`` -> list of ints (argparse type)."""
+    out = []
+    for part in str(text).replace(" ", "").split(","):
+        if not part:
+            continue
+        try:
+            out.append(int(part))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"world size {part!r} is not a whole number (e.g. -n 4 or -n 2,4)") \
+                from None
+    if not out:
+        raise argparse.ArgumentTypeError("give a world size, e.g. -n 4 or -n 2,4")
+    return out
+
+
+def _cmd_bench(args) -> int:
+    from . import bench as B
+    from .costmodel import fit_each
+    status = check_outputs((args.json, "--json", (".json",)), (args.csv, "--csv", (".csv",)),
+                           (args.png, "--png", (".png",)))
+    if status is not None:
+        return status
+    world_sizes = [w for group in (args.world_size or [[2, 4]]) for w in group]
+    world_sizes = list(dict.fromkeys(world_sizes))
+    try:  # everything that needs no rank, before any rank starts
+        algorithms = B.check_algorithms(args.primitive, args.algorithm or ["builtin"])
+        sizes = B.parse_sizes(args.sizes)
+        for name, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0)):
+            if value < low:
+                raise ValueError(f"{name} must be at least {low}; got {value}"
+                                 + (" (nothing would be timed)" if name == "--iters" else ""))
+        for ws in world_sizes:
+            if not 1 <= ws <= 16:
+                raise ValueError(f"--world-size {ws}: world sizes run from 1 to 16 (one process per rank)")
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    print(f"{args.primitive} on {args.backend}, world size {', '.join(map(str, world_sizes))}, {args.dtype}, "
+          f"{B._fmt_bytes(sizes[0])}..{B._fmt_bytes(sizes[-1])} per rank; {args.warmup} warm-up + {args.iters} timed "
+          f"iterations; time = median of the slowest rank; debug checks (TORCH_DISTRIBUTED_DEBUG) off while timing",
+          flush=True)
+    rows, status = on_ranks(lambda: B.bench(
+        args.primitive, world_sizes, sizes, args.dtype, iters=args.iters, warmup=args.warmup, algorithms=algorithms,
+        backend=args.backend, references=not args.no_references, progress=not args.quiet, timeout=args.timeout,
+        as_frame=False))
+    if status is not None:
+        return status
+    print(B.format_table(rows))
+    fits = fit_each(rows)
+    if fits:
+        print("\nα-β(-γ) model fitted per algorithm (collnb.costmodel.fit):")
+        for f in fits.values():
+            print("  " + f.summary())
+    if args.debug_cost:
+        extremes = sorted({sizes[0], sizes[-1]})
+        print(f"\nwhat TORCH_DISTRIBUTED_DEBUG=DETAIL costs ({algorithms[0]}, world size {world_sizes[0]}):")
+        for n in extremes:
+            cost, status = on_ranks(lambda n=n: B.debug_cost(args.primitive, world_sizes[0], n, args.dtype,
+                                                             algorithm=algorithms[0], iters=args.iters,
+                                                             warmup=args.warmup, backend=args.backend,
+                                                             timeout=args.timeout))
+            if status is not None:
+                return status
+            print(f"  {B._fmt_bytes(n):>8}: off {cost['off']['time_s'] * 1e6:.0f} us, on {cost['on']['time_s'] * 1e6:.0f} "
+                  f"us ({cost['ratio']:.2f}x, {cost['extra_s'] * 1e6:+.0f} us per call)")
+    for flag, path, write in (("--json", args.json, lambda: B.save_json(rows, args.json)),
+                              ("--csv", args.csv, lambda: B.save_csv(rows, args.csv)),
+                              ("--png", args.png, lambda: B.plot(rows, fits).savefig(args.png))):
+        if path:
+            status = write_output(flag, path, write)
+            if status is not None:
+                return status
+            print(f"{flag[2:]} written to {path}")
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        print(f"✗ {len(bad)} measurement(s) returned a result that differs from the reference", file=sys.stderr)
+        return EXIT_MISMATCH
+    return EXIT_OK
+
+
+def add_parser(subparsers) -> None:
+    """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
+    from .algorithms import ALGORITHMS
+    from .bench import PRIMITIVES
+    from .launcher import BACKENDS
+    from .primitives import DTYPE_NAMES
+
+    valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in PRIMITIVES)
+    p = subparsers.add_parser(
+        "bench", help="measure time, algbw and busbw of a collective (nccl-tests style) and fit the α-β model",
+        description="Time a collective on real ranks as nccl-tests does: warm-up, then timed iterations, the "
+                    "slowest rank per iteration, median (min, max); every result checked against the reference; "
+                    "busbw per nccl-tests' PERFORMANCE.md; memcpy, one loopback TCP stream and a local reduction "
+                    "measured in the same run; the α-β(-γ) model fitted per algorithm. Algorithms: " + valid)
+    p.add_argument("primitive", choices=PRIMITIVES, metavar="PRIMITIVE", help="one of: " + ", ".join(PRIMITIVES))
+    p.add_argument("--world-size", "-n", type=_world_sizes, action="append", metavar="N",
+                   help="world size(s): repeat (-n 2 -n 4) or a list (-n 2,4); default 2 and 4")
+    p.add_argument("--sizes", default="1K:64M", metavar="MIN:MAX",
+                   help="bytes per rank, every power of two from MIN to MAX (K, M, G = 1024^k), or one size "
+                        "(default 1K:64M)")
+    p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, metavar="D",
+                   help="element type (default float32): " + ", ".join(DTYPE_NAMES))
+    p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations before them (default 5)")
+    p.add_argument("--algorithm", "-a", action="append", metavar="NAME",
+                   help="builtin (the backend's collective), a collnb send/recv algorithm for the primitive, or all; "
+                        "repeatable (default builtin)")
+    p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
+    p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
+    p.add_argument("--png", metavar="PATH", help="plot measured vs fitted time and busbw per algorithm")
+    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    p.add_argument("--no-references", action="store_true", help="skip memcpy / TCP / local-reduction references")
+    p.add_argument("--debug-cost", action="store_true",
+                   help="also measure the smallest and largest size with TORCH_DISTRIBUTED_DEBUG=DETAIL on")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds each launch may take (default 600)")
+    p.set_defaults(func=_cmd_bench)

@@ -1,0 +1,410 @@
+"""collnb.bench and costmodel.fit: busbw factors, the fit on synthetic timings, the row schema,
+every primitive's measured result checked on real ranks, files, the CLI's bad input, NCCL.
+
+Nothing here asserts how fast anything is (the machine is shared): speed targets live in
+benchmarks/bench_overhead.py, which prints ratios measured in one run.
+"""
+
+import json
+import math
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from collnb import bench as B
+from collnb import costmodel as cm
+from collnb.__main__ import EXIT_OK, EXIT_USAGE, main
+
+EXAMPLE = os.path.join(os.path.dirname(B.__file__), "data", "bench_example_cpu.json")
+
+
+# ------------------------------------------------------------------------------------------------
+# busbw (nccl-tests doc/PERFORMANCE.md; scatter/gather: src/scatter.cu, src/gather.cu)
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 8, 16])
+def test_busbw_factors_are_nccl_tests(n):
+    want = {"all_reduce": 2 * (n - 1) / n, "reduce_scatter": (n - 1) / n, "all_gather": (n - 1) / n,
+            "all_to_all": (n - 1) / n, "scatter": (n - 1) / n, "gather": (n - 1) / n, "broadcast": 1.0, "reduce": 1.0}
+    assert set(want) == set(B.PRIMITIVES)
+    for p, f in want.items():
+        assert cm.busbw_factor(p, n) == pytest.approx(f, abs=0, rel=1e-15), p
+
+
+def test_algbw_and_busbw_values():
+    # 1 GB in 1 s at 4 ranks: algbw 1 GB/s, all_reduce busbw 2*3/4 = 1.5, all_gather 0.75, broadcast 1
+    assert cm.algbw(1e9, 1.0) == 1.0
+    assert cm.busbw("all_reduce", 1e9, 1.0, 4) == 1.5
+    assert cm.busbw("all_gather", 1e9, 1.0, 4) == 0.75
+    assert cm.busbw("broadcast", 1e9, 2.0, 8) == 0.5
+    with pytest.raises(ValueError, match="no bus-bandwidth factor for 'barrier'"):
+        cm.busbw_factor("barrier", 4)
+
+
+# ------------------------------------------------------------------------------------------------
+# The fit, on synthetic timings made from a known model
+
+TRUE = cm.CostModel(alpha=35e-6, beta=1 / 2.5e9, gamma=1 / 12e9, source="test")
+
+
+def _synthetic(algorithms, world_sizes, sizes, model=TRUE, noise=0.0, seed=0, primitive="all_reduce"):
+    rng = np.random.default_rng(seed)
+    rows = []
+    for ws in world_sizes:
+        for n in sizes:
+            for a in algorithms:
+                A, Bb, G = cm.coefficients(primitive, a, ws, n)
+                t = (model.alpha * A + model.beta * Bb + model.gamma * G) * (1 + noise * rng.standard_normal())
+                rows.append(dict(primitive=primitive, algorithm=a, backend="gloo", world_size=ws, dtype="float32",
+                                 nbytes=n, time_s=t, time_min_s=t, time_max_s=t, algbw_GBps=n / t / 1e9,
+                                 busbw_GBps=cm.busbw(primitive, n, t, ws), ok=True))
+    return rows
+
+
+SIZES = [1 << k for k in range(10, 27, 2)]  # 1 KiB .. 64 MiB
+
+
+def test_fit_recovers_alpha_beta_gamma_exactly_without_noise():
+    rows = _synthetic(["ring", "recursive_doubling", "rabenseifner"], [2, 4, 8], SIZES)
+    f = cm.fit(rows, gamma="fit")
+    assert f.gamma_from == "fit"
+    assert f.model.alpha == pytest.approx(TRUE.alpha, rel=1e-6)
+    assert f.model.beta == pytest.approx(TRUE.beta, rel=1e-6)
+    assert f.model.gamma == pytest.approx(TRUE.gamma, rel=1e-6)
+    assert f.rel_rms < 1e-9
+    # gamma=None separates it too: ring (2 bytes sent per byte reduced) vs recursive doubling (1:1)
+    assert cm.fit(rows).model.gamma == pytest.approx(TRUE.gamma, rel=1e-6)
+
+
+def test_fit_recovers_alpha_beta_under_noise_and_predicts_an_unmeasured_size():
+    rows = _synthetic(["ring"], [2, 4], SIZES, noise=0.03, seed=1)
+    f = cm.fit(rows, gamma=TRUE.gamma)  # gamma measured beside (given)
+    assert f.gamma_from == "given"
+    assert f.model.alpha == pytest.approx(TRUE.alpha, rel=0.1)
+    assert f.model.beta == pytest.approx(TRUE.beta, rel=0.05)
+    assert 0.01 < f.rel_rms < 0.06
+    # 3 MiB at world size 4 was not measured: the fit predicts what the true model says
+    A, Bb, G = cm.coefficients("all_reduce", "ring", 4, 3 << 20)
+    true_t = TRUE.alpha * A + TRUE.beta * Bb + TRUE.gamma * G
+    assert f.predict(3 << 20, world_size=4) == pytest.approx(true_t, rel=0.05)
+
+
+def test_fit_takes_gamma_from_local_reduce_rows():
+    rows = _synthetic(["ring"], [4], SIZES)
+    for n in (1 << 20, 4 << 20, 16 << 20):  # one core adds n bytes in gamma * n seconds
+        rows.append(dict(primitive="local_reduce", algorithm="reference", backend="cpu", world_size=1, dtype="float32",
+                         nbytes=n, time_s=TRUE.gamma * n * 1.5, time_min_s=TRUE.gamma * n, time_max_s=TRUE.gamma * n * 3,
+                         algbw_GBps=1.0, busbw_GBps=1.0, ok=True))
+    f = cm.fit(rows)
+    assert f.gamma_from == "local_reduce"
+    assert f.model.gamma == pytest.approx(TRUE.gamma, rel=1e-9)  # from time_min_s: preemption only adds
+    assert f.model.alpha == pytest.approx(TRUE.alpha, rel=1e-6)
+    assert f.model.beta == pytest.approx(TRUE.beta, rel=1e-6)
+
+
+def test_fit_does_not_invent_a_gamma_it_cannot_separate():
+    """One ring: bytes sent are always twice the bytes reduced, so beta and gamma fold into one
+    effective beta = beta + gamma/2 (and gamma is reported as not fitted)."""
+    rows = _synthetic(["ring"], [2, 4, 8], SIZES)
+    f = cm.fit(rows)
+    assert f.gamma_from == "none" and f.model.gamma == 0
+    assert f.model.beta == pytest.approx(TRUE.beta + TRUE.gamma / 2, rel=1e-6)
+    assert f.model.alpha == pytest.approx(TRUE.alpha, rel=1e-6)
+
+
+def test_fit_skips_wrong_results_and_refuses_empty_input():
+    rows = _synthetic(["builtin"], [2], SIZES)
+    rows[0] = dict(rows[0], time_s=1e3, ok=False)  # a wrong result is not data
+    f = cm.fit(rows, gamma=TRUE.gamma)
+    assert f.n == len(SIZES) - 1
+    assert f.model.alpha == pytest.approx(TRUE.alpha, rel=1e-6)
+    with pytest.raises(ValueError, match="no measured rows with ok=True"):
+        cm.fit(rows, algorithm="ring")
+    with pytest.raises(ValueError, match="gamma must be"):
+        cm.fit(rows, gamma="guess")
+
+
+def test_crossover_of_two_fitted_models():
+    rows = _synthetic(["ring", "recursive_doubling"], [8], SIZES)
+    fits = cm.fit_each(rows, gamma=TRUE.gamma)
+    ring, rd = fits[("all_reduce", "ring")], fits[("all_reduce", "recursive_doubling")]
+    (m,) = cm.crossovers(ring, rd, 8, 1, 1 << 30)
+    # closed forms at p = 8: ring 14a + 14/8 m b + 7/8 m g; recursive doubling 3(a + m b + m g)
+    a, b, g = TRUE.alpha, TRUE.beta, TRUE.gamma
+    want = (14 - 3) * a / (3 * b + 3 * g - 14 / 8 * b - 7 / 8 * g)
+    assert m == pytest.approx(want, rel=1e-6)
+    assert ring.predict(m / 2, 8) > rd.predict(m / 2, 8) and ring.predict(2 * m, 8) < rd.predict(2 * m, 8)
+    assert cm.crossovers(ring, rd, 8, 1, m / 2) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# Input checks (no rank starts)
+
+@pytest.mark.parametrize("spec, want", [
+    ("1K:64M", [1 << k for k in range(10, 27)]),
+    ("4:4", [4]),
+    ("1k:4K", [1024, 2048, 4096]),
+    ("64M", [64 << 20]),
+    (["1K", 4096, "2K"], [1024, 2048, 4096]),
+])
+def test_parse_sizes(spec, want):
+    assert B.parse_sizes(spec) == want
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("64M:1K", ["larger than MAX", "1K:64M"]),
+    ("3K:64K", ["not a power of two"]),
+    ("1X:2K", ["not a size", "e.g. 1K, 64M"]),
+    ("1K:2K:4K", ["MIN:MAX"]),
+    ("0:1K", ["at least 1 byte"]),
+    ("1K:4G", ["above 1 GiB"]),
+])
+def test_bad_sizes_are_refused(spec, words):
+    with pytest.raises(ValueError) as info:
+        B.parse_sizes(spec)
+    for w in words:
+        assert w in str(info.value)
+
+
+def test_bad_python_arguments_raise_before_any_rank_starts():
+    with pytest.raises(ValueError, match="iters must be an int >= 1"):
+        B.bench("all_reduce", 2, "1K:2K", iters=0)
+    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
+        B.bench("all_reduce", 2, "1K:2K", warmup=-1)
+    with pytest.raises(ValueError, match="all_reduce has no algorithm 'bruck'; valid for all_reduce: builtin, ring"):
+        B.bench("all_reduce", 2, "1K:2K", algorithms=["bruck"])
+    with pytest.raises(ValueError, match="no bandwidth definition for 'barrier'"):
+        B.bench("barrier", 2, "1K:2K")
+    with pytest.raises(ValueError, match="between 1 and 16"):
+        B.bench("all_reduce", 40, "1K:2K")
+    assert B.check_algorithms("broadcast", "all") == ("builtin", "binomial_tree", "linear", "chain")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--sizes", "64M:1K"], ["error: --sizes '64M:1K'", "larger than MAX"]),
+    (["--iters", "0"], ["--iters must be at least 1", "nothing would be timed"]),
+    (["--warmup", "-1"], ["--warmup must be at least 0"]),
+    (["-a", "bruck"], ["all_reduce has no algorithm 'bruck'", "builtin, ring, recursive_doubling"]),
+    (["-a", "ring", "-a", "nonsense"], ["no algorithm 'nonsense'"]),
+    (["-n", "2,x"], ["world size 'x' is not a whole number"]),
+    (["-n", "0"], ["world sizes run from 1 to 16"]),
+    (["--json", "/nonexistent-dir/r.json"], ["does not exist"]),
+    (["--csv", "/tmp/r.txt"], ["must end with .csv"]),
+    (["--png", "/tmp"], ["is a directory"]),
+])
+def test_cli_bad_input_exits_2_with_a_clear_message(capsys, argv, words):
+    try:
+        status = main(["bench", "all_reduce", *argv])
+    except SystemExit as exc:  # argparse's own refusals (type errors) exit 2 too
+        status = exc.code
+    assert status == EXIT_USAGE
+    err = capsys.readouterr().err
+    for w in words:
+        assert w in err, (w, err)
+    assert "Traceback" not in err
+
+
+def test_cli_help_lists_every_option():
+    parser_help = pytest.importorskip("collnb.__main__").build_parser()
+    sub = parser_help._subparsers._group_actions[0].choices["bench"]
+    text = sub.format_help()
+    for opt in ("--world-size", "--sizes", "--dtype", "--iters", "--warmup", "--algorithm", "--backend", "--json",
+                "--csv", "--png", "--quiet"):
+        assert opt in text
+
+
+# ------------------------------------------------------------------------------------------------
+# The reference check, in-process (no ranks): the expected output is what the primitive defines
+
+@pytest.mark.parametrize("primitive", B.PRIMITIVES)
+def test_case_check_accepts_the_reference_and_flags_one_wrong_element(primitive):
+    ws, rank = 4, 1 if primitive not in ("reduce", "gather") else 0
+    count, block = B._counts(primitive, 64, ws, 4)
+    for alg in ("builtin",) + __import__("collnb.algorithms", fromlist=["x"]).algorithms_for(primitive):
+        case = B._Case(primitive, alg, rank, ws, count, block, torch.float32, torch.device("cpu"))
+        case.reset()
+        target = case.out if case.defined is None else case.out[case.defined[0]:case.defined[1]]
+        target.copy_(case.expected)
+        assert case.check(), (primitive, alg)
+        target[-1] += 1
+        assert not case.check(), (primitive, alg)
+
+
+def test_reduction_inputs_stay_exact_in_small_dtypes():
+    # sums over 16 ranks of (rank % 3) + (i % 5) stay <= 96: exact in int8, bfloat16, float16
+    total = sum(B._values(r, 10, True, torch.int64, "cpu") for r in range(16))
+    assert int(total.max()) <= 96
+    assert int(B._values(15, 10, False, torch.int64, "cpu").max()) <= 127
+
+
+# ------------------------------------------------------------------------------------------------
+# On real ranks
+
+def test_every_primitive_and_algorithm_measures_a_correct_result():
+    """World size 3 (not a power of two: folds, uneven trees): every primitive, the built-in and
+    every collnb algorithm, checked against the reference on every rank in every iteration."""
+    for primitive in B.PRIMITIVES:
+        rows = B.bench(primitive, 3, "96", iters=2, warmup=1, algorithms="all", references=False, progress=False,
+                       as_frame=False)
+        assert [r["algorithm"] for r in rows] == list(B.check_algorithms(primitive, "all"))
+        bad = [(r["primitive"], r["algorithm"]) for r in rows if not r["ok"]]
+        assert not bad, bad
+
+
+def test_row_schema_values_and_files(tmp_path):
+    rows = B.bench("all_gather", [2, 4], "1K:2K", iters=3, warmup=1, algorithms=["builtin", "ring"], progress=False,
+                   as_frame=False)
+    coll = [r for r in rows if r["primitive"] == "all_gather"]
+    refs = [r for r in rows if r["primitive"] != "all_gather"]
+    assert len(coll) == 2 * 2 * 2 and {r["primitive"] for r in refs} == set(B.REFERENCES)
+    for r in rows:
+        assert tuple(r) == B.COLUMNS
+        assert isinstance(r["world_size"], int) and isinstance(r["nbytes"], int) and isinstance(r["ok"], bool)
+        assert 0 < r["time_min_s"] <= r["time_s"] <= r["time_max_s"]
+        assert r["algbw_GBps"] == pytest.approx(r["nbytes"] / r["time_s"] / 1e9)
+        assert r["ok"] is True
+    for r in coll:
+        assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"] * (r["world_size"] - 1) / r["world_size"])
+        assert (r["backend"], r["dtype"]) == ("gloo", "float32")
+        assert r["nbytes"] in (1024, 2048)  # divisible by 4 bytes x world size: nothing rounded off
+    # files round-trip, and a DataFrame when pandas is there
+    for path in (tmp_path / "r.json", tmp_path / "r.csv"):
+        (B.save_json if path.suffix == ".json" else B.save_csv)(rows, path)
+        again = B.load(path, as_frame=False)
+        assert [tuple(sorted(r.items())) for r in again] == [tuple(sorted(r.items())) for r in rows]
+    assert json.loads((tmp_path / "r.json").read_text())["columns"] == list(B.COLUMNS)
+    pd = pytest.importorskip("pandas")
+    df = B.load(tmp_path / "r.json")
+    assert isinstance(df, pd.DataFrame) and list(df.columns) == list(B.COLUMNS) and len(df) == len(rows)
+
+
+def test_list_of_dicts_without_pandas(monkeypatch):
+    monkeypatch.setattr(B, "_have_pandas", lambda: False)
+    rows = B.bench("broadcast", 2, "64", iters=1, warmup=0, references=False, progress=False)
+    assert isinstance(rows, list) and rows[0]["primitive"] == "broadcast" and rows[0]["busbw_GBps"] == \
+        pytest.approx(rows[0]["algbw_GBps"])
+
+
+def test_cli_measures_prints_fits_and_writes_files(tmp_path, capsys):
+    js, cs, png = tmp_path / "r.json", tmp_path / "r.csv", tmp_path / "r.png"
+    status = main(["bench", "all_reduce", "-n", "2", "-n", "3", "--sizes", "4K:16K", "--iters", "2", "--warmup", "0",
+                   "-a", "builtin", "-a", "ring", "--json", str(js), "--csv", str(cs), "--png", str(png)])
+    out, err = capsys.readouterr()
+    assert status == EXIT_OK, err
+    assert "debug checks (TORCH_DISTRIBUTED_DEBUG) off while timing" in out
+    assert "all_reduce/ring at world size 2, 3: α =" in out
+    assert out.count("  ✓") == 2 * 3 * 2 + 3 * 3  # collectives + references, all checked
+    assert "bench all_reduce" in err  # the progress bar (plain text in a terminal)
+    rows = B.load(js, as_frame=False)
+    assert {(r["world_size"], r["algorithm"]) for r in rows if r["primitive"] == "all_reduce"} == \
+        {(2, "builtin"), (2, "ring"), (3, "builtin"), (3, "ring")}
+    assert cs.read_text().splitlines()[0] == ",".join(B.COLUMNS)
+    from PIL import Image
+    img = Image.open(png)
+    assert img.size[0] > 600 and img.size[1] > 600
+    # --quiet: no progress bar
+    assert main(["bench", "broadcast", "-n", "2", "--sizes", "64", "--iters", "1", "--warmup", "0", "--quiet",
+                 "--no-references"]) == EXIT_OK
+    assert "bench broadcast" not in capsys.readouterr().err
+
+
+def test_debug_cost_measures_both():
+    cost = B.debug_cost("all_reduce", 2, 256, iters=3, warmup=1)
+    assert cost["off"]["ok"] and cost["on"]["ok"]
+    assert cost["off"]["debug"] is False and cost["on"]["debug"] is True
+    assert cost["ratio"] == pytest.approx(cost["on"]["time_s"] / cost["off"]["time_s"])
+
+
+def test_plot_marks_fits_crossovers_and_references():
+    rows = _synthetic(["builtin", "ring", "recursive_doubling"], [2, 4], SIZES)
+    fig = B.plot(rows)
+    texts = [t.get_text() for ax in fig.axes for t in ax.texts]
+    assert any("ring = recursive_doubling" in t for t in texts)
+    labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
+    assert any(lab.startswith("ring fit: α=35 µs") for lab in labels)
+    assert any(lab.startswith("naive model") for lab in labels)
+    assert "oversubscribed" in " ".join(ax.get_title() for ax in fig.axes) or os.cpu_count() >= 4
+
+
+# ------------------------------------------------------------------------------------------------
+# The example results file and NCCL
+
+def test_example_file_is_labelled_cpu_and_loads():
+    raw = json.loads(open(EXAMPLE).read())
+    assert "CPU" in raw["note"] and raw["machine"]["cuda_devices"] == []
+    rows = B.load(EXAMPLE, as_frame=False)
+    assert all(r["backend"] in ("gloo", "cpu", "tcp") for r in rows)
+    assert all(r["ok"] for r in rows)
+    fits = cm.fit_each(rows)
+    assert ("all_reduce", "builtin") in fits and ("all_reduce", "ring") in fits
+    assert all(math.isfinite(f.model.alpha) and f.model.beta >= 0 for f in fits.values())
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the refusal does not apply")
+def test_nccl_without_a_gpu_is_refused_not_replaced(capsys):
+    with pytest.raises(RuntimeError, match="NCCL needs CUDA"):
+        B.bench("all_reduce", 2, "1K", backend="nccl", progress=False)
+    assert main(["bench", "all_reduce", "--backend", "nccl", "-n", "2", "--sizes", "1K", "--quiet"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert "NCCL needs CUDA" in err and "gloo" in err
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU for NCCL; this machine has none")
+def test_nccl_bench_times_with_cuda_events():
+    ws = min(2, torch.cuda.device_count())  # NCCL puts one rank per GPU
+    rows = B.bench("all_reduce", ws, "1K:1M", iters=5, warmup=2, algorithms=["builtin", "ring"], backend="nccl",
+                   references=False, progress=False, as_frame=False)
+    assert len(rows) == 2 * 11
+    assert all(r["ok"] and r["backend"] == "nccl" and r["world_size"] == ws for r in rows)
+    assert all(0 < r["time_min_s"] <= r["time_s"] <= r["time_max_s"] for r in rows)
+
+
+# ------------------------------------------------------------------------------------------------
+# Segmented execution (collnb.algorithms.SEGMENT_BYTES): large messages travel in segments and
+# reductions start on the first segment; the results must not change
+
+def _segmented_vs_builtin(rank, world_size, seg_bytes, nelem):
+    import torch.distributed as dist
+
+    from collnb import algorithms as A
+    old = A.SEGMENT_BYTES
+    A.SEGMENT_BYTES = seg_bytes
+    try:
+        out = {}
+        for primitive in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"):
+            for alg in A.algorithms_for(primitive):
+                sched = A.schedule(primitive, alg, world_size)
+                count = nelem // world_size * world_size
+                bounds = A.chunk_bounds(count, sched.n_chunks)
+                inp = (torch.arange(count, dtype=torch.float32) % 13) + 17 * rank
+                work = A._start_buffer(primitive, rank, world_size, inp, sched.n_chunks, bounds)
+                A.execute(sched, work, bounds=bounds, send_from=inp if primitive == "all_to_all" else None)
+                ref = A._builtin(primitive, rank, world_size, inp, "sum", 0, sched.n_chunks)
+                defined = sched.defined[rank]
+                same = all(torch.equal(work[bounds[c]:bounds[c + 1]], ref[bounds[c]:bounds[c + 1]])
+                           for c in range(sched.n_chunks) if defined[c])
+                out[(primitive, alg)] = same
+        dist.barrier()
+        return out
+    finally:
+        A.SEGMENT_BYTES = old
+
+
+@pytest.mark.parametrize("ws", [3, 4])
+def test_segmented_messages_give_the_builtin_result(ws):
+    import collnb
+    from collnb import algorithms as A
+    assert A._segments(10, 4) == [(0, 10)]
+    A_old = A.SEGMENT_BYTES
+    try:
+        A.SEGMENT_BYTES = 64
+        segs = A._segments(100, 4)  # 400 bytes in 16-element (64-byte) segments
+        assert segs[0] == (0, 16) and segs[-1] == (96, 100) and len(segs) == 7
+    finally:
+        A.SEGMENT_BYTES = A_old
+    res = collnb.launch(_segmented_vs_builtin, ws, args=(256, 12 * 1024 + 7), debug=False, timeout=300)
+    for r in range(ws):
+        bad = [k for k, ok in res[r].items() if not ok]
+        assert not bad, (r, bad)
