@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
             raise
     else:
         _cli_replay.add_parser(subparsers)
+    from . import present
+    present.add_parser(subparsers)
     return parser
 
 
