@@ -51,6 +51,7 @@ autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
 napoleon_google_docstring = True
+napoleon_use_ivar = True  # "Attributes:" as fields, not a second description of each attribute
 
 # ---- theme and launch buttons
 html_theme = "sphinx_book_theme"

@@ -130,7 +130,9 @@ def nbgrader_source(nb: dict, stem: str) -> dict:
 def _nbgrader(course: Path, *args: str) -> subprocess.CompletedProcess:
     exe = Path(sys.executable).with_name("nbgrader")
     cmd = [str(exe) if exe.exists() else "nbgrader", *args, f"--CourseDirectory.root={course}"]
-    proc = subprocess.run(cmd, cwd=course, capture_output=True, text=True)
+    # nbgrader runs helpers (alembic) by name: this environment's bin/ first on PATH
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    proc = subprocess.run(cmd, cwd=course, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} failed (exit {proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
     return proc
