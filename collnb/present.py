@@ -20,7 +20,7 @@ from pathlib import Path
 NOTEBOOK = Path(__file__).resolve().parent / "data" / "present.ipynb"
 
 #: Type size for the projector (CSS pixels of body text; widget labels and tables follow).
-FONT_PX = 28
+FONT_PX = 24
 
 
 def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.0.1") -> list[str]:

@@ -1,7 +1,9 @@
 """Sphinx configuration of collnb's book (``make docs``): MyST-NB + sphinx-book-theme.
 
-The book's pages are the notebooks themselves (``docs/notebooks`` is a link to ``../notebooks``),
-executed at build time with a cache used by nothing else (``docs/_build/.jupyter_cache``); the
+Sphinx runs on the repository root (``sphinx-build -c docs . docs/_build/html``) so that the pages
+are named after the files (``notebooks/01_broadcast`` -> ``notebooks/01_broadcast.html``) and links
+between notebooks resolve as they do in JupyterLab; only ``docs/*.md`` and ``notebooks/*.ipynb`` are
+read. The notebooks are executed at build time with a cache used by nothing else (``docs/_build/.jupyter_cache``); the
 landing page is README.md; the API reference is generated from the docstrings. Launch buttons
 (Binder, Colab, JupyterHub) on every notebook page are made from the one repository URL in
 pyproject.toml's ``[project.urls]``.
@@ -24,9 +26,11 @@ release = _project["version"]
 copyright = "collnb contributors"
 
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
-root_doc = "index"
-exclude_patterns = ["_build", "img", "**/.ipynb_checkpoints", "**/algorithms_output", "jupyter_execute",
-                    "notebooks/*_output"]
+root_doc = "docs/index"
+include_patterns = ["docs/*.md", "notebooks/*.ipynb"]
+exclude_patterns = [".venv", ".git", "docs/_build", "build", "artifacts", "classroom", "**/.ipynb_checkpoints",
+                    "notebooks/*_output", "jupyter_execute"]
+html_extra_path = ["root"]  # index.html at the top of the site: a redirect to docs/index.html
 
 # ---- notebooks: executed at build time, cached; a cell error stops the build
 nb_execution_mode = os.environ.get("COLLNB_DOCS_EXECUTE", "cache")
