@@ -229,6 +229,15 @@ def test_torch_is_a_range_and_the_pin_lives_in_constraints():
     assert all("$(PIP_INSTALL)" in ln or "-c constraints.txt" in ln for ln in installs), installs
 
 
+def test_slides_extension_comes_with_the_lab_extra():
+    from importlib.metadata import version
+    lab = PYPROJECT["project"]["optional-dependencies"]["lab"]
+    assert any(r.startswith("jupyterlab-rise") for r in lab)
+    assert version("jupyterlab_rise")  # installed by make lab / make test
+    ext = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyterlab-rise" / "package.json"
+    assert json.loads(ext.read_text())["name"] == "jupyterlab-rise", "RISE is not a JupyterLab extension here"
+
+
 def test_installed_torch_is_the_pinned_cpu_build():
     import torch
     assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__

@@ -123,7 +123,8 @@ def test_primitive_notebook_structure(path):
     """Each per-primitive notebook opens with its explorer cell, has an exercise with a hidden
     solution and a check, shows a heatmap, and links to the round-by-round notebook."""
     nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    # the Colab set-up cell (tools/notebook_meta.py) comes first and does nothing outside Colab
+    code = [c for c in nb.cells if c.cell_type == "code" and "colab-setup" not in c.metadata.get("tags", [])]
     assert "explorer" in code[0].metadata.get("tags", []), f"{path.name}: first code cell is not the explorer cell"
     for tag in ("exercise", "solution", "check", "heatmap"):
         assert _tagged(nb, tag), f"{path.name}: no cell tagged {tag!r}"
