@@ -42,8 +42,9 @@ test: $(VENV)/.test-installed
 # The book: README figures from real ranks, notebook metadata, then Sphinx with MyST-NB executing
 # every notebook (cached in docs/_build/.jupyter_cache, used by nothing else). Output: docs/_build/html.
 # A kernel that failed to start (a port taken between choosing and binding it, on a loaded machine)
-# fails the build; the retry re-runs only the notebooks not yet in the cache.
-SPHINX := $(BIN)/python -m sphinx -b html -q -j 1 -c docs . docs/_build/html
+# fails the build; the retry re-runs only the notebooks not yet in the cache. -j 2: two notebooks
+# execute at once (2 cores), as tests/test_notebooks.py does.
+SPHINX := $(BIN)/python -m sphinx -b html -q -j 2 -c docs . docs/_build/html
 docs: $(VENV)/.test-installed
 	$(BIN)/python tools/notebook_meta.py
 	$(BIN)/python tools/readme_figures.py
