@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -212,6 +213,78 @@ def test_projector_view_in_chromium(tmp_path):
         assert sliders >= 2, "no explorer controls on the page"
         from collnb.present import FONT_PX
         assert label_px and min(label_px) >= FONT_PX, f"labels are {label_px} px, want >= {FONT_PX} px"
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+# ------------------------------------------------------------------------------------------------
+# Slides (RISE in JupyterLab)
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(600)
+def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
+    """jupyterlab-rise (lab extra) serves a notebook as a reveal.js deck at /rise/<path>: one
+    top-level slide per cell marked ``slide``, the skipped cells (Colab set-up, solutions) absent."""
+    chromium = "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip(f"{chromium} is missing; install Debian's chromium package")
+    from playwright.sync_api import sync_playwright
+
+    src = ROOT / "notebooks" / "01_broadcast.ipynb"
+    nb = json.loads(src.read_text())
+    want_slides = sum(c["metadata"]["slideshow"]["slide_type"] == "slide" for c in nb["cells"])
+    skipped = [_src(c).splitlines()[0] for c in nb["cells"] if c["metadata"]["slideshow"]["slide_type"] == "skip"]
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(src, root / src.name)
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
+                     ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
+        (tmp_path / sub).mkdir()
+        env[var] = str(tmp_path / sub)
+    port, token = _free_port(), "t" + os.urandom(8).hex()
+    log = open(tmp_path / "lab.log", "wb")
+    proc = subprocess.Popen(
+        [str(Path(sys.executable).with_name("jupyter")), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={token}",
+         f"--ServerApp.root_dir={root}", "--LabApp.news_url=None"] + (["--allow-root"] if os.geteuid() == 0 else []),
+        cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    shots = Path(os.environ.get("COLLNB_SCREENSHOTS", tmp_path))
+    try:
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError("jupyter lab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
+                time.sleep(0.5)
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
+            page.goto(f"http://127.0.0.1:{port}/rise/{src.name}?token={token}", timeout=180_000)
+            page.wait_for_selector(".reveal .slides > section", timeout=180_000)
+            page.wait_for_timeout(1000)
+            n_slides = page.eval_on_selector_all(".reveal .slides > section", "els => els.length")
+            deck = page.inner_text(".reveal .slides")
+            page.screenshot(path=str(shots / "rise-01_broadcast.png"))
+            browser.close()
+        assert n_slides == want_slides, f"{n_slides} slides, the metadata marks {want_slides}"
+        assert "01 · broadcast" in deck
+        for first_line in skipped:
+            assert first_line not in deck, f"a skipped cell is on the slides: {first_line!r}"
     finally:
         try:
             os.killpg(proc.pid, signal.SIGTERM)
