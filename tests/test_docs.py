@@ -401,3 +401,21 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
                 problems.append(f"api: no entry for {name} (found {len(api)} functions)")
         browser.close()
     assert not problems, "\n".join(problems)
+
+
+def test_readme_figures_are_small_real_pictures():
+    """docs/img: the heatmap and the replay GIF README.md shows (tools/readme_figures.py, run by
+    make docs): small files, the heatmap a real picture, the GIF one frame per ring round + start."""
+    from PIL import Image
+    import readme_figures
+
+    readme = (ROOT / "README.md").read_text()
+    for name in (readme_figures.HEATMAP, readme_figures.REPLAY):
+        path = ROOT / "docs" / "img" / name
+        assert f"(docs/img/{name})" in readme, f"README does not show {name}"
+        assert 10_000 < path.stat().st_size <= readme_figures.MAX_BYTES, (name, path.stat().st_size)
+    png = Image.open(ROOT / "docs" / "img" / readme_figures.HEATMAP)
+    assert png.size[0] >= 500 and len(png.convert("RGB").getcolors(1 << 16) or []) >= 8
+    gif = Image.open(ROOT / "docs" / "img" / readme_figures.REPLAY)
+    # ring all_reduce at world size 4: 3 reduce-scatter + 3 all-gather rounds, plus the start
+    assert gif.n_frames == 2 * (4 - 1) + 1
