@@ -2,7 +2,7 @@
 
 The limits are made for real, around a child process tree:
 
-* memory: a cgroup (v1 ``memory`` controller, ``memory.limit_in_bytes`` and, where the kernel
+* memory: a cgroup nested in the test's own (v1 ``memory`` controller, ``memory.limit_in_bytes`` and, where the kernel
   accounts swap, ``memory.memsw.limit_in_bytes`` = 2 GiB) that the child joins before it starts
   Python, so the Jupyter kernel and every rank it forks are inside it (a cgroup v2 ``memory.max``
   is used where that is the hierarchy);
@@ -70,9 +70,15 @@ CHILD = textwrap.dedent(r"""
 
 def _memory_cgroup(name: str) -> tuple[Path, str]:
     """Create a memory cgroup limited to 2 GiB; returns (its folder, the version: 'v1' or 'v2')."""
-    v1 = Path("/sys/fs/cgroup/memory")
-    v2 = Path("/sys/fs/cgroup")
-    if (v1 / "memory.limit_in_bytes").exists() or (v1 / "cgroup.procs").exists():
+    # inside this process's own cgroup (limits nest), never beside it
+    own = {}
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        for c in controllers.split(",") if controllers else [""]:
+            own[c] = path.lstrip("/")
+    v1 = Path("/sys/fs/cgroup/memory") / own.get("memory", "")
+    v2 = Path("/sys/fs/cgroup") / own.get("", "")
+    if (v1 / "memory.limit_in_bytes").exists():
         cg = v1 / name
         cg.mkdir()
         (cg / "memory.limit_in_bytes").write_text(str(LIMIT_BYTES))
