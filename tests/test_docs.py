@@ -375,6 +375,13 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
                     problems.append(f"{nb_path.stem}: broken link {href}")
                 elif parsed.fragment and target.suffix == ".html" and parsed.fragment not in ids_of(target):
                     problems.append(f"{nb_path.stem}: link {href}: no #{parsed.fragment} in {target.name}")
+            # the Colab set-up cell is not in the book; solutions are collapsed behind a toggle
+            if "google.colab" in page.inner_text("article"):
+                problems.append(f"{nb_path.stem}: the Colab set-up cell is shown in the book")
+            n_solutions = len(_tagged(_nb(nb_path), "solution"))
+            collapsed = page.eval_on_selector_all(".tag_solution details:not([open])", "els => els.length")
+            if collapsed != n_solutions:
+                problems.append(f"{nb_path.stem}: {collapsed} of {n_solutions} solutions collapsed in the book")
             launch = page.eval_on_selector_all(
                 "a[href*='mybinder.org'], a[href*='colab.research.google.com'], a[href*='git-pull']",
                 "els => els.map(e => e.getAttribute('href'))")
