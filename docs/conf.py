@@ -74,7 +74,8 @@ html_theme_options = {
         "binderhub_url": "https://mybinder.org",
         "colab_url": "https://colab.research.google.com",
         # a teacher's own hub: COLLNB_JUPYTERHUB_URL=https://hub.example.edu make docs
-        "jupyterhub_url": os.environ.get("COLLNB_JUPYTERHUB_URL", "https://hub.2i2c.mybinder.org"),
+        # (the default is a placeholder: a school sets its own hub when it builds the book)
+        "jupyterhub_url": os.environ.get("COLLNB_JUPYTERHUB_URL", "https://jupyterhub.example.org"),
         "notebook_interface": "jupyterlab",
     },
     "home_page_in_toc": True,
