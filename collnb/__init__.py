@@ -4,8 +4,8 @@ Start with :func:`launch` (run your own function on real ranks), :func:`run` (on
 with before/after heatmaps) and :func:`explore` (sliders that re-run it on warm ranks).
 """
 
-from .launcher import (BACKENDS, MAX_WORLD_SIZE, LaunchError, LaunchTimeout, RankError,
-                       backend_info, launch, shutdown)
+from .launcher import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout,
+                       RankError, backend_info, launch, shutdown)
 from .primitives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, RunResult,
                          backend_support, run, run_batch)
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
@@ -20,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
+    "LaunchResults", "CallRecord",
     "MAX_WORLD_SIZE", "BACKENDS",
     "run", "run_batch", "RunResult", "PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "backend_support",
     "BackendSupport", "heatmap_figure", "heatmap_png", "heatmap_image",

@@ -64,9 +64,14 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as tmp
 
+from . import _dist_hooks
+from ._dist_hooks import CallRecord
+
 __all__ = [
     "launch",
     "shutdown",
+    "LaunchResults",
+    "CallRecord",
     "backend_info",
     "RankPool",
     "LaunchError",
@@ -128,6 +133,22 @@ class LaunchTimeout(LaunchError):
 
     def _render_traceback_(self):
         return str(self).splitlines()
+
+
+class LaunchResults(list):
+    """The per-rank results of ``launch(..., record_calls=True)``: a ``list`` (rank order, equal
+    to the plain list ``launch`` returns otherwise) with the calls each rank made.
+
+    Attributes:
+        calls: one list per rank (rank order) of :class:`CallRecord`, the torch.distributed calls
+            that rank's function made, in the order it made them. Calls torch makes internally
+            (``broadcast_object_list`` calling ``broadcast``) and collnb's own set-up are not
+            included.
+    """
+
+    def __init__(self, results=(), calls=None):
+        super().__init__(results)
+        self.calls = calls if calls is not None else [[] for _ in self]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -579,7 +600,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             _send(res_w, ("ready", k, time.perf_counter() - t0))
             continue
         if kind == "run":
-            _, world_size, count, task = msg
+            _, world_size, count, task, options = msg
             # Groups the user's function creates are named from this counter: start every rank
             # of this call at the same value, whatever groups earlier calls made on some ranks.
             c10d._world.group_count = count
@@ -590,6 +611,11 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             elif c10d._get_default_group() is not base:
                 c10d._update_default_pg(base)
             try:
+                # torch.distributed's functions, wrapped for this call only: layouts gloo misreads
+                # are given dense copies, groups the function makes get collective_timeout, and
+                # the function's own calls are recorded when asked (see collnb._dist_hooks).
+                _dist_hooks.install(record=options.get("record_calls", False), check_layout=True,
+                                    group_timeout=cfg["collective_timeout"])
                 fn, args, kwargs, files = _loads(task)
                 _restore_files(fn, files)
                 before = set(c10d._world.pg_map)
@@ -602,6 +628,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                 try:
                     result = fn(rank, world_size, *args, **kwargs)
                 finally:
+                    _dist_hooks.pause()
                     if default in c10d._world.pg_map:
                         c10d._world.pg_map[default] = default_entry
                     if os.getpid() == my_pid:
@@ -618,6 +645,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                         f"to the launcher ({type(exc).__name__}: {exc}). Return tensors, numbers, strings, "
                         f"or lists/tuples/dicts of them; wait on Work handles (work.wait()) inside the "
                         f"function instead of returning them") from exc
+                calls = _dist_hooks.take_records() if options.get("record_calls") else None
                 seq = _sequence_number()
                 intact = dist.is_initialized() and all(g in c10d._world.pg_map for g in groups.values()
                                                        if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER)
@@ -625,9 +653,10 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
                     for g in set(c10d._world.pg_map) - before:
                         dist.destroy_process_group(g)
                 sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
-                res_w.send_bytes(pickle.dumps(("ok", payload, seq, intact),
+                res_w.send_bytes(pickle.dumps(("ok", payload, seq, intact, calls),
                                               protocol=pickle.HIGHEST_PROTOCOL))
             except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
+                _dist_hooks.pause()
                 if os.getpid() != my_pid:  # a process the function forked raised or exited
                     if isinstance(exc, SystemExit):
                         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -751,6 +780,7 @@ class _Event:
     value: Any = None
     seq: Any = None
     intact: bool = True
+    calls: Any = None
 
 
 def _sweep_stale_dirs():
@@ -970,10 +1000,11 @@ class RankPool:
             self._pump_output(r, r.err_r, final)
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, fn, world_size, args=(), kwargs=None, timeout=60.0):
+    def run(self, fn, world_size, args=(), kwargs=None, timeout=60.0, record_calls=False):
         """Run ``fn(rank, world_size, *args, **kwargs)`` on ranks ``0..world_size-1``.
 
-        Returns the per-rank results (list, rank order). Raises :class:`RankError`,
+        Returns the per-rank results (list, rank order; a :class:`LaunchResults` with ``.calls``
+        when ``record_calls``). Raises :class:`RankError`,
         :class:`LaunchTimeout` or re-raises ``KeyboardInterrupt`` after stopping every rank; in
         each case the pool is closed and must not be reused.
         """
@@ -987,7 +1018,8 @@ class RankPool:
         try:
             self._prepare(world_size, deadline)
             self._drain(self.ranks, final=False)
-            message = pickle.dumps(("run", world_size, self._next_count(), task),
+            options = {"record_calls": bool(record_calls)}
+            message = pickle.dumps(("run", world_size, self._next_count(), task, options),
                                    protocol=pickle.HIGHEST_PROTOCOL)
             for r in self.ranks[:world_size]:
                 try:
@@ -1089,7 +1121,8 @@ class RankPool:
                         events[r.rank] = _Event(r.rank, "died", t, value=r.proc.exitcode)
                         failure_at = failure_at or t
                     elif msg[0] == "ok":
-                        events[r.rank] = _Event(r.rank, "ok", t, value=msg[1], seq=msg[2], intact=msg[3])
+                        events[r.rank] = _Event(r.rank, "ok", t, value=msg[1], seq=msg[2], intact=msg[3],
+                                                calls=msg[4])
                     elif msg[0] == "ready":
                         events[r.rank] = _Event(r.rank, "ok", t, value=msg[2])
                     else:
@@ -1108,7 +1141,10 @@ class RankPool:
                 self.base_size, self.groups = 0, set()
             elif len({events[r.rank].seq for r in ranks}) > 1:
                 self._retire_group(len(ranks))
-            return [self._result(r.rank, events[r.rank].value) for r in ranks]
+            results = [self._result(r.rank, events[r.rank].value) for r in ranks]
+            if any(events[r.rank].calls is not None for r in ranks):
+                return LaunchResults(results, [list(events[r.rank].calls or []) for r in ranks])
+            return results
         stacks = self._stacks([r for r in ranks if r.rank in pending])
         cells = _ipython_cells()
         stacks = {k: ([(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
@@ -1300,7 +1336,7 @@ def _check_signature(fn, args, kwargs):
 
 def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | None = None,
            backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0,
-           debug: bool = True, start_method: str | None = None):
+           debug: bool = True, start_method: str | None = None, *, record_calls: bool = False):
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` real ranks.
 
     Each rank is a process started through :mod:`torch.multiprocessing`, already inside an
@@ -1324,11 +1360,15 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
             checks per collective: pass ``False`` for benchmarks.
         start_method: ``"fork"`` (default on Linux) or ``"spawn"`` (each rank imports torch
             afresh; needed when CUDA is already initialised here).
+        record_calls: also return the torch.distributed calls each rank's function made
+            (keyword only; see Returns).
 
     Returns:
         list of length ``world_size``: ``fn``'s return value on each rank, in rank order. Tensors
         (also inside lists, tuples and dicts, whose types are kept) come back as detached CPU
-        copies.
+        copies. With ``record_calls=True`` a :class:`LaunchResults` (a ``list`` equal to the
+        plain one) whose ``.calls[r]`` lists rank ``r``'s calls as :class:`CallRecord` objects
+        (function name, global src/dst, group size, tensor shapes and dtypes), in call order.
 
     Each call finds its ranks as a fresh script would: what a call changed in a rank's
     ``sys.stdout``/``sys.stderr``, fds 1 and 2, working directory, pending ``signal.alarm``,
@@ -1375,11 +1415,11 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         # Another thread is using the warm pool: run on a private pool of our own.
         own = RankPool(backend, debug, collective_timeout, start_method)
         try:
-            return own.run(fn, world_size, args, kwargs, timeout)
+            return own.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls)
         finally:
             own.close()
     try:
-        return pool.run(fn, world_size, args, kwargs, timeout)
+        return pool.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls)
     finally:
         pool.lock.release()
 

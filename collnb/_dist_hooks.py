@@ -1,0 +1,511 @@
+"""Rank-side interception of the public :mod:`torch.distributed` functions.
+
+Inside a rank, :func:`install` replaces each public communication function of
+``torch.distributed`` (collectives, their ``*_single`` / ``*_into_tensor`` / ``*_coalesced``
+variants, point-to-point ``send``/``recv``/``isend``/``irecv``/``batch_isend_irecv``, the object
+collectives, ``barrier``/``monitored_barrier``) and the group constructors with a thin wrapper
+that, while active:
+
+* **records** the learner's own calls as :class:`CallRecord` objects (``record=True``; collected
+  with :func:`take_records`). Calls that torch makes internally (``broadcast_object_list``
+  calling ``broadcast``, a deprecated alias calling its replacement) and the launcher's own set-up
+  and tear-down are not recorded: only the outermost call of a thread counts, and only between
+  :func:`install` and :func:`pause`.
+* **fixes memory layouts gloo misreads** (``check_layout=True``). Gloo reads a tensor's storage
+  as if it were dense: on a strided view ``base[:, 0]`` ``all_reduce`` sums the wrong elements
+  and leaves the ranks with different, wrong tensors; a conjugate or negative view (``z.conj()``,
+  ``z.conj().imag``) is reduced or sent without its pending sign change; an expanded input
+  (stride 0) is scattered as garbage (all measured with torch 2.13's gloo). The wrapper hands
+  torch a dense, resolved copy of every such tensor and, for tensors the call writes, copies the
+  result back into the learner's view (after ``wait()`` for ``async_op=True``), so values are
+  right. An output that cannot hold a result (an expanded view: its elements share memory) is
+  refused with a message saying what to pass instead.
+* **gives groups the launch's timeout** (``group_timeout`` seconds): a group or device mesh
+  the learner's code creates without ``timeout=`` waits ``group_timeout`` for a missing peer
+  instead of torch's default of 30 minutes. A timeout error raised by a wrapped call carries
+  ``collnb_timeout``: a phrase naming the timeout that fired (the launch's
+  ``collective_timeout``, or the ``timeout=`` the learner passed to ``new_group`` or
+  ``monitored_barrier``).
+
+The functions here are usable on any process that has torch.distributed initialised (e.g. a
+remote engine): ``install(...)``, run the learner's code, ``take_records()``, ``pause()`` or
+``uninstall()``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import functools
+import inspect
+import threading
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+__all__ = ["CallRecord", "install", "pause", "uninstall", "take_records", "installed", "LAYOUT_HINT"]
+
+#: What to do about a tensor whose layout cannot receive a result (also used in error messages).
+LAYOUT_HINT = "non-contiguous; call .contiguous() and copy back"
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One torch.distributed call made by the learner's function on one rank.
+
+    Attributes:
+        name: the torch.distributed function called, e.g. ``"broadcast"``,
+            ``"all_gather_into_tensor"``, ``"isend"``, ``"broadcast_object_list"``, ``"barrier"``.
+            Each operation of a ``batch_isend_irecv`` list is one record named
+            ``"batch_isend_irecv"`` (with ``op`` saying ``"isend"`` or ``"irecv"``).
+        peer: global rank of ``src``/``dst`` for rooted and point-to-point calls (``None`` for
+            the others and for ``recv`` from any source).
+        group_size: size of the process group used (``-1`` when this rank is not in it).
+        shapes: the shape of each tensor argument, in argument order, lists flattened
+            (tuple of tuples of int).
+        dtypes: the dtype of each tensor argument, same order (tuple of str, e.g. ``"float32"``).
+        op: ``"isend"``/``"irecv"`` for an operation of a ``batch_isend_irecv`` list, else ``None``.
+    """
+
+    name: str
+    peer: int | None
+    group_size: int
+    shapes: tuple
+    dtypes: tuple
+    op: str | None = None
+
+
+# ----------------------------------------------------------------------------------------------
+# What each function takes: argument names whose tensors the call reads (in), writes (out), or
+# both (inout); the argument holding the root / peer; whether it is a group constructor.
+
+_IN, _OUT, _INOUT = "in", "out", "inout"
+
+_TENSOR_ARGS = {
+    "broadcast": {"tensor": _INOUT},
+    "all_reduce": {"tensor": _INOUT},
+    "all_reduce_coalesced": {"tensors": _INOUT},
+    "reduce": {"tensor": _INOUT},
+    "all_gather": {"tensor_list": _OUT, "tensor": _IN},
+    "all_gather_single": {"output_tensor": _OUT, "input_tensor": _IN},
+    "all_gather_into_tensor": {"output_tensor": _OUT, "input_tensor": _IN},
+    "_all_gather_base": {"output_tensor": _OUT, "input_tensor": _IN},
+    "all_gather_coalesced": {"output_tensor_lists": _OUT, "input_tensor_list": _IN},
+    "gather": {"tensor": _IN, "gather_list": _OUT},
+    "scatter": {"tensor": _OUT, "scatter_list": _IN},
+    "reduce_scatter": {"output": _OUT, "input_list": _IN},
+    "reduce_scatter_single": {"output": _OUT, "input": _IN},
+    "reduce_scatter_tensor": {"output": _OUT, "input": _IN},
+    "_reduce_scatter_base": {"output": _OUT, "input": _IN},
+    "all_to_all_single": {"output": _OUT, "input": _IN},
+    "all_to_all": {"output_tensor_list": _OUT, "input_tensor_list": _IN},
+    "send": {"tensor": _IN},
+    "isend": {"tensor": _IN},
+    "recv": {"tensor": _OUT},
+    "irecv": {"tensor": _OUT},
+    "barrier": {},
+    "monitored_barrier": {},
+    "all_gather_object": {},
+    "gather_object": {},
+    "broadcast_object_list": {},
+    "scatter_object_list": {},
+    "send_object_list": {},
+    "recv_object_list": {},
+    "batch_isend_irecv": {},
+}
+_PEER_ARGS = (("src", "group_src"), ("dst", "group_dst"))
+_CONSTRUCTORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
+
+_tls = threading.local()      # .depth: >0 while inside a wrapped call on this thread
+_lock = threading.Lock()
+_state = dict(active=False, record=False, check_layout=False, group_timeout=None)
+_records: list = []
+_originals: dict = {}         # name -> torch's own function
+_wrappers: dict = {}          # name -> our wrapper
+_patched: list = []           # (module, name, previous value) to undo
+_signatures: dict = {}
+_group_timeouts: dict = {}    # ProcessGroup -> phrase naming the timeout the learner gave it
+
+
+def installed() -> bool:
+    """Whether the wrappers are in place and active."""
+    return bool(_patched) and _state["active"]
+
+
+def install(record: bool = False, check_layout: bool = True, group_timeout: float | None = None):
+    """Put the wrappers in place (once per process) and activate them with these options.
+
+    Args:
+        record: record the calls of this process's code as :class:`CallRecord` objects
+            (collect them with :func:`take_records`).
+        check_layout: give gloo dense copies of tensors whose layout it misreads and copy the
+            results back (see the module docstring).
+        group_timeout: seconds; the timeout of groups created without ``timeout=`` (and of
+            ``monitored_barrier`` without one). ``None`` leaves torch's default (30 minutes).
+    """
+    with _lock:
+        if not _patched:
+            _patch()
+        _state.update(active=True, record=bool(record), check_layout=bool(check_layout),
+                      group_timeout=group_timeout)
+        _records.clear()
+        _group_timeouts.clear()
+
+
+def pause():
+    """Deactivate the wrappers (they stay in place and pass every call straight to torch)."""
+    _state["active"] = False
+
+
+def uninstall():
+    """Deactivate and restore torch's own functions."""
+    with _lock:
+        _state["active"] = False
+        for module, name, previous in reversed(_patched):
+            setattr(module, name, previous)
+        _patched.clear()
+        _group_timeouts.clear()
+
+
+def take_records() -> list:
+    """The :class:`CallRecord` objects recorded since :func:`install` or the last call (list, call
+    order), and forget them."""
+    with _lock:
+        out = list(_records)
+        _records.clear()
+    return out
+
+
+def _patch():
+    c10d = dist.distributed_c10d
+    for name in list(_TENSOR_ARGS) + list(_CONSTRUCTORS):
+        orig = getattr(c10d, name, None)
+        if orig is None:
+            continue
+        _originals[name] = orig
+        try:
+            _signatures[name] = inspect.signature(orig)
+        except (TypeError, ValueError):
+            continue
+        wrapper = _make_constructor(name, orig) if name in _CONSTRUCTORS else _make_wrapper(name, orig)
+        _wrappers[name] = wrapper
+        for module in (c10d, dist):
+            if getattr(module, name, None) is orig:
+                _patched.append((module, name, orig))
+                setattr(module, name, wrapper)
+    # Groups made without timeout= (also inside DeviceMesh / init_device_mesh, new_subgroups,
+    # split_group) and monitored_barrier without one take their timeout from here.
+    previous = c10d._get_default_timeout
+
+    @functools.wraps(previous)
+    def _get_default_timeout(backend):
+        seconds = _state["group_timeout"]
+        if _state["active"] and seconds is not None:
+            return datetime.timedelta(seconds=seconds)
+        return previous(backend)
+
+    _patched.append((c10d, "_get_default_timeout", previous))
+    c10d._get_default_timeout = _get_default_timeout
+
+
+# ----------------------------------------------------------------------------------------------
+# Wrappers
+
+
+def _enter():
+    depth = getattr(_tls, "depth", 0)
+    _tls.depth = depth + 1
+    return depth
+
+
+def _leave(depth):
+    _tls.depth = depth
+
+
+def _make_wrapper(name, orig):
+    sig = _signatures[name]
+    roles = _TENSOR_ARGS[name]
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if not _state["active"] or getattr(_tls, "depth", 0):
+            return orig(*args, **kwargs)
+        depth = _enter()
+        try:
+            if name == "batch_isend_irecv":
+                return _batch(orig, args, kwargs)
+            bound = None
+            if _state["record"]:
+                bound = sig.bind(*args, **kwargs)
+                _records.append(_record(name, bound.arguments, roles))
+            if _state["check_layout"] and roles and _any_odd(args, kwargs):
+                bound = bound or sig.bind(*args, **kwargs)
+                return _call_with_dense(orig, name, bound, roles)
+            return orig(*args, **kwargs)
+        except Exception as exc:
+            _name_timeout(exc, name, sig, args, kwargs)
+            raise
+        finally:
+            _leave(depth)
+
+    return wrapper
+
+
+def _make_constructor(name, orig):
+    sig = _signatures[name]
+
+    @functools.wraps(orig)
+    def wrapper(*args, **kwargs):
+        if not _state["active"]:
+            return orig(*args, **kwargs)
+        depth = _enter()
+        try:
+            result = orig(*args, **kwargs)
+            if depth == 0:
+                try:
+                    timeout = sig.bind(*args, **kwargs).arguments.get("timeout")
+                except TypeError:
+                    timeout = None
+                if timeout is not None:
+                    phrase = f"the timeout={_seconds(timeout):g} s passed to {name}"
+                    groups = result if isinstance(result, tuple) else (result,)
+                    for g in groups:  # new_subgroups returns (this rank's group, all groups)
+                        for pg in (g if isinstance(g, list) else [g]):
+                            if isinstance(pg, dist.ProcessGroup):
+                                _group_timeouts[pg] = phrase
+            return result
+        finally:
+            _leave(depth)
+
+    return wrapper
+
+
+def _seconds(timeout):
+    return timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
+
+
+_TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "failed to pass monitoredBarrier")
+
+
+def _name_timeout(exc, name, sig, args, kwargs):
+    """Attach ``collnb_timeout`` to a timeout error: which timeout fired, in words."""
+    try:
+        if not any(m in str(exc) for m in _TIMEOUT_MARKERS) or hasattr(exc, "collnb_timeout"):
+            return
+        arguments = sig.bind(*args, **kwargs).arguments
+        if name in ("monitored_barrier", "barrier") and arguments.get("timeout") is not None:
+            phrase = f"the timeout={_seconds(arguments['timeout']):g} s passed to {name}"
+        else:
+            group = arguments.get("group")
+            if group is None and name == "batch_isend_irecv":
+                ops = arguments.get("p2p_op_list") or []
+                group = getattr(ops[0], "group", None) if ops else None
+            group = group if group is not None else dist.distributed_c10d._get_default_group()
+            phrase = _group_timeouts.get(group)
+            if phrase is None:
+                seconds = _state["group_timeout"]
+                phrase = f"collective_timeout ({seconds:g} s)" if seconds is not None else "collective_timeout"
+        exc.collnb_timeout = phrase
+    except Exception:  # noqa: BLE001 - naming is a courtesy; never hide the real error
+        pass
+
+
+# ----------------------------------------------------------------------------------------------
+# Records
+
+
+def _tensors(value):
+    if isinstance(value, torch.Tensor):
+        yield value
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _tensors(v)
+
+
+def _dtype_name(dtype):
+    return str(dtype).removeprefix("torch.")
+
+
+def _group_size(group):
+    try:
+        return dist.get_world_size(group)
+    except Exception:  # noqa: BLE001 - not a member, or a group already destroyed
+        return -1
+
+
+def _global_peer(arguments, group):
+    for plain, in_group in _PEER_ARGS:
+        if arguments.get(plain) is not None:
+            return int(arguments[plain])
+        if arguments.get(in_group) is not None:
+            try:
+                g = group if group is not None else dist.distributed_c10d._get_default_group()
+                return dist.get_global_rank(g, int(arguments[in_group]))
+            except Exception:  # noqa: BLE001
+                return int(arguments[in_group])
+    return None
+
+
+def _record(name, arguments, roles):
+    group = arguments.get("group")
+    tensors = [t for arg in arguments if arg in roles for t in _tensors(arguments[arg])]
+    return CallRecord(name, _global_peer(arguments, group), _group_size(group),
+                      tuple(tuple(t.shape) for t in tensors), tuple(_dtype_name(t.dtype) for t in tensors))
+
+
+def _batch(orig, args, kwargs):
+    ops = list(args[0] if args else kwargs.get("p2p_op_list", []))
+    for op in ops:  # an op built with torch's own isend/irecv (captured before install)
+        for which in ("isend", "irecv"):
+            if getattr(op, "op", None) is _originals.get(which):
+                op.op = _wrappers[which]
+    if _state["record"]:
+        for op in ops:
+            peer = getattr(op, "peer", None)  # P2POp keeps the global rank of its peer
+            kind = "isend" if op.op is _wrappers.get("isend") else "irecv"
+            t = op.tensor
+            _records.append(CallRecord("batch_isend_irecv", peer, _group_size(op.group), (tuple(t.shape),),
+                                       (_dtype_name(t.dtype),), kind))
+    if not (_state["check_layout"] and any(_odd(op.tensor) for op in ops if isinstance(op.tensor, torch.Tensor))):
+        return orig(*args, **kwargs)
+    # Dense stand-ins for odd tensors; results copied back when each Work is waited on.
+    swapped = []
+    for op in ops:
+        t = op.tensor
+        if isinstance(t, torch.Tensor) and _odd(t):
+            receives = op.op is _wrappers.get("irecv")
+            if receives:
+                _check_writable(t, "batch_isend_irecv")
+            dense = _dense(t)
+            swapped.append((op, t, dense if receives else None))
+            op.tensor = dense
+    try:
+        works = orig(ops)
+    finally:
+        for op, t, _ in swapped:
+            op.tensor = t
+    copies = [(t, dense) for _, t, dense in swapped if dense is not None]
+    if not copies:
+        return works
+    return [_CopyBackWork(w, copies) for w in works]
+
+
+# ----------------------------------------------------------------------------------------------
+# Layouts
+
+
+def _odd(t) -> bool:
+    """Whether gloo would misread this tensor: strided but not dense, or a pending conj/neg."""
+    return (t.layout == torch.strided and not t.is_contiguous()) or t.is_conj() or t.is_neg()
+
+
+def _any_odd(args, kwargs) -> bool:
+    for value in (*args, *kwargs.values()):
+        if isinstance(value, torch.Tensor):
+            if _odd(value):
+                return True
+        elif isinstance(value, (list, tuple)):
+            for t in _tensors(value):
+                if _odd(t):
+                    return True
+    return False
+
+
+def _dense(t):
+    return t.resolve_conj().resolve_neg().contiguous().clone(memory_format=torch.contiguous_format)
+
+
+def _check_writable(t, name):
+    if t.layout == torch.strided and torch._debug_has_internal_overlap(t) == 1:
+        raise ValueError(
+            f"{name}: an output tensor of shape {tuple(t.shape)} with strides {t.stride()} is an expanded "
+            f"view (several elements share one memory location), so it cannot receive a result. Pass a "
+            f"tensor of its own: out = t.clone() (or {LAYOUT_HINT})")
+
+
+def _swap(value, role, name, copies):
+    """``value`` with every odd tensor replaced by a dense copy; ``copies`` collects
+    ``(original, dense)`` pairs whose results must be copied back."""
+    if isinstance(value, torch.Tensor):
+        if not _odd(value):
+            return value
+        if role != _IN:
+            _check_writable(value, name)
+        dense = _dense(value)
+        if role != _IN:
+            copies.append((value, dense))
+        return dense
+    if isinstance(value, list):
+        return [_swap(v, role, name, copies) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_swap(v, role, name, copies) for v in value)
+    return value
+
+
+def _copy_back(copies):
+    for original, dense in copies:
+        original.copy_(dense)
+
+
+def _call_with_dense(orig, name, bound, roles):
+    copies = []
+    arguments = bound.arguments
+    for arg, role in roles.items():
+        if arg in arguments:
+            arguments[arg] = _swap(arguments[arg], role, name, copies)
+    result = orig(*bound.args, **bound.kwargs)
+    if not copies:
+        return result
+    if arguments.get("async_op"):
+        return _CopyBackWork(result, copies) if result is not None else result
+    _copy_back(copies)
+    return result
+
+
+class _CopyBackWork(dist.Work):
+    """A :class:`torch.distributed.Work` that, once the operation is done, copies its results
+    from the dense stand-ins back into the learner's tensors (non-contiguous or conj/neg views)."""
+
+    def __init__(self, work, copies):
+        super().__init__()
+        self._work = work
+        self._copies = copies
+        self._copied = False
+
+    def _finish(self):
+        if not self._copied:
+            self._copied = True
+            _copy_back(self._copies)
+
+    def wait(self, timeout=datetime.timedelta(0)):
+        done = self._work.wait(timeout) if timeout else self._work.wait()
+        self._finish()
+        return done
+
+    def is_completed(self):
+        return self._work.is_completed()
+
+    def is_success(self):
+        return self._work.is_success()
+
+    def exception(self):
+        return self._work.exception()
+
+    def source_rank(self):
+        return self._work.source_rank()
+
+    def result(self):
+        return self._work.result()
+
+    def synchronize(self):
+        self._work.synchronize()
+        self._finish()
+
+    def get_future(self):
+        def done(fut):
+            self._finish()
+            return fut.value()
+        return self._work.get_future().then(done)
+
+    def __getattr__(self, item):
+        return getattr(self._work, item)
