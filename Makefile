@@ -1,25 +1,32 @@
 # Two commands do all the set-up on a fresh Debian / Python 3.11 machine:
 #   make lab    create/refresh .venv, install collnb + JupyterLab, open JupyterLab on notebooks/
 #   make test   create/refresh .venv with the test extras, run the whole suite
+# More:
+#   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html
+#   make student  student versions without solutions + nbgrader autograding, into classroom/
+#   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 
-.PHONY: lab test venv clean
+.PHONY: lab test venv clean docs student meta
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-# Re-install when pyproject.toml changes. torch is pinned to 2.13.0 there (its CPU wheel).
-$(VENV)/.lab-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[lab]"
+# Re-install when pyproject.toml or constraints.txt changes. pyproject.toml gives torch a range;
+# constraints.txt pins the tested release (2.13.0, its CPU wheel), so pip never picks another.
+PIP_INSTALL := $(BIN)/python -m pip install --quiet -c constraints.txt
+
+$(VENV)/.lab-installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e ".[lab]"
 	touch $@
 
-$(VENV)/.test-installed: pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e ".[lab,test]"
+$(VENV)/.test-installed: pyproject.toml constraints.txt | $(BIN)/python
+	$(PIP_INSTALL) -e ".[lab,test,docs,classroom]"
 	touch $@
 
 venv: $(VENV)/.lab-installed
@@ -44,5 +51,24 @@ lab: $(VENV)/.lab-installed $(LAB_OVERRIDES)
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# The book: README figures from real ranks, notebook metadata, then Sphinx with MyST-NB executing
+# every notebook (cached in docs/_build/.jupyter_cache, used by nothing else). Output: docs/_build/html.
+# A kernel that failed to start (a port taken between choosing and binding it, on a loaded machine)
+# fails the build; the retry re-runs only the notebooks not yet in the cache. -j 2: two notebooks
+# execute at once (2 cores), as tests/test_notebooks.py does.
+SPHINX := $(BIN)/python -m sphinx -b html -q -j 2 -c docs . docs/_build/html
+docs: $(VENV)/.test-installed
+	$(BIN)/python tools/notebook_meta.py
+	$(BIN)/python tools/readme_figures.py
+	$(SPHINX) || { echo "book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX); }
+	@echo "book: docs/_build/html/index.html"
+
+# Student versions (no solutions) and the nbgrader course folder: classroom/.
+student: $(VENV)/.test-installed
+	$(BIN)/python tools/student.py generate classroom
+
+meta: $(BIN)/python
+	$(BIN)/python tools/notebook_meta.py
+
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build classroom

@@ -100,6 +100,8 @@ def build_parser() -> argparse.ArgumentParser:
                 raise
         else:
             module.add_parser(subparsers)
+    from . import present
+    present.add_parser(subparsers)
     return parser
 
 

@@ -41,7 +41,7 @@ __all__ = [
     "check_count_ranks", "check_broadcast", "check_scatter_prediction", "check_gather",
     "check_reduce_prediction", "check_all_gather", "check_reduce_scatter_prediction",
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
-    "check_ring_prediction", "check_ring_step", "check_average_gradients", "tiny_model", "train_steps",
+    "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model", "train_steps",
     "launch_recorded",
 ]
 
@@ -771,6 +771,58 @@ def check_ring_prediction(prediction, solution, trace) -> None:
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="give one list of three numbers per rank, e.g. [[a, b, c], [d, e, f], [g, h, i]].",
                 passed="right: after round 2 rank r holds chunk r summed over all three ranks")
+
+
+def check_time_prediction(prediction, solution, *, model_prediction: float, measure: Callable[[], float],
+                          tolerance: float = 2.0, tries: int = 3) -> None:
+    """Check the bandwidth notebook's exercise: a time, in seconds, predicted from the fitted α-β(-γ)
+    model for a message size the sweep never measured.
+
+    The prediction must equal the fitted model's own prediction within 1 % (so it came from the
+    model, not from a stopwatch), and a fresh measurement on real ranks must lie within a factor of
+    ``tolerance`` of it. A load spike can hit one measurement, so up to ``tries`` are taken before
+    judging.
+
+    Args:
+        prediction: the learner's answer in seconds (``None`` while unanswered).
+        solution: the stored solution in seconds (shown, labelled, while unanswered; never a ✓).
+        model_prediction: seconds the fitted model predicts for that size (``FitResult.predict``).
+        measure: a function that measures that size once on real ranks and returns seconds
+            (median of its iterations); it is called only for an answer that matches the model.
+        tolerance: the accepted factor between prediction and measurement (default 2).
+        tries: measurements taken at most before a prediction is judged too far off.
+
+    Raises:
+        CheckFailed: a prediction that is not a positive number of seconds, that differs from the
+            model, or that lies outside the tolerance of every measurement, with a hint.
+    """
+    if prediction is None:
+        print(f"my_prediction: {NOT_ANSWERED}. Set it in the exercise cell above and run this cell again.")
+        print(f"The stored SOLUTION (not your answer, so it earns no check mark): {solution * 1e3:.3f} ms; "
+              f"the fitted model says {model_prediction * 1e3:.3f} ms.")
+        return
+    if isinstance(prediction, bool) or not isinstance(prediction, (int, float)) or not prediction > 0:
+        raise _fail(f"your prediction {prediction!r} is not a positive number of seconds.",
+                    "give the time in seconds as a float, e.g. 0.0012 for 1.2 ms.")
+    if abs(prediction / model_prediction - 1) > 0.01:
+        unit_hint = (" Your number looks like milliseconds: the answer is in seconds."
+                     if abs(prediction / 1e3 / model_prediction - 1) < 0.01 else "")
+        raise _fail(f"you predicted {prediction * 1e3:.4g} ms; the fitted model says "
+                    f"{model_prediction * 1e3:.4g} ms.",
+                    "all_reduce on p ranks as a ring: 2(p-1)·α + 2(p-1)/p·m·β + (p-1)/p·m·γ, with m in bytes "
+                    "and α, β, γ from the fit." + unit_hint)
+    rows = []
+    for attempt in range(1, tries + 1):
+        got = float(measure())
+        ratio = got / prediction
+        rows.append((attempt, f"{got * 1e3:.3f} ms", f"{prediction * 1e3:.3f} ms", f"{ratio:.2f}"))
+        if 1 / tolerance <= ratio <= tolerance:
+            _passed(f"the fitted model predicted a size it never saw, within a factor of {tolerance:g} "
+                    "of the measurement", _table(rows, ("measurement", "measured", "predicted", "ratio")))
+            return
+    raise _fail(f"every measurement was more than a factor of {tolerance:g} away from the prediction.",
+                "your formula matches the model, so the machine is probably busy: run this cell again.",
+                _table(rows, ("measurement", "measured", "predicted", "ratio")))
 
 
 # ----------------------------------------------------------------------------------------------

@@ -399,3 +399,34 @@ def test_wrong_answer_in_a_kernel_shows_the_hint_and_no_traceback():
     shown = "\n".join(err.traceback)
     assert "✗" in shown and "Hint: " in shown
     assert "Traceback" not in shown and "exercises.py" not in shown and 'File "' not in shown, shown
+
+
+# ------------------------------------------------------------------------------------------------
+# bandwidth: a time predicted from the fitted model for a size the sweep never measured
+
+
+def test_time_prediction_check(capsys):
+    model_says = 1.2e-3
+    calls = []
+
+    def measure(values=iter([5e-3, 1.5e-3])):  # a load spike first, then a fair measurement
+        calls.append(1)
+        return next(values)
+
+    out = _passes(capsys, exercises.check_time_prediction, 1.2e-3, 1.2e-3, model_prediction=model_says,
+                  measure=measure)
+    assert len(calls) == 2 and "1.25" in out  # 1.5 ms / 1.2 ms, measured again after the spike
+    _unfinished(capsys, exercises.check_time_prediction, None, 1.2e-3, model_prediction=model_says,
+                measure=lambda: pytest.fail("an unanswered check measures nothing"))
+    # Not from the model (e.g. a stopwatch guess), or in the wrong unit: refused before measuring.
+    _fails(capsys, exercises.check_time_prediction, 2e-3, 1.2e-3, model_prediction=model_says,
+           measure=lambda: 2e-3, hint="2(p-1)·α")
+    _fails(capsys, exercises.check_time_prediction, 1.2, 1.2e-3, model_prediction=model_says,
+           measure=lambda: 1.2e-3, hint="milliseconds")
+    _fails(capsys, exercises.check_time_prediction, "1 ms", 1.2e-3, model_prediction=model_says,
+           measure=lambda: 1.2e-3, what="not a positive number of seconds")
+    # Right formula, but every measurement is far off: judged after `tries` measurements.
+    far = []
+    _fails(capsys, exercises.check_time_prediction, 1.2e-3, 1.2e-3, model_prediction=model_says,
+           measure=lambda: far.append(1) or 9e-3, hint="busy")
+    assert len(far) == 3

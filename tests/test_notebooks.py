@@ -161,10 +161,12 @@ def test_primitive_notebook_structure(path):
     a hidden solution and a check that uses collnb.exercises, shows a heatmap, and links to the
     round-by-round notebook."""
     nb = nbformat.read(path, as_version=4)
-    code = [c for c in nb.cells if c.cell_type == "code"]
+    # the Colab set-up cell (tools/notebook_meta.py) comes first and does nothing outside Colab
+    code = [c for c in nb.cells if c.cell_type == "code" and "colab-setup" not in c.metadata.get("tags", [])]
     predict_md = next(i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
                       and "Predict, then run" in c.source)
-    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code")
+    first_code = next(i for i, c in enumerate(nb.cells) if c.cell_type == "code"
+                      and "colab-setup" not in c.metadata.get("tags", []))
     assert "import" in nb.cells[first_code].source and "def " not in nb.cells[first_code].source
     assert predict_md < next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and i > first_code), \
         f"{path.name}: the predict-then-run question does not come first"

@@ -30,14 +30,17 @@ def test_environment_yml_matches_pyproject():
     missing = {_name(r) for r in wanted} - conda_names - pip_names
     assert not missing, f"environment.yml lacks {sorted(missing)} that pyproject.toml requires"
     # the same torch release for pip and conda users
-    assert _pin(pip, "torch").replace(" ", "") == _pin(project["dependencies"], "torch").replace(" ", "")
-    assert "-e ." in pip  # collnb itself
+    # the same torch release for pip (constraints.txt, what make and CI install) and conda users
+    pinned = [ln.strip() for ln in (ROOT / "constraints.txt").read_text().splitlines() if ln.startswith("torch")]
+    assert [_pin(pip, "torch").replace(" ", "")] == pinned
+    assert any(p.replace(" ", "").startswith("-e.") for p in pip)  # collnb itself
 
 
 def test_package_data_and_entry_points():
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert project["project"]["scripts"]["collnb"] == "collnb.__main__:main"
-    assert "torch==2.13.0" in project["project"]["dependencies"]
+    # a range for users (Colab keeps its torch); the tested pin is in constraints.txt (test_docs.py)
+    assert any(d.replace(" ", "").startswith("torch>=") for d in project["project"]["dependencies"])
 
 
 def test_seed_documents_ship_with_the_package():

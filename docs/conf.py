@@ -1,0 +1,83 @@
+"""Sphinx configuration of collnb's book (``make docs``): MyST-NB + sphinx-book-theme.
+
+Sphinx runs on the repository root (``sphinx-build -c docs . docs/_build/html``) so that the pages
+are named after the files (``notebooks/01_broadcast`` -> ``notebooks/01_broadcast.html``) and links
+between notebooks resolve as they do in JupyterLab; only ``docs/*.md`` and ``notebooks/*.ipynb`` are
+read. The notebooks are executed at build time with a cache used by nothing else (``docs/_build/.jupyter_cache``); the
+landing page is README.md; the API reference is generated from the docstrings. Launch buttons
+(Binder, Colab, JupyterHub) on every notebook page are made from the one repository URL in
+pyproject.toml's ``[project.urls]``.
+"""
+import os
+import sys
+import tomllib
+from pathlib import Path
+
+DOCS = Path(__file__).resolve().parent
+ROOT = DOCS.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+from notebook_meta import BRANCH, documentation_url, repository_url  # noqa: E402
+
+_project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+project = "collnb"
+author = "collnb contributors"
+release = _project["version"]
+copyright = "collnb contributors"
+
+extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
+root_doc = "docs/index"
+include_patterns = ["docs/*.md", "notebooks/*.ipynb"]
+exclude_patterns = [".venv", ".git", "docs/_build", "build", "artifacts", "classroom", "**/.ipynb_checkpoints",
+                    "notebooks/*_output", "jupyter_execute"]
+html_extra_path = ["root"]  # index.html at the top of the site: a redirect to docs/index.html
+
+# ---- notebooks: executed at build time, cached; a cell error stops the build
+nb_execution_mode = os.environ.get("COLLNB_DOCS_EXECUTE", "cache")
+nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+nb_execution_timeout = 600
+nb_execution_raise_on_error = True
+nb_execution_show_tb = True
+nb_kernel_rgx_aliases = {".*": "python3"}
+# A saved widget's static picture (image/png, text/html) wins over its live view, whose JavaScript
+# would need a CDN (the book must work offline and the widgets need a kernel anyway).
+nb_mime_priority_overrides = [
+    ("html", "application/vnd.jupyter.widget-view+json", None),
+    ("html", "image/png", 5),
+]
+nb_ipywidgets_js = {}
+myst_enable_extensions = ["colon_fence", "dollarmath"]
+myst_heading_anchors = 3
+suppress_warnings = ["mystnb.unknown_mime_type"]
+
+# ---- API reference
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": True}
+napoleon_google_docstring = True
+napoleon_use_ivar = True  # "Attributes:" as fields, not a second description of each attribute
+
+# ---- theme and launch buttons
+html_theme = "sphinx_book_theme"
+html_title = "collnb"
+repository = repository_url()
+html_baseurl = documentation_url() + "/"
+html_theme_options = {
+    "repository_url": repository,
+    "repository_branch": BRANCH,
+    # pages are named after their path in the repository (notebooks/x), so launch links point at
+    # notebooks/x.ipynb there, not at the docs/notebooks link
+    "path_to_docs": "",
+    "use_repository_button": True,
+    "use_download_button": True,
+    "launch_buttons": {
+        "binderhub_url": "https://mybinder.org",
+        "colab_url": "https://colab.research.google.com",
+        # a teacher's own hub: COLLNB_JUPYTERHUB_URL=https://hub.example.edu make docs
+        # (the default is a placeholder: a school sets its own hub when it builds the book)
+        "jupyterhub_url": os.environ.get("COLLNB_JUPYTERHUB_URL", "https://jupyterhub.example.org"),
+        "notebook_interface": "jupyterlab",
+    },
+    "home_page_in_toc": True,
+}
+html_static_path = []

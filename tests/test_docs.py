@@ -1,0 +1,428 @@
+"""Publishing: notebook metadata (Colab cell, slides, hidden solutions), the one public URL and every
+link made from it, the torch range and its pin, the Binder (repo2docker) configuration, and the
+built book opened in headless Chromium.
+
+The book test needs ``make docs`` to have built ``docs/_build/html`` (``.ci/run`` does that before
+``make test``); without a built book it builds one itself (several minutes).
+"""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tomllib
+import types
+from pathlib import Path
+from urllib.parse import unquote, urljoin, urlparse
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+BOOK = ROOT / "docs" / "_build" / "html"
+sys.path.insert(0, str(ROOT / "tools"))
+import notebook_meta  # noqa: E402
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+REPO_URL = PYPROJECT["project"]["urls"]["Repository"]
+OWNER_REPO = REPO_URL.removeprefix("https://github.com/")
+
+
+def _nb(path):
+    return json.loads(path.read_text())
+
+
+def _src(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _tagged(nb, tag):
+    return [c for c in nb["cells"] if tag in c.get("metadata", {}).get("tags", [])]
+
+
+# ------------------------------------------------------------------------------------------------
+# Notebook metadata
+
+
+def test_notebook_metadata_is_up_to_date():
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "notebook_meta.py"), "--check"],
+                          capture_output=True, text=True)
+    assert proc.returncode == 0, f"notebook metadata out of date; run tools/notebook_meta.py\n{proc.stderr}"
+
+
+def test_metadata_tool_is_idempotent(tmp_path):
+    nb = _nb(NOTEBOOKS[1])
+    once = json.loads(json.dumps(nb))
+    notebook_meta.fix_notebook(once, REPO_URL)
+    twice = json.loads(json.dumps(once))
+    assert notebook_meta.fix_notebook(twice, REPO_URL) == []
+    assert twice == once
+
+
+def test_metadata_tool_fixes_a_bare_notebook():
+    """A notebook with none of the metadata gets all of it, and a teacher's own slide type stays."""
+    nb = {"cells": [
+        {"cell_type": "markdown", "id": "a", "metadata": {}, "source": "# Title\n\ntext"},
+        {"cell_type": "markdown", "id": "b", "metadata": {"slideshow": {"slide_type": "fragment"}},
+         "source": "## kept as the teacher set it"},
+        {"cell_type": "markdown", "id": "c", "metadata": {}, "source": "### Exercise"},
+        {"cell_type": "code", "id": "d", "metadata": {"tags": ["exercise"]}, "source": "x = None",
+         "outputs": [], "execution_count": None},
+        {"cell_type": "code", "id": "e", "metadata": {"tags": ["solution"]}, "source": "solution = 3",
+         "outputs": [], "execution_count": None}],
+        "metadata": {}, "nbformat": 4, "nbformat_minor": 5}
+    notebook_meta.fix_notebook(nb, REPO_URL)
+    cells = {c["id"]: c for c in nb["cells"]}
+    assert nb["cells"][0]["id"] == notebook_meta.COLAB_CELL_ID
+    assert [cells[i]["metadata"]["slideshow"]["slide_type"] for i in "abcde"] == \
+        ["slide", "fragment", "subslide", "-", "skip"]
+    sol = cells["e"]
+    assert _src(sol).splitlines() == [notebook_meta.SOLUTION_TITLE, "solution = 3"]
+    assert sol["metadata"]["cellView"] == "form" and sol["metadata"]["jupyter"]["source_hidden"] is True
+    assert "hide-input" in sol["metadata"]["tags"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_every_notebook_has_colab_cell_slides_and_hidden_solutions(path):
+    nb = _nb(path)
+    first = nb["cells"][0]
+    assert first["id"] == "colab-setup" and first["cell_type"] == "code", \
+        f"{path.name}: the first cell is not the Colab set-up cell; run tools/notebook_meta.py"
+    assert {"remove-cell", "colab-setup"} <= set(first["metadata"]["tags"])
+    no_slide = [i for i, c in enumerate(nb["cells"]) if "slide_type" not in c["metadata"].get("slideshow", {})]
+    assert not no_slide, f"{path.name}: cells {no_slide} have no slide metadata; run tools/notebook_meta.py"
+    assert nb["cells"][1]["metadata"]["slideshow"]["slide_type"] == "slide"  # the title opens the deck
+    assert sum(c["metadata"]["slideshow"]["slide_type"] == "slide" for c in nb["cells"]) >= 2
+    for cell in _tagged(nb, "solution"):
+        meta = cell["metadata"]
+        assert meta["jupyter"]["source_hidden"] is True, f"{path.name}: solution visible in JupyterLab"
+        assert meta["cellView"] == "form" and re.match(r"# @title ", _src(cell)), \
+            f"{path.name}: solution visible on Colab (needs a # @title form)"
+        assert "hide-input" in meta["tags"] and meta["slideshow"]["slide_type"] == "skip"
+
+
+def _run_colab_cell(in_colab: bool):
+    source = _src(_nb(NOTEBOOKS[0])["cells"][0])
+    calls = []
+    shell = types.SimpleNamespace(run_line_magic=lambda *a: calls.append(("magic", *a)))
+    saved = {k: sys.modules.get(k) for k in ("google", "google.colab")}
+    if in_colab:
+        google = types.ModuleType("google")
+        colab = types.ModuleType("google.colab")
+        colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: calls.append(("widgets",)))
+        google.colab = colab
+        sys.modules.update({"google": google, "google.colab": colab})
+    else:
+        sys.modules.pop("google.colab", None)
+    try:
+        exec(compile(source, "colab-setup", "exec"), {"get_ipython": lambda: shell})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return calls
+
+
+def test_colab_cell_does_nothing_outside_colab():
+    assert _run_colab_cell(in_colab=False) == []
+
+
+def test_colab_cell_installs_collnb_from_the_repository_and_enables_widgets():
+    calls = _run_colab_cell(in_colab=True)
+    assert calls == [("magic", "pip", f"install -q 'collnb @ git+{REPO_URL}@main'"), ("widgets",)]
+
+
+def test_colab_cell_is_the_same_in_every_notebook():
+    first = {_src(_nb(p)["cells"][0]) for p in NOTEBOOKS}
+    assert len(first) == 1
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_links_between_notebooks_work_on_colab(path):
+    """Colab opens notebooks at .../github/OWNER/REPO/blob/BRANCH/notebooks/x.ipynb; a relative
+    link there must resolve to the Colab URL of a notebook that exists (so do JupyterLab's and
+    Binder's, which resolve against notebooks/ as well)."""
+    nb = _nb(path)
+    markdown = "\n".join(_src(c) for c in nb["cells"] if c["cell_type"] == "markdown")
+    here = notebook_meta.colab_url(REPO_URL, f"notebooks/{path.name}")
+    for target, _anchor in notebook_meta.LINK_RE.findall(markdown):
+        resolved = urljoin(here, target)
+        prefix = f"https://colab.research.google.com/github/{OWNER_REPO}/blob/main/notebooks/"
+        assert resolved.startswith(prefix), f"{path.name}: {target} resolves to {resolved} on Colab"
+        assert (ROOT / "notebooks" / resolved.removeprefix(prefix)).is_file(), resolved
+
+
+# ------------------------------------------------------------------------------------------------
+# One public URL
+
+
+def test_public_url_is_written_once_and_every_link_agrees():
+    assert re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", REPO_URL)
+    readme = (ROOT / "README.md").read_text()
+    docs = PYPROJECT["project"]["urls"]["Documentation"].rstrip("/")
+    binder = re.findall(r"https://mybinder\.org/v2/gh/([^)\s?]+)", readme)
+    colab = re.findall(r"https://colab\.research\.google\.com/github/([^)\s]+)", readme)
+    github = re.findall(r"https://github\.com/([\w.-]+/[\w.-]+)", readme)
+    assert binder and colab, "README has no Binder badge / Colab links"
+    assert all(b == f"{OWNER_REPO}/main" for b in binder), binder
+    assert all(c.startswith(f"{OWNER_REPO}/blob/main/notebooks/") for c in colab), colab
+    assert all(g == OWNER_REPO for g in github), github
+    assert "mybinder.org/badge_logo.svg" in readme
+    # every notebook has its own row of links
+    for path in NOTEBOOKS:
+        rel = f"notebooks/{path.name}"
+        assert notebook_meta.binder_url(REPO_URL, rel) in readme, f"no Binder link for {rel}"
+        assert notebook_meta.colab_url(REPO_URL, rel) in readme, f"no Colab link for {rel}"
+        assert f"{docs}/notebooks/{path.stem}.html" in readme, f"no book link for {rel}"
+    # the book's launch buttons and the Colab cell use the same URL
+    conf = {}
+    exec(compile((ROOT / "docs" / "conf.py").read_text(), "conf.py", "exec"),
+         {"__file__": str(ROOT / "docs" / "conf.py")} | conf)
+    for path in NOTEBOOKS:
+        assert f"git+{REPO_URL}@main" in _src(_nb(path)["cells"][0])
+    # no other copy of a repository URL anywhere in what we publish
+    for f in [ROOT / "docs" / "conf.py", ROOT / "docs" / "index.md", *NOTEBOOKS]:
+        for other in re.findall(r"github\.com/([\w.-]+/[\w.-]+)", f.read_text()):
+            assert other.removesuffix(".git") == OWNER_REPO, f"{f.name} names another repository: {other}"
+
+
+def test_book_launch_buttons_come_from_pyproject():
+    ns = {"__file__": str(ROOT / "docs" / "conf.py")}
+    exec(compile((ROOT / "docs" / "conf.py").read_text(), "conf.py", "exec"), ns)
+    opts = ns["html_theme_options"]
+    assert opts["repository_url"] == REPO_URL and opts["repository_branch"] == "main"
+    assert opts["path_to_docs"] == ""  # pages are notebooks/x -> notebooks/x.ipynb in the repo
+    assert set(opts["launch_buttons"]) >= {"binderhub_url", "colab_url", "jupyterhub_url"}
+
+
+def test_link_table_disagreeing_with_pyproject_is_detected(tmp_path):
+    """The check really compares: a README written for another repository fails it."""
+    readme = (ROOT / "README.md").read_text()
+    other = notebook_meta.fix_readme(readme, notebook_meta.readme_links(
+        "https://github.com/someone/else", NOTEBOOKS, "https://someone.github.io/else"))
+    assert other != readme
+    assert notebook_meta.fix_readme(other, notebook_meta.readme_links(
+        REPO_URL, NOTEBOOKS, PYPROJECT["project"]["urls"]["Documentation"].rstrip("/"))) == readme
+
+
+# ------------------------------------------------------------------------------------------------
+# Torch: a range for users, one tested release for make and CI
+
+
+def _torch_req(reqs):
+    return next(r for r in reqs if re.match(r"torch\b", r))
+
+
+def test_torch_is_a_range_and_the_pin_lives_in_constraints():
+    req = _torch_req(PYPROJECT["project"]["dependencies"]).replace(" ", "")
+    assert "==" not in req and ">=" in req and "<" in req, req
+    pins = [ln.strip() for ln in (ROOT / "constraints.txt").read_text().splitlines()
+            if ln.strip() and not ln.startswith("#")]
+    assert "torch==2.13.0" in pins
+    makefile = (ROOT / "Makefile").read_text()
+    assert "-c constraints.txt" in makefile
+    installs = [ln for ln in makefile.splitlines() if "pip install" in ln and "-e" in ln]
+    assert all("$(PIP_INSTALL)" in ln or "-c constraints.txt" in ln for ln in installs), installs
+
+
+def test_slides_extension_comes_with_the_lab_extra():
+    from importlib.metadata import version
+    lab = PYPROJECT["project"]["optional-dependencies"]["lab"]
+    assert any(r.startswith("jupyterlab-rise") for r in lab)
+    assert version("jupyterlab_rise")  # installed by make lab / make test
+    ext = Path(sys.prefix) / "share" / "jupyter" / "labextensions" / "jupyterlab-rise" / "package.json"
+    assert json.loads(ext.read_text())["name"] == "jupyterlab-rise", "RISE is not a JupyterLab extension here"
+
+
+def test_installed_torch_is_the_pinned_cpu_build():
+    import torch
+    assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__
+    assert torch.version.cuda is None, f"a CUDA build of torch is installed ({torch.version.cuda})"
+
+
+# ------------------------------------------------------------------------------------------------
+# Binder: repo2docker's rules
+
+
+def _is_local_pip_requirement(line: str) -> bool:
+    """repo2docker's own rule (repo2docker.utils.is_local_pip_requirement, 2026.4): ``-r``/``-c``
+    or a path (``.``, ``./x``) is local; then the repository is copied in before the environment
+    is installed."""
+    line = line.split("#", 1)[0].strip()
+    if line.startswith(("-r", "-c", "--requirement", "--constraint")):
+        return True
+    if line.startswith("--") and "=" in line:
+        line = line.split("=", 1)[1]
+    if line.startswith("-e "):
+        line = line[3:].strip()
+    return line.startswith((".", "/", "file:"))
+
+
+def test_binder_configuration_follows_repo2docker_rules():
+    # repo2docker reads binder/ or .binder/ instead of the root when one exists
+    assert not (ROOT / "binder").exists() and not (ROOT / ".binder").exists()
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    assert any(str(d).startswith("python=3.11") for d in env["dependencies"])
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    local = [ln for ln in pip if _is_local_pip_requirement(ln)]
+    # `-e .` (and the constraints file) are local references: repo2docker then installs the
+    # environment after the repository's files are in the image, so they resolve
+    assert any(ln.replace(" ", "").startswith("-e.") for ln in local), pip
+    assert "-c constraints.txt" in pip
+    torch = _torch_req([p for p in pip if not p.startswith("-")]).replace(" ", "")
+    assert torch == "torch==2.13.0"
+    assert any("whl/cpu" in p for p in pip if p.startswith("--extra-index-url")), "Binder must get CPU torch"
+    # what the notebooks and the projector view need on Binder
+    extras = next(p for p in pip if p.replace(" ", "").startswith("-e."))
+    assert "lab" in extras and "present" in extras
+
+
+# ------------------------------------------------------------------------------------------------
+# The built book, in headless Chromium
+
+
+@pytest.fixture(scope="module")
+def book():
+    if not (BOOK / "docs" / "index.html").is_file():
+        subprocess.run(["make", "docs"], cwd=ROOT, check=True)
+    return BOOK
+
+
+def executed_notebook(path: Path) -> dict:
+    """The notebook as the book executed it (MyST-NB's jupyter-cache in docs/_build/.jupyter_cache).
+
+    Raises:
+        KeyError: the cache holds no execution of the notebook's current code.
+    """
+    import nbformat
+    from jupyter_cache import get_cache
+
+    nb = nbformat.read(path, as_version=4)
+    try:
+        _, merged = get_cache(str(BOOK.parent / ".jupyter_cache")).merge_match_into_notebook(nb)
+    except KeyError:
+        raise KeyError(f"the book's cache has no execution of the current {path.name}; run make docs") from None
+    return merged
+
+
+@pytest.mark.slow
+@pytest.mark.browser
+@pytest.mark.timeout(1800)
+def test_book_pages_render_figures_and_links(book, tmp_path):
+    import os
+    chromium = "/usr/bin/chromium"
+    if not os.path.exists(chromium):
+        pytest.skip(f"{chromium} is missing; install Debian's chromium package")
+    from playwright.sync_api import sync_playwright
+
+    shots = Path(os.environ.get("COLLNB_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    problems = []
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        # the book must work offline: refuse every request that leaves the file system
+        page.route(re.compile(r"^https?://"), lambda route: route.abort())
+        ids_cache: dict[Path, set] = {}
+
+        def ids_of(f: Path):
+            if f not in ids_cache:
+                ids_cache[f] = set(re.findall(r'id="([^"]+)"', f.read_text(errors="replace")))
+            return ids_cache[f]
+
+        for nb_path in NOTEBOOKS:
+            html = book / "notebooks" / f"{nb_path.stem}.html"
+            if not html.is_file():
+                problems.append(f"{nb_path.stem}: no page {html}")
+                continue
+            page.goto(html.as_uri(), wait_until="load")
+            imgs = page.eval_on_selector_all(
+                "article img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth, "
+                               "e.naturalHeight])")
+            # the figures the executed notebook holds (from the book's own execution cache)
+            try:
+                ex = executed_notebook(nb_path)
+            except KeyError as exc:
+                problems.append(f"{nb_path.stem}: {exc}")
+                continue
+            pngs = sum("image/png" in o.get("data", {}) for c in ex["cells"] if c["cell_type"] == "code"
+                       for o in c.get("outputs", []) if "remove-cell" not in c["metadata"].get("tags", []))
+            heatmaps = len(_tagged(ex, "heatmap"))
+            if pngs < heatmaps:
+                problems.append(f"{nb_path.stem}: {heatmaps} heatmap cells but {pngs} PNG outputs when executed")
+            figures = [i for i in imgs if i[1] and i[1] >= 100 and i[2] >= 80]
+            broken = [i[0] for i in imgs if not i[1]]
+            if broken:
+                problems.append(f"{nb_path.stem}: images that did not load: {broken}")
+            if len(figures) < pngs:
+                problems.append(f"{nb_path.stem}: {len(figures)} figures rendered, the executed notebook "
+                                f"has {pngs} (heatmap cells: {heatmaps})")
+            errors = page.eval_on_selector_all(".output.traceback, .output.stderr pre",
+                                               "els => els.map(e => e.textContent.slice(0, 200))")
+            if any("Traceback" in e for e in errors):
+                problems.append(f"{nb_path.stem}: a traceback on the page: {errors[:1]}")
+            links = page.eval_on_selector_all("a[href]", "els => els.map(e => e.getAttribute('href'))")
+            for href in links:
+                if re.match(r"^[a-z]+:", href) or href.startswith("//"):
+                    continue
+                parsed = urlparse(urljoin(html.as_uri(), href))
+                target = Path(unquote(parsed.path))
+                if not target.exists():
+                    problems.append(f"{nb_path.stem}: broken link {href}")
+                elif parsed.fragment and target.suffix == ".html" and parsed.fragment not in ids_of(target):
+                    problems.append(f"{nb_path.stem}: link {href}: no #{parsed.fragment} in {target.name}")
+            # the Colab set-up cell is not in the book; solutions are collapsed behind a toggle
+            if "google.colab" in page.inner_text("article"):
+                problems.append(f"{nb_path.stem}: the Colab set-up cell is shown in the book")
+            n_solutions = len(_tagged(_nb(nb_path), "solution"))
+            collapsed = page.eval_on_selector_all(".tag_solution details:not([open])", "els => els.length")
+            if collapsed != n_solutions:
+                problems.append(f"{nb_path.stem}: {collapsed} of {n_solutions} solutions collapsed in the book")
+            launch = page.eval_on_selector_all(
+                "a[href*='mybinder.org'], a[href*='colab.research.google.com'], a[href*='git-pull']",
+                "els => els.map(e => e.getAttribute('href'))")
+            want_binder = f"mybinder.org/v2/gh/{OWNER_REPO}/main?urlpath=lab/tree/notebooks/{nb_path.name}"
+            want_colab = f"colab.research.google.com/github/{OWNER_REPO}/blob/main/notebooks/{nb_path.name}"
+            if not any(want_binder in unquote(u) for u in launch):
+                problems.append(f"{nb_path.stem}: no Binder button to {want_binder}: {launch}")
+            if not any(want_colab in u for u in launch):
+                problems.append(f"{nb_path.stem}: no Colab button to {want_colab}")
+            if not any("git-pull" in u and f"notebooks/{nb_path.name}" in unquote(u) for u in launch):
+                problems.append(f"{nb_path.stem}: no JupyterHub button")
+            page.screenshot(path=str(shots / f"book-{nb_path.stem}.png"), full_page=False)
+        # the landing page (README) and the API reference
+        page.goto((book / "index.html").as_uri())      # the site's top: a redirect to the landing page
+        page.wait_for_url(re.compile(r".*/docs/index\.html$"))
+        page.wait_for_load_state("load")
+        landing = page.eval_on_selector_all("article img", "els => els.map(e => e.naturalWidth)")
+        if len([w for w in landing if w and w > 100]) < 2:
+            problems.append(f"index: the README figures did not render ({landing})")
+        page.goto((book / "docs" / "api.html").as_uri(), wait_until="load")
+        api = page.eval_on_selector_all("dl.py.function > dt", "els => els.map(e => e.id)")
+        for name in ("collnb.launcher.launch", "collnb.primitives.run", "collnb.replay.replay"):
+            if name not in api:
+                problems.append(f"api: no entry for {name} (found {len(api)} functions)")
+        browser.close()
+    assert not problems, "\n".join(problems)
+
+
+def test_readme_figures_are_small_real_pictures():
+    """docs/img: the heatmap and the replay GIF README.md shows (tools/readme_figures.py, run by
+    make docs): small files, the heatmap a real picture, the GIF one frame per ring round + start."""
+    from PIL import Image
+    import readme_figures
+
+    readme = (ROOT / "README.md").read_text()
+    for name in (readme_figures.HEATMAP, readme_figures.REPLAY):
+        path = ROOT / "docs" / "img" / name
+        assert f"(docs/img/{name})" in readme, f"README does not show {name}"
+        assert 10_000 < path.stat().st_size <= readme_figures.MAX_BYTES, (name, path.stat().st_size)
+    png = Image.open(ROOT / "docs" / "img" / readme_figures.HEATMAP)
+    assert png.size[0] >= 500 and len(png.convert("RGB").getcolors(1 << 16) or []) >= 8
+    gif = Image.open(ROOT / "docs" / "img" / readme_figures.REPLAY)
+    # ring all_reduce at world size 4: 3 reduce-scatter + 3 all-gather rounds, plus the start
+    assert gif.n_frames == 2 * (4 - 1) + 1
