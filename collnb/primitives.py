@@ -729,9 +729,9 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False, **launch_kw
         :class:`BackendSupport`.
 
     Raises:
-        ValueError: unknown backend. RuntimeError: the backend cannot run here (the launcher's
-        reason, e.g. NCCL without CUDA). :class:`collnb.launcher.LaunchError`: the probe itself
-        failed.
+        ValueError: unknown backend.
+        RuntimeError: the backend cannot run here (the launcher's reason, e.g. NCCL without CUDA).
+        collnb.launcher.LaunchError: the probe itself failed.
     """
     info = _launcher.backend_info(backend)
     if not info["available"]:

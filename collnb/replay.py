@@ -763,7 +763,7 @@ class ReplayWidget:
         play: ``ipywidgets.Play`` (``interval`` in ms per round).
         slider: ``ipywidgets.IntSlider`` (the round shown; jslink'd to ``play``; focused, the
             ← / → keys step it round by round, Home / End jump to the ends).
-        first, back, forward, last: ``ipywidgets.Button`` "|◀", "◀ step", "step ▶", "▶|" (round 0, one round back,
+        first, back, forward, last: ``ipywidgets.Button`` ``"|◀"``, ``"◀ step"``, ``"step ▶"``, ``"▶|"`` (round 0, one round back,
             one round on, the last round), each with a tooltip; disabled where they cannot move.
         speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``).
         image: ``ipywidgets.Image`` (PNG of the current frame).
@@ -924,7 +924,7 @@ class RoundsExplorer:
 
     Attributes:
         primitive, algorithm: ``ipywidgets.Dropdown``; ``world_size``: ``ipywidgets.IntSlider``
-        ("number of GPUs", each one a real rank); ``status``: ``ipywidgets.HTML``;
+        ("ranks (world size)" on gloo, "GPUs (world size)" on NCCL; each one a real rank); ``status``: ``ipywidgets.HTML``;
         ``player``: the current :class:`ReplayWidget` (None until a run succeeded);
         ``trace``: its trace; ``widget``: the VBox to display.
     """
@@ -939,7 +939,9 @@ class RoundsExplorer:
         self.primitive = w.Dropdown(options=list(PRIMITIVES), value=primitive, description="primitive")
         algs = list(ALGORITHMS[primitive])
         self.algorithm = w.Dropdown(options=algs, value=algorithm or algs[0], description="algorithm")
-        self.world_size = w.IntSlider(value=world_size, min=1, max=MAX_WORLD_SIZE, description="number of GPUs",
+        # On gloo a rank is a process, not a GPU: the slider says so.
+        ranks = "GPUs (world size)" if backend == "nccl" else "ranks (world size)"
+        self.world_size = w.IntSlider(value=world_size, min=1, max=MAX_WORLD_SIZE, description=ranks,
                                       continuous_update=False, style={"description_width": "initial"})
         self.status = w.HTML()
         self.area = w.VBox()
@@ -1130,9 +1132,12 @@ class CompareWidget:
     Attributes:
         left, right: :class:`FrameRenderer` of the two traces (``left`` drawn first, on top).
         slider: ``ipywidgets.IntSlider`` (0..max rounds; a trace with fewer rounds stays on its
-        last). play: ``ipywidgets.Play``. first, back, forward, last: step buttons as in
-        :class:`ReplayWidget`. images: the two ``ipywidgets.Image``. summary: ``ipywidgets.Image``
-        of :func:`compare_figure`. widget: the VBox.
+            last).
+        play: ``ipywidgets.Play``.
+        first, back, forward, last: step buttons as in :class:`ReplayWidget`.
+        images: the two ``ipywidgets.Image``.
+        summary: ``ipywidgets.Image`` of :func:`compare_figure`.
+        widget: the VBox.
     """
 
     def __init__(self, a: Trace, b: Trace, model: CostModel | None = None):

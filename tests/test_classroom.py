@@ -195,8 +195,11 @@ def test_projector_view_in_chromium(tmp_path):
             page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
             page.goto(f"http://127.0.0.1:{port}/", timeout=240_000)
             # the explorer's heatmap and the replay's first frame: two images drawn from real ranks
+            # The static pictures arrive with the cell outputs, the live controls a little later:
+            # wait for both.
             page.wait_for_function(
-                "() => [...document.querySelectorAll('img')].filter(i => i.naturalWidth > 200).length >= 2",
+                "() => [...document.querySelectorAll('img')].filter(i => i.naturalWidth > 200).length >= 2"
+                " && document.querySelectorAll('.widget-slider, .widget-dropdown').length >= 2",
                 timeout=240_000)
             code_cells = page.eval_on_selector_all(
                 ".jp-CodeCell .jp-InputArea, .jp-CodeMirrorEditor, .cm-content",
