@@ -755,6 +755,31 @@ def _transfers_html(data: dict, limit: int = 24) -> str:
     return "<code style='font-size:12px'>" + "<br>".join(_h.escape(x) for x in lines) + "</code>" + more
 
 
+def _step_buttons(w, slider, first_tip: str, last_tip: str) -> tuple:
+    """The ``|◀``, ``◀ step``, ``step ▶``, ``▶|`` buttons of a player: each moves ``slider``
+    (0..``slider.max``) to round 0, one round back, one round on, or the last round. Each has a
+    tooltip and the CSS classes ``collnb-step`` and ``collnb-step-NAME`` (first/back/forward/last).
+    """
+    bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
+    buttons = (w.Button(description="|◀", tooltip=first_tip, layout=bl),
+               w.Button(description="◀ step", tooltip="step back one round", layout=sl),
+               w.Button(description="step ▶", tooltip="step forward one round", layout=sl),
+               w.Button(description="▶|", tooltip=last_tip, layout=bl))
+    moves = (lambda k: 0, lambda k: k - 1, lambda k: k + 1, lambda k: slider.max)
+    for b, name, move in zip(buttons, ("first", "back", "forward", "last"), moves):
+        b.add_class("collnb-step")
+        b.add_class(f"collnb-step-{name}")
+        b.on_click(lambda _, move=move: setattr(slider, "value", min(max(move(slider.value), 0), slider.max)))
+    return buttons
+
+
+def _enable_steps(buttons: tuple, k: int, last: int) -> None:
+    """Disable the step buttons that cannot move from round ``k`` (of 0..``last``)."""
+    first, back, forward, end = buttons
+    first.disabled = back.disabled = k <= 0
+    forward.disabled = end.disabled = k >= last
+
+
 class ReplayWidget:
     """The replay player for one trace (see :func:`replay`).
 
@@ -791,18 +816,8 @@ class ReplayWidget:
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
                                   continuous_update=True, layout=w.Layout(width="300px"),
                                   tooltip="drag, or click it and press ← / → to step round by round")
-        bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
-        self.first = w.Button(description="|◀", tooltip="first: round 0, before any message", layout=bl)
-        self.back = w.Button(description="◀ step", tooltip="step back one round", layout=sl)
-        self.forward = w.Button(description="step ▶", tooltip="step forward one round", layout=sl)
-        self.last = w.Button(description="▶|", tooltip=f"last: round {R}, the result", layout=bl)
-        for b_, name in ((self.first, "first"), (self.back, "back"), (self.forward, "forward"), (self.last, "last")):
-            b_.add_class("collnb-step")
-            b_.add_class(f"collnb-step-{name}")
-        self.first.on_click(lambda _: self.show_round(0))
-        self.back.on_click(lambda _: self.step(-1))
-        self.forward.on_click(lambda _: self.step(1))
-        self.last.on_click(lambda _: self.show_round(self.trace.n_rounds))
+        self.first, self.back, self.forward, self.last = _step_buttons(
+            w, self.slider, "first: round 0, before any message", f"last: round {R}, the result")
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
                                    description="speed", readout_format=".2f",
                                    tooltip="rounds per second while playing",
@@ -852,8 +867,7 @@ class ReplayWidget:
             head = f"<b>round {k}/{R}: {d['label']}</b>" + (f" — {d['detail']}" if d["detail"] else "")
         self.info.value = f"<div style='line-height:1.45'>{head}<br>{_transfers_html(d)}</div>"
         if hasattr(self, "first"):
-            self.first.disabled = self.back.disabled = k <= 0
-            self.forward.disabled = self.last.disabled = k >= R
+            _enable_steps((self.first, self.back, self.forward, self.last), k, R)
         self._update_static()
 
     def step(self, n: int = 1) -> int:
@@ -1156,15 +1170,8 @@ class CompareWidget:
                            tooltip="play / pause both replays")
         self.slider = w.IntSlider(value=0, min=0, max=R, description="round",
                                   tooltip="drag, or click it and press ← / → to step round by round")
-        bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
-        self.first = w.Button(description="|◀", tooltip="first: round 0", layout=bl)
-        self.back = w.Button(description="◀ step", tooltip="step back one round", layout=sl)
-        self.forward = w.Button(description="step ▶", tooltip="step forward one round", layout=sl)
-        self.last = w.Button(description="▶|", tooltip=f"last: round {R}", layout=bl)
-        self.first.on_click(lambda _: setattr(self.slider, "value", 0))
-        self.back.on_click(lambda _: setattr(self.slider, "value", max(0, self.slider.value - 1)))
-        self.forward.on_click(lambda _: setattr(self.slider, "value", min(R, self.slider.value + 1)))
-        self.last.on_click(lambda _: setattr(self.slider, "value", R))
+        self.first, self.back, self.forward, self.last = _step_buttons(
+            w, self.slider, "first: round 0", f"last: round {R}")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
         self.images = tuple(w.Image(format="png", value=ren.png(0), layout=w.Layout(
             width=f"{ren.size[0]}px", max_width="100%", height="auto")) for ren in (self.left, self.right))
@@ -1196,8 +1203,7 @@ class CompareWidget:
         self.images[0].value = self.left.png(ka)
         self.images[1].value = self.right.png(kb)
         self._caption(k)
-        self.first.disabled = self.back.disabled = k <= 0
-        self.forward.disabled = self.last.disabled = k >= self.slider.max
+        _enable_steps((self.first, self.back, self.forward, self.last), k, self.slider.max)
         if self._display_ids:
             try:
                 from IPython.display import update_display
