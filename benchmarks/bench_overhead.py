@@ -27,7 +27,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb import bench as B
-from collnb.costmodel import busbw
+from collnb.algorithms.costmodel import busbw
 
 
 def interleaved(rank, world_size, nelem, iters, warmup):

@@ -98,7 +98,7 @@ def overhead(n, repeats):
 
 
 def slider_moves(moves):
-    from collnb.explorer import explore
+    from collnb.views.explorer import explore
     ex = explore("all_reduce", world_size=WORLD_SIZE)
     c = ex.controls
     out = {}
@@ -136,7 +136,7 @@ def slider_moves(moves):
         out["first visit"] = dict(total=statistics.median(firsts), run=ex.last_timing["run_s"],
                                   draw=ex.last_timing["draw_s"], n=len(firsts))
         # collnb.run alone (no drawing), same world size and dtype
-        from collnb import primitives
+        from collnb.collectives import primitives
         primitives.run("all_reduce", WORLD_SIZE)
         ts = []
         for _ in range(moves):
@@ -151,7 +151,7 @@ def slider_moves(moves):
 
 def pss_of_pool():
     import psutil
-    from collnb import launcher
+    from collnb.ranks import launcher
     pool = launcher.warm_pool()
     pids = pool.pids()[:WORLD_SIZE]
     return sum(psutil.Process(p).memory_full_info().pss for p in pids) / 2 ** 20, len(pids)

@@ -26,7 +26,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import collnb
-from collnb import launcher
+from collnb.ranks import launcher
 
 
 def _free_port():

@@ -30,7 +30,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb.algorithms import all_reduce as ring_all_reduce
-from collnb.costmodel import busbw
+from collnb.algorithms.costmodel import busbw
 
 SIZES = [1 << 10, 4 << 10, 16 << 10, 64 << 10, 256 << 10, 1 << 20, 4 << 20, 16 << 20, 64 << 20]
 WORLD_SIZES = (2, 4)

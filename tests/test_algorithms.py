@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 import torch
 
-from collnb import algorithms as A
+from collnb.algorithms import schedules as A
 from collnb import costmodel as cm
 
 ROOTED = ("broadcast", "reduce", "scatter", "gather")

@@ -17,7 +17,7 @@ from collnb import bench as B
 from collnb import costmodel as cm
 from collnb.__main__ import EXIT_OK, EXIT_USAGE, main
 
-EXAMPLE = os.path.join(os.path.dirname(B.__file__), "data", "bench_example_cpu.json")
+EXAMPLE = B.EXAMPLE_FILE
 
 
 # ------------------------------------------------------------------------------------------------
@@ -368,7 +368,7 @@ def test_nccl_bench_times_with_cuda_events():
 def _segmented_vs_builtin(rank, world_size, seg_bytes, nelem):
     import torch.distributed as dist
 
-    from collnb import algorithms as A
+    from collnb.algorithms import schedules as A
     old = A.SEGMENT_BYTES
     A.SEGMENT_BYTES = seg_bytes
     try:
@@ -395,7 +395,7 @@ def _segmented_vs_builtin(rank, world_size, seg_bytes, nelem):
 @pytest.mark.parametrize("ws", [3, 4])
 def test_segmented_messages_give_the_builtin_result(ws):
     import collnb
-    from collnb import algorithms as A
+    from collnb.algorithms import schedules as A
     assert A._segments(10, 4) == [(0, 10)]
     A_old = A.SEGMENT_BYTES
     try:

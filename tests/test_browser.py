@@ -355,7 +355,7 @@ def _ink_rows(arr, box, dark=80):
 
 def _reference_ink(text):
     """Ink height of ``text`` painted in bold at 10 px (the smallest a label may be)."""
-    from collnb import heatmap as H
+    from collnb.views import heatmap as H
     cv = H._Canvas(240, 60)
     cv.text(text, 120, 30, 10.0, H._INK, "bold")
     return _ink_rows((np.clip(cv.img, 0, 1) * 255).astype(np.uint8), (0, 0, 240, 60))

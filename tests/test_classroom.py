@@ -143,7 +143,7 @@ def test_autograding_full_marks_zero_unfinished_zero_without_communication(tmp_p
 
 
 def test_present_command_line():
-    from collnb import present
+    from collnb.cli import present
     cmd = present.voila_command(8123, open_browser=False)
     assert cmd[1:3] == ["-m", "voila"] and str(present.NOTEBOOK) in cmd
     assert "--strip_sources=True" in cmd and "--no-browser" in cmd and "--port=8123" in cmd
@@ -214,7 +214,7 @@ def test_projector_view_in_chromium(tmp_path):
         assert not [s for s in ("import collnb", "collnb.explore(", "display(HTML") if s in text], \
             "the projector view shows code"
         assert sliders >= 2, "no explorer controls on the page"
-        from collnb.present import FONT_PX
+        from collnb.cli.present import FONT_PX
         assert label_px and min(label_px) >= FONT_PX, f"labels are {label_px} px, want >= {FONT_PX} px"
     finally:
         try:

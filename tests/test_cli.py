@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from collnb import heatmap as H
+from collnb.views import heatmap as H
 from collnb.__main__ import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, build_parser, main
 
 
@@ -80,7 +80,7 @@ def test_main_in_process_reports_undefined_ranks(capsys):
 
 
 def test_mismatch_exit_code(monkeypatch, capsys):
-    from collnb import primitives as P
+    from collnb.collectives import primitives as P
     real = P.run_batch
 
     def broken(*a, **k):
@@ -125,14 +125,14 @@ def test_seeds_every_scenario_with_check_marks():
 
 def test_replay_subcommand_hook(monkeypatch):
     """Another module may add `replay`: build_parser calls collnb._cli_replay.add_parser."""
-    mod = types.ModuleType("collnb._cli_replay")
+    mod = types.ModuleType("collnb.cli.replay")
 
     def add_parser(subparsers):
         p = subparsers.add_parser("replay")
         p.add_argument("primitive")
         p.set_defaults(func=lambda args: 7 if args.primitive == "all_reduce" else 0)
     mod.add_parser = add_parser
-    monkeypatch.setitem(sys.modules, "collnb._cli_replay", mod)
+    monkeypatch.setitem(sys.modules, "collnb.cli.replay", mod)
     args = build_parser().parse_args(["replay", "all_reduce"])
     assert args.func(args) == 7
     assert main(["replay", "all_reduce"]) == 7

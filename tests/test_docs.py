@@ -403,7 +403,7 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
             problems.append(f"index: the README figures did not render ({landing})")
         page.goto((book / "docs" / "api.html").as_uri(), wait_until="load")
         api = page.eval_on_selector_all("dl.py.function > dt", "els => els.map(e => e.id)")
-        for name in ("collnb.launcher.launch", "collnb.primitives.run", "collnb.replay.replay"):
+        for name in ("collnb.ranks.launcher.launch", "collnb.collectives.primitives.run", "collnb.views.replay.replay"):
             if name not in api:
                 problems.append(f"api: no entry for {name} (found {len(api)} functions)")
         browser.close()

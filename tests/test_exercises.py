@@ -21,7 +21,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb import exercises
-from collnb.exercises import CheckFailed, NOT_ANSWERED
+from collnb.labs.exercises import CheckFailed, NOT_ANSWERED
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 

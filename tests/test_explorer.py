@@ -15,9 +15,9 @@ import pytest
 import torch
 
 import collnb
-from collnb import launcher
-from collnb import primitives as P
-from collnb.explorer import INPUT_PRESETS, explore
+from collnb.ranks import launcher
+from collnb.collectives import primitives as P
+from collnb.views.explorer import INPUT_PRESETS, explore
 from conftest import live_children, pool_dirs
 
 IMG = re.compile(r'<img class="collnb-heatmap" src="data:image/png;base64,([^"]+)"')
@@ -289,7 +289,7 @@ def psutil_alive(pid):
 
 def test_run_result_display_protocol_and_bad_arguments():
     from IPython.core.formatters import DisplayFormatter
-    res = collnb.primitives.run("broadcast", 2, root=1)
+    res = collnb.collectives.run("broadcast", 2, root=1)
     data, _ = DisplayFormatter().format(res)
     assert data["image/png"] == res.png()
     from PIL import Image
@@ -338,7 +338,7 @@ def test_presets_fit_the_primitive_and_keep_the_world_size():
     """Issue 9 §2 / issue 10 item 2: no dtype-overflow presets where the primitive does no
     arithmetic; a preset changes the world size only when it must, and says so; the teaching
     label follows the rule the values follow (100·rank above 10 ranks)."""
-    from collnb.explorer import presets_for
+    from collnb.views.explorer import presets_for
     moving = ["broadcast", "scatter", "gather", "all_gather", "all_to_all", "send_recv"]
     for p in moving:
         assert presets_for(p) == ("teaching", "rank_ids", "special_floats"), p

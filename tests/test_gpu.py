@@ -13,8 +13,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb import launcher, remote
-from collnb import primitives as P
+from collnb.ranks import launcher, remote
+from collnb.collectives import primitives as P
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 WHY = (f"no CUDA GPU visible to torch {torch.__version__} (cuda={torch.version.cuda}); "
@@ -82,7 +82,7 @@ def test_calibrate_times_gpu_transfers():
 @pytest.mark.cluster
 @pytest.mark.skipif(NGPU < 2, reason=WHY if NGPU == 0 else f"only {NGPU} GPU")
 def test_nccl_script_under_torchrun(tmp_path):
-    from collnb.script import script_text
+    from collnb.labs.script import script_text
     path = tmp_path / "ar.py"
     path.write_text(script_text("all_reduce", backend="nccl"))
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(path)],

@@ -10,8 +10,8 @@ import pytest
 from matplotlib.figure import Figure
 from PIL import Image
 
-from collnb import heatmap as H
-from collnb import primitives as P
+from collnb.views import heatmap as H
+from collnb.collectives import primitives as P
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +164,7 @@ def test_drawing_is_thread_safe_and_deterministic(runs):
 def test_no_pyplot_state_and_headless():
     code = (
         "import sys, torch\n"
-        "from collnb import primitives as P, heatmap as H\n"
+        "from collnb.collectives import primitives as P\nfrom collnb.views import heatmap as H\n"
         "case = dict(primitive='all_reduce', dtype='float32', op='sum', root=0, chunk_size=1,\n"
         "            inputs=P.teaching_inputs('all_reduce', 3))\n"
         "exp = P.reference('all_reduce', 3, case['inputs'])[0]\n"

@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb import launcher
+from collnb.ranks import launcher
 from conftest import live_children, pool_dirs
 
 

@@ -44,7 +44,7 @@ def test_package_data_and_entry_points():
 
 
 def test_seed_documents_ship_with_the_package():
-    from collnb import seeds
+    from collnb.labs import examples as seeds
     first = seeds.seed_text(seeds.SEED_FILES[0])
     second = seeds.seed_text(seeds.SEED_FILES[1])
     assert "mp.spawn(method, (world_size,), nprocs=world_size, join=True)" in first

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 import collnb
-import collnb.launcher as launcher
-from collnb import primitives as P
+import collnb.ranks.launcher as launcher
+from collnb.collectives import primitives as P
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 8)
 
@@ -276,12 +276,12 @@ def test_run_refuses_lookalike_arguments(kwargs, exc, text):
     (dict(inputs=5), TypeError, "inputs must be a list of lists or a callable; got int"),
 ])
 def test_inputs_the_ranks_could_not_build_are_refused_before_launch(kwargs, exc, text):
-    pool = collnb.launcher.warm_pool()
+    pool = collnb.ranks.launcher.warm_pool()
     before = pool.pids() if pool else []
     with pytest.raises(exc) as info:
         collnb.run("all_reduce", world_size=3, **kwargs)
     assert text in str(info.value)
-    after = collnb.launcher.warm_pool()
+    after = collnb.ranks.launcher.warm_pool()
     assert (after.pids() if after else []) == before  # nothing launched, nothing replaced
 
 

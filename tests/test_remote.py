@@ -15,7 +15,7 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb import launcher, remote
+from collnb.ranks import launcher, remote
 
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (pip install 'collnb[cluster]')")
 

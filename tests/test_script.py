@@ -14,8 +14,8 @@ import pytest
 import torch
 
 import collnb
-from collnb import primitives as P
-from collnb.script import SCRIPT_PRIMITIVES, script_text, to_script
+from collnb.collectives import primitives as P
+from collnb.labs.script import SCRIPT_PRIMITIVES, script_text, to_script
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 _LINE = re.compile(r"^rank (\d+) (before|after|returned): (.*)$", re.M)

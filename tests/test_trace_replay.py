@@ -16,9 +16,9 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
-from collnb import algorithms as A
-from collnb.heatmap import EMPTY_COLOR, RANK_COLORS
-from collnb.trace import Trace
+from collnb.algorithms import schedules as A
+from collnb.views.heatmap import EMPTY_COLOR, RANK_COLORS
+from collnb.algorithms.trace import Trace
 
 REPO = Path(__file__).resolve().parent.parent
 ALL_PAIRS = [(p, a) for p, algs in A.ALGORITHMS.items() for a in algs]
@@ -151,7 +151,7 @@ def _pixel(img, box, fx=0.12, fy=0.5):
 
 
 def test_frame_pixels_show_provenance(ag4):
-    from collnb.replay import FrameRenderer
+    from collnb.views.replay import FrameRenderer
     ren = FrameRenderer(ag4)
     first, last = ren.rgb(0), ren.rgb(ag4.n_rounds)
     assert first.shape == last.shape and first.dtype == np.uint8
@@ -169,7 +169,7 @@ def test_frame_pixels_show_provenance(ag4):
 
 
 def test_gif_has_one_frame_per_round_plus_start(ag4, tmp_path):
-    from collnb.replay import FrameRenderer, save_gif
+    from collnb.views.replay import FrameRenderer, save_gif
     path = save_gif(ag4, tmp_path / "ag.gif")
     img = Image.open(path)
     frames = [f.convert("RGB").copy() for f in ImageSequence.Iterator(img)]
@@ -185,7 +185,7 @@ def test_gif_has_one_frame_per_round_plus_start(ag4, tmp_path):
 
 
 def test_filmstrip_png(tmp_path):
-    from collnb.replay import save_filmstrip
+    from collnb.views.replay import save_filmstrip
     tr = A.run_algorithm("all_reduce", "recursive_doubling", 3)
     path = save_filmstrip(tr, tmp_path / "film.png")
     arr = np.asarray(Image.open(path).convert("RGB")).astype(int)
@@ -202,7 +202,7 @@ def test_filmstrip_png(tmp_path):
 # Widgets
 
 def test_replay_widget_slider_play_speed(ag4):
-    from collnb.replay import replay
+    from collnb.views.replay import replay
     w = replay(ag4)
     assert w.current_round == 0 and w.slider.max == ag4.n_rounds
     for k in (2, 1, 3):
@@ -224,7 +224,7 @@ def test_replay_widget_slider_play_speed(ag4):
 
 
 def test_explore_rounds_runs_on_real_ranks():
-    from collnb.replay import explore_rounds
+    from collnb.views.replay import explore_rounds
     e = explore_rounds("all_reduce", world_size=3)
     assert e.trace.algorithm == "ring" and e.trace.world_size == 3 and e.trace.n_rounds == 4
     assert "equals" in e.status.value
@@ -239,7 +239,7 @@ def test_explore_rounds_runs_on_real_ranks():
 
 
 def test_compare_view(tmp_path):
-    from collnb.replay import compare, compare_figure
+    from collnb.views.replay import compare, compare_figure
     for ws in (8, 6):
         w = compare("ring", "recursive_doubling", world_size=ws, primitive="all_reduce")
         a, b = w.left.trace, w.right.trace
@@ -259,7 +259,7 @@ def test_compare_view(tmp_path):
 def test_step_buttons_keyboard_tooltips_and_caption(ag4):
     """Issue 10 item 3: |◀ ◀ ▶ ▶| step the replay (disabled where they cannot move), every
     control has a tooltip, and round 0's caption says what it is (no dangling "start —")."""
-    from collnb.replay import replay
+    from collnb.views.replay import replay
     w = replay(ag4)
     R = ag4.n_rounds
     assert "start" in w.info.value and "—" not in w.info.value.split("<br>")[0]
@@ -297,7 +297,7 @@ def test_replay_frames_readable_at_world_size_16():
     """Issue 10 items 1 and 7: at world size 16 every value is written at >= 10 px (its ink, read
     from the frame's pixels, as tall as the digits of a 10 px label), the frame fits 1000 px, and
     a ring's wrap-around (rank 15 -> rank 0) goes through the margin, not across other cells."""
-    from collnb.replay import FrameRenderer, _font, _in_margin
+    from collnb.views.replay import FrameRenderer, _font, _in_margin
     from PIL import ImageDraw
     ref = Image.new("RGB", (120, 40), "white")
     ImageDraw.Draw(ref).text((5, 5), "0123456789", fill=(17, 17, 17), font=_font(10))
@@ -327,7 +327,7 @@ def test_replay_frames_readable_at_world_size_16():
 
 
 def test_compare_is_stacked_and_readable(ag4):
-    from collnb.replay import CompareWidget, FrameRenderer, compare_figure
+    from collnb.views.replay import CompareWidget, FrameRenderer, compare_figure
     import ipywidgets
     b = A.run_algorithm("all_gather", "recursive_doubling", 4)
     w = CompareWidget(ag4, b)
@@ -379,7 +379,7 @@ def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
     (("all_reduce",), dict(timeout=-1), ValueError, "timeout must be a positive"),
 ])
 def test_explore_rounds_refuses_bad_input(args, kwargs, exc, text):
-    from collnb.replay import explore_rounds
+    from collnb.views.replay import explore_rounds
     with pytest.raises(exc, match=text):
         explore_rounds(*args, **kwargs)
 
@@ -446,7 +446,7 @@ def test_cli_an_output_that_fails_at_write_time_exits_2(tmp_path):
 
 
 def test_writers_and_player_refuse_bad_arguments(ag4, tmp_path):
-    from collnb.replay import replay, save_filmstrip, save_gif
+    from collnb.views.replay import replay, save_filmstrip, save_gif
     for call, exc, text in [
         (lambda: save_gif(ag4, tmp_path / "a.gif", fps=float("nan")), ValueError, "fps must be 0.01 to 50.0"),
         (lambda: save_gif(ag4, tmp_path / "a.gif", fps=1e-6), ValueError, "fps must be 0.01 to 50.0"),

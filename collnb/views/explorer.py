@@ -52,8 +52,8 @@ from typing import Any, Sequence
 
 import ipywidgets as widgets
 
-from . import launcher as _launcher
-from . import primitives as _prim
+from .. import ranks as _launcher  # was launcher
+from .. import collectives as _prim  # was primitives
 from .heatmap import chunk_firsts, differs_exact
 
 __all__ = ["explore", "Explorer", "INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "static_bundle"]

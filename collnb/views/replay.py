@@ -40,9 +40,9 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from PIL import Image, ImageDraw, ImageFont
 
-from .costmodel import DEFAULT_MODEL, CostModel, round_costs
+from ..algorithms import DEFAULT_MODEL, CostModel, round_costs
 from .heatmap import COMBINED_COLOR, EMPTY_COLOR, RANK_COLORS, format_value
-from .trace import Trace
+from ..algorithms import Trace
 
 __all__ = ["FrameRenderer", "paint_heatmap", "replay", "ReplayWidget", "explore_rounds", "RoundsExplorer",
            "compare", "CompareWidget", "compare_figure", "save_gif", "save_filmstrip"]
@@ -946,8 +946,8 @@ class RoundsExplorer:
     def __init__(self, primitive="all_reduce", algorithm=None, world_size=4, dtype="float32", backend="gloo",
                  timeout=60.0):
         import ipywidgets as w
-        from .algorithms import ALGORITHMS, PRIMITIVES, algorithms_for
-        from .launcher import MAX_WORLD_SIZE
+        from ..algorithms import ALGORITHMS, PRIMITIVES, algorithms_for
+        from ..ranks import MAX_WORLD_SIZE
         algorithms_for(primitive)
         self._dtype, self._backend, self._timeout = dtype, backend, timeout
         self.primitive = w.Dropdown(options=list(PRIMITIVES), value=primitive, description="primitive")
@@ -971,7 +971,7 @@ class RoundsExplorer:
         self.run()
 
     def _on_primitive(self, change):
-        from .algorithms import ALGORITHMS
+        from ..algorithms import ALGORITHMS
         algs = list(ALGORITHMS[change["new"]])
         self._busy = True
         try:
@@ -987,7 +987,7 @@ class RoundsExplorer:
 
     def run(self) -> None:
         """Run the chosen algorithm on real ranks and show its replay (errors go to ``status``)."""
-        from .algorithms import run_algorithm
+        from ..algorithms import run_algorithm
         p, a, n = self.primitive.value, self.algorithm.value, int(self.world_size.value)
         self.status.value = f"running {p} / {a} on {n} real rank(s)…"
         try:
@@ -1034,8 +1034,8 @@ def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, 
         TypeError: a primitive that is not a name, a world size that is not an int.
         RuntimeError: the backend cannot run here (e.g. NCCL without GPUs).
     """
-    from .algorithms import ALGORITHMS, _prepare_case
-    from .launcher import MAX_WORLD_SIZE
+    from ..algorithms import ALGORITHMS, _prepare_case
+    from ..ranks import MAX_WORLD_SIZE
     if not isinstance(primitive, str):
         raise TypeError(f"primitive must be a name (str); choose one of {', '.join(ALGORITHMS)}; got {primitive!r}")
     if primitive not in ALGORITHMS:
@@ -1120,7 +1120,7 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
     ax2.legend(fontsize=11 * pt, loc="upper left")
     ax2.tick_params(labelsize=11.5 * pt)
     # the same two algorithms at other buffer sizes: where latency or bandwidth wins
-    from .costmodel import predict
+    from ..algorithms import predict
     ax3 = fig.add_subplot(gs[1, 2])
     lo = max(1.0, min(float(a.nbytes or 1), 1024.0) / 2)
     sizes = np.logspace(np.log10(lo), 28 * np.log10(2), 30)
@@ -1253,7 +1253,7 @@ def compare(a, b=None, world_size: int | None = None, *, primitive: str | None =
     if isinstance(a, Trace) and isinstance(b, Trace):
         return CompareWidget(a, b, model)
     if isinstance(a, str) and isinstance(b, str):
-        from .algorithms import run_algorithms
+        from ..algorithms import run_algorithms
         if primitive is None or world_size is None:
             raise ValueError("to run two algorithms, give primitive= and world_size=")
         ta, tb = run_algorithms([dict(primitive=primitive, algorithm=a, **run_kwargs),

@@ -373,7 +373,7 @@ class Trace:
 
     def replay(self, **kwargs):
         """Shortcut for :func:`collnb.replay.replay` ``(self, **kwargs)``."""
-        from .replay import replay
+        from ..views import replay
         return replay(self, **kwargs)
 
     # ------------------------------------------------------------------ (de)serialisation
@@ -465,7 +465,7 @@ class Trace:
             ValueError: the first problem found, e.g. for a trace file edited by hand or written
                 by another program.
         """
-        from .algorithms import ALGORITHMS  # noqa: PLC0415 - algorithms imports this module
+        from .schedules import ALGORITHMS  # noqa: PLC0415 - algorithms imports this module
         if self.primitive not in ALGORITHMS:
             raise ValueError(f"trace of an unknown primitive {self.primitive!r}; known: {', '.join(ALGORITHMS)}")
         if self.algorithm not in ALGORITHMS[self.primitive]:

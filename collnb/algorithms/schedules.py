@@ -1128,12 +1128,12 @@ def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
 # Inputs, validation and the caller side
 
 def _dtype(dtype) -> torch.dtype:
-    from .primitives import dtype_name
+    from ..collectives import dtype_name
     return getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
 
 
 def _op(op, primitive) -> str:
-    from .primitives import op_name
+    from ..collectives import op_name
     name = op_name(op)
     if primitive not in _REDUCING and name != "sum":
         raise ValueError(f"{primitive} does not combine values, so it takes no reduce op (got op={op!r}); "
@@ -1155,7 +1155,7 @@ def teaching_buffers(primitive: str, world_size: int, n_chunks: int, chunk_size:
       elsewhere (the empty output slots);
     * scatter: the root holds ``teaching_value(root, c)`` in chunk ``c``; other ranks zeros.
     """
-    from .primitives import teaching_value
+    from ..collectives import teaching_value
     vals = torch.zeros(world_size, n_chunks, dtype=torch.int64)
     for r in range(world_size):
         for c in range(n_chunks):
@@ -1182,7 +1182,7 @@ def _holds_input(primitive, rank, chunk, root) -> bool:
 
 
 def _validate_backend(primitive, dt, op, backend):
-    from .primitives import backend_support
+    from ..collectives import backend_support
     sup = backend_support(backend)
     name = _BUILTIN_NAME.get(primitive, primitive)
     dname = str(dt).replace("torch.", "")
@@ -1220,7 +1220,7 @@ def _prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size,
         inp = teaching_buffers(primitive, world_size, C, chunk_size, sched.root, dt)
     else:
         if callable(inputs):
-            from .primitives import _make_tensor  # noqa: PLC0415 - one cast rule for the project
+            from ..collectives import _make_tensor  # noqa: PLC0415 - one cast rule for the project
             rows = [_make_tensor([inputs(r, c) if _holds_input(primitive, r, c, sched.root) else 0
                                   for c in range(C)], chunk_size, dt) for r in range(world_size)]
             inp = torch.stack(rows)
@@ -1310,7 +1310,7 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
     Returns:
         list of :class:`collnb.trace.Trace`, one per config, in order.
     """
-    from .launcher import launch
+    from ..ranks import launch
     allowed = {"primitive", "algorithm", "dtype", "op", "root", "chunk_size", "segments", "inputs", "snapshots",
                "compare"}
     cases = []

@@ -365,7 +365,7 @@ def to_script(fn, path, backend: str = "gloo") -> str:
         ValueError: its source cannot be found, it is a lambda or a closure, or it reads a global
             whose value cannot be written as Python source (the message names it).
     """
-    from .launcher import _iter_functions  # the functions cloudpickle would ship with fn
+    from ..ranks import _iter_functions  # the functions cloudpickle would ship with fn
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"fn must be a function defined with def; got {type(fn).__name__}")
     if backend not in ("gloo", "nccl"):
@@ -450,7 +450,7 @@ def add_parser(subparsers):
 
 def _cmd_script(args) -> int:
     import sys
-    from ._cli import EXIT_OK, EXIT_USAGE, check_outputs, write_output
+    from ..cli import EXIT_OK, EXIT_USAGE, check_outputs, write_output
     status = check_outputs((args.output, "-o", (".py",)))
     if status is not None:
         return status

@@ -15,7 +15,7 @@ def on_ranks(call):
     here) gives :data:`EXIT_USAGE`; a failed launch (:class:`collnb.LaunchError`) gives
     :data:`EXIT_LAUNCH`.
     """
-    from .launcher import LaunchError
+    from ..ranks import LaunchError
     try:
         return call(), None
     except (ValueError, TypeError) as exc:

@@ -273,7 +273,7 @@ def predict(primitive: str, algorithm: str, world_size: int, nbytes: float, mode
     Raises:
         ValueError: unknown primitive/algorithm (valid ones listed), bad sizes.
     """
-    from .algorithms import schedule  # noqa: PLC0415 - torch import only when needed
+    from .schedules import schedule  # noqa: PLC0415 - torch import only when needed
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0; got {nbytes}")
     model = model or DEFAULT_MODEL
@@ -388,7 +388,7 @@ def calibrate(sizes=(8, 64 << 10, 1 << 20, 8 << 20), repeats: int = 5, backend: 
     Raises:
         collnb.launcher.LaunchError: the ranks failed.
     """
-    from .launcher import launch  # noqa: PLC0415
+    from ..ranks import launch  # noqa: PLC0415
     res = launch(_rank_pingpong, 2, args=(list(sizes), repeats), backend=backend, timeout=timeout, debug=False)
     times, gamma = res[0]
     x = np.array([max(4, n // 4 * 4) for n in sizes], dtype=np.float64)

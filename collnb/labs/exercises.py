@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from .launcher import CallRecord, LaunchTimeout, RankError, launch
+from ..ranks import CallRecord, LaunchTimeout, RankError, launch
 
 __all__ = [
     "CheckFailed", "CallRecord", "NOT_ANSWERED",
@@ -676,7 +676,7 @@ def check_scatter_prediction(prediction, solution=None) -> None:
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    from .primitives import run
+    from ..collectives import run
     real = [[float(v) for v in t.tolist()] for t in run("scatter", world_size=4, root=1).after]
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="rank 1 is src; its scatter_list holds 10*1 + c in chunk c, and rank j receives chunk j.",
@@ -691,7 +691,7 @@ def check_reduce_prediction(prediction, solution=None, *, world_size: int = 5, d
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    from .primitives import run
+    from ..collectives import run
     result = run("reduce", world_size=world_size, op="max", root=dst)
     real = [[float(v) for v in t.tolist()] if d else None for t, d in zip(result.after, result.defined)]
     if prediction is not None and isinstance(prediction, list) and len(prediction) == world_size \
@@ -711,7 +711,7 @@ def check_reduce_scatter_prediction(prediction, solution=None, *, world_size: in
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    from .primitives import run
+    from ..collectives import run
     real = [[float(v) for v in t.tolist()] for t in run("reduce_scatter", world_size=world_size, op="sum").after]
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="rank j gets the sum over all ranks r of their chunk j (10*r + j): one column of the inputs.",
@@ -725,7 +725,7 @@ def check_int8_prediction(prediction, solution=None, *, world_size: int = 6, val
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    from .primitives import run
+    from ..collectives import run
     result = run("all_reduce", world_size=world_size, dtype=torch.int8, inputs=lambda rank, chunk: value)
     values = sorted({int(v) for t in result.after for v in t.tolist()})
     real = values[0] if len(values) == 1 else values
@@ -742,7 +742,7 @@ def check_all_to_all_prediction(prediction, solution=None, *, world_size: int = 
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    from .primitives import run
+    from ..collectives import run
     real = [[float(v) for v in t.tolist()] for t in run("all_to_all", world_size=world_size).after]
     _prediction("prediction", prediction, solution, real, normalise=_rows,
                 hint="rank i's output chunk j is rank j's input chunk i (10*j + i).",

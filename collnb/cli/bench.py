@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ._cli import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 
 def _world_sizes(text: str) -> list:
@@ -35,8 +35,8 @@ def _world_sizes(text: str) -> list:
 
 
 def _cmd_bench(args) -> int:
-    from . import bench as B
-    from .costmodel import fit_each
+    from ..labs import bench as B
+    from ..algorithms import fit_each
     status = check_outputs((args.json, "--json", (".json",)), (args.csv, "--csv", (".csv",)),
                            (args.png, "--png", (".png",)))
     if status is not None:
@@ -101,10 +101,10 @@ def _cmd_bench(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
-    from .algorithms import ALGORITHMS
-    from .bench import PRIMITIVES
-    from .launcher import BACKENDS
-    from .primitives import DTYPE_NAMES
+    from ..algorithms import ALGORITHMS
+    from ..labs.bench import PRIMITIVES
+    from ..ranks import BACKENDS
+    from ..collectives import DTYPE_NAMES
 
     valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in PRIMITIVES)
     p = subparsers.add_parser(

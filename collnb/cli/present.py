@@ -17,7 +17,7 @@ import sys
 from pathlib import Path
 
 #: The notebook Voilà serves.
-NOTEBOOK = Path(__file__).resolve().parent / "data" / "present.ipynb"
+NOTEBOOK = Path(__file__).resolve().parent.parent / "data" / "present.ipynb"
 
 #: Type size for the projector (CSS pixels of body text; widget labels and tables follow).
 FONT_PX = 24

@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from . import launcher as _launcher
+from .. import ranks as _launcher  # was launcher
 
 __all__ = [
     "PRIMITIVES",
@@ -1104,12 +1104,12 @@ class RunResult:
     def figure(self, **kwargs):
         """The before | after heatmap as a :class:`matplotlib.figure.Figure`
         (:func:`collnb.heatmap.heatmap_figure`)."""
-        from .heatmap import heatmap_figure
+        from ..views import heatmap_figure
         return heatmap_figure(self, **kwargs)
 
     def png(self, **kwargs) -> bytes:
         """The heatmap as PNG bytes (:func:`collnb.heatmap.heatmap_png`)."""
-        from .heatmap import heatmap_png
+        from ..views import heatmap_png
         return heatmap_png(self, **kwargs)
 
     def save(self, path, **kwargs) -> None:

@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import sys
 
-from ._cli import (EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks,  # noqa: F401
+from .common import (EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks,  # noqa: F401
                    write_output)
 
 
 def _cmd_replay(args) -> int:
-    from .algorithms import ALGORITHMS, run_algorithm
-    from .trace import Trace
+    from ..algorithms import ALGORITHMS, run_algorithm
+    from ..algorithms import Trace
     status = check_outputs((args.gif, "--gif", (".gif",)), (args.png, "--png", (".png",)),
                            (args.trace, "--trace", (".json", ".npz")))
     if status is not None:
         return status
-    from .replay import FPS_RANGE, _check_rate
+    from ..views import FPS_RANGE, _check_rate
     try:
         _check_rate("--fps", args.fps, FPS_RANGE, "frames per second")
     except ValueError as exc:
@@ -73,7 +73,7 @@ def _cmd_replay(args) -> int:
             return status
         print(f"trace written to {args.trace}")
     if args.gif or args.png:
-        from .replay import save_filmstrip, save_gif
+        from ..views import save_filmstrip, save_gif
         if args.gif:
             status = write_output("--gif", args.gif, lambda: save_gif(trace, args.gif, fps=args.fps))
             if status is not None:
@@ -91,8 +91,8 @@ def _cmd_replay(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Add the ``replay`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
-    from .algorithms import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
-    from .primitives import DTYPE_NAMES, REDUCE_OPS
+    from ..algorithms import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
+    from ..collectives import DTYPE_NAMES, REDUCE_OPS
 
     valid = "; ".join(f"{p}: {', '.join(a)}" for p, a in ALGORITHMS.items())
     p = subparsers.add_parser(

@@ -76,8 +76,8 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
-from .costmodel import algbw as _algbw
-from .costmodel import busbw_factor
+from ..algorithms import algbw as _algbw
+from ..algorithms import busbw_factor
 
 __all__ = ["PRIMITIVES", "COLUMNS", "REFERENCES", "EXAMPLE_FILE", "bench", "parse_size", "parse_sizes", "check_algorithms",
            "reference_rows", "debug_cost", "to_table", "as_rows", "save_json", "save_csv", "load", "note", "plot", "format_table"]
@@ -96,7 +96,7 @@ _BLOCKED = ("all_gather", "reduce_scatter", "scatter", "gather", "all_to_all")  
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 #: A small results file measured on CPU (gloo, a loaded 2-core machine), labelled as such in its note.
-EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "bench_example_cpu.json")
+EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "bench_example_cpu.json")
 MAX_BYTES = 1 << 30  # per rank; more does not fit 16 ranks x 4 buffers in a laptop's memory
 
 
@@ -174,7 +174,7 @@ def check_algorithms(primitive: str, algorithms) -> tuple:
     Raises:
         ValueError: unknown primitive, or an algorithm the primitive does not have (lists the valid ones).
     """
-    from .algorithms import algorithms_for
+    from ..algorithms import algorithms_for
     if primitive not in PRIMITIVES:
         raise ValueError(f"no bandwidth definition for {primitive!r}; choose one of {', '.join(PRIMITIVES)}")
     if isinstance(algorithms, str):
@@ -233,7 +233,7 @@ class _Case:
         root = 0
         self.defined = None  # (start, stop) of the output the primitive defines, or None = all
         if algorithm != "builtin":
-            from .algorithms import _cached_schedule, chunk_bounds
+            from ..algorithms import _cached_schedule, chunk_bounds
             self.sched = _cached_schedule(primitive, algorithm, ws, root)
             self.bounds = chunk_bounds(count, self.sched.n_chunks)
             self.send_from = None
@@ -305,7 +305,7 @@ class _Case:
     def run(self):
         p = self.primitive
         if self.sched is not None:
-            from .algorithms import execute
+            from ..algorithms import execute
             execute(self.sched, self.work, op="sum", bounds=self.bounds, send_from=self.send_from)
             return
         if p == "all_reduce":
@@ -525,12 +525,12 @@ def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", 
 # The caller side
 
 def _dtype(dtype) -> torch.dtype:
-    from .primitives import dtype_name
+    from ..collectives import dtype_name
     return getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
 
 
 def _check_dtype(primitive, algorithms, dt, backend):
-    from .primitives import backend_support
+    from ..collectives import backend_support
     sup = backend_support(backend)
     name = str(dt).replace("torch.", "")
     builtin = {"all_reduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
@@ -631,7 +631,7 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA).
         collnb.launcher.LaunchError: the ranks failed.
     """
-    from .launcher import _check_request, _default_start_method, launch
+    from ..ranks import _check_request, _default_start_method, launch
     algs = check_algorithms(primitive, algorithms)
     sizes = parse_sizes(sizes)
     _check_count("iters", iters, 1)
@@ -700,7 +700,7 @@ def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes=1 << 1
     Raises:
         as :func:`bench`.
     """
-    from .launcher import launch
+    from ..ranks import launch
     algs = check_algorithms(primitive, algorithm)
     nbytes = parse_sizes([nbytes])[0]
     _check_count("iters", iters, 1)
@@ -882,7 +882,7 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
-    from .costmodel import BUILTIN_FORM, DEFAULT_MODEL, crossovers, fit_each, predict
+    from ..algorithms import BUILTIN_FORM, DEFAULT_MODEL, crossovers, fit_each, predict
     rows = as_rows(rows)
     coll = [r for r in rows if r["primitive"] in PRIMITIVES]
     if not coll:

@@ -31,7 +31,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from . import launcher as _launcher
+from .. import ranks as _launcher  # was launcher
 
 __all__ = ["SEED_FILES", "SEED_TITLES", "SCENARIOS", "Scenario", "run_seeds", "seed_text", "main"]
 
@@ -349,7 +349,7 @@ def run_seeds(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
     Returns:
         True when every checked line got ✓.
     """
-    from .primitives import backend_support
+    from ..collectives import backend_support
     sup = backend_support(backend, **launch_kwargs)
     native = {"reduce_scatter": sup.supports("reduce_scatter", "float32", "sum"),
               "all_to_all": sup.supports("all_to_all", "float32")}
