@@ -1,0 +1,192 @@
+"""The words collnb uses and the one check for each: world size, rank (root, src/dst), backend,
+dtype, reduce op and any name picked from a list (primitive, algorithm).
+
+Every public entry point checks its arguments with these functions, so the same mistake raises
+the same exception with the same words wherever it is made: :class:`TypeError` for a value of the
+wrong type, :class:`ValueError` for a value of the right type that is out of range or unknown.
+Each message names the argument, what it must be, and what was given.
+
+This module imports no torch at import time (the pure schedules and :class:`collnb.Trace` loading
+use it without torch); it looks torch up only to name a ``torch.dtype`` or a
+``torch.distributed.ReduceOp`` that the caller already holds.
+"""
+
+from __future__ import annotations
+
+import numbers
+from typing import Sequence
+
+__all__ = ["MAX_WORLD_SIZE", "BACKENDS", "REDUCE_OPS", "BITWISE_OPS", "DTYPE_NAMES", "check_world_size",
+           "check_rank", "check_backend", "check_choice", "check_int", "dtype_name", "op_name", "op_hint"]
+
+#: The most ranks collnb starts on one machine: one process per rank, and 16 is what a 2-core
+#: laptop still runs in seconds (gloo all_reduce at world size 16 takes ~40 ms there).
+MAX_WORLD_SIZE = 16
+
+#: Process-group backends collnb launches: ``"gloo"`` (CPU tensors, any machine) and ``"nccl"``
+#: (CUDA tensors, one rank per GPU).
+BACKENDS = ("gloo", "nccl")
+
+#: Reduce ops, named like ``torch.distributed.ReduceOp`` members (lower case here).
+REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
+
+#: The bitwise reduce ops (integer and bool dtypes only).
+BITWISE_OPS = ("band", "bor", "bxor")
+
+#: Dtype names collnb tries on a backend (every one exists in torch >= 2.4). Whether a backend
+#: accepts each one is detected at run time (:func:`collnb.backend_support`), never assumed here.
+DTYPE_NAMES = ("float32", "float64", "float16", "bfloat16", "int8", "uint8", "int16", "int32", "int64", "bool",
+               "complex64", "complex128", "uint16", "uint32", "uint64", "float8_e4m3fn", "float8_e5m2")
+
+_DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "half": "float16", "fp16": "float16",
+                  "double": "float64", "fp64": "float64", "bf16": "bfloat16", "long": "int64",
+                  "int": "int32", "short": "int16", "byte": "uint8", "char": "int8",
+                  "cfloat": "complex64", "cdouble": "complex128"}
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_int(name: str, value, lo: int, hi: int | None = None, *, what: str = "") -> int:
+    """Check that ``value`` is an int in ``lo..hi`` (``hi=None``: no upper bound) and return it.
+
+    Args:
+        name: the argument's name, as the caller spells it (``"chunk_size"``).
+        what: optional words on what the number counts (``"elements per chunk"``).
+
+    Raises:
+        TypeError: not an int (a bool is not an int here): ``"chunk_size must be an int from 1 to 64
+            (elements per chunk); got 'x'"``.
+        ValueError: an int outside the range, with the same words.
+    """
+    span = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
+    note = f" ({what})" if what else ""
+    if not _is_int(value):
+        raise TypeError(f"{name} must be an int {span}{note}; got {value!r}")
+    if value < lo or (hi is not None and value > hi):
+        raise ValueError(f"{name} must be an int {span}{note}; got {value!r}")
+    return int(value)
+
+
+def check_world_size(world_size, maximum: int = MAX_WORLD_SIZE, *, why: str = "") -> int:
+    """Check a world size (number of ranks) and return it as an int.
+
+    Args:
+        world_size: the number of ranks asked for.
+        maximum: the most this caller can run (:data:`MAX_WORLD_SIZE` on one machine; the number of
+            GPUs with NCCL; the number of engines when connected).
+        why: optional words on where ``maximum`` comes from (``"4 engines are connected"``).
+
+    Raises:
+        TypeError: not an int: ``"world_size must be an int from 1 to 16; got 2.5"``.
+        ValueError: outside ``1..maximum``, with the same words (and ``why``).
+    """
+    return check_int("world_size", world_size, 1, maximum, what=why)
+
+
+def check_rank(rank, world_size: int, name: str = "root") -> int:
+    """Check a rank argument (``root``, ``src``, ``dst``) against the world size and return it.
+
+    Raises:
+        TypeError: not an int: ``"root must be a rank, an int from 0 to 3 (world size 4); got '1'"``.
+        ValueError: an int outside ``0..world_size-1``, with the same words.
+    """
+    text = f"{name} must be a rank, an int from 0 to {world_size - 1} (world size {world_size}); got {rank!r}"
+    if not _is_int(rank):
+        raise TypeError(text)
+    if not 0 <= rank < world_size:
+        raise ValueError(text)
+    return int(rank)
+
+
+def check_choice(kind: str, value, choices: Sequence[str]) -> str:
+    """Check that ``value`` is one of the names in ``choices`` (a primitive, an algorithm, a preset).
+
+    Args:
+        kind: what is being chosen, as a learner would say it (``"primitive"``, ``"algorithm for
+            all_reduce"``).
+
+    Raises:
+        TypeError: not a str: ``"primitive must be a name (str), one of: broadcast, ...; got 3"``.
+        ValueError: an unknown name: ``"unknown primitive 'allreduce'; choose one of: ..."``.
+    """
+    listed = ", ".join(choices)
+    if not isinstance(value, str):
+        raise TypeError(f"{kind} must be a name (str), one of: {listed}; got {value!r}")
+    if value not in choices:
+        raise ValueError(f"unknown {kind} {value!r}; choose one of: {listed}")
+    return value
+
+
+def check_backend(backend) -> str:
+    """Check a backend name (``"gloo"`` or ``"nccl"``) and return it.
+
+    Raises:
+        TypeError / ValueError: as :func:`check_choice`. Whether the backend can run on this machine
+        is a separate question (:func:`collnb.backend_info`).
+    """
+    return check_choice("backend", backend, BACKENDS)
+
+
+def dtype_name(dtype) -> str:
+    """``torch.float32``, ``"float32"`` or an alias (``"fp16"``, ``"torch.half"``) -> ``"float16"``-style
+    name from :data:`DTYPE_NAMES`.
+
+    Raises:
+        TypeError: neither a ``torch.dtype`` nor a str.
+        ValueError: an unknown dtype, listing the valid names.
+    """
+    if type(dtype).__name__ == "dtype" and type(dtype).__module__ == "torch":
+        name = str(dtype).replace("torch.", "")
+    elif isinstance(dtype, str):
+        name = dtype.strip().lower().replace("torch.", "")
+        name = _DTYPE_ALIASES.get(name, name)
+    else:
+        raise TypeError(f"dtype must be a torch.dtype or its name (str), one of: {', '.join(DTYPE_NAMES)}; "
+                        f"got {dtype!r}")
+    if name not in DTYPE_NAMES:
+        raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPE_NAMES)}")
+    return name
+
+
+def op_name(op) -> str:
+    """``"SUM"``, ``"sum"``, ``"prod"`` or ``torch.distributed.ReduceOp.SUM`` -> ``"sum"``-style name from
+    :data:`REDUCE_OPS`; ``None`` -> ``"sum"``.
+
+    Raises:
+        TypeError: a number (``ReduceOp`` members compare equal to ints, so ``3`` would pass for MIN)
+            or another type.
+        ValueError: an unknown name or ``ReduceOp`` member (``PREMUL_SUM``), listing the valid names.
+    """
+    listed = ", ".join(REDUCE_OPS)
+    if op is None:
+        return "sum"
+    if isinstance(op, str):
+        name = op.strip().lower()
+        name = "product" if name == "prod" else name
+        if name not in REDUCE_OPS:
+            raise ValueError(f"unknown reduce op {op!r}; choose one of: {listed}")
+        return name
+    if isinstance(op, numbers.Number):
+        raise TypeError(f"op must be a name (str) or a torch.distributed.ReduceOp, not the number {op!r}; "
+                        f"choose one of: {listed}")
+    if type(op).__module__.startswith("torch"):
+        import torch.distributed as dist  # noqa: PLC0415 - the caller already holds a torch object
+        for n in REDUCE_OPS:
+            if op == getattr(dist.ReduceOp, n.upper()):
+                return n
+        raise ValueError(f"unsupported reduce op {op!r}; choose one of: {listed}")
+    raise TypeError(f"op must be a name (str) or a torch.distributed.ReduceOp; got {op!r}; choose one of: {listed}")
+
+
+def op_hint(op: str, dtype: str) -> str:
+    """Why a reduce op may not fit a dtype, as a sentence with a leading space (``""`` when there is
+    no general reason): AVG needs a floating-point (or complex) dtype, the bitwise ops an integer or
+    bool one. ``op`` and ``dtype`` are names (:func:`op_name`, :func:`dtype_name`)."""
+    floating = dtype_name(dtype).startswith(("float", "bfloat", "complex"))
+    if op == "avg" and not floating:
+        return " AVG divides by the world size, so it needs a floating-point dtype."
+    if op in BITWISE_OPS:
+        return " Bitwise ops need an integer or bool dtype."
+    return ""
