@@ -58,10 +58,10 @@ def test_bad_choice_exits_2_with_the_choices(capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["run", "all_reduce", "--dtype", "int8", "--op", "avg"], ["AVG", "Valid ops for int8"]),
-    (["run", "reduce", "--root", "9"], ["root 9", "0 to 3"]),
+    (["run", "reduce", "--root", "9"], ["root must be a rank, an int from 0 to 3 (world size 4); got 9"]),
     (["run", "broadcast", "--op", "max"], ["takes no --op"]),
     (["run", "all_reduce", "--backend", "nccl"], ["NCCL needs CUDA", "gloo"]),
-    (["run", "all_reduce", "--world-size", "40"], ["between 1 and 16"]),
+    (["run", "all_reduce", "--world-size", "40"], ["world_size must be an int from 1 to 16; got 40"]),
     (["run", "broadcast", "--dtype", "float8_e4m3fn"], ["float8_e4m3fn", "bfloat16"]),
 ])
 def test_invalid_runs_exit_2_with_a_clear_message(capsys, argv, words):

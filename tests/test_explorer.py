@@ -16,7 +16,7 @@ import torch
 
 import collnb
 from collnb.ranks import launcher
-from collnb.collectives import primitives as P
+import collnb.collectives as P
 from collnb.views.explorer import INPUT_PRESETS, explore
 from conftest import live_children, pool_dirs
 
@@ -302,7 +302,8 @@ def test_run_result_display_protocol_and_bad_arguments():
         ex.wait()
     finally:
         ex.close()
-    for kwargs, msg in [(dict(primitive="allreduce"), "unknown primitive 'allreduce'; choose one of broadcast"),
+    for kwargs, msg in [(dict(primitive="allreduce"),
+                         f"unknown primitive 'allreduce'; choose one of: {', '.join(P.PRIMITIVES)}"),
                         (dict(world_size=17), "world_size must be an int from 1 to 16"),
                         (dict(inputs="huge"), "unknown inputs preset 'huge'; choose one of teaching"),
                         (dict(chunk_size=3), "chunk_size must be one of 1, 2, 4"),

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb.ranks import launcher, remote
-from collnb.collectives import primitives as P
+import collnb.collectives as P
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
 WHY = (f"no CUDA GPU visible to torch {torch.__version__} (cuda={torch.version.cuda}); "

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 from PIL import Image
 
 from collnb.views import heatmap as H
-from collnb.collectives import primitives as P
+import collnb.collectives as P
+from collnb.collectives.primitives import _finish
 
 
 @pytest.fixture(scope="module")
@@ -164,12 +165,12 @@ def test_drawing_is_thread_safe_and_deterministic(runs):
 def test_no_pyplot_state_and_headless():
     code = (
         "import sys, torch\n"
-        "from collnb.collectives import primitives as P\nfrom collnb.views import heatmap as H\n"
+        "import collnb.collectives as P\nfrom collnb.collectives.primitives import _finish\nfrom collnb.views import heatmap as H\n"
         "case = dict(primitive='all_reduce', dtype='float32', op='sum', root=0, chunk_size=1,\n"
         "            inputs=P.teaching_inputs('all_reduce', 3))\n"
         "exp = P.reference('all_reduce', 3, case['inputs'])[0]\n"
-        "before = [P._make_tensor(v, 1, torch.float32) for v in case['inputs']]\n"
-        "res = P._finish(case, 3, 'gloo', before, exp, 0.0)\n"
+        "before = [P.make_tensor(v, 1, torch.float32) for v in case['inputs']]\n"
+        "res = _finish(case, 3, 'gloo', before, exp, 0.0)\n"
         "fig = H.heatmap_figure(res); png = H.heatmap_png(res)\n"
         "assert res.ok and png[:4] == b'\\x89PNG'\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
@@ -199,9 +200,9 @@ def _offline(primitive, ws, dtype="float32", root=0):
     dt = getattr(torch, dtype)
     case = dict(primitive=primitive, dtype=dtype, op="sum", root=root, chunk_size=1, inputs=inputs)
     exp = P.reference(primitive, ws, inputs, dtype=dt, op="sum", root=root)[0]
-    before = [P._make_tensor(v, 1, dt) for v in inputs]
+    before = [P.make_tensor(v, 1, dt) for v in inputs]
     after = [e if e is not None else torch.zeros(spec.n_out(ws, r, root), dtype=dt) for r, e in enumerate(exp)]
-    return P._finish(case, ws, "gloo", before, after, 0.0)
+    return _finish(case, ws, "gloo", before, after, 0.0)
 
 
 def _ink_height(pixels, box, dark=80):

@@ -1,4 +1,4 @@
-"""collnb.primitives: every primitive x world size x valid dtype/op on real Gloo ranks, against
+"""collnb.collectives: every primitive x world size x valid dtype/op on real Gloo ranks, against
 the reference and against an independent plain-Python oracle; refusals; run-time detection."""
 
 import math
@@ -8,7 +8,8 @@ import torch
 
 import collnb
 import collnb.ranks.launcher as launcher
-from collnb.collectives import primitives as P
+import collnb.collectives as P
+from collnb.collectives import display, rank_calls
 
 WORLD_SIZES = (1, 2, 3, 4, 5, 8)
 
@@ -113,7 +114,7 @@ def test_every_primitive_dtype_op_matches_reference(ws, support):
             for r in range(ws):
                 want = P.teaching_inputs(cfg["primitive"], ws, cfg["root"])[r]
                 assert res.before[r].dtype == dt
-                assert torch.equal(res.before[r], P._make_tensor(want, 1, dt)), (cfg, r)
+                assert torch.equal(res.before[r], P.make_tensor(want, 1, dt)), (cfg, r)
             if cfg["dtype"] in ("int64", "int32", "int8", "uint8", "bool"):
                 oracle = _oracle(cfg["primitive"], ws, cfg["root"], cfg["op"], dt)
                 for r in range(ws):
@@ -202,6 +203,11 @@ def no_launch(monkeypatch, support):
     def boom(*a, **k):
         raise AssertionError("launch must not be called for an invalid request")
     monkeypatch.setattr(launcher, "launch", boom)
+    monkeypatch.setattr(collnb.ranks, "launch", boom)  # what collectives call
+
+
+PRIMITIVE_LIST = ", ".join(P.PRIMITIVES)
+DTYPE_LIST = ", ".join(P.DTYPE_NAMES)
 
 
 @pytest.mark.parametrize("kwargs, words", [
@@ -211,16 +217,21 @@ def no_launch(monkeypatch, support):
      ["BAND", "float32", "Valid ops for float32: SUM, PRODUCT, MIN, MAX, AVG"]),
     (dict(primitive="all_reduce", dtype="float8_e4m3fn"), ["float8_e4m3fn", "float32", "bfloat16"]),
     (dict(primitive="gather", dtype="complex64"), ["gather", "complex64"]),
-    (dict(primitive="reduce", root=4), ["root 4", "0 to 3"]),
-    (dict(primitive="reduce", root=-1), ["root -1", "0 to 3"]),
-    (dict(primitive="all_reduc"), ["unknown primitive", "all_reduce", "barrier"]),
-    (dict(primitive="all_reduce", world_size=17), ["between 1 and 16"]),
-    (dict(primitive="all_reduce", world_size=0), ["between 1 and 16"]),
+    (dict(primitive="reduce", root=4), ["root must be a rank, an int from 0 to 3 (world size 4); got 4"]),
+    (dict(primitive="reduce", root=-1), ["root must be a rank, an int from 0 to 3 (world size 4); got -1"]),
+    (dict(primitive="all_reduc"), [f"unknown primitive 'all_reduc'; choose one of: {PRIMITIVE_LIST}"]),
+    (dict(primitive="all_reduce", world_size=17), ["world_size must be an int from 1 to 16; got 17"]),
+    (dict(primitive="all_reduce", world_size=0), ["world_size must be an int from 1 to 16; got 0"]),
     (dict(primitive="broadcast", op="max"), ["takes no reduce op", "all_reduce"]),
-    (dict(primitive="all_reduce", op="mean"), ["unknown reduce op", "avg"]),
-    (dict(primitive="all_reduce", dtype="float128"), ["unknown dtype", "bfloat16"]),
-    (dict(primitive="all_reduce", backend="mpi"), ["unknown backend", "gloo", "nccl"]),
+    (dict(primitive="all_reduce", op="mean"),
+     ["unknown reduce op 'mean'; choose one of: sum, product, min, max, avg, band, bor, bxor"]),
+    (dict(primitive="all_reduce", dtype="float128"), [f"unknown dtype 'float128'; choose one of: {DTYPE_LIST}"]),
+    (dict(primitive="all_reduce", backend="mpi"), ["unknown backend 'mpi'; choose one of: gloo, nccl"]),
     (dict(primitive="all_gather", inputs=[[1], [2]]), ["inputs has 2 rows"]),
+    (dict(primitive="all_gather", chunk_size=0),
+     ["chunk_size must be an int from 1 to 4194304 (elements per chunk); got 0"]),
+    (dict(primitive="all_gather", chunk_size=1 << 23),
+     ["chunk_size must be an int from 1 to 4194304 (elements per chunk); got 8388608"]),
 ])
 def test_invalid_requests_are_refused_before_launch(no_launch, kwargs, words):
     kwargs = dict(kwargs)
@@ -259,13 +270,25 @@ def test_detection_runs_on_real_ranks_and_finds_the_truth(monkeypatch):
 
 
 @pytest.mark.parametrize("kwargs, exc, text", [
-    (dict(primitive=["all_reduce"]), TypeError, "primitive must be a name"),
-    (dict(primitive="all_reduce", op=3), TypeError, "not the number 3"),
+    (dict(primitive=["all_reduce"]), TypeError,
+     f"primitive must be a name (str), one of: {PRIMITIVE_LIST}; got ['all_reduce']"),
+    (dict(primitive="all_reduce", op=3), TypeError,
+     "op must be a name (str) or a torch.distributed.ReduceOp, not the number 3; "
+     "choose one of: sum, product, min, max, avg, band, bor, bxor"),
+    (dict(primitive="all_reduce", world_size=2.0), TypeError, "world_size must be an int from 1 to 16; got 2.0"),
+    (dict(primitive="all_reduce", root="0"), TypeError,
+     "root must be a rank, an int from 0 to 3 (world size 4); got '0'"),
+    (dict(primitive="all_reduce", chunk_size="2"), TypeError,
+     "chunk_size must be an int from 1 to 4194304 (elements per chunk); got '2'"),
+    (dict(primitive="all_reduce", dtype=3), TypeError,
+     f"dtype must be a torch.dtype or its name (str), one of: {DTYPE_LIST}; got 3"),
+    (dict(primitive="all_reduce", backend=None), TypeError,
+     "backend must be a name (str), one of: gloo, nccl; got None"),
 ])
 def test_run_refuses_lookalike_arguments(kwargs, exc, text):
-    import collnb
-    with pytest.raises(exc, match=text):
+    with pytest.raises(exc) as info:
         collnb.run(**kwargs)
+    assert str(info.value) == text
 
 
 
@@ -296,3 +319,43 @@ def test_numpy_inputs_are_numbers():
 def test_run_batch_names_a_config_that_is_not_a_dict():
     with pytest.raises(TypeError, match="run_batch takes a list of dicts"):
         collnb.run_batch(["all_reduce"], world_size=2)
+
+
+# ----------------------------------------------------------------------------------------------
+# The layer's tables and registries
+
+
+def test_every_spec_has_its_rank_call_and_the_derived_lists():
+    assert list(rank_calls.RANK_CALLS) == list(P.SPECS) == list(P.PRIMITIVES)
+    assert all(fn.__name__ == "_r_" + name for name, fn in rank_calls.RANK_CALLS.items())
+    assert P.ROOTED_PRIMITIVES == ("broadcast", "scatter", "gather", "reduce", "broadcast_object_list",
+                                   "scatter_object_list", "gather_object")
+    assert P.REDUCING_PRIMITIVES == ("reduce", "reduce_scatter", "all_reduce", "reduce_scatter_tensor",
+                                     "reduce_scatter_single")
+    assert P.OBJECT_PRIMITIVES == ("broadcast_object_list", "scatter_object_list", "gather_object",
+                                   "all_gather_object")
+    assert P.DTYPE_NAMES is collnb.vocabulary.DTYPE_NAMES and collnb.DTYPE_NAMES is P.DTYPE_NAMES
+    assert P.REDUCE_OPS is collnb.vocabulary.REDUCE_OPS and P.op_hint is collnb.vocabulary.op_hint
+
+
+def test_dtypes_plain_pickle_cannot_rebuild_come_back_from_the_ranks(support):
+    """uint16/uint32/uint64 tensors travel through the launcher's raw-bytes pickler, no copy of it here."""
+    names = [d for d in ("uint16", "uint32", "uint64") if support.supports("send_recv", d)]
+    assert names, support.dtypes("send_recv")
+    results = P.run_batch([dict(primitive="send_recv", dtype=d) for d in names], 3)
+    for d, res in zip(names, results):
+        assert res.ok and res.after[0].dtype == getattr(torch, d), res.summary()
+        assert res.after[0].tolist() == [20, 21, 22] and res.before[2].tolist() == [20, 21, 22]
+
+
+def test_result_without_a_registered_renderer_says_what_to_import(monkeypatch):
+    res = P.run("broadcast", 2)
+    monkeypatch.setattr(display, "_renderer", {})
+    for draw in (res.png, res.figure, res._repr_png_):
+        with pytest.raises(RuntimeError) as info:
+            draw()
+        assert str(info.value) == ("no renderer is registered to draw a RunResult: `import collnb` (or "
+                                   "collnb.views) registers the heatmap")
+    assert "[rank 1] after : [0.0, 1.0]  ✓" in res.summary()  # the text needs no renderer
+    with pytest.raises(TypeError, match="png_fn must be a function fn"):
+        P.register_renderer(lambda r: None, "png")

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import collnb
-from collnb.collectives import primitives as P
+import collnb.collectives as P
 from collnb.labs.script import SCRIPT_PRIMITIVES, script_text, to_script
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

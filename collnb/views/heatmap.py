@@ -38,6 +38,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg, get_hinting_flag
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from ..collectives import register_renderer
+
 __all__ = ["RANK_COLORS", "RANK_TEXT_COLORS", "MIN_LABEL_PX", "contrast_ratio", "rank_text_color", "UNDEFINED_COLOR", "COMBINED_COLOR", "EMPTY_COLOR", "MISMATCH_COLOR", "format_value", "heatmap_grid",
            "heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "rank_color", "Panel", "HeatmapGrid",
            "HeatmapImage", "MAX_WIDTH_PX"]
@@ -908,3 +910,7 @@ def cell_box(fig_or_image, panel: str, rank: int, chunk: int) -> tuple:
     geometry = fig_or_image.collnb["geometry"] if hasattr(fig_or_image, "collnb") else fig_or_image.geometry
     x0, y0, cell = geometry[panel]
     return (x0 + chunk * cell, y0 + rank * cell, x0 + (chunk + 1) * cell, y0 + (rank + 1) * cell)
+
+
+# RunResult.figure()/png()/save() and its notebook display draw with this heatmap.
+register_renderer(heatmap_figure, heatmap_png)

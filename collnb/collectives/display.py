@@ -1,0 +1,55 @@
+"""How a :class:`~.result.RunResult` is drawn: a registry the views layer fills in.
+
+The collectives layer computes results; drawing them (matplotlib, a raster engine) belongs to
+:mod:`collnb.views`, a layer above. So that :meth:`RunResult.png <.result.RunResult.png>` can
+still draw without an import running back up, the views layer registers its two drawing
+functions here when it is imported (``import collnb`` does that), and the result calls them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+__all__ = ["register_renderer", "render_figure", "render_png"]
+
+_renderer: dict[str, Callable] = {}
+
+
+def register_renderer(figure_fn: Callable, png_fn: Callable) -> None:
+    """Make ``figure_fn(result, **kwargs) -> matplotlib.figure.Figure`` and ``png_fn(result,
+    **kwargs) -> bytes`` (PNG) the functions that draw a :class:`~.result.RunResult`; a later call
+    replaces them. :mod:`collnb.views.heatmap` registers its heatmap when imported.
+
+    Raises:
+        TypeError: either argument is not callable.
+    """
+    for name, fn in (("figure_fn", figure_fn), ("png_fn", png_fn)):
+        if not callable(fn):
+            raise TypeError(f"{name} must be a function fn(result, **kwargs); got {fn!r}")
+    _renderer["figure"], _renderer["png"] = figure_fn, png_fn
+
+
+def _registered(kind: str) -> Callable:
+    try:
+        return _renderer[kind]
+    except KeyError:
+        raise RuntimeError("no renderer is registered to draw a RunResult: `import collnb` (or "
+                           "collnb.views) registers the heatmap") from None
+
+
+def render_figure(result, **kwargs):
+    """``result``'s picture as a :class:`matplotlib.figure.Figure`, by the registered renderer.
+
+    Raises:
+        RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
+    """
+    return _registered("figure")(result, **kwargs)
+
+
+def render_png(result, **kwargs) -> bytes:
+    """``result``'s picture as PNG bytes, by the registered renderer.
+
+    Raises:
+        RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
+    """
+    return _registered("png")(result, **kwargs)
