@@ -568,3 +568,29 @@ def test_rooted_and_reducing_names_agree_with_the_spec_table():
     from collnb.collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS
     assert ROOTED_PRIMITIVES == tuple(n for n, s in SPECS.items() if s.rooted)
     assert REDUCING_PRIMITIVES == tuple(n for n, s in SPECS.items() if s.reduces)
+
+
+def test_trace_checks_speak_the_vocabulary(tmp_path):
+    """Round indices and a loaded trace's world size and root are checked with collnb.vocabulary's
+    words: TypeError for a wrong type, ValueError for a wrong value."""
+    import json
+    tr = Trace.load(SAVED_V1)
+    with pytest.raises(ValueError) as info:
+        tr.buffer(5)
+    assert str(info.value) == "round must be an int from 0 to 4 (0 is the start); got 5"
+    with pytest.raises(TypeError) as info:
+        tr.transfers(1.0)
+    assert str(info.value) == "round must be an int from 0 to 4 (0 is the start); got 1.0"
+    for change, words in [(dict(world_size=17), "in the trace, world_size must be an int from 1 to 16; got 17"),
+                          (dict(root=3), "in the trace, root must be a rank, an int from 0 to 2 (world size 3); "
+                                         "got 3"),
+                          (dict(algorithm="bruck"), "in the trace, unknown algorithm for all_reduce 'bruck'; "
+                                                    "choose one of: ring, recursive_doubling, rabenseifner, "
+                                                    "binomial_tree")]:
+        d = json.loads(SAVED_V1.read_text())
+        d.update(change)
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(d))
+        with pytest.raises(ValueError) as info:
+            Trace.load(path)
+        assert f"as a collnb trace: {words}. Traces are written by" in str(info.value)
