@@ -6,21 +6,49 @@ with before/after heatmaps) and :func:`explore` (sliders that re-run it on warm 
 The package is built in layers, each a folder that imports only from the ones before it:
 :mod:`collnb.ranks` → :mod:`collnb.collectives` → :mod:`collnb.algorithms` → :mod:`collnb.views` →
 :mod:`collnb.labs` → :mod:`collnb.cli`.
+
+``import collnb`` is cheap: every name below is loaded from its layer the first time it is used
+(PEP 562 module ``__getattr__``), so a script that only loads a saved :class:`Trace` or asks the
+cost model (:func:`predict`) never imports torch.
 """
 
-from .ranks import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout, RankError,
-                    backend_info, connect, disconnect, launch, shutdown)
-from .collectives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, RunResult, backend_support, run,
-                          run_batch)
-from .algorithms import ALGORITHMS, CostModel, Trace, algbw, busbw, costmodel, predict, run_algorithm, \
-    run_algorithms, schedule
-from .views import (compare, compare_figure, explore, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
-                    replay, save_filmstrip, save_gif)
-from .labs import bench, examples, exercises  # collnb.bench.bench(...), collnb.exercises.check_...
-from .labs import examples as seeds  # old name, until the examples rename lands
-from .labs.script import to_script
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
+    from .algorithms import (ALGORITHMS, CostModel, Trace, algbw, busbw, costmodel, predict, run_algorithm,
+                             run_algorithms, schedule)
+    from .collectives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, RunResult, backend_support, run,
+                              run_batch)
+    from .labs import bench, examples, exercises
+    from .labs.script import to_script
+    from .ranks import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout, RankError,
+                        backend_info, connect, disconnect, launch, shutdown)
+    from .views import (compare, compare_figure, explore, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
+                        replay, save_filmstrip, save_gif)
 
 __version__ = "0.1.0"
+
+#: Public name -> the package (layer facade or module) it is taken from.
+_WHERE = {
+    **dict.fromkeys(("BACKENDS", "MAX_WORLD_SIZE", "CallRecord", "LaunchError", "LaunchResults", "LaunchTimeout",
+                     "RankError", "backend_info", "connect", "disconnect", "launch", "shutdown"), ".ranks"),
+    **dict.fromkeys(("DTYPE_NAMES", "PRIMITIVES", "REDUCE_OPS", "BackendSupport", "RunResult", "backend_support",
+                     "run", "run_batch"), ".collectives"),
+    **dict.fromkeys(("ALGORITHMS", "CostModel", "Trace", "algbw", "busbw", "costmodel", "predict", "run_algorithm",
+                     "run_algorithms", "schedule"), ".algorithms"),
+    **dict.fromkeys(("compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
+                     "heatmap_png", "replay", "save_filmstrip", "save_gif"), ".views"),
+    **dict.fromkeys(("bench", "examples", "exercises"), ".labs"),  # collnb.bench.bench(...), collnb.exercises...
+    "to_script": ".labs.script",
+}
+#: Layers whose names return :class:`RunResult` objects: loading one also loads :mod:`collnb.views`, which
+#: registers the heatmap a result draws itself with (collectives cannot import views: it is above them).
+_DRAWS_RESULTS = (".collectives", ".labs", ".labs.script")
+#: Old names, until the renames land: ``collnb.seeds`` is :mod:`collnb.examples`.
+_ALIASES = {"seeds": "examples"}
 
 __all__ = [
     "launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
@@ -34,3 +62,20 @@ __all__ = [
     "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
     "connect", "disconnect", "to_script",
 ]
+
+
+def __getattr__(name: str):
+    """Load a public name from its layer the first time it is asked for (then it is a plain
+    attribute). Raises AttributeError for any other name."""
+    target = _ALIASES.get(name, name)
+    if target not in _WHERE:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if _WHERE[target] in _DRAWS_RESULTS:
+        importlib.import_module(".views", __name__)  # registers the heatmap that draws a RunResult
+    value = getattr(importlib.import_module(_WHERE[target], __name__), target)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_WHERE) | set(_ALIASES))

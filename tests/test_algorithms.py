@@ -20,8 +20,10 @@ import numpy as np
 import pytest
 import torch
 
-from collnb.algorithms import schedules as A
+import collnb.algorithms as A
+from collnb.algorithms import execution as E
 from collnb import costmodel as cm
+from collnb.vocabulary import DTYPE_NAMES, op_hint
 
 ROOTED = ("broadcast", "reduce", "scatter", "gather")
 REDUCING = ("all_reduce", "reduce_scatter", "reduce")
@@ -191,21 +193,48 @@ def test_ring_reduce_scatter_chunk_owner_and_transfers():
     assert all(not t.reduce for rnd in s.rounds[n - 1:] for t in rnd.transfers)
 
 
-def test_bad_requests_are_refused_with_the_choices():
-    with pytest.raises(ValueError, match="valid algorithms for all_reduce: ring, recursive_doubling"):
-        A.schedule("all_reduce", "bruck", 4)
-    with pytest.raises(ValueError, match="choose one of all_reduce"):
-        A.schedule("alltoall", "ring", 4)
-    with pytest.raises(ValueError, match="world_size must be an int from 1 to 16"):
-        A.schedule("all_reduce", "ring", 17)
-    with pytest.raises(ValueError, match="choose 0..3"):
-        A.schedule("broadcast", "chain", 4, root=4)
-    with pytest.raises(ValueError, match="segments applies to broadcast only"):
-        A.schedule("all_reduce", "ring", 4, segments=3)
+def _raises(exc, text, call, *args, **kwargs):
+    """``call(*args, **kwargs)`` raises exactly ``exc`` whose message is exactly ``text``."""
+    with pytest.raises(exc) as info:
+        call(*args, **kwargs)
+    assert type(info.value) is exc and str(info.value) == text
+
+
+def test_bad_requests_are_refused_with_the_vocabulary_words():
+    """Names, world sizes, roots and sizes are checked by collnb.vocabulary: TypeError for a
+    wrong type, ValueError for a wrong value, the same words as every other entry point."""
+    _raises(ValueError, "unknown algorithm for all_reduce 'bruck'; choose one of: ring, recursive_doubling, "
+            "rabenseifner, binomial_tree", A.schedule, "all_reduce", "bruck", 4)
+    _raises(ValueError, "unknown primitive 'alltoall'; choose one of: all_reduce, all_gather, reduce_scatter, "
+            "broadcast, reduce, scatter, gather, all_to_all", A.schedule, "alltoall", "ring", 4)
+    _raises(TypeError, "primitive must be a name (str), one of: all_reduce, all_gather, reduce_scatter, "
+            "broadcast, reduce, scatter, gather, all_to_all; got 3", A.algorithms_for, 3)
+    _raises(ValueError, "world_size must be an int from 1 to 16; got 17", A.schedule, "all_reduce", "ring", 17)
+    _raises(TypeError, "world_size must be an int from 1 to 16; got 4.0", A.schedule, "all_reduce", "ring", 4.0)
+    _raises(ValueError, "root must be a rank, an int from 0 to 3 (world size 4); got 4",
+            A.schedule, "broadcast", "chain", 4, root=4)
+    _raises(TypeError, "root must be a rank, an int from 0 to 3 (world size 4); got '1'",
+            A.schedule, "broadcast", "chain", 4, root="1")
+    _raises(ValueError, "segments must be an int from 1 to 64 (chunks of the broadcast buffer); got 65",
+            A.schedule, "broadcast", "chain", 4, segments=65)
+    _raises(ValueError, "segments applies to broadcast only; all_reduce has one chunk per rank",
+            A.schedule, "all_reduce", "ring", 4, segments=3)
+    _raises(ValueError, "unknown algorithm for all_reduce 'bruck'; choose one of: ring, recursive_doubling, "
+            "rabenseifner, binomial_tree", A.run_algorithm, "all_reduce", "bruck", 2)
+    _raises(TypeError, "chunk_size must be an int from 1 to 4194304 (elements per chunk); got 1.5",
+            A.run_algorithm, "all_reduce", "ring", 2, chunk_size=1.5)
+    _raises(ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl",
+            A.run_algorithm, "all_reduce", "ring", 2, backend="mpi")
+    _raises(ValueError, "unknown reduce op 'mean'; choose one of: sum, product, min, max, avg, band, bor, bxor",
+            A.run_algorithm, "all_reduce", "ring", 2, op="mean")
+    _raises(ValueError, "unknown dtype 'float33'; choose one of: " + ", ".join(DTYPE_NAMES),
+            A.run_algorithm, "all_reduce", "ring", 2, dtype="float33")
     with pytest.raises(ValueError, match="no reduce op"):
         A.run_algorithm("broadcast", "linear", 2, op="max")
-    with pytest.raises(ValueError, match="Valid ops for int32"):
+    with pytest.raises(ValueError) as info:
         A.run_algorithm("all_reduce", "ring", 2, dtype=torch.int32, op="avg")
+    # the hint is vocabulary.op_hint's sentence, the valid ops were detected on real ranks
+    assert op_hint("avg", "int32") in str(info.value) and "Valid ops for int32" in str(info.value)
     with pytest.raises(ValueError, match="inputs must have shape"):
         A.run_algorithm("all_reduce", "ring", 2, inputs=torch.zeros(3, 3))
 
@@ -219,7 +248,7 @@ def test_padding_pairs_equalise_point_to_point_counts():
             a, b = rng.sample(range(n), 2)
             counts[a] += 1
             counts[b] += 1
-        pairs = A._padding_pairs(counts)
+        pairs = E._padding_pairs(counts)
         after = counts[:]
         for a, b in pairs:
             assert a != b
@@ -227,7 +256,7 @@ def test_padding_pairs_equalise_point_to_point_counts():
             after[b] += 1
         assert len(set(after)) == 1, (counts, after)
     with pytest.raises(ValueError, match="even"):
-        A._padding_pairs([1, 0, 0])
+        E._padding_pairs([1, 0, 0])
 
 
 def test_chunk_bounds():
@@ -355,7 +384,9 @@ def test_busbw_factors_and_algbw():
     assert cm.busbw_factor("reduce", 3) == 1.0
     assert cm.algbw(2e9, 0.5) == pytest.approx(4.0)
     assert cm.busbw("all_reduce", 2e9, 0.5, 4) == pytest.approx(4.0 * 1.5)
-    with pytest.raises(ValueError, match="choose one of"):
-        cm.busbw_factor("alltoall", 4)
+    _raises(ValueError, "unknown primitive for busbw 'alltoall'; choose one of: all_reduce, all_gather, "
+            "reduce_scatter, all_to_all, scatter, gather, broadcast, reduce", cm.busbw_factor, "alltoall", 4)
+    _raises(ValueError, "unknown algorithm for all_reduce 'bruck'; choose one of: ring, recursive_doubling, "
+            "rabenseifner, binomial_tree", cm.closed_form, "all_reduce", "bruck", 4, 1024)
     with pytest.raises(ValueError):
         cm.algbw(1, 0)

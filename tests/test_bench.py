@@ -38,7 +38,7 @@ def test_algbw_and_busbw_values():
     assert cm.busbw("all_reduce", 1e9, 1.0, 4) == 1.5
     assert cm.busbw("all_gather", 1e9, 1.0, 4) == 0.75
     assert cm.busbw("broadcast", 1e9, 2.0, 8) == 0.5
-    with pytest.raises(ValueError, match="no bus-bandwidth factor for 'barrier'"):
+    with pytest.raises(ValueError, match="unknown primitive for busbw 'barrier'; choose one of: all_reduce, "):
         cm.busbw_factor("barrier", 4)
 
 
@@ -362,15 +362,17 @@ def test_nccl_bench_times_with_cuda_events():
 
 
 # ------------------------------------------------------------------------------------------------
-# Segmented execution (collnb.algorithms.SEGMENT_BYTES): large messages travel in segments and
+# Segmented execution (collnb.algorithms.execution.SEGMENT_BYTES): large messages travel in segments and
 # reductions start on the first segment; the results must not change
 
 def _segmented_vs_builtin(rank, world_size, seg_bytes, nelem):
     import torch.distributed as dist
 
+    from collnb.algorithms import execution as E
+    from collnb.algorithms import run as R
     from collnb.algorithms import schedules as A
-    old = A.SEGMENT_BYTES
-    A.SEGMENT_BYTES = seg_bytes
+    old = E.SEGMENT_BYTES
+    E.SEGMENT_BYTES = seg_bytes
     try:
         out = {}
         for primitive in ("all_reduce", "reduce_scatter", "all_gather", "broadcast", "reduce", "all_to_all"):
@@ -379,9 +381,9 @@ def _segmented_vs_builtin(rank, world_size, seg_bytes, nelem):
                 count = nelem // world_size * world_size
                 bounds = A.chunk_bounds(count, sched.n_chunks)
                 inp = (torch.arange(count, dtype=torch.float32) % 13) + 17 * rank
-                work = A._start_buffer(primitive, rank, world_size, inp, sched.n_chunks, bounds)
-                A.execute(sched, work, bounds=bounds, send_from=inp if primitive == "all_to_all" else None)
-                ref = A._builtin(primitive, rank, world_size, inp, "sum", 0, sched.n_chunks)
+                work = R._start_buffer(primitive, rank, world_size, inp, sched.n_chunks, bounds)
+                E.execute(sched, work, bounds=bounds, send_from=inp if primitive == "all_to_all" else None)
+                ref = R._builtin(primitive, rank, world_size, inp, "sum", 0, sched.n_chunks)
                 defined = sched.defined[rank]
                 same = all(torch.equal(work[bounds[c]:bounds[c + 1]], ref[bounds[c]:bounds[c + 1]])
                            for c in range(sched.n_chunks) if defined[c])
@@ -389,13 +391,13 @@ def _segmented_vs_builtin(rank, world_size, seg_bytes, nelem):
         dist.barrier()
         return out
     finally:
-        A.SEGMENT_BYTES = old
+        E.SEGMENT_BYTES = old
 
 
 @pytest.mark.parametrize("ws", [3, 4])
 def test_segmented_messages_give_the_builtin_result(ws):
     import collnb
-    from collnb.algorithms import schedules as A
+    from collnb.algorithms import execution as A
     assert A._segments(10, 4) == [(0, 10)]
     A_old = A.SEGMENT_BYTES
     try:

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from PIL import Image, ImageSequence
 
-from collnb.algorithms import schedules as A
+import collnb.algorithms as A
 from collnb.views.heatmap import EMPTY_COLOR, RANK_COLORS
 from collnb.algorithms.trace import Trace
 
@@ -473,3 +473,124 @@ def test_overflow_that_depends_on_the_order_is_not_a_mismatch():
     wrong = Trace.from_dict(tr.to_dict())
     wrong.final[2, 1] = 1.0  # a finite, wrong value is still a mismatch
     assert wrong.mismatches() == [(2, 1)]
+
+
+# -- loading a trace and the cost model need numpy alone ---------------------------------------
+
+SAVED_V1 = REPO / "tests" / "data" / "trace_v1_all_reduce_rabenseifner_ws3.json"
+
+_NO_TORCH = r"""
+import json, sys
+sys.modules["torch"] = None  # any "import torch" from here on raises ImportError
+import collnb
+from collnb import Trace, predict
+from collnb import costmodel as cm
+from collnb.algorithms.trace import Trace as T2
+assert T2 is Trace
+tr = Trace.load(sys.argv[1])
+tr.save(sys.argv[2])
+back = Trace.load(sys.argv[2])
+p = predict("all_reduce", "rabenseifner", 3, tr.nbytes, cm.CostModel(1e-5, 1e-9, 1e-10))
+print(json.dumps(dict(
+    summary=tr.summary(), equal=back.equals(tr), matches=tr.matches_builtin,
+    transfers=[t.to_dict() for t in tr.transfers(1)], sent=tr.total_bytes_sent().tolist(),
+    final=tr.final.tolist(), rounds=p.rounds, seconds=p.seconds, closed=p.closed_form_seconds,
+    round_costs=cm.round_costs(tr, cm.CostModel(1e-5, 1e-9, 1e-10)).tolist(),
+    busbw=cm.busbw("all_reduce", 1e9, 1.0, 4), closed_ring=cm.closed_form("all_reduce", "ring", 4, 1e6)[0],
+    torch=sorted(m for m, v in sys.modules.items() if m.split(".")[0] == "torch" and v is not None))))
+"""
+
+
+def test_a_saved_trace_loads_and_is_priced_without_torch(tmp_path):
+    """A trace saved by collnb before Trace reused the schedule's Transfer (format version 1)
+    loads, saves as .npz, loads again, and the cost model prices it, in a Python where every
+    ``import torch`` fails."""
+    import json
+    done = subprocess.run([sys.executable, "-c", _NO_TORCH, str(SAVED_V1), str(tmp_path / "t.npz")],
+                          capture_output=True, text=True, timeout=120, cwd=REPO,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    got = json.loads(done.stdout)
+    assert got["torch"] == [] and got["equal"] is True and got["matches"] is True
+    assert got["summary"].startswith("all_reduce / rabenseifner: world size 3, int64, op=sum, 3 chunks x 2 element(s)")
+    assert "4 rounds; 1 rank(s) folded onto a power of two (2); bytes sent per rank: [48, 96, 48]" in got["summary"]
+    assert got["transfers"] == [dict(src=0, dst=1, chunks=[0, 1, 2], dst_chunks=[0, 1, 2], reduce=True, nbytes=48)]
+    assert got["sent"] == [48, 96, 48]
+    # teaching values 10r + c summed over 3 ranks: chunk c holds 30 + 3c on every rank
+    assert got["final"] == [[30, 30, 33, 33, 36, 36]] * 3
+    # the same numbers as here, with torch: the model needs only the schedule
+    model = A.CostModel(1e-5, 1e-9, 1e-10)
+    p = A.predict("all_reduce", "rabenseifner", 3, 48, model)
+    assert (got["rounds"], got["seconds"], got["closed"]) == (4, p.seconds, p.closed_form_seconds)
+    assert got["round_costs"] == A.round_costs(Trace.load(SAVED_V1), model).tolist()
+    # fold: the whole 48 B buffer, reduced; 3 chunks of 16 B in 2 groups (chunk 0 | chunks 1, 2), so the
+    # busiest rank of the halving and of the doubling round moves 32 B; unfold: 48 B back
+    assert got["round_costs"] == pytest.approx([1e-5 + 48e-9 + 48e-10, 1e-5 + 32e-9 + 32e-10, 1e-5 + 32e-9,
+                                                1e-5 + 48e-9], rel=1e-12)
+    # ring all_reduce, 4 ranks, 1 MB, the default model (50 us, 4 GB/s, 10 GB/s): 2(p-1) a + 2(p-1)/p m b + (p-1)/p m g
+    assert got["busbw"] == 1.5 and got["closed_ring"] == pytest.approx(6 * 50e-6 + 1.5e6 / 4e9 + 0.75e6 / 10e9,
+                                                                       rel=1e-12)
+
+
+def test_a_saved_trace_holds_the_schedules_transfers():
+    """Trace reuses the schedule's Transfer: the loaded rounds are the schedule's transfers with
+    their sizes in bytes."""
+    tr = Trace.load(SAVED_V1)
+    sched = A.schedule("all_reduce", "rabenseifner", 3)
+    for k, rnd in enumerate(sched.rounds, 1):
+        assert all(type(t) is A.Transfer for t in tr.transfers(k))
+        assert [(t.src, t.dst, t.chunks, t.dst_chunks, t.reduce) for t in tr.transfers(k)] == \
+            [(t.src, t.dst, t.chunks, t.dst_chunks, t.reduce) for t in rnd.transfers]
+        assert [t.nbytes for t in tr.transfers(k)] == [16 * len(t.chunks) for t in rnd.transfers]
+        assert all(t.nbytes is None for t in rnd.transfers)
+    assert not hasattr(tr, "replay")  # collnb.replay(trace) draws it; the trace knows nothing of views
+
+
+def test_import_collnb_is_cheap_and_lazy():
+    """``import collnb`` imports no torch; every public name still loads, and dir() lists them."""
+    code = ("import sys, collnb; before = sorted(m for m in sys.modules if m.split('.')[0] == 'torch'); "
+            "names = {n: getattr(collnb, n) for n in collnb.__all__ + ['bench', 'exercises', 'examples', "
+            "'costmodel', 'seeds']}; from collnb import run_algorithm, Trace, replay; "
+            "import collnb.algorithms as A; A.all_reduce, A.run_algorithm, A.ALGORITHMS, A._prepare_case, "
+            "A._cached_schedule; "
+            "print(before, set(names) <= set(dir(collnb)), collnb.seeds is collnb.examples, "
+            "collnb.costmodel.__name__, collnb.bench.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=REPO,
+                          env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]", "True", "True", "collnb.algorithms.costmodel", "collnb.labs.bench"]
+    import collnb
+    with pytest.raises(AttributeError, match="module 'collnb' has no attribute 'nothing'"):
+        collnb.nothing  # noqa: B018
+
+
+def test_rooted_and_reducing_names_agree_with_the_spec_table():
+    from collnb.collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS
+    assert ROOTED_PRIMITIVES == tuple(n for n, s in SPECS.items() if s.rooted)
+    assert REDUCING_PRIMITIVES == tuple(n for n, s in SPECS.items() if s.reduces)
+
+
+def test_trace_checks_speak_the_vocabulary(tmp_path):
+    """Round indices and a loaded trace's world size and root are checked with collnb.vocabulary's
+    words: TypeError for a wrong type, ValueError for a wrong value."""
+    import json
+    tr = Trace.load(SAVED_V1)
+    with pytest.raises(ValueError) as info:
+        tr.buffer(5)
+    assert str(info.value) == "round must be an int from 0 to 4 (0 is the start); got 5"
+    with pytest.raises(TypeError) as info:
+        tr.transfers(1.0)
+    assert str(info.value) == "round must be an int from 0 to 4 (0 is the start); got 1.0"
+    for change, words in [(dict(world_size=17), "in the trace, world_size must be an int from 1 to 16; got 17"),
+                          (dict(root=3), "in the trace, root must be a rank, an int from 0 to 2 (world size 3); "
+                                         "got 3"),
+                          (dict(algorithm="bruck"), "in the trace, unknown algorithm for all_reduce 'bruck'; "
+                                                    "choose one of: ring, recursive_doubling, rabenseifner, "
+                                                    "binomial_tree")]:
+        d = json.loads(SAVED_V1.read_text())
+        d.update(change)
+        path = tmp_path / "t.json"
+        path.write_text(json.dumps(d))
+        with pytest.raises(ValueError) as info:
+            Trace.load(path)
+        assert f"as a collnb trace: {words}. Traces are written by" in str(info.value)

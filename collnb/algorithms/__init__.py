@@ -1,19 +1,58 @@
 """Layer 3, algorithms: collective algorithms (ring, tree, recursive doubling, pairwise, ...) as
-round-by-round schedules, run on real ranks with point-to-point sends, recorded as a :class:`Trace`,
-and priced by the alpha-beta model (:mod:`collnb.algorithms.costmodel`).
+round-by-round schedules (:mod:`.schedules`, :mod:`.builders`, :mod:`.rounds`), run on real ranks
+with point-to-point sends (:mod:`.execution` inside a rank, :mod:`.run` from the caller), recorded
+as a :class:`Trace` (:mod:`.trace`), and priced by the alpha-beta model (:mod:`.costmodel`).
+
+The schedules, the trace and the cost model import no torch, so ``import collnb.algorithms``,
+:meth:`Trace.load` and :func:`predict` need only numpy. The names that run on ranks
+(:func:`run_algorithm`, :func:`execute`, :func:`all_reduce`, ...) are loaded, with torch, the first
+time they are used (PEP 562 module ``__getattr__``).
 
 Other layers import from this package only, never from its modules.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from . import costmodel
-from .costmodel import (BUILTIN_FORM, DEFAULT_MODEL, CostModel, algbw, busbw, busbw_factor, crossovers,
+from .costmodel import (BUILTIN_FORM, DEFAULT_MODEL, CostModel, algbw, busbw, busbw_factor, closed_form, crossovers,
                         fit_each, predict, round_costs)
-from .schedules import (ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, Round, Schedule, Transfer,
-                        _cached_schedule, _prepare_case, algorithms_for, all_reduce, chunk_bounds,
-                        default_algorithm, execute, run_algorithm, run_algorithms, schedule, snapshots)
-from .trace import Trace
+from .rounds import Round, Schedule, Transfer
+from .schedules import (ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, algorithms_for, cached_schedule, check_algorithm,
+                        chunk_bounds, default_algorithm, schedule)
+from .trace import TRACE_FORMAT_VERSION, RoundRecord, Trace
+
+if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
+    from .execution import all_reduce, execute, snapshots
+    from .run import prepare_case, run_algorithm, run_algorithms, teaching_buffers
+
+#: Names that need torch -> the module of this package that defines them (loaded on first use).
+_ON_RANKS = {"execute": "execution", "snapshots": "execution", "all_reduce": "execution",
+             "run_algorithm": "run", "run_algorithms": "run", "prepare_case": "run", "teaching_buffers": "run"}
+#: Old private names other layers still import -> the public name.
+_RENAMED = {"_prepare_case": "prepare_case", "_cached_schedule": "cached_schedule"}
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
-           "algorithms_for", "default_algorithm", "run_algorithm", "run_algorithms", "execute", "snapshots",
-           "all_reduce", "chunk_bounds", "Trace", "CostModel", "DEFAULT_MODEL", "predict", "algbw", "busbw",
-           "costmodel"]
+           "cached_schedule", "check_algorithm", "algorithms_for", "default_algorithm", "chunk_bounds",
+           "run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "execute", "snapshots",
+           "all_reduce", "Trace", "RoundRecord", "TRACE_FORMAT_VERSION", "CostModel", "DEFAULT_MODEL", "predict",
+           "closed_form", "round_costs", "algbw", "busbw", "busbw_factor", "BUILTIN_FORM", "fit_each",
+           "crossovers", "costmodel"]
+
+
+def __getattr__(name: str):
+    """Load a name that runs on ranks (and so imports torch) the first time it is asked for."""
+    public = _RENAMED.get(name, name)
+    if public in _ON_RANKS:
+        value = getattr(importlib.import_module(f".{_ON_RANKS[public]}", __name__), public)
+        globals()[public] = value
+        return value
+    if public != name:
+        return globals()[public]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_ON_RANKS) | set(_RENAMED))

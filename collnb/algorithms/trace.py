@@ -2,8 +2,8 @@
 
 A :class:`Trace` is plain data (numpy arrays, ints, strings, lists) so it can be saved on one
 machine (a GPU box, a cluster) and replayed on another (:meth:`Trace.save`, :meth:`Trace.load`,
-JSON or ``.npz``). It is made by :func:`collnb.algorithms.run_algorithm` and drawn by
-:mod:`collnb.replay`.
+JSON or ``.npz``). It is made by :func:`collnb.run_algorithm` and drawn by
+:func:`collnb.replay` (``collnb.replay(trace)``).
 
 Layout. Every rank's buffer is a row of ``n_chunks`` chunks (``chunk_bounds`` gives their element
 offsets). Round ``k`` (1-based) moves data; index 0 of the per-round arrays is the state before
@@ -13,13 +13,16 @@ the first round, index ``k`` the state after round ``k``:
   ``snapshots=False``; ``final`` is always kept);
 * ``provenance[k, r, c]``: int bitmask, bit ``s`` set = chunk ``c`` of rank ``r`` holds rank
   ``s``'s contribution (``0`` = holds nothing yet). :meth:`provenance_sets` gives Python sets;
-* ``rounds[k-1].transfers``: who sent which chunks to whom, and how many bytes.
+* ``rounds[k-1].transfers``: who sent which chunks to whom, and how many bytes (the schedule's
+  own :class:`~collnb.algorithms.rounds.Transfer`, with ``nbytes`` filled in).
 
-Loading needs only numpy (no torch).
+This module imports no torch: loading, checking and reading a trace need only numpy (only
+:meth:`Trace.from_schedule`, which takes the ranks' tensors, looks torch up).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import json
 import os
@@ -29,45 +32,22 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["Trace", "TransferRecord", "RoundRecord", "TRACE_FORMAT_VERSION"]
+from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
+from ..vocabulary import check_choice, check_int, check_rank, check_world_size
+from .rounds import Transfer
+from .schedules import ALGORITHMS
+
+__all__ = ["Trace", "RoundRecord", "TRACE_FORMAT_VERSION"]
 
 #: Bumped when the saved layout changes; :meth:`Trace.load` refuses newer versions.
 TRACE_FORMAT_VERSION = 1
 
 
-@dataclass(frozen=True)
-class TransferRecord:
-    """One message of a round.
-
-    Attributes:
-        src, dst: sending and receiving rank.
-        chunks: chunk indices read at ``src`` (for all_to_all: of its input buffer).
-        dst_chunks: chunk indices written at ``dst``.
-        reduce: True if ``dst`` combined the data with the op, False if it overwrote.
-        nbytes: bytes in the message (int).
-    """
-
-    src: int
-    dst: int
-    chunks: tuple
-    dst_chunks: tuple
-    reduce: bool
-    nbytes: int
-
-    def to_dict(self) -> dict:
-        return dict(src=self.src, dst=self.dst, chunks=list(self.chunks), dst_chunks=list(self.dst_chunks),
-                    reduce=self.reduce, nbytes=self.nbytes)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TransferRecord":
-        return cls(int(d["src"]), int(d["dst"]), tuple(int(c) for c in d["chunks"]),
-                   tuple(int(c) for c in d["dst_chunks"]), bool(d["reduce"]), int(d["nbytes"]))
-
-
 @dataclass
 class RoundRecord:
-    """One round: its index (1-based), phase label, one-sentence detail, transfers, and the
-    measured wall time (seconds, max over ranks; ``None`` if unknown)."""
+    """One round as it ran: its index (1-based), phase label, one-sentence detail, transfers
+    (:class:`~collnb.algorithms.rounds.Transfer`, each with ``nbytes``), and the measured wall
+    time (seconds, max over ranks; ``None`` if unknown)."""
 
     index: int
     label: str
@@ -76,13 +56,15 @@ class RoundRecord:
     seconds: float | None = None
 
     def to_dict(self) -> dict:
+        """The round as saved in a trace file (transfers as :meth:`Transfer.to_dict`)."""
         return dict(index=self.index, label=self.label, detail=self.detail, seconds=self.seconds,
                     transfers=[t.to_dict() for t in self.transfers])
 
     @classmethod
     def from_dict(cls, d: dict) -> "RoundRecord":
+        """Inverse of :meth:`to_dict`; raises KeyError/TypeError/ValueError for a damaged round."""
         return cls(int(d["index"]), str(d["label"]), str(d.get("detail", "")),
-                   [TransferRecord.from_dict(t) for t in d["transfers"]],
+                   [Transfer.from_dict(t) for t in d["transfers"]],
                    None if d.get("seconds") is None else float(d["seconds"]))
 
 
@@ -172,12 +154,11 @@ class Trace:
         itemsize = torch.empty(0, dtype=dtype).element_size()
         rounds = []
         for k, rnd in enumerate(sched.rounds, 1):
-            ts = [TransferRecord(t.src, t.dst, tuple(t.chunks), tuple(t.dst_chunks), bool(t.reduce),
-                                 int(sum(bounds[c + 1] - bounds[c] for c in t.chunks) * itemsize))
+            ts = [dataclasses.replace(t, nbytes=int(sum(bounds[c + 1] - bounds[c] for c in t.chunks) * itemsize))
                   for t in rnd.transfers]
             rounds.append(RoundRecord(k, rnd.label, rnd.detail, ts,
                                       None if round_seconds is None else float(round_seconds[k - 1])))
-        reducing = sched.primitive in ("all_reduce", "reduce_scatter", "reduce")
+        reducing = sched.primitive in REDUCING_PRIMITIVES
         meta = dict(backend=backend, torch_version=torch.__version__, host=platform.node(),
                     cpu_count=os.cpu_count(),
                     created=datetime.datetime.now().isoformat(timespec="seconds"), wall_seconds=wall_seconds,
@@ -214,19 +195,25 @@ class Trace:
     def has_snapshots(self) -> bool:
         return self.buffers is not None
 
-    def _check_round(self, k: int) -> int:
-        if isinstance(k, bool) or not isinstance(k, (int, np.integer)) or not 0 <= k <= self.n_rounds:
-            raise ValueError(f"round must be an int from 0 (start) to {self.n_rounds}; got {k!r}")
-        return int(k)
+    def check_round(self, k: int) -> int:
+        """Check a round index (0 = the start, ``1..n_rounds`` after that round) and return it.
+
+        Raises:
+            TypeError: not an int. ValueError: outside ``0..n_rounds``
+            (:func:`collnb.vocabulary.check_int`'s words).
+        """
+        return check_int("round", k, 0, self.n_rounds, what="0 is the start")
+
+    _check_round = check_round  # the name collnb.views used before check_round was public
 
     def transfers(self, k: int) -> list:
         """Transfers of round ``k`` (1..n_rounds); round 0 (the start) has none."""
-        k = self._check_round(k)
+        k = self.check_round(k)
         return [] if k == 0 else list(self.rounds[k - 1].transfers)
 
     def label(self, k: int) -> str:
         """Phase label of round ``k`` (``"start"`` for 0)."""
-        k = self._check_round(k)
+        k = self.check_round(k)
         return "start" if k == 0 else self.rounds[k - 1].label
 
     # ------------------------------------------------------------------ data per round
@@ -237,7 +224,7 @@ class Trace:
             ValueError: the run was recorded without snapshots (only round 0 = ``inputs`` layout
                 and the last round = ``final`` are available then).
         """
-        k = self._check_round(k)
+        k = self.check_round(k)
         if self.buffers is not None:
             return self.buffers[k]
         if k == self.n_rounds:
@@ -253,13 +240,13 @@ class Trace:
     def provenance_sets(self, k: int) -> list:
         """``[rank][chunk]`` -> frozenset of the ranks whose contributions the chunk holds after
         round ``k`` (empty = nothing yet)."""
-        k = self._check_round(k)
+        k = self.check_round(k)
         return [[frozenset(b for b in range(self.world_size) if int(m) >> b & 1) for m in row]
                 for row in self.provenance[k]]
 
     def contributors(self, k: int) -> np.ndarray:
         """``(world_size, n_chunks)`` int: how many ranks' contributions each chunk holds."""
-        k = self._check_round(k)
+        k = self.check_round(k)
         p = self.provenance[k]
         return np.array([[bin(int(m)).count("1") for m in row] for row in p], dtype=np.int64)
 
@@ -358,7 +345,7 @@ class Trace:
         """A few lines: what ran, rounds, bytes, verdict."""
         sent = self.total_bytes_sent()
         op = f", op={self.op}" if self.op else ""
-        root = f", root={self.root}" if self.primitive in ("broadcast", "reduce", "scatter", "gather") else ""
+        root = f", root={self.root}" if self.primitive in ROOTED_PRIMITIVES else ""
         p, q = self.meta.get("fold", [0, 0])
         fold = f"; {q} rank(s) folded onto a power of two ({p})" if q else ""
         verdict = {None: "not compared", True: "equals the built-in collective ✓",
@@ -370,11 +357,6 @@ class Trace:
     def __repr__(self) -> str:
         return (f"<Trace {self.primitive}/{self.algorithm} world_size={self.world_size} rounds={self.n_rounds} "
                 f"dtype={self.dtype} snapshots={self.has_snapshots} matches_builtin={self.matches_builtin}>")
-
-    def replay(self, **kwargs):
-        """Shortcut for :func:`collnb.replay.replay` ``(self, **kwargs)``."""
-        from ..views import replay
-        return replay(self, **kwargs)
 
     # ------------------------------------------------------------------ (de)serialisation
     def _meta_dict(self) -> dict:
@@ -465,17 +447,14 @@ class Trace:
             ValueError: the first problem found, e.g. for a trace file edited by hand or written
                 by another program.
         """
-        from .schedules import ALGORITHMS  # noqa: PLC0415 - algorithms imports this module
-        if self.primitive not in ALGORITHMS:
-            raise ValueError(f"trace of an unknown primitive {self.primitive!r}; known: {', '.join(ALGORITHMS)}")
-        if self.algorithm not in ALGORITHMS[self.primitive]:
-            raise ValueError(f"trace of an unknown algorithm {self.algorithm!r} for {self.primitive}; "
-                             f"known: {', '.join(ALGORITHMS[self.primitive])}")
+        try:
+            check_choice("primitive", self.primitive, tuple(ALGORITHMS))
+            check_choice(f"algorithm for {self.primitive}", self.algorithm, ALGORITHMS[self.primitive])
+            check_world_size(self.world_size)
+            check_rank(self.root, self.world_size, "root")
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"in the trace, {exc}") from None
         ws, b = self.world_size, self.chunk_bounds
-        if not 1 <= ws <= 16:
-            raise ValueError(f"trace world size {ws} is outside 1..16")
-        if not 0 <= self.root < ws:
-            raise ValueError(f"trace root {self.root} is not a rank of world size {ws}")
         if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
             raise ValueError(f"trace chunk_bounds {b} must start at 0 and increase")
         count, nc, nr = b[-1], len(b) - 1, len(self.rounds)
@@ -494,6 +473,9 @@ class Trace:
                         not all(0 <= c < nc for c in t.chunks + t.dst_chunks):
                     raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} of chunks "
                                      f"{list(t.chunks)} outside world size {ws} / {nc} chunk(s)")
+                if t.nbytes is None or t.nbytes < 0:
+                    raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} without its size "
+                                     f"('nbytes': {t.nbytes!r})")
 
     def save(self, path) -> str:
         """Write the trace to ``path``: ``.json`` (text) or ``.npz`` (compressed numpy arrays plus

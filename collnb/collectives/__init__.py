@@ -7,25 +7,54 @@ detected), :mod:`.reference` (the expected outputs and the comparison), :mod:`.r
 (:class:`RunResult`), :mod:`.display` (the renderer the views layer registers),
 :mod:`.primitives` (:func:`run`, :func:`run_batch`).
 
+The spec table's names (:data:`PRIMITIVES`, :data:`ROOTED_PRIMITIVES`, :data:`REDUCING_PRIMITIVES`,
+:data:`SPECS`, ...) import no torch: the pure schedules and :meth:`collnb.Trace.load` use them. Every
+other name loads its module, and torch with it, the first time it is used (PEP 562 module
+``__getattr__``).
+
 Other layers import from this package only, never from its modules.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, dtype_name, op_hint, op_name
 from .display import register_renderer
-from .inputs import make_tensor, teaching_inputs, teaching_value
-from .primitives import run, run_batch
-from .reference import reference
-from .result import RunResult
-from .specs import (OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS, PrimitiveSpec,
-                    get_spec)
-from .support import BackendSupport, backend_support
+from .specs import OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS, PrimitiveSpec, get_spec
 
-# The old private names other layers import today (views.explorer: _get_spec; algorithms.schedules:
-# _make_tensor); to be removed once they use get_spec / make_tensor.
-_get_spec = get_spec
-_make_tensor = make_tensor
+if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
+    from .inputs import make_tensor, teaching_inputs, teaching_value
+    from .primitives import run, run_batch
+    from .reference import reference
+    from .result import RunResult
+    from .support import BackendSupport, backend_support
+
+#: Name -> the module (needing torch) it is loaded from on first use.
+_LAZY = {**dict.fromkeys(("make_tensor", "teaching_inputs", "teaching_value"), ".inputs"),
+         **dict.fromkeys(("run", "run_batch"), ".primitives"),
+         "reference": ".reference", "RunResult": ".result",
+         **dict.fromkeys(("BackendSupport", "backend_support"), ".support")}
 
 __all__ = ["run", "run_batch", "RunResult", "PRIMITIVES", "ROOTED_PRIMITIVES", "REDUCING_PRIMITIVES",
            "OBJECT_PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "SPECS", "PrimitiveSpec", "get_spec",
            "backend_support", "BackendSupport", "dtype_name", "op_name", "op_hint", "teaching_value",
            "teaching_inputs", "make_tensor", "reference", "register_renderer"]
+
+
+def __getattr__(name: str):
+    """Load a torch-side name from its module the first time it is asked for.
+
+    Raises:
+        AttributeError: not a name of this layer.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))

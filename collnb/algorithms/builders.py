@@ -1,0 +1,358 @@
+"""The schedule of every collective algorithm, built round by round as plain data.
+
+One function per algorithm (``_ar_ring``, ``_bc_chain``, ...), registered in :data:`BUILDERS`
+under ``(primitive, algorithm)``: ``builder(world_size, root, n_chunks)`` returns the list of
+:class:`~collnb.algorithms.rounds.Round` in order. :func:`collnb.algorithms.schedule` calls them and
+checks the result by simulation. Pure Python: no torch.
+
+Buffers are rows of ``n_chunks`` chunks; chunk ``j`` is the slot of rank ``j`` except for
+broadcast, whose chunks are the pipeline's segments. The non-power-of-two *fold* and *unfold*
+rounds of recursive doubling/halving and Rabenseifner follow Thakur, Rabenseifner & Gropp (2005);
+see :mod:`collnb.algorithms.schedules` for the layout and the sources.
+"""
+
+from __future__ import annotations
+
+import math
+
+from .rounds import Round, Transfer
+
+__all__ = ["BUILDERS", "pof2_fold"]
+
+
+def pof2_fold(n: int) -> tuple:
+    """The non-power-of-two fold of ``n`` ranks: ``(p, q, old_of_new, members)`` with ``p`` the
+    largest power of two <= ``n`` and ``q = n - p`` folded ranks; new rank ``i`` is old rank
+    ``old_of_new[i]`` and stands for the old ranks ``members[i]`` (Thakur et al. 2005)."""
+    p = 1 << (n.bit_length() - 1)
+    q = n - p
+    old_of_new, members = [], []
+    for i in range(p):
+        if i < q:
+            old_of_new.append(2 * i + 1)
+            members.append((2 * i, 2 * i + 1))
+        else:
+            old_of_new.append(i + q)
+            members.append((i + q,))
+    return p, q, old_of_new, members
+
+
+def _rng(start, stop):
+    return tuple(range(start, stop))
+
+
+def _groups(n_chunks: int, p: int) -> list:
+    """Split chunks 0..n_chunks-1 into p contiguous, balanced groups (sizes differ by at most 1)."""
+    return [_rng(i * n_chunks // p, (i + 1) * n_chunks // p) for i in range(p)]
+
+
+def _T(src, dst, chunks, reduce=False, dst_chunks=None):
+    chunks = tuple(chunks)
+    return Transfer(src, dst, chunks, tuple(dst_chunks) if dst_chunks is not None else chunks, reduce)
+
+
+def _fold_rounds(n, C, reduce, what="their whole buffer"):
+    p, q, old, members = pof2_fold(n)
+    if q == 0:
+        return []
+    ts = [_T(2 * i, 2 * i + 1, range(C), reduce) for i in range(q)]
+    verb = "combines it with its own" if reduce else "keeps it"
+    return [Round("fold", f"{n} is not a power of two: ranks 0..{2 * q - 2} (even) send {what} to "
+                  f"rank+1, which {verb}; they sit out until the unfold round, leaving {p} active ranks", ts)]
+
+
+def _unfold_round(n, C_of_even, what="the result"):
+    p, q, old, members = pof2_fold(n)
+    if q == 0:
+        return []
+    ts = [_T(2 * i + 1, 2 * i, C_of_even(2 * i)) for i in range(q)]
+    return [Round("unfold", f"ranks 1..{2 * q - 1} (odd) send {what} back to the ranks that sat out", ts)]
+
+
+# -- all_reduce ---------------------------------------------------------------------------------
+
+def _ar_ring(n, root, C):
+    rounds = []
+    for k in range(n - 1):
+        ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
+        rounds.append(Round("reduce-scatter", f"step {k + 1}/{n - 1}: rank r sends chunk (r-{k + 1}) mod {n} to "
+                            f"rank r+1, which combines it into its own copy", ts))
+    for k in range(n - 1):
+        ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
+        rounds.append(Round("all-gather", f"step {k + 1}/{n - 1}: rank r passes the finished chunk (r-{k}) "
+                            f"mod {n} to rank r+1, which overwrites its copy", ts))
+    return rounds
+
+
+def _ar_recursive_doubling(n, root, C):
+    p, q, old, members = pof2_fold(n)
+    rounds = _fold_rounds(n, C, True)
+    m = 1
+    while m < p:
+        ts = [_T(old[i], old[i ^ m], range(C), True) for i in range(p)]
+        rounds.append(Round("exchange", f"distance {m}: every active rank swaps its whole buffer with the rank "
+                            f"whose new number differs in bit {m.bit_length() - 1}, and both combine", ts))
+        m <<= 1
+    return rounds + _unfold_round(n, lambda r: range(C))
+
+
+def _rs_halving(p, old, groups_of, reduce_label="reduce-scatter"):
+    """Recursive halving over p (power of two) new ranks: distance p/2, p/4, ..., 1. Returns rounds;
+    afterwards new rank i holds the complete reduction of groups_of[i]."""
+    rounds = []
+    resp = [set(range(p)) for _ in range(p)]  # groups each new rank is still responsible for
+    m = p // 2
+    step = 1
+    total = p.bit_length() - 1
+    while m >= 1:
+        ts = []
+        for i in range(p):
+            j = i ^ m
+            give = sorted(g for g in resp[i] if (g & m) == (j & m))
+            chunks = sorted(c for g in give for c in groups_of[g])
+            if chunks:
+                ts.append(_T(old[i], old[j], chunks, True))
+        for i in range(p):
+            resp[i] = {g for g in resp[i] if (g & m) == (i & m)}
+        rounds.append(Round(reduce_label, f"recursive halving step {step}/{total}, distance {m}: each rank sends "
+                            f"the half it is no longer responsible for to its partner, which combines it", ts))
+        m //= 2
+        step += 1
+    return rounds
+
+
+def _ag_doubling(p, old, groups_of, label="all-gather"):
+    """Recursive doubling all-gather over p new ranks, distance 1, 2, ..., p/2: new rank i starts
+    with groups_of[i] and ends with all of them."""
+    rounds = []
+    held = [{i} for i in range(p)]
+    m = 1
+    step = 1
+    total = p.bit_length() - 1
+    while m < p:
+        ts = []
+        for i in range(p):
+            j = i ^ m
+            chunks = sorted(c for g in held[i] for c in groups_of[g])
+            if chunks:
+                ts.append(_T(old[i], old[j], chunks))
+        held = [held[i] | held[i ^ m] for i in range(p)]
+        rounds.append(Round(label, f"recursive doubling step {step}/{total}, distance {m}: each rank sends "
+                            f"everything it has gathered to its partner; the data held doubles", ts))
+        m <<= 1
+        step += 1
+    return rounds
+
+
+def _ar_rabenseifner(n, root, C):
+    p, q, old, members = pof2_fold(n)
+    groups = _groups(C, p)
+    rounds = _fold_rounds(n, C, True)
+    rounds += _rs_halving(p, old, groups)
+    rounds += _ag_doubling(p, old, groups)
+    return rounds + _unfold_round(n, lambda r: range(C))
+
+
+def _reduce_binomial(n, root, C, label="reduce"):
+    rounds = []
+    m = 1
+    step = 1
+    total = max(1, math.ceil(math.log2(n))) if n > 1 else 0
+    while m < n:
+        ts = []
+        for v in range(n):
+            if (v & (2 * m - 1)) == m:
+                ts.append(_T((v + root) % n, (v - m + root) % n, range(C), True))
+        rounds.append(Round(label, f"binomial tree step {step}/{total}: ranks at relative position "
+                            f"{m} mod {2 * m} send their partial result {m} ranks down the tree", ts))
+        m <<= 1
+        step += 1
+    return rounds
+
+
+def _bcast_binomial(n, root, C, label="broadcast", chunks_for=None):
+    """Binomial-tree broadcast (or scatter when chunks_for gives the chunks a subtree needs)."""
+    rounds = []
+    L = math.ceil(math.log2(n)) if n > 1 else 0
+    for k in range(L):
+        m = 1 << (L - 1 - k)
+        ts = []
+        for v in range(0, n, 2 * m):
+            if v + m < n:
+                ch = range(C) if chunks_for is None else chunks_for(v + m, min(v + 2 * m, n))
+                ts.append(_T((v + root) % n, (v + m + root) % n, ch))
+        what = "the whole buffer" if chunks_for is None else "the chunks of the receiver's subtree"
+        rounds.append(Round(label, f"binomial tree step {k + 1}/{L}: every rank that has the data sends {what} "
+                            f"{m} ranks further (relative to the root); the ranks holding it double", ts))
+    return rounds
+
+
+def _ar_binomial(n, root, C):
+    return _reduce_binomial(n, 0, C) + _bcast_binomial(n, 0, C)
+
+
+# -- all_gather ---------------------------------------------------------------------------------
+
+def _ag_ring(n, root, C):
+    rounds = []
+    for k in range(n - 1):
+        ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
+        rounds.append(Round("all-gather", f"step {k + 1}/{n - 1}: rank r passes block (r-{k}) mod {n} to rank r+1",
+                            ts))
+    return rounds
+
+
+def _ag_recursive_doubling(n, root, C):
+    p, q, old, members = pof2_fold(n)
+    rounds = []
+    if q:
+        ts = [_T(2 * i, 2 * i + 1, [2 * i]) for i in range(q)]
+        rounds.append(Round("fold", f"{n} is not a power of two: ranks 0..{2 * q - 2} (even) give their block "
+                            f"to rank+1 and sit out until the unfold round, leaving {p} ranks", ts))
+    rounds += _ag_doubling(p, old, [list(mm) for mm in members])
+    return rounds + _unfold_round(n, lambda r: [c for c in range(C) if c != r], "every block")
+
+
+def _ag_bruck(n, root, C):
+    rounds = []
+    d = 1
+    step = 1
+    total = math.ceil(math.log2(n)) if n > 1 else 0
+    while d < n:
+        cnt = min(d, n - d)
+        ts = [_T(r, (r - d) % n, sorted((r + j) % n for j in range(cnt))) for r in range(n)]
+        rounds.append(Round("all-gather", f"Bruck step {step}/{total}: rank r holds blocks r, r+1, ... (mod {n}); it "
+                            f"sends the first {cnt} of them to rank r-{d}", ts))
+        d <<= 1
+        step += 1
+    return rounds
+
+
+# -- reduce_scatter -----------------------------------------------------------------------------
+
+def _rs_ring(n, root, C):
+    rounds = []
+    for k in range(n - 1):
+        ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
+        rounds.append(Round("reduce-scatter", f"step {k + 1}/{n - 1}: rank r sends chunk (r-{k + 1}) mod {n} to "
+                            f"rank r+1, which combines it; after the last step rank r holds chunk r complete", ts))
+    return rounds
+
+
+def _rs_recursive_halving(n, root, C):
+    p, q, old, members = pof2_fold(n)
+    rounds = _fold_rounds(n, C, True)
+    rounds += _rs_halving(p, old, [list(mm) for mm in members])
+    return rounds + _unfold_round(n, lambda r: [r], "the even rank's finished chunk")
+
+
+# -- broadcast ----------------------------------------------------------------------------------
+
+def _bc_linear(n, root, C):
+    return [Round("send", f"send {k}/{n - 1}: the root sends the whole buffer to rank {(root + k) % n}",
+                  [_T(root, (root + k) % n, range(C))]) for k in range(1, n)]
+
+
+def _bc_chain(n, root, C):
+    rounds = []
+    if n == 1:
+        return rounds
+    for t in range(C + n - 2):
+        ts = []
+        for i in range(n - 1):
+            s = t - i
+            if 0 <= s < C:
+                ts.append(_T((root + i) % n, (root + i + 1) % n, [s]))
+        rounds.append(Round("pipeline", f"time step {t + 1}/{C + n - 2}: the i-th rank of the chain (from the "
+                            f"root) forwards segment {t}-i to the next rank, all at once", ts))
+    return rounds
+
+
+def _bc_binomial(n, root, C):
+    return _bcast_binomial(n, root, C)
+
+
+# -- reduce, scatter, gather ----------------------------------------------------------------------
+
+def _rd_binomial(n, root, C):
+    return _reduce_binomial(n, root, C)
+
+
+def _sc_linear(n, root, C):
+    return [Round("send", f"send {k}/{n - 1}: the root sends chunk {(root + k) % n} to rank {(root + k) % n}",
+                  [_T(root, (root + k) % n, [(root + k) % n])]) for k in range(1, n)]
+
+
+def _sc_binomial(n, root, C):
+    return _bcast_binomial(n, root, C, "scatter",
+                           chunks_for=lambda lo, hi: sorted((v + root) % n for v in range(lo, hi)))
+
+
+def _ga_linear(n, root, C):
+    return [Round("send", f"send {k}/{n - 1}: rank {(root + k) % n} sends its chunk to the root",
+                  [_T((root + k) % n, root, [(root + k) % n])]) for k in range(1, n)]
+
+
+def _ga_binomial(n, root, C):
+    rounds = []
+    m = 1
+    step = 1
+    total = math.ceil(math.log2(n)) if n > 1 else 0
+    while m < n:
+        ts = []
+        for v in range(n):
+            if (v & (2 * m - 1)) == m:
+                ts.append(_T((v + root) % n, (v - m + root) % n,
+                             sorted((u + root) % n for u in range(v, min(v + m, n)))))
+        rounds.append(Round("gather", f"binomial tree step {step}/{total}: ranks at relative position {m} mod "
+                            f"{2 * m} send every chunk gathered so far {m} ranks down the tree", ts))
+        m <<= 1
+        step += 1
+    return rounds
+
+
+# -- all_to_all ---------------------------------------------------------------------------------
+
+def _a2a_pairwise(n, root, C):
+    rounds = []
+    pof2 = n & (n - 1) == 0
+    for k in range(1, n):
+        if pof2:
+            ts = [_T(r, r ^ k, [r ^ k], dst_chunks=[r]) for r in range(n)]
+            how = f"rank r exchanges with rank r XOR {k}"
+        else:
+            ts = [_T(r, (r + k) % n, [(r + k) % n], dst_chunks=[r]) for r in range(n)]
+            how = f"rank r sends to rank r+{k} and receives from rank r-{k}"
+        rounds.append(Round("all-to-all", f"pairwise step {k}/{n - 1}: {how} (one block each way)", ts))
+    return rounds
+
+
+def _a2a_linear(n, root, C):
+    if n == 1:
+        return []
+    ts = [_T(r, j, [j], dst_chunks=[r]) for r in range(n) for j in range(n) if j != r]
+    return [Round("all-to-all", f"every rank posts all {n - 1} sends and {n - 1} receives at once", ts)]
+
+
+#: ``(primitive, algorithm)`` -> ``builder(world_size, root, n_chunks)`` returning the list of rounds.
+BUILDERS = {
+    ("all_reduce", "ring"): _ar_ring,
+    ("all_reduce", "recursive_doubling"): _ar_recursive_doubling,
+    ("all_reduce", "rabenseifner"): _ar_rabenseifner,
+    ("all_reduce", "binomial_tree"): _ar_binomial,
+    ("all_gather", "ring"): _ag_ring,
+    ("all_gather", "recursive_doubling"): _ag_recursive_doubling,
+    ("all_gather", "bruck"): _ag_bruck,
+    ("reduce_scatter", "ring"): _rs_ring,
+    ("reduce_scatter", "recursive_halving"): _rs_recursive_halving,
+    ("broadcast", "linear"): _bc_linear,
+    ("broadcast", "binomial_tree"): _bc_binomial,
+    ("broadcast", "chain"): _bc_chain,
+    ("reduce", "binomial_tree"): _rd_binomial,
+    ("scatter", "linear"): _sc_linear,
+    ("scatter", "binomial_tree"): _sc_binomial,
+    ("gather", "linear"): _ga_linear,
+    ("gather", "binomial_tree"): _ga_binomial,
+    ("all_to_all", "pairwise"): _a2a_pairwise,
+    ("all_to_all", "linear"): _a2a_linear,
+}

@@ -1,0 +1,322 @@
+"""Running collective algorithms on real ranks from the caller: :func:`run_algorithm` and
+:func:`run_algorithms` launch the ranks (:func:`collnb.launch`), run the schedule there
+(:func:`collnb.algorithms.execution.execute`), run the built-in ``torch.distributed`` collective on
+the same inputs in the same launch, and return a :class:`collnb.Trace` (every round's transfers and
+every rank's buffer after it).
+
+The inputs are the teaching values (:func:`teaching_buffers`) or the caller's; the dtype and op
+are checked against what the backend accepts on real ranks
+(:func:`collnb.backend_support`) before any rank starts.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Sequence
+
+import torch
+import torch.distributed as dist
+
+from ..collectives import REDUCING_PRIMITIVES, backend_support, make_tensor, teaching_value
+from ..ranks import launch
+from ..vocabulary import check_backend, check_int, dtype_name, op_hint, op_name
+from .execution import execute, snapshots
+from .schedules import PRIMITIVES, Schedule, chunk_bounds, default_algorithm, schedule
+from .trace import Trace
+
+__all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Rank side: the schedule and the built-in collective on the same input
+
+def _builtin(primitive: str, rank: int, ws: int, inp: torch.Tensor, op: str, root: int, C: int) -> torch.Tensor:
+    """The built-in torch.distributed collective on ``inp`` (this rank's input in our layout),
+    its result laid out like our working buffer (chunk j = slot j)."""
+    rop = getattr(dist.ReduceOp, op.upper())
+    if primitive == "all_reduce":
+        t = inp.clone()
+        dist.all_reduce(t, op=rop)
+        return t
+    if primitive == "reduce":
+        t = inp.clone()
+        dist.reduce(t, dst=root, op=rop)
+        return t
+    if primitive == "broadcast":
+        t = inp.clone()
+        dist.broadcast(t, src=root)
+        return t
+    blocks = list(inp.chunk(ws)) if ws > 1 else [inp]
+    e = inp.numel() // ws
+    if primitive == "all_gather":
+        out = [torch.zeros_like(blocks[0]) for _ in range(ws)]
+        dist.all_gather(out, blocks[rank].contiguous())
+        return torch.cat(out)
+    if primitive == "reduce_scatter":
+        out = torch.zeros(e, dtype=inp.dtype, device=inp.device)
+        dist.reduce_scatter(out, [b.contiguous() for b in blocks], op=rop)
+        res = torch.zeros_like(inp)
+        res[rank * e:(rank + 1) * e] = out
+        return res
+    if primitive == "scatter":
+        out = torch.zeros(e, dtype=inp.dtype, device=inp.device)
+        dist.scatter(out, [b.contiguous() for b in blocks] if rank == root else None, src=root)
+        res = torch.zeros_like(inp)
+        res[rank * e:(rank + 1) * e] = out
+        return res
+    if primitive == "gather":
+        out = [torch.zeros_like(blocks[0]) for _ in range(ws)] if rank == root else None
+        dist.gather(blocks[rank].contiguous(), out, dst=root)
+        return torch.cat(out) if rank == root else torch.zeros_like(inp)
+    if primitive == "all_to_all":
+        out = torch.zeros_like(inp)
+        dist.all_to_all_single(out, inp)
+        return out
+    raise ValueError(primitive)
+
+
+def _start_buffer(primitive, rank, ws, inp, C, bounds):
+    if primitive == "all_to_all":
+        work = torch.zeros_like(inp)
+        a, b = bounds[rank], bounds[rank + 1]
+        work[a:b] = inp[a:b]
+        return work
+    return inp.clone()
+
+
+def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
+    """Rank side of :func:`run_algorithms`: run every case (schedule + input) and, if asked, the
+    built-in collective on the same input. Returns one dict per case."""
+    out = []
+    # NCCL: rank r works on its GPU (the launcher set it); results come back to the caller on CPU.
+    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
+    for case in cases:
+        sched: Schedule = case["schedule"]
+        inp = case["inputs"][rank].to(device=device, copy=True) if device is not None else case["inputs"][rank].clone()
+        bounds = case["bounds"]
+        work = _start_buffer(sched.primitive, rank, world_size, inp, sched.n_chunks, bounds)
+        res = execute(sched, work, op=case["op"], record=case["record"], bounds=bounds,
+                      send_from=inp if sched.primitive == "all_to_all" else None)
+        item = {"final": work, "seconds": res["seconds"], "builtin": None,
+                "recording": {k: res[k] for k in ("initial", "changes", "n_rounds")} if case["record"] else None}
+        if case["compare"]:
+            item["builtin"] = _builtin(sched.primitive, rank, world_size, inp, case["op"], sched.root,
+                                       sched.n_chunks)
+        out.append(item)
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs, validation and the caller side
+
+def _dtype(dtype) -> torch.dtype:
+    return getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
+
+
+def _op(op, primitive) -> str:
+    name = op_name(op)
+    if primitive not in REDUCING_PRIMITIVES and name != "sum":
+        raise ValueError(f"{primitive} does not combine values, so it takes no reduce op (got op={op!r}); "
+                         f"ops apply to {', '.join(p for p in REDUCING_PRIMITIVES if p in PRIMITIVES)}")
+    return name
+
+
+def teaching_buffers(primitive: str, world_size: int, n_chunks: int, chunk_size: int = 1, root: int = 0,
+                     dtype=torch.float32) -> torch.Tensor:
+    """The teaching inputs in this module's layout: a ``(world_size, n_chunks * chunk_size)`` tensor.
+
+    Values are :func:`collnb.collectives.teaching_value` (``10*rank + chunk``; ``100*rank + chunk``
+    above world size 10), made as int64 and cast to ``dtype`` (integers wrap, as in
+    :func:`collnb.run`):
+
+    * all_reduce, reduce, reduce_scatter, all_to_all, broadcast: rank ``r`` chunk ``c`` holds
+      ``teaching_value(r, c)`` (broadcast's non-root ranks hold theirs until overwritten);
+    * all_gather, gather: rank ``r`` holds ``teaching_value(r, 0)`` in its own slot ``r``, zeros
+      elsewhere (the empty output slots);
+    * scatter: the root holds ``teaching_value(root, c)`` in chunk ``c``; other ranks zeros.
+
+    Raises:
+        TypeError / ValueError: an unknown dtype (:func:`collnb.vocabulary.dtype_name`).
+    """
+    vals = torch.zeros(world_size, n_chunks, dtype=torch.int64)
+    for r in range(world_size):
+        for c in range(n_chunks):
+            if primitive in ("all_gather", "gather"):
+                v = teaching_value(r, 0, world_size) if c == r else 0
+            elif primitive == "scatter":
+                v = teaching_value(root, c, world_size) if r == root else 0
+            else:
+                v = teaching_value(r, c, world_size)
+            vals[r, c] = v
+    return vals.repeat_interleave(chunk_size, dim=1).to(_dtype(dtype))
+
+
+_BUILTIN_NAME = {"all_to_all": "all_to_all_single"}
+
+
+def _holds_input(primitive, rank, chunk, root) -> bool:
+    """Whether chunk ``chunk`` of ``rank``'s starting buffer is an input (else an empty output slot)."""
+    if primitive in ("all_gather", "gather"):
+        return chunk == rank
+    if primitive == "scatter":
+        return rank == root
+    return True
+
+
+def _validate_backend(primitive, dt, op, backend):
+    sup = backend_support(backend)
+    name = _BUILTIN_NAME.get(primitive, primitive)
+    dname = str(dt).replace("torch.", "")
+    o = op if primitive in REDUCING_PRIMITIVES else None
+    if sup.supports(name, dname, o):
+        return
+    valid_d = sup.dtypes(name)
+    if dname not in valid_d:
+        raise ValueError(f"{backend} cannot run {name} on {dname} tensors (detected on real ranks); "
+                         f"dtypes it accepts: {', '.join(valid_d)}")
+    valid_o = sup.ops(name, dname)
+    why = op_hint(op, dname)
+    raise ValueError(f"{backend} cannot reduce {dname} with op {op.upper()} (detected on real ranks: "
+                     f"{sup.error(name, dname, o)}).{why} Valid ops for {dname}: "
+                     f"{', '.join(x.upper() for x in valid_o)}")
+
+
+def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, segments, inputs,
+                 snapshots, compare, backend, validate=True) -> dict:
+    """Check one case of :func:`run_algorithms` and build what its ranks need, without starting
+    any rank (the rounds explorer calls it to check its arguments before drawing a widget).
+
+    Args: as :func:`run_algorithm` (``snapshots``, ``compare`` as bools); ``validate``: ask
+    :func:`collnb.backend_support` whether ``backend`` accepts the dtype and op (detected on real
+    ranks once per process and backend, then cached).
+
+    Returns:
+        dict: ``schedule`` (:class:`Schedule`), ``inputs`` (``(world_size, count)`` tensor),
+        ``bounds`` (chunk offsets), ``op`` (name), ``record``, ``compare`` (bools), ``dtype``
+        (``torch.dtype``), ``chunk_size`` (int).
+
+    Raises:
+        TypeError / ValueError: as :func:`run_algorithm`, with :mod:`collnb.vocabulary`'s words.
+    """
+    check_backend(backend)
+    algorithm = algorithm or default_algorithm(primitive)
+    sched = schedule(primitive, algorithm, world_size, root, segments)
+    dt = _dtype(dtype)
+    opn = _op(op, primitive)
+    check_int("chunk_size", chunk_size, 1, 1 << 22, what="elements per chunk")
+    if validate:
+        _validate_backend(primitive, dt, opn, backend)
+    C = sched.n_chunks
+    count = C * chunk_size
+    if inputs is None:
+        inp = teaching_buffers(primitive, world_size, C, chunk_size, sched.root, dt)
+    else:
+        if callable(inputs):
+            rows = [make_tensor([inputs(r, c) if _holds_input(primitive, r, c, sched.root) else 0
+                                  for c in range(C)], chunk_size, dt) for r in range(world_size)]
+            inp = torch.stack(rows)
+        else:
+            inp = torch.as_tensor(inputs)
+            if inp.dtype != dt:
+                inp = inp.to(dt)
+        if tuple(inp.shape) != (world_size, count):
+            raise ValueError(f"inputs must have shape (world_size, n_chunks * chunk_size) = ({world_size}, {count}) "
+                             f"for {primitive} at world size {world_size}; got {tuple(inp.shape)}. Or pass a "
+                             f"callable f(rank, chunk) -> value")
+    return dict(schedule=sched, inputs=inp.contiguous(), bounds=chunk_bounds(count, C), op=opn,
+                record=bool(snapshots), compare=bool(compare), dtype=dt, chunk_size=chunk_size)
+
+
+def _make_trace(case, results, backend, wall):
+    sched = case["schedule"]
+    n = sched.world_size
+    snaps = None
+    if case["record"]:
+        snaps = torch.stack([snapshots(results[r]["recording"]) for r in range(n)], dim=1)  # (R+1, ws, count)
+    final = torch.stack([results[r]["final"] for r in range(n)])
+    builtin = torch.stack([results[r]["builtin"] for r in range(n)]) if case["compare"] else None
+    secs = [max(results[r]["seconds"][k] for r in range(n)) for k in range(sched.n_rounds)]
+    return Trace.from_schedule(sched, inputs=case["inputs"], bounds=case["bounds"], op=case["op"],
+                               dtype=case["dtype"], buffers=snaps, final=final, builtin=builtin,
+                               round_seconds=secs, backend=backend, wall_seconds=wall)
+
+
+def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int = 4, dtype=torch.float32,
+                  op="sum", root: int = 0, *, chunk_size: int = 1, segments: int | None = None, inputs=None,
+                  snapshots: bool = True, compare: bool = True, backend: str = "gloo", timeout: float = 60.0,
+                  debug: bool = True):
+    """Run one collective algorithm on real ranks and return its :class:`collnb.Trace`.
+
+    The ranks are launched with :func:`collnb.launch`; each runs the algorithm's
+    schedule with ``isend``/``irecv`` on its own copy of the input and (``compare=True``) the
+    built-in ``torch.distributed`` collective on the same input, in the same launch.
+
+    Args:
+        primitive: ``"all_reduce"``, ``"all_gather"``, ``"reduce_scatter"``, ``"broadcast"``,
+            ``"reduce"``, ``"scatter"``, ``"gather"`` or ``"all_to_all"``.
+        algorithm: one of :func:`algorithms_for` ``(primitive)`` (default: the first).
+        world_size: number of ranks, 1..16.
+        dtype: ``torch.dtype`` or its name; must be one the backend accepts for the primitive
+            (detected on real ranks by :func:`collnb.backend_support`).
+        op: reduce op for all_reduce, reduce_scatter, reduce: sum, product, min, max, avg (floating
+            dtypes), band/bor/bxor (integer and bool dtypes). Other primitives take no op.
+        root: src/dst rank for broadcast, reduce, scatter, gather.
+        chunk_size: elements per chunk (the buffer has ``n_chunks * chunk_size`` elements).
+        segments: broadcast only: number of chunks (pipeline segments), default ``world_size``.
+        inputs: ``None`` for the teaching inputs (:func:`teaching_buffers`), a
+            ``(world_size, n_chunks * chunk_size)`` tensor/array, or a callable
+            ``f(rank, chunk) -> number`` (every element of the chunk gets the value; it is called
+            only for chunks that are inputs -- slot ``rank`` for all_gather/gather, the root's
+            chunks for scatter -- and the other slots start at 0).
+        snapshots: record every rank's buffer after every round (``Trace.buffers``); with
+            ``False`` only the final buffers and the per-round times are kept.
+        compare: also run the built-in collective and keep its result (``Trace.builtin``).
+        backend, timeout, debug: passed to :func:`collnb.launch`.
+
+    Returns:
+        :class:`collnb.Trace`.
+
+    Raises:
+        ValueError / TypeError: unknown primitive, algorithm, dtype or op, a dtype/op the
+            backend refuses, root or world size out of range, inputs of the wrong shape.
+        collnb.RankError / LaunchTimeout: a rank failed or the launch timed out.
+    """
+    return run_algorithms([dict(primitive=primitive, algorithm=algorithm, dtype=dtype, op=op, root=root,
+                                chunk_size=chunk_size, segments=segments, inputs=inputs, snapshots=snapshots,
+                                compare=compare)], world_size, backend=backend, timeout=timeout, debug=debug)[0]
+
+
+def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "gloo", timeout: float = 120.0,
+                   debug: bool = True, validate: bool = True) -> list:
+    """Run many algorithm cases at one world size in a single launch (what the tests use).
+
+    Args:
+        configs: dicts with the keyword arguments of :func:`run_algorithm` (``primitive`` required;
+            ``algorithm``, ``dtype``, ``op``, ``root``, ``chunk_size``, ``segments``, ``inputs``,
+            ``snapshots``, ``compare`` optional).
+        world_size, backend, timeout, debug: as for :func:`run_algorithm`.
+        validate: check each dtype/op against what the backend accepts before launching.
+
+    Returns:
+        list of :class:`collnb.Trace`, one per config, in order.
+    """
+    allowed = {"primitive", "algorithm", "dtype", "op", "root", "chunk_size", "segments", "inputs", "snapshots",
+               "compare"}
+    cases = []
+    for cfg in configs:
+        extra = set(cfg) - allowed
+        if extra:
+            raise TypeError(f"unknown keys {sorted(extra)} in config; allowed: {sorted(allowed)}")
+        if "primitive" not in cfg:
+            raise TypeError("each config needs a 'primitive'")
+        cases.append(prepare_case(cfg["primitive"], cfg.get("algorithm"), world_size, cfg.get("dtype", torch.float32),
+                                  cfg.get("op", "sum"), cfg.get("root", 0), cfg.get("chunk_size", 1),
+                                  cfg.get("segments"), cfg.get("inputs"), cfg.get("snapshots", True),
+                                  cfg.get("compare", True), backend, validate))
+    ship = [{k: v for k, v in c.items() if k not in ("dtype", "chunk_size")} for c in cases]
+    t0 = time.perf_counter()
+    results = launch(_rank_run_cases, world_size, args=(ship,), backend=backend, timeout=timeout, debug=debug)
+    wall = time.perf_counter() - t0
+    return [_make_trace(c, [results[r][i] for r in range(world_size)], backend, wall / len(cases))
+            for i, c in enumerate(cases)]
+
