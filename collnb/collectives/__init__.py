@@ -3,7 +3,7 @@ checked against a reference computed without ``torch.distributed``.
 
 Modules, each one job: :mod:`.specs` (the spec table), :mod:`.inputs` (teaching inputs, a run's
 own inputs), :mod:`.rank_calls` (what each rank does), :mod:`.support` (what a backend accepts,
-detected), :mod:`.reference` (the expected outputs and the comparison), :mod:`.result`
+detected), :mod:`.expected` (the expected outputs and the comparison), :mod:`.result`
 (:class:`RunResult`), :mod:`.display` (the renderer the views layer registers),
 :mod:`.primitives` (:func:`run`, :func:`run_batch`).
 
@@ -27,14 +27,14 @@ from .specs import OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PR
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .inputs import make_tensor, teaching_inputs, teaching_value
     from .primitives import run, run_batch
-    from .reference import reference
+    from .expected import reference
     from .result import RunResult
     from .support import BackendSupport, backend_support
 
 #: Name -> the module (needing torch) it is loaded from on first use.
 _LAZY = {**dict.fromkeys(("make_tensor", "teaching_inputs", "teaching_value"), ".inputs"),
          **dict.fromkeys(("run", "run_batch"), ".primitives"),
-         "reference": ".reference", "RunResult": ".result",
+         "reference": ".expected", "RunResult": ".result",
          **dict.fromkeys(("BackendSupport", "backend_support"), ".support")}
 
 __all__ = ["run", "run_batch", "RunResult", "PRIMITIVES", "ROOTED_PRIMITIVES", "REDUCING_PRIMITIVES",

@@ -4,7 +4,7 @@
 reuses) ``world_size`` warm ranks through :func:`collnb.ranks.launch`, gives every rank its
 teaching input (:mod:`.inputs`), has it make the primitive's one call (:mod:`.rank_calls`) and
 returns a :class:`~.result.RunResult`: each rank's buffer before and after, the reference
-computed here without ``torch.distributed`` (:mod:`.reference`), which outputs the primitive
+computed here without ``torch.distributed`` (:mod:`.expected`), which outputs the primitive
 defines and whether they agree. Which dtypes and ops a backend accepts is detected on real ranks
 (:mod:`.support`), never taken from a document.
 """
@@ -21,7 +21,7 @@ from ..vocabulary import (check_backend, check_int, check_rank, check_world_size
                           op_name)
 from .inputs import check_input_values, check_inputs
 from .rank_calls import rank_cases
-from .reference import reference, tolerance
+from .expected import reference, tolerance
 from .result import RunResult
 from .specs import REDUCING_PRIMITIVES, SPECS, get_spec
 from .support import backend_support

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .display import render_figure, render_png
-from .reference import alternatives_fn, canon, chunk_mismatch, f64
+from .expected import alternatives_fn, canon, chunk_mismatch, f64
 from .specs import SPECS, PrimitiveSpec
 
 __all__ = ["RunResult"]

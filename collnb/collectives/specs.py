@@ -3,7 +3,7 @@
 For every primitive collnb runs, a :class:`PrimitiveSpec` says which call a rank makes, how many
 chunks each rank's input and output buffers hold, which input chunks each output chunk is made
 from, and whether the primitive has a root or combines values with a reduce op. The rank
-functions (:mod:`.rank_calls`), the reference (:mod:`.reference`), the heatmaps and the
+functions (:mod:`.rank_calls`), the reference (:mod:`.expected`), the heatmaps and the
 algorithm traces all read this one table. :data:`PRIMITIVES`, :data:`ROOTED_PRIMITIVES`,
 :data:`REDUCING_PRIMITIVES` and :data:`OBJECT_PRIMITIVES` are derived from it.
 
