@@ -37,6 +37,7 @@ def test_run_prints_ranks_like_the_original_examples_and_writes_png(tmp_path):
         assert tuple(int(v * 255 + 0.5) for v in H.rank_color(r)) in colours
 
 
+@pytest.mark.slow
 def test_run_int8_shows_the_wrap_and_the_exact_result(capsys):
     assert main(["run", "all_reduce", "-n", "8", "--dtype", "int8"]) == EXIT_OK
     out = capsys.readouterr().out

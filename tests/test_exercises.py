@@ -232,6 +232,7 @@ def test_token_ring_summing_the_wrong_way_gets_a_hint(capsys):
            hint="the value it received")
 
 
+@pytest.mark.slow
 def test_broadcast_only_on_src_deadlocks_into_a_hint(capsys):
     def my_broadcast(rank, world_size, src, tensor):
         if rank == src:

@@ -47,8 +47,9 @@ def _rank_1_skips_a_collective_on(rank, world_size, kind):
     return rank
 
 
-@pytest.mark.parametrize("kind", ["new_group", "new_group_all", "new_subgroups", "new_subgroups_by_enumeration",
-                                  "init_device_mesh", "device_mesh_2d", "DeviceMesh"])
+@pytest.mark.parametrize("kind", ["new_group"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
+    "new_group_all", "new_subgroups", "new_subgroups_by_enumeration", "init_device_mesh", "device_mesh_2d",
+    "DeviceMesh")])
 def test_a_group_the_function_makes_gets_collective_timeout(kind):
     # issue 7 item 1: today a LaunchTimeout after the whole 60 s, blaming rank 0
     t0 = time.monotonic()
@@ -93,6 +94,7 @@ def test_groups_made_inside_the_function_still_work():
 # Item 4b: the timeout that fired is named
 
 
+@pytest.mark.slow
 def test_the_learners_monitored_barrier_timeout_is_named():
     def fn(rank, world_size):
         if rank == 1:
@@ -370,6 +372,7 @@ def test_values_of_views_that_share_a_base_are_kept():
     assert pickle.loads(pickle.dumps(a)).tolist() == a.tolist()
 
 
+@pytest.mark.slow
 def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
     def fn(rank, world_size):
         g = dist.new_group([0, 1], timeout=datetime.timedelta(minutes=10))  # longer than the launch

@@ -156,6 +156,7 @@ def test_every_primitive_script_under_torchrun_nproc_per_node_2(primitive, tmp_p
     _check(_printed(out), primitive, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_all_reduce_script_under_torchrun(tmp_path):
     path = tmp_path / "all_reduce.py"
