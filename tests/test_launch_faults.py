@@ -110,6 +110,7 @@ def test_the_learners_monitored_barrier_timeout_is_named():
     assert "time.sleep(30)" in info.value.rank_traceback
 
 
+@pytest.mark.slow
 def test_monitored_barrier_without_timeout_waits_collective_timeout():
     def fn(rank, world_size):
         if rank == 0:
@@ -207,6 +208,7 @@ def test_backend_log_lines_are_attached_not_printed(capfd):
         f"shows them; launch(..., show_backend_log=True) prints them as they come)")
 
 
+@pytest.mark.slow
 def test_backend_log_lines_are_shown_when_asked(capfd):
     with pytest.raises(collnb.RankError) as info:
         collnb.launch(_rank_1_returns_early, 2, collective_timeout=1, show_backend_log=True)
@@ -412,6 +414,7 @@ def test_a_recv_timeout_names_the_groups_own_timeout():
     assert "until the timeout=1.5 s passed to new_group ran out" in str(info.value).splitlines()[0]
 
 
+@pytest.mark.slow
 def test_the_timeout_named_is_the_one_that_fired_not_the_one_passed():
     # barrier(timeout=1.5 s): with debug=True torch's DETAIL check first waits in a monitored
     # barrier with the group's timeout (collective_timeout, 3 s here), and that is what fires

@@ -622,8 +622,9 @@ def _print_rank(rank, world_size):
     return os.getcwd()
 
 
-@pytest.mark.parametrize("change", ["sys.stdout = io.StringIO()", "sys.stdout = None", "os.close(1)",
-                                    "signal.alarm(1)", "os.chdir('/')", "torch.set_num_threads(2)"])
+@pytest.mark.parametrize("change", ["sys.stdout = io.StringIO()", "os.close(1)"] + [
+    pytest.param(c, marks=pytest.mark.slow) for c in ("sys.stdout = None", "signal.alarm(1)", "os.chdir('/')",
+                                                       "torch.set_num_threads(2)")])
 def test_a_call_leaves_the_rank_as_it_found_it(change, capfd):
     def fn(rank, world_size, change):
         import io
