@@ -8,17 +8,18 @@ benchmarks/bench_overhead.py, which prints ratios measured in one run.
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
 import torch
 
 from collnb import bench as B
-from collnb.labs.bench.inputs import counts
-from collnb.labs.bench import rows as bench_rows
-from collnb.labs.bench.measuring import Case, values
 from collnb import costmodel as cm
-from collnb.__main__ import EXIT_OK, EXIT_USAGE, main
+from collnb.cli import EXIT_OK, EXIT_USAGE, main
+from collnb.labs.bench import rows as bench_rows
+from collnb.labs.bench.inputs import counts
+from collnb.labs.bench.measuring import Case, values
 
 EXAMPLE = B.EXAMPLE_FILE
 
@@ -168,6 +169,13 @@ def test_bad_sizes_are_refused(spec, words):
         B.parse_sizes(spec)
     for w in words:
         assert w in str(info.value)
+
+
+@pytest.mark.parametrize("size", [True, None, 1.5])
+def test_a_size_of_the_wrong_type_is_a_type_error(size):
+    words = f"a size must be bytes as an int or a str such as '64M'; got {size!r}"
+    with pytest.raises(TypeError, match=re.escape(words)):
+        B.parse_size(size)
 
 
 @pytest.mark.parametrize("kwargs, error, words", [

@@ -39,10 +39,11 @@ def parse_size(text) -> int:
     """Bytes from ``"64M"``, ``"1K"``, ``"512"``, ``"4MiB"`` (K/M/G are powers of 1024), or an int.
 
     Raises:
-        ValueError: not a size (says what a size looks like).
+        TypeError: neither an int nor a str (a bool is not a size).
+        ValueError: not a size (says what a size looks like), or below 1 byte.
     """
-    if isinstance(text, bool):
-        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise TypeError(f"a size must be bytes as an int or a str such as '64M'; got {text!r}")
     if isinstance(text, int):
         n = text
     else:
