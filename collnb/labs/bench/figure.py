@@ -7,7 +7,7 @@ import math
 import os
 
 from ...algorithms import BUILTIN_FORM, DEFAULT_MODEL, algbw, busbw_factor, crossovers, fit_each, predict
-from ...units import format_bytes
+from ...units import format_bytes, format_rate, format_seconds
 from .rows import as_rows
 from .inputs import PRIMITIVES
 
@@ -95,17 +95,18 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
             f = fits.get((primitive, alg))
             if f is not None:
                 ft = [f.predict(world_size=ws, nbytes=n) for n in grid]
-                inv_beta = f"{1 / f.model.beta / 1e9:.2f} GB/s" if f.model.beta > 0 else "∞ (β fitted as 0)"
+                inv_beta = format_rate(1 / f.model.beta) if f.model.beta > 0 else "∞ (β fitted as 0)"
                 ax_t.plot(grid, ft, "--", color=c, lw=1.3,
-                          label=f"{alg} fit: α={f.model.alpha * 1e6:.0f} µs, 1/β={inv_beta}")
+                          label=f"{alg} fit: α={format_seconds(f.model.alpha)}, 1/β={inv_beta}")
                 ax_b.plot(grid, [algbw(n, s) * busbw_factor(primitive, ws) for n, s in zip(grid, ft)], "--",
                           color=c, lw=1.1)
         # the naive model for the built-in's form
         form = BUILTIN_FORM.get(primitive)
         if form:
             nt = [predict(primitive, form, ws, n, naive).seconds for n in grid]
-            ax_t.plot(grid, nt, ":", color="#777777", lw=1.5, label=f"naive model ({form} form, α={naive.alpha * 1e6:.0f} "
-                      f"µs, 1/β={1 / naive.beta / 1e9:.0f} GB/s)")
+            ax_t.plot(grid, nt, ":", color="#777777", lw=1.5,
+                      label=f"naive model ({form} form, α={format_seconds(naive.alpha)}, "
+                            f"1/β={format_rate(1 / naive.beta)})")
         # crossovers of the fitted models inside the measured range, labels stacked up from the bottom
         fitted = [(a, fits[(primitive, a)]) for a in algs if (primitive, a) in fits]
         k = 0
