@@ -1,6 +1,7 @@
 # Two commands do all the set-up on a fresh Debian / Python 3.11 machine:
 #   make lab    create/refresh .venv, install collnb + JupyterLab, open JupyterLab on notebooks/
 #   make test   create/refresh .venv with the test extras, run the whole suite
+#   make test-fast  the same venv, only the tests not marked slow (under 2 minutes on 2 cores)
 # More:
 #   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html
 #   make student  student versions without solutions + nbgrader autograding, into classroom/
@@ -11,7 +12,7 @@ BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 LAB_ARGS ?=
 
-.PHONY: lab test venv clean docs student meta
+.PHONY: lab test test-fast venv clean docs student meta
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +51,12 @@ lab: $(VENV)/.lab-installed $(LAB_OVERRIDES)
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The edit-and-run loop: every test not marked slow (unit tests, a sample of real-rank runs at small
+# world sizes, the command line in-process). The real-rank matrices of every world size, dtype and op,
+# the kernel, notebook and browser tests are marked slow and run in `make test`.
+test-fast: $(VENV)/.test-installed
+	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
 # The book: README figures from real ranks, notebook metadata, then Sphinx with MyST-NB executing
 # every notebook (cached in docs/_build/.jupyter_cache, used by nothing else). Output: docs/_build/html.

@@ -4,7 +4,7 @@ Two targets (issue 11), printed as ratios of times measured *interleaved* -- one
 variant in turn, in one launch -- so that load on a shared machine hits every variant alike:
 
 * ``bench / bare``: the busbw collnb.bench measures for the built-in all_reduce (float32, 64 MiB
-  per rank; its rank-side code path :func:`collnb.bench._rank_bench`: reset the buffers, barrier,
+  per rank; its rank-side code path :func:`collnb.labs.bench.measuring.rank_bench`: reset the buffers, barrier,
   time the call, check the result) divided by the busbw of a bare ``torch.distributed`` timing
   loop (barrier, ``perf_counter`` around ``dist.all_reduce``). Per iteration the slowest rank's
   time; medians over iterations. Target: >= 0.95 at world sizes 2 and 4.
@@ -27,6 +27,8 @@ import torch.distributed as dist
 
 import collnb
 from collnb import bench as B
+from collnb.labs.bench.measuring import rank_bench
+from collnb.units import format_bytes
 from collnb.algorithms.costmodel import busbw
 
 
@@ -42,7 +44,7 @@ def interleaved(rank, world_size, nelem, iters, warmup):
         t0 = time.perf_counter()
         dist.all_reduce(t)
         dt = time.perf_counter() - t0
-        res = B._rank_bench(rank, world_size, job)
+        res = rank_bench(rank, world_size, job)
         if it >= warmup:
             out["bare"].append(dt)
             for a in ("builtin", "ring"):
@@ -62,7 +64,7 @@ def main(argv=None):
     nbytes = B.parse_size(args.size)
     wss = [int(w) for w in args.world_sizes.split(",")]
     print(f"torch {torch.__version__}, {os.cpu_count()} CPU cores, gloo over loopback, float32 SUM all_reduce, "
-          f"{B._fmt_bytes(nbytes)} per rank, {args.warmup} warm-up + {args.iters} timed iterations, "
+          f"{format_bytes(nbytes)} per rank, {args.warmup} warm-up + {args.iters} timed iterations, "
           f"median over {args.rounds} rounds; load average now {os.getloadavg()[0]:.1f}\n")
     print(f"{'ws':>3} {'round':>5} | {'bare busbw':>10} {'bench busbw':>11} {'bench/bare':>10} | "
           f"{'built-in ms':>11} {'ring ms':>9} {'ring/built-in':>13}")

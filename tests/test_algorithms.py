@@ -289,7 +289,7 @@ def _cases(ws):
 
 
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("ws", WORLD_SIZES)
+@pytest.mark.parametrize("ws", [pytest.param(ws, marks=() if ws in (3, 4) else pytest.mark.slow) for ws in WORLD_SIZES])
 def test_every_algorithm_equals_the_builtin_collective(ws):
     cases = _cases(ws)
     traces = A.run_algorithms([dict(c, snapshots=False) for c in cases], ws)

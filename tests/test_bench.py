@@ -8,6 +8,7 @@ benchmarks/bench_overhead.py, which prints ratios measured in one run.
 import json
 import math
 import os
+import re
 
 import numpy as np
 import pytest
@@ -15,7 +16,10 @@ import torch
 
 from collnb import bench as B
 from collnb import costmodel as cm
-from collnb.__main__ import EXIT_OK, EXIT_USAGE, main
+from collnb.cli import EXIT_OK, EXIT_USAGE, main
+from collnb.labs.bench import rows as bench_rows
+from collnb.labs.bench.inputs import counts
+from collnb.labs.bench.measuring import Case, values
 
 EXAMPLE = B.EXAMPLE_FILE
 
@@ -167,28 +171,49 @@ def test_bad_sizes_are_refused(spec, words):
         assert w in str(info.value)
 
 
-def test_bad_python_arguments_raise_before_any_rank_starts():
-    with pytest.raises(ValueError, match="iters must be an int >= 1"):
-        B.bench("all_reduce", 2, "1K:2K", iters=0)
-    with pytest.raises(ValueError, match="warmup must be an int >= 0"):
-        B.bench("all_reduce", 2, "1K:2K", warmup=-1)
-    with pytest.raises(ValueError, match="all_reduce has no algorithm 'bruck'; valid for all_reduce: builtin, ring"):
-        B.bench("all_reduce", 2, "1K:2K", algorithms=["bruck"])
-    with pytest.raises(ValueError, match="no bandwidth definition for 'barrier'"):
-        B.bench("barrier", 2, "1K:2K")
-    with pytest.raises(ValueError, match="between 1 and 16"):
-        B.bench("all_reduce", 40, "1K:2K")
+@pytest.mark.parametrize("size", [True, None, 1.5])
+def test_a_size_of_the_wrong_type_is_a_type_error(size):
+    words = f"a size must be bytes as an int or a str such as '64M'; got {size!r}"
+    with pytest.raises(TypeError, match=re.escape(words)):
+        B.parse_size(size)
+
+
+@pytest.mark.parametrize("kwargs, error, words", [
+    (dict(iters=0), ValueError, "iters must be an int >= 1 (timed iterations per measurement); got 0"),
+    (dict(iters=2.5), TypeError, "iters must be an int >= 1 (timed iterations per measurement); got 2.5"),
+    (dict(warmup=-1), ValueError, "warmup must be an int >= 0 (untimed iterations before them); got -1"),
+    (dict(algorithms=["bruck"]), ValueError,
+     "unknown algorithm for all_reduce 'bruck'; choose one of: builtin, ring, recursive_doubling"),
+    (dict(primitive="barrier"), ValueError,
+     "unknown primitive with a bus bandwidth 'barrier'; choose one of: all_reduce, all_gather, "),
+    (dict(world_sizes=40), ValueError,
+     "world_size must be an int from 1 to 16 (one process per rank on this machine); got 40"),
+    (dict(world_sizes=[2, "4"]), TypeError,
+     "world_size must be an int from 1 to 16 (one process per rank on this machine); got '4'"),
+    (dict(dtype="float128"), ValueError, "unknown dtype 'float128'; choose one of: float32, "),
+    (dict(backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl"),
+])
+def test_bad_python_arguments_raise_before_any_rank_starts(kwargs, error, words):
+    """The words of collnb.vocabulary, as every entry point says them."""
+    args = dict(primitive="all_reduce", world_sizes=2, sizes="1K:2K") | kwargs
+    with pytest.raises(error) as info:
+        B.bench(**args)
+    assert words in str(info.value)
+
+
+def test_check_algorithms_expands_all():
     assert B.check_algorithms("broadcast", "all") == ("builtin", "binomial_tree", "linear", "chain")
 
 
 @pytest.mark.parametrize("argv, words", [
     (["--sizes", "64M:1K"], ["error: --sizes '64M:1K'", "larger than MAX"]),
-    (["--iters", "0"], ["--iters must be at least 1", "nothing would be timed"]),
-    (["--warmup", "-1"], ["--warmup must be at least 0"]),
-    (["-a", "bruck"], ["all_reduce has no algorithm 'bruck'", "builtin, ring, recursive_doubling"]),
-    (["-a", "ring", "-a", "nonsense"], ["no algorithm 'nonsense'"]),
+    (["--iters", "0"], ["error: iters must be an int >= 1 (timed iterations per measurement); got 0"]),
+    (["--warmup", "-1"], ["error: warmup must be an int >= 0 (untimed iterations before them); got -1"]),
+    (["-a", "bruck"], ["error: unknown algorithm for all_reduce 'bruck'; choose one of: builtin, ring, "
+                       "recursive_doubling"]),
+    (["-a", "ring", "-a", "nonsense"], ["unknown algorithm for all_reduce 'nonsense'"]),
     (["-n", "2,x"], ["world size 'x' is not a whole number"]),
-    (["-n", "0"], ["world sizes run from 1 to 16"]),
+    (["-n", "0"], ["error: world_size must be an int from 1 to 16 (one process per rank on this machine); got 0"]),
     (["--json", "/nonexistent-dir/r.json"], ["does not exist"]),
     (["--csv", "/tmp/r.txt"], ["must end with .csv"]),
     (["--png", "/tmp"], ["is a directory"]),
@@ -220,9 +245,9 @@ def test_cli_help_lists_every_option():
 @pytest.mark.parametrize("primitive", B.PRIMITIVES)
 def test_case_check_accepts_the_reference_and_flags_one_wrong_element(primitive):
     ws, rank = 4, 1 if primitive not in ("reduce", "gather") else 0
-    count, block = B._counts(primitive, 64, ws, 4)
+    count, block = counts(primitive, 64, ws, 4)
     for alg in ("builtin",) + __import__("collnb.algorithms", fromlist=["x"]).algorithms_for(primitive):
-        case = B._Case(primitive, alg, rank, ws, count, block, torch.float32, torch.device("cpu"))
+        case = Case(primitive, alg, rank, ws, count, block, torch.float32, torch.device("cpu"))
         case.reset()
         target = case.out if case.defined is None else case.out[case.defined[0]:case.defined[1]]
         target.copy_(case.expected)
@@ -233,9 +258,9 @@ def test_case_check_accepts_the_reference_and_flags_one_wrong_element(primitive)
 
 def test_reduction_inputs_stay_exact_in_small_dtypes():
     # sums over 16 ranks of (rank % 3) + (i % 5) stay <= 96: exact in int8, bfloat16, float16
-    total = sum(B._values(r, 10, True, torch.int64, "cpu") for r in range(16))
+    total = sum(values(r, 10, True, torch.int64, "cpu") for r in range(16))
     assert int(total.max()) <= 96
-    assert int(B._values(15, 10, False, torch.int64, "cpu").max()) <= 127
+    assert int(values(15, 10, False, torch.int64, "cpu").max()) <= 127
 
 
 # ------------------------------------------------------------------------------------------------
@@ -280,7 +305,7 @@ def test_row_schema_values_and_files(tmp_path):
 
 
 def test_list_of_dicts_without_pandas(monkeypatch):
-    monkeypatch.setattr(B, "_have_pandas", lambda: False)
+    monkeypatch.setattr(bench_rows, "_have_pandas", lambda: False)
     rows = B.bench("broadcast", 2, "64", iters=1, warmup=0, references=False, progress=False)
     assert isinstance(rows, list) and rows[0]["primitive"] == "broadcast" and rows[0]["busbw_GBps"] == \
         pytest.approx(rows[0]["algbw_GBps"])

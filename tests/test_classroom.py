@@ -142,19 +142,22 @@ def test_autograding_full_marks_zero_unfinished_zero_without_communication(tmp_p
 # The projector view
 
 
-def test_present_command_line():
+def test_present_command_line(capsys):
+    from collnb.cli import main
     from collnb.cli import present
     cmd = present.voila_command(8123, open_browser=False)
     assert cmd[1:3] == ["-m", "voila"] and str(present.NOTEBOOK) in cmd
     assert "--strip_sources=True" in cmd and "--no-browser" in cmd and "--port=8123" in cmd
-    with pytest.raises(ValueError, match="port"):
+    with pytest.raises(ValueError, match=re.escape("port must be an int from 1 to 65535 (a TCP port); got 0")):
         present.voila_command(0)
+    with pytest.raises(TypeError, match=re.escape("port must be an int from 1 to 65535 (a TCP port); got '80'")):
+        present.voila_command("80")
     nb = json.loads(present.NOTEBOOK.read_text())
     code = "\n".join(_src(c) for c in nb["cells"] if c["cell_type"] == "code")
     assert "collnb.explore(" in code and "collnb.explore_rounds(" in code
-    proc = subprocess.run([sys.executable, "-m", "collnb", "present", "--port", "70000", "--no-browser"],
-                          capture_output=True, text=True, cwd=ROOT)
-    assert proc.returncode == 2 and "port" in proc.stderr
+    assert main(["present", "--port", "70000", "--no-browser"]) == 2  # in-process: nothing is started
+    err = capsys.readouterr().err
+    assert "error: port must be an int from 1 to 65535 (a TCP port); got 70000" in err
 
 
 def _free_port():

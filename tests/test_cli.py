@@ -1,15 +1,17 @@
-"""python -m collnb: run, seeds, exit codes, and the hook for the replay subcommand."""
+"""python -m collnb: run, examples, exit codes, and the subcommands the parser has.
+
+Argument-only tests call :func:`collnb.cli.main` in this process (no interpreter start-up); one
+test runs ``python -m collnb`` as a subprocess, the way a learner does."""
 
 import subprocess
 import sys
-import types
 
 import numpy as np
 import pytest
 from PIL import Image
 
 from collnb.views import heatmap as H
-from collnb.__main__ import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, build_parser, main
+from collnb.cli import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, build_parser, main
 
 
 def _cli(*args, timeout=180):
@@ -17,7 +19,7 @@ def _cli(*args, timeout=180):
                           timeout=timeout)
 
 
-def test_run_prints_ranks_like_the_seeds_and_writes_png(tmp_path):
+def test_run_prints_ranks_like_the_original_examples_and_writes_png(tmp_path):
     png = tmp_path / "ar.png"
     out = _cli("run", "all_reduce", "--world-size", "3", "--png", str(png))
     assert out.returncode == EXIT_OK, out.stderr
@@ -35,18 +37,19 @@ def test_run_prints_ranks_like_the_seeds_and_writes_png(tmp_path):
         assert tuple(int(v * 255 + 0.5) for v in H.rank_color(r)) in colours
 
 
-def test_run_int8_shows_the_wrap_and_the_exact_result():
-    out = _cli("run", "all_reduce", "-n", "8", "--dtype", "int8")
-    assert out.returncode == EXIT_OK, out.stderr
-    assert "[rank 7] after : [24, 32, 40, 48, 56, 64, 72, 80]  ✓" in out.stdout
-    assert "[rank 0] exact : [280.0, 288.0, 296.0, 304.0, 312.0, 320.0, 328.0, 336.0]" in out.stdout
+@pytest.mark.slow
+def test_run_int8_shows_the_wrap_and_the_exact_result(capsys):
+    assert main(["run", "all_reduce", "-n", "8", "--dtype", "int8"]) == EXIT_OK
+    out = capsys.readouterr().out
+    assert "[rank 7] after : [24, 32, 40, 48, 56, 64, 72, 80]  ✓" in out
+    assert "[rank 0] exact : [280.0, 288.0, 296.0, 304.0, 312.0, 320.0, 328.0, 336.0]" in out
 
 
 def test_bad_choice_exits_2_with_the_choices(capsys):
-    out = _cli("run", "all_reduse")
-    assert out.returncode == EXIT_USAGE
-    assert "invalid choice: 'all_reduse'" in out.stderr and "all_reduce" in out.stderr
-    for argv, word in ((["run", "all_reduce", "--dtype", "float128"], "bfloat16"),
+    for argv, word in ((["run", "all_reduse"], "invalid choice: 'all_reduse'"),
+                       (["run", "all_reduse"], "all_reduce"),
+                       (["seeds"], "invalid choice: 'seeds'"),  # the old name of `examples` is gone
+(["run", "all_reduce", "--dtype", "float128"], "bfloat16"),
                        (["run", "all_reduce", "--op", "mean"], "bxor"),
                        (["run", "all_reduce", "--backend", "mpi"], "nccl"),
                        (["run"], "PRIMITIVE")):
@@ -93,11 +96,10 @@ def test_mismatch_exit_code(monkeypatch, capsys):
     assert "✗ expected [0.0, 10.0]" in capsys.readouterr().out
 
 
-def test_seeds_every_scenario_with_check_marks():
-    out = _cli("seeds")
-    assert out.returncode == EXIT_OK, out.stdout + out.stderr
-    text = out.stdout
-    # 000: world size 2, printed as the seed's script prints
+def test_examples_every_scenario_with_check_marks(capsys):
+    assert main(["examples"]) == EXIT_OK
+    text = capsys.readouterr().out
+    # the Gloo tutorial script: world size 2, printed as its script prints
     assert "[rank 1] rank: 1, objects: ['foo', 12, {'key': 'value'}]  ✓" in text
     assert "[rank 1] tensor([0, 1, 2, 3, 4, 5, 6, 7, 8, 9])  ✓" in text
     assert "[rank 0] before allreduce, rank: 0, tensor: tensor([0, 1])" in text
@@ -105,7 +107,7 @@ def test_seeds_every_scenario_with_check_marks():
     assert ("[rank 0] after gather, rank: 0, output: [tensor([0]), tensor([1])], "
             "concat output: tensor([0, 1])  ✓") in text
     assert "[rank 1] scatter_list: [tensor([1., 1.]), tensor([3., 3.])], rank: 1, output: tensor([3., 3.])  ✓" in text
-    # 003: world size 4
+    # the teaching page: world size 4
     assert "[rank 3] after : [1.0, 2.0, 3.0]  ✓" in text
     assert "[rank 3] received: [6.0, 7.0]  ✓" in text
     assert "[rank 0] gathered: [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0], [3.0, 3.0]]  ✓" in text
@@ -119,23 +121,22 @@ def test_seeds_every_scenario_with_check_marks():
     assert "[rank 2] after : [10.0, 10.0, 10.0, 10.0]  ✓" in text
     assert "✗" not in text
     assert text.rstrip().splitlines()[-1].startswith("✓ ")
-    assert "13 scenarios from 2 seed documents" in text
+    assert "13 scenarios from 2 documents" in text
+    assert "== original example 1: 'PyTorch collective communication' script · cm_broadcast_demo" in text
     assert text.count("== ") == 13
 
 
-def test_replay_subcommand_hook(monkeypatch):
-    """Another module may add `replay`: build_parser calls collnb._cli_replay.add_parser."""
-    mod = types.ModuleType("collnb.cli.replay")
-
-    def add_parser(subparsers):
-        p = subparsers.add_parser("replay")
-        p.add_argument("primitive")
-        p.set_defaults(func=lambda args: 7 if args.primitive == "all_reduce" else 0)
-    mod.add_parser = add_parser
-    monkeypatch.setitem(sys.modules, "collnb.cli.replay", mod)
-    args = build_parser().parse_args(["replay", "all_reduce"])
-    assert args.func(args) == 7
-    assert main(["replay", "all_reduce"]) == 7
+def test_parser_has_every_subcommand_from_its_module():
+    """cli.main imports each subcommand module directly; every one adds its subparser."""
+    from collnb.cli import SUBCOMMANDS
+    names = [m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS]
+    assert names == ["run", "examples", "script", "replay", "bench", "present"]
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    assert list(sub.choices) == names
+    for name in names:
+        assert callable(build_parser().parse_args(
+            [name] + {"run": ["all_reduce"], "script": ["all_reduce", "-o", "x.py"],
+                      "bench": ["all_reduce"]}.get(name, [])).func)
 
 
 @pytest.mark.parametrize("argv, text", [
@@ -145,8 +146,8 @@ def test_replay_subcommand_hook(monkeypatch):
     (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be 0.01 to 50.0 frames per second"),
         (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0.001"], "--fps must be 0.01 to 50.0"),
 ])
-def test_bad_output_arguments_are_refused_before_any_rank_runs(argv, text):
-    done = subprocess.run([sys.executable, "-m", "collnb", *argv], capture_output=True, text=True, timeout=60)
-    assert done.returncode == 2
-    assert text in done.stderr and "Traceback" not in done.stderr
-    assert "[rank" not in done.stdout  # nothing ran
+def test_bad_output_arguments_are_refused_before_any_rank_runs(argv, text, capsys):
+    assert main(argv) == EXIT_USAGE
+    out, err = capsys.readouterr()
+    assert text in err and "Traceback" not in err
+    assert "[rank" not in out  # nothing ran

@@ -225,7 +225,7 @@ def _reference_ink(text):
 TENSOR_PRIMITIVES = [p for p in P.PRIMITIVES if P.SPECS[p].kind == "tensor"]
 
 
-@pytest.mark.parametrize("ws", [1, 2, 3, 4, 5, 8, 11, 12, 16])
+@pytest.mark.parametrize("ws", [1, 2, 3, 4, 5, 8] + [pytest.param(ws, marks=pytest.mark.slow) for ws in (11, 12, 16)])
 def test_every_label_readable_and_within_the_notebook_width(ws):
     """At every world size the slider offers (samples 1..16), for every tensor primitive, int8
     (wrapping, "exact" notes) and float32, at the explorer's dpi (80) and RunResult's (100): no

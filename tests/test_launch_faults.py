@@ -47,8 +47,9 @@ def _rank_1_skips_a_collective_on(rank, world_size, kind):
     return rank
 
 
-@pytest.mark.parametrize("kind", ["new_group", "new_group_all", "new_subgroups", "new_subgroups_by_enumeration",
-                                  "init_device_mesh", "device_mesh_2d", "DeviceMesh"])
+@pytest.mark.parametrize("kind", ["new_group"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
+    "new_group_all", "new_subgroups", "new_subgroups_by_enumeration", "init_device_mesh", "device_mesh_2d",
+    "DeviceMesh")])
 def test_a_group_the_function_makes_gets_collective_timeout(kind):
     # issue 7 item 1: today a LaunchTimeout after the whole 60 s, blaming rank 0
     t0 = time.monotonic()
@@ -93,6 +94,7 @@ def test_groups_made_inside_the_function_still_work():
 # Item 4b: the timeout that fired is named
 
 
+@pytest.mark.slow
 def test_the_learners_monitored_barrier_timeout_is_named():
     def fn(rank, world_size):
         if rank == 1:
@@ -108,6 +110,7 @@ def test_the_learners_monitored_barrier_timeout_is_named():
     assert "time.sleep(30)" in info.value.rank_traceback
 
 
+@pytest.mark.slow
 def test_monitored_barrier_without_timeout_waits_collective_timeout():
     def fn(rank, world_size):
         if rank == 0:
@@ -205,6 +208,7 @@ def test_backend_log_lines_are_attached_not_printed(capfd):
         f"shows them; launch(..., show_backend_log=True) prints them as they come)")
 
 
+@pytest.mark.slow
 def test_backend_log_lines_are_shown_when_asked(capfd):
     with pytest.raises(collnb.RankError) as info:
         collnb.launch(_rank_1_returns_early, 2, collective_timeout=1, show_backend_log=True)
@@ -370,6 +374,7 @@ def test_values_of_views_that_share_a_base_are_kept():
     assert pickle.loads(pickle.dumps(a)).tolist() == a.tolist()
 
 
+@pytest.mark.slow
 def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
     def fn(rank, world_size):
         g = dist.new_group([0, 1], timeout=datetime.timedelta(minutes=10))  # longer than the launch
@@ -409,6 +414,7 @@ def test_a_recv_timeout_names_the_groups_own_timeout():
     assert "until the timeout=1.5 s passed to new_group ran out" in str(info.value).splitlines()[0]
 
 
+@pytest.mark.slow
 def test_the_timeout_named_is_the_one_that_fired_not_the_one_passed():
     # barrier(timeout=1.5 s): with debug=True torch's DETAIL check first waits in a monitored
     # barrier with the group's timeout (collective_timeout, 3 s here), and that is what fires

@@ -122,9 +122,9 @@ def _segv_on_3(rank, world_size):
 
 @pytest.mark.parametrize("fn, rank, exc_type, text", [
     (_raise_on_2, 2, "ValueError", "bad value on rank 2"),
-    (_sys_exit_on_1, 1, "SystemExit", "sys.exit(3)"),
-    (_os_exit_on_1, 1, "Exited", "exited with code 7"),
-    (_segv_on_3, 3, "Killed", "killed by SIGSEGV"),
+    pytest.param(_sys_exit_on_1, 1, "SystemExit", "sys.exit(3)", marks=pytest.mark.slow),
+    pytest.param(_os_exit_on_1, 1, "Exited", "exited with code 7", marks=pytest.mark.slow),
+    pytest.param(_segv_on_3, 3, "Killed", "killed by SIGSEGV", marks=pytest.mark.slow),
 ])
 def test_failing_rank_is_the_root_cause(fn, rank, exc_type, text):
     t0 = time.monotonic()
@@ -151,6 +151,7 @@ def test_failing_rank_is_the_root_cause(fn, rank, exc_type, text):
     assert collnb.launch(lambda r, w: r, 4) == [0, 1, 2, 3]  # the next launch works at once
 
 
+@pytest.mark.slow
 def test_rank_that_never_joins_is_named():
     def fn(rank, world_size):
         if rank == 1:
@@ -263,6 +264,7 @@ def test_ranks_listen_on_loopback_only():
         assert host in loopback, f"a rank listens on {addr} (not loopback)"
 
 
+@pytest.mark.slow
 def test_concurrent_launches_do_not_collide():
     results, errors = {}, []
 
@@ -281,6 +283,7 @@ def test_concurrent_launches_do_not_collide():
     assert results == {i: [(i, r, 3) for r in range(3)] for i in range(3)}
 
 
+@pytest.mark.slow
 def test_spawn_start_method_works_for_a_lambda(tmp_path):
     # spawn re-imports the main module in every rank, hence the usual __main__ guard; run in a
     # subprocess because spawn also starts multiprocessing's resource tracker for the parent.
@@ -306,6 +309,7 @@ INTERRUPT_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_interrupt_stops_every_rank_and_next_launch_works(tmp_path):
     proc = subprocess.Popen([sys.executable, "-c", INTERRUPT_SCRIPT], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
@@ -322,6 +326,7 @@ def test_interrupt_stops_every_rank_and_next_launch_works(tmp_path):
     assert not [d for d in os.listdir("/tmp") if d.startswith(f"collnb-{proc.pid}-")]
 
 
+@pytest.mark.slow
 def test_killed_parent_takes_its_ranks_along(tmp_path):
     script = "import collnb, time\ncollnb.launch(lambda r, w: None, 4)\nprint('up', flush=True)\ntime.sleep(60)\n"
     proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -556,6 +561,7 @@ def test_ranks_may_start_processes_of_their_own():
     assert collnb.launch(with_workers, 2) == [[0, 0], [1, 10]]
 
 
+@pytest.mark.slow
 def test_pool_terminate_in_a_rank_does_not_hang():
     # Pool.terminate() SIGTERMs workers that may not have started yet. A worker still holding the
     # rank's Python-level SIGTERM handler lost that signal and hung the rank (1 launch in ~100).
@@ -616,8 +622,9 @@ def _print_rank(rank, world_size):
     return os.getcwd()
 
 
-@pytest.mark.parametrize("change", ["sys.stdout = io.StringIO()", "sys.stdout = None", "os.close(1)",
-                                    "signal.alarm(1)", "os.chdir('/')", "torch.set_num_threads(2)"])
+@pytest.mark.parametrize("change", ["sys.stdout = io.StringIO()", "os.close(1)"] + [
+    pytest.param(c, marks=pytest.mark.slow) for c in ("sys.stdout = None", "signal.alarm(1)", "os.chdir('/')",
+                                                       "torch.set_num_threads(2)")])
 def test_a_call_leaves_the_rank_as_it_found_it(change, capfd):
     def fn(rank, world_size, change):
         import io
@@ -768,6 +775,7 @@ class _Cycle:
     pass
 
 
+@pytest.mark.slow
 def test_garbage_inherited_from_the_kernel_never_closes_a_ranks_fds():
     # Cyclic garbage holding sockets (as a kernel's old zmq or HTTP objects do) is copied into
     # every forked rank. Collected there, it would close its fd numbers, by then gloo's sockets

@@ -3,6 +3,7 @@ import pathlib
 import re
 import tomllib
 
+import pytest
 import yaml
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
@@ -43,10 +44,16 @@ def test_package_data_and_entry_points():
     assert any(d.replace(" ", "").startswith("torch>=") for d in project["project"]["dependencies"])
 
 
-def test_seed_documents_ship_with_the_package():
-    from collnb.labs import examples as seeds
-    first = seeds.seed_text(seeds.SEED_FILES[0])
-    second = seeds.seed_text(seeds.SEED_FILES[1])
+def test_original_examples_ship_with_the_package():
+    import collnb
+    from collnb import examples
+    assert collnb.examples is examples and examples.__name__ == "collnb.labs.examples"
+    assert examples.EXAMPLE_FILES == ("collectives_gloo_script.txt", "collectives_teaching_page.txt")
+    first = examples.example_text(examples.EXAMPLE_FILES[0])
+    second = examples.example_text(examples.EXAMPLE_FILES[1])
     assert "mp.spawn(method, (world_size,), nprocs=world_size, join=True)" in first
     assert "dist.all_to_all_single(output_tensor, input_tensor)" in second
-    assert seeds.SEED_FILES[0] in seeds.seed_text("README.md")
+    assert examples.EXAMPLE_FILES[0] in examples.example_text("README.md")
+    with pytest.raises(FileNotFoundError, match="no original example '000_ae5c56c5c8b93d7c.txt'; choose one of: "
+                                                "collectives_gloo_script.txt, collectives_teaching_page.txt"):
+        examples.example_text("000_ae5c56c5c8b93d7c.txt")

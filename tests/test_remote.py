@@ -19,7 +19,7 @@ from collnb.ranks import launcher, remote
 
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (pip install 'collnb[cluster]')")
 
-pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.cluster, pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def _start(n):

@@ -114,14 +114,20 @@ def test_every_primitive_has_a_script():
     assert set(SCRIPT_PRIMITIVES) == set(collnb.PRIMITIVES)
 
 
-@pytest.mark.parametrize("kwargs, text", [
-    (dict(primitive="all_reduc"), "unknown primitive 'all_reduc'"),
-    (dict(primitive="all_reduce", backend="mpi"), "unknown backend 'mpi'"),
-    (dict(primitive="broadcast", op="max"), "broadcast does not combine values"),
-    (dict(primitive="broadcast", root=-1), "root must be a rank"),
+@pytest.mark.parametrize("kwargs, error, text", [
+    (dict(primitive="all_reduc"), ValueError, "unknown primitive 'all_reduc'; choose one of: broadcast, scatter, "),
+    (dict(primitive=3), TypeError, "primitive must be a name (str), one of: broadcast, "),
+    (dict(primitive="all_reduce", backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl"),
+    (dict(primitive="all_reduce", op="mean"), ValueError, "unknown reduce op 'mean'; choose one of: sum, product, "),
+    (dict(primitive="broadcast", op="max"), ValueError,
+     "broadcast does not combine values, so it takes no op; ops apply to reduce, reduce_scatter, all_reduce, "),
+    (dict(primitive="broadcast", root=-1), ValueError,
+     "root must be an int >= 0 (a rank, below the world size torchrun starts); got -1"),
+    (dict(primitive="broadcast", root="1"), TypeError,
+     "root must be an int >= 0 (a rank, below the world size torchrun starts); got '1'"),
 ])
-def test_bad_requests_are_refused(kwargs, text):
-    with pytest.raises(ValueError, match=re.escape(text)):
+def test_bad_requests_are_refused(kwargs, error, text):
+    with pytest.raises(error, match=re.escape(text)):
         script_text(**kwargs)
 
 
@@ -150,6 +156,7 @@ def test_every_primitive_script_under_torchrun_nproc_per_node_2(primitive, tmp_p
     _check(_printed(out), primitive, 2)
 
 
+@pytest.mark.slow
 @pytest.mark.cluster
 def test_all_reduce_script_under_torchrun(tmp_path):
     path = tmp_path / "all_reduce.py"

@@ -238,6 +238,7 @@ def test_explore_rounds_runs_on_real_ranks():
     assert e.player.current_data["round"] == 1
 
 
+@pytest.mark.slow
 def test_compare_view(tmp_path):
     from collnb.views.replay import compare, compare_figure
     for ws in (8, 6):
@@ -293,6 +294,7 @@ def _dark_rows(arr, box, dark=80):
     return 0 if rows.size == 0 else int(rows[-1] - rows[0] + 1)
 
 
+@pytest.mark.slow
 def test_replay_frames_readable_at_world_size_16():
     """Issue 10 items 1 and 7: at world size 16 every value is written at >= 10 px (its ink, read
     from the frame's pixels, as tall as the digits of a 10 px label), the frame fits 1000 px, and
@@ -353,6 +355,7 @@ def _cli(*args):
                           text=True, timeout=240)
 
 
+@pytest.mark.slow
 def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
     gif, trace, png = tmp_path / "b.gif", tmp_path / "b.npz", tmp_path / "b.png"
     p = _cli("all_gather", "--algorithm", "bruck", "--world-size", "5", "--gif", str(gif), "--trace", str(trace),
@@ -423,6 +426,7 @@ def test_a_truncated_npz_or_foreign_file_is_a_value_error(tmp_path):
         Trace.load(tmp_path / "bin.json")
 
 
+@pytest.mark.slow
 def test_cli_from_a_damaged_trace_or_without_snapshots_exits_2(tmp_path):
     import json
     _, path = _saved(tmp_path)
@@ -438,6 +442,7 @@ def test_cli_from_a_damaged_trace_or_without_snapshots_exits_2(tmp_path):
     assert "no per-round snapshots" in done.stderr
 
 
+@pytest.mark.slow
 def test_cli_an_output_that_fails_at_write_time_exits_2(tmp_path):
     (tmp_path / "dangling.gif").symlink_to(tmp_path / "no" / "such" / "dir.gif")
     done = _cli("all_reduce", "-n", "2", "--gif", str(tmp_path / "dangling.gif"))

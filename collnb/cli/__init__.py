@@ -1,6 +1,7 @@
-"""Layer 6, the command line: ``python -m collnb run | examples | script | replay | bench | present``."""
+"""Layer 6, the command line: ``python -m collnb run | examples | script | replay | bench | present``,
+one module per subcommand (:mod:`collnb.cli.run`, ...), put together by :mod:`collnb.cli.main`."""
 
-from .common import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
-from .main import build_parser, main
+from .common import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE
+from .main import SUBCOMMANDS, build_parser, main
 
-__all__ = ["main", "build_parser", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_LAUNCH"]
+__all__ = ["main", "build_parser", "SUBCOMMANDS", "EXIT_OK", "EXIT_MISMATCH", "EXIT_USAGE", "EXIT_LAUNCH"]

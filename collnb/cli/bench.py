@@ -15,6 +15,10 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..algorithms import ALGORITHMS, fit_each
+from ..labs import bench as B
+from ..units import format_bytes, format_seconds
+from ..vocabulary import BACKENDS, DTYPE_NAMES, check_int
 from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 
@@ -35,8 +39,6 @@ def _world_sizes(text: str) -> list:
 
 
 def _cmd_bench(args) -> int:
-    from ..labs import bench as B
-    from ..algorithms import fit_each
     status = check_outputs((args.json, "--json", (".json",)), (args.csv, "--csv", (".csv",)),
                            (args.png, "--png", (".png",)))
     if status is not None:
@@ -46,18 +48,14 @@ def _cmd_bench(args) -> int:
     try:  # everything that needs no rank, before any rank starts
         algorithms = B.check_algorithms(args.primitive, args.algorithm or ["builtin"])
         sizes = B.parse_sizes(args.sizes)
-        for name, value, low in (("--iters", args.iters, 1), ("--warmup", args.warmup, 0)):
-            if value < low:
-                raise ValueError(f"{name} must be at least {low}; got {value}"
-                                 + (" (nothing would be timed)" if name == "--iters" else ""))
-        for ws in world_sizes:
-            if not 1 <= ws <= 16:
-                raise ValueError(f"--world-size {ws}: world sizes run from 1 to 16 (one process per rank)")
-    except ValueError as exc:
+        check_int("iters", args.iters, 1, what="timed iterations per measurement")
+        check_int("warmup", args.warmup, 0, what="untimed iterations before them")
+        world_sizes = B.check_world_sizes(world_sizes, args.backend)
+    except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: the backend cannot run here
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     print(f"{args.primitive} on {args.backend}, world size {', '.join(map(str, world_sizes))}, {args.dtype}, "
-          f"{B._fmt_bytes(sizes[0])}..{B._fmt_bytes(sizes[-1])} per rank; {args.warmup} warm-up + {args.iters} timed "
+          f"{format_bytes(sizes[0])}..{format_bytes(sizes[-1])} per rank; {args.warmup} warm-up + {args.iters} timed "
           f"iterations; time = median of the slowest rank; debug checks (TORCH_DISTRIBUTED_DEBUG) off while timing",
           flush=True)
     rows, status = on_ranks(lambda: B.bench(
@@ -82,8 +80,9 @@ def _cmd_bench(args) -> int:
                                                              timeout=args.timeout))
             if status is not None:
                 return status
-            print(f"  {B._fmt_bytes(n):>8}: off {cost['off']['time_s'] * 1e6:.0f} us, on {cost['on']['time_s'] * 1e6:.0f} "
-                  f"us ({cost['ratio']:.2f}x, {cost['extra_s'] * 1e6:+.0f} us per call)")
+            extra = ("+" if cost["extra_s"] >= 0 else "") + format_seconds(cost["extra_s"])
+            print(f"  {format_bytes(n):>8}: off {format_seconds(cost['off']['time_s'])}, on "
+                  f"{format_seconds(cost['on']['time_s'])} ({cost['ratio']:.2f}x, {extra} per call)")
     for flag, path, write in (("--json", args.json, lambda: B.save_json(rows, args.json)),
                               ("--csv", args.csv, lambda: B.save_csv(rows, args.csv)),
                               ("--png", args.png, lambda: B.plot(rows, fits).savefig(args.png))):
@@ -101,19 +100,15 @@ def _cmd_bench(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
-    from ..algorithms import ALGORITHMS
-    from ..labs.bench import PRIMITIVES
-    from ..ranks import BACKENDS
-    from ..collectives import DTYPE_NAMES
-
-    valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in PRIMITIVES)
+    valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in B.PRIMITIVES)
     p = subparsers.add_parser(
         "bench", help="measure time, algbw and busbw of a collective (nccl-tests style) and fit the α-β model",
         description="Time a collective on real ranks as nccl-tests does: warm-up, then timed iterations, the "
                     "slowest rank per iteration, median (min, max); every result checked against the reference; "
                     "busbw per nccl-tests' PERFORMANCE.md; memcpy, one loopback TCP stream and a local reduction "
                     "measured in the same run; the α-β(-γ) model fitted per algorithm. Algorithms: " + valid)
-    p.add_argument("primitive", choices=PRIMITIVES, metavar="PRIMITIVE", help="one of: " + ", ".join(PRIMITIVES))
+    p.add_argument("primitive", choices=B.PRIMITIVES, metavar="PRIMITIVE",
+                   help="one of: " + ", ".join(B.PRIMITIVES))
     p.add_argument("--world-size", "-n", type=_world_sizes, action="append", metavar="N",
                    help="world size(s): repeat (-n 2 -n 4) or a list (-n 2,4); default 2 and 4")
     p.add_argument("--sizes", default="1K:64M", metavar="MIN:MAX",

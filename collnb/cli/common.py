@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
+
+from ..ranks import LaunchError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
 
@@ -15,7 +18,6 @@ def on_ranks(call):
     here) gives :data:`EXIT_USAGE`; a failed launch (:class:`collnb.LaunchError`) gives
     :data:`EXIT_LAUNCH`.
     """
-    from ..ranks import LaunchError
     try:
         return call(), None
     except (ValueError, TypeError) as exc:
@@ -33,7 +35,6 @@ def output_problem(path, what, suffixes=()):
     """Why ``path`` cannot be written as ``what`` (e.g. "--png"), or ``None`` when it can.
 
     Checked before any rank starts, so a typo in an output path costs no run."""
-    import os
     if path is None:
         return None
     if os.path.isdir(path):

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..vocabulary import check_int
+
 #: The notebook Voilà serves.
 NOTEBOOK = Path(__file__).resolve().parent.parent / "data" / "present.ipynb"
 
@@ -27,10 +29,10 @@ def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.
     """The ``voila`` command line that serves :data:`NOTEBOOK` (sources stripped, light theme).
 
     Raises:
-        ValueError: ``port`` outside 1..65535.
+        TypeError: ``port`` is not an int; ValueError: outside 1..65535 (the words of
+            :func:`collnb.vocabulary.check_int`).
     """
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 < port < 65536:
-        raise ValueError(f"port must be an integer in 1..65535, got {port!r}")
+    check_int("port", port, 1, 65535, what="a TCP port")
     return [sys.executable, "-m", "voila", str(NOTEBOOK), f"--port={port}", f"--Voila.ip={ip}",
             "--strip_sources=True", "--theme=light", "--show_tracebacks=True",
             *([] if open_browser else ["--no-browser"])]
@@ -43,7 +45,7 @@ def _cmd_present(args) -> int:
         return 2
     try:
         cmd = voila_command(args.port, open_browser=not args.no_browser, ip=args.ip)
-    except ValueError as exc:
+    except (TypeError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(f"projector view: http://{args.ip}:{args.port}/  (Ctrl+C stops it)", flush=True)

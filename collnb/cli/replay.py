@@ -14,18 +14,18 @@ from __future__ import annotations
 
 import sys
 
-from .common import (EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks,  # noqa: F401
-                   write_output)
+from ..algorithms import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, Trace, run_algorithm
+from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
+from ..views import FPS_RANGE, _check_rate, save_filmstrip, save_gif
+from ..vocabulary import BACKENDS, DTYPE_NAMES, MAX_WORLD_SIZE, REDUCE_OPS
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 
 def _cmd_replay(args) -> int:
-    from ..algorithms import ALGORITHMS, run_algorithm
-    from ..algorithms import Trace
     status = check_outputs((args.gif, "--gif", (".gif",)), (args.png, "--png", (".png",)),
                            (args.trace, "--trace", (".json", ".npz")))
     if status is not None:
         return status
-    from ..views import FPS_RANGE, _check_rate
     try:
         _check_rate("--fps", args.fps, FPS_RANGE, "frames per second")
     except ValueError as exc:
@@ -73,7 +73,6 @@ def _cmd_replay(args) -> int:
             return status
         print(f"trace written to {args.trace}")
     if args.gif or args.png:
-        from ..views import save_filmstrip, save_gif
         if args.gif:
             status = write_output("--gif", args.gif, lambda: save_gif(trace, args.gif, fps=args.fps))
             if status is not None:
@@ -91,10 +90,9 @@ def _cmd_replay(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Add the ``replay`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
-    from ..algorithms import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES
-    from ..collectives import DTYPE_NAMES, REDUCE_OPS
-
     valid = "; ".join(f"{p}: {', '.join(a)}" for p, a in ALGORITHMS.items())
+    reducing = [q for q in PRIMITIVES if q in REDUCING_PRIMITIVES]  # those with an algorithm here
+    rooted = [q for q in PRIMITIVES if q in ROOTED_PRIMITIVES]
     p = subparsers.add_parser(
         "replay", help="run a collective algorithm on real ranks round by round and write a GIF/trace",
         description="Run one collective algorithm built from isend/irecv on real ranks, record every round "
@@ -104,14 +102,16 @@ def add_parser(subparsers) -> None:
                    help="one of: " + ", ".join(PRIMITIVES))
     p.add_argument("--algorithm", "-a", choices=ALGORITHM_NAMES, metavar="NAME",
                    help="algorithm (default: the primitive's first): " + ", ".join(ALGORITHM_NAMES))
-    p.add_argument("--world-size", "-n", type=int, default=4, help="number of ranks, 1-16 (default 4)")
+    p.add_argument("--world-size", "-n", type=int, default=4,
+                   help=f"number of ranks, 1-{MAX_WORLD_SIZE} (default 4)")
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, metavar="D", help="tensor dtype (default float32)")
     p.add_argument("--op", default=None, choices=REDUCE_OPS, metavar="OP",
-                   help="reduce op for all_reduce/reduce_scatter/reduce (default sum): " + ", ".join(REDUCE_OPS))
-    p.add_argument("--root", type=int, default=0, help="src/dst rank of broadcast/reduce/scatter/gather (default 0)")
+                   help=f"reduce op of {', '.join(reducing)} (default sum): " + ", ".join(REDUCE_OPS))
+    p.add_argument("--root", type=int, default=0,
+                   help=f"src/dst rank of {', '.join(rooted)} (default 0)")
     p.add_argument("--chunk-size", type=int, default=1, help="elements per chunk (default 1)")
     p.add_argument("--segments", type=int, default=None, help="broadcast only: chunks/pipeline segments")
-    p.add_argument("--backend", default="gloo", help="process group backend (default gloo)")
+    p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
     p.add_argument("--gif", metavar="FILE", help="write the animation (start + one frame per round) to FILE")
     p.add_argument("--png", metavar="FILMSTRIP", help="write a static PNG of all rounds to FILMSTRIP")
     p.add_argument("--trace", metavar="FILE", help="save the trace to FILE (.json or .npz)")

@@ -1,65 +1,74 @@
-"""The scenarios of the two seed documents, run on real ranks.
+"""The original examples: the scenarios of the two documents collnb reproduces, run on real ranks.
 
-The documents ship with collnb (``collnb/data/seeds/``, unchanged; read one with
-:func:`seed_text`): they are what learners arrive with.
+The documents ship with collnb (``collnb/data/examples/``, unchanged but for their names; read one
+with :func:`example_text`): they are what learners arrive with.
 
-``python -m collnb seeds`` runs every scenario with the seed's own world size, inputs, ops and
-roots on real Gloo ranks (one :func:`collnb.launcher.launch` per world size), prints each rank's
-lines the way the seed's script prints them, and puts a check mark after every result line:
-✓ when it equals the reference computed here without ``torch.distributed``, ✗ otherwise.
+``python -m collnb examples`` runs every scenario with the example's own world size, inputs, ops
+and roots on real Gloo ranks (one :func:`collnb.launch` per world size), prints each rank's lines
+the way the example's script prints them, and puts a check mark after every result line: ✓ when
+it equals the reference computed here without ``torch.distributed``, ✗ otherwise.
 
-Seed documents:
+The original examples (:data:`EXAMPLE_FILES`):
 
-* ``000_ae5c56c5c8b93d7c.txt`` ("PyTorch collective communication"), world size 2:
+* ``collectives_gloo_script.txt`` ("PyTorch collective communication"), world size 2:
   ``cm_broadcast_object_demo``, ``cm_broadcast_demo``, ``cm_allreduce_demo``,
   ``cm_gather_demo``, ``cm_scatter_demo``.
-* ``003_7e63c0b78594089b.txt`` (the interactive teaching page's CPU examples), world size 4:
+* ``collectives_teaching_page.txt`` (the interactive teaching page's CPU examples), world size 4:
   broadcast, scatter, gather, reduce, all_gather, reduce_scatter, all_reduce, all_to_all.
 
 The second document emulates ``reduce_scatter`` with ``world_size`` calls of ``reduce`` and
 uses ``all_to_all_single`` because, it says, Gloo lacks ``dist.reduce_scatter`` and the list form
 of ``dist.all_to_all``. Whether the installed torch's Gloo has them is detected at run time
-(:func:`collnb.primitives.backend_support`); where it does, the native call runs too and its
-result is checked against the same reference.
+(:func:`collnb.backend_support`); where it does, the native call runs too and its result is
+checked against the same reference.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.resources import files
 from typing import Callable
 
 import torch
 import torch.distributed as dist
 
-from .. import ranks as _launcher  # was launcher
+from ..collectives import backend_support
+from ..ranks import launch
 
-__all__ = ["SEED_FILES", "SEED_TITLES", "SCENARIOS", "Scenario", "run_seeds", "seed_text", "main"]
+__all__ = ["EXAMPLE_FILES", "EXAMPLE_TITLES", "SCENARIOS", "Scenario", "run_examples", "example_text"]
 
-SEED_FILES = ("000_ae5c56c5c8b93d7c.txt", "003_7e63c0b78594089b.txt")
-#: A short title per seed document, for people (the file names are opaque).
-SEED_TITLES = {
-    "000_ae5c56c5c8b93d7c.txt": "seed 1: 'PyTorch collective communication' script",
-    "003_7e63c0b78594089b.txt": "seed 2: interactive teaching page, CPU examples",
+#: The two original examples, as shipped in ``collnb/data/examples/``: the Gloo tutorial script,
+#: then the interactive teaching page.
+EXAMPLE_FILES = ("collectives_gloo_script.txt", "collectives_teaching_page.txt")
+#: A short title per original example, printed above its scenarios.
+EXAMPLE_TITLES = {
+    "collectives_gloo_script.txt": "original example 1: 'PyTorch collective communication' script",
+    "collectives_teaching_page.txt": "original example 2: interactive teaching page, CPU examples",
 }
 
 
-def seed_text(name: str) -> str:
-    """The text of a seed document shipped in ``collnb/data/seeds/`` (``name``: a file name from
-    :data:`SEED_FILES`, or ``"README.md"``). Raises ``FileNotFoundError`` for other names."""
-    from importlib.resources import files
-    if name not in SEED_FILES + ("README.md",):
-        raise FileNotFoundError(f"no seed document {name!r}; choose one of {', '.join(SEED_FILES)}")
-    return files("collnb").joinpath("data", "seeds", name).read_text(encoding="utf-8")
+def example_text(name: str) -> str:
+    """The text (str) of an original example shipped in ``collnb/data/examples/``.
+
+    Args:
+        name: a file name from :data:`EXAMPLE_FILES`, or ``"README.md"`` (what the two are).
+
+    Raises:
+        FileNotFoundError: another name (the message lists the valid ones).
+    """
+    if name not in EXAMPLE_FILES + ("README.md",):
+        raise FileNotFoundError(f"no original example {name!r}; choose one of: {', '.join(EXAMPLE_FILES)}")
+    return files("collnb").joinpath("data", "examples", name).read_text(encoding="utf-8")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One seed scenario.
+    """One scenario of an original example.
 
     Attributes:
-        seed: the seed document's file name.
-        name: the seed's function/file name (``cm_allreduce_demo``, ``allreduce_cpu_demo.py``).
-        world_size: the seed's world size.
+        example: the original example's file name (from :data:`EXAMPLE_FILES`).
+        name: the example's function/file name (``cm_allreduce_demo``, ``allreduce_cpu_demo.py``).
+        world_size: the example's world size.
         rank_fn: ``fn(rank, world_size, native) -> dict`` run on every rank; ``native`` says
             which optional native calls the backend has (``{"reduce_scatter": bool,
             "all_to_all": bool}``).
@@ -68,7 +77,7 @@ class Scenario:
             undefined output).
     """
 
-    seed: str
+    example: str
     name: str
     world_size: int
     rank_fn: Callable
@@ -85,7 +94,7 @@ def _eq(a, b) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# 000: "PyTorch collective communication", world size 2
+# Original example 1: "PyTorch collective communication", world size 2
 
 def _cm_broadcast_object(rank, ws, native):
     objects = ["foo", 12, {"key": "value"}] if rank == 0 else [None, None, None]
@@ -154,7 +163,7 @@ def _rep_scatter(res, ws, native):
 
 
 # ----------------------------------------------------------------------------------------------
-# 003: the teaching page's CPU examples, world size 4
+# Original example 2: the teaching page's CPU examples, world size 4
 
 def _p_broadcast(rank, ws, native):
     tensor = torch.tensor([1.0, 2.0, 3.0]) if rank == 0 else torch.zeros(3)
@@ -216,7 +225,7 @@ def _rep_p_reduce(res, ws, native):
     for r, d in enumerate(res):
         if r == 0:
             lines.append((f"[rank {r}] after : {d['after']}", d["after"] == want))
-        else:  # the seed: "non-dst tensors are undefined"
+        else:  # the teaching page: "non-dst tensors are undefined"
             lines.append((f"[rank {r}] after : {d['after']}  (undefined: only dst=0's result is defined)", None))
     return lines
 
@@ -238,7 +247,7 @@ def _rep_p_all_gather(res, ws, native):
 def _p_reduce_scatter(rank, ws, native):
     input_list = [torch.full((2,), fill_value=float(rank * 10 + j)) for j in range(ws)]
     output = torch.zeros(2)
-    for j in range(ws):  # the seed's emulation: world_size reduce calls
+    for j in range(ws):  # the teaching page's emulation: world_size reduce calls
         part = input_list[j].clone()
         dist.reduce(part, dst=j, op=dist.ReduceOp.SUM)
         if rank == j:
@@ -257,7 +266,7 @@ def _rep_p_reduce_scatter(res, ws, native):
         want = [float(sum(s * 10 + r for s in range(ws)))] * 2
         lines.append((f"[rank {r}] reduce_scatter result: {d['emulated']}", d["emulated"] == want))
     if native["reduce_scatter"]:
-        lines.append((f"note: the seed emulates reduce_scatter with {ws} reduce calls because Gloo lacked "
+        lines.append((f"note: the teaching page emulates reduce_scatter with {ws} reduce calls because Gloo lacked "
                       f"dist.reduce_scatter; torch {torch.__version__}'s Gloo has it (detected), so it ran "
                       "natively too:", None))
         for r, d in enumerate(res):
@@ -303,7 +312,7 @@ def _rep_p_all_to_all(res, ws, native):
         want = [[float(j * 10 + r)] * 2 for j in range(ws)]
         lines.append((f"[rank {r}] received: {d['received']}", d["received"] == want))
     if native["all_to_all"]:
-        lines.append((f"note: the seed uses all_to_all_single because Gloo lacked the list form; torch "
+        lines.append((f"note: the teaching page uses all_to_all_single because Gloo lacked the list form; torch "
                       f"{torch.__version__}'s Gloo has dist.all_to_all (detected), so it ran too:", None))
         for r, d in enumerate(res):
             want = [[float(j * 10 + r)] * 2 for j in range(ws)]
@@ -313,8 +322,8 @@ def _rep_p_all_to_all(res, ws, native):
     return lines
 
 
-_S0, _S3 = SEED_FILES
-#: Every scenario of both seed documents, in document order.
+_S0, _S3 = EXAMPLE_FILES
+#: Every scenario of both original examples, in document order.
 SCENARIOS = (
     Scenario(_S0, "cm_broadcast_object_demo", 2, _cm_broadcast_object, _rep_broadcast_object),
     Scenario(_S0, "cm_broadcast_demo", 2, _cm_broadcast, _rep_broadcast),
@@ -332,24 +341,23 @@ SCENARIOS = (
 )
 
 
-def _seed_rank(rank, world_size, indices, native):
+def _example_rank(rank, world_size, indices, native):
     return [SCENARIOS[i].rank_fn(rank, world_size, native) for i in indices]
 
 
-def run_seeds(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
-    """Run every seed scenario on real ranks and print it with check marks.
+def run_examples(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
+    """Run every scenario of the original examples on real ranks and print it with check marks.
 
     One launch per world size (2, then 4) runs that world size's scenarios one after another.
 
     Args:
-        backend: the seeds use ``"gloo"``.
+        backend: the original examples use ``"gloo"``.
         print_fn: where lines go (default :func:`print`).
-        launch_kwargs: passed to :func:`collnb.launcher.launch`.
+        launch_kwargs: passed to :func:`collnb.launch` (e.g. ``timeout``).
 
     Returns:
         True when every checked line got ✓.
     """
-    from ..collectives import backend_support
     sup = backend_support(backend, **launch_kwargs)
     native = {"reduce_scatter": sup.supports("reduce_scatter", "float32", "sum"),
               "all_to_all": sup.supports("all_to_all", "float32")}
@@ -357,10 +365,10 @@ def run_seeds(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
     n_checked = n_bad = 0
     for ws in sorted({s.world_size for s in SCENARIOS}):
         idx = [i for i, s in enumerate(SCENARIOS) if s.world_size == ws]
-        per_rank = _launcher.launch(_seed_rank, ws, args=(idx, native), backend=backend, **launch_kwargs)
+        per_rank = launch(_example_rank, ws, args=(idx, native), backend=backend, **launch_kwargs)
         for j, i in enumerate(idx):
             sc = SCENARIOS[i]
-            print_fn(f"== {SEED_TITLES.get(sc.seed, sc.seed)} · {sc.name} · world size {ws} · {backend} ==")
+            print_fn(f"== {EXAMPLE_TITLES[sc.example]} · {sc.name} · world size {ws} · {backend} ==")
             for line, ok in sc.report([per_rank[r][j] for r in range(ws)], ws, native):
                 if ok is not None:
                     n_checked += 1
@@ -369,11 +377,7 @@ def run_seeds(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
                         all_ok = False
                 print_fn(f"{line}  {_mark(ok)}".rstrip())
             print_fn("")
-    print_fn(f"{'✓' if all_ok else '✗'} {n_checked - n_bad}/{n_checked} seed results match the reference "
-             f"({len(SCENARIOS)} scenarios from {len(SEED_FILES)} seed documents)")
+    print_fn(f"{'✓' if all_ok else '✗'} {n_checked - n_bad}/{n_checked} results of the original examples "
+             f"match the reference ({len(SCENARIOS)} scenarios from {len(EXAMPLE_FILES)} documents)")
     return all_ok
 
-
-def main() -> int:
-    """``python -m collnb seeds``: exit status 0 when every result matches, else 1."""
-    return 0 if run_seeds() else 1

@@ -27,6 +27,10 @@ import os
 import textwrap
 import types
 
+from ..collectives import REDUCING_PRIMITIVES
+from ..ranks import _iter_functions
+from ..vocabulary import check_backend, check_choice, check_int, op_name
+
 __all__ = ["script_text", "write_script", "to_script", "SCRIPT_PRIMITIVES"]
 
 _HEADER = '''\
@@ -263,9 +267,6 @@ _BODIES = {
 #: Primitives :func:`write_script` can write (the same names as :data:`collnb.PRIMITIVES`).
 SCRIPT_PRIMITIVES = tuple(_BODIES)
 
-_REDUCING = ("reduce", "all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single")
-_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
-
 
 def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: int = 0) -> str:
     """The text (str) of a standalone torchrun script that runs ``primitive`` once.
@@ -273,24 +274,24 @@ def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: in
     Args:
         primitive: one of :data:`SCRIPT_PRIMITIVES`.
         backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (``cuda:LOCAL_RANK``).
-        op: reduce op of a reducing primitive (``"sum"``, ``"max"``...; ``avg`` needs NCCL).
-        root: the src/dst rank of a rooted primitive (must be below the world size torchrun starts).
+        op: reduce op of a reducing primitive (a name from :data:`collnb.REDUCE_OPS`, ``"sum"``,
+            ``"max"``...; ``avg`` needs NCCL).
+        root: the src/dst rank of a rooted primitive (an int >= 0, below the world size torchrun
+            starts).
 
     Raises:
-        ValueError: unknown primitive, backend or op, an op for a primitive that takes none, or a
-            negative root.
+        TypeError: a primitive, backend or op that is not a name, a root that is not an int
+            (the words of :mod:`collnb.vocabulary`).
+        ValueError: unknown primitive, backend or op, an op other than sum for a primitive that
+            takes none, or a negative root.
     """
-    if primitive not in _BODIES:
-        raise ValueError(f"unknown primitive {primitive!r}; choose one of {', '.join(SCRIPT_PRIMITIVES)}")
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"unknown backend {backend!r}; choose gloo or nccl")
-    if op not in _OPS:
-        raise ValueError(f"unknown op {op!r}; choose one of {', '.join(_OPS)}")
-    if op != "sum" and primitive not in _REDUCING:
+    check_choice("primitive", primitive, SCRIPT_PRIMITIVES)
+    check_backend(backend)
+    op = op_name(op)
+    if op != "sum" and primitive not in REDUCING_PRIMITIVES:
         raise ValueError(f"{primitive} does not combine values, so it takes no op; ops apply to "
-                         f"{', '.join(_REDUCING)}")
-    if isinstance(root, bool) or not isinstance(root, int) or root < 0:
-        raise ValueError(f"root must be a rank (an int >= 0); got {root!r}")
+                         f"{', '.join(REDUCING_PRIMITIVES)}")
+    check_int("root", root, 0, what="a rank, below the world size torchrun starts")
     body = _BODIES[primitive].format(root=root, OP=op.upper())
     head = _HEADER.format(title=f"{primitive} on every rank: each rank prints its buffer before and after.",
                           how=f"python -m collnb script {primitive} --backend {backend}",
@@ -365,11 +366,9 @@ def to_script(fn, path, backend: str = "gloo") -> str:
         ValueError: its source cannot be found, it is a lambda or a closure, or it reads a global
             whose value cannot be written as Python source (the message names it).
     """
-    from ..ranks import _iter_functions  # the functions cloudpickle would ship with fn
     if not isinstance(fn, types.FunctionType):
         raise TypeError(f"fn must be a function defined with def; got {type(fn).__name__}")
-    if backend not in ("gloo", "nccl"):
-        raise ValueError(f"unknown backend {backend!r}; choose gloo or nccl")
+    check_backend(backend)
     if fn.__name__ == "<lambda>":
         raise ValueError("a lambda cannot be written as a script: define the function with def")
     if fn.__closure__:
@@ -423,44 +422,3 @@ def to_script(fn, path, backend: str = "gloo") -> str:
             + _MAIN)
     compile(text, os.fspath(path), "exec")  # a script that cannot even be parsed is never written
     return _write(text, path)
-
-
-# ----------------------------------------------------------------------------------------------
-# Command line: python -m collnb script PRIMITIVE [--backend gloo|nccl] -o FILE
-
-
-def add_parser(subparsers):
-    """Add the ``script`` subcommand to ``python -m collnb``'s subparsers."""
-    p = subparsers.add_parser(
-        "script", help="write a standalone torchrun script for one primitive",
-        description="Write a standalone script (no collnb needed) that runs one primitive under torchrun: "
-                    "init_process_group from torchrun's environment, LOCAL_RANK's GPU with NCCL, the "
-                    "collective on the teaching input, every rank's before/after printed, "
-                    "destroy_process_group. Run it with: torchrun --nproc-per-node 2 FILE")
-    p.add_argument("primitive", choices=SCRIPT_PRIMITIVES, metavar="PRIMITIVE",
-                   help="one of: " + ", ".join(SCRIPT_PRIMITIVES))
-    p.add_argument("--backend", default="gloo", choices=("gloo", "nccl"),
-                   help="gloo (CPU, default) or nccl (one GPU per rank, cuda:LOCAL_RANK)")
-    p.add_argument("--op", default=None, choices=_OPS, metavar="OP",
-                   help="reduce op of a reducing primitive (default sum): " + ", ".join(_OPS))
-    p.add_argument("--root", type=int, default=0, help="src/dst rank of a rooted primitive (default 0)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the script to write (.py)")
-    p.set_defaults(func=_cmd_script)
-
-
-def _cmd_script(args) -> int:
-    import sys
-    from ..cli import EXIT_OK, EXIT_USAGE, check_outputs, write_output
-    status = check_outputs((args.output, "-o", (".py",)))
-    if status is not None:
-        return status
-    try:
-        text = script_text(args.primitive, backend=args.backend, op=args.op or "sum", root=args.root)
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    status = write_output("-o", args.output, lambda: _write(text, args.output))
-    if status is not None:
-        return status
-    print(f"wrote {args.output}; run it with: torchrun --nproc-per-node 2 {args.output}")
-    return EXIT_OK

@@ -1,0 +1,178 @@
+"""What the bandwidth lab measures: the primitives with a bus bandwidth, the row schema, sizes
+(``"1K:64M"``), algorithm names, dtypes and world sizes, all checked before any rank starts."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import torch
+import torch.distributed as dist
+
+from ...algorithms import algorithms_for
+from ...collectives import backend_support
+from ...ranks import backend_info
+from ...units import format_bytes
+from ...vocabulary import check_backend, check_choice, check_world_size, dtype_name
+
+#: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order.
+PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather",
+              "all_to_all")
+#: The row schema, in column order.
+COLUMNS = ("primitive", "algorithm", "backend", "world_size", "dtype", "nbytes", "time_s", "time_min_s",
+           "time_max_s", "algbw_GBps", "busbw_GBps", "ok")
+#: Physical references measured beside the collectives (``primitive`` column of their rows).
+REFERENCES = ("memcpy", "tcp_loopback", "local_reduce")
+#: A small results file measured on CPU (gloo, a loaded 2-core machine), labelled as such in its note.
+EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "data",
+                            "bench_example_cpu.json")
+#: The largest size measured, in bytes per rank: more does not fit 16 ranks x 4 buffers in a laptop's memory.
+MAX_BYTES = 1 << 30
+
+REDUCING = ("all_reduce", "reduce_scatter", "reduce")
+BLOCKED = ("all_gather", "reduce_scatter", "scatter", "gather", "all_to_all")  # one block per rank
+_UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
+          "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
+
+
+def parse_size(text) -> int:
+    """Bytes from ``"64M"``, ``"1K"``, ``"512"``, ``"4MiB"`` (K/M/G are powers of 1024), or an int.
+
+    Raises:
+        TypeError: neither an int nor a str (a bool is not a size).
+        ValueError: not a size (says what a size looks like), or below 1 byte.
+    """
+    if isinstance(text, bool) or not isinstance(text, (int, str)):
+        raise TypeError(f"a size must be bytes as an int or a str such as '64M'; got {text!r}")
+    if isinstance(text, int):
+        n = text
+    else:
+        m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
+        if not m or m.group(2).upper() not in _UNITS:
+            raise ValueError(f"not a size: {text!r}; write bytes as a number with an optional K, M or G "
+                             f"(powers of 1024), e.g. 1K, 64M")
+        n = int(m.group(1)) * _UNITS[m.group(2).upper()]
+    if n < 1:
+        raise ValueError(f"sizes must be at least 1 byte; got {text!r}")
+    return n
+
+
+def parse_sizes(spec) -> list:
+    """Bytes per rank to measure: ``"MIN:MAX"`` gives every power of two from MIN to MAX
+    (``"1K:64M"`` -> 1 KiB, 2 KiB, ..., 64 MiB); a single size, or a list of sizes, as given.
+
+    Raises:
+        ValueError: unparsable, MIN > MAX, MIN or MAX not a power of two, above 1 GiB.
+    """
+    if isinstance(spec, (list, tuple)):
+        sizes = [parse_size(s) for s in spec]
+        if not sizes:
+            raise ValueError("no sizes given")
+    else:
+        text = str(spec)
+        if ":" in text:
+            parts = text.split(":")
+            if len(parts) != 2:
+                raise ValueError(f"--sizes {text!r}: write MIN:MAX, e.g. 1K:64M")
+            lo, hi = parse_size(parts[0]), parse_size(parts[1])
+            if lo > hi:
+                raise ValueError(f"--sizes {text!r}: MIN ({lo} B) is larger than MAX ({hi} B); write the "
+                                 f"smaller size first, e.g. {parts[1]}:{parts[0]}")
+            for name, v in (("MIN", lo), ("MAX", hi)):
+                if v & (v - 1):
+                    raise ValueError(f"--sizes {text!r}: {name} ({v} B) is not a power of two; the sweep "
+                                     f"doubles from MIN to MAX (e.g. 1K:64M)")
+            sizes = []
+            n = lo
+            while n <= hi:
+                sizes.append(n)
+                n *= 2
+        else:
+            sizes = [parse_size(text)]
+    big = [s for s in sizes if s > MAX_BYTES]
+    if big:
+        raise ValueError(f"sizes above {format_bytes(MAX_BYTES)} per rank are not measured here; got {big[0]} B")
+    return sorted(set(sizes))
+
+
+def check_algorithms(primitive: str, algorithms) -> tuple:
+    """The algorithm names to bench for ``primitive``: ``"builtin"`` and/or names from
+    :func:`collnb.algorithms.algorithms_for` (``"all"``: builtin plus every one).
+
+    Returns:
+        tuple of names, each once, in the order given.
+
+    Raises:
+        TypeError / ValueError: a primitive without a bus bandwidth (:data:`PRIMITIVES`), or an
+            algorithm the primitive does not have, with the words of
+            :func:`collnb.vocabulary.check_choice` (which list the valid names).
+    """
+    check_choice("primitive with a bus bandwidth", primitive, PRIMITIVES)
+    if isinstance(algorithms, str):
+        algorithms = (algorithms,)
+    valid = ("builtin",) + algorithms_for(primitive)
+    out = []
+    for a in algorithms:
+        out.extend(valid if a == "all" else (check_choice(f"algorithm for {primitive}", a, valid),))
+    if not out:
+        raise ValueError(f"no algorithm given; valid for {primitive}: {', '.join(valid)}")
+    return tuple(dict.fromkeys(out))
+
+
+def counts(primitive, nbytes, world_size, esize):
+    """(elements of the nccl-tests 'size' buffer, elements per block). Blocked primitives round
+    down to a multiple of the world size, as nccl-tests does."""
+    count = nbytes // esize
+    if primitive in BLOCKED:
+        count = count // world_size * world_size
+    return count, (count // world_size if primitive in BLOCKED else count)
+
+
+def bench_dtype(dtype) -> torch.dtype:
+    """``torch.dtype`` from a dtype or its name (``None``: float32), checked by
+    :func:`collnb.vocabulary.dtype_name` (TypeError / ValueError with its words)."""
+    return getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
+
+
+def check_world_sizes(world_sizes, backend: str) -> tuple:
+    """The world sizes to measure, as a tuple of ints: an int or a non-empty sequence of them, each
+    ``1..MAX_WORLD_SIZE`` (NCCL: at most the visible GPUs), checked before any rank starts.
+
+    Raises:
+        TypeError / ValueError: as :func:`collnb.vocabulary.check_world_size` (or an unknown backend,
+            :func:`collnb.vocabulary.check_backend`); ValueError for an empty sequence.
+        RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
+    """
+    check_backend(backend)
+    if isinstance(world_sizes, int) and not isinstance(world_sizes, bool):
+        world_sizes = (world_sizes,)
+    world_sizes = tuple(world_sizes)
+    if not world_sizes:
+        raise ValueError("no world size given")
+    info = backend_info(backend)
+    if not info["available"]:
+        raise RuntimeError(f"backend {backend!r} cannot run here: {info['reason']}")
+    why = "one process per rank on this machine" if backend == "gloo" else "one rank per visible GPU"
+    return tuple(check_world_size(ws, info["max_world_size"], why=why) for ws in world_sizes)
+
+
+def check_dtype(primitive, algorithms, dt, backend):
+    """Refuse a dtype ``backend`` cannot run ``primitive`` on (detected on real ranks by
+    :func:`collnb.backend_support`): ValueError naming the dtypes it accepts."""
+    sup = backend_support(backend)
+    name = str(dt).replace("torch.", "")
+    builtin = {"all_reduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
+               "all_gather": "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor",
+               "reduce_scatter": ("reduce_scatter_single" if hasattr(dist, "reduce_scatter_single")
+                                  else "reduce_scatter_tensor"),
+               "scatter": "scatter", "gather": "gather", "all_to_all": "all_to_all_single"}[primitive]
+    checks = []
+    if "builtin" in algorithms:
+        checks.append(builtin)
+    if any(a != "builtin" for a in algorithms):
+        checks.append("send_recv")
+    for prim in checks:
+        op = "sum" if prim in REDUCING or prim.startswith("reduce_scatter") else None
+        if not sup.supports(prim, name, op):
+            raise ValueError(f"{backend} cannot run {prim} on {name} tensors (detected on real ranks: "
+                             f"{sup.error(prim, name, op)}); dtypes it accepts: {', '.join(sup.dtypes(prim))}")

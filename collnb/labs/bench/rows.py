@@ -1,0 +1,156 @@
+"""The bandwidth lab's rows: one dict per measurement (:data:`COLUMNS`), built from the ranks' times,
+shown as a pandas ``DataFrame`` when pandas is installed, and saved to / loaded from JSON and CSV."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+
+import torch
+
+from ...algorithms import algbw, busbw_factor
+from .inputs import COLUMNS
+
+_INT_COLS = ("world_size", "nbytes")
+_FLOAT_COLS = ("time_s", "time_min_s", "time_max_s", "algbw_GBps", "busbw_GBps")
+
+
+def stats(times):
+    """``(median, min, max)`` of a list of seconds."""
+    return statistics.median(times), min(times), max(times)
+
+
+def reference_row(name, backend, nbytes, times, ok, dtype="uint8", world_size=1):
+    """The row of a physical reference (``algorithm="reference"``, busbw = algbw) from its times (s)."""
+    med, lo, hi = stats(times)
+    bw = algbw(nbytes, med)
+    return dict(primitive=name, algorithm="reference", backend=backend, world_size=world_size, dtype=dtype,
+                nbytes=int(nbytes), time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=bw, busbw_GBps=bw,
+                ok=bool(ok))
+
+
+def measured_row(primitive, alg, backend, ws, dname, nbytes, per_rank, iters) -> dict:
+    """One row (dict, :data:`COLUMNS`) from every rank's ``{times, ok}`` (seconds per timed iteration):
+    per iteration the slowest rank's time; the median, min and max of those."""
+    slowest = [max(pr["times"][k] for pr in per_rank) for k in range(iters)]
+    med, lo, hi = stats(slowest)
+    ab = algbw(nbytes, med)
+    return dict(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname, nbytes=int(nbytes),
+                time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab, busbw_GBps=ab * busbw_factor(primitive, ws),
+                ok=all(pr["ok"] for pr in per_rank))
+
+
+def _have_pandas() -> bool:
+    try:
+        import pandas  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
+def to_table(rows, as_frame: bool | None = None):
+    """Rows as a pandas ``DataFrame`` (columns :data:`COLUMNS` first) when pandas is installed
+    (``as_frame=None``) or asked for (``True``), else the list of dicts."""
+    rows = list(rows.to_dict("records")) if hasattr(rows, "to_dict") else list(rows)
+    if as_frame is None:
+        as_frame = _have_pandas()
+    if not as_frame:
+        return rows
+    import pandas as pd  # noqa: PLC0415
+    cols = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
+    return pd.DataFrame(rows, columns=cols)
+
+
+def as_rows(table) -> list:
+    """A DataFrame, a list of dicts, or a path (JSON/CSV) -> list of dicts (the bench rows)."""
+    if isinstance(table, (str, os.PathLike)):
+        return load(table, as_frame=False)
+    if hasattr(table, "to_dict"):
+        return list(table.to_dict("records"))
+    return [dict(r) for r in table]
+
+
+def _clean(row) -> dict:
+    out = {}
+    for k in COLUMNS:
+        if k not in row:
+            raise ValueError(f"row has no {k!r} column: {row}")
+        v = row[k]
+        if hasattr(v, "item"):
+            v = v.item()
+        out[k] = v
+    return out
+
+
+def save_json(rows, path, *, note: str = "") -> str:
+    """Write the rows to ``path`` as JSON: ``{"columns", "machine", "note", "rows"}`` (the machine:
+    torch version, CPU count, CUDA devices). Returns the path."""
+    rows = [_clean(r) for r in as_rows(rows)]
+    machine = dict(torch=torch.__version__, cpu_count=os.cpu_count(),
+                   cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+                   if torch.cuda.is_available() else [])
+    with open(path, "w") as f:
+        json.dump(dict(columns=list(COLUMNS), machine=machine, note=note, rows=rows), f, indent=1)
+        f.write("\n")
+    return str(path)
+
+
+def save_csv(rows, path) -> str:
+    """Write the rows to ``path`` as CSV with the :data:`COLUMNS` header. Returns the path."""
+    rows = [_clean(r) for r in as_rows(rows)]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
+def note(path) -> str:
+    """The ``note`` a JSON results file carries (where and how it was measured), or ``""``."""
+    try:
+        with open(path) as f:
+            data = json.load(f)
+    except (OSError, ValueError):
+        return ""
+    return str(data.get("note", "")) if isinstance(data, dict) else ""
+
+
+def load(path, as_frame: bool | None = None):
+    """Rows from a file :func:`save_json` / :func:`save_csv` wrote (also a bare JSON list of rows),
+    e.g. one measured on a GPU machine. Returns what :func:`bench` returns.
+
+    Raises:
+        ValueError: the file is not a bench results file (says which column is missing).
+        OSError: it cannot be read.
+    """
+    path = str(path)
+    with open(path) as f:
+        text = f.read()
+    if path.lower().endswith(".csv"):
+        rows = list(csv.DictReader(text.splitlines()))
+    else:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not JSON: {exc}") from None
+        rows = data["rows"] if isinstance(data, dict) and "rows" in data else data
+        if not isinstance(rows, list):
+            raise ValueError(f"{path}: expected a list of rows or {{'rows': [...]}}")
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"{path}: row {i} is not an object")
+        missing = [c for c in COLUMNS if c not in r]
+        if missing:
+            raise ValueError(f"{path}: row {i} has no {missing[0]!r} column; a bench results file has the "
+                             f"columns {', '.join(COLUMNS)}")
+        r = dict(r)
+        for c in _INT_COLS:
+            r[c] = int(r[c])
+        for c in _FLOAT_COLS:
+            r[c] = float(r[c])
+        r["ok"] = r["ok"] if isinstance(r["ok"], bool) else str(r["ok"]).strip().lower() in ("true", "1")
+        out.append(r)
+    return to_table(out, as_frame)

@@ -1,0 +1,145 @@
+"""The caller side of the bandwidth lab: :func:`bench` checks everything, launches the ranks once per
+(world size, size) and turns their times into rows; :func:`debug_cost` measures what
+``TORCH_DISTRIBUTED_DEBUG=DETAIL`` costs."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Sequence
+
+from ...ranks import launch
+from ...units import format_bytes
+from ...vocabulary import check_int
+from .measuring import rank_bench
+from .references import reference_rows
+from .rows import measured_row, to_table
+from .inputs import BLOCKED, bench_dtype, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+
+
+def _progress(total, enabled, desc):
+    if not enabled:
+        return None
+    from tqdm.auto import tqdm  # the notebook widget in Jupyter, a plain bar in a terminal
+    return tqdm(total=total, desc=desc, unit="run", leave=True)
+
+
+def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 4), sizes="1K:64M",
+          dtype="float32", *, iters: int = 20, warmup: int = 5, algorithms: str | Sequence[str] = ("builtin",),
+          backend: str = "gloo", references: bool = True, progress: bool = True, timeout: float = 600.0,
+          as_frame: bool | None = None):
+    """Measure ``primitive`` on real ranks at every world size, size and algorithm (module doc).
+
+    Args:
+        primitive: one of :data:`PRIMITIVES`.
+        world_sizes: an int or a sequence of ints (1..16; NCCL: at most the GPU count).
+        sizes: bytes per rank (nccl-tests' "size", module doc): ``"1K:64M"`` (every power of two
+            between), one size, or a list. Blocked primitives (all_gather, reduce_scatter,
+            scatter, gather, all_to_all) round down to a multiple of ``world_size`` elements.
+        dtype: ``torch.dtype`` or name; one the backend accepts (detected on real ranks).
+        iters: timed iterations per measurement (>= 1); warmup: untimed ones before (>= 0).
+        algorithms: ``"builtin"`` (the backend's collective), names from
+            :func:`collnb.algorithms.algorithms_for`, or ``"all"``. They take turns within
+            every iteration.
+        backend: ``"gloo"`` or ``"nccl"`` (CUDA-event timing; refused with the reason where
+            there is no GPU -- never a silent fallback to gloo).
+        references: also measure ``memcpy``, ``tcp_loopback`` and ``local_reduce`` at each size.
+        progress: a tqdm progress bar (the notebook widget in Jupyter, plain text in a terminal).
+        timeout: seconds each launch may take.
+        as_frame: ``None``: a DataFrame if pandas is installed, else a list of dicts.
+
+    Returns:
+        The rows (:data:`COLUMNS`), collectives first, in (world size, size, algorithm) order,
+        then the references.
+
+    Raises:
+        TypeError: an argument of the wrong type (the words of :mod:`collnb.vocabulary`).
+        ValueError: unknown primitive/algorithm/dtype, bad sizes, counts or world sizes, a
+            size smaller than one element per rank.
+        RuntimeError: the backend cannot run here (e.g. NCCL without CUDA).
+        collnb.LaunchError: the ranks failed.
+    """
+    algs = check_algorithms(primitive, algorithms)
+    sizes = parse_sizes(sizes)
+    check_int("iters", iters, 1, what="timed iterations per measurement")
+    check_int("warmup", warmup, 0, what="untimed iterations before them")
+    world_sizes = check_world_sizes(world_sizes, backend)
+    dt = bench_dtype(dtype)
+    dname = str(dt).replace("torch.", "")
+    check_dtype(primitive, algs, dt, backend)
+    esize = dt.itemsize
+    for ws in world_sizes:
+        # one element per rank at least: a block per rank, or a chunk per rank for the send/recv algorithms
+        need = esize * ws if (primitive in BLOCKED or any(a != "builtin" for a in algs)) else esize
+        if sizes[0] < need:
+            raise ValueError(f"{sizes[0]} B is too small for {primitive} on {dname} at world size {ws}: it needs "
+                             f"at least {need} B ({need // esize} elements, one per rank); start the sweep there")
+    jobs = [(ws, n) for ws in world_sizes for n in sizes]
+    bar = _progress(len(jobs) * len(algs) + (len(sizes) if references else 0), progress, f"bench {primitive}")
+    rows = []
+    try:
+        for ws, nbytes in jobs:
+            count, block = counts(primitive, nbytes, ws, esize)
+            job = dict(primitive=primitive, algorithms=list(algs), dtype=dname, count=count, block=block, iters=iters,
+                       warmup=warmup)
+            if bar is not None:
+                bar.set_postfix_str(f"ws {ws}, {format_bytes(nbytes)}, {'/'.join(algs)}")
+            res = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout, debug=False,
+                         collective_timeout=max(60.0, timeout / 4))
+            actual = count * esize
+            for alg in algs:
+                rows.append(measured_row(primitive, alg, backend, ws, dname, actual, [res[r][alg] for r in range(ws)], iters))
+                if not rows[-1]["ok"]:
+                    first = next(res[r][alg]["bad"] for r in range(ws) if not res[r][alg]["ok"])
+                    warnings.warn(f"{primitive}/{alg} at world size {ws}, {format_bytes(actual)}: the result differs "
+                                  f"from the reference ({first}); the row has ok=False", RuntimeWarning, stacklevel=2)
+            if bar is not None:
+                bar.update(len(algs))
+        if references:
+            for nbytes in sizes:
+                if bar is not None:
+                    bar.set_postfix_str(f"references, {format_bytes(nbytes)}")
+                rows.extend(reference_rows([nbytes], iters=iters, warmup=min(warmup, 2), dtype=dt))
+                if bar is not None:
+                    bar.update(1)
+    finally:
+        if bar is not None:
+            bar.close()
+    return to_table(rows, as_frame)
+
+
+def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes=1 << 10, dtype="float32", *,
+               algorithm: str = "builtin", iters: int = 20, warmup: int = 5, backend: str = "gloo",
+               timeout: float = 600.0) -> dict:
+    """What ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (collnb's default for teaching, ``launch(debug=True)``)
+    costs: the same measurement with the checks off and on.
+
+    Returns:
+        dict ``off`` and ``on`` (rows as :func:`bench` makes them, ``debug`` column added),
+        ``ratio`` (``on.time_s / off.time_s``) and ``extra_s`` (``on.time_s - off.time_s``).
+
+    Raises:
+        as :func:`bench`.
+    """
+    algs = check_algorithms(primitive, algorithm)
+    nbytes = parse_sizes([nbytes])[0]
+    check_int("iters", iters, 1, what="timed iterations per measurement")
+    check_int("warmup", warmup, 0, what="untimed iterations before them")
+    (world_size,) = check_world_sizes(world_size, backend)
+    dt = bench_dtype(dtype)
+    check_dtype(primitive, algs, dt, backend)
+    count, block = counts(primitive, nbytes, world_size, dt.itemsize)
+    if count < world_size:
+        raise ValueError(f"{nbytes} B is too small for {primitive} at world size {world_size}")
+    dname = str(dt).replace("torch.", "")
+    job = dict(primitive=primitive, algorithms=[algs[0]], dtype=dname, count=count, block=block, iters=iters,
+               warmup=warmup)
+    out = {}
+    for debug in (False, True):
+        res = launch(rank_bench, world_size, args=(job,), backend=backend, timeout=timeout, debug=debug,
+                     collective_timeout=max(60.0, timeout / 4))
+        row = measured_row(primitive, algs[0], backend, world_size, dname, count * dt.itemsize,
+                   [res[r][algs[0]] for r in range(world_size)], iters)
+        out["on" if debug else "off"] = dict(row, debug=debug)
+    out["ratio"] = out["on"]["time_s"] / out["off"]["time_s"]
+    out["extra_s"] = out["on"]["time_s"] - out["off"]["time_s"]
+    return out

@@ -1,0 +1,106 @@
+"""Notebook 11, data-parallel training: the tiny model every rank builds, plain SGD steps, and the
+check of a learner's gradient averaging against one model trained on the whole batch."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+
+from .framework import (_check_only, _check_params, _fail, _is_stub, _launch_or_fail, _names, _passed, _rng,
+                        _summary, _table, _unfinished)
+
+
+# ----------------------------------------------------------------------------------------------
+# 11 · data-parallel gradient averaging
+
+
+def tiny_model(seed: int = 0) -> torch.nn.Module:
+    """The small float64 model of notebook 11: ``Linear(3, 4) → Tanh → Linear(4, 1)``, initialised
+    from ``torch.manual_seed(seed)`` so every rank and the kernel build the same weights."""
+    gen_state = torch.random.get_rng_state()
+    try:
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Tanh(), torch.nn.Linear(4, 1)).double()
+    finally:
+        torch.random.set_rng_state(gen_state)
+    return model
+
+
+def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
+                after_backward: Callable[[torch.nn.Module], Any] | None = None) -> list[torch.Tensor]:
+    """Train ``model`` with plain SGD on the mean squared error for ``steps`` steps on (x, y).
+
+    ``after_backward(model)``, if given, runs between ``loss.backward()`` and the update: a
+    data-parallel rank averages its gradients there. Returns the final parameters (detached
+    copies, in ``model.parameters()`` order).
+    """
+    for _ in range(steps):
+        model.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if after_backward is not None:
+            after_backward(model)
+        with torch.no_grad():
+            for p in model.parameters():
+                p -= lr * p.grad
+    return [p.detach().clone() for p in model.parameters()]
+
+
+def _ddp_rank(rank: int, world_size: int, average_gradients: Callable, x, y, steps: int, lr: float):
+    return train_steps(tiny_model(), x, y, steps, lr, after_backward=average_gradients)
+
+
+def check_average_gradients(average_gradients: Callable, solution: Callable | None = None) -> None:
+    """Check ``average_gradients(model)`` (notebook 11): after ``loss.backward()`` on each rank's own
+    shard of the batch, replace every parameter's ``.grad`` by its mean over the ranks, with
+    ``dist.all_reduce``.
+
+    Trains :func:`tiny_model` for 3 SGD steps on real ranks (random world size 2-4; every rank
+    gets its own random shard of 4 samples, known only to it) and compares each rank's final
+    parameters with the same model trained in this kernel on the **concatenated** batch. Only
+    ``dist.all_reduce`` calls are accepted.
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(average_gradients, "average_gradients(model)")
+    rng = _rng()
+    steps, lr = 3, 0.1
+    hint = ("for p in model.parameters(): dist.all_reduce(p.grad, op=dist.ReduceOp.SUM); "
+            "p.grad /= dist.get_world_size().")
+
+    def case(fn, ws):
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        x = torch.randn(4 * ws, 3, generator=gen, dtype=torch.float64)
+        y = torch.randn(4 * ws, 1, generator=gen, dtype=torch.float64)
+        want = train_steps(tiny_model(), x, y, steps, lr)
+        args = [(fn, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
+        return want, _launch_or_fail(_ddp_rank, ws, args, hint=hint, what=f"world size {ws}")
+
+    ws = rng.randint(2, 4)
+    want, (results, calls) = case(average_gradients, ws)
+    if not any(calls) and _is_stub(average_gradients):
+        def show():
+            w, (res, _) = case(solution, ws)
+            dev = max(float((a - b).abs().max()) for a, b in zip(res[0], w))
+            print(f"  world size {ws}: largest difference between rank 0's parameters and the "
+                  f"single-process model: {dev:.2e}")
+        return _unfinished("average_gradients", solution, show)
+    rows = []
+    for r in range(ws):
+        dev = max(float((a - b).abs().max()) for a, b in zip(results[r], want))
+        rows.append((r, f"{dev:.2e}", _summary(calls[r])))
+    table = _table(rows, ("rank", "max |param - single-process|", "calls"))
+    _check_only(calls, {"all_reduce", "get_world_size"}, hint=hint)
+    if not any(_names(c) for c in calls):
+        raise _fail(f"world size {ws}: no rank communicated, so each rank trained on its own shard only.",
+                    hint, table)
+    bad = [r for r in range(ws) if float(rows[r][1]) > 1e-9]
+    if bad:
+        raise _fail(f"world size {ws}: rank(s) {bad} ended with parameters that differ from the single-process "
+                    "model trained on the concatenated batch.",
+                    "the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: "
+                    "all_reduce with SUM, then divide by the world size. " + hint, table)
+    _passed(f"at world size {ws}, every rank's model equals the single-process model trained on the "
+            "concatenated batch", table)
