@@ -47,8 +47,6 @@ _WHERE = {
 #: Layers whose names return :class:`RunResult` objects: loading one also loads :mod:`collnb.views`, which
 #: registers the heatmap a result draws itself with (collectives cannot import views: it is above them).
 _DRAWS_RESULTS = (".collectives", ".labs", ".labs.script")
-#: Old names, until the renames land: ``collnb.seeds`` is :mod:`collnb.examples`.
-_ALIASES = {"seeds": "examples"}
 
 __all__ = [
     "launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
@@ -67,7 +65,7 @@ __all__ = [
 def __getattr__(name: str):
     """Load a public name from its layer the first time it is asked for (then it is a plain
     attribute). Raises AttributeError for any other name."""
-    target = _ALIASES.get(name, name)
+    target = name
     if target not in _WHERE:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     if _WHERE[target] in _DRAWS_RESULTS:
@@ -78,4 +76,4 @@ def __getattr__(name: str):
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_WHERE) | set(_ALIASES))
+    return sorted(set(globals()) | set(_WHERE))
