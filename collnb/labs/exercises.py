@@ -110,7 +110,7 @@ def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Seque
     recorded there), which some exercises forbid. Returns ``(result, number of queries)``.
     """
     import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
+    from ..ranks import distributed_c10d as c10d  # torch.distributed.distributed_c10d
 
     queries = [0]
     originals = [(m, m.get_world_size) for m in (dist, c10d)]
