@@ -85,6 +85,9 @@ class CallRecord:
 
 _IN, _OUT, _INOUT = "in", "out", "inout"
 
+# ``_all_gather_base`` and ``_reduce_scatter_base`` are torch's deprecated (private) names of
+# ``all_gather_into_tensor`` / ``reduce_scatter_tensor``, still called by older code a learner may
+# copy; they are wrapped by name like the public functions (nothing else of them is used).
 _TENSOR_ARGS = {
     "broadcast": {"tensor": _INOUT},
     "all_reduce": {"tensor": _INOUT},

@@ -141,7 +141,6 @@ def engine_group(token, k, count):
     return k
 
 
-
 def engine_run(token, world_size, group_count, task):
     """Run the shipped function as rank ``_ENGINE['rank']`` of ``world_size``; returns a
     :class:`.Result` or a :class:`.Failed`; never raises (so ipyparallel's own error wrapping

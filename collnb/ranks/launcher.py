@@ -125,8 +125,6 @@ def _default_start_method():
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
-
-
 def _check_seconds(**values):
     """Check that each keyword's value is a positive, finite number of seconds."""
     for name, value in values.items():

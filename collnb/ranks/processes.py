@@ -24,6 +24,7 @@ __all__ = ["TMP_PREFIX", "descendants", "kill_all", "exit_group", "on_sigterm", 
 #: Prefix of a pool's temporary directory: ``collnb-<pid of the launcher>-<random>``.
 TMP_PREFIX = "collnb-"
 
+
 def descendants(pids):
     """psutil.Process objects of every live descendant of the processes ``pids`` (also those
     that started a session of their own, which a process-group kill misses). One scan of /proc."""

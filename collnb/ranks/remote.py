@@ -69,10 +69,13 @@ from .failures import Event, outcome_text, outcomes_of, rank_error, rebuild_resu
 from .protocol import Result
 from .serialization import code_files, dumps
 
-__all__ = ["connect", "disconnect", "connected", "engines"]
+__all__ = ["connect", "disconnect", "connected"]
 
 
 class _Connection:
+    """The kernel's side of ``collnb.connect()``: the engines (rank ``r`` = the ``r``-th engine id),
+    their one default process group kept warm between calls, and one call run on them."""
+
     def __init__(self, client, cluster, timeout):
         self.client = client
         self.cluster = cluster
@@ -132,9 +135,6 @@ class _Connection:
                     f"host {self.infos[ok]['host']} has {self.infos[ok]['cuda']} GPU(s) but runs more engines")
 
     # -- process groups ----------------------------------------------------------------------
-    def _views(self, n):
-        return [self.client[e] for e in self.ids[:n]]
-
     def _setup(self, backend, debug, collective_timeout):
         cfg = dict(address=self.address, backend=backend, debug=bool(debug),
                    collective_timeout=float(collective_timeout), local_ranks=self.local_ranks)
@@ -477,12 +477,8 @@ def connected() -> bool:
     return _connection is not None
 
 
-def engines() -> list:
-    """The connected engines (as :func:`connect` returns them), or ``[]``."""
-    return _connection.describe() if _connection is not None else []
-
-
 # -- the two entry points launcher.py dispatches to while connected ----------------------------
+
 
 def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, collective_timeout=5.0,
            debug=True, start_method=None, **extra):

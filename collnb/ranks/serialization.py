@@ -22,6 +22,7 @@ from ._torch_internals import MKLDNN_LAYOUT
 
 __all__ = ["dumps", "loads", "to_cpu", "Unsendable", "code_files", "restore_files", "iter_functions"]
 
+
 def to_cpu(obj):
     """Every tensor in a nested list/tuple/dict as a plain, detached CPU tensor; the containers
     keep their types (namedtuple, ``torch.Size``, ``OrderedDict``, ``defaultdict``...). The
@@ -52,6 +53,7 @@ def to_cpu(obj):
         except Exception:  # noqa: BLE001 - a container we cannot rebuild travels as it is
             return obj
     return obj
+
 
 def _rebuild_tensor(data, dtype_name, shape, requires_grad=False, parameter=False):
     flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)

@@ -45,6 +45,7 @@ def is_comm_error(exc: BaseException) -> bool:
         return True
     return any(m in str(exc) for m in _COMM_MARKERS)
 
+
 def where(frames) -> str:
     """One line saying where a stack is: the collective it waits in and the user's frame."""
     if not frames:
@@ -72,6 +73,7 @@ def user_frames(frames, entry: str = RANK_FILE):
     frames = frames[mine[-1] + 1:] if mine else frames
     return [f for f in frames if os.path.abspath(f[0]) != _HOOKS_FILE]
 
+
 def format_frames(frames) -> str:
     """Format frames as Python does, filling source lines from this process's linecache
     (IPython registers notebook cells there, so a rank's traceback shows the cell's code)."""
@@ -93,6 +95,7 @@ def ipython_cells() -> dict:
         return dict(ip.compile._filename_map)
     except Exception:
         return {}
+
 
 def parse_stack(text: str, entry: str = RANK_FILE) -> list:
     """The frames of a :mod:`faulthandler` dump (``File "x.py", line 3 in f`` lines, innermost
