@@ -143,7 +143,7 @@ def test_failing_rank_is_the_root_cause(fn, rank, exc_type, text):
         # the rank's own traceback, with its source line, not the launcher's
         assert f"in {fn.__name__}" in err.rank_traceback
         assert "test_launcher.py" in err.rank_traceback
-        assert "launcher.py\", line" not in err.rank_traceback.replace("test_launcher.py", "")
+        assert "collnb/ranks/" not in err.rank_traceback  # none of the launcher's frames (rank.py & co.)
     others = [r for r in range(4) if r != rank]
     assert set(err.outcomes) == set(range(4))
     for r in others:

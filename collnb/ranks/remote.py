@@ -11,7 +11,7 @@ How (and why):
 
 * **ipyparallel does the remote part**: engines are started by its launchers (local, MPI, SSH,
   SLURM...), messages are signed with the cluster's key (HMAC), each call is an ordinary
-  ``apply_async`` of a function of this module, engine output arrives through ipyparallel's
+  ``apply_async`` of a function of :mod:`.engines`, engine output arrives through ipyparallel's
   output capture, and Kernel -> Interrupt reaches the engines through ipyparallel's
   ``Client.send_signal`` (the engine's nanny delivers SIGINT). collnb adds no server of its own.
 * **One default process group over the engines**, kept warm between calls; smaller world sizes
