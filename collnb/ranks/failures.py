@@ -17,11 +17,11 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import RankError
+from .errors import LaunchTimeout, RankError
 from .serialization import loads
 from .tracebacks import format_frames, where
 
-__all__ = ["Event", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
+__all__ = ["Event", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
            "rebuild_result"]
 
 _MISMATCH = "Detected mismatch between collectives"
@@ -91,6 +91,32 @@ def root_cause(failed, events, pending, stacks):
                     f"collectives in the same order")
         return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
     return first
+
+
+def call_error(ranks, events, failed, pending, stacks, phase):
+    """The error of a call that did not end with every rank's answer: :class:`.LaunchTimeout`
+    naming the ``pending`` ranks when none ``failed``, else the :class:`.RankError` of the root
+    cause. ``ranks``: the call's rank numbers; ``events``: ``{rank: Event}``; ``stacks``: where
+    still-running ranks were (see :func:`root_cause`); ``phase``: ``"init"`` or ``"run"``."""
+    if not failed:
+        outcomes = outcomes_of(ranks, events, stacks, None)
+        waiting = [r for r in pending if where(stacks.get(r)).startswith("waiting in ")]
+        finished = [r for r in ranks if r in events]
+        if waiting and finished:
+            # a group with a timeout= longer than the launch's: more time would not help
+            advice = (f"rank(s) {', '.join(map(str, waiting))} were waiting in a collective that rank(s) "
+                      f"{', '.join(map(str, finished))} never called (their functions had returned); every "
+                      f"rank of a group must call the same collectives in the same order. A longer timeout "
+                      f"will not help: the group's own timeout= was longer than the launch's")
+        else:
+            advice = "raise the limit with launch(..., timeout=SECONDS)"
+        return LaunchTimeout(
+            f"timed out during {phase}: rank(s) {', '.join(map(str, pending))} had not finished "
+            f"({advice})\n" + outcome_text(outcomes),
+            pending, outcomes)
+    root = root_cause(failed, events, pending, stacks)
+    outcomes = outcomes_of(ranks, events, stacks, root)
+    return rank_error(root, outcomes, phase)
 
 
 def outcomes_of(ranks, events, stacks, root):

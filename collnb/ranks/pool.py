@@ -27,14 +27,13 @@ import torch.multiprocessing as tmp
 from ..vocabulary import MAX_WORLD_SIZE
 from .backends import local_backend_info
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import (Event, death_text, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause,
-                       timeout_name)
+from .failures import Event, call_error, death_text, rebuild_result, timeout_name
 from .output import OutputRelay
 from .processes import TMP_PREFIX, descendants, kill_all, sigint_deferred, sweep_stale_dirs
-from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, receive, send
+from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, encode, receive, send
 from .rank import rank_main
 from .serialization import Unsendable, code_files, dumps
-from .tracebacks import ipython_cells, parse_stack, where
+from .tracebacks import ipython_cells, parse_stack
 
 __all__ = ["RankPool", "LaunchResults"]
 
@@ -218,7 +217,7 @@ class RankPool:
         try:
             self._prepare(world_size, deadline)
             self.output.drain(self.ranks, final=False)
-            message = Run(world_size, self._next_count(), task, bool(record_calls))
+            message = encode(Run(world_size, self._next_count(), task, bool(record_calls)))  # once for all
             for r in self.ranks[:world_size]:
                 try:
                     send(r.cmd_w, message)
@@ -281,6 +280,9 @@ class RankPool:
             self.groups.add(world_size)
 
     def _collect(self, ranks, deadline, phase):
+        """Wait for the answer of every rank of ``ranks`` (copying their output meanwhile) until all
+        answered, ``deadline`` passed, or 0.5 s after the first failure. Returns the results (run),
+        ``None`` (init), or raises :func:`.failures.call_error`'s error."""
         events: dict[int, Event] = {}
         by_conn = {}
         for r in ranks:
@@ -362,25 +364,7 @@ class RankPool:
         cells = ipython_cells()
         stacks = {k: ([(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
                       if isinstance(k, int) else v) for k, v in stacks.items()}
-        if not failed:
-            outcomes = outcomes_of([r.rank for r in ranks], events, stacks, None)
-            waiting = [r for r in pending if where(stacks.get(r)).startswith("waiting in ")]
-            finished = [r.rank for r in ranks if r.rank in events]
-            if waiting and finished:
-                # a group with a timeout= longer than the launch's: more time would not help
-                advice = (f"rank(s) {', '.join(map(str, waiting))} were waiting in a collective that rank(s) "
-                          f"{', '.join(map(str, finished))} never called (their functions had returned); every "
-                          f"rank of a group must call the same collectives in the same order. A longer timeout "
-                          f"will not help: the group's own timeout= was longer than the launch's")
-            else:
-                advice = "raise the limit with launch(..., timeout=SECONDS)"
-            raise LaunchTimeout(
-                f"timed out during {phase}: rank(s) {', '.join(map(str, pending))} had not finished "
-                f"({advice})\n" + outcome_text(outcomes),
-                pending, outcomes)
-        root = root_cause(failed, events, pending, stacks)
-        outcomes = outcomes_of([r.rank for r in ranks], events, stacks, root)
-        raise rank_error(root, outcomes, phase)
+        raise call_error([r.rank for r in ranks], events, failed, pending, stacks, phase)
 
     def _stacks(self, ranks):
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).

@@ -3,13 +3,13 @@
 The parent sends a rank one command at a time on the rank's command pipe; the rank answers each
 on its result pipe (stdout and stderr travel on pipes of their own, see :mod:`.output`):
 
-=====================================  ===============================================
-parent -> rank                         rank -> parent
-=====================================  ===============================================
-:class:`InitGroup` (fork + rendezvous) :class:`Ready`, or :class:`Failed`
-:class:`NewGroup` (a cached subgroup)  :class:`Ready`
-:class:`Run` (the learner's function)  :class:`Result`, or :class:`Failed`
-=====================================  ===============================================
+======================================  ===================================
+parent -> rank                          rank -> parent
+======================================  ===================================
+:class:`InitGroup` (fork + rendezvous)  :class:`Ready`, or :class:`Failed`
+:class:`NewGroup` (a cached subgroup)   :class:`Ready`
+:class:`Run` (the learner's function)   :class:`Result`, or :class:`Failed`
+======================================  ===================================
 
 A rank that fails stays idle until the parent stops it (its peers' "connection closed" errors
 must not pile up on the root cause). Closing the command pipe tells a rank to leave. Ranks on
@@ -24,7 +24,7 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Failed", "send", "receive"]
+__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Failed", "encode", "send", "receive"]
 
 
 @dataclass(frozen=True)
@@ -120,9 +120,15 @@ class Failed:
         return cls(type(exc).__name__, text, frames, comm, getattr(exc, "collnb_timeout", ""))
 
 
+def encode(msg) -> bytes:
+    """One message as bytes (encode a :class:`Run` once and send the bytes to every rank)."""
+    return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+
+
 def send(conn, msg) -> None:
-    """Send one message on a ``multiprocessing`` connection."""
-    conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+    """Send one message (or the bytes :func:`encode` made of it) on a ``multiprocessing``
+    connection."""
+    conn.send_bytes(msg if isinstance(msg, bytes) else encode(msg))
 
 
 def receive(conn):
