@@ -3,10 +3,12 @@
 Warm ranks serve many calls at many world sizes from one set of processes, which torch.distributed's
 public API does not offer: it has no way to make an existing group the default one, to start group
 names from a value every rank agrees on, or to give one call's groups a fresh rendezvous namespace.
-Each function below says which public API is missing. All of them exist, unchanged, in every torch
-collnb supports (``torch>=2.4``; tested with 2.13): ``_World``, ``_update_default_pg``,
-``_get_default_timeout`` and ``ProcessGroup._get_sequence_number_for_group`` date from torch 2.0
-or earlier. When torch changes one of them, this is the only module to change.
+Each function below says which public API is missing. What they use (``c10d._world`` with its
+``pg_map`` and ``group_count``, ``c10d._update_default_pg``, ``c10d._get_default_timeout``,
+``ProcessGroup._get_sequence_number_for_group``, ``torch._debug_has_internal_overlap``,
+``torch._mkldnn``) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
+2.13, so nothing here checks for it with ``hasattr``. When torch changes one of them, this is the
+only module to change.
 
 The other modules of collnb use torch.distributed's public API only (``dist.group.WORLD`` is the
 public name of the default group).
