@@ -265,7 +265,7 @@ def test_failing_rank_shown_then_fresh_ranks():
         os.kill(old[1], signal.SIGSTOP)
         ex.controls["dtype"].value = "int32"
         ex.wait(timeout=30)
-        assert isinstance(ex.error, launcher.RankError)
+        assert isinstance(ex.error, collnb.RankError)
         assert ex.error.rank == 1
         assert ex.message.startswith("✗ a rank failed") and "rank 1" in ex.message
         assert pool.broken and not any(psutil_alive(p) for p in old)

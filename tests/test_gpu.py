@@ -105,7 +105,7 @@ def test_nccl_on_ipyparallel_engines_uses_local_rank_devices():
         out = collnb.launch(_on_gpu, 2, backend="nccl")
         assert [o[0] for o in out] == [0, 1] and all(o[2] == "nccl" for o in out)
         assert collnb.run("all_reduce", world_size=2, backend="nccl").ok
-        with pytest.raises(ValueError, match="world_size must be between 1 and 2"):
+        with pytest.raises(ValueError, match="world_size must be an int from 1 to 2"):
             collnb.launch(_on_gpu, 3, backend="nccl")
     finally:
         collnb.disconnect()
@@ -130,7 +130,8 @@ def test_more_ranks_than_gpus_is_refused_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(launcher, "RankPool", None)  # any attempt to start ranks would fail loudly
-    with pytest.raises(ValueError, match=r"world_size 3 needs 3 GPUs .* only 2 are visible"):
+    with pytest.raises(ValueError, match=r"world_size must be an int from 1 to 2 \(NCCL puts one rank per GPU and "
+                                         r"2 are visible; use backend='gloo' for more ranks\); got 3"):
         collnb.launch(_on_gpu, 3, backend="nccl")
     with pytest.raises(ValueError, match="more than backend 'nccl' can run here"):
         collnb.run("all_reduce", world_size=3, backend="nccl")

@@ -147,6 +147,41 @@ def test_two_ranks_that_disagree_are_both_named_and_neither_blamed():
     assert "Traceback of ranks 0 and 1" in text  # they failed on the same line
 
 
+def _sleep_on(rank, world_size, sleeper):
+    if rank == sleeper:
+        time.sleep(30)
+    return rank
+
+
+def test_launch_errors_survive_pickle_with_every_field():
+    """RankError, LaunchTimeout and LaunchError come back from pickle with the same message and
+    the same fields, as torch's own ProcessRaisedException does (a real error of each kind)."""
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(_broadcast_dtypes, 3, args=(("float32", "int64", "int64"),))
+    rank_error = info.value
+    with pytest.raises(collnb.LaunchTimeout) as info:
+        collnb.launch(_sleep_on, 2, args=(1,), timeout=2)
+    timeout = info.value
+    # the fields hold real values, so the round trip below compares something
+    assert rank_error.rank == 0 and rank_error.exc_type == "RuntimeError"
+    assert "in _broadcast_dtypes" in rank_error.rank_traceback
+    assert rank_error.mismatch == {"OpType=BROADCAST, TensorShape=[3], TensorDtypes=Long": [1, 2],
+                                   "OpType=BROADCAST, TensorShape=[3], TensorDtypes=Float": [0]}
+    assert set(rank_error.outcomes) == {0, 1, 2} and isinstance(rank_error.backend_log, list)
+    assert timeout.pending == [1] and timeout.outcomes[0] == "finished"
+    for err in (rank_error, timeout, collnb.LaunchError("this pool was closed after a failure")):
+        copy = pickle.loads(pickle.dumps(err))
+        assert type(copy) is type(err)
+        assert str(copy) == str(err) and copy.args == err.args
+        assert vars(copy) == vars(err)
+    copy = pickle.loads(pickle.dumps(rank_error))
+    assert (copy.rank, copy.exc_type, copy.rank_traceback, copy.outcomes, copy.mismatch, copy.backend_log) == \
+        (rank_error.rank, rank_error.exc_type, rank_error.rank_traceback, rank_error.outcomes,
+         rank_error.mismatch, rank_error.backend_log)
+    copy = pickle.loads(pickle.dumps(timeout))
+    assert (copy.pending, copy.outcomes, copy.backend_log) == (timeout.pending, timeout.outcomes, timeout.backend_log)
+
+
 @pytest.mark.parametrize("world_size, odd", [(3, 0), (3, 2), (4, 1)])
 def test_the_one_rank_that_differs_from_all_others_is_the_root_cause(world_size, odd):
     dtypes = tuple("float32" if r == odd else "int64" for r in range(world_size))
@@ -399,7 +434,7 @@ def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
     (b"Traceback (most recent call last):", False),
 ])
 def test_which_lines_count_as_the_backends_log(line, held):
-    from collnb.ranks.launcher import _CPP_LOG
+    from collnb.ranks.output import _CPP_LOG
     assert (_CPP_LOG.match(line) is not None) == held
 
 

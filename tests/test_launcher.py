@@ -1,5 +1,6 @@
 """The launcher: results, output capture, failures, timeouts, interrupts, leftovers, sockets."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -142,7 +143,7 @@ def test_failing_rank_is_the_root_cause(fn, rank, exc_type, text):
         # the rank's own traceback, with its source line, not the launcher's
         assert f"in {fn.__name__}" in err.rank_traceback
         assert "test_launcher.py" in err.rank_traceback
-        assert "launcher.py\", line" not in err.rank_traceback.replace("test_launcher.py", "")
+        assert "collnb/ranks/" not in err.rank_traceback  # none of the launcher's frames (rank.py & co.)
     others = [r for r in range(4) if r != rank]
     assert set(err.outcomes) == set(range(4))
     for r in others:
@@ -199,11 +200,18 @@ def test_mismatched_dtype_is_a_clear_error():
 
 
 @pytest.mark.parametrize("kwargs, exc, text", [
-    (dict(fn=_all_reduce_arange, world_size=0), ValueError, "between 1 and 16"),
-    (dict(fn=_all_reduce_arange, world_size=17), ValueError, "between 1 and 16"),
-    (dict(fn=_all_reduce_arange, world_size="4"), TypeError, "world_size must be an int"),
-    (dict(fn=_all_reduce_arange, world_size=True), TypeError, "world_size must be an int"),
-    (dict(fn=_all_reduce_arange, world_size=2, backend="mpi"), ValueError, "choose one of gloo, nccl"),
+    (dict(fn=_all_reduce_arange, world_size=0), ValueError,
+     "world_size must be an int from 1 to 16 (one process per rank on this machine); got 0"),
+    (dict(fn=_all_reduce_arange, world_size=17), ValueError,
+     "world_size must be an int from 1 to 16 (one process per rank on this machine); got 17"),
+    (dict(fn=_all_reduce_arange, world_size="4"), TypeError,
+     "world_size must be an int from 1 to 16 (one process per rank on this machine); got '4'"),
+    (dict(fn=_all_reduce_arange, world_size=True), TypeError,
+     "world_size must be an int from 1 to 16 (one process per rank on this machine); got True"),
+    (dict(fn=_all_reduce_arange, world_size=2, backend="mpi"), ValueError,
+     "unknown backend 'mpi'; choose one of: gloo, nccl"),
+    (dict(fn=_all_reduce_arange, world_size=2, backend=None), TypeError,
+     "backend must be a name (str), one of: gloo, nccl; got None"),
     (dict(fn=42, world_size=2), TypeError, "fn must be a function"),
     (dict(fn=_all_reduce_arange, world_size=2, timeout=0), ValueError, "timeout must be a positive"),
     (dict(fn=_all_reduce_arange, world_size=2, timeout=float("nan")), ValueError, "timeout must be a positive"),
@@ -212,12 +220,13 @@ def test_mismatched_dtype_is_a_clear_error():
     (dict(fn=_all_reduce_arange, world_size=2, timeout="60"), ValueError, "timeout must be a positive"),
     (dict(fn=_all_reduce_arange, world_size=2, start_method="thread"), ValueError, "start_method"),
     (dict(fn=_all_reduce_arange, world_size=2, start_method="forkserver"), ValueError, "start_method"),
-    (dict(fn=lambda rank: rank, world_size=2), TypeError, "fn cannot be called as fn.rank, world_size"),
+    (dict(fn=lambda rank: rank, world_size=2), TypeError,
+     "fn cannot be called as fn(rank, world_size, *args, **kwargs) with 0 extra argument(s)"),
     (dict(fn=_all_reduce_arange, world_size=2, args=(1,)), TypeError, "with 1 extra argument"),
 ])
 def test_bad_input_is_refused_before_any_rank_starts(kwargs, exc, text):
     collnb.shutdown()
-    with pytest.raises(exc, match=text.replace("(", r"\(")):
+    with pytest.raises(exc, match=re.escape(text)):
         collnb.launch(**kwargs)
     assert launcher.warm_pool() is None and live_children() == []
 

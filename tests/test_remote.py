@@ -71,8 +71,11 @@ def test_connect_describes_engines_and_ranks_run_there(connected):
     out3 = collnb.launch(_where_am_i, 3)
     assert [o[1:] for o in out3] == [(r, 3, "gloo") for r in range(3)]
     assert collnb.backend_info("gloo")["max_world_size"] == 4
-    with pytest.raises(ValueError, match="one rank per engine, and 4 engine"):
+    with pytest.raises(ValueError, match=r"world_size must be an int from 1 to 4 \(one rank per engine, and 4 "
+                                         r"engine\(s\) are connected\); got 5"):
         collnb.launch(_where_am_i, 5)
+    with pytest.raises(TypeError, match=r"world_size must be an int from 1 to 4 .*; got 2.0"):
+        collnb.launch(_where_am_i, 2.0)
 
 
 def test_rendezvous_store_listens_on_loopback_only(connected):

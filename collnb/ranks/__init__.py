@@ -1,13 +1,35 @@
 """Layer 1, ranks: start real ranks from a Python process or a Jupyter kernel and run a function
 on them (:func:`launch`), on this machine or on ipyparallel engines (:mod:`collnb.ranks.remote`).
 
-Other layers import from this package only, never from its modules.
+Other layers import from this package only, never from its modules. Inside it:
+
+==========================  =====================================================================
+``launcher``                :func:`launch`, :func:`shutdown`, :func:`backend_info`, request checks
+``pool``                    :class:`RankPool`: the warm rank processes, one call run on them
+``rank``                    the rank side: a rank process's main loop
+``protocol``                the messages between the launcher and its ranks
+``serialization``           how functions, arguments and results travel (:func:`dumps`/:func:`loads`)
+``output``                  the ranks' output lines in the cell, C++ log lines held back
+``failures``                the root-cause rank and the :class:`RankError` a learner reads
+``errors``                  :class:`LaunchError`, :class:`RankError`, :class:`LaunchTimeout`
+``tracebacks``              a rank's traceback with the learner's frames only
+``processes``               process life: watchdog, no orphans, stale directories
+``_dist_hooks``             torch.distributed's functions wrapped inside a call (:class:`CallRecord`)
+``_torch_internals``        every use of torch's private internals, each saying what public API is missing
+``remote`` / ``engines``    ranks on ipyparallel engines: the kernel side / the engine side
+==========================  =====================================================================
 """
 
-from .launcher import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout,
-                       RankError, RankPool, _check_request, _default_start_method, _iter_functions,
-                       backend_info, launch, shutdown)
+from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
+from ._dist_hooks import CallRecord
+from ._torch_internals import distributed_c10d
+from .errors import LaunchError, LaunchTimeout, RankError
+from .launcher import _check_request, _default_start_method, backend_info, launch, shutdown
+from .pool import LaunchResults, RankPool
 from .remote import connect, disconnect
+from .serialization import dumps, loads
+from .serialization import iter_functions as _iter_functions
 
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
-           "LaunchResults", "CallRecord", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect"]
+           "LaunchResults", "CallRecord", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
+           "dumps", "loads", "distributed_c10d", "_check_request", "_default_start_method", "_iter_functions"]

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ._torch_internals import distributed_c10d, has_internal_overlap, patch_default_timeout
+
 __all__ = ["CallRecord", "install", "pause", "uninstall", "take_records", "installed", "LAYOUT_HINT"]
 
 #: What to do about a tensor whose layout cannot receive a result (also used in error messages).
@@ -83,6 +85,9 @@ class CallRecord:
 
 _IN, _OUT, _INOUT = "in", "out", "inout"
 
+# ``_all_gather_base`` and ``_reduce_scatter_base`` are torch's deprecated (private) names of
+# ``all_gather_into_tensor`` / ``reduce_scatter_tensor``, still called by older code a learner may
+# copy; they are wrapped by name like the public functions (nothing else of them is used).
 _TENSOR_ARGS = {
     "broadcast": {"tensor": _INOUT},
     "all_reduce": {"tensor": _INOUT},
@@ -179,7 +184,7 @@ def take_records() -> list:
 
 
 def _patch():
-    c10d = dist.distributed_c10d
+    c10d = distributed_c10d
     for name in list(_TENSOR_ARGS) + list(_CONSTRUCTORS):
         orig = getattr(c10d, name, None)
         if orig is None:
@@ -197,17 +202,14 @@ def _patch():
                 setattr(module, name, wrapper)
     # Groups made without timeout= (also inside DeviceMesh / init_device_mesh, new_subgroups,
     # split_group) and monitored_barrier without one take their timeout from here.
-    previous = c10d._get_default_timeout
+    _patched.append(patch_default_timeout(_default_timeout))
 
-    @functools.wraps(previous)
-    def _get_default_timeout(backend):
-        seconds = _state["group_timeout"]
-        if _state["active"] and seconds is not None:
-            return datetime.timedelta(seconds=seconds)
-        return previous(backend)
 
-    _patched.append((c10d, "_get_default_timeout", previous))
-    c10d._get_default_timeout = _get_default_timeout
+def _default_timeout(backend, previous):
+    seconds = _state["group_timeout"]
+    if _state["active"] and seconds is not None:
+        return datetime.timedelta(seconds=seconds)
+    return previous(backend)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -312,7 +314,7 @@ def _name_timeout(exc, name, sig, args, kwargs):
         if group is None and name == "batch_isend_irecv":
             ops = arguments.get("p2p_op_list") or []
             group = getattr(ops[0], "group", None) if ops else None
-        group = group if group is not None else dist.distributed_c10d._get_default_group()
+        group = group if group is not None else dist.group.WORLD
         if group in _group_timeouts:
             candidates.append(_group_timeouts[group])
         seconds = _state["group_timeout"]
@@ -358,7 +360,7 @@ def _global_peer(arguments, group):
             return int(arguments[plain])
         if arguments.get(in_group) is not None:
             try:
-                g = group if group is not None else dist.distributed_c10d._get_default_group()
+                g = group if group is not None else dist.group.WORLD
                 return dist.get_global_rank(g, int(arguments[in_group]))
             except Exception:  # noqa: BLE001
                 return int(arguments[in_group])
@@ -449,7 +451,7 @@ def _dense(t):
 
 
 def _check_writable(t, name):
-    if t.layout == torch.strided and torch._debug_has_internal_overlap(t) == 1:
+    if t.layout == torch.strided and has_internal_overlap(t):
         raise ValueError(
             f"{name}: an output tensor of shape {tuple(t.shape)} with strides {t.stride()} is an expanded "
             f"view (several elements share one memory location), so it cannot receive a result. Pass a "

@@ -4,14 +4,14 @@
 afterwards every collnb entry point that starts ranks (``launch``, ``run``, ``run_batch``,
 ``explore``, ``run_algorithm``, ``explore_rounds``, the bandwidth tools) runs on the cluster's
 engines, one rank per engine (engine order = rank order), through the one dispatch at the top of
-:func:`collnb.launcher.launch`. ``collnb.disconnect()`` returns to local forked ranks and leaves
+:func:`collnb.ranks.launcher.launch`. The functions that run on the engines are in :mod:`.engines`. ``collnb.disconnect()`` returns to local forked ranks and leaves
 the engines as they were before, usable for other work.
 
 How (and why):
 
 * **ipyparallel does the remote part**: engines are started by its launchers (local, MPI, SSH,
   SLURM...), messages are signed with the cluster's key (HMAC), each call is an ordinary
-  ``apply_async`` of a function of this module, engine output arrives through ipyparallel's
+  ``apply_async`` of a function of :mod:`.engines`, engine output arrives through ipyparallel's
   output capture, and Kernel -> Interrupt reaches the engines through ipyparallel's
   ``Client.send_signal`` (the engine's nanny delivers SIGINT). collnb adds no server of its own.
 * **One default process group over the engines**, kept warm between calls; smaller world sizes
@@ -34,7 +34,7 @@ How (and why):
   named (its peers fail within ``collective_timeout``); after a failure the process group is
   built afresh on the next call.
 
-Limits: world sizes up to the number of engines and at most :data:`collnb.launcher.MAX_WORLD_SIZE`;
+Limits: world sizes up to the number of engines and at most :data:`collnb.vocabulary.MAX_WORLD_SIZE`;
 an engine stuck outside Python (in C code that ignores SIGINT) stays busy after a timeout, so
 restart it (``cluster.restart_engines_sync()``) and connect again; ``barrier``'s arrival and
 leave times come from each host's own monotonic clock, so across hosts they are not comparable;
@@ -46,211 +46,36 @@ every engine.
 
 from __future__ import annotations
 
+
+from __future__ import annotations
+
 import contextlib
-import datetime
 import ipaddress
 import os
-import pickle
 import signal
-import socket
 import sys
 import threading
 import time
-import traceback
 import uuid
 
 import torch
-import torch.distributed as dist
 
+from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_world_size
 from . import launcher as _launcher
+from .engines import (engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
+                      engine_teardown)
+from .errors import LaunchError, LaunchTimeout, RankError
+from .failures import Event, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
+from .protocol import Result
+from .serialization import code_files, dumps
 
-__all__ = ["connect", "disconnect", "connected", "engines"]
-
-_THIS_FILE = os.path.abspath(__file__).rstrip("c")
-
-
-# ----------------------------------------------------------------------------------------------
-# The engine side: functions ipyparallel applies on the engines (imported there from collnb)
-
-_ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
-
-
-def _engine_info():
-    """What the kernel needs to know about this engine (runs on the engine)."""
-    import psutil
-    addrs = []
-    for ifname, entries in psutil.net_if_addrs().items():
-        for a in entries:
-            if a.family == socket.AF_INET:
-                addrs.append((ifname, a.address, a.netmask or "255.255.255.255"))
-    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return dict(host=socket.gethostname(), pid=os.getpid(), addrs=addrs, cuda=cuda,
-                torch=torch.__version__, nccl=dist.is_nccl_available(), gloo=dist.is_gloo_available())
-
-
-def _engine_setup(token, rank, cfg):
-    """Make this engine rank ``rank`` of the connection ``token`` (no process group yet)."""
-    _engine_teardown()
-    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")}
-    _ENGINE.update(token=token, rank=rank, cfg=cfg, store=None, listen=None, base=None, groups={},
-                   gen=None, saved_env=saved)
-    return os.getpid()
-
-
-def _engine_teardown():
-    """Leave the engine as before :func:`_engine_setup`: no process group, no store, the socket
-    environment variables as they were."""
-    if not _ENGINE:
-        return False
-    _destroy_groups()
-    for key in ("store", "listen"):
-        obj = _ENGINE.get(key)
-        if key == "listen" and obj is not None:
-            try:
-                obj.close()
-            except OSError:
-                pass
-    for k, v in (_ENGINE.get("saved_env") or {}).items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-    _ENGINE.clear()
-    return True
-
-
-def _destroy_groups():
-    base = _ENGINE.get("base")
-    if dist.is_initialized():
-        _launcher._destroy_all_groups(base)
-    _ENGINE.update(base=None, groups={}, gen=None)
-
-
-def _check_token(token):
-    if _ENGINE.get("token") != token:
-        raise RuntimeError("this engine was taken over by another collnb.connect() (another notebook?); "
-                           "call collnb.connect() again")
-
-
-def _engine_listen(token, timeout):
-    """Rank 0: host the rendezvous store on a socket bound to the chosen address, port 0 (the OS
-    picks a free one). Returns the port (int)."""
-    _check_token(token)
-    if _ENGINE.get("store") is not None:
-        return _ENGINE["port"]
-    cfg = _ENGINE["cfg"]
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind((cfg["address"], 0))
-    sock.listen(256)
-    port = sock.getsockname()[1]
-    store = dist.TCPStore(cfg["address"], port, None, True, datetime.timedelta(seconds=timeout),
-                          wait_for_workers=False, master_listen_fd=sock.fileno())
-    _ENGINE.update(listen=sock, store=store, port=port)
-    return port
-
-
-def _engine_init(token, port, gen, world_size, timeout):
-    """Join (or re-join) the default process group of generation ``gen`` over all engines."""
-    _check_token(token)
-    cfg, rank = _ENGINE["cfg"], _ENGINE["rank"]
-    _destroy_groups()
-    _launcher._restore_environment(cfg)
-    if _ENGINE.get("store") is None:
-        _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))
-    t0 = time.perf_counter()
-    kwargs = {}
-    if cfg["backend"] == "nccl":
-        device = torch.device("cuda", cfg["local_ranks"][rank])
-        torch.cuda.set_device(device)
-        kwargs["device_id"] = device
-    dist.init_process_group(cfg["backend"], store=dist.PrefixStore(f"gen{gen}", _ENGINE["store"]), rank=rank,
-                            world_size=world_size,
-                            timeout=datetime.timedelta(seconds=cfg["collective_timeout"]), **kwargs)
-    base = dist.distributed_c10d._get_default_group()
-    _ENGINE.update(base=base, groups={world_size: base}, gen=gen)
-    return time.perf_counter() - t0
-
-
-def _engine_group(token, k, count):
-    """Every engine of the default group: make the cached group of ranks 0..k-1."""
-    _check_token(token)
-    c10d = dist.distributed_c10d
-    c10d._update_default_pg(_ENGINE["base"])
-    c10d._world.group_count = count
-    timeout = datetime.timedelta(seconds=_ENGINE["cfg"]["collective_timeout"])
-    _ENGINE["groups"][k] = dist.new_group(list(range(k)), timeout=timeout)
-    return k
-
-
-def _user_frames(tb):
-    frames = [(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(tb)]
-    mine = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == _THIS_FILE]
-    return frames[mine[-1] + 1:] if mine else frames
-
-
-def _engine_run(token, world_size, count, task):
-    """Run the shipped function as rank ``_ENGINE['rank']`` of ``world_size``; returns
-    ``("ok", payload, seq, intact)`` or ``("error", exc_type, message, frames, comm)``; never
-    raises (so ipyparallel's own error wrapping never hides the rank's traceback)."""
-    try:
-        _check_token(token)
-        rank, base, groups = _ENGINE["rank"], _ENGINE["base"], _ENGINE["groups"]
-        c10d = dist.distributed_c10d
-        c10d._world.group_count = count
-        c10d._update_default_pg(groups[world_size])
-        fn, args, kwargs, files = _launcher._loads(task)
-        _launcher._restore_files(fn, files)
-        before = set(c10d._world.pg_map)
-        default = c10d._get_default_group()
-        entry = c10d._world.pg_map[default]
-        c10d._world.pg_map[default] = (entry[0], dist.PrefixStore(f"call{count}/", entry[1]))
-        saved = dict(cwd=os.getcwd(), threads=torch.get_num_threads())
-        try:
-            result = fn(rank, world_size, *args, **kwargs)
-        finally:
-            if default in c10d._world.pg_map:
-                c10d._world.pg_map[default] = entry
-            try:
-                os.chdir(saved["cwd"])
-            except OSError:
-                pass
-            torch.set_num_threads(saved["threads"])
-        if _ENGINE["cfg"]["backend"] == "nccl":
-            torch.cuda.synchronize()
-        try:
-            payload = _launcher._dumps(_launcher._to_cpu(result))
-        except Exception as exc:
-            raise TypeError(f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
-                            f"({type(exc).__name__}: {exc}). Return tensors, numbers, strings, or "
-                            f"lists/tuples/dicts of them") from exc
-        seq = _launcher._sequence_number()
-        intact = dist.is_initialized() and all(g in c10d._world.pg_map for g in groups.values())
-        if intact:
-            for g in set(c10d._world.pg_map) - before:
-                dist.destroy_process_group(g)
-            c10d._update_default_pg(base)
-        sys.stdout.flush(), sys.stderr.flush()
-        return ("ok", payload, seq, intact)
-    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit are rank outcomes too
-        try:
-            sys.stdout.flush(), sys.stderr.flush()
-        except Exception:  # noqa: BLE001
-            pass
-        if isinstance(exc, SystemExit):
-            text = f"sys.exit({exc.code!r}) called in rank {_ENGINE.get('rank')}"
-        else:
-            try:
-                text = str(exc)
-            except Exception as inner:  # noqa: BLE001
-                text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
-        return ("error", type(exc).__name__, text, _user_frames(exc.__traceback__), _launcher._is_comm_error(exc))
-
-
-# ----------------------------------------------------------------------------------------------
-# The kernel side
+__all__ = ["connect", "disconnect", "connected"]
 
 
 class _Connection:
+    """The kernel's side of ``collnb.connect()``: the engines (rank ``r`` = the ``r``-th engine id),
+    their one default process group kept warm between calls, and one call run on them."""
+
     def __init__(self, client, cluster, timeout):
         self.client = client
         self.cluster = cluster
@@ -266,7 +91,7 @@ class _Connection:
         self.broken = False
         views = client[self.ids]
         try:
-            self.infos = views.apply_sync(_engine_info)
+            self.infos = views.apply_sync(engine_info)
         except Exception as exc:
             raise RuntimeError(f"the engines could not run collnb ({type(exc).__name__}: {exc}). Every engine needs "
                                f"collnb and torch installed (pip install collnb) in the Python it runs") from exc
@@ -286,7 +111,7 @@ class _Connection:
 
     def backend_info(self, backend):
         n = len(self.ids)
-        limit = min(n, _launcher.MAX_WORLD_SIZE)
+        limit = min(n, MAX_WORLD_SIZE)
         if backend == "gloo":
             if not all(i["gloo"] for i in self.infos):
                 return dict(backend=backend, available=False, max_world_size=0,
@@ -310,13 +135,10 @@ class _Connection:
                     f"host {self.infos[ok]['host']} has {self.infos[ok]['cuda']} GPU(s) but runs more engines")
 
     # -- process groups ----------------------------------------------------------------------
-    def _views(self, n):
-        return [self.client[e] for e in self.ids[:n]]
-
     def _setup(self, backend, debug, collective_timeout):
         cfg = dict(address=self.address, backend=backend, debug=bool(debug),
                    collective_timeout=float(collective_timeout), local_ranks=self.local_ranks)
-        ars = [self.client[e].apply_async(_engine_setup, self.token, r, dict(cfg, ifname=self.ifnames[r]))
+        ars = [self.client[e].apply_async(engine_setup, self.token, r, dict(cfg, ifname=self.ifnames[r]))
                for r, e in enumerate(self.ids)]
         for ar in ars:
             ar.get(timeout=60)
@@ -327,15 +149,15 @@ class _Connection:
         if self.base_size != n:
             self.generation += 1
             if self.port is None:
-                self.port = self._wait([self.client[self.ids[0]].apply_async(_engine_listen, self.token, timeout_each)],
+                self.port = self._wait([self.client[self.ids[0]].apply_async(engine_listen, self.token, timeout_each)],
                                        deadline, "init")[0]
-            ars = [self.client[e].apply_async(_engine_init, self.token, self.port, self.generation, n, timeout_each)
+            ars = [self.client[e].apply_async(engine_init, self.token, self.port, self.generation, n, timeout_each)
                    for e in self.ids]
             self._wait(ars, deadline, "init")
             self.base_size, self.groups = n, {n}
         if world_size not in self.groups:
             self._count += 1000
-            ars = [self.client[e].apply_async(_engine_group, self.token, world_size, self._count) for e in self.ids]
+            ars = [self.client[e].apply_async(engine_group, self.token, world_size, self._count) for e in self.ids]
             self._wait(ars, deadline, "init")
             self.groups.add(world_size)
 
@@ -350,10 +172,10 @@ class _Connection:
                 self.base_size, self.groups = 0, set()
                 text = str(exc)
                 if type(exc).__name__ == "TimeoutError":
-                    raise _launcher.LaunchTimeout(
+                    raise LaunchTimeout(
                         f"timed out during {phase}: the engine of rank {r} had not finished setting up the "
                         f"process group (raise the limit with timeout=SECONDS)", [r], {r: "setting up"}) from None
-                raise _launcher.RankError(
+                raise RankError(
                     f"rank {r}: {type(exc).__name__}: {text}\n\n(while initialising the process group on engine "
                     f"{self.ids[r]}, host {self.infos[r]['host']})", r, type(exc).__name__, "",
                     {r: f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}"}) from None
@@ -362,17 +184,17 @@ class _Connection:
     # -- running -----------------------------------------------------------------------------
     def launch(self, fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug):
         if self.broken:
-            raise _launcher.LaunchError("the connection to the engines was closed; call collnb.connect() again")
+            raise LaunchError("the connection to the engines was closed; call collnb.connect() again")
         gone = [e for e in self.ids if e not in self.client.ids]
         if gone:
-            raise _launcher.LaunchError(
+            raise LaunchError(
                 f"engine(s) {', '.join(map(str, gone))} (rank(s) "
                 f"{', '.join(str(self.ids.index(e)) for e in gone)}) are no longer part of the cluster; "
                 f"start new engines and call collnb.connect() again")
         deadline = time.monotonic() + timeout
         try:
             with _by_value(fn):
-                task = _launcher._dumps((fn, tuple(args), dict(kwargs or {}), _launcher._code_files(fn)))
+                task = dumps((fn, tuple(args), dict(kwargs or {}), code_files(fn)))
         except Exception as exc:
             raise TypeError(f"cannot send {fn!r} and its arguments to the engines: {exc}") from exc
         key = (backend, bool(debug), float(collective_timeout))
@@ -380,7 +202,7 @@ class _Connection:
             self._setup(backend, debug, collective_timeout)
         self._prepare(world_size, deadline, timeout)
         self._count += 1000
-        ars = [self.client[e].apply_async(_engine_run, self.token, world_size, self._count, task)
+        ars = [self.client[e].apply_async(engine_run, self.token, world_size, self._count, task)
                for e in self.ids[:world_size]]
         try:
             return self._collect(ars, world_size, deadline, collective_timeout)
@@ -400,7 +222,6 @@ class _Connection:
             sys.stderr.write(f"[collnb] could not interrupt engine(s) {targets}: {exc}\n")
 
     def _collect(self, ars, world_size, deadline, collective_timeout):
-        Event = _launcher._Event
         events = {}
         shown = [[0, 0] for _ in ars]
         partial = [["", ""] for _ in ars]
@@ -443,11 +264,11 @@ class _Connection:
                     events[r] = Event(r, "died", t, value=None, message=f"{type(exc).__name__}: {exc}")
                     failure_at = failure_at or t
                     continue
-                if msg[0] == "ok":
-                    events[r] = Event(r, "ok", t, value=msg[1], seq=msg[2], intact=msg[3])
-                else:
-                    _, et, text, frames, comm = msg
-                    events[r] = Event(r, "error", t, et, text, frames, comm)
+                if isinstance(msg, Result):
+                    events[r] = Event(r, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact)
+                else:  # Failed
+                    events[r] = Event(r, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
+                                      timeout_name=msg.timeout_name)
                     failure_at = failure_at or t
 
         user_interrupt = False
@@ -487,15 +308,12 @@ class _Connection:
                 self.groups.discard(world_size)
                 if world_size == self.base_size:
                     self.base_size = 0
-            results = []
-            for r in range(len(ars)):
-                results.append(_launcher.RankPool._result(r, events[r].value))
-            return results
+            return [rebuild_result(r, events[r].value) for r in range(len(ars))]
         return self._raise(events, ars, timed_out)
 
     def _raise(self, events, ars, timed_out):
         """Turn the outcome of a failed call into RankError / LaunchTimeout, as the local pool does."""
-        ranks = [_launcher._Event(r, "pending", 0) for r in range(len(ars))]  # only .rank is used
+        ranks = list(range(len(ars)))
         pending = [r for r in range(len(ars)) if r not in events]
         # Ranks we interrupted answer with KeyboardInterrupt: their frames say where they were.
         stacks = {}
@@ -511,13 +329,13 @@ class _Connection:
         pending.sort()
         failed = [e for e in events.values() if e.kind != "ok"]
         if timed_out or not failed:
-            outcomes = object.__new__(_launcher.RankPool)._outcomes(ranks, events, stacks, None)
-            raise _launcher.LaunchTimeout(
+            outcomes = outcomes_of(ranks, events, stacks, None)
+            raise LaunchTimeout(
                 f"timed out during run: rank(s) {', '.join(map(str, pending))} had not finished "
                 f"(raise the limit with launch(..., timeout=SECONDS))\n"
-                + _launcher.RankPool._outcome_text(outcomes), pending, outcomes)
-        root = _launcher.RankPool._root_cause(failed, events, pending, stacks)
-        outcomes = object.__new__(_launcher.RankPool)._outcomes(ranks, events, stacks, root)
+                + outcome_text(outcomes), pending, outcomes)
+        root = root_cause(failed, events, pending, stacks)
+        outcomes = outcomes_of(ranks, events, stacks, root)
         for r, e in events.items():
             if e.kind == "died":
                 outcomes[r] = f"engine {self.ids[r]} (host {self.infos[r]['host']}, pid {self.infos[r]['pid']}) died"
@@ -525,10 +343,9 @@ class _Connection:
             r = root.rank
             head = (f"rank {r}: Killed: engine {self.ids[r]} (host {self.infos[r]['host']}, pid "
                     f"{self.infos[r]['pid']}) died during the call ({root.message})")
-            text = head + "\n\nWhat happened to every rank:\n" + _launcher.RankPool._outcome_text(outcomes)
-            raise _launcher.RankError(text, r, "Killed", "", outcomes)
-        # the local pool's own wording (an instance without ranks: only its formatting is used)
-        raise object.__new__(_launcher.RankPool)._rank_error(root, outcomes, "run")
+            text = head + "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+            raise RankError(text, r, "Killed", "", outcomes)
+        raise rank_error(root, outcomes, "run")  # the local pool's own wording
 
 
 @contextlib.contextmanager
@@ -650,7 +467,7 @@ def disconnect():
     try:
         ids = [e for e in conn.ids if e in conn.client.ids]
         if ids:
-            conn.client[ids].apply_async(_engine_teardown).get(timeout=30)
+            conn.client[ids].apply_async(engine_teardown).get(timeout=30)
     except Exception as exc:  # noqa: BLE001 - a dead engine must not make disconnect fail
         sys.stderr.write(f"[collnb] some engines could not be cleaned up: {type(exc).__name__}: {exc}\n")
 
@@ -660,50 +477,36 @@ def connected() -> bool:
     return _connection is not None
 
 
-def engines() -> list:
-    """The connected engines (as :func:`connect` returns them), or ``[]``."""
-    return _connection.describe() if _connection is not None else []
-
-
 # -- the two entry points launcher.py dispatches to while connected ----------------------------
+
 
 def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, collective_timeout=5.0,
            debug=True, start_method=None, **extra):
-    """:func:`collnb.launcher.launch` on the connected engines (same arguments, results and
+    """:func:`collnb.ranks.launcher.launch` on the connected engines (same arguments, results and
     errors). ``start_method`` and other options of local ranks (``extra``) do not apply and are
     ignored, except ``record_calls=True``, which raises :class:`NotImplementedError`."""
     conn = _connection
     if conn is None:
-        raise _launcher.LaunchError("not connected; call collnb.connect(cluster) first")
+        raise LaunchError("not connected; call collnb.connect(cluster) first")
     if extra.get("record_calls"):
         raise NotImplementedError("record_calls=True is not supported on ipyparallel engines yet; "
                                   "collnb.disconnect() and record on local ranks")
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
-    if backend not in _launcher.BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(_launcher.BACKENDS)}")
+    check_backend(backend)
     info = conn.backend_info(backend)
-    if isinstance(world_size, bool) or not isinstance(world_size, int):
-        raise TypeError(f"world_size must be an int from 1 to {info['max_world_size'] or len(conn.ids)}; "
-                        f"got {world_size!r}")
     if not info["available"]:
         raise RuntimeError(f"backend {backend!r} cannot run on the connected engines: {info['reason']}")
-    if not 1 <= world_size <= info["max_world_size"]:
-        why = (f"one rank per engine, and {len(conn.ids)} engine(s) are connected" if backend == "gloo" else
-               f"NCCL puts one rank per GPU: {info['reason'] or 'that many GPUs'}")
-        raise ValueError(f"world_size must be between 1 and {info['max_world_size']} on the connected engines "
-                         f"({why}); got {world_size}")
+    why = (f"one rank per engine, and {len(conn.ids)} engine(s) are connected" if backend == "gloo" else
+           f"NCCL puts one rank per GPU: {info['reason'] or 'that many GPUs'}")
+    check_world_size(world_size, info["max_world_size"], why=why)
     _launcher._check_signature(fn, tuple(args), kwargs)
-    for name, value in (("timeout", timeout), ("collective_timeout", collective_timeout)):
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value <= 0 \
-                or value == float("inf"):
-            raise ValueError(f"{name} must be a positive, finite number of seconds; got {value!r}")
+    _launcher._check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     with conn.lock:
         return conn.launch(fn, world_size, args, kwargs, backend, float(timeout), float(collective_timeout), debug)
 
 
 def backend_info(backend):
-    """:func:`collnb.launcher.backend_info` for the connected engines."""
-    if backend not in _launcher.BACKENDS:
-        raise ValueError(f"unknown backend {backend!r}; choose one of {', '.join(_launcher.BACKENDS)}")
+    """:func:`collnb.ranks.launcher.backend_info` for the connected engines."""
+    check_backend(backend)
     return _connection.backend_info(backend)

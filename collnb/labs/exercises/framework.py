@@ -13,9 +13,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.distributed as dist
-import torch.distributed.distributed_c10d as c10d
 
 from ...ranks import CallRecord, LaunchTimeout, RankError, launch
+from ...ranks import distributed_c10d as c10d  # torch.distributed.distributed_c10d, through ranks._torch_internals
 
 #: Printed (never with ✓) when the answer cell is still unfinished.
 NOT_ANSWERED = "not answered yet"

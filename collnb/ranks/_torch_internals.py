@@ -1,0 +1,145 @@
+"""Every use collnb makes of torch's private internals, in one place.
+
+Warm ranks serve many calls at many world sizes from one set of processes, which torch.distributed's
+public API does not offer: it has no way to make an existing group the default one, to start group
+names from a value every rank agrees on, or to give one call's groups a fresh rendezvous namespace.
+Each function below says which public API is missing. What they use (``c10d._world`` with its
+``pg_map`` and ``group_count``, ``c10d._update_default_pg``, ``c10d._get_default_timeout``,
+``ProcessGroup._get_sequence_number_for_group``, ``torch._debug_has_internal_overlap``,
+``torch._mkldnn``) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
+2.13, so nothing here checks for it with ``hasattr``. When torch changes one of them, this is the
+only module to change.
+
+The other modules of collnb use torch.distributed's public API only (``dist.group.WORLD`` is the
+public name of the default group).
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as distributed_c10d
+
+__all__ = ["distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
+           "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
+           "MKLDNN_LAYOUT"]
+
+# ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
+# code calls them through this module, so code that replaces one (the exercises count the learner's
+# ``get_world_size()`` queries; collnb._dist_hooks wraps the collectives) must replace both names.
+# Missing public API: a supported way to intercept torch.distributed calls.
+
+#: The layout of MKL-DNN tensors. Missing public API: torch exposes it only as ``torch._mkldnn``.
+MKLDNN_LAYOUT = torch._mkldnn
+
+
+def set_default_group(pg) -> None:
+    """Make ``pg`` (a ``ProcessGroup`` or ``None``) the default group: what ``dist.get_rank()``,
+    ``dist.get_world_size()`` and collectives without ``group=`` use.
+
+    Missing public API: a way to run with a subgroup as the default group (a warm pool of 16 ranks
+    runs a call at world size 4 inside a cached ``new_group`` of ranks 0..3; re-initialising the
+    default group instead costs 35-110 ms per change). Uses ``c10d._update_default_pg``."""
+    distributed_c10d._update_default_pg(pg)
+
+
+def set_group_count(count: int) -> None:
+    """Set torch's counter that names new groups (``new_group`` names a group by this count).
+
+    Missing public API: every rank of a call must start at the same value, whatever groups earlier
+    calls made on some ranks only, or their group names (and rendezvous keys) disagree. Uses
+    ``c10d._world.group_count``."""
+    distributed_c10d._world.group_count = count
+
+
+def live_groups() -> set:
+    """The process groups torch currently knows on this rank (a set of ``ProcessGroup``).
+
+    Missing public API: a list of existing groups (to destroy, after a call, the groups its
+    function made). Uses ``c10d._world.pg_map``."""
+    return set(distributed_c10d._world.pg_map)
+
+
+@contextlib.contextmanager
+def call_store(prefix: str):
+    """Within the block, groups created on the default group rendezvous under keys prefixed
+    ``prefix`` (a str such as ``"call3000/"``), so a call that makes the same groups as an earlier
+    one (group names are hashed from ranks) starts from clean keys.
+
+    Missing public API: a store argument to ``new_group``. Replaces the default group's store in
+    ``c10d._world.pg_map`` by a :class:`torch.distributed.PrefixStore` and puts it back after."""
+    pg_map = distributed_c10d._world.pg_map
+    default = dist.group.WORLD
+    entry = pg_map[default]
+    pg_map[default] = (entry[0], dist.PrefixStore(prefix, entry[1]))
+    try:
+        yield
+    finally:
+        if default in distributed_c10d._world.pg_map:  # the function may have destroyed it
+            distributed_c10d._world.pg_map[default] = entry
+
+
+def destroy_all_groups(base) -> None:
+    """Destroy every process group of this rank: the pool's (``base``, made the default again so
+    torch's bookkeeping agrees) and any the function made, even a default group of its own.
+
+    Missing public API: ``dist.destroy_process_group()`` destroys only what the default group's
+    records list, and fails when a call swapped the default group. Uses ``c10d._world.pg_map``
+    and ``c10d._update_default_pg``."""
+    if not dist.is_initialized():
+        return
+    if base is not None and base in distributed_c10d._world.pg_map:
+        distributed_c10d._update_default_pg(base)
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - torch's records disagree: destroy what is there, one by one
+        for g in list(distributed_c10d._world.pg_map):
+            try:
+                dist.destroy_process_group(g)
+            except Exception:  # noqa: BLE001
+                pass
+        distributed_c10d._update_default_pg(None)
+
+
+def sequence_number():
+    """How many collectives and point-to-point operations this rank has issued on its default
+    group (int), or ``None`` when there is none. Ranks that sent/received unevenly disagree, and
+    with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` the next collective on that group would fail its
+    fingerprint check.
+
+    Missing public API: the count is private (``ProcessGroup._get_sequence_number_for_group``)."""
+    try:
+        return dist.group.WORLD._get_sequence_number_for_group()
+    except Exception:  # noqa: BLE001 - no default group (the function destroyed it)
+        return None
+
+
+def patch_default_timeout(timeout_for):
+    """Make groups created without ``timeout=`` (also inside ``DeviceMesh``, ``new_subgroups``,
+    ``split_group``) and ``monitored_barrier`` without one take their timeout from
+    ``timeout_for(backend, previous)``, a function returning a ``datetime.timedelta``
+    (``previous(backend)`` is torch's own default). Returns ``(module, name, previous)`` so the
+    caller can put torch's function back with ``setattr``.
+
+    Missing public API: a process-wide default timeout for new groups (torch's is 30 minutes;
+    ``init_process_group(timeout=)`` does not reach groups made later). Replaces
+    ``c10d._get_default_timeout``."""
+    previous = distributed_c10d._get_default_timeout
+
+    def _get_default_timeout(backend):
+        return timeout_for(backend, previous)
+
+    _get_default_timeout.__wrapped__ = previous
+    distributed_c10d._get_default_timeout = _get_default_timeout
+    return distributed_c10d, "_get_default_timeout", previous
+
+
+def has_internal_overlap(t) -> bool:
+    """Whether several elements of the strided tensor ``t`` share one memory location (an
+    expanded view), so that it cannot receive a result.
+
+    Missing public API: torch answers this only through ``torch._debug_has_internal_overlap``
+    (``1`` means "yes, certainly")."""
+    return torch._debug_has_internal_overlap(t) == 1

@@ -1,0 +1,40 @@
+"""Which process-group backends can run on this machine, and for how many ranks.
+
+Answered from torch alone, without starting any rank: Gloo needs a torch build with Gloo; NCCL
+needs CUDA GPUs, a torch build with NCCL, and one GPU per rank.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+
+from ..vocabulary import MAX_WORLD_SIZE, check_backend
+
+__all__ = ["local_backend_info"]
+
+
+def local_backend_info(backend: str) -> dict:
+    """Whether ``backend`` can run on this machine (see :func:`collnb.ranks.backend_info`).
+
+    Returns:
+        ``{"backend": str, "available": bool, "max_world_size": int, "reason": str}``.
+
+    Raises:
+        TypeError / ValueError: ``backend`` is not one of ``BACKENDS``.
+    """
+    check_backend(backend)
+    if backend == "gloo":
+        if not dist.is_gloo_available():
+            return dict(backend=backend, available=False, max_world_size=0,
+                        reason="this torch build has no Gloo backend")
+        return dict(backend=backend, available=True, max_world_size=MAX_WORLD_SIZE, reason="")
+    if not torch.cuda.is_available():
+        return dict(backend=backend, available=False, max_world_size=0,
+                    reason="NCCL needs CUDA GPUs and this torch sees none "
+                           f"(torch {torch.__version__}, cuda={torch.version.cuda}); use backend='gloo'")
+    if not dist.is_nccl_available():
+        return dict(backend=backend, available=False, max_world_size=0,
+                    reason="this torch build has no NCCL backend; use backend='gloo'")
+    n = torch.cuda.device_count()
+    return dict(backend=backend, available=True, max_world_size=min(n, MAX_WORLD_SIZE), reason="")

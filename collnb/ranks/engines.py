@@ -1,0 +1,189 @@
+"""The engine side of :mod:`.remote`: the functions ipyparallel applies on each engine.
+
+ipyparallel ships these by reference (the engines import them from collnb), one call per step:
+:func:`engine_info` (what the kernel needs to know: host, addresses, GPUs, torch),
+:func:`engine_setup` (make the engine rank ``r`` of one connection), :func:`engine_listen`
+(rank 0 hosts the rendezvous :class:`torch.distributed.TCPStore` on port 0),
+:func:`engine_init` (join the default process group), :func:`engine_group` (a cached group of
+ranks ``0..k-1``), :func:`engine_run` (the learner's function; answers a :class:`.Result` or
+:class:`.Failed` as a local rank does, never raises) and :func:`engine_teardown` (leave the
+engine as it was). The engine's state lives in the module-level dict ``_ENGINE``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import socket
+import sys
+import time
+
+import psutil
+import torch
+import torch.distributed as dist
+
+from . import _torch_internals as internals
+from .protocol import Failed, Result
+from .rank import restore_environment
+from .serialization import dumps, loads, restore_files, to_cpu
+from .tracebacks import frames_of, is_comm_error
+
+__all__ = ["engine_info", "engine_setup", "engine_teardown", "engine_listen", "engine_init", "engine_group",
+           "engine_run"]
+
+_THIS_FILE = os.path.abspath(__file__).rstrip("c")
+
+_ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
+
+
+def engine_info():
+    """What the kernel needs to know about this engine (runs on the engine)."""
+    addrs = []
+    for ifname, entries in psutil.net_if_addrs().items():
+        for a in entries:
+            if a.family == socket.AF_INET:
+                addrs.append((ifname, a.address, a.netmask or "255.255.255.255"))
+    cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return dict(host=socket.gethostname(), pid=os.getpid(), addrs=addrs, cuda=cuda,
+                torch=torch.__version__, nccl=dist.is_nccl_available(), gloo=dist.is_gloo_available())
+
+
+def engine_setup(token, rank, cfg):
+    """Make this engine rank ``rank`` of the connection ``token`` (no process group yet)."""
+    engine_teardown()
+    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")}
+    _ENGINE.update(token=token, rank=rank, cfg=cfg, store=None, listen=None, base=None, groups={},
+                   gen=None, saved_env=saved)
+    return os.getpid()
+
+
+def engine_teardown():
+    """Leave the engine as before :func:`engine_setup`: no process group, no store, the socket
+    environment variables as they were."""
+    if not _ENGINE:
+        return False
+    _destroy_groups()
+    for key in ("store", "listen"):
+        obj = _ENGINE.get(key)
+        if key == "listen" and obj is not None:
+            try:
+                obj.close()
+            except OSError:
+                pass
+    for k, v in (_ENGINE.get("saved_env") or {}).items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    _ENGINE.clear()
+    return True
+
+
+def _destroy_groups():
+    base = _ENGINE.get("base")
+    if dist.is_initialized():
+        internals.destroy_all_groups(base)
+    _ENGINE.update(base=None, groups={}, gen=None)
+
+
+def _check_token(token):
+    if _ENGINE.get("token") != token:
+        raise RuntimeError("this engine was taken over by another collnb.connect() (another notebook?); "
+                           "call collnb.connect() again")
+
+
+def engine_listen(token, timeout):
+    """Rank 0: host the rendezvous store on a socket bound to the chosen address, port 0 (the OS
+    picks a free one). Returns the port (int)."""
+    _check_token(token)
+    if _ENGINE.get("store") is not None:
+        return _ENGINE["port"]
+    cfg = _ENGINE["cfg"]
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((cfg["address"], 0))
+    sock.listen(256)
+    port = sock.getsockname()[1]
+    store = dist.TCPStore(cfg["address"], port, None, True, datetime.timedelta(seconds=timeout),
+                          wait_for_workers=False, master_listen_fd=sock.fileno())
+    _ENGINE.update(listen=sock, store=store, port=port)
+    return port
+
+
+def engine_init(token, port, gen, world_size, timeout):
+    """Join (or re-join) the default process group of generation ``gen`` over all engines."""
+    _check_token(token)
+    cfg, rank = _ENGINE["cfg"], _ENGINE["rank"]
+    _destroy_groups()
+    restore_environment(cfg)
+    if _ENGINE.get("store") is None:
+        _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))
+    t0 = time.perf_counter()
+    kwargs = {}
+    if cfg["backend"] == "nccl":
+        device = torch.device("cuda", cfg["local_ranks"][rank])
+        torch.cuda.set_device(device)
+        kwargs["device_id"] = device
+    dist.init_process_group(cfg["backend"], store=dist.PrefixStore(f"gen{gen}", _ENGINE["store"]), rank=rank,
+                            world_size=world_size,
+                            timeout=datetime.timedelta(seconds=cfg["collective_timeout"]), **kwargs)
+    base = dist.group.WORLD
+    _ENGINE.update(base=base, groups={world_size: base}, gen=gen)
+    return time.perf_counter() - t0
+
+
+def engine_group(token, k, count):
+    """Every engine of the default group: make the cached group of ranks 0..k-1."""
+    _check_token(token)
+    internals.set_default_group(_ENGINE["base"])
+    internals.set_group_count(count)
+    timeout = datetime.timedelta(seconds=_ENGINE["cfg"]["collective_timeout"])
+    _ENGINE["groups"][k] = dist.new_group(list(range(k)), timeout=timeout)
+    return k
+
+
+def engine_run(token, world_size, group_count, task):
+    """Run the shipped function as rank ``_ENGINE['rank']`` of ``world_size``; returns a
+    :class:`.Result` or a :class:`.Failed`; never raises (so ipyparallel's own error wrapping
+    never hides the rank's traceback)."""
+    try:
+        _check_token(token)
+        rank, base, groups = _ENGINE["rank"], _ENGINE["base"], _ENGINE["groups"]
+        internals.set_group_count(group_count)
+        internals.set_default_group(groups[world_size])
+        fn, args, kwargs, files = loads(task)
+        restore_files(fn, files)
+        before = internals.live_groups()
+        saved = dict(cwd=os.getcwd(), threads=torch.get_num_threads())
+        try:
+            with internals.call_store(f"call{group_count}/"):
+                result = fn(rank, world_size, *args, **kwargs)
+        finally:
+            try:
+                os.chdir(saved["cwd"])
+            except OSError:
+                pass
+            torch.set_num_threads(saved["threads"])
+        if _ENGINE["cfg"]["backend"] == "nccl":
+            torch.cuda.synchronize()
+        try:
+            payload = dumps(to_cpu(result))
+        except Exception as exc:
+            raise TypeError(f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
+                            f"({type(exc).__name__}: {exc}). Return tensors, numbers, strings, or "
+                            f"lists/tuples/dicts of them") from exc
+        seq = internals.sequence_number()
+        live = internals.live_groups()
+        intact = dist.is_initialized() and all(g in live for g in groups.values())
+        if intact:
+            for g in live - before:
+                dist.destroy_process_group(g)
+            internals.set_default_group(base)
+        sys.stdout.flush(), sys.stderr.flush()
+        return Result(payload, seq, intact)
+    except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit are rank outcomes too
+        try:
+            sys.stdout.flush(), sys.stderr.flush()
+        except Exception:  # noqa: BLE001
+            pass
+        return Failed.from_exception(exc, _ENGINE.get("rank"), frames_of(exc.__traceback__, _THIS_FILE),
+                                     is_comm_error(exc))

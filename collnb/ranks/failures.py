@@ -1,0 +1,275 @@
+"""Explain a failed call: find the rank that caused it and say what happened to every rank.
+
+Each rank's end of a call is an :class:`Event` (it returned, raised, died, or never answered).
+When a call fails, :func:`root_cause` picks the rank to blame: the first that raised an error of
+its own code or died; communication errors ("Connection closed by peer", a collective timeout)
+only follow a root cause and never hide it; when only those exist, the culprit is a rank that
+never reached the collective its peers waited in. A collective mismatch found by
+``TORCH_DISTRIBUTED_DEBUG=DETAIL`` blames one rank only when it differs from all the others.
+:func:`rank_error` writes the :class:`.RankError` a learner reads.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import signal
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import LaunchTimeout, RankError
+from .serialization import loads
+from .tracebacks import format_frames, where
+
+__all__ = ["Event", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
+           "rebuild_result"]
+
+_MISMATCH = "Detected mismatch between collectives"
+_FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(((?:[^()]|\([^()]*\))*)\)")
+_FINGERPRINT_NOISE = re.compile(r", TensorDeviceTypes=TensorOptions\((?:[^()]|\([^()]*\))*\)")
+_DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)", re.S)
+_TIMEOUT_MS = re.compile(r"in (\d+) ?ms|[Tt]imed out waiting (\d+) ?ms")
+
+
+@dataclass
+class Event:
+    """How one rank's part of a call ended (``kind``: ``"ok"``, ``"error"``, ``"died"``; the root
+    cause may also be ``"absent"`` or ``"mismatch"``), at monotonic time ``t``."""
+
+    rank: int
+    kind: str          # "ok", "error", "died"
+    t: float
+    exc_type: str = ""
+    message: str = ""
+    frames: list = field(default_factory=list)
+    comm: bool = False
+    value: Any = None
+    seq: Any = None
+    intact: bool = True
+    calls: Any = None
+    timeout_name: str = ""  # which timeout fired, in words (communication errors only)
+
+
+def timeout_name(text, collective_timeout):
+    """Which timeout a communication error reports, in words, from its message ("... in 2000
+    ms", "Timed out waiting 5000ms"); ``""`` when it names none."""
+    m = _TIMEOUT_MS.search(text or "")
+    if not m:
+        return ""
+    seconds = int(m.group(1) or m.group(2)) / 1000
+    if math.isclose(seconds, collective_timeout, rel_tol=1e-3):
+        return f"collective_timeout ({collective_timeout:g} s)"
+    return f"a timeout of {seconds:g} s set in the function (not collective_timeout)"
+
+
+def root_cause(failed, events, pending, stacks):
+    """The :class:`Event` to blame among ``failed`` (see the module's docstring); ``stacks`` says
+    where still-running ranks were (``{rank: frames}``, ``{("state", rank): text}``)."""
+    primary = [e for e in failed if e.kind == "died" or not e.comm]
+    mismatch = _mismatch(failed) if primary and all(_MISMATCH in e.message for e in primary) else None
+    if mismatch is not None:
+        return mismatch
+    if primary:
+        return min(primary, key=lambda e: e.t)
+    # Only communication errors: the culprit is a rank that never joined the collective.
+    first = min(failed, key=lambda e: e.t)
+    absent = pending or [e.rank for e in events.values() if e.kind == "ok"]
+    if absent:
+        names = ", ".join(map(str, absent))
+        culprit = absent[0]
+        frames = stacks.get(culprit) or []
+        which = next((e.timeout_name for e in sorted(failed, key=lambda e: e.t) if e.timeout_name),
+                     "its collective_timeout")
+        head = (f"rank {names} never reached the collective that rank {first.rank} was waiting in "
+                f"until {which} ran out")
+        if frames:
+            text = f"{head}; rank {culprit} was {where(frames)}"
+        elif pending:
+            text = f"{head}; rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
+        else:
+            text = (f"{head}: its function had already returned. Every rank must call the same "
+                    f"collectives in the same order")
+        return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
+    return first
+
+
+def call_error(ranks, events, failed, pending, stacks, phase):
+    """The error of a call that did not end with every rank's answer: :class:`.LaunchTimeout`
+    naming the ``pending`` ranks when none ``failed``, else the :class:`.RankError` of the root
+    cause. ``ranks``: the call's rank numbers; ``events``: ``{rank: Event}``; ``stacks``: where
+    still-running ranks were (see :func:`root_cause`); ``phase``: ``"init"`` or ``"run"``."""
+    if not failed:
+        outcomes = outcomes_of(ranks, events, stacks, None)
+        waiting = [r for r in pending if where(stacks.get(r)).startswith("waiting in ")]
+        finished = [r for r in ranks if r in events]
+        if waiting and finished:
+            # a group with a timeout= longer than the launch's: more time would not help
+            advice = (f"rank(s) {', '.join(map(str, waiting))} were waiting in a collective that rank(s) "
+                      f"{', '.join(map(str, finished))} never called (their functions had returned); every "
+                      f"rank of a group must call the same collectives in the same order. A longer timeout "
+                      f"will not help: the group's own timeout= was longer than the launch's")
+        else:
+            advice = "raise the limit with launch(..., timeout=SECONDS)"
+        return LaunchTimeout(
+            f"timed out during {phase}: rank(s) {', '.join(map(str, pending))} had not finished "
+            f"({advice})\n" + outcome_text(outcomes),
+            pending, outcomes)
+    root = root_cause(failed, events, pending, stacks)
+    outcomes = outcomes_of(ranks, events, stacks, root)
+    return rank_error(root, outcomes, phase)
+
+
+def outcomes_of(ranks, events, stacks, root):
+    """``{rank: what happened to it}`` (str) for every rank number in ``ranks``."""
+    out = {}
+    for rank in ranks:
+        e = events.get(rank)
+        if e is None:
+            at = where(stacks.get(rank)) or stacks.get(("state", rank), "")
+            out[rank] = "still running, stopped by collnb" + (f" ({at})" if at else "")
+        elif e.kind == "ok":
+            out[rank] = "finished"
+        elif e.kind == "died":
+            out[rank] = death_text(e.value)
+        else:
+            first = _FINGERPRINT_NOISE.sub("", e.message.splitlines()[0] if e.message else "")
+            if len(first) > 240:
+                first = first[:240] + " ..."
+            tag = " (follows the root cause)" if root is not None and e is not root and e.comm else ""
+            out[rank] = f"{e.exc_type}: {first}{tag}"
+    return out
+
+
+def outcome_text(outcomes):
+    """``outcomes`` as indented lines ``"  rank r: ..."``, in rank order."""
+    return "\n".join(f"  rank {k}: {v}" for k, v in sorted(outcomes.items()))
+
+
+def rank_error(root, outcomes, phase):
+    """The :class:`.RankError` for root cause ``root`` (an :class:`Event`) of a call in ``phase``
+    (``"init"`` or ``"run"``)."""
+    if root.kind == "mismatch":
+        return _mismatch_error(root, outcomes, phase)
+    if root.kind == "died":
+        exc_type = "Killed" if (root.value or 0) < 0 else "Exited"
+        head = f"rank {root.rank}: {exc_type}: {death_text(root.value)}"
+        tb = ""
+    else:
+        exc_type = root.exc_type
+        head = f"rank {root.rank}: {root.exc_type}: {_FINGERPRINT_NOISE.sub('', root.message)}"
+        tb = format_frames(root.frames)
+    text = head
+    if tb:
+        text += f"\n\nTraceback of rank {root.rank} (most recent call last):\n{tb.rstrip()}"
+    if phase == "init":
+        text += "\n\n(while initialising the process group)"
+    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+    return RankError(text, root.rank, exc_type, tb, outcomes)
+
+
+def _mismatch_error(root, outcomes, phase):
+    """The TORCH_DISTRIBUTED_DEBUG=DETAIL check found ranks calling different collectives
+    (op, shapes or dtypes). Blame one rank only when it differs from all the others."""
+    sides = root.value  # [(fingerprint, [ranks])], largest side first
+    lines = [f"  {_ranks_text(ranks)}: {fp}" for fp, ranks in sides]
+    if root.rank is not None:
+        others = sorted(r for fp, ranks in sides for r in ranks if r != root.rank)
+        head = (f"rank {root.rank}: {root.exc_type}: {_MISMATCH} on ranks: rank {root.rank} called a "
+                f"different collective from every other rank ({_ranks_text(others)} agree)")
+        tbs = [([root.rank], root.frames)]
+    else:
+        every = sorted(r for _, ranks in sides for r in ranks)
+        head = (f"{_ranks_text(every)}: {root.exc_type}: {_MISMATCH} on ranks: no rank differs from all "
+                f"the others, so none of them is called the root cause; each side is shown")
+        tbs = []  # one traceback per place in the code (the sides often share one line)
+        for (fp, ranks), frames in zip(sides, root.frames):
+            same = [i for i, (_, f) in enumerate(tbs) if [x[:3] for x in f] == [x[:3] for x in frames]]
+            if same:
+                tbs[same[0]] = (tbs[same[0]][0] + ranks, tbs[same[0]][1])
+            else:
+                tbs.append((list(ranks), frames))
+    text = head + ":\n" + "\n".join(lines)
+    if root.message:
+        text += f"\n{root.message}"
+    text += ("\nEvery rank of a group must call the same collectives, in the same order, with the same "
+             "shapes and dtypes.")
+    tb = ""
+    for ranks, frames in tbs:
+        part = format_frames(frames).rstrip()
+        if part:
+            tb += f"\n\nTraceback of {_ranks_text(ranks)} (most recent call last):\n{part}"
+    text += tb
+    if phase == "init":
+        text += "\n\n(while initialising the process group)"
+    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+    err = RankError(text, root.rank, root.exc_type, tb.strip(), outcomes)
+    err.mismatch = {fp: ranks for fp, ranks in sides}
+    return err
+
+
+def _ranks_text(ranks):
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + (", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}")
+
+
+def _mismatch(failed):
+    """Root cause of a DETAIL-check mismatch: an :class:`Event` of kind ``"mismatch"`` whose ``rank``
+    is the one rank that differs from all the others (``None`` when no rank does, e.g. two ranks,
+    or three sides), ``value`` the sides ``[(fingerprint, [ranks])]`` and ``message`` what
+    differs. ``None`` when the messages cannot be read."""
+    fps, frames = {}, {}
+    for e in sorted(failed, key=lambda e: e.t):
+        for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message)):
+            fps.setdefault(int(rank), fp.strip())
+        frames.setdefault(e.rank, e.frames)
+    if len(set(fps.values())) < 2:
+        return None
+    seqs = {m.group(1) for fp in fps.values() for m in [re.search(r"SequenceNumber=(\d+)", fp)] if m}
+    if len(seqs) == 1:  # the same operation number everywhere: leave it out
+        fps = {r: re.sub(r"SequenceNumber=\d+,\s*", "", fp) for r, fp in fps.items()}
+    by_fp = {}
+    for rank, fp in sorted(fps.items()):
+        by_fp.setdefault(fp, []).append(rank)
+    sides = sorted(by_fp.items(), key=lambda kv: (-len(kv[1]), kv[1]))
+    odd = None
+    if len(sides) == 2 and len(sides[1][1]) == 1 and len(sides[0][1]) >= 2:
+        odd = sides[1][1][0]
+    first = min(failed, key=lambda e: e.t)
+    differ = ""
+    for e in sorted(failed, key=lambda e: (e.rank != odd, e.rank)):  # the odd rank's, or the lowest's
+        m = _DIFFER.search(e.message)
+        if m:  # torch's text: "Tensor Tensor dtypes: Floatvs Long"
+            aspects = re.sub(r"\s+", " ", m.group(1)).strip().replace("Tensor Tensor ", "Tensor ")
+            differ = "Collectives differ in: " + re.sub(r"(\S)vs ", r"\1 vs ", aspects)
+            break
+    if odd is not None:
+        return Event(odd, "mismatch", first.t, first.exc_type, differ, frames.get(odd, []), value=sides)
+    return Event(None, "mismatch", first.t, first.exc_type, differ,
+                  [frames.get(ranks[0], []) for _, ranks in sides], value=sides)
+
+
+def death_text(exitcode):
+    if exitcode is None:
+        return "died"
+    if exitcode < 0:
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        return f"killed by {name}"
+    return f"exited with code {exitcode} without returning (os._exit or a crash)"
+
+
+def rebuild_result(rank, payload):
+    """Rank ``rank``'s return value from its :class:`.Result` payload, or :class:`.RankError` when it
+    cannot be rebuilt here."""
+    try:
+        return loads(payload)
+    except Exception as exc:  # noqa: BLE001 - e.g. a class whose __setstate__ fails here
+        raise RankError(
+            f"rank {rank}: {type(exc).__name__}: rank {rank}'s return value was sent but could not be "
+            f"rebuilt in the launcher ({exc}). Return tensors, numbers, strings, or lists/tuples/dicts "
+            f"of them", rank, type(exc).__name__, "", {rank: "finished; its result could not be rebuilt"}) \
+            from exc

@@ -1,0 +1,136 @@
+"""The messages between the launcher (the parent: a kernel or a script) and its ranks.
+
+The parent sends a rank one command at a time on the rank's command pipe; the rank answers each
+on its result pipe (stdout and stderr travel on pipes of their own, see :mod:`.output`):
+
+======================================  ===================================
+parent -> rank                          rank -> parent
+======================================  ===================================
+:class:`InitGroup` (fork + rendezvous)  :class:`Ready`, or :class:`Failed`
+:class:`NewGroup` (a cached subgroup)   :class:`Ready`
+:class:`Run` (the learner's function)   :class:`Result`, or :class:`Failed`
+======================================  ===================================
+
+A rank that fails stays idle until the parent stops it (its peers' "connection closed" errors
+must not pile up on the root cause). Closing the command pipe tells a rank to leave. Ranks on
+ipyparallel engines (:mod:`.engines`) answer a run with the same :class:`Result` / :class:`Failed`.
+Messages are small frozen dataclasses, pickled; the function, its arguments and its result travel
+inside them as bytes made by :func:`.serialization.dumps`.
+"""
+
+from __future__ import annotations
+
+import pickle
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Failed", "encode", "send", "receive"]
+
+
+@dataclass(frozen=True)
+class InitGroup:
+    """Initialise the pool's default process group: ranks ``0..world_size-1`` of rendezvous
+    ``generation`` (int, one per initialisation) join; the pool's other ranks only leave theirs."""
+
+    generation: int
+    world_size: int
+
+
+@dataclass(frozen=True)
+class NewGroup:
+    """Every rank of the default group: create the cached group of ranks ``0..world_size-1``
+    with ``new_group``, torch's group counter set to ``group_count`` (the same on every rank)."""
+
+    world_size: int
+    group_count: int
+
+
+@dataclass(frozen=True)
+class Run:
+    """Run the learner's function as a rank of ``world_size``.
+
+    Attributes:
+        world_size: the call's world size (the rank runs in the cached group of that size).
+        group_count: torch's group counter at the start of the call, the same on every rank.
+        task: ``dumps((fn, args, kwargs, code files))`` (bytes).
+        record_calls: record the function's torch.distributed calls (:class:`.CallRecord`).
+    """
+
+    world_size: int
+    group_count: int
+    task: bytes
+    record_calls: bool = False
+
+
+@dataclass(frozen=True)
+class Ready:
+    """A set-up command (:class:`InitGroup`, :class:`NewGroup`) is done, in ``seconds``."""
+
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Result:
+    """The function returned.
+
+    Attributes:
+        payload: ``dumps(result)`` (bytes; tensors as detached CPU copies).
+        seq: the default group's operation count after the call (int or ``None``): ranks that
+            disagree issued different numbers of operations (uneven send/recv).
+        intact: whether the pool's groups survived the call (the function may destroy them).
+        calls: the function's :class:`.CallRecord` list when asked for, else ``None``.
+    """
+
+    payload: bytes
+    seq: Any = None
+    intact: bool = True
+    calls: Any = None
+
+
+@dataclass(frozen=True)
+class Failed:
+    """The function (or the rank's set-up) raised, or called ``sys.exit``.
+
+    Attributes:
+        exc_type: the exception's type name (str).
+        message: its message (str).
+        frames: the traceback's frames ``[(filename, lineno, name, line)]``, outermost first,
+            without the launcher's own.
+        comm: whether it is torch.distributed reporting a lost or late peer (a consequence of
+            another rank's failure, not a root cause).
+        timeout_name: which timeout fired, in words (timeout errors only; else ``""``).
+    """
+
+    exc_type: str
+    message: str
+    frames: list
+    comm: bool = False
+    timeout_name: str = ""
+
+    @classmethod
+    def from_exception(cls, exc: BaseException, rank, frames: list, comm: bool) -> "Failed":
+        """The message a rank sends for ``exc`` (``SystemExit`` is named as the call it was)."""
+        if isinstance(exc, SystemExit):
+            text = f"sys.exit({exc.code!r}) called in rank {rank}"
+        else:
+            try:
+                text = str(exc)
+            except Exception as inner:  # noqa: BLE001 - an exception whose __str__ raises
+                text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
+        return cls(type(exc).__name__, text, frames, comm, getattr(exc, "collnb_timeout", ""))
+
+
+def encode(msg) -> bytes:
+    """One message as bytes (encode a :class:`Run` once and send the bytes to every rank)."""
+    return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def send(conn, msg) -> None:
+    """Send one message (or the bytes :func:`encode` made of it) on a ``multiprocessing``
+    connection."""
+    conn.send_bytes(msg if isinstance(msg, bytes) else encode(msg))
+
+
+def receive(conn):
+    """Receive one message (blocks; raises ``EOFError`` when the other end is closed)."""
+    return pickle.loads(conn.recv_bytes())

@@ -1,0 +1,278 @@
+"""The rank side: the main loop of one rank process.
+
+A rank starts (:func:`rank_main`) by cutting itself loose from the parent (its own process group,
+a watchdog on the parent, inherited sockets closed, stdout/stderr to the parent's pipes), then
+serves commands (:mod:`.protocol`) until the parent closes its command pipe: initialise the
+pool's default process group, create a cached subgroup, or run the learner's function. Each call
+finds the rank as a fresh script would: what a call changed in the rank's output streams, fds 1
+and 2, working directory, pending ``signal.alarm``, thread count, socket environment variables and
+process groups is undone before the next call. After a failure the rank reports it and idles
+until the parent stops it.
+"""
+
+from __future__ import annotations
+
+import datetime
+import faulthandler
+import io
+import os
+import shutil
+import signal
+import sys
+import time
+import traceback
+import ctypes
+
+import torch
+import torch.distributed as dist
+
+from . import _dist_hooks
+from . import _torch_internals as internals
+from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
+from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, receive, send
+from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
+from .tracebacks import frames_of, is_comm_error
+
+__all__ = ["rank_main", "restore_environment"]
+
+
+def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
+    """Entry point of a rank process. Never returns: ends with ``os._exit``."""
+    code = 0
+    try:
+        # Our own process group: a kernel manager that kills the kernel's group on shutdown
+        # would otherwise kill us before we remove our files. The watchdog ends us instead.
+        os.setpgid(0, 0)
+        watch_parent(cfg["parent_pid"], cfg["dir"])
+        cfg = dict(cfg, rank_pid=os.getpid())
+        signal.signal(signal.SIGTERM, lambda *_: on_sigterm(cfg))
+        register_fork_hooks()  # processes the rank forks die of SIGTERM as usual
+        if cfg["start_method"] == "fork":
+            # A forked rank inherits every descriptor of its parent. Close the parent's ends of
+            # other ranks' pipes (they would hide EOFs) and every inherited socket (in a kernel,
+            # Jupyter's own). Other pipes stay: multiprocessing's liveness sentinel is one.
+            keep = {cmd_r.fileno(), res_w.fileno(), out_w.fileno(), err_w.fileno()}
+            inherited = set(close_fds)
+            try:
+                for fd in os.listdir("/proc/self/fd"):
+                    try:
+                        if os.readlink(f"/proc/self/fd/{fd}").startswith("socket:"):
+                            inherited.add(int(fd))
+                    except OSError:
+                        pass
+            except OSError:
+                pass
+            for fd in inherited - keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the kernel stops us on Kernel -> Interrupt
+        os.dup2(out_w.fileno(), 1)
+        os.dup2(err_w.fileno(), 2)
+        out_w.close()
+        err_w.close()
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(devnull, 0)
+        sys.stdin = open(0, "r", closefd=False)
+        sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False),
+                                      encoding="utf-8", line_buffering=True, write_through=True)
+        sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False),
+                                      encoding="utf-8", line_buffering=True, write_through=True)
+        stack_file = open(os.path.join(cfg["dir"], f"stack-{rank}.txt"), "w")
+        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+        faulthandler.enable(file=sys.stderr, all_threads=False)  # a crashing rank shows its stack
+        torch.set_num_threads(1)
+        restore_environment(cfg)
+        store = dist.FileStore(os.path.join(cfg["dir"], "store"), -1)
+        _rank_loop(rank, cfg, store, cmd_r, res_w)
+    except BaseException:  # noqa: BLE001 - report anything that kills the loop itself
+        code = 1
+        try:
+            traceback.print_exc()
+            sys.stderr.flush()
+        except Exception:
+            pass
+    finally:
+        _fflush_c()
+        os._exit(code)
+
+
+def _rank_loop(rank, cfg, store, cmd_r, res_w):
+    backend = cfg["backend"]
+    timeout = datetime.timedelta(seconds=cfg["collective_timeout"])
+    base = None      # the pool's default process group (all ranks of the pool)
+    groups = {}      # world size k -> cached group of ranks 0..k-1
+    saved = _save_rank_state()
+    while True:
+        try:
+            msg = receive(cmd_r)
+        except EOFError:  # the parent is gone (or closed the pool): leave nothing behind
+            shutil.rmtree(cfg["dir"], ignore_errors=True)
+            exit_group()
+        if isinstance(msg, InitGroup):
+            t0 = time.perf_counter()
+            internals.destroy_all_groups(base)
+            base, groups = None, {}
+            restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
+            if rank < msg.world_size:
+                try:
+                    if backend == "nccl":
+                        torch.cuda.set_device(rank)
+                    dist.init_process_group(backend, store=dist.PrefixStore(f"gen{msg.generation}", store),
+                                            rank=rank, world_size=msg.world_size, timeout=timeout)
+                except Exception as exc:  # noqa: BLE001 - reported like a failure of the function
+                    _report_error(res_w, exc, rank)
+                    _idle_forever()
+                base = dist.group.WORLD
+                groups = {msg.world_size: base}
+            send(res_w, Ready(time.perf_counter() - t0))
+        elif isinstance(msg, NewGroup):
+            # A cached group of ranks 0..k-1; every rank of the pool takes part, as new_group needs.
+            t0 = time.perf_counter()
+            internals.set_default_group(base)
+            internals.set_group_count(msg.group_count)
+            groups[msg.world_size] = dist.new_group(list(range(msg.world_size)), timeout=timeout)
+            send(res_w, Ready(time.perf_counter() - t0))
+        elif isinstance(msg, Run):
+            _run(rank, cfg, msg, base, groups, saved, res_w)
+
+
+def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
+    """Run the learner's function for one :class:`.Run` and answer :class:`.Result`; on a failure
+    answer :class:`.Failed` and idle until the parent stops the rank."""
+    my_pid = os.getpid()
+    # Groups the user's function creates are named from this counter: start every rank of this
+    # call at the same value, whatever groups earlier calls made on some ranks.
+    internals.set_group_count(msg.group_count)
+    if groups.get(msg.world_size) is not base:
+        # Ranks 0..k-1 see the cached group as their default process group, so
+        # dist.get_world_size() == k and collectives without group= use it.
+        internals.set_default_group(groups[msg.world_size])
+    elif dist.group.WORLD is not base:
+        internals.set_default_group(base)
+    try:
+        # torch.distributed's functions, wrapped for this call only: layouts gloo misreads are
+        # given dense copies, groups the function makes get collective_timeout, and the
+        # function's own calls are recorded when asked (see collnb.ranks._dist_hooks).
+        _dist_hooks.install(record=msg.record_calls, check_layout=True, group_timeout=cfg["collective_timeout"])
+        fn, args, kwargs, files = loads(msg.task)
+        restore_files(fn, files)
+        before = internals.live_groups()
+        try:
+            # Groups the function creates keep their rendezvous keys under a prefix of this
+            # call's own, so a re-run (same group names: hashed from ranks) starts clean.
+            with internals.call_store(f"call{msg.group_count}/"):
+                result = fn(rank, msg.world_size, *args, **kwargs)
+        finally:
+            _dist_hooks.pause()
+            if os.getpid() == my_pid:
+                _restore_rank_state(saved)
+        if os.getpid() != my_pid:  # a process the function forked returned into our loop
+            _leave_forked_child(0)
+        if cfg["backend"] == "nccl":
+            torch.cuda.synchronize()
+        try:
+            payload = dumps(to_cpu(result))
+        except Unsendable as exc:
+            raise TypeError(f"rank {rank}'s function returned {exc}") from None
+        except Exception as exc:
+            raise TypeError(
+                f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
+                f"to the launcher ({type(exc).__name__}: {exc}). Return tensors, numbers, strings, "
+                f"or lists/tuples/dicts of them; wait on Work handles (work.wait()) inside the "
+                f"function instead of returning them") from exc
+        calls = _dist_hooks.take_records() if msg.record_calls else None
+        seq = internals.sequence_number()
+        live = internals.live_groups()
+        intact = dist.is_initialized() and all(g in live for g in groups.values()
+                                               if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER)
+        if intact:  # groups the function made end with the call, as in a fresh script
+            for g in live - before:
+                dist.destroy_process_group(g)
+        sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
+        send(res_w, Result(payload, seq, intact, calls))
+    except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
+        _dist_hooks.pause()
+        if os.getpid() != my_pid:  # a process the function forked raised or exited
+            if isinstance(exc, SystemExit):
+                code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+            else:
+                code = 1
+                traceback.print_exc()
+            _leave_forked_child(code)
+        _report_error(res_w, exc, rank)
+        _idle_forever()
+
+
+def restore_environment(cfg):
+    """Bind Gloo and NCCL to ``cfg["ifname"]`` and set the debug level (``cfg["debug"]``)."""
+    os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
+    os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
+    dist.set_debug_level_from_env()
+
+
+def _save_rank_state():
+    """What a call may change and the next call must find as it was (a warm rank is a fresh
+    script to each call): the output streams and their descriptors, the working directory."""
+    return dict(stdout=sys.stdout, stderr=sys.stderr, fd1=os.dup(1), fd2=os.dup(2), cwd=os.getcwd())
+
+
+def _restore_rank_state(saved):
+    """Undo a call's changes to the rank's process state (see :func:`_save_rank_state`): a
+    replaced or closed ``sys.stdout``, closed or redirected fds 1 and 2, a pending
+    ``signal.alarm``, another working directory or thread count."""
+    sys.stdout, sys.stderr = saved["stdout"], saved["stderr"]
+    for fd, copy_of in ((1, saved["fd1"]), (2, saved["fd2"])):
+        try:
+            if not os.path.samestat(os.fstat(fd), os.fstat(copy_of)):
+                os.dup2(copy_of, fd)
+        except OSError:  # closed
+            os.dup2(copy_of, fd)
+    signal.setitimer(signal.ITIMER_REAL, 0)  # also cancels signal.alarm()
+    try:
+        if os.getcwd() != saved["cwd"]:
+            os.chdir(saved["cwd"])
+    except OSError:  # the function removed the directory it moved to
+        os.chdir(saved["cwd"])
+    if torch.get_num_threads() != 1:
+        torch.set_num_threads(1)
+
+
+def _leave_forked_child(code):
+    """End a process the learner's function forked that came back into the rank's loop: it must
+    not answer the launcher for the rank."""
+    try:
+        sys.stdout.flush(), sys.stderr.flush()
+    except Exception:  # noqa: BLE001
+        pass
+    os._exit(code)
+
+
+def _report_error(res_w, exc, rank):
+    """Send a rank's exception to the launcher: type, message, frames, whether it is a
+    communication error (a consequence of another rank's failure)."""
+    sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
+    send(res_w, Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc)))
+
+
+def _idle_forever():
+    """Stay alive and idle after a failure: the launcher stops every rank, so peers blocked in a
+    collective do not pile "connection closed" errors on top of the root cause."""
+    while True:
+        time.sleep(3600)
+
+
+_libc = None
+
+
+def _fflush_c():
+    """Flush C stdio buffers (output printed by C/C++ code in the rank)."""
+    global _libc
+    try:
+        if _libc is None:
+            _libc = ctypes.CDLL(None)
+        _libc.fflush(None)
+    except Exception:
+        pass

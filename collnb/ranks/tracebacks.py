@@ -1,0 +1,105 @@
+"""Rank tracebacks: the learner's frames only, shown the way Python and IPython show them.
+
+A rank sends its exception's frames as plain tuples ``(filename, lineno, name, line)``; the
+launcher drops its own frames (everything up to its call of the learner's function, and collnb's
+wrappers of torch.distributed), fills source lines from the parent's ``linecache`` (IPython
+registers notebook cells there) and names cells as IPython does (``Cell In[7]``). A rank still
+running when a call fails says where it is through :mod:`faulthandler` (:func:`parse_stack`).
+"""
+
+from __future__ import annotations
+
+import linecache
+import os
+import re
+import sys
+import traceback
+
+import torch
+
+__all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "where", "parse_stack",
+           "is_comm_error", "RANK_FILE"]
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+#: The file whose call of the learner's function ends the launcher's frames of a local rank.
+RANK_FILE = os.path.join(_HERE, "rank.py")
+_HOOKS_FILE = os.path.join(_HERE, "_dist_hooks.py")
+_TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
+_FAULT_LINE = re.compile(r'File "(.*)", line (\d+) in (\S+)')
+
+_COMM_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe", "Timed out",
+                 "timed out", "Timeout", "ECONNRESET", "EPIPE", "failed to pass monitoredBarrier",
+                 "Socket Timeout", "connection refused", "Connection refused")
+
+
+def is_comm_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch.distributed reporting a lost or late peer (a consequence of some
+    other rank's failure), as opposed to an error of the rank's own code. Only exceptions raised
+    inside torch count: a learner's own ``TimeoutError("timed out ...")`` is a root cause."""
+    tb = exc.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    if tb is None or not os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_TORCH_DIR):
+        return False
+    if {c.__name__ for c in type(exc).__mro__} & {"DistNetworkError", "DistStoreError"}:
+        return True
+    return any(m in str(exc) for m in _COMM_MARKERS)
+
+
+def where(frames) -> str:
+    """One line saying where a stack is: the collective it waits in and the user's frame."""
+    if not frames:
+        return ""
+    user = [f for f in frames if not os.path.abspath(f[0]).startswith(_TORCH_DIR)]
+    in_torch = [f for f in frames if os.path.abspath(f[0]).startswith(_TORCH_DIR)
+                and f[0].endswith("distributed_c10d.py")]
+    at = user[-1] if user else frames[-1]
+    place = f'File "{at[0]}", line {at[1]}, in {at[2]}'
+    if in_torch:
+        return f"waiting in {in_torch[-1][2]}, called from {place}"
+    return f"at {place}"
+
+
+def frames_of(tb, entry: str = RANK_FILE) -> list:
+    """The traceback's frames as plain tuples, without the launcher's own frames."""
+    return user_frames([(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(tb)], entry)
+
+
+def user_frames(frames, entry: str = RANK_FILE):
+    """Drop every frame up to the launcher's call of the user's function (outermost first), and
+    the frames of collnb's wrappers of torch.distributed (the learner called torch, not us).
+    A forked rank's stack still holds the parent's frames that forked it."""
+    mine = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == entry]
+    frames = frames[mine[-1] + 1:] if mine else frames
+    return [f for f in frames if os.path.abspath(f[0]) != _HOOKS_FILE]
+
+
+def format_frames(frames) -> str:
+    """Format frames as Python does, filling source lines from this process's linecache
+    (IPython registers notebook cells there, so a rank's traceback shows the cell's code)."""
+    cells = ipython_cells()
+    filled = []
+    for filename, lineno, name, line in frames:
+        if not line:
+            line = linecache.getline(filename, lineno).strip()
+        if filename in cells:  # IPython's own way of naming a cell: "Cell In[7]"
+            filename = f"Cell In[{cells[filename]}]"
+        filled.append((filename, lineno, name, line))
+    return "".join(traceback.StackSummary.from_list(filled).format())
+
+
+def ipython_cells() -> dict:
+    """``{filename: execution count}`` of the cells IPython compiled, or ``{}`` outside IPython."""
+    try:
+        ip = sys.modules["IPython"].get_ipython()
+        return dict(ip.compile._filename_map)
+    except Exception:
+        return {}
+
+
+def parse_stack(text: str, entry: str = RANK_FILE) -> list:
+    """The frames of a :mod:`faulthandler` dump (``File "x.py", line 3 in f`` lines, innermost
+    first) as ``[(filename, lineno, name, None)]``, outermost first, without the launcher's."""
+    frames = [(m.group(1), int(m.group(2)), m.group(3), None) for m in _FAULT_LINE.finditer(text)]
+    frames.reverse()
+    return user_frames(frames, entry)
