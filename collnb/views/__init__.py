@@ -1,14 +1,19 @@
-"""Layer 4, views: what a learner sees. Rank-by-chunk heatmaps (:mod:`collnb.views.heatmap`),
-round-by-round replays of a :class:`collnb.Trace` (:mod:`collnb.views.replay`) and the widgets that
-re-run a primitive or an algorithm as a control moves (:mod:`collnb.views.explorer`).
+"""Layer 4, views: what a learner sees. Rank-by-chunk heatmaps of a run (:mod:`.heatmap`, content in
+:mod:`.grid`), round-by-round replays of a :class:`collnb.Trace` (:mod:`.replay`, frames in
+:mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
+:mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
+moves (:mod:`.explorer`, :mod:`.rounds`, both through the latest-request-wins :mod:`.worker`). All
+pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values
+written by one formatter (:mod:`.values`; bytes and seconds by :mod:`collnb.units`).
 
 Other layers import from this package only, never from its modules.
 """
 
+from .comparison import compare_figure
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
-from .replay import (FPS_RANGE, _check_rate, compare, compare_figure, explore_rounds, replay, save_filmstrip,
-                     save_gif)
+from .replay import FPS_RANGE, _check_rate, compare, replay, save_filmstrip, save_gif
+from .rounds import explore_rounds
 
 __all__ = ["explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
-           "compare", "compare_figure", "save_gif", "save_filmstrip"]
+           "compare", "compare_figure", "save_gif", "save_filmstrip", "FPS_RANGE", "_check_rate"]
