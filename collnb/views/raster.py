@@ -14,10 +14,11 @@ Coordinates are pixels, origin top-left, y down. Colours are ``"#RRGGBB"``, 0..2
 
 from __future__ import annotations
 
-import io
 import math
 import os
+import struct
 import threading
+import zlib
 from functools import lru_cache
 
 import numpy as np
@@ -96,14 +97,29 @@ def _mask(text: str, size_px: float, style: str):
 
 
 def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
-    """PNG bytes of an RGB ``uint8`` array ``(H, W, 3)`` or a Pillow image (zlib level 1: a
-    1000 x 700 heatmap in ~3 ms; ``dpi`` is written into the file's pHYs chunk)."""
-    img = pixels_or_image if isinstance(pixels_or_image, Image.Image) else Image.fromarray(
-        np.ascontiguousarray(pixels_or_image, dtype=np.uint8), "RGB")
-    buf = io.BytesIO()
-    kw = {"dpi": (dpi, dpi)} if dpi else {}
-    img.save(buf, format="PNG", compress_level=1, **kw)
-    return buf.getvalue()
+    """PNG bytes (8-bit RGB, no row filter, zlib level 2) of an RGB ``uint8`` array ``(H, W, 3)``
+    or a Pillow image; ``dpi`` goes into the pHYs chunk (PNG spec, https://www.w3.org/TR/png/).
+
+    Written here rather than by Pillow's encoder, which tries every row filter: for our flat-coloured
+    pictures that costs ~13 ms of CPU for a 935 x 595 heatmap and saves nothing (this writes it in
+    ~6 ms, ~80 KB; Pillow's level 1 gave 84 KB).
+    """
+    a = np.asarray(pixels_or_image.convert("RGB")) if isinstance(pixels_or_image, Image.Image) else \
+        np.ascontiguousarray(pixels_or_image, dtype=np.uint8)
+    h, w = a.shape[:2]
+    rows = np.empty((h, 1 + 3 * w), dtype=np.uint8)
+    rows[:, 0] = 0  # filter type None on every row
+    rows[:, 1:] = a.reshape(h, 3 * w)
+    out = [b"\x89PNG\r\n\x1a\n", _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))]
+    if dpi:
+        ppm = int(round(dpi / 0.0254))  # pixels per metre
+        out.append(_chunk(b"pHYs", struct.pack(">IIB", ppm, ppm, 1)))
+    out += [_chunk(b"IDAT", zlib.compress(rows, 2)), _chunk(b"IEND", b"")]
+    return b"".join(out)
+
+
+def _chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
 
 
 class Canvas:
@@ -119,6 +135,7 @@ class Canvas:
         self.w, self.h = int(w), int(h)
         self.image = Image.new("RGB", (max(1, self.w), max(1, self.h)), rgb8(background))
         self.draw = ImageDraw.Draw(self.image)
+        self._core = self.image.im  # Pillow's C image: fills and masked pastes without per-call checks
         self.labels: list | None = None
 
     # -- areas ------------------------------------------------------------------------------
@@ -129,7 +146,7 @@ class Canvas:
         """Fill pixels ``[x0, x1) x [y0, y1)`` (coordinates truncated to ints)."""
         x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
         if x1 > x0 and y1 > y0:
-            self.draw.rectangle((x0, y0, x1 - 1, y1 - 1), fill=rgb8(color))
+            self._core.paste(rgb8(color), (x0, y0, x1, y1))
 
     def frame(self, x0, y0, x1, y1, color, width: int) -> None:
         """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``."""
@@ -183,7 +200,10 @@ class Canvas:
         left = int(round(x - (w / 2 if ha == "center" else (w if ha == "right" else 0))))
         if self.labels is not None:
             self.labels.append((text, float(size_px), (left, top, left + w, top + h)))
-        self.image.paste(rgb8(color), (left, top, left + w, top + h), m)
+        if left >= 0 and top >= 0 and left + w <= self.w and top + h <= self.h:
+            self._core.paste(rgb8(color), (left, top, left + w, top + h), m.im)
+        else:
+            self.image.paste(rgb8(color), (left, top, left + w, top + h), m)
         return w
 
     # -- lines ------------------------------------------------------------------------------
@@ -212,6 +232,7 @@ class Canvas:
         out.image = self.image.resize((self.w // factor, self.h // factor), Image.Resampling.BOX)
         out.w, out.h = out.image.size
         out.draw = ImageDraw.Draw(out.image)
+        out._core = out.image.im
         return out
 
     def pixels(self) -> np.ndarray:
