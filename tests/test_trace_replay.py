@@ -461,12 +461,12 @@ def test_writers_and_player_refuse_bad_arguments(ag4, tmp_path):
     for call, exc, text in [
         (lambda: save_gif(ag4, tmp_path / "a.gif", fps=float("nan")), ValueError, "fps must be 0.01 to 50.0"),
         (lambda: save_gif(ag4, tmp_path / "a.gif", fps=1e-6), ValueError, "fps must be 0.01 to 50.0"),
-        (lambda: save_gif(None, tmp_path / "a.gif"), TypeError, "takes a collnb.trace.Trace"),
+        (lambda: save_gif(None, tmp_path / "a.gif"), TypeError, "takes a collnb.Trace"),
         (lambda: save_gif(ag4, tmp_path / "a.png"), ValueError, "end the file name with .gif"),
         (lambda: save_gif(ag4, tmp_path / "a.gif", cell=-5), ValueError, "cell must be an int from 4 to 200"),
         (lambda: save_filmstrip(ag4, tmp_path / "a.gif"), ValueError, "end the file name with .png"),
         (lambda: save_filmstrip(ag4, tmp_path / "a.png", columns=-1), ValueError, "columns must be an int"),
-        (lambda: save_filmstrip("x", tmp_path / "a.png"), TypeError, "takes a collnb.trace.Trace"),
+        (lambda: save_filmstrip("x", tmp_path / "a.png"), TypeError, "takes a collnb.Trace"),
         (lambda: replay(ag4, speed=0), ValueError, "speed must be 0.25 to 8.0"),
         (lambda: replay(ag4, speed=float("nan")), ValueError, "speed must be 0.25 to 8.0"),
     ]:

@@ -3,16 +3,16 @@
 ``explore("all_reduce")`` shows a small panel of standard ipywidgets 8 controls (no custom
 JavaScript, so it works the same in JupyterLab 4, Jupyter Notebook 7 and VS Code):
 
-* **world size** slider (1..16; for NCCL at most the visible GPU count),
+* **world size** slider (the number of ranks, 1..16; for NCCL at most the visible GPU count),
 * **dtype** dropdown: every dtype the backend accepted for this primitive when
-  :func:`collnb.primitives.backend_support` tried them on real ranks,
+  :func:`collnb.collectives.backend_support` tried them on real ranks,
 * **op** dropdown (reducing primitives only): the reduce ops valid for the chosen dtype,
 * **src/dst** slider (rooted primitives only): the root rank,
 * **backend** toggle: the backends that can run here; the reason is shown for the others
-  (:func:`collnb.launcher.backend_info`),
+  (:func:`collnb.ranks.backend_info`),
 * **elements per chunk** (tensor length = chunks x elements per chunk),
 * **inputs**: the teaching values (``10*rank + chunk``; ``100*rank + chunk`` above 10 ranks) or
-  a preset that fits the primitive (:func:`presets_for`): reducing primitives get the dtype
+  a preset that fits the primitive (:func:`collnb.views.presets.presets_for`): reducing primitives get the dtype
   lessons (int8 SUM wraps 100+100 -> -56; float16 60000+60000 -> inf; bfloat16 256+1 -> 256);
   primitives that only move data get values that name their source rank and special floats
   (nan, inf, 1/3) that arrive bit for bit. A preset keeps the learner's world size unless its
@@ -24,17 +24,18 @@ with ``update_display`` as the controls move. While the panel is live the pictur
 CSS rule in the picture's own HTML) and one grey line above the panel says to run the cell again
 if the controls stop answering (a restarted kernel leaves the old panel on the page); a saved
 notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows the picture
-(see :func:`static_bundle`).
+(see :func:`collnb.views.static.static_bundle`).
 
-Every change runs the primitive through :func:`collnb.primitives.run` (the warm pool of
-:mod:`collnb.launcher`) and redraws the before | after heatmap with the same drawing path a
-:class:`~collnb.primitives.RunResult` uses when a notebook displays it
-(:meth:`RunResult.png <collnb.primitives.RunResult.png>`). For reducing primitives a table beside
+Every change runs the primitive through :func:`collnb.collectives.run` (the warm pool of
+:mod:`collnb.ranks`) and redraws the before | after heatmap with the same drawing path a
+:class:`~collnb.collectives.RunResult` uses when a notebook displays it
+(:meth:`RunResult.png <collnb.collectives.RunResult.png>`). For reducing primitives a table beside
 the heatmap (below it when the notebook is too narrow for both) shows the float64 result of the
 same inputs and highlights the chunks where the dtype changed the answer.
 
-Runs happen on one background thread per explorer with a one-slot "latest request" mailbox:
-while a run is in flight, further changes only overwrite the slot, so a fast slider drag runs at
+Runs happen on the views' shared :class:`~collnb.views.worker.LatestWorker` (one background
+thread per explorer, as for the rounds explorer): a control change returns at once, and while a
+run is in flight further changes only overwrite a one-slot mailbox, so a fast slider drag runs at
 most one stale request and then the latest values (no queue). A result that is already stale
 when its run finishes is not drawn. Errors (an invalid combination, a failing rank) are shown in
 the panel; the explorer stays usable (a pool the launcher closed after a failure is rebuilt by
@@ -81,7 +82,7 @@ class Explorer(ControlLogic):
             (``data-after``: each rank's output chunks as drawn, ranks separated by ``;``).
         reference: ``ipywidgets.HTML`` with the float64 reference table (``class="collnb-reference"``).
         status: ``ipywidgets.HTML``: busy indicator, last run's verdict and timings, or the error.
-        last_result: :class:`~collnb.primitives.RunResult` of the latest run drawn (``None`` before).
+        last_result: :class:`~collnb.collectives.RunResult` of the latest run drawn (``None`` before).
         last_params: the control values (dict) of the latest run drawn or failed.
         last_png: PNG bytes of the figure shown.
         error: the exception of the latest finished run, or ``None``.
@@ -376,7 +377,7 @@ class Explorer(ControlLogic):
 
     def close(self, timeout: float = 30.0) -> None:
         """Stop the explorer: drop waiting values, wait for the run in flight, close the widgets.
-        The warm ranks stay (they belong to :mod:`collnb.launcher`; see :func:`collnb.shutdown`)."""
+        The warm ranks stay (they belong to :mod:`collnb.ranks`; see :func:`collnb.shutdown`)."""
         self._worker.close(timeout)
         todo, seen = [self.widget], []
         while todo:  # every widget of the panel, containers included
@@ -507,7 +508,7 @@ def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Exp
     """Open an interactive explorer of ``primitive`` on warm ranks.
 
     Args:
-        primitive: one of :data:`collnb.primitives.PRIMITIVES`, or a list of them (adds a
+        primitive: one of :data:`collnb.collectives.PRIMITIVES`, or a list of them (adds a
             primitive dropdown, e.g. the four object collectives).
         world_size: initial world size, 1..16 (default 4).
         dtype: initial dtype name or ``torch.dtype`` (default ``"float32"``); one the backend does
@@ -520,7 +521,7 @@ def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Exp
         inputs: a key of :data:`INPUT_PRESETS` (default ``"teaching"``).
         dpi: resolution of the heatmap PNG (default 80).
         wait: block until the first figure is drawn (default True).
-        launch_kwargs: passed to :func:`collnb.launcher.launch` through :func:`collnb.primitives.run`.
+        launch_kwargs: passed to :func:`collnb.ranks.launch` through :func:`collnb.collectives.run`.
 
     Returns:
         :class:`Explorer` (displays as its panel when it is the last expression of a cell).

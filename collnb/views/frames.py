@@ -45,9 +45,9 @@ class FrameRenderer:
     """Draws the frames of one trace (a Figure with an Agg canvas, reused across frames).
 
     Args:
-        trace: :class:`collnb.trace.Trace`.
-        model: :class:`collnb.costmodel.CostModel` for the predicted running total (default
-            :data:`collnb.costmodel.DEFAULT_MODEL`).
+        trace: :class:`collnb.Trace`.
+        model: :class:`collnb.algorithms.costmodel.CostModel` for the predicted running total (default
+            :data:`collnb.algorithms.costmodel.DEFAULT_MODEL`).
         cell: heatmap cell size in pixels (default: fits ~440 px).
         dpi: figure dpi (pixel sizes do not depend on it).
 

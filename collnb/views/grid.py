@@ -70,7 +70,7 @@ def _call_text(result) -> str:
 
 
 def heatmap_grid(result) -> HeatmapGrid:
-    """What the heatmap of ``result`` (a :class:`~collnb.primitives.RunResult`) shows, as data:
+    """What the heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`) shows, as data:
     values as text, cell states, contributing ranks, mismatches, per-rank verdicts."""
     spec = result.spec
     ws, cs, kind = result.world_size, result.chunk_size, spec.kind

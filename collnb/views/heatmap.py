@@ -98,7 +98,7 @@ def _band_text(n, ws):
 
 def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                   grid: HeatmapGrid | None = None) -> HeatmapImage:
-    """Paint the before | after heatmap of ``result`` (a :class:`~collnb.primitives.RunResult`).
+    """Paint the before | after heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`).
 
     Args:
         result: the run to draw.
@@ -272,12 +272,12 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     cv.text(g.title, W / 2, 14 * k, title_px, INK, "bold", va="top")
     cv.text(g.call, W / 2, 46 * k, call_px, "#333333", "mono", va="top")
 
-    outlines = []
-    strips: dict = {}
+    outlines: list = []
     cap = (21 if ws <= 8 else 17) * k
     val_px = max(val_floor, min(cap, 0.40 * cell))
     sub_px = max(_SAFE_PX, min(11 * k, 0.22 * cell))
     dstep = max(17 * k, desc_px + 4)
+    cs = _CellStyle(cell, gap, inner, int(round(_BAND * inner)), k, ws, val_px, sub_px, show_exact, long_subs)
     for panel in (b, a):
         x0, yh, gtop, pw = heads[panel.name]
         cv.text(panel.name, x0 + pw / 2, yh, head_px, INK, "bold", va="top")
@@ -288,79 +288,14 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
             cv.text(label, x0 + (c + 0.5) * cell, gtop - 7 * k, col_px, "#333333", va="bottom")
         if not long_cols and not time_kind:
             cv.text("chunk", x0 - 6 * k, gtop - 7 * k, col_px, "#333333", ha="right", va="bottom")
-        band = int(round(_BAND * inner))
         for r in range(ws):
-            y0 = gtop + r * cell
             for c in range(panel.n_cols):
-                cx0 = x0 + c * cell + gap
-                cy0 = y0 + gap
-                st = panel.state[r][c]
-                ranks = panel.ranks[r][c]
-                combined = st == "value" and len(ranks) > 1
-                cband = band
-                if st == "undefined":
-                    cv.hatch(cx0, cy0, cx0 + inner, cy0 + inner, UNDEFINED_COLOR, HATCH_COLOR,
-                             period=max(6, int(10 * k)), width=max(2, int(3 * k)))
-                elif st == "empty":
-                    cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, EMPTY_COLOR)
-                elif not combined:
-                    cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, rank_color(ranks[0] if ranks else r))
-                else:
-                    cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, COMBINED_COLOR)
-                    cv.frame(cx0, cy0, cx0 + inner, cy0 + inner, "#C8C8C8", 1)
-                    if inner / len(ranks) >= 5:
-                        strip = strips.get(ranks)
-                        if strip is None:  # one band per set of contributors, pasted where it recurs
-                            strip = np.empty((band, inner, 3), dtype=np.uint8)
-                            edges = np.linspace(0, inner, len(ranks) + 1).round().astype(int)
-                            for i, s_ in enumerate(ranks):
-                                strip[:, edges[i]:edges[i + 1]] = rgb8(rank_color(s_))
-                            strip = strips[ranks] = Image.fromarray(strip, "RGB")
-                        cv.paste(strip, cx0, cy0)
-                    else:  # too many contributors for stripes: say how many
-                        bt = _band_text(len(ranks), ws)
-                        bpx = _fit_size(bt, _SAFE_PX, inner - 4, "bold")
-                        bt = _fit_text(bt, bpx, inner - 4, "bold")
-                        cband = max(band, int(0.73 * bpx + 7))
-                        cv.rect(cx0, cy0, cx0 + inner, cy0 + cband, "#5A5A5A")
-                        cv.text(bt, cx0 + inner / 2, cy0 + cband / 2, bpx, COMBINED_COLOR, "bold")
-                if panel.row_note[r]:
-                    continue
-                txt = panel.text[r][c]
-                if panel.expected[r][c]:
-                    sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
-                elif show_exact and panel.exact[r][c]:
-                    sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
-                else:
-                    sub = ""
-                xc = x0 + (c + 0.5) * cell
-                body_top = cy0 + (cband if combined else 0)
-                body_bottom = cy0 + inner - (0.30 * inner if sub else 0)
-                if txt:
-                    size = _fit_size(txt, val_px, inner * 0.92, "bold")
-                    txt = _fit_text(txt, size, inner - 2, "bold")
-                    cv.text(txt, xc, (body_top + body_bottom) / 2, size,
-                            GREY_TEXT if st == "undefined" else INK,
-                            "regular" if st == "undefined" else "bold")
-                if sub:
-                    size = _fit_size(sub, sub_px, inner * 0.96, "bold")
-                    sub = _fit_text(sub, size, inner - 2, "bold")
-                    if st == "value" and not combined:  # a white backing: red/orange on a rank's fill is < 4.5:1
-                        sw_, sh_ = cv.measure(sub, size, "bold")
-                        ys = cy0 + inner - 0.16 * inner
-                        cv.rect(xc - sw_ / 2 - 2, ys - 0.5 * size - 1, xc + sw_ / 2 + 2, ys + 0.5 * size + 1,
-                                COMBINED_COLOR)
-                    cv.text(sub, xc, cy0 + inner - 0.16 * inner, size,
-                            MISMATCH_COLOR if panel.expected[r][c] else EXACT_COLOR, "bold")
-                if panel.mismatch[r][c]:
-                    box = (x0 + c * cell, y0, x0 + (c + 1) * cell, y0 + cell)
-                    cv.frame(*box, MISMATCH_COLOR, max(3, int(round(4 * k))))
-                    outlines.append(box)
+                _paint_cell(cv, panel, r, c, (x0, gtop + r * cell), cs, outlines)
             if panel.row_note[r]:
                 note = panel.row_note[r]
                 size = _fit_size(note, F(13), max(pw - 8, 1), "italic")
                 tw, th = cv.measure(note, size, "italic")
-                yc = y0 + cell / 2
+                yc = gtop + (r + 0.5) * cell
                 cv.rect(x0 + pw / 2 - tw / 2 - 6 * k, yc - 0.5 * size - 3 * k, x0 + pw / 2 + tw / 2 + 6 * k,
                         yc + 0.5 * size + 3 * k, COMBINED_COLOR)
                 cv.text(note, x0 + pw / 2, yc, size, "#555555", "italic")
@@ -383,8 +318,112 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
             cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], OK_GREEN if v == "✓" else MISMATCH_COLOR, "bold", ha="left")
     cv.text(g.status, W / 2, y_status, status_px, OK_GREEN if g.ok else MISMATCH_COLOR, "bold")
 
+    _paint_legend(cv, rows, y_status, ws, k, (sw, sh), leg_px, leg_step)
+
+    return HeatmapImage(pixels=cv.pixels(), dpi=dpi, grid=g, geometry=geometry, outlines=outlines,
+                        layout="stacked" if stacked else "side by side", labels=cv.labels)
+
+
+
+@dataclass
+class _CellStyle:
+    """Sizes shared by every cell of one heatmap (pixels; ``k`` = dpi / 100)."""
+
+    cell: int
+    gap: int
+    inner: int
+    band: int
+    k: float
+    ws: int
+    val_px: float
+    sub_px: float
+    show_exact: bool
+    long_subs: bool
+    strips: dict = field(default_factory=dict)  # contributors -> their band, painted once
+
+
+def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _CellStyle, outlines: list) -> None:
+    """Cell (rank ``r``, column ``c``) of ``panel`` whose row starts at ``origin`` (x of the panel,
+    y of the row): fill, contributor band, value, note under it, red outline (appended to
+    ``outlines``)."""
+    x0, y0 = origin
+    cell, gap, inner, band, k, ws = cs.cell, cs.gap, cs.inner, cs.band, cs.k, cs.ws
+    strips, val_px, sub_px, show_exact, long_subs = cs.strips, cs.val_px, cs.sub_px, cs.show_exact, cs.long_subs
+    cx0 = x0 + c * cell + gap
+    cy0 = y0 + gap
+    st = panel.state[r][c]
+    ranks = panel.ranks[r][c]
+    combined = st == "value" and len(ranks) > 1
+    cband = band
+    if st == "undefined":
+        cv.hatch(cx0, cy0, cx0 + inner, cy0 + inner, UNDEFINED_COLOR, HATCH_COLOR,
+                 period=max(6, int(10 * k)), width=max(2, int(3 * k)))
+    elif st == "empty":
+        cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, EMPTY_COLOR)
+    elif not combined:
+        cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, rank_color(ranks[0] if ranks else r))
+    else:
+        cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, COMBINED_COLOR)
+        cv.frame(cx0, cy0, cx0 + inner, cy0 + inner, "#C8C8C8", 1)
+        if inner / len(ranks) >= 5:
+            strip = strips.get(ranks)
+            if strip is None:  # one band per set of contributors, pasted where it recurs
+                strip = np.empty((band, inner, 3), dtype=np.uint8)
+                edges = np.linspace(0, inner, len(ranks) + 1).round().astype(int)
+                for i, s_ in enumerate(ranks):
+                    strip[:, edges[i]:edges[i + 1]] = rgb8(rank_color(s_))
+                strip = strips[ranks] = Image.fromarray(strip, "RGB")
+            cv.paste(strip, cx0, cy0)
+        else:  # too many contributors for stripes: say how many
+            bt = _band_text(len(ranks), ws)
+            bpx = _fit_size(bt, _SAFE_PX, inner - 4, "bold")
+            bt = _fit_text(bt, bpx, inner - 4, "bold")
+            cband = max(band, int(0.73 * bpx + 7))
+            cv.rect(cx0, cy0, cx0 + inner, cy0 + cband, "#5A5A5A")
+            cv.text(bt, cx0 + inner / 2, cy0 + cband / 2, bpx, COMBINED_COLOR, "bold")
+    if panel.row_note[r]:
+        return
+    txt = panel.text[r][c]
+    if panel.expected[r][c]:
+        sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
+    elif show_exact and panel.exact[r][c]:
+        sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
+    else:
+        sub = ""
+    xc = x0 + (c + 0.5) * cell
+    body_top = cy0 + (cband if combined else 0)
+    body_bottom = cy0 + inner - (0.30 * inner if sub else 0)
+    if txt:
+        size = _fit_size(txt, val_px, inner * 0.92, "bold")
+        txt = _fit_text(txt, size, inner - 2, "bold")
+        cv.text(txt, xc, (body_top + body_bottom) / 2, size,
+                GREY_TEXT if st == "undefined" else INK,
+                "regular" if st == "undefined" else "bold")
+    if sub:
+        size = _fit_size(sub, sub_px, inner * 0.96, "bold")
+        sub = _fit_text(sub, size, inner - 2, "bold")
+        if st == "value" and not combined:  # a white backing: red/orange on a rank's fill is < 4.5:1
+            sw_, sh_ = cv.measure(sub, size, "bold")
+            ys = cy0 + inner - 0.16 * inner
+            cv.rect(xc - sw_ / 2 - 2, ys - 0.5 * size - 1, xc + sw_ / 2 + 2, ys + 0.5 * size + 1,
+                    COMBINED_COLOR)
+        cv.text(sub, xc, cy0 + inner - 0.16 * inner, size,
+                MISMATCH_COLOR if panel.expected[r][c] else EXACT_COLOR, "bold")
+    if panel.mismatch[r][c]:
+        box = (x0 + c * cell, y0, x0 + (c + 1) * cell, y0 + cell)
+        cv.frame(*box, MISMATCH_COLOR, max(3, int(round(4 * k))))
+        outlines.append(box)
+
+
+def _paint_legend(cv: Canvas, rows: list, y: float, ws: int, k: float, swatch: tuple, leg_px: float,
+                  leg_step: float) -> None:
+    """The legend rows (``[(entries, width)]``, each entry ``(label, kind, width)``) centred below
+    ``y``: a swatch of each kind (rank colour, band of stripes, hatching, red outline, orange N)
+    and its label."""
+    sw, sh = swatch
+    W = cv.w
     for i, (row, roww) in enumerate(rows):
-        yc = y_status + 30 * k + leg_step * i
+        yc = y + 30 * k + leg_step * i
         x = (W - roww) / 2
         for label, kind, ew in row:
             sx0, sy0 = int(x), int(yc - sh / 2)
@@ -405,9 +444,6 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                 cv.text("N", sx0 + sw / 2, yc, leg_px, EXACT_COLOR, "bold")
             cv.text(label, x + sw + 7 * k, yc, leg_px, "#222222", ha="left")
             x += ew
-
-    return HeatmapImage(pixels=cv.pixels(), dpi=dpi, grid=g, geometry=geometry, outlines=outlines,
-                        layout="stacked" if stacked else "side by side", labels=cv.labels)
 
 
 def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,

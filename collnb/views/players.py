@@ -80,7 +80,7 @@ class ReplayWidget:
 
     Displayed in a notebook, it also shows a static picture of the current frame (kept current,
     hidden while the player is live) so that a saved notebook shows the replay without a kernel
-    (see :func:`collnb.explorer.static_bundle`).
+    (see :func:`collnb.views.static.static_bundle`).
     """
 
     def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
@@ -163,7 +163,7 @@ class ReplayWidget:
 
     # -- saved notebooks -----------------------------------------------------------------------
     def static_bundle(self) -> dict:
-        """The current frame as a static display bundle (see :func:`collnb.explorer.static_bundle`)."""
+        """The current frame as a static display bundle (see :func:`collnb.views.static.static_bundle`)."""
         k = self.current_round
         png = self.renderer.png(k)
         t = self.trace
@@ -266,7 +266,7 @@ class CompareWidget:
 
     def static_bundle(self) -> dict:
         """The summary and both current frames as one static picture (see
-        :func:`collnb.explorer.static_bundle`)."""
+        :func:`collnb.views.static.static_bundle`)."""
         png = stack_pngs([self.summary.value, self.images[0].value, self.images[1].value])
         return static_bundle(png, "comparison", alt=f"{self.left.trace.algorithm} vs {self.right.trace.algorithm}",
                              png_with_line=captioned_png(png, RERUN_LINE.format(what="comparison")),

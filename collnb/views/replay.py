@@ -33,7 +33,7 @@ FPS_RANGE = (0.01, 50.0)  # GIF frame delays are centiseconds in 16 bits; below 
 def _check_file_args(trace, path, suffix, fn, cell=None, columns=None):
     """Raise TypeError/ValueError, naming the argument, for what the writers below cannot use."""
     if not isinstance(trace, Trace):
-        raise TypeError(f"{fn}() takes a collnb.trace.Trace; got {type(trace).__name__}")
+        raise TypeError(f"{fn}() takes a collnb.Trace; got {type(trace).__name__}")
     if not isinstance(path, (str, os.PathLike)):
         raise TypeError(f"{fn}() path must be a file name (str or os.PathLike); got {type(path).__name__}")
     if not os.fspath(path).lower().endswith(suffix):
