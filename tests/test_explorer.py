@@ -151,6 +151,14 @@ def test_rooted_and_object_primitives():
         assert ex.last_result.defined == [False, True]
     finally:
         ex.close()
+    ex = explore("broadcast", world_size=2, root=5)  # not a rank: the vocabulary's words, then a fix
+    try:
+        import html
+        assert ex.controls["root"].value == 1 and attr(ex.figure.value, "root") == "1"
+        assert ("⚠ src must be a rank, an int from 0 to 1 (world size 2); got 5; showing src=1"
+                in html.unescape(ex.note.value))
+    finally:
+        ex.close()
     ex = explore(["all_gather_object", "scatter_object_list"], world_size=3)
     try:
         assert ex.controls["dtype"].layout.display == "none"

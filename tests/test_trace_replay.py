@@ -244,6 +244,34 @@ def test_explore_rounds_runs_on_real_ranks():
     assert e.runs_started == e.runs_finished == 4
 
 
+def test_rounds_explorer_callback_returns_at_once_and_the_latest_values_win(ag4, monkeypatch):
+    """A control change returns before its run ends (the kernel stays responsive); values set
+    while a run is in flight replace each other, only the latest runs (a stub stands for the ranks)."""
+    import threading
+    from collnb.views import rounds
+    release, entered, calls = threading.Event(), threading.Event(), []
+
+    def stub(primitive, algorithm, world_size, **kwargs):
+        calls.append(world_size)
+        if len(calls) > 1:
+            entered.set()
+            assert release.wait(30)
+        return ag4
+
+    monkeypatch.setattr(rounds, "run_algorithm", stub)
+    e = rounds.RoundsExplorer("all_gather", "ring", world_size=4)
+    assert calls == [4] and e.trace is ag4
+    e.world_size.value = 5  # blocks in the stub until released: the callback must not
+    assert entered.wait(30)
+    for ws in (6, 7, 8):
+        e.world_size.value = ws
+    assert not release.is_set() and e.busy and e.runs_finished == 1
+    release.set()
+    e.wait()
+    assert calls == [4, 5, 8]  # 6 and 7 were replaced while 5 ran
+    assert e.runs_started == e.runs_finished == 3 and e.player.trace is ag4
+
+
 def test_compare_view(tmp_path):
     from collnb.views import compare, compare_figure
     for ws in (8, 6):

@@ -9,11 +9,10 @@ written by one formatter (:mod:`.values`; bytes and seconds by :mod:`collnb.unit
 Other layers import from this package only, never from its modules.
 """
 
-from .comparison import compare_figure
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
-from .replay import FPS_RANGE, _check_rate, compare, replay, save_filmstrip, save_gif
-from .rounds import explore_rounds
+from .replay import (FPS_RANGE, _check_rate, compare, compare_figure, explore_rounds, replay, save_filmstrip,
+                     save_gif)
 
 __all__ = ["explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip", "FPS_RANGE", "_check_rate"]

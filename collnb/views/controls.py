@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from .. import collectives as _prim
 from ..units import format_bytes
-from ..vocabulary import dtype_name, op_hint, op_name
+from ..vocabulary import check_rank, dtype_name, op_hint, op_name
 from .presets import INPUT_PRESETS, about_text, presets_for, teaching_label
 from .static import esc
 
@@ -93,11 +93,12 @@ class ControlLogic:
         if spec.rooted:
             r = want_root if want_root is not None else c["root"].value
             c["root"].max = max(ws - 1, 0)  # clamps the value when the world shrinks
-            if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r < ws:
-                fixed = min(max(r, 0), ws - 1) if isinstance(r, int) and not isinstance(r, bool) else 0
+            try:
+                r = check_rank(r, ws, spec.root_name)
+            except (TypeError, ValueError) as exc:
+                fixed = min(max(r, 0), ws - 1) if isinstance(exc, ValueError) else 0
                 if want_root is not None:
-                    self._notes.append(f"{spec.root_name}={r!r} is not a rank at world size {ws} "
-                                       f"(choose 0..{ws - 1}); showing {spec.root_name}={fixed}")
+                    self._notes.append(f"{exc}; showing {spec.root_name}={fixed}")
                 r = fixed
             c["root"].value = r
         if tensor:

@@ -6,7 +6,10 @@ primitive.
 
 from __future__ import annotations
 
+import html
+
 from .. import collectives as _prim
+from ..vocabulary import check_choice
 
 __all__ = ["INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "teaching_label", "about_text"]
 
@@ -45,9 +48,10 @@ def presets_for(primitive: str) -> tuple:
     data; just the teaching values for object collectives and barrier (no tensor inputs).
 
     Raises:
-        ValueError: unknown primitive (the valid ones listed).
+        TypeError: a primitive that is not a name. ValueError: unknown primitive (the valid ones
+            listed; the words of :func:`collnb.vocabulary.check_choice`).
     """
-    spec = _prim._get_spec(primitive)
+    spec = _prim.SPECS[check_choice("primitive", primitive, _prim.PRIMITIVES)]
     if spec.kind != "tensor":
         return ("teaching",)
     return _REDUCING_PRESETS if spec.reduces else _MOVING_PRESETS
@@ -73,7 +77,6 @@ CHUNK_SIZES = tuple(2 ** i for i in range(0, 17))
 def about_text(spec, op: str) -> str:
     """One paragraph (HTML) on what ``spec``'s primitive does with the data; ``op`` is the reduce
     op shown for reducing primitives."""
-    import html
     if spec.kind == "time":
         text = _ABOUT_TIME
     elif spec.kind == "object":

@@ -1,7 +1,9 @@
 """Replay a :class:`collnb.Trace` round by round: the entry points.
 
 :func:`replay` (a player: Play, round slider, step buttons, speed), :func:`compare` (two algorithms
-side by side under one slider), :func:`save_gif` and :func:`save_filmstrip` (headless files). What a
+side by side under one slider), :func:`save_gif` and :func:`save_filmstrip` (headless files); also
+named here, from their own modules, :func:`explore_rounds` (run an algorithm on real ranks, then
+replay it) and :func:`compare_figure` (the comparison chart). What a
 frame shows: :mod:`collnb.views.frames`; the round's heatmap and arrows:
 :mod:`collnb.views.round_heatmap`; the players: :mod:`collnb.views.players`; the rounds explorer
 that runs algorithms on real ranks: :mod:`collnb.views.rounds`; the comparison chart:
@@ -19,13 +21,16 @@ from PIL import Image
 from ..algorithms import ALGORITHMS, CostModel, Trace, run_algorithms
 from ..units import format_bytes
 from ..vocabulary import check_choice, check_int, check_world_size
+from .comparison import compare_figure
 from .frames import FrameRenderer
 from .palette import INK, MIN_LABEL_PX
 from .players import SPEED_RANGE, CompareWidget, ReplayWidget
 from .raster import Canvas
 from .round_heatmap import paint_heatmap
+from .rounds import explore_rounds
 
-__all__ = ["replay", "compare", "save_gif", "save_filmstrip", "FPS_RANGE", "SPEED_RANGE"]
+__all__ = ["replay", "compare", "save_gif", "save_filmstrip", "explore_rounds", "compare_figure", "FPS_RANGE",
+           "SPEED_RANGE"]
 
 FPS_RANGE = (0.01, 50.0)  # GIF frame delays are centiseconds in 16 bits; below 20 ms browsers slow them
 

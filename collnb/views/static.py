@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import html
+import io
 
 from PIL import Image
 
@@ -31,7 +32,6 @@ def captioned_png(png: bytes | None, line: str) -> bytes | None:
     for frontends that show only the ``image/png`` of a saved output; ``None`` stays ``None``."""
     if png is None:
         return None
-    import io
     img = Image.open(io.BytesIO(png)).convert("RGB")
     w, h = img.size
     strip = 30
@@ -44,7 +44,6 @@ def captioned_png(png: bytes | None, line: str) -> bytes | None:
 
 def stack_pngs(pngs, gap: int = 10) -> bytes:
     """PNG images one below the other, left-aligned on white, ``gap`` pixels apart (and below)."""
-    import io
     imgs = [Image.open(io.BytesIO(p)).convert("RGB") for p in pngs]
     cv = Canvas(max(i.size[0] for i in imgs), sum(i.size[1] + gap for i in imgs))
     y = 0
