@@ -16,7 +16,7 @@ How to read one (the legend under each figure says the same):
 * the column right of ``after`` gives each rank's verdict (✓, ✗, undefined).
 
 The whole picture is painted on one :class:`collnb.views.raster.Canvas` (:func:`heatmap_image`:
-Pillow rectangles and FreeType text, a few ms at world size 8 on 2 cores) and encoded as PNG
+Pillow rectangles and FreeType text, ~10 ms at world size 8 on 2 cores) and encoded as PNG
 (:func:`heatmap_png`), headless and thread-safe; :func:`heatmap_figure` wraps the same
 pixels in a :class:`matplotlib.figure.Figure` with the Agg canvas (object API only, never pyplot's
 global state). The content comes from :func:`collnb.views.grid.heatmap_grid` (plain data); :func:`cell_box` says
@@ -114,7 +114,8 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     show as stripes (< 5 px each) says "all 16" / "12 ranks" instead.
 
     Returns:
-        :class:`HeatmapImage`. Takes ~20-40 ms at world size 8.
+        :class:`HeatmapImage`. Takes ~8-10 ms of CPU at world size 8 (int8 all_reduce, dpi 80; the PNG
+        another ~6 ms: `benchmarks/explorer.py` prints both together).
     """
     g = grid or heatmap_grid(result)
     b, a = g.before, g.after

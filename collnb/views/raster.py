@@ -4,9 +4,10 @@ lines, arrows and PNG encoding, painted with Pillow.
 Heatmaps (:mod:`collnb.views.heatmap`), replay frames (:mod:`collnb.views.frames`) and the static
 pictures of saved widgets (:mod:`collnb.views.static`) all paint through :class:`Canvas`, so they
 share fonts (matplotlib's DejaVu files, rendered by FreeType through Pillow), text placement and
-colours. Pillow paints in C on 8-bit pixels: a world-size-8 heatmap takes a few milliseconds, where
-a few hundred matplotlib Text artists took 250-300 ms and a float numpy canvas ~15 ms on a 2-core
-machine. Matplotlib stays for charts with axes (bar and line plots), which are not drawn here.
+colours. Pillow paints in C on 8-bit pixels: a world-size-8 heatmap takes ~10 ms of CPU and ~15 ms
+with its PNG, where the float numpy canvas with matplotlib's FreeType text it replaces took ~30-40 ms
+with its PNG, and a few hundred matplotlib Text artists 250-300 ms (2-core machine,
+``benchmarks/explorer.py``). Matplotlib stays for charts with axes (bar and line plots).
 
 Coordinates are pixels, origin top-left, y down. Colours are ``"#RRGGBB"``, 0..255 int triples, or
 0..1 float triples/arrays (the palette of :mod:`collnb.views.palette`).
