@@ -15,4 +15,5 @@ from .replay import (FPS_RANGE, _check_rate, compare, compare_figure, explore_ro
                      save_gif)
 
 __all__ = ["explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
-           "compare", "compare_figure", "save_gif", "save_filmstrip", "FPS_RANGE", "_check_rate"]
+           "compare", "compare_figure", "save_gif", "save_filmstrip"]
+# also named here for the command line (collnb.cli.replay): FPS_RANGE, _check_rate
