@@ -18,8 +18,11 @@ Measures in one run on this machine, world size 8:
 * **memory**: total PSS (proportional set size, shared pages split among sharers:
   ``psutil.Process.memory_full_info().pss``) of the 8 warm ranks.
 
+* **the heatmap alone**: :func:`collnb.views.heatmap_png` of the world-size-8 int8 all_reduce
+  (painting and PNG encoding, no ranks, no HTML), wall and CPU time.
+
 Targets (issue 4): warm move median <= 150 ms and <= 0.03x re-spawn; overhead <= 10% of the
-collective time; 8 warm ranks <= 300 MB total PSS.
+collective time; 8 warm ranks <= 300 MB total PSS. Issue 8: a world-size-8 heatmap <= 20 ms.
 
 Usage: ``python benchmarks/explorer.py [--moves 20] [--spawn-repeats 2] [--json FILE]``
 The machine's load (other processes) shows up in every figure; the script prints the load average.
@@ -144,6 +147,19 @@ def slider_moves(moves):
             primitives.run("all_reduce", WORLD_SIZE)
             ts.append(time.perf_counter() - t0)
         out["collnb.run"] = statistics.median(ts)
+        # the heatmap alone (no ranks, no HTML): painting + PNG, as RunResult.png and the explorer do
+        from collnb.views import heatmap_png
+        c["dtype"].value = "int8"  # the busiest picture: combined bands and orange float64 notes
+        c["world_size"].value = WORLD_SIZE
+        ex.wait()
+        res = ex.last_result
+        walls, cpus = [], []
+        for _ in range(max(moves, 10)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            heatmap_png(res, dpi=ex.dpi)
+            walls.append(time.perf_counter() - t0)
+            cpus.append(time.process_time() - c0)
+        out["heatmap"] = dict(wall=statistics.median(walls), cpu=statistics.median(cpus), n=len(walls))
     finally:
         ex.close()
     return out
@@ -193,6 +209,9 @@ def main(argv=None):
     print(f"  a world size the pool had not run before (new process group; 3, 5, 6, 7, 2 after 7 and 8): "
           f"median {m['total'] * 1e3:.1f} ms ({m['total'] / spawn_first:.4f}x re-spawn)")
     print(f"  collnb.run('all_reduce', {WORLD_SIZE}) without drawing: {moves['collnb.run'] * 1e3:.1f} ms")
+    h = moves["heatmap"]
+    print(f"  the world-size-{WORLD_SIZE} heatmap alone (int8 all_reduce, paint + PNG, median of {h['n']}): "
+          f"{h['wall'] * 1e3:.1f} ms wall, {h['cpu'] * 1e3:.1f} ms CPU (target <= 20 ms)")
 
     print(f"\nthe helper's own overhead per request (collnb.launch, world size {WORLD_SIZE}, "
           f"median of {args.overhead_repeats}; target <= 10% of the collective):")

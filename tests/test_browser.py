@@ -355,10 +355,11 @@ def _ink_rows(arr, box, dark=80):
 
 def _reference_ink(text):
     """Ink height of ``text`` painted in bold at 10 px (the smallest a label may be)."""
-    from collnb.views import heatmap as H
-    cv = H._Canvas(240, 60)
-    cv.text(text, 120, 30, 10.0, H._INK, "bold")
-    return _ink_rows((np.clip(cv.img, 0, 1) * 255).astype(np.uint8), (0, 0, 240, 60))
+    from collnb.views.palette import INK
+    from collnb.views.raster import Canvas
+    cv = Canvas(240, 60)
+    cv.text(text, 120, 30, 10.0, INK, "bold")
+    return _ink_rows(cv.pixels(), (0, 0, 240, 60))
 
 
 def _measure_heatmap(page, img, ws, shot_path):

@@ -17,7 +17,8 @@ import torch
 import collnb
 from collnb.ranks import launcher
 import collnb.collectives as P
-from collnb.views.explorer import INPUT_PRESETS, explore
+from collnb.views.explorer import explore
+from collnb.views.presets import INPUT_PRESETS
 from conftest import live_children, pool_dirs
 
 IMG = re.compile(r'<img class="collnb-heatmap" src="data:image/png;base64,([^"]+)"')
@@ -148,6 +149,14 @@ def test_rooted_and_object_primitives():
         assert c["root"].max == 1 and c["root"].value == 1 and attr(ex.figure.value, "root") == "1"
         assert rows(ex.figure.value)[1] == ["10", "12"]
         assert ex.last_result.defined == [False, True]
+    finally:
+        ex.close()
+    ex = explore("broadcast", world_size=2, root=5)  # not a rank: the vocabulary's words, then a fix
+    try:
+        import html
+        assert ex.controls["root"].value == 1 and attr(ex.figure.value, "root") == "1"
+        assert ("⚠ src must be a rank, an int from 0 to 1 (world size 2); got 5; showing src=1"
+                in html.unescape(ex.note.value))
     finally:
         ex.close()
     ex = explore(["all_gather_object", "scatter_object_list"], world_size=3)
@@ -302,17 +311,19 @@ def test_run_result_display_protocol_and_bad_arguments():
         ex.wait()
     finally:
         ex.close()
-    for kwargs, msg in [(dict(primitive="allreduce"),
-                         f"unknown primitive 'allreduce'; choose one of: {', '.join(P.PRIMITIVES)}"),
-                        (dict(world_size=17), "world_size must be an int from 1 to 16"),
-                        (dict(inputs="huge"), "unknown inputs preset 'huge'; choose one of teaching"),
-                        (dict(chunk_size=3), "chunk_size must be one of 1, 2, 4"),
-                        (dict(backend="mpi"), "unknown backend 'mpi'; choose one of gloo, nccl")]:
-        with pytest.raises(ValueError, match=re.escape(msg)):
+    for kwargs, exc, msg in [
+            (dict(primitive="allreduce"), ValueError, "unknown primitive 'allreduce'; choose one of: broadcast"),
+            (dict(primitive=3), TypeError, "primitive must be a name (str), one of: broadcast"),
+            (dict(world_size=17), ValueError, "world_size must be an int from 1 to 16; got 17"),
+            (dict(world_size=2.5), TypeError, "world_size must be an int from 1 to 16; got 2.5"),
+            (dict(inputs="huge"), ValueError, "unknown inputs preset 'huge'; choose one of: teaching"),
+            (dict(chunk_size=3), ValueError, "chunk_size must be one of 1, 2, 4"),
+            (dict(backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl")]:
+        with pytest.raises(exc, match=re.escape(msg)):
             explore(**kwargs)
     assert set(INPUT_PRESETS) == {"teaching", "int8_wrap", "fp16_inf", "bf16_round", "rank_ids", "special_floats"}
     with pytest.raises(ValueError, match=re.escape("inputs preset 'int8_wrap' shows nothing for broadcast; "
-                                                   "choose one of teaching, rank_ids, special_floats")):
+                                                   "choose one of: teaching, rank_ids, special_floats")):
         explore("broadcast", inputs="int8_wrap")
 
 
@@ -339,7 +350,7 @@ def test_presets_fit_the_primitive_and_keep_the_world_size():
     """Issue 9 §2 / issue 10 item 2: no dtype-overflow presets where the primitive does no
     arithmetic; a preset changes the world size only when it must, and says so; the teaching
     label follows the rule the values follow (100·rank above 10 ranks)."""
-    from collnb.views.explorer import presets_for
+    from collnb.views.presets import presets_for
     moving = ["broadcast", "scatter", "gather", "all_gather", "all_to_all", "send_recv"]
     for p in moving:
         assert presets_for(p) == ("teaching", "rank_ids", "special_floats"), p

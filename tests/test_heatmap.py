@@ -13,6 +13,8 @@ from PIL import Image
 from collnb.views import heatmap as H
 import collnb.collectives as P
 from collnb.collectives.primitives import _finish
+from collnb.views import palette as C
+from collnb.views.raster import Canvas
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +79,7 @@ def test_reduce_shows_undefined_ranks_grey(runs):
     assert g.verdicts == ["undefined", "undefined", "✓", "undefined"]
     assert g.after.state[2] == ["value"] * 4 and g.after.state[0] == ["undefined"] * 4
     assert g.after.text[2] == ["60", "64", "68", "72"]
-    grey = {_rgb8(H.UNDEFINED_COLOR), _rgb8(H._HATCH_COLOR)}
+    grey = {_rgb8(H.UNDEFINED_COLOR), _rgb8(C.HATCH_COLOR)}
     for r in (0, 1, 3):
         x0, y0, x1, y1 = H.cell_box(him, "after", r, 0)
         patch = {tuple(p) for p in img[int(y1) - 8:int(y1) - 3, int(x0) + 3:int(x0) + 12].reshape(-1, 3)}
@@ -132,7 +134,7 @@ def test_wrong_cell_is_outlined_red(runs):
     assert len(rects) == 1
     rx, ry = rects[0].get_xy()
     assert box[0] <= rx <= box[0] + 4 and box[1] <= ry <= box[1] + 4
-    red = _rgb8(H._hex_rgb(H.MISMATCH_COLOR))
+    red = _rgb8(C.hex_rgb(H.MISMATCH_COLOR))
     img = him.pixels
     x0, y0, x1, y1 = (int(v) for v in box)
     assert tuple(img[y0 + 1, (x0 + x1) // 2]) == red and tuple(img[(y0 + y1) // 2, x1 - 2]) == red
@@ -216,10 +218,9 @@ def _ink_height(pixels, box, dark=80):
 
 def _reference_ink(text):
     """Ink height of ``text`` painted in bold at exactly MIN_LABEL_PX (the smallest allowed)."""
-    cv = H._Canvas(200, 60)
-    cv.text(text, 100, 30, H.MIN_LABEL_PX, H._INK, "bold")
-    px = (np.clip(cv.img, 0, 1) * 255 + 0.5).astype(np.uint8)
-    return _ink_height(px, (0, 0, 200, 60))
+    cv = Canvas(200, 60)
+    cv.text(text, 100, 30, H.MIN_LABEL_PX, C.INK, "bold")
+    return _ink_height(cv.pixels(), (0, 0, 200, 60))
 
 
 TENSOR_PRIMITIVES = [p for p in P.PRIMITIVES if P.SPECS[p].kind == "tensor"]
@@ -296,17 +297,18 @@ def test_contrast_ratio_matches_wcag_examples():
     assert H.contrast_ratio((0, 0, 0), (1, 1, 1)) == pytest.approx(21.0)
     assert H.contrast_ratio((1, 1, 1), (1, 1, 1)) == pytest.approx(1.0)
     # #767676 on white is the classic 4.54:1 AA boundary grey
-    assert H.contrast_ratio(H._hex_rgb("#767676")) == pytest.approx(4.54, abs=0.01)
+    assert H.contrast_ratio(C.hex_rgb("#767676")) == pytest.approx(4.54, abs=0.01)
 
 
 def test_rank_colours_pass_contrast_and_stay_distinct_with_colour_blindness():
-    ink = H._hex_rgb("#111111")
+    ink = C.hex_rgb("#111111")
     for r in range(16):
         assert H.contrast_ratio(H.rank_text_color(r)) >= 4.5, r        # rank label on white (AA)
         assert H.contrast_ratio(ink, H.rank_color(r)) >= 7.0, r        # black value on the rank's fill (AAA)
     # every other text colour on white (sub labels get a white backing on coloured fills)
-    for name in ("_INK", "_EXACT", "_RED", "_OK_GREEN", "_GREY_TEXT"):
-        assert H.contrast_ratio(getattr(H, name)) >= 4.5, name
+    for name in ("INK", "EXACT_COLOR", "MISMATCH_COLOR", "OK_GREEN", "GREY_TEXT"):
+        assert H.contrast_ratio(C.hex_rgb(getattr(C, name)) if isinstance(getattr(C, name), str)
+                                else getattr(C, name)) >= 4.5, name
     # ranks 0-7 (Okabe-Ito hues): every pair stays apart under simulated protanopia,
     # deuteranopia and tritanopia (CIE76 distance; ~2.3 is a just-noticeable difference)
     for kind in _CVD:

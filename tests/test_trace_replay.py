@@ -17,7 +17,7 @@ import pytest
 from PIL import Image, ImageSequence
 
 import collnb.algorithms as A
-from collnb.views.heatmap import EMPTY_COLOR, RANK_COLORS
+from collnb.views.palette import EMPTY_COLOR, RANK_COLORS
 from collnb.algorithms.trace import Trace
 
 REPO = Path(__file__).resolve().parent.parent
@@ -151,7 +151,7 @@ def _pixel(img, box, fx=0.12, fy=0.5):
 
 
 def test_frame_pixels_show_provenance(ag4):
-    from collnb.views.replay import FrameRenderer
+    from collnb.views.frames import FrameRenderer
     ren = FrameRenderer(ag4)
     first, last = ren.rgb(0), ren.rgb(ag4.n_rounds)
     assert first.shape == last.shape and first.dtype == np.uint8
@@ -169,7 +169,8 @@ def test_frame_pixels_show_provenance(ag4):
 
 
 def test_gif_has_one_frame_per_round_plus_start(ag4, tmp_path):
-    from collnb.views.replay import FrameRenderer, save_gif
+    from collnb.views.frames import FrameRenderer
+    from collnb.views.replay import save_gif
     path = save_gif(ag4, tmp_path / "ag.gif")
     img = Image.open(path)
     frames = [f.convert("RGB").copy() for f in ImageSequence.Iterator(img)]
@@ -224,23 +225,56 @@ def test_replay_widget_slider_play_speed(ag4):
 
 
 def test_explore_rounds_runs_on_real_ranks():
-    from collnb.views.replay import explore_rounds
-    e = explore_rounds("all_reduce", world_size=3)
+    from collnb.views.rounds import explore_rounds
+    e = explore_rounds("all_reduce", world_size=3)  # returns with the first replay shown
     assert e.trace.algorithm == "ring" and e.trace.world_size == 3 and e.trace.n_rounds == 4
     assert "equals" in e.status.value
-    e.algorithm.value = "recursive_doubling"
+    assert e.world_size.description == "ranks (world size)"  # gloo: ranks are processes, not GPUs
+    e.algorithm.value = "recursive_doubling"  # runs in the background, as the explorer's do
+    e.wait()
     assert e.trace.n_rounds == 3 and "fold" in e.status.value
     e.world_size.value = 4
+    e.wait()
     assert e.trace.world_size == 4 and e.trace.n_rounds == 2
     e.primitive.value = "all_to_all"
+    e.wait()
     assert e.algorithm.options == ("pairwise", "linear") and e.trace.primitive == "all_to_all"
     e.player.slider.value = 1
     assert e.player.current_data["round"] == 1
+    assert e.runs_started == e.runs_finished == 4
+
+
+def test_rounds_explorer_callback_returns_at_once_and_the_latest_values_win(ag4, monkeypatch):
+    """A control change returns before its run ends (the kernel stays responsive); values set
+    while a run is in flight replace each other, only the latest runs (a stub stands for the ranks)."""
+    import threading
+    from collnb.views import rounds
+    release, entered, calls = threading.Event(), threading.Event(), []
+
+    def stub(primitive, algorithm, world_size, **kwargs):
+        calls.append(world_size)
+        if len(calls) > 1:
+            entered.set()
+            assert release.wait(30)
+        return ag4
+
+    monkeypatch.setattr(rounds, "run_algorithm", stub)
+    e = rounds.RoundsExplorer("all_gather", "ring", world_size=4)
+    assert calls == [4] and e.trace is ag4
+    e.world_size.value = 5  # blocks in the stub until released: the callback must not
+    assert entered.wait(30)
+    for ws in (6, 7, 8):
+        e.world_size.value = ws
+    assert not release.is_set() and e.busy and e.runs_finished == 1
+    release.set()
+    e.wait()
+    assert calls == [4, 5, 8]  # 6 and 7 were replaced while 5 ran
+    assert e.runs_started == e.runs_finished == 3 and e.player.trace is ag4
 
 
 @pytest.mark.slow
 def test_compare_view(tmp_path):
-    from collnb.views.replay import compare, compare_figure
+    from collnb.views import compare, compare_figure
     for ws in (8, 6):
         w = compare("ring", "recursive_doubling", world_size=ws, primitive="all_reduce")
         a, b = w.left.trace, w.right.trace
@@ -299,11 +333,12 @@ def test_replay_frames_readable_at_world_size_16():
     """Issue 10 items 1 and 7: at world size 16 every value is written at >= 10 px (its ink, read
     from the frame's pixels, as tall as the digits of a 10 px label), the frame fits 1000 px, and
     a ring's wrap-around (rank 15 -> rank 0) goes through the margin, not across other cells."""
-    from collnb.views.replay import FrameRenderer, _font, _in_margin
-    from PIL import ImageDraw
-    ref = Image.new("RGB", (120, 40), "white")
-    ImageDraw.Draw(ref).text((5, 5), "0123456789", fill=(17, 17, 17), font=_font(10))
-    ref_h = _dark_rows(np.asarray(ref), (0, 0, 120, 40))
+    from collnb.views.frames import FrameRenderer
+    from collnb.views.raster import Canvas
+    from collnb.views.round_heatmap import _in_margin
+    ref = Canvas(120, 40)
+    ref.text("0123456789", 5, 20, 10, (17, 17, 17), ha="left")
+    ref_h = _dark_rows(ref.pixels(), (0, 0, 120, 40))
     assert ref_h >= 6
     for alg in ("ring", "recursive_doubling"):
         tr = A.run_algorithm("all_reduce", alg, 16)
@@ -329,7 +364,9 @@ def test_replay_frames_readable_at_world_size_16():
 
 
 def test_compare_is_stacked_and_readable(ag4):
-    from collnb.views.replay import CompareWidget, FrameRenderer, compare_figure
+    from collnb.views.comparison import compare_figure
+    from collnb.views.frames import FrameRenderer
+    from collnb.views.players import CompareWidget
     import ipywidgets
     b = A.run_algorithm("all_gather", "recursive_doubling", 4)
     w = CompareWidget(ag4, b)
@@ -372,18 +409,20 @@ def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
 
 
 @pytest.mark.parametrize("args, kwargs, exc, text", [
-    (("all_reduce", "bruck"), {}, ValueError, "choose one of ring, recursive_doubling"),
-    (("all_reduce",), dict(world_size=17), ValueError, "between 1 and 16"),
-    (("all_reduce",), dict(world_size="4"), TypeError, "must be an int"),
-    ((["all_reduce"],), {}, TypeError, "primitive must be a name"),
+    (("all_reduce", "bruck"), {}, ValueError, "unknown algorithm for all_reduce 'bruck'; choose one of: ring, "
+                                              "recursive_doubling, rabenseifner, binomial_tree"),
+    (("all_reduce",), dict(world_size=17), ValueError, "world_size must be an int from 1 to 16; got 17"),
+    (("all_reduce",), dict(world_size="4"), TypeError, "world_size must be an int from 1 to 16; got '4'"),
+    ((["all_reduce"],), {}, TypeError, "primitive must be a name (str), one of: "),
     (("all_reduce",), dict(dtype="bogus"), ValueError, "unknown dtype 'bogus'"),
     (("all_reduce",), dict(dtype="int16"), ValueError, "gloo cannot run all_reduce on int16"),
-    (("all_reduce",), dict(backend="bogus"), ValueError, "unknown backend 'bogus'"),
+    (("all_reduce",), dict(backend="bogus"), ValueError, "unknown backend 'bogus'; choose one of: gloo, nccl"),
     (("all_reduce",), dict(timeout=-1), ValueError, "timeout must be a positive"),
 ])
 def test_explore_rounds_refuses_bad_input(args, kwargs, exc, text):
-    from collnb.views.replay import explore_rounds
-    with pytest.raises(exc, match=text):
+    import re
+    from collnb.views.rounds import explore_rounds
+    with pytest.raises(exc, match=re.escape(text)):
         explore_rounds(*args, **kwargs)
 
 
@@ -455,12 +494,12 @@ def test_writers_and_player_refuse_bad_arguments(ag4, tmp_path):
     for call, exc, text in [
         (lambda: save_gif(ag4, tmp_path / "a.gif", fps=float("nan")), ValueError, "fps must be 0.01 to 50.0"),
         (lambda: save_gif(ag4, tmp_path / "a.gif", fps=1e-6), ValueError, "fps must be 0.01 to 50.0"),
-        (lambda: save_gif(None, tmp_path / "a.gif"), TypeError, "takes a collnb.trace.Trace"),
+        (lambda: save_gif(None, tmp_path / "a.gif"), TypeError, "takes a collnb.Trace"),
         (lambda: save_gif(ag4, tmp_path / "a.png"), ValueError, "end the file name with .gif"),
         (lambda: save_gif(ag4, tmp_path / "a.gif", cell=-5), ValueError, "cell must be an int from 4 to 200"),
         (lambda: save_filmstrip(ag4, tmp_path / "a.gif"), ValueError, "end the file name with .png"),
         (lambda: save_filmstrip(ag4, tmp_path / "a.png", columns=-1), ValueError, "columns must be an int"),
-        (lambda: save_filmstrip("x", tmp_path / "a.png"), TypeError, "takes a collnb.trace.Trace"),
+        (lambda: save_filmstrip("x", tmp_path / "a.png"), TypeError, "takes a collnb.Trace"),
         (lambda: replay(ag4, speed=0), ValueError, "speed must be 0.25 to 8.0"),
         (lambda: replay(ag4, speed=float("nan")), ValueError, "speed must be 0.25 to 8.0"),
     ]:

@@ -1,6 +1,10 @@
-"""Layer 4, views: what a learner sees. Rank-by-chunk heatmaps (:mod:`collnb.views.heatmap`),
-round-by-round replays of a :class:`collnb.Trace` (:mod:`collnb.views.replay`) and the widgets that
-re-run a primitive or an algorithm as a control moves (:mod:`collnb.views.explorer`).
+"""Layer 4, views: what a learner sees. Rank-by-chunk heatmaps of a run (:mod:`.heatmap`, content in
+:mod:`.grid`), round-by-round replays of a :class:`collnb.Trace` (:mod:`.replay`, frames in
+:mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
+:mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
+moves (:mod:`.explorer`, :mod:`.rounds`, both through the latest-request-wins :mod:`.worker`). All
+pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values
+written by one formatter (:mod:`.values`; bytes and seconds by :mod:`collnb.units`).
 
 Other layers import from this package only, never from its modules.
 """
@@ -12,3 +16,4 @@ from .replay import (FPS_RANGE, _check_rate, compare, compare_figure, explore_ro
 
 __all__ = ["explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip"]
+# also named here for the command line (collnb.cli.replay): FPS_RANGE, _check_rate

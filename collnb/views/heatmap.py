@@ -1,4 +1,4 @@
-"""Rank x chunk heatmaps of a :class:`collnb.primitives.RunResult`: before | after side by side.
+"""Paint the rank x chunk heatmap of a :class:`collnb.collectives.RunResult`: before | after side by side.
 
 How to read one (the legend under each figure says the same):
 
@@ -15,491 +15,41 @@ How to read one (the legend under each figure says the same):
   differs (int8 SUM wrapped, float16 overflowed, bfloat16 rounded);
 * the column right of ``after`` gives each rank's verdict (✓, ✗, undefined).
 
-The whole picture is painted into one RGB array (:func:`heatmap_image`: numpy rectangles and
-text from matplotlib's FreeType wrapper, ~20-60 ms at world size 8 on 2 cores) and encoded with
-Pillow (:func:`heatmap_png`), headless and thread-safe; :func:`heatmap_figure` wraps the same
+The whole picture is painted on one :class:`collnb.views.raster.Canvas` (:func:`heatmap_image`:
+Pillow rectangles and FreeType text, ~10 ms at world size 8 on 2 cores) and encoded as PNG
+(:func:`heatmap_png`), headless and thread-safe; :func:`heatmap_figure` wraps the same
 pixels in a :class:`matplotlib.figure.Figure` with the Agg canvas (object API only, never pyplot's
-global state). :func:`heatmap_grid` gives the content as plain data; :func:`cell_box` says where
-a cell is in the pixels, so tests can read the colours back.
+global state). The content comes from :func:`collnb.views.grid.heatmap_grid` (plain data); :func:`cell_box` says
+where a cell is in the pixels, so tests can read the colours back.
 """
 
 from __future__ import annotations
 
-import io
 import math
-import os
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
-import torch
-from matplotlib import ft2font
-from matplotlib.backends.backend_agg import FigureCanvasAgg, get_hinting_flag
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
+from PIL import Image
 
 from ..collectives import register_renderer
+from .grid import HeatmapGrid, Panel, heatmap_grid
+from .palette import (COMBINED_COLOR, EMPTY_COLOR, EXACT_COLOR, GREY_TEXT, HATCH_COLOR, INK, MIN_LABEL_PX,
+                      MISMATCH_COLOR, OK_GREEN, RANK_COLORS, RANK_TEXT_COLORS, UNDEFINED_COLOR, contrast_ratio,
+                      rank_color, rank_text_color)
+from .raster import Canvas, encode_png, rgb8
+from .values import format_value
 
-__all__ = ["RANK_COLORS", "RANK_TEXT_COLORS", "MIN_LABEL_PX", "contrast_ratio", "rank_text_color", "UNDEFINED_COLOR", "COMBINED_COLOR", "EMPTY_COLOR", "MISMATCH_COLOR", "format_value", "heatmap_grid",
-           "heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "rank_color", "Panel", "HeatmapGrid",
-           "HeatmapImage", "MAX_WIDTH_PX"]
-
-#: Rank hues: the Okabe-Ito palette (Okabe & Ito 2008, "Color Universal Design"), built to stay
-#: distinguishable with protanopia, deuteranopia and tritanopia, with its black replaced by Paul
-#: Tol's olive (#999933) so that a cell can hold black text (Tol's indigo, tried first, merges
-#: with the blue under simulated protanopia once lightened). Ranks 0-7 get these hues; ranks 8-15
-#: repeat them as paler tints (lightness still tells them apart under colour-vision deficiency; the
-#: row label and the value, 100*rank + chunk above 10 ranks, name the rank in any case).
-_BASE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#999933"]
-_PALE_TINT = 0.72        # share of white mixed into the hues of ranks 8-15
-_FILL_CONTRAST = 7.0     # WCAG AAA: black (#111) text on any rank's fill
-_TEXT_CONTRAST = 4.5     # WCAG AA: a rank-coloured label on white
-MIN_LABEL_PX = 10.0      #: the smallest font (pixels per em) of any label a learner needs
-
-
-def _hex_rgb(h):
-    h = h.lstrip("#")
-    return np.array([int(h[i:i + 2], 16) / 255.0 for i in (0, 2, 4)], dtype=np.float32)
-
-
-def relative_luminance(rgb) -> float:
-    """WCAG 2.x relative luminance of an sRGB colour (3 floats in 0..1)."""
-    c = np.asarray(rgb, dtype=np.float64)
-    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
-    return float(0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2])
-
-
-def contrast_ratio(fg, bg=(1.0, 1.0, 1.0)) -> float:
-    """WCAG 2.x contrast ratio (1..21) of two sRGB colours (3 floats in 0..1); 4.5 is the AA
-    minimum for normal text (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio)."""
-    a, b = sorted((relative_luminance(fg), relative_luminance(bg)))
-    return (b + 0.05) / (a + 0.05)
-
-
-def _tint_for_ink(hue, lo=0.35):
-    """The least white (>= lo) mixed into ``hue`` so that #111 text on it has AAA contrast."""
-    ink = _hex_rgb("#111111")
-    for t in np.linspace(lo, 0.95, 61):
-        fill = (1 - t) * hue + t
-        if contrast_ratio(ink, fill) >= _FILL_CONTRAST:
-            return fill
-    return (1 - 0.95) * hue + 0.95
-
-
-def _darken_for_text(hue):
-    """``hue`` darkened (mixed with black) just enough for AA contrast as text on white."""
-    for s in np.linspace(0.0, 0.9, 91):
-        c = hue * (1 - s)
-        if contrast_ratio(c) >= _TEXT_CONTRAST + 0.05:
-            return c
-    return hue * 0.1
-
-
-_HUES = [_hex_rgb(h) for h in _BASE_COLORS]
-#: RGB (0..1) fill colour of each rank's cells, index = rank (16 entries).
-RANK_COLORS = np.array([_tint_for_ink(h) for h in _HUES] +
-                       [(1 - _PALE_TINT) * h + _PALE_TINT for h in _HUES], dtype=np.float32)
-#: RGB (0..1) of each rank's label text (its hue, dark enough for 4.5:1 on white), index = rank.
-RANK_TEXT_COLORS = np.array([_darken_for_text(h) for h in _HUES] * 2, dtype=np.float32)
-#: Fill of undefined cells, and their hatch lines.
-UNDEFINED_COLOR = np.array([0.90, 0.90, 0.90], dtype=np.float32)
-_HATCH_COLOR = np.array([0.74, 0.74, 0.74], dtype=np.float32)
-#: Background of a combined (reduced) cell, under its band of contributor colours.
-COMBINED_COLOR = np.array([1.0, 1.0, 1.0], dtype=np.float32)
-#: Fill where a rank has no buffer at all.
-EMPTY_COLOR = np.array([0.975, 0.975, 0.975], dtype=np.float32)
-#: Outline colour of cells that differ from the reference.
-MISMATCH_COLOR = "#D62728"
-_EXACT_COLOR = "#A65400"
-
-
-def rank_color(rank: int) -> np.ndarray:
-    """RGB fill (3 floats in 0..1) of ``rank``'s data."""
-    return RANK_COLORS[rank % len(RANK_COLORS)]
-
-
-def rank_text_color(rank: int) -> np.ndarray:
-    """RGB (3 floats in 0..1) for text naming ``rank`` on white (contrast >= 4.5:1)."""
-    return RANK_TEXT_COLORS[rank % len(RANK_TEXT_COLORS)]
-
-
-# ----------------------------------------------------------------------------------------------
-# Values as text
-
-def _compact_exp(s: str) -> str:
-    # "1.23e+13" -> "1.23e13", "1e-05" -> "1e-5"
-    if "e" in s:
-        mant, exp = s.split("e")
-        sign = "-" if exp.startswith("-") else ""
-        return f"{mant}e{sign}{exp.lstrip('+-').lstrip('0') or '0'}"
-    return s
-
-
-def _fmt_real(v: float) -> str:
-    if math.isnan(v):
-        return "nan"
-    if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
-    if float(v).is_integer() and abs(v) < 1e6:
-        return str(int(v))
-    return _compact_exp(f"{v:.4g}")
-
-
-def format_value(v, kind: str = "tensor") -> str:
-    """Short text for one cell: ints as is (``1.2e13`` past 6 digits), integral floats without
-    ``.0``, other floats to 4 significant digits, ``inf``/``nan``, complex as ``a+bj``, bools as
-    ``True``/``False``, strings as is; ``kind="time"`` gives milliseconds to 0.1."""
-    if kind == "time":
-        return f"{float(v):.1f}"
-    if isinstance(v, bool):
-        return "True" if v else "False"
-    if isinstance(v, int):
-        s = str(v)
-        return s if len(s) <= 6 else _compact_exp(f"{v:.2e}")
-    if isinstance(v, float):
-        return _fmt_real(v)
-    if isinstance(v, complex):
-        im = v.imag
-        return f"{_fmt_real(v.real)}{'-' if im < 0 else '+'}{_fmt_real(abs(im))}j"
-    if isinstance(v, str):
-        return v
-    s = repr(v)
-    return s if len(s) <= 12 else s[:11] + "…"
-
-
-def _short(v) -> str:
-    """At most ~6 characters: ``280``, ``2.9e5``, ``inf``, ``0.33``, complex ``1+2j``."""
-    if isinstance(v, complex):
-        return format_value(v)
-    v = float(v)
-    if math.isnan(v) or math.isinf(v):
-        return _fmt_real(v)
-    if v.is_integer() and abs(v) < 1e5:
-        return str(int(v))
-    if 1e-2 <= abs(v) < 1e5:
-        return _compact_exp(f"{v:.3g}")
-    return _compact_exp(f"{v:.2g}")
-
-
-def chunk_firsts(t, chunk_size):
-    """First element of every chunk of a flat tensor, as Python scalars."""
-    if t is None:
-        return None
-    if not isinstance(t, torch.Tensor):
-        return list(t)
-    if t.numel() == 0:
-        return []
-    first = t.view(-1, chunk_size)[:, 0]
-    if first.dtype == torch.bool:
-        return first.view(torch.uint8).ne(0).tolist()
-    if first.dtype in (getattr(torch, "float8_e4m3fn", None), getattr(torch, "float8_e5m2", None)) \
-            or first.dtype.itemsize == 1 and first.dtype.is_floating_point:
-        return first.to(torch.float32).tolist()
-    try:
-        return first.tolist()
-    except (TypeError, RuntimeError):
-        return first.to(torch.float64).tolist()
-
-
-# ----------------------------------------------------------------------------------------------
-# The grid as data
-
-@dataclass
-class Panel:
-    """One side of the heatmap. All per-cell lists are ``[rank][column]``.
-
-    Attributes:
-        name: ``"before"`` or ``"after"``.
-        title: panel heading.
-        n_rows, n_cols: ranks and chunk columns.
-        text: the value written in each cell (``""`` where there is no value).
-        state: ``"value"``, ``"undefined"`` (output the primitive leaves undefined) or
-            ``"empty"`` (this rank has no such buffer / no chunk there).
-        ranks: the ranks whose data the cell holds (tuple; one = copied, several = combined).
-        mismatch: True where the cell differs from the reference (outlined red).
-        expected: the reference value as text where mismatching, else ``""``.
-        exact: the float64 result as text where the dtype changed it, else ``""``.
-        row_note: per rank, a note drawn across an all-empty row (e.g. ``"no input (not src)"``).
-    """
-
-    name: str
-    title: str
-    n_rows: int
-    n_cols: int
-    text: list
-    state: list
-    ranks: list
-    mismatch: list
-    expected: list
-    exact: list
-    row_note: list
-
-
-@dataclass
-class HeatmapGrid:
-    """Everything a heatmap shows, as plain data (see :func:`heatmap_grid`)."""
-
-    title: str
-    call: str
-    status: str
-    ok: bool
-    before: Panel
-    after: Panel
-    verdicts: list  # per rank: "✓", "✗" or "undefined"
-    legend: list = field(default_factory=list)  # [(label, kind)]
-
-
-def _call_text(result) -> str:
-    spec = result.spec
-    call = spec.call
-    if result.op:
-        call = call.replace("op=OP", f"op=ReduceOp.{result.op.upper()}")
-    if result.root is not None:
-        call = call.replace("=root", f"={result.root}").replace("== src", f"== {result.root}") \
-            .replace("== dst", f"== {result.root}")
-    return call
-
-
-def heatmap_grid(result) -> HeatmapGrid:
-    """What the heatmap of ``result`` (a :class:`~collnb.primitives.RunResult`) shows, as data:
-    values as text, cell states, contributing ranks, mismatches, per-rank verdicts."""
-    spec = result.spec
-    ws, cs, kind = result.world_size, result.chunk_size, spec.kind
-    before_vals = [chunk_firsts(t, cs) for t in result.before]
-    after_vals = [chunk_firsts(t, cs) for t in result.after]
-    exp_vals = [chunk_firsts(t, cs) for t in result.expected]
-    ex64_vals = [chunk_firsts(t, cs) if t is not None else None for t in result.expected_f64]
-    nb = max([len(v) for v in before_vals] + [1])
-    na = max([len(v) for v in after_vals] + [spec.n_out(ws, r, result.root or 0) for r in range(ws)] + [1])
-
-    def blank(n):
-        return [["" for _ in range(n)] for _ in range(ws)]
-
-    # before: rank r's own data
-    b = Panel("before", "before: each rank's input", ws, nb, blank(nb),
-              [["empty"] * nb for _ in range(ws)], [[()] * nb for _ in range(ws)],
-              [[False] * nb for _ in range(ws)], blank(nb), blank(nb), [""] * ws)
-    if kind == "time":
-        b.title = "before: arrival at dist.barrier() (ms)"
-    for r in range(ws):
-        vals = before_vals[r]
-        for c, v in enumerate(vals):
-            b.text[r][c] = format_value(v, kind)
-            b.state[r][c] = "value"
-            b.ranks[r][c] = (r,)
-        if not vals:
-            b.row_note[r] = (f"no input (not {spec.root_name})" if spec.rooted else "no input")
-
-    a = Panel("after", "after: each rank's output", ws, na, blank(na),
-              [["empty"] * na for _ in range(ws)], [[()] * na for _ in range(ws)],
-              [[False] * na for _ in range(ws)], blank(na), blank(na), [""] * ws)
-    if kind == "time":
-        a.title = "after: departure from dist.barrier() (ms)"
-    verdicts = []
-    for r in range(ws):
-        vals = after_vals[r]
-        defined = result.defined[r]
-        for c, v in enumerate(vals):
-            a.text[r][c] = format_value(v, kind)
-            a.state[r][c] = "value" if defined else "undefined"
-            if defined:
-                a.ranks[r][c] = tuple(dict.fromkeys(s for s, _ in result.sources[r][c]))
-        if not defined:
-            n = spec.n_out(ws, r, result.root or 0)
-            for c in range(len(vals), na):
-                a.state[r][c] = "undefined"
-            if not vals:
-                a.row_note[r] = f"no output (not {spec.root_name})" if spec.rooted else "no output"
-            verdicts.append("undefined")
-            continue
-        mism = result.mismatch[r] or []
-        for c, bad in enumerate(mism):
-            if c >= na:
-                continue
-            if bad:
-                a.mismatch[r][c] = True
-                e = exp_vals[r]
-                if e is not None and c < len(e):
-                    a.expected[r][c] = ("≥ " if kind == "time" else "") + format_value(e[c], kind)
-                if c >= len(vals):
-                    a.state[r][c] = "empty"
-        if ex64_vals[r] is not None and kind == "tensor":
-            for c, (v, x) in enumerate(zip(vals, ex64_vals[r])):
-                if not a.mismatch[r][c] and differs_exact(v, x):
-                    a.exact[r][c] = _short(x)
-        verdicts.append("✗" if any(mism) else "✓")
-
-    n_bad = sum(v == "✗" for v in verdicts)
-    n_chunks_bad = result.n_mismatches()
-    dtype_effect = any(x for row in a.exact for x in row)
-    if result.ok and dtype_effect:
-        dname = str(result.dtype).replace("torch.", "")
-        status = (f"✓ matches the same {dname} arithmetic done without torch.distributed; "
-                  f"orange: float64's result, which {dname} changed")
-    elif result.ok:
-        status = "✓ every defined output matches the reference (computed without torch.distributed)"
-        if kind == "time":
-            status = "✓ no rank left dist.barrier() before the last rank had arrived"
-    else:
-        status = (f"✗ {n_chunks_bad} chunk(s) on {n_bad} rank(s) differ from the reference "
-                  f"(outlined in red, expected value below)")
-    legend = [(f"rank {r}", "rank") for r in range(ws)]
-    if spec.reduces or kind == "time":
-        if result.op:
-            legend.append((f"coloured band: combined with {result.op.upper()} from these ranks", "stripes"))
-        else:
-            legend.append(("coloured band: leaves only after all these ranks arrived", "stripes"))
-    if any(s == "undefined" for row in a.state for s in row):
-        legend.append(("hatched: undefined output", "undefined"))
-    if any(any(row) for row in a.mismatch):
-        legend.append(("red outline: differs from reference", "mismatch"))
-    if any(x for row in a.exact for x in row):
-        legend.append(("exact N: the float64 result, where the dtype changed it", "exact"))
-    return HeatmapGrid(title=result.title(), call=_call_text(result), status=status, ok=result.ok,
-                       before=b, after=a, verdicts=verdicts, legend=legend)
-
-
-def differs_exact(v, x) -> bool:
-    """Whether a result value ``v`` differs from the float64 reference ``x`` (nan equals nan;
-    bools compare by truth value; values that are not numbers never differ)."""
-    if isinstance(v, bool):
-        v = float(v)
-    try:
-        if isinstance(x, complex) or isinstance(v, complex):
-            return complex(v) != complex(x) and not (_isnan(v) and _isnan(x))
-        v, x = float(v), float(x)
-    except (TypeError, ValueError):
-        return False
-    if math.isnan(v) and math.isnan(x):
-        return False
-    return v != x
-
-
-def _isnan(z):
-    z = complex(z)
-    return math.isnan(z.real) or math.isnan(z.imag)
-
-
-# ----------------------------------------------------------------------------------------------
-# Drawing: the whole heatmap is painted into one RGB array (cells, values, labels, legend), with
-# text from matplotlib's FreeType wrapper. A figure of a few hundred separate matplotlib Text
-# artists took 250-300 ms at world size 8 on our 2-core machine; painting the same content takes
-# a few tens of ms, which the explorer's slider needs.
+__all__ = ["heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "HeatmapImage", "MAX_WIDTH_PX",
+           # what a heatmap is made of, named here for its readers and tests
+           "heatmap_grid", "HeatmapGrid", "Panel", "format_value", "RANK_COLORS", "RANK_TEXT_COLORS",
+           "MIN_LABEL_PX", "contrast_ratio", "rank_color", "rank_text_color", "UNDEFINED_COLOR", "COMBINED_COLOR",
+           "EMPTY_COLOR", "MISMATCH_COLOR"]
 
 _BAND = 0.30  # share of a combined cell's height taken by its band of contributor colours
-_FONT_FILES = {"regular": "DejaVuSans.ttf", "bold": "DejaVuSans-Bold.ttf",
-               "italic": "DejaVuSans-Oblique.ttf", "mono": "DejaVuSansMono.ttf"}
-_font_lock = threading.Lock()  # FT2Font objects are not thread-safe: one user at a time
-_fonts: dict = {}
-_masks: dict = {}  # (text, size, style) -> (alpha mask float32, baseline offset); bounded
-
-
-def _font(style):
-    f = _fonts.get(style)
-    if f is None:
-        import matplotlib
-        path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", _FONT_FILES[style])
-        f = _fonts[style] = ft2font.FT2Font(path)
-    return f
-
-
-def _mask(text: str, size_px: float, style: str):
-    """Alpha mask (float32 0..1, h x w) of ``text`` at ``size_px`` pixels per em, and the
-    distance in pixels from the mask's top to the text baseline."""
-    key = (text, round(size_px * 4) / 4, style)
-    hit = _masks.get(key)
-    if hit is not None:
-        return hit
-    with _font_lock:
-        f = _font(style)
-        f.clear()
-        f.set_size(key[1], 72)  # points at 72 dpi = pixels
-        f.set_text(text, 0.0, flags=get_hinting_flag())
-        f.draw_glyphs_to_bitmap(antialiased=True)
-        img = np.asarray(f.get_image()).astype(np.float32) / 255.0
-        descent = f.get_descent() / 64.0
-    cols = np.flatnonzero(img.max(axis=0) > 0)
-    if cols.size:
-        img = img[:, cols[0]:cols[-1] + 1]
-    hit = (img, img.shape[0] - descent)
-    if len(_masks) > 20000:
-        _masks.clear()
-    _masks[key] = hit
-    return hit
-
-
-class _Canvas:
-    """A white RGB float image with rectangle, hatch, frame and text painting (y down)."""
-
-    def __init__(self, w: int, h: int):
-        self.w, self.h = w, h
-        self.img = np.ones((h, w, 3), dtype=np.float32)
-        self.labels = None  # a list: every painted text as (text, size_px, box)
-
-    def _clip(self, x0, y0, x1, y1):
-        return max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))
-
-    def rect(self, x0, y0, x1, y1, color):
-        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
-        if x1 > x0 and y1 > y0:
-            self.img[y0:y1, x0:x1] = color
-
-    def hatch(self, x0, y0, x1, y1, bg, fg, period=10, width=3):
-        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
-        if x1 <= x0 or y1 <= y0:
-            return
-        region = self.img[y0:y1, x0:x1]
-        region[:] = bg
-        yy, xx = np.mgrid[y0:y1, x0:x1]
-        region[((xx + yy) % period) < width] = fg
-
-    def frame(self, x0, y0, x1, y1, color, width):
-        self.rect(x0, y0, x1, y0 + width, color)
-        self.rect(x0, y1 - width, x1, y1, color)
-        self.rect(x0, y0, x0 + width, y1, color)
-        self.rect(x1 - width, y0, x1, y1, color)
-
-    def measure(self, text, size_px, style="regular"):
-        m, _ = _mask(text, size_px, style)
-        return m.shape[1], m.shape[0]
-
-    def text(self, text, x, y, size_px, color=(0, 0, 0), style="regular", ha="center", va="center"):
-        """Paint ``text``; ``va="center"`` centres the cap height on ``y``, ``"top"``/``"bottom"``
-        put the cap top/baseline there. Returns the painted width in pixels."""
-        if not text:
-            return 0
-        m, baseline = _mask(text, size_px, style)
-        h, w = m.shape
-        cap = 0.73 * size_px
-        if va == "center":
-            base_y = y + cap / 2
-        elif va == "top":
-            base_y = y + cap
-        else:
-            base_y = y
-        top = int(round(base_y - baseline))
-        left = int(round(x - (w / 2 if ha == "center" else (w if ha == "right" else 0))))
-        if self.labels is not None:
-            self.labels.append((text, float(size_px), (left, top, left + w, top + h)))
-        x0, y0, x1, y1 = self._clip(left, top, left + w, top + h)
-        if x1 <= x0 or y1 <= y0:
-            return w
-        a = m[y0 - top:y1 - top, x0 - left:x1 - left, None]
-        region = self.img[y0:y1, x0:x1]
-        region *= 1 - a
-        region += a * np.asarray(color, dtype=np.float32)
-        return w
-
-
-def _rgb(h):
-    return _hex_rgb(h).astype(np.float32)
-
-
-_INK = _rgb("#111111")
-_GREY_TEXT = _rgb("#6E6E6E")
-_OK_GREEN = _rgb("#2E7D32")
-_RED = _rgb(MISMATCH_COLOR)
-_EXACT = _rgb(_EXACT_COLOR)
+_PROBE = Canvas(1, 1)  # measures text (glyph masks are cached per text, size and style)
 
 
 @dataclass
@@ -530,7 +80,7 @@ _SAFE_PX = MIN_LABEL_PX + 1  # painted sizes keep a pixel in hand
 def _fit_size(text, size_px, max_w, style, floor=MIN_LABEL_PX):
     """The largest size <= ``size_px`` (not below ``floor``) at which ``text`` is <= ``max_w`` px
     wide (measured with the real glyphs)."""
-    w = _mask(text, size_px, style)[0].shape[1]
+    w = _PROBE.measure(text, size_px, style)[0]
     if w <= max_w:
         return size_px
     return max(floor, size_px * max_w / w * 0.98)
@@ -538,7 +88,7 @@ def _fit_size(text, size_px, max_w, style, floor=MIN_LABEL_PX):
 
 def _fit_text(text, size_px, max_w, style):
     """``text`` cut with "…" until it fits ``max_w`` pixels at ``size_px``."""
-    while len(text) > 1 and _mask(text, size_px, style)[0].shape[1] > max_w:
+    while len(text) > 1 and _PROBE.measure(text, size_px, style)[0] > max_w:
         text = text[:-2] + "…" if not text.endswith("…") else text[:-2] + "…"
     return text
 
@@ -549,7 +99,7 @@ def _band_text(n, ws):
 
 def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                   grid: HeatmapGrid | None = None) -> HeatmapImage:
-    """Paint the before | after heatmap of ``result`` (a :class:`~collnb.primitives.RunResult`).
+    """Paint the before | after heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`).
 
     Args:
         result: the run to draw.
@@ -565,7 +115,8 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     show as stripes (< 5 px each) says "all 16" / "12 ranks" instead.
 
     Returns:
-        :class:`HeatmapImage`. Takes ~20-40 ms at world size 8.
+        :class:`HeatmapImage`. Takes ~8-10 ms of CPU at world size 8 (int8 all_reduce, dpi 80; the PNG
+        another ~6 ms: `benchmarks/explorer.py` prints both together).
     """
     g = grid or heatmap_grid(result)
     b, a = g.before, g.after
@@ -579,7 +130,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         cell_in = min(cell_in, 0.46)
     cell = int(round(cell_in * dpi))
     gap = max(1, int(round(2 * k)))
-    probe = _Canvas(1, 1)
+    probe = _PROBE
     time_kind = result.spec.kind == "time"
 
     # the narrowest cell that writes every value at >= 12 px and every note under it at >= 11 px
@@ -716,125 +267,165 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     y_status = grid_bottom + int(30 * k)
     H = int(y_status + 22 * k + leg_step * len(rows) + 12 * k)
 
-    cv = _Canvas(W, H)
+    cv = Canvas(W, H)
     cv.labels = []
     geometry = {"before": (x_b, top_b, cell), "after": (x_a, top_a, cell)}
 
-    cv.text(g.title, W / 2, 14 * k, title_px, _INK, "bold", va="top")
-    cv.text(g.call, W / 2, 46 * k, call_px, _rgb("#333333"), "mono", va="top")
+    cv.text(g.title, W / 2, 14 * k, title_px, INK, "bold", va="top")
+    cv.text(g.call, W / 2, 46 * k, call_px, "#333333", "mono", va="top")
 
-    outlines = []
-    strips: dict = {}
+    outlines: list = []
     cap = (21 if ws <= 8 else 17) * k
     val_px = max(val_floor, min(cap, 0.40 * cell))
     sub_px = max(_SAFE_PX, min(11 * k, 0.22 * cell))
     dstep = max(17 * k, desc_px + 4)
+    cs = _CellStyle(cell, gap, inner, int(round(_BAND * inner)), k, ws, val_px, sub_px, show_exact, long_subs)
     for panel in (b, a):
         x0, yh, gtop, pw = heads[panel.name]
-        cv.text(panel.name, x0 + pw / 2, yh, head_px, _INK, "bold", va="top")
+        cv.text(panel.name, x0 + pw / 2, yh, head_px, INK, "bold", va="top")
         for i, line in enumerate(desc[panel.name]):
-            cv.text(line, x0 + pw / 2, yh + 26 * k + dstep * i, desc_px, _rgb("#444444"), va="top")
+            cv.text(line, x0 + pw / 2, yh + 26 * k + dstep * i, desc_px, "#444444", va="top")
         for c in range(panel.n_cols):
             label = "ms" if time_kind else (f"chunk {c}" if long_cols else str(c))
-            cv.text(label, x0 + (c + 0.5) * cell, gtop - 7 * k, col_px, _rgb("#333333"), va="bottom")
+            cv.text(label, x0 + (c + 0.5) * cell, gtop - 7 * k, col_px, "#333333", va="bottom")
         if not long_cols and not time_kind:
-            cv.text("chunk", x0 - 6 * k, gtop - 7 * k, col_px, _rgb("#333333"), ha="right", va="bottom")
-        band = int(round(_BAND * inner))
+            cv.text("chunk", x0 - 6 * k, gtop - 7 * k, col_px, "#333333", ha="right", va="bottom")
         for r in range(ws):
-            y0 = gtop + r * cell
             for c in range(panel.n_cols):
-                cx0 = x0 + c * cell + gap
-                cy0 = y0 + gap
-                st = panel.state[r][c]
-                ranks = panel.ranks[r][c]
-                combined = st == "value" and len(ranks) > 1
-                cband = band
-                if st == "undefined":
-                    cv.hatch(cx0, cy0, cx0 + inner, cy0 + inner, UNDEFINED_COLOR, _HATCH_COLOR,
-                             period=max(6, int(10 * k)), width=max(2, int(3 * k)))
-                elif st == "empty":
-                    cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, EMPTY_COLOR)
-                elif not combined:
-                    cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, rank_color(ranks[0] if ranks else r))
-                else:
-                    cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, COMBINED_COLOR)
-                    cv.frame(cx0, cy0, cx0 + inner, cy0 + inner, _rgb("#C8C8C8"), 1)
-                    if inner / len(ranks) >= 5:
-                        strip = strips.get(ranks)
-                        if strip is None:  # one band per set of contributors, pasted where it recurs
-                            strip = strips[ranks] = np.empty((band, inner, 3), dtype=np.float32)
-                            edges = np.linspace(0, inner, len(ranks) + 1).round().astype(int)
-                            for i, s_ in enumerate(ranks):
-                                strip[:, edges[i]:edges[i + 1]] = rank_color(s_)
-                        cv.img[cy0:cy0 + band, cx0:cx0 + inner] = strip
-                    else:  # too many contributors for stripes: say how many
-                        bt = _band_text(len(ranks), ws)
-                        bpx = _fit_size(bt, _SAFE_PX, inner - 4, "bold")
-                        bt = _fit_text(bt, bpx, inner - 4, "bold")
-                        cband = max(band, int(0.73 * bpx + 7))
-                        cv.rect(cx0, cy0, cx0 + inner, cy0 + cband, _rgb("#5A5A5A"))
-                        cv.text(bt, cx0 + inner / 2, cy0 + cband / 2, bpx, (1, 1, 1), "bold")
-                if panel.row_note[r]:
-                    continue
-                txt = panel.text[r][c]
-                if panel.expected[r][c]:
-                    sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
-                elif show_exact and panel.exact[r][c]:
-                    sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
-                else:
-                    sub = ""
-                xc = x0 + (c + 0.5) * cell
-                body_top = cy0 + (cband if combined else 0)
-                body_bottom = cy0 + inner - (0.30 * inner if sub else 0)
-                if txt:
-                    size = _fit_size(txt, val_px, inner * 0.92, "bold")
-                    txt = _fit_text(txt, size, inner - 2, "bold")
-                    cv.text(txt, xc, (body_top + body_bottom) / 2, size,
-                            _GREY_TEXT if st == "undefined" else _INK,
-                            "regular" if st == "undefined" else "bold")
-                if sub:
-                    size = _fit_size(sub, sub_px, inner * 0.96, "bold")
-                    sub = _fit_text(sub, size, inner - 2, "bold")
-                    if st == "value" and not combined:  # a white backing: red/orange on a rank's fill is < 4.5:1
-                        sw_, sh_ = cv.measure(sub, size, "bold")
-                        ys = cy0 + inner - 0.16 * inner
-                        cv.rect(xc - sw_ / 2 - 2, ys - 0.5 * size - 1, xc + sw_ / 2 + 2, ys + 0.5 * size + 1,
-                                COMBINED_COLOR)
-                    cv.text(sub, xc, cy0 + inner - 0.16 * inner, size,
-                            _RED if panel.expected[r][c] else _EXACT, "bold")
-                if panel.mismatch[r][c]:
-                    box = (x0 + c * cell, y0, x0 + (c + 1) * cell, y0 + cell)
-                    cv.frame(*box, _RED, max(3, int(round(4 * k))))
-                    outlines.append(box)
+                _paint_cell(cv, panel, r, c, (x0, gtop + r * cell), cs, outlines)
             if panel.row_note[r]:
                 note = panel.row_note[r]
                 size = _fit_size(note, F(13), max(pw - 8, 1), "italic")
                 tw, th = cv.measure(note, size, "italic")
-                yc = y0 + cell / 2
+                yc = gtop + (r + 0.5) * cell
                 cv.rect(x0 + pw / 2 - tw / 2 - 6 * k, yc - 0.5 * size - 3 * k, x0 + pw / 2 + tw / 2 + 6 * k,
-                        yc + 0.5 * size + 3 * k, (1, 1, 1))
-                cv.text(note, x0 + pw / 2, yc, size, _rgb("#555555"), "italic")
+                        yc + 0.5 * size + 3 * k, COMBINED_COLOR)
+                cv.text(note, x0 + pw / 2, yc, size, "#555555", "italic")
         if panel is b or stacked:
             for r, lab in enumerate(row_labels):
                 yc = gtop + (r + 0.5) * cell
                 sx1 = x0 - int(8 * k) - 2
                 cv.rect(sx1 - sw_row, yc - sw_row / 2, sx1, yc + sw_row / 2, rank_color(r))
-                cv.frame(sx1 - sw_row, int(yc - sw_row / 2), sx1, int(yc + sw_row / 2), _rgb("#9A9A9A"), 1)
+                cv.frame(sx1 - sw_row, int(yc - sw_row / 2), sx1, int(yc + sw_row / 2), "#9A9A9A", 1)
                 cv.text(lab, sx1 - sw_row - 6 * k - 2, yc, row_px, rank_text_color(r), "bold", ha="right")
     if stacked:
-        cv.text("↓", x_b + max(pw_b, pw_a) / 2, top_b + ws * cell + 28 * k, F(34), _rgb("#444444"))
+        cv.text("↓", x_b + max(pw_b, pw_a) / 2, top_b + ws * cell + 28 * k, F(34), "#444444")
     else:
-        cv.text("→", x_b + pw_b + mid / 2, top_b + ws * cell / 2, F(44), _rgb("#444444"))
+        cv.text("→", x_b + pw_b + mid / 2, top_b + ws * cell / 2, F(44), "#444444")
     for r, v in enumerate(g.verdicts):
         yc = top_a + (r + 0.5) * cell
         if v == "undefined":
-            cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], _GREY_TEXT, "italic", ha="left")
+            cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], GREY_TEXT, "italic", ha="left")
         else:
-            cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], _OK_GREEN if v == "✓" else _RED, "bold", ha="left")
-    cv.text(g.status, W / 2, y_status, status_px, _OK_GREEN if g.ok else _RED, "bold")
+            cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], OK_GREEN if v == "✓" else MISMATCH_COLOR, "bold", ha="left")
+    cv.text(g.status, W / 2, y_status, status_px, OK_GREEN if g.ok else MISMATCH_COLOR, "bold")
 
+    _paint_legend(cv, rows, y_status, ws, k, (sw, sh), leg_px, leg_step)
+
+    return HeatmapImage(pixels=cv.pixels(), dpi=dpi, grid=g, geometry=geometry, outlines=outlines,
+                        layout="stacked" if stacked else "side by side", labels=cv.labels)
+
+
+
+@dataclass
+class _CellStyle:
+    """Sizes shared by every cell of one heatmap (pixels; ``k`` = dpi / 100)."""
+
+    cell: int
+    gap: int
+    inner: int
+    band: int
+    k: float
+    ws: int
+    val_px: float
+    sub_px: float
+    show_exact: bool
+    long_subs: bool
+    strips: dict = field(default_factory=dict)  # contributors -> their band, painted once
+
+
+def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _CellStyle, outlines: list) -> None:
+    """Cell (rank ``r``, column ``c``) of ``panel`` whose row starts at ``origin`` (x of the panel,
+    y of the row): fill, contributor band, value, note under it, red outline (appended to
+    ``outlines``)."""
+    x0, y0 = origin
+    cell, gap, inner, band, k, ws = cs.cell, cs.gap, cs.inner, cs.band, cs.k, cs.ws
+    strips, val_px, sub_px, show_exact, long_subs = cs.strips, cs.val_px, cs.sub_px, cs.show_exact, cs.long_subs
+    cx0 = x0 + c * cell + gap
+    cy0 = y0 + gap
+    st = panel.state[r][c]
+    ranks = panel.ranks[r][c]
+    combined = st == "value" and len(ranks) > 1
+    cband = band
+    if st == "undefined":
+        cv.hatch(cx0, cy0, cx0 + inner, cy0 + inner, UNDEFINED_COLOR, HATCH_COLOR,
+                 period=max(6, int(10 * k)), width=max(2, int(3 * k)))
+    elif st == "empty":
+        cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, EMPTY_COLOR)
+    elif not combined:
+        cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, rank_color(ranks[0] if ranks else r))
+    else:
+        cv.rect(cx0, cy0, cx0 + inner, cy0 + inner, COMBINED_COLOR)
+        cv.frame(cx0, cy0, cx0 + inner, cy0 + inner, "#C8C8C8", 1)
+        if inner / len(ranks) >= 5:
+            strip = strips.get(ranks)
+            if strip is None:  # one band per set of contributors, pasted where it recurs
+                strip = np.empty((band, inner, 3), dtype=np.uint8)
+                edges = np.linspace(0, inner, len(ranks) + 1).round().astype(int)
+                for i, s_ in enumerate(ranks):
+                    strip[:, edges[i]:edges[i + 1]] = rgb8(rank_color(s_))
+                strip = strips[ranks] = Image.fromarray(strip, "RGB")
+            cv.paste(strip, cx0, cy0)
+        else:  # too many contributors for stripes: say how many
+            bt = _band_text(len(ranks), ws)
+            bpx = _fit_size(bt, _SAFE_PX, inner - 4, "bold")
+            bt = _fit_text(bt, bpx, inner - 4, "bold")
+            cband = max(band, int(0.73 * bpx + 7))
+            cv.rect(cx0, cy0, cx0 + inner, cy0 + cband, "#5A5A5A")
+            cv.text(bt, cx0 + inner / 2, cy0 + cband / 2, bpx, COMBINED_COLOR, "bold")
+    if panel.row_note[r]:
+        return
+    txt = panel.text[r][c]
+    if panel.expected[r][c]:
+        sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
+    elif show_exact and panel.exact[r][c]:
+        sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
+    else:
+        sub = ""
+    xc = x0 + (c + 0.5) * cell
+    body_top = cy0 + (cband if combined else 0)
+    body_bottom = cy0 + inner - (0.30 * inner if sub else 0)
+    if txt:
+        size = _fit_size(txt, val_px, inner * 0.92, "bold")
+        txt = _fit_text(txt, size, inner - 2, "bold")
+        cv.text(txt, xc, (body_top + body_bottom) / 2, size,
+                GREY_TEXT if st == "undefined" else INK,
+                "regular" if st == "undefined" else "bold")
+    if sub:
+        size = _fit_size(sub, sub_px, inner * 0.96, "bold")
+        sub = _fit_text(sub, size, inner - 2, "bold")
+        if st == "value" and not combined:  # a white backing: red/orange on a rank's fill is < 4.5:1
+            sw_, sh_ = cv.measure(sub, size, "bold")
+            ys = cy0 + inner - 0.16 * inner
+            cv.rect(xc - sw_ / 2 - 2, ys - 0.5 * size - 1, xc + sw_ / 2 + 2, ys + 0.5 * size + 1,
+                    COMBINED_COLOR)
+        cv.text(sub, xc, cy0 + inner - 0.16 * inner, size,
+                MISMATCH_COLOR if panel.expected[r][c] else EXACT_COLOR, "bold")
+    if panel.mismatch[r][c]:
+        box = (x0 + c * cell, y0, x0 + (c + 1) * cell, y0 + cell)
+        cv.frame(*box, MISMATCH_COLOR, max(3, int(round(4 * k))))
+        outlines.append(box)
+
+
+def _paint_legend(cv: Canvas, rows: list, y: float, ws: int, k: float, swatch: tuple, leg_px: float,
+                  leg_step: float) -> None:
+    """The legend rows (``[(entries, width)]``, each entry ``(label, kind, width)``) centred below
+    ``y``: a swatch of each kind (rank colour, band of stripes, hatching, red outline, orange N)
+    and its label."""
+    sw, sh = swatch
+    W = cv.w
     for i, (row, roww) in enumerate(rows):
-        yc = y_status + 30 * k + leg_step * i
+        yc = y + 30 * k + leg_step * i
         x = (W - roww) / 2
         for label, kind, ew in row:
             sx0, sy0 = int(x), int(yc - sh / 2)
@@ -842,23 +433,19 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
                 cv.rect(sx0, sy0, sx0 + sw, sy0 + sh, rank_color(int(label.split()[1])))
             elif kind == "stripes":
                 cv.rect(sx0, sy0, sx0 + sw, sy0 + sh, COMBINED_COLOR)
-                cv.frame(sx0, sy0, sx0 + sw, sy0 + sh, _rgb("#AAAAAA"), 1)
+                cv.frame(sx0, sy0, sx0 + sw, sy0 + sh, "#AAAAAA", 1)
                 n = min(ws, 6)
                 edges = np.linspace(sx0, sx0 + sw, n + 1).round().astype(int)
                 for j in range(n):
                     cv.rect(edges[j], sy0, edges[j + 1], sy0 + max(3, int(sh * 0.4)), rank_color(j))
             elif kind == "undefined":
-                cv.hatch(sx0, sy0, sx0 + sw, sy0 + sh, UNDEFINED_COLOR, _HATCH_COLOR, period=6, width=2)
+                cv.hatch(sx0, sy0, sx0 + sw, sy0 + sh, UNDEFINED_COLOR, HATCH_COLOR, period=6, width=2)
             elif kind == "mismatch":
-                cv.frame(sx0, sy0, sx0 + sw, sy0 + sh, _RED, 3)
+                cv.frame(sx0, sy0, sx0 + sw, sy0 + sh, MISMATCH_COLOR, 3)
             elif kind == "exact":
-                cv.text("N", sx0 + sw / 2, yc, leg_px, _EXACT, "bold")
-            cv.text(label, x + sw + 7 * k, yc, leg_px, _rgb("#222222"), ha="left")
+                cv.text("N", sx0 + sw / 2, yc, leg_px, EXACT_COLOR, "bold")
+            cv.text(label, x + sw + 7 * k, yc, leg_px, "#222222", ha="left")
             x += ew
-
-    pixels = (np.clip(cv.img, 0, 1) * 255 + 0.5).astype(np.uint8)
-    return HeatmapImage(pixels=pixels, dpi=dpi, grid=g, geometry=geometry, outlines=outlines,
-                        layout="stacked" if stacked else "side by side", labels=cv.labels)
 
 
 def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,
@@ -896,11 +483,7 @@ def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,
 def heatmap_png(result, *, dpi: float = 100, **kwargs) -> bytes:
     """The heatmap of ``result`` as PNG bytes (headless; the pixels of :func:`heatmap_image`,
     encoded with Pillow). ``kwargs`` as :func:`heatmap_image`."""
-    from PIL import Image
-    him = heatmap_image(result, dpi=dpi, **kwargs)
-    buf = io.BytesIO()
-    Image.fromarray(him.pixels, "RGB").save(buf, format="PNG", compress_level=1, dpi=(dpi, dpi))
-    return buf.getvalue()
+    return encode_png(heatmap_image(result, dpi=dpi, **kwargs).pixels, dpi)
 
 
 def cell_box(fig_or_image, panel: str, rank: int, chunk: int) -> tuple:
@@ -912,5 +495,7 @@ def cell_box(fig_or_image, panel: str, rank: int, chunk: int) -> tuple:
     return (x0 + chunk * cell, y0 + rank * cell, x0 + (chunk + 1) * cell, y0 + (rank + 1) * cell)
 
 
-# RunResult.figure()/png()/save() and its notebook display draw with this heatmap.
+# ----------------------------------------------------------------------------------------------
+# RunResult.figure()/png()/save() and its notebook display draw with this heatmap (collectives
+# cannot import views, which stand above them, so the views register their drawing there).
 register_renderer(heatmap_figure, heatmap_png)

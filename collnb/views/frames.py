@@ -1,0 +1,290 @@
+"""One frame of a replay: the picture of round ``k`` of a :class:`collnb.algorithms.Trace` with its
+numbers.
+
+* left, the round's heatmap and arrows (:func:`collnb.views.round_heatmap.paint_heatmap`);
+* top right, the bytes each rank sent (filled) and received (outlined) in this round;
+* bottom right, the running total: time predicted by the alpha-beta-gamma model
+  (:mod:`collnb.algorithms.costmodel`, Thakur et al. 2005 / Chan et al. 2007) round after round,
+  beside the time the ranks measured, if the trace has it.
+
+The plots use matplotlib's object API (``Figure`` + ``FigureCanvasAgg``; nothing touches pyplot's
+global state) with blitting: the axes are drawn once, each frame redraws only the bars and the round
+marker. The heatmap and the title are painted on :class:`collnb.views.raster.Canvas` straight into
+the Agg buffer, because a few hundred matplotlib text and arrow artists cost 100-300 ms a frame.
+"""
+
+from __future__ import annotations
+
+import textwrap
+
+import numpy as np
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from ..algorithms import DEFAULT_MODEL, CostModel, Trace, round_costs
+from ..units import format_bytes, format_seconds
+from .palette import INK, rank_color
+from .raster import Canvas, encode_png
+from .round_heatmap import _auto_cell, _layout, _max_lanes, _value_cell, heatmap_origin, paint_heatmap
+
+__all__ = ["FrameRenderer", "axis_unit"]
+
+_SCALES = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
+
+
+def axis_unit(top: float, kind: str) -> tuple:
+    """``(scale, unit)`` for an axis whose largest value is ``top`` bytes (``kind="bytes"``) or
+    seconds (``"seconds"``): the unit :func:`collnb.units.format_bytes` / ``format_seconds`` write
+    ``top`` in, and its size (1024 ** n bytes, or 1e-3 ** n seconds)."""
+    text = format_bytes(top) if kind == "bytes" else format_seconds(top)
+    unit = text.split()[-1]
+    return _SCALES[unit], unit
+
+
+class FrameRenderer:
+    """Draws the frames of one trace (a Figure with an Agg canvas, reused across frames).
+
+    Args:
+        trace: :class:`collnb.Trace`.
+        model: :class:`collnb.algorithms.costmodel.CostModel` for the predicted running total (default
+            :data:`collnb.algorithms.costmodel.DEFAULT_MODEL`).
+        cell: heatmap cell size in pixels (default: fits ~440 px).
+        dpi: figure dpi (pixel sizes do not depend on it).
+
+    Use :meth:`rgb` / :meth:`png` for the pixels of round ``k`` and :meth:`data` for what the
+    frame shows as plain data.
+    """
+
+    def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, dpi: int = 80):
+        if not isinstance(trace, Trace):
+            raise TypeError(f"expected a collnb.Trace; got {type(trace).__name__} (make one with "
+                            f"collnb.algorithms.run_algorithm or Trace.load)")
+        self.trace = trace
+        self.model = model or DEFAULT_MODEL
+        if cell:
+            self.cell = int(cell)
+        else:  # no wider than MAX_WIDTH while the values still fit
+            self.cell = _auto_cell(trace)
+            lanes = _max_lanes(trace)
+            floor = max(22, _value_cell(trace))
+            while self.cell > floor and _layout(trace, self.cell, lanes)[2] + 2 * self._PAD > self.MAX_WIDTH:
+                self.cell -= 1
+        self.dpi = dpi
+        R = trace.n_rounds
+        self.model_rounds = round_costs(trace, self.model) if R else np.zeros(0)
+        self.model_cum = np.concatenate([[0.0], np.cumsum(self.model_rounds)])
+        meas = trace.round_seconds()
+        self.measured_cum = None if meas is None or not R else np.concatenate([[0.0], np.cumsum(meas)])
+        self._sent = [trace.bytes_sent(k) for k in range(R + 1)]
+        self._recv = [trace.bytes_received(k) for k in range(R + 1)]
+        self._critical = np.array([max(int(s.max()), int(r.max())) if len(s) else 0
+                                   for s, r in zip(self._sent, self._recv)], dtype=np.int64)
+        self._build()
+        self._cache: dict = {}
+
+    # -------------------------------------------------------------- figure
+    _TITLE_H = 92
+    _PAD = 12
+    _SIDE_W = 390
+    #: widest frame drawn side by side (pixels); wider, the bytes and time plots go below the heatmap
+    MAX_WIDTH = 1000
+
+    def _build(self):
+        t = self.trace
+        self.lanes = _max_lanes(t)
+        heat = paint_heatmap(t, 0, self.cell, lanes=self.lanes)
+        hh, hw = heat.shape[:2]
+        pad, title_h, side_w = self._PAD, self._TITLE_H, self._SIDE_W
+        pt = 72.0 / self.dpi  # points per pixel: sizes below are pixels (>= 11), whatever the dpi
+        self.stacked = hw + side_w + 3 * pad > self.MAX_WIDTH
+        foot_h = 40
+        if self.stacked:  # heatmap on top, the two plots side by side below it
+            plots_h = 300
+            W = max(hw + 2 * pad, 2 * side_w + 3 * pad)
+            H = title_h + hh + plots_h + foot_h + pad
+        else:
+            W = hw + side_w + 3 * pad
+            H = max(hh + title_h + pad + foot_h, 490)
+        self.size = (W, H)
+        self.heat_box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
+        self.title_box = (pad, 26, W - pad, title_h - 2)
+        fig = Figure(figsize=(W / self.dpi, H / self.dpi), dpi=self.dpi)
+        FigureCanvasAgg(fig)
+        self.fig = fig
+        op = f" ({t.op})" if t.op else ""
+        root = f", root {t.root}" if t.primitive in ("broadcast", "reduce", "scatter", "gather") else ""
+        fig.text(pad / W, 1 - 8 / H, f"{t.primitive}{op} · {t.algorithm} · world size {t.world_size}{root} · "
+                 f"{t.dtype}, {t.n_chunks} chunks x {t.count // max(1, t.n_chunks)} element(s)",
+                 fontsize=15 * pt, fontweight="bold", va="top", ha="left")
+        # bytes per rank, this round
+        if self.stacked:
+            top_px = title_h + hh + 34
+            ax_h = plots_h - 34 - 52
+            half = (W - 3 * pad) / 2
+            rect_b = ((pad + 58) / W, 1 - (top_px + ax_h) / H, (half - 70) / W, ax_h / H)
+            rect_t = ((2 * pad + half + 58) / W, 1 - (top_px + ax_h) / H, (half - 70) / W, ax_h / H)
+        else:
+            x0 = (hw + 2 * pad + 58) / W
+            wfrac = (side_w - 70) / W
+            b_top = 1 - (title_h + 26) / H
+            rect_b = (x0, 0.56, wfrac, b_top - 0.56)
+            rect_t = (x0, 0.13, wfrac, 0.29)
+        ax_b = fig.add_axes(rect_b)
+        ymax = max(1, int(max(max(s.max() for s in self._sent), max(r.max() for r in self._recv))))
+        self._bscale, bunit = axis_unit(ymax, "bytes")
+        ranks = np.arange(t.world_size)
+        colors = [rank_color(r) for r in ranks]
+        self.bars_sent = ax_b.bar(ranks - 0.2, np.zeros(t.world_size), width=0.4, color=colors, animated=True)
+        self.bars_recv = ax_b.bar(ranks + 0.2, np.zeros(t.world_size), width=0.4, color="white", edgecolor=colors,
+                                  linewidth=1.2, animated=True)
+        ax_b.set_ylim(0, ymax / self._bscale * 1.15)
+        ax_b.set_xlim(-0.7, t.world_size - 0.3)
+        ax_b.set_xticks(ranks if t.world_size <= 8 else ranks[::2])
+        fs = 12 * pt  # 12 px
+        ax_b.set_xlabel("rank", fontsize=fs)
+        ax_b.set_ylabel(bunit, fontsize=fs)
+        ax_b.set_title("bytes this round: sent (filled), received (outlined)", fontsize=fs)
+        ax_b.tick_params(labelsize=11.5 * pt)
+        # running total against the model
+        ax_t = fig.add_axes(rect_t)
+        R = t.n_rounds
+        top_t = max(self.model_cum[-1], self.measured_cum[-1] if self.measured_cum is not None else 0.0, 1e-9)
+        self._tscale, tunit = axis_unit(top_t, "seconds")
+        xs = np.arange(R + 1)
+        # Measured times on a shared CPU can be 100x the model's (tuned for a network):
+        # a log axis keeps both lines readable then, starting at round 1 (round 0 is zero).
+        positive = [v for v in (self.model_cum[-1], None if self.measured_cum is None else self.measured_cum[-1])
+                    if v is not None and v > 0]
+        log = R >= 1 and len(positive) == 2 and max(positive) > 10 * min(positive)
+        first = 1 if log else 0
+        ax_t.plot(xs[first:], self.model_cum[first:] / self._tscale, "-o", ms=3, color="#555555",
+                  label="α-β-γ model")
+        if self.measured_cum is not None:
+            cpus = t.meta.get("cpu_count")
+            where = f" ({t.world_size} ranks on {cpus} CPU cores)" if cpus else ""
+            ax_t.plot(xs[first:], self.measured_cum[first:] / self._tscale, "-s", ms=3, color="#2E7D32",
+                      label="measured" + where)
+        ax_t.set_xlim(-0.3, max(R, 1) + 0.3)
+        if log:
+            lows = [c[1] for c in (self.model_cum, self.measured_cum) if c is not None and c[1] > 0]
+            ax_t.set_yscale("log")
+            ax_t.set_ylim(min(lows) / self._tscale / 2, top_t / self._tscale * 3)
+        else:
+            ax_t.set_ylim(0, top_t / self._tscale * 1.25)
+        ax_t.set_xlabel("round", fontsize=fs)
+        ax_t.set_ylabel(tunit + (" (log scale)" if log else ""), fontsize=fs)
+        ax_t.set_title("running total time", fontsize=fs)
+        ax_t.tick_params(labelsize=11.5 * pt)
+        ax_t.legend(fontsize=11 * pt, loc="center right" if log else "upper left", frameon=False)
+        self.vline = ax_t.axvline(0, color="#C0392B", lw=1.2, animated=True)
+        self.total_text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
+                                    fontsize=11 * pt, animated=True)
+        self.ax_bytes, self.ax_time = ax_b, ax_t
+        fig.text(pad / W, 20 / H, "arrows: red = receiver combines, blue = receiver overwrites; "
+                 "framed = received this round", fontsize=11 * pt, color="#444444", ha="left", va="bottom")
+        fig.text(pad / W, 4 / H, "arrows in the right margin: several chunks, or ranks that are not neighbours",
+                 fontsize=11 * pt, color="#444444", ha="left", va="bottom")
+        fig.canvas.draw()
+        self._bg = fig.canvas.copy_from_bbox(fig.bbox)
+
+    def cell_box(self, rank: int, chunk: int) -> tuple:
+        """Pixel box ``(x0, y0, x1, y1)`` (origin top-left, y down, as in :meth:`rgb` and the PNG)
+        of heatmap cell (``rank``, ``chunk``) in every frame."""
+        left, top = heatmap_origin(self.trace, self.cell)
+        x, y = self.heat_box[0] + left + chunk * self.cell, self.heat_box[1] + top + rank * self.cell
+        return (x, y, x + self.cell, y + self.cell)
+
+    def _title_strip(self, k: int) -> np.ndarray:
+        t = self.trace
+        x0, y0, x1, y1 = self.title_box
+        cv = Canvas(x1 - x0, y1 - y0)
+        if k == 0:
+            head = f"start (round 0 of {t.n_rounds}): every rank's buffer before any message"
+            lines = []
+        else:
+            rnd = t.rounds[k - 1]
+            head = (f"round {k} of {t.n_rounds} — {rnd.label}: {len(rnd.transfers)} message(s), "
+                    f"busiest rank moves {format_bytes(self._critical[k])}")
+            lines = []
+            for para in textwrap.wrap(rnd.detail, 400):
+                cur = ""
+                for w_ in para.split():
+                    trial = (cur + " " + w_).strip()
+                    if cur and cv.measure(trial, 12)[0] > cv.w:
+                        lines.append(cur)
+                        cur = w_
+                    else:
+                        cur = trial
+                lines.append(cur)
+            lines = lines[:2]
+        cv.text(head, 0, 5, 15, INK, ha="left", va="top")
+        for i, line in enumerate(lines):
+            cv.text(line, 0, 28.5 + 16 * i, 12, (68, 68, 68), ha="left", va="top")
+        return cv.pixels()
+
+    # -------------------------------------------------------------- data
+    def data(self, k: int) -> dict:
+        """What frame ``k`` shows, as plain data.
+
+        Returns:
+            dict with ``round`` (int), ``n_rounds``, ``label``, ``detail``, ``values``
+            (``world_size`` x ``n_chunks`` list of the chunks' first values, or ``None``
+            without snapshots), ``provenance`` (list of lists of sorted rank lists),
+            ``contributors`` (counts), ``transfers`` (list of dicts: src, dst, chunks,
+            dst_chunks, reduce, nbytes), ``bytes_sent`` / ``bytes_received`` (per rank, this
+            round), ``critical_bytes`` (max over ranks), ``model_seconds`` /
+            ``measured_seconds`` (running totals after round ``k``; measured may be None).
+        """
+        t = self.trace
+        k = t._check_round(k)
+        try:
+            vals = t.chunk_values(k).tolist()
+        except ValueError:
+            vals = None
+        prov = [[sorted(s) for s in row] for row in t.provenance_sets(k)]
+        return dict(round=k, n_rounds=t.n_rounds, label=t.label(k),
+                    detail="" if k == 0 else t.rounds[k - 1].detail, values=vals, provenance=prov,
+                    contributors=t.contributors(k).tolist(),
+                    transfers=[tr.to_dict() for tr in t.transfers(k)],
+                    bytes_sent=self._sent[k].tolist(), bytes_received=self._recv[k].tolist(),
+                    critical_bytes=int(self._critical[k]), model_seconds=float(self.model_cum[k]),
+                    measured_seconds=None if self.measured_cum is None else float(self.measured_cum[k]))
+
+    # -------------------------------------------------------------- drawing
+    def draw(self, k: int) -> None:
+        """Update the figure's pixels to round ``k``: restore the static background (axes drawn
+        once), redraw the bars and the round marker, and paint the heatmap and the round's title
+        straight into the Agg buffer."""
+        t = self.trace
+        k = t._check_round(k)
+        fig = self.fig
+        fig.canvas.restore_region(self._bg)
+        for bar, v in zip(self.bars_sent, self._sent[k]):
+            bar.set_height(v / self._bscale)
+        for bar, v in zip(self.bars_recv, self._recv[k]):
+            bar.set_height(v / self._bscale)
+        self.vline.set_xdata([k, k])
+        meas = "" if self.measured_cum is None else f", measured {format_seconds(self.measured_cum[k])}"
+        self.total_text.set_text(f"after round {k}: model {format_seconds(self.model_cum[k])}{meas}")
+        for bar in list(self.bars_sent) + list(self.bars_recv):
+            self.ax_bytes.draw_artist(bar)
+        self.ax_time.draw_artist(self.vline)
+        self.ax_time.draw_artist(self.total_text)
+        buf = np.asarray(fig.canvas.buffer_rgba())
+        x0, y0, x1, y1 = self.heat_box
+        buf[y0:y1, x0:x1, :3] = paint_heatmap(t, k, self.cell, lanes=self.lanes)
+        buf[y0:y1, x0:x1, 3] = 255
+        x0, y0, x1, y1 = self.title_box
+        buf[y0:y1, x0:x1, :3] = self._title_strip(k)
+
+    def rgb(self, k: int) -> np.ndarray:
+        """Frame ``k`` as a ``uint8`` ``(H, W, 3)`` array."""
+        self.draw(k)
+        return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()
+
+    def png(self, k: int) -> bytes:
+        """Frame ``k`` as PNG bytes (cached per round)."""
+        if k not in self._cache:
+            self._cache[k] = encode_png(self.rgb(k))
+        return self._cache[k]
+

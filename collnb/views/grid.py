@@ -1,0 +1,168 @@
+"""What a heatmap of a :class:`collnb.collectives.RunResult` shows, as plain data: per panel
+(before | after) and cell the value as text, the cell's state (value, undefined, empty), the ranks
+whose data it holds, mismatches against the reference and dtype effects; per rank a verdict; the
+status line and the legend. :mod:`collnb.views.heatmap` paints this; tests and the explorer's alt
+text read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .values import chunk_firsts, differs_exact, format_value
+
+__all__ = ["Panel", "HeatmapGrid", "heatmap_grid"]
+
+@dataclass
+class Panel:
+    """One side of the heatmap. All per-cell lists are ``[rank][column]``.
+
+    Attributes:
+        name: ``"before"`` or ``"after"``.
+        title: panel heading.
+        n_rows, n_cols: ranks and chunk columns.
+        text: the value written in each cell (``""`` where there is no value).
+        state: ``"value"``, ``"undefined"`` (output the primitive leaves undefined) or
+            ``"empty"`` (this rank has no such buffer / no chunk there).
+        ranks: the ranks whose data the cell holds (tuple; one = copied, several = combined).
+        mismatch: True where the cell differs from the reference (outlined red).
+        expected: the reference value as text where mismatching, else ``""``.
+        exact: the float64 result as text where the dtype changed it, else ``""``.
+        row_note: per rank, a note drawn across an all-empty row (e.g. ``"no input (not src)"``).
+    """
+
+    name: str
+    title: str
+    n_rows: int
+    n_cols: int
+    text: list
+    state: list
+    ranks: list
+    mismatch: list
+    expected: list
+    exact: list
+    row_note: list
+
+
+@dataclass
+class HeatmapGrid:
+    """Everything a heatmap shows, as plain data (see :func:`heatmap_grid`)."""
+
+    title: str
+    call: str
+    status: str
+    ok: bool
+    before: Panel
+    after: Panel
+    verdicts: list  # per rank: "✓", "✗" or "undefined"
+    legend: list = field(default_factory=list)  # [(label, kind)]
+
+
+def _call_text(result) -> str:
+    spec = result.spec
+    call = spec.call
+    if result.op:
+        call = call.replace("op=OP", f"op=ReduceOp.{result.op.upper()}")
+    if result.root is not None:
+        call = call.replace("=root", f"={result.root}").replace("== src", f"== {result.root}") \
+            .replace("== dst", f"== {result.root}")
+    return call
+
+
+def heatmap_grid(result) -> HeatmapGrid:
+    """What the heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`) shows, as data:
+    values as text, cell states, contributing ranks, mismatches, per-rank verdicts."""
+    spec = result.spec
+    ws, cs, kind = result.world_size, result.chunk_size, spec.kind
+    before_vals = [chunk_firsts(t, cs) for t in result.before]
+    after_vals = [chunk_firsts(t, cs) for t in result.after]
+    exp_vals = [chunk_firsts(t, cs) for t in result.expected]
+    ex64_vals = [chunk_firsts(t, cs) if t is not None else None for t in result.expected_f64]
+    nb = max([len(v) for v in before_vals] + [1])
+    na = max([len(v) for v in after_vals] + [spec.n_out(ws, r, result.root or 0) for r in range(ws)] + [1])
+
+    def blank(n):
+        return [["" for _ in range(n)] for _ in range(ws)]
+
+    # before: rank r's own data
+    b = Panel("before", "before: each rank's input", ws, nb, blank(nb),
+              [["empty"] * nb for _ in range(ws)], [[()] * nb for _ in range(ws)],
+              [[False] * nb for _ in range(ws)], blank(nb), blank(nb), [""] * ws)
+    if kind == "time":
+        b.title = "before: arrival at dist.barrier() (ms)"
+    for r in range(ws):
+        vals = before_vals[r]
+        for c, v in enumerate(vals):
+            b.text[r][c] = format_value(v, kind)
+            b.state[r][c] = "value"
+            b.ranks[r][c] = (r,)
+        if not vals:
+            b.row_note[r] = (f"no input (not {spec.root_name})" if spec.rooted else "no input")
+
+    a = Panel("after", "after: each rank's output", ws, na, blank(na),
+              [["empty"] * na for _ in range(ws)], [[()] * na for _ in range(ws)],
+              [[False] * na for _ in range(ws)], blank(na), blank(na), [""] * ws)
+    if kind == "time":
+        a.title = "after: departure from dist.barrier() (ms)"
+    verdicts = []
+    for r in range(ws):
+        vals = after_vals[r]
+        defined = result.defined[r]
+        for c, v in enumerate(vals):
+            a.text[r][c] = format_value(v, kind)
+            a.state[r][c] = "value" if defined else "undefined"
+            if defined:
+                a.ranks[r][c] = tuple(dict.fromkeys(s for s, _ in result.sources[r][c]))
+        if not defined:
+            n = spec.n_out(ws, r, result.root or 0)
+            for c in range(len(vals), na):
+                a.state[r][c] = "undefined"
+            if not vals:
+                a.row_note[r] = f"no output (not {spec.root_name})" if spec.rooted else "no output"
+            verdicts.append("undefined")
+            continue
+        mism = result.mismatch[r] or []
+        for c, bad in enumerate(mism):
+            if c >= na:
+                continue
+            if bad:
+                a.mismatch[r][c] = True
+                e = exp_vals[r]
+                if e is not None and c < len(e):
+                    a.expected[r][c] = ("≥ " if kind == "time" else "") + format_value(e[c], kind)
+                if c >= len(vals):
+                    a.state[r][c] = "empty"
+        if ex64_vals[r] is not None and kind == "tensor":
+            for c, (v, x) in enumerate(zip(vals, ex64_vals[r])):
+                if not a.mismatch[r][c] and differs_exact(v, x):
+                    a.exact[r][c] = format_value(x, short=True)
+        verdicts.append("✗" if any(mism) else "✓")
+
+    n_bad = sum(v == "✗" for v in verdicts)
+    n_chunks_bad = result.n_mismatches()
+    dtype_effect = any(x for row in a.exact for x in row)
+    if result.ok and dtype_effect:
+        dname = str(result.dtype).replace("torch.", "")
+        status = (f"✓ matches the same {dname} arithmetic done without torch.distributed; "
+                  f"orange: float64's result, which {dname} changed")
+    elif result.ok:
+        status = "✓ every defined output matches the reference (computed without torch.distributed)"
+        if kind == "time":
+            status = "✓ no rank left dist.barrier() before the last rank had arrived"
+    else:
+        status = (f"✗ {n_chunks_bad} chunk(s) on {n_bad} rank(s) differ from the reference "
+                  f"(outlined in red, expected value below)")
+    legend = [(f"rank {r}", "rank") for r in range(ws)]
+    if spec.reduces or kind == "time":
+        if result.op:
+            legend.append((f"coloured band: combined with {result.op.upper()} from these ranks", "stripes"))
+        else:
+            legend.append(("coloured band: leaves only after all these ranks arrived", "stripes"))
+    if any(s == "undefined" for row in a.state for s in row):
+        legend.append(("hatched: undefined output", "undefined"))
+    if any(any(row) for row in a.mismatch):
+        legend.append(("red outline: differs from reference", "mismatch"))
+    if any(x for row in a.exact for x in row):
+        legend.append(("exact N: the float64 result, where the dtype changed it", "exact"))
+    return HeatmapGrid(title=result.title(), call=_call_text(result), status=status, ok=result.ok,
+                       before=b, after=a, verdicts=verdicts, legend=legend)

@@ -1,0 +1,99 @@
+"""The views' colours and smallest label: one hue per rank (Okabe-Ito), cell fills, text colours, the WCAG contrast
+arithmetic that chose them. Heatmaps, replay frames and charts all take their colours from here.
+
+Colours are float32 RGB arrays in 0..1 (:func:`collnb.views.raster.rgb8` turns any of them into
+0..255 pixels).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["RANK_COLORS", "RANK_TEXT_COLORS", "MIN_LABEL_PX", "UNDEFINED_COLOR", "HATCH_COLOR", "COMBINED_COLOR",
+           "EMPTY_COLOR", "MISMATCH_COLOR", "EXACT_COLOR", "INK", "GREY_TEXT", "OK_GREEN", "COPY_COLOR",
+           "REDUCE_COLOR", "relative_luminance", "contrast_ratio", "rank_color", "rank_text_color", "hex_rgb"]
+
+#: distinguishable with protanopia, deuteranopia and tritanopia, with its black replaced by Paul
+#: Tol's olive (#999933) so that a cell can hold black text (Tol's indigo, tried first, merges
+#: with the blue under simulated protanopia once lightened). Ranks 0-7 get these hues; ranks 8-15
+#: repeat them as paler tints (lightness still tells them apart under colour-vision deficiency; the
+#: row label and the value, 100*rank + chunk above 10 ranks, name the rank in any case).
+_BASE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#999933"]
+_PALE_TINT = 0.72        # share of white mixed into the hues of ranks 8-15
+_FILL_CONTRAST = 7.0     # WCAG AAA: black (#111) text on any rank's fill
+_TEXT_CONTRAST = 4.5     # WCAG AA: a rank-coloured label on white
+MIN_LABEL_PX = 10.0      #: the smallest font (pixels per em) of any label a learner needs
+
+
+def hex_rgb(h) -> np.ndarray:
+    """``"#RRGGBB"`` -> float32 RGB array in 0..1."""
+    h = h.lstrip("#")
+    return np.array([int(h[i:i + 2], 16) / 255.0 for i in (0, 2, 4)], dtype=np.float32)
+
+
+def relative_luminance(rgb) -> float:
+    """WCAG 2.x relative luminance of an sRGB colour (3 floats in 0..1)."""
+    c = np.asarray(rgb, dtype=np.float64)
+    lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return float(0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2])
+
+
+def contrast_ratio(fg, bg=(1.0, 1.0, 1.0)) -> float:
+    """WCAG 2.x contrast ratio (1..21) of two sRGB colours (3 floats in 0..1); 4.5 is the AA
+    minimum for normal text (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio)."""
+    a, b = sorted((relative_luminance(fg), relative_luminance(bg)))
+    return (b + 0.05) / (a + 0.05)
+
+
+def _tint_for_ink(hue, lo=0.35):
+    """The least white (>= lo) mixed into ``hue`` so that #111 text on it has AAA contrast."""
+    ink = hex_rgb("#111111")
+    for t in np.linspace(lo, 0.95, 61):
+        fill = (1 - t) * hue + t
+        if contrast_ratio(ink, fill) >= _FILL_CONTRAST:
+            return fill
+    return (1 - 0.95) * hue + 0.95
+
+
+def _darken_for_text(hue):
+    """``hue`` darkened (mixed with black) just enough for AA contrast as text on white."""
+    for s in np.linspace(0.0, 0.9, 91):
+        c = hue * (1 - s)
+        if contrast_ratio(c) >= _TEXT_CONTRAST + 0.05:
+            return c
+    return hue * 0.1
+
+
+_HUES = [hex_rgb(h) for h in _BASE_COLORS]
+#: RGB (0..1) fill colour of each rank's cells, index = rank (16 entries).
+RANK_COLORS = np.array([_tint_for_ink(h) for h in _HUES] +
+                       [(1 - _PALE_TINT) * h + _PALE_TINT for h in _HUES], dtype=np.float32)
+#: RGB (0..1) of each rank's label text (its hue, dark enough for 4.5:1 on white), index = rank.
+RANK_TEXT_COLORS = np.array([_darken_for_text(h) for h in _HUES] * 2, dtype=np.float32)
+#: Fill of undefined cells, and their hatch lines.
+UNDEFINED_COLOR = np.array([0.90, 0.90, 0.90], dtype=np.float32)
+HATCH_COLOR = np.array([0.74, 0.74, 0.74], dtype=np.float32)
+#: Background of a combined (reduced) cell, under its band of contributor colours.
+COMBINED_COLOR = np.array([1.0, 1.0, 1.0], dtype=np.float32)
+#: Fill where a rank has no buffer at all.
+EMPTY_COLOR = np.array([0.975, 0.975, 0.975], dtype=np.float32)
+#: Outline colour of cells that differ from the reference.
+MISMATCH_COLOR = "#D62728"
+EXACT_COLOR = "#A65400"
+
+
+def rank_color(rank: int) -> np.ndarray:
+    """RGB fill (3 floats in 0..1) of ``rank``'s data."""
+    return RANK_COLORS[rank % len(RANK_COLORS)]
+
+
+def rank_text_color(rank: int) -> np.ndarray:
+    """RGB (3 floats in 0..1) for text naming ``rank`` on white (contrast >= 4.5:1)."""
+    return RANK_TEXT_COLORS[rank % len(RANK_TEXT_COLORS)]
+#: Dark text, grey text (undefined values) and the green of a passing verdict.
+INK = hex_rgb("#111111")
+GREY_TEXT = hex_rgb("#6E6E6E")
+OK_GREEN = hex_rgb("#2E7D32")
+#: Replay arrows: the receiver overwrites (copy) / combines (reduce). 0..255.
+COPY_COLOR = (31, 78, 121)
+REDUCE_COLOR = (192, 57, 43)

@@ -1,0 +1,281 @@
+"""The replay players: :class:`ReplayWidget` (Play, a round slider, step buttons and a speed slider
+over the frames of one trace) and :class:`CompareWidget` (two traces under one round slider, the
+comparison chart above them). Both show a static picture of the current frame in saved notebooks
+(:mod:`collnb.views.static`). Moving through rounds only draws (no ranks run), so the players
+update in the widget callback.
+"""
+
+from __future__ import annotations
+
+import html
+import io
+
+from ..algorithms import CostModel, Trace
+from ..units import format_bytes
+from .comparison import compare_figure
+from .frames import FrameRenderer
+from .static import RERUN_LINE, captioned_png, stack_pngs, static_bundle
+
+__all__ = ["ReplayWidget", "CompareWidget", "SPEED_RANGE"]
+
+SPEED_RANGE = (0.25, 8.0)  #: the replay's rounds-per-second slider
+
+
+def _transfers_html(data: dict, limit: int = 24) -> str:
+    ts = data["transfers"]
+    if not ts:
+        return "<i>no messages: this is the state before the first round</i>"
+    lines = []
+    for t in ts[:limit]:
+        ch = ",".join(str(c) for c in t["chunks"])
+        dch = ",".join(str(c) for c in t["dst_chunks"])
+        where = f"chunk {ch}" if ch == dch else f"chunk {ch} → chunk {dch}"
+        verb = "combines" if t["reduce"] else "overwrites"
+        lines.append(f"rank {t['src']} → rank {t['dst']}: {where} ({format_bytes(t['nbytes'])}; "
+                     f"rank {t['dst']} {verb})")
+    more = f"<br>… and {len(ts) - limit} more" if len(ts) > limit else ""
+    return "<code style='font-size:12px'>" + "<br>".join(html.escape(x) for x in lines) + "</code>" + more
+
+
+def _step_buttons(w, slider, first_tip: str, last_tip: str) -> tuple:
+    """The ``|◀``, ``◀ step``, ``step ▶``, ``▶|`` buttons of a player: each moves ``slider``
+    (0..``slider.max``) to round 0, one round back, one round on, or the last round. Each has a
+    tooltip and the CSS classes ``collnb-step`` and ``collnb-step-NAME`` (first/back/forward/last).
+    """
+    bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
+    buttons = (w.Button(description="|◀", tooltip=first_tip, layout=bl),
+               w.Button(description="◀ step", tooltip="step back one round", layout=sl),
+               w.Button(description="step ▶", tooltip="step forward one round", layout=sl),
+               w.Button(description="▶|", tooltip=last_tip, layout=bl))
+    moves = (lambda k: 0, lambda k: k - 1, lambda k: k + 1, lambda k: slider.max)
+    for b, name, move in zip(buttons, ("first", "back", "forward", "last"), moves):
+        b.add_class("collnb-step")
+        b.add_class(f"collnb-step-{name}")
+        b.on_click(lambda _, move=move: setattr(slider, "value", min(max(move(slider.value), 0), slider.max)))
+    return buttons
+
+
+def _enable_steps(buttons: tuple, k: int, last: int) -> None:
+    """Disable the step buttons that cannot move from round ``k`` (of 0..``last``)."""
+    first, back, forward, end = buttons
+    first.disabled = back.disabled = k <= 0
+    forward.disabled = end.disabled = k >= last
+
+
+class ReplayWidget:
+    """The replay player for one trace (see :func:`replay`).
+
+    Attributes:
+        trace: the trace. renderer: its :class:`FrameRenderer`.
+        play: ``ipywidgets.Play`` (``interval`` in ms per round).
+        slider: ``ipywidgets.IntSlider`` (the round shown; jslink'd to ``play``; focused, the
+            ← / → keys step it round by round, Home / End jump to the ends).
+        first, back, forward, last: ``ipywidgets.Button`` ``"|◀"``, ``"◀ step"``, ``"step ▶"``, ``"▶|"`` (round 0, one round back,
+            one round on, the last round), each with a tooltip; disabled where they cannot move.
+        speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``).
+        image: ``ipywidgets.Image`` (PNG of the current frame).
+        info: ``ipywidgets.HTML`` (this round's caption and transfers).
+        widget: the ``ipywidgets.VBox`` to display.
+        current_round: the round shown now (int); ``current_data`` its :meth:`FrameRenderer.data`.
+
+    Displayed in a notebook, it also shows a static picture of the current frame (kept current,
+    hidden while the player is live) so that a saved notebook shows the replay without a kernel
+    (see :func:`collnb.views.static.static_bundle`).
+    """
+
+    def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
+        import ipywidgets as w
+        if not trace.has_snapshots:
+            raise ValueError("this trace has no per-round snapshots (recorded with snapshots=False); run it "
+                             "with snapshots=True to replay it")
+        self.trace = trace
+        self.renderer = FrameRenderer(trace, model=model, cell=cell)
+        self._display_ids: list = []
+        R = trace.n_rounds
+        self.play = w.Play(value=0, min=0, max=max(R, 0), step=1, interval=int(1000 / speed),
+                           description="play", show_repeat=True,
+                           tooltip="play / pause the rounds at the speed set on the right")
+        self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
+                                  continuous_update=True, layout=w.Layout(width="300px"),
+                                  tooltip="drag, or click it and press ← / → to step round by round")
+        self.first, self.back, self.forward, self.last = _step_buttons(
+            w, self.slider, "first: round 0, before any message", f"last: round {R}, the result")
+        self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
+                                   description="speed", readout_format=".2f",
+                                   tooltip="rounds per second while playing",
+                                   layout=w.Layout(width="230px"))
+        self.speed_unit = w.Label("rounds/s")
+        self.link = w.jslink((self.play, "value"), (self.slider, "value"))
+        W, H = self.renderer.size
+        # shown 1:1 (the browser would otherwise stretch it to the output's width, blurring it)
+        self.image = w.Image(format="png", value=self.renderer.png(0),
+                             layout=w.Layout(width=f"{W}px", max_width="100%", height="auto"))
+        self.info = w.HTML()
+        self.info.add_class("collnb-replay-info")
+        self.current_round = 0
+        self.current_data = self.renderer.data(0)
+        self.slider.observe(self._on_round, names="value")
+        self.play.observe(self._on_play, names="value")
+        self.speed.observe(self._on_speed, names="value")
+        self._show(0)
+        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider,
+                           self.speed, self.speed_unit],
+                          layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        self.widget = w.VBox([controls, self.image, self.info])
+        self.widget.add_class("collnb-replay")
+        self.widget.add_class("collnb-live")  # hides the static picture while the player is live
+
+    def _on_play(self, change):
+        # jslink keeps them in step in the browser; without a front end (tests, voila export)
+        # mirror it here so the Python side agrees.
+        if self.slider.value != change["new"]:
+            self.slider.value = change["new"]
+
+    def _on_speed(self, change):
+        self.play.interval = int(1000 / max(0.01, float(change["new"])))
+
+    def _on_round(self, change):
+        self._show(int(change["new"]))
+
+    def _show(self, k: int):
+        self.current_round = k
+        self.current_data = self.renderer.data(k)
+        self.image.value = self.renderer.png(k)
+        d = self.current_data
+        R = d["n_rounds"]
+        if k == 0:
+            head = f"<b>start</b> (round 0 of {R}): every rank's buffer before any message"
+        else:
+            head = f"<b>round {k}/{R}: {d['label']}</b>" + (f" — {d['detail']}" if d["detail"] else "")
+        self.info.value = f"<div style='line-height:1.45'>{head}<br>{_transfers_html(d)}</div>"
+        if hasattr(self, "first"):
+            _enable_steps((self.first, self.back, self.forward, self.last), k, R)
+        self._update_static()
+
+    def step(self, n: int = 1) -> int:
+        """Move ``n`` rounds on (negative: back), staying within 0..n_rounds; returns the round."""
+        self.show_round(min(max(self.current_round + int(n), 0), self.trace.n_rounds))
+        return self.current_round
+
+    def show_round(self, k: int) -> None:
+        """Move the player to round ``k`` (as dragging the slider does)."""
+        self.slider.value = int(k)
+
+    # -- saved notebooks -----------------------------------------------------------------------
+    def static_bundle(self) -> dict:
+        """The current frame as a static display bundle (see :func:`collnb.views.static.static_bundle`)."""
+        k = self.current_round
+        png = self.renderer.png(k)
+        t = self.trace
+        return static_bundle(png, "replay", alt=f"{t.primitive} / {t.algorithm} at world size {t.world_size}, "
+                             f"round {k} of {t.n_rounds}",
+                             png_with_line=captioned_png(png, RERUN_LINE.format(what="replay")),
+                             attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size))
+
+    def _update_static(self):
+        if not getattr(self, "_display_ids", None):
+            return
+        try:
+            from IPython.display import update_display
+            bundle = self.static_bundle()
+            for did in list(self._display_ids):
+                update_display(bundle, raw=True, display_id=did)
+        except Exception:  # noqa: BLE001 - outside IPython
+            pass
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        did = f"collnb-replay-{id(self):x}-{len(self._display_ids)}"
+        self._display_ids.append(did)
+        display(self.static_bundle(), raw=True, display_id=did)
+        display(self.widget)
+
+
+
+class CompareWidget:
+    """Two replays under one round slider (see :func:`compare`), stacked: each as large and
+    readable as a single :func:`replay`, the summary figure above them.
+
+    Attributes:
+        left, right: :class:`FrameRenderer` of the two traces (``left`` drawn first, on top).
+        slider: ``ipywidgets.IntSlider`` (0..max rounds; a trace with fewer rounds stays on its
+            last).
+        play: ``ipywidgets.Play``.
+        first, back, forward, last: step buttons as in :class:`ReplayWidget`.
+        images: the two ``ipywidgets.Image``.
+        summary: ``ipywidgets.Image`` of :func:`compare_figure`.
+        widget: the VBox.
+    """
+
+    def __init__(self, a: Trace, b: Trace, model: CostModel | None = None):
+        import ipywidgets as w
+        for t in (a, b):
+            if not t.has_snapshots:
+                raise ValueError("both traces need snapshots (run with snapshots=True)")
+        buf = io.BytesIO()
+        compare_figure(a, b, model).savefig(buf, format="png")
+        self.left = FrameRenderer(a, model)
+        self.right = FrameRenderer(b, model)
+        R = max(a.n_rounds, b.n_rounds)
+        self._display_ids: list = []
+        self.play = w.Play(value=0, min=0, max=R, interval=700, description="play",
+                           tooltip="play / pause both replays")
+        self.slider = w.IntSlider(value=0, min=0, max=R, description="round",
+                                  tooltip="drag, or click it and press ← / → to step round by round")
+        self.first, self.back, self.forward, self.last = _step_buttons(
+            w, self.slider, "first: round 0", f"last: round {R}")
+        self.link = w.jslink((self.play, "value"), (self.slider, "value"))
+        self.images = tuple(w.Image(format="png", value=ren.png(0), layout=w.Layout(
+            width=f"{ren.size[0]}px", max_width="100%", height="auto")) for ren in (self.left, self.right))
+        self.captions = (w.HTML(), w.HTML())
+        self.summary = w.Image(format="png", value=buf.getvalue())
+        self.slider.observe(self._on_round, names="value")
+        self.play.observe(lambda c: setattr(self.slider, "value", c["new"]), names="value")
+        self._caption(0)
+        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider],
+                          layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        self.widget = w.VBox([self.summary, controls, self.captions[0], self.images[0],
+                              self.captions[1], self.images[1]])
+        self.widget.add_class("collnb-compare")
+        self.widget.add_class("collnb-live")
+
+    def rounds_shown(self, k: int) -> tuple:
+        """The round each side shows when the slider is at ``k``."""
+        return min(k, self.left.trace.n_rounds), min(k, self.right.trace.n_rounds)
+
+    def _caption(self, k):
+        for cap, ren, kk in zip(self.captions, (self.left, self.right), self.rounds_shown(k)):
+            t = ren.trace
+            stay = " (finished: stays on its last round)" if k > t.n_rounds else ""
+            cap.value = (f"<b style='font-size:115%'>{t.algorithm}</b>: round {kk} of {t.n_rounds}{stay}")
+
+    def _on_round(self, change):
+        k = int(change["new"])
+        ka, kb = self.rounds_shown(k)
+        self.images[0].value = self.left.png(ka)
+        self.images[1].value = self.right.png(kb)
+        self._caption(k)
+        _enable_steps((self.first, self.back, self.forward, self.last), k, self.slider.max)
+        if self._display_ids:
+            try:
+                from IPython.display import update_display
+                for did in self._display_ids:
+                    update_display(self.static_bundle(), raw=True, display_id=did)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def static_bundle(self) -> dict:
+        """The summary and both current frames as one static picture (see
+        :func:`collnb.views.static.static_bundle`)."""
+        png = stack_pngs([self.summary.value, self.images[0].value, self.images[1].value])
+        return static_bundle(png, "comparison", alt=f"{self.left.trace.algorithm} vs {self.right.trace.algorithm}",
+                             png_with_line=captioned_png(png, RERUN_LINE.format(what="comparison")),
+                             attrs=dict(round=self.slider.value))
+
+    def _ipython_display_(self):
+        from IPython.display import display
+        did = f"collnb-compare-{id(self):x}-{len(self._display_ids)}"
+        self._display_ids.append(did)
+        display(self.static_bundle(), raw=True, display_id=did)
+        display(self.widget)
+

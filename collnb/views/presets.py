@@ -1,0 +1,88 @@
+"""The explorer's choices for a learner: input presets that show a lesson (int8 wraps, float16
+overflows, bfloat16 rounds, values naming their source rank, special floats), which presets fit
+which primitive, the elements-per-chunk sizes, and the one-paragraph "about" text per kind of
+primitive.
+"""
+
+from __future__ import annotations
+
+import html
+
+from .. import collectives
+from ..vocabulary import check_choice
+
+__all__ = ["INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "teaching_label", "about_text"]
+
+
+def _special_float(r, c):
+    return (float("nan"), float("inf"), float("-inf"), 1 / 3)[(r + c) % 4]
+
+
+#: Input presets: key -> (label, inputs callable ``f(rank, chunk)`` or ``None`` for the teaching
+#: values, ``(dtype, op, min_world_size)`` that the effect needs, or ``None``). ``dtype`` may be
+#: ``"float"``: any floating dtype (float32 when the current one is not). Choosing a preset sets
+#: that dtype and op (reducing primitives) and keeps the learner's world size unless it is below
+#: ``min_world_size``; the panel says what it changed. Which presets a primitive offers:
+#: :func:`presets_for`.
+INPUT_PRESETS: dict[str, tuple] = {
+    "teaching": ("10·rank + chunk (teaching values)", None, None),
+    "int8_wrap": ("100 on every rank: int8 SUM wraps past 127 (2 ranks: 100+100 → -56)", lambda r, c: 100,
+                  ("int8", "sum", 2)),
+    "fp16_inf": ("60000 on every rank: float16 SUM overflows (2 ranks: 60000+60000 → inf)", lambda r, c: 60000,
+                 ("float16", "sum", 2)),
+    "bf16_round": ("256 on rank 0, 1 elsewhere: bfloat16 SUM rounds (2 ranks: 256+1 → 256)",
+                   lambda r, c: 256 if r == 0 else 1, ("bfloat16", "sum", 2)),
+    "rank_ids": ("every chunk holds its rank: the values say where the data came from", lambda r, c: r, None),
+    "special_floats": ("nan, inf, -inf, 1/3: copied bit for bit (no arithmetic, nothing rounds)",
+                       _special_float, ("float", None, 1)),
+}
+
+_REDUCING_PRESETS = ("teaching", "int8_wrap", "fp16_inf", "bf16_round", "rank_ids")
+_MOVING_PRESETS = ("teaching", "rank_ids", "special_floats")
+
+
+def presets_for(primitive: str) -> tuple:
+    """The keys of :data:`INPUT_PRESETS` that show something real for ``primitive``: the dtype
+    lessons (int8 wraps, float16 overflows, bfloat16 rounds) only where the primitive does
+    arithmetic (reduces); values naming their source rank and special floats where it only moves
+    data; just the teaching values for object collectives and barrier (no tensor inputs).
+
+    Raises:
+        TypeError: a primitive that is not a name. ValueError: unknown primitive (the valid ones
+            listed; the words of :func:`collnb.vocabulary.check_choice`).
+    """
+    spec = collectives.SPECS[check_choice("primitive", primitive, collectives.PRIMITIVES)]
+    if spec.kind != "tensor":
+        return ("teaching",)
+    return _REDUCING_PRESETS if spec.reduces else _MOVING_PRESETS
+
+
+def teaching_label(world_size: int) -> str:
+    return f"{10 if world_size <= 10 else 100}·rank + chunk (teaching values)"
+
+
+_ABOUT_REDUCING = ("<b>{p}</b> combines the ranks' values ({op}), so the dtype can change the answer: "
+                   "the inputs presets show int8 wrapping, float16 overflowing and bfloat16 rounding, "
+                   "and the float64 reference table shows the exact result.")
+_ABOUT_MOVING = ("<b>{p}</b> only moves data, it does no arithmetic: every output is some rank's input, "
+                 "bit for bit, whatever the dtype. Presets: values that name their source rank; nan, inf "
+                 "and 1/3 arriving unchanged.")
+_ABOUT_OBJECT = ("<b>{p}</b> moves pickled Python objects (strings here), not tensors: no dtype, no arithmetic.")
+_ABOUT_TIME = ("<b>{p}</b> moves no data: each rank leaves only after every rank has arrived (times in ms).")
+
+#: Choices of the "elements per chunk" slider (powers of two).
+CHUNK_SIZES = tuple(2 ** i for i in range(0, 17))
+
+
+def about_text(spec, op: str) -> str:
+    """One paragraph (HTML) on what ``spec``'s primitive does with the data; ``op`` is the reduce
+    op shown for reducing primitives."""
+    if spec.kind == "time":
+        text = _ABOUT_TIME
+    elif spec.kind == "object":
+        text = _ABOUT_OBJECT
+    elif spec.reduces:
+        text = _ABOUT_REDUCING
+    else:
+        text = _ABOUT_MOVING
+    return text.format(p=html.escape(spec.name), op=html.escape(str(op).upper()))

@@ -1,0 +1,266 @@
+"""The one raster engine of the views: a white RGB canvas with rectangles, frames, hatching, text,
+lines, arrows and PNG encoding, painted with Pillow.
+
+Heatmaps (:mod:`collnb.views.heatmap`), replay frames (:mod:`collnb.views.frames`) and the static
+pictures of saved widgets (:mod:`collnb.views.static`) all paint through :class:`Canvas`, so they
+share fonts (matplotlib's DejaVu files, rendered by FreeType through Pillow), text placement and
+colours. Pillow paints in C on 8-bit pixels: a world-size-8 heatmap takes ~10 ms of CPU and ~15 ms
+with its PNG, where the float numpy canvas with matplotlib's FreeType text it replaces took ~30-40 ms
+with its PNG, and a few hundred matplotlib Text artists 250-300 ms (2-core machine,
+``benchmarks/explorer.py``). Matplotlib stays for charts with axes (bar and line plots).
+
+Coordinates are pixels, origin top-left, y down. Colours are ``"#RRGGBB"``, 0..255 int triples, or
+0..1 float triples/arrays (the palette of :mod:`collnb.views.palette`).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import struct
+import threading
+import zlib
+from functools import lru_cache
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFont
+
+__all__ = ["Canvas", "rgb8", "encode_png", "font", "FONT_FILES", "CAP_HEIGHT"]
+
+#: DejaVu font file of each text style (shipped with matplotlib, so present wherever collnb runs).
+FONT_FILES = {"regular": "DejaVuSans.ttf", "bold": "DejaVuSans-Bold.ttf",
+              "italic": "DejaVuSans-Oblique.ttf", "mono": "DejaVuSansMono.ttf"}
+#: DejaVu Sans' cap height as a share of the em (text is centred on its cap height).
+CAP_HEIGHT = 0.73
+
+_lock = threading.Lock()  # one FreeType face per style and size: render one text at a time
+_masks: dict = {}         # (text, size, style) -> (L mask Image, x offset, y offset of the ink from the baseline)
+
+
+def rgb8(color) -> tuple:
+    """``color`` as a 0..255 int triple: ``"#D62728"``, ``(214, 39, 40)``, ``(0.84, 0.15, 0.16)``
+    (floats, or a float numpy array, are 0..1 and rounded as ``int(v * 255 + 0.5)``, a float32
+    array in float32 as numpy rounds a float32 image)."""
+    if isinstance(color, np.ndarray):
+        key = (color.dtype.str, color.tobytes())
+    elif isinstance(color, str):
+        key = color
+    else:
+        key = tuple(color)
+    hit = _colors.get(key)
+    if hit is None:
+        hit = _colors[key] = _rgb8(color)
+    return hit
+
+
+_colors: dict = {}  # colour as given -> 0..255 triple (the views use a few dozen colours)
+
+
+def _rgb8(color) -> tuple:
+    if isinstance(color, str):
+        h = color.lstrip("#")
+        return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+    if isinstance(color, np.ndarray):
+        if color.dtype.kind == "f":
+            return tuple(int(v) for v in (np.clip(color[:3], 0, 1) * color.dtype.type(255) + color.dtype.type(0.5)))
+        return tuple(int(v) for v in color[:3])
+    if any(isinstance(v, float) for v in color):
+        return tuple(int(min(max(float(v), 0.0), 1.0) * 255 + 0.5) for v in color[:3])
+    return tuple(int(v) for v in color[:3])
+
+
+@lru_cache(maxsize=256)
+def font(size_px: float, style: str = "regular") -> ImageFont.FreeTypeFont:
+    """The DejaVu font of ``style`` (:data:`FONT_FILES`) at ``size_px`` pixels per em."""
+    import matplotlib  # noqa: PLC0415 - only for the path of its bundled fonts
+    path = os.path.join(matplotlib.get_data_path(), "fonts", "ttf", FONT_FILES[style])
+    return ImageFont.truetype(path, max(1.0, float(size_px)))
+
+
+def _mask(text: str, size_px: float, style: str):
+    """``(mask, dx, dy)``: the text's anti-aliased ink as an ``"L"`` image (cropped to the ink) and
+    the offset of its top-left corner from the pen position (left end of the baseline)."""
+    key = (text, round(size_px * 4) / 4, style)
+    hit = _masks.get(key)
+    if hit is not None:
+        return hit
+    with _lock:
+        f = font(key[1], style)
+        x0, y0, x1, y1 = f.getbbox(text, anchor="ls")
+        w, h = max(1, x1 - x0), max(1, y1 - y0)
+        m = Image.new("L", (w, h), 0)
+        ImageDraw.Draw(m).text((-x0, -y0), text, fill=255, font=f, anchor="ls")
+    hit = (m, x0, y0)
+    if len(_masks) > 20000:
+        _masks.clear()
+    _masks[key] = hit
+    return hit
+
+
+def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
+    """PNG bytes (8-bit RGB, no row filter, zlib level 2) of an RGB ``uint8`` array ``(H, W, 3)``
+    or a Pillow image; ``dpi`` goes into the pHYs chunk (PNG spec, https://www.w3.org/TR/png/).
+
+    Written here rather than by Pillow's encoder, which tries every row filter: for our flat-coloured
+    pictures that costs ~13 ms of CPU for a 935 x 595 heatmap and saves nothing (this writes it in
+    ~6 ms, ~80 KB; Pillow's level 1 gave 84 KB).
+    """
+    a = np.asarray(pixels_or_image.convert("RGB")) if isinstance(pixels_or_image, Image.Image) else \
+        np.ascontiguousarray(pixels_or_image, dtype=np.uint8)
+    h, w = a.shape[:2]
+    rows = np.empty((h, 1 + 3 * w), dtype=np.uint8)
+    rows[:, 0] = 0  # filter type None on every row
+    rows[:, 1:] = a.reshape(h, 3 * w)
+    out = [b"\x89PNG\r\n\x1a\n", _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))]
+    if dpi:
+        ppm = int(round(dpi / 0.0254))  # pixels per metre
+        out.append(_chunk(b"pHYs", struct.pack(">IIB", ppm, ppm, 1)))
+    out += [_chunk(b"IDAT", zlib.compress(rows, 2)), _chunk(b"IEND", b"")]
+    return b"".join(out)
+
+
+def _chunk(tag: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+
+
+class Canvas:
+    """A white ``w`` x ``h`` RGB picture (:attr:`image`, a Pillow image) to paint on.
+
+    Attributes:
+        image: the Pillow ``RGB`` image. draw: its ``ImageDraw``.
+        labels: ``None``, or a list to which every painted text is appended as
+            ``(text, size_px, (x0, y0, x1, y1))`` (tests check that no label is too small).
+    """
+
+    def __init__(self, w: int, h: int, background=(255, 255, 255)):
+        self.w, self.h = int(w), int(h)
+        self.image = Image.new("RGB", (max(1, self.w), max(1, self.h)), rgb8(background))
+        self.draw = ImageDraw.Draw(self.image)
+        self._core = self.image.im  # Pillow's C image: fills and masked pastes without per-call checks
+        self.labels: list | None = None
+
+    # -- areas ------------------------------------------------------------------------------
+    def _clip(self, x0, y0, x1, y1):
+        return max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))
+
+    def rect(self, x0, y0, x1, y1, color) -> None:
+        """Fill pixels ``[x0, x1) x [y0, y1)`` (coordinates truncated to ints)."""
+        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
+        if x1 > x0 and y1 > y0:
+            self._core.paste(rgb8(color), (x0, y0, x1, y1))
+
+    def frame(self, x0, y0, x1, y1, color, width: int) -> None:
+        """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``."""
+        self.rect(x0, y0, x1, y0 + width, color)
+        self.rect(x0, y1 - width, x1, y1, color)
+        self.rect(x0, y0, x0 + width, y1, color)
+        self.rect(x1 - width, y0, x1, y1, color)
+
+    def hatch(self, x0, y0, x1, y1, bg, fg, period: int = 10, width: int = 3) -> None:
+        """Fill the box with ``bg`` crossed by diagonal ``fg`` stripes (``width`` of every
+        ``period`` pixels along x + y), aligned to the canvas so neighbouring boxes continue."""
+        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
+        if x1 <= x0 or y1 <= y0:
+            return
+        self.image.paste(_hatch_tile(x1 - x0, y1 - y0, (x0 + y0) % period, period, width, rgb8(bg), rgb8(fg)),
+                         (x0, y0))
+
+    def paste(self, pixels, x: int, y: int) -> None:
+        """Copy an RGB ``uint8`` array or a Pillow image with its top-left corner at ``(x, y)``."""
+        img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(
+            np.ascontiguousarray(pixels, dtype=np.uint8), "RGB")
+        self.image.paste(img, (int(x), int(y)))
+
+    def fade(self, x0, y0, x1, y1, keep: float) -> None:
+        """Blend the box towards white, keeping ``keep`` of its ink (``255 - (255 - v) * keep``)."""
+        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
+        if x1 <= x0 or y1 <= y0:
+            return
+        box = (x0, y0, x1, y1)
+        part = self.image.crop(box)
+        self.image.paste(Image.blend(part, Image.new("RGB", part.size, (255, 255, 255)), 1.0 - keep), box)
+
+    # -- text -------------------------------------------------------------------------------
+    def measure(self, text: str, size_px: float, style: str = "regular") -> tuple:
+        """``(width, height)`` in pixels of the ink of ``text`` at ``size_px``."""
+        m = _mask(text, size_px, style)[0]
+        return m.size
+
+    def text(self, text: str, x: float, y: float, size_px: float, color=(0, 0, 0), style: str = "regular",
+             ha: str = "center", va: str = "center") -> int:
+        """Paint ``text`` at ``size_px`` pixels per em. ``ha``: ``"left"``/``"center"``/``"right"``
+        end of the ink at ``x``; ``va="center"`` centres the cap height on ``y``, ``"top"`` puts the
+        cap top there, ``"bottom"`` the baseline. Returns the painted width in pixels."""
+        if not text:
+            return 0
+        m, dx, dy = _mask(text, size_px, style)
+        w, h = m.size
+        cap = CAP_HEIGHT * size_px
+        base_y = y + cap / 2 if va == "center" else (y + cap if va == "top" else y)
+        top = int(round(base_y + dy))
+        left = int(round(x - (w / 2 if ha == "center" else (w if ha == "right" else 0))))
+        if self.labels is not None:
+            self.labels.append((text, float(size_px), (left, top, left + w, top + h)))
+        if left >= 0 and top >= 0 and left + w <= self.w and top + h <= self.h:
+            self._core.paste(rgb8(color), (left, top, left + w, top + h), m.im)
+        else:
+            self.image.paste(rgb8(color), (left, top, left + w, top + h), m)
+        return w
+
+    # -- lines ------------------------------------------------------------------------------
+    def line(self, points, color, width: int) -> None:
+        """A polyline through ``points`` (rounded joints)."""
+        self.draw.line([tuple(p) for p in points], fill=rgb8(color), width=max(1, int(width)), joint="curve")
+
+    def polygon(self, points, color) -> None:
+        self.draw.polygon([tuple(p) for p in points], fill=rgb8(color))
+
+    def arrow(self, p0, p1, color, width: int, head: float, bend: float = 0.0) -> None:
+        """An arrow from ``p0`` to ``p1`` along a quadratic Bezier bowing sideways by ``bend`` x its
+        length, its head (``head`` pixels long) with the tip on ``p1``."""
+        pts = bezier(p0, p1, bend)
+        self.line(pts[:-1], color, width)
+        (xa, ya), (xb, yb) = pts[-3], pts[-1]
+        ang = math.atan2(yb - ya, xb - xa)
+        self.polygon([(xb, yb), (xb - head * math.cos(ang - 0.42), yb - head * math.sin(ang - 0.42)),
+                      (xb - head * math.cos(ang + 0.42), yb - head * math.sin(ang + 0.42))], color)
+
+    # -- out --------------------------------------------------------------------------------
+    def shrink(self, factor: int) -> "Canvas":
+        """This canvas reduced ``factor`` times by box filtering (paint at 2x, shrink: smooth
+        arrows and text); a new canvas."""
+        out = Canvas(1, 1)
+        out.image = self.image.resize((self.w // factor, self.h // factor), Image.Resampling.BOX)
+        out.w, out.h = out.image.size
+        out.draw = ImageDraw.Draw(out.image)
+        out._core = out.image.im
+        return out
+
+    def pixels(self) -> np.ndarray:
+        """The picture as a ``uint8`` array ``(h, w, 3)`` (a copy)."""
+        return np.asarray(self.image, dtype=np.uint8).copy()
+
+    def png(self, dpi: float | None = None) -> bytes:
+        """The picture as PNG bytes (:func:`encode_png`)."""
+        return encode_png(self.image, dpi)
+
+
+def bezier(p0, p1, bend: float, n: int = 24) -> list:
+    """``n`` points of a quadratic Bezier from ``p0`` to ``p1`` bowing sideways by ``bend`` x length."""
+    (x0, y0), (x1, y1) = p0, p1
+    dx, dy = x1 - x0, y1 - y0
+    cx, cy = (x0 + x1) / 2 - bend * dy, (y0 + y1) / 2 + bend * dx
+    ts = np.linspace(0.0, 1.0, n)
+    xs = (1 - ts) ** 2 * x0 + 2 * (1 - ts) * ts * cx + ts ** 2 * x1
+    ys = (1 - ts) ** 2 * y0 + 2 * (1 - ts) * ts * cy + ts ** 2 * y1
+    return list(zip(xs.tolist(), ys.tolist()))
+
+
+@lru_cache(maxsize=64)
+def _hatch_tile(w, h, phase, period, width, bg, fg) -> Image.Image:
+    yy, xx = np.mgrid[0:h, 0:w]
+    on = ((xx + yy + phase) % period) < width
+    arr = np.empty((h, w, 3), dtype=np.uint8)
+    arr[:] = bg
+    arr[on] = fg
+    return Image.fromarray(arr, "RGB")
