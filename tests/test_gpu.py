@@ -130,11 +130,15 @@ def test_more_ranks_than_gpus_is_refused_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
     monkeypatch.setattr(launcher, "RankPool", None)  # any attempt to start ranks would fail loudly
-    with pytest.raises(ValueError, match=r"world_size must be an int from 1 to 2 \(NCCL puts one rank per GPU and "
-                                         r"2 are visible; use backend='gloo' for more ranks\); got 3"):
-        collnb.launch(_on_gpu, 3, backend="nccl")
-    with pytest.raises(ValueError, match="more than backend 'nccl' can run here"):
-        collnb.run("all_reduce", world_size=3, backend="nccl")
+    words = (r"world_size must be an int from 1 to 2 \(NCCL puts one rank per GPU and 2 are visible; "
+             r"use backend='gloo' for more ranks\); got 3")
+    # the same request gets the same answer from every entry point that starts ranks
+    for start in (lambda: collnb.launch(_on_gpu, 3, backend="nccl"),
+                  lambda: collnb.run("all_reduce", world_size=3, backend="nccl"),
+                  lambda: collnb.run_batch([dict(primitive="all_reduce")], world_size=3, backend="nccl"),
+                  lambda: collnb.bench.bench("all_reduce", world_sizes=(2, 3), sizes="1K", backend="nccl")):
+        with pytest.raises(ValueError, match=words):
+            start()
 
 
 def _infos(hosts, gpus, addrs=None):

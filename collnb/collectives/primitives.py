@@ -17,8 +17,7 @@ from typing import Sequence
 import torch
 
 from .. import ranks
-from ..vocabulary import (check_backend, check_int, check_rank, check_world_size, dtype_name, op_hint,
-                          op_name)
+from ..vocabulary import check_int, check_rank, dtype_name, op_hint, op_name
 from .inputs import check_input_values, check_inputs
 from .rank_calls import rank_cases
 from .expected import reference, tolerance
@@ -113,12 +112,7 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
     Raises:
         as :func:`run`.
     """
-    check_backend(backend)
-    check_world_size(world_size)
-    info = ranks.backend_info(backend)
-    if not info["available"]:
-        raise RuntimeError(f"backend {backend!r} cannot run here: {info['reason']}")
-    check_world_size(world_size, info["max_world_size"], why=f"the most ranks {backend} can run here")
+    ranks.check_ranks(world_size, backend)
     support = None
 
     def get_support():

@@ -24,7 +24,7 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from ._dist_hooks import CallRecord
 from ._torch_internals import distributed_c10d
 from .errors import LaunchError, LaunchTimeout, RankError
-from .launcher import _check_request, _default_start_method, backend_info, launch, shutdown
+from .launcher import _check_request, _default_start_method, backend_info, check_ranks, launch, shutdown
 from .pool import LaunchResults, RankPool
 from .remote import connect, disconnect
 from .serialization import dumps, loads

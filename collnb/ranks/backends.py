@@ -18,7 +18,8 @@ def local_backend_info(backend: str) -> dict:
     """Whether ``backend`` can run on this machine (see :func:`collnb.ranks.backend_info`).
 
     Returns:
-        ``{"backend": str, "available": bool, "max_world_size": int, "reason": str}``.
+        ``{"backend": str, "available": bool, "max_world_size": int, "reason": str, "limit": str}``;
+        ``limit`` says why ``max_world_size`` is what it is, in the words world-size errors use.
 
     Raises:
         TypeError / ValueError: ``backend`` is not one of ``BACKENDS``.
@@ -28,7 +29,8 @@ def local_backend_info(backend: str) -> dict:
         if not dist.is_gloo_available():
             return dict(backend=backend, available=False, max_world_size=0,
                         reason="this torch build has no Gloo backend")
-        return dict(backend=backend, available=True, max_world_size=MAX_WORLD_SIZE, reason="")
+        return dict(backend=backend, available=True, max_world_size=MAX_WORLD_SIZE, reason="",
+                    limit="one process per rank on this machine")
     if not torch.cuda.is_available():
         return dict(backend=backend, available=False, max_world_size=0,
                     reason="NCCL needs CUDA GPUs and this torch sees none "
@@ -37,4 +39,5 @@ def local_backend_info(backend: str) -> dict:
         return dict(backend=backend, available=False, max_world_size=0,
                     reason="this torch build has no NCCL backend; use backend='gloo'")
     n = torch.cuda.device_count()
-    return dict(backend=backend, available=True, max_world_size=min(n, MAX_WORLD_SIZE), reason="")
+    return dict(backend=backend, available=True, max_world_size=min(n, MAX_WORLD_SIZE), reason="",
+                limit=f"NCCL puts one rank per GPU and {n} are visible; use backend='gloo' for more ranks")

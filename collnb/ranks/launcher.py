@@ -60,7 +60,7 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_si
 from .backends import local_backend_info
 from .pool import RankPool
 
-__all__ = ["launch", "shutdown", "backend_info", "warm_pool", "MAX_WORLD_SIZE", "BACKENDS"]
+__all__ = ["launch", "shutdown", "backend_info", "check_ranks", "warm_pool", "MAX_WORLD_SIZE", "BACKENDS"]
 
 
 def backend_info(backend: str) -> dict:
@@ -80,19 +80,33 @@ def backend_info(backend: str) -> dict:
     return local_backend_info(backend)
 
 
+def check_ranks(world_size, backend: str = "gloo") -> dict:
+    """Check that ``world_size`` ranks of ``backend`` can run here (on this machine, or on the engines
+    while :func:`collnb.connect` is in force) and return :func:`backend_info`'s dict. Every entry point
+    that starts ranks (:func:`launch`, :func:`collnb.run`, :func:`collnb.bench.bench`, ...) checks
+    with this one function, so the same request gets the same answer everywhere.
+
+    Raises:
+        TypeError / ValueError: an unknown backend (:func:`collnb.vocabulary.check_backend`), a world
+            size that is not an int from 1 to :data:`MAX_WORLD_SIZE`, or above what the backend can run
+            here, saying why (:func:`collnb.vocabulary.check_world_size` with ``backend_info``'s ``limit``).
+        RuntimeError: the backend cannot run here at all (e.g. NCCL without CUDA), with the reason.
+    """
+    check_backend(backend)
+    info = backend_info(backend)
+    if info["available"]:
+        check_world_size(world_size, info["max_world_size"], why=info["limit"])
+        return info
+    check_world_size(world_size)  # a wrong world size is named before the backend that cannot run
+    where = "on the connected engines" if _remote is not None else "here"
+    raise RuntimeError(f"backend {backend!r} cannot run {where}: {info['reason']}")
+
+
 def _check_request(fn, world_size, backend, start_method):
     """Check a launch request before any rank starts (raises as :func:`launch` says)."""
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
-    check_backend(backend)
-    check_world_size(world_size, MAX_WORLD_SIZE, why="one process per rank on this machine")
-    info = backend_info(backend)
-    if not info["available"]:
-        raise RuntimeError(f"backend {backend!r} cannot run here: {info['reason']}")
-    if world_size > info["max_world_size"]:  # NCCL: the GPUs visible here
-        check_world_size(world_size, info["max_world_size"],
-                         why=f"NCCL puts one rank per GPU and {info['max_world_size']} are visible; "
-                             f"use backend='gloo' for more ranks")
+    check_ranks(world_size, backend)
     if start_method not in ("fork", "spawn"):
         raise ValueError(f"start_method must be 'fork' or 'spawn' (ranks must be children of this "
                          f"process, which forkserver's are not); got {start_method!r}")

@@ -60,7 +60,7 @@ import uuid
 
 import torch
 
-from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_world_size
+from ..vocabulary import MAX_WORLD_SIZE, check_backend
 from . import launcher as _launcher
 from .engines import (engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
                       engine_teardown)
@@ -116,7 +116,8 @@ class _Connection:
             if not all(i["gloo"] for i in self.infos):
                 return dict(backend=backend, available=False, max_world_size=0,
                             reason="the engines' torch has no Gloo backend")
-            return dict(backend=backend, available=True, max_world_size=limit, reason="")
+            return dict(backend=backend, available=True, max_world_size=limit, reason="",
+                        limit=f"one rank per engine, and {n} engine(s) are connected")
         no_gpu = [r for r, i in enumerate(self.infos) if i["cuda"] == 0]
         if no_gpu:
             return dict(backend=backend, available=False, max_world_size=0,
@@ -130,9 +131,9 @@ class _Connection:
             if self.local_ranks[r] >= i["cuda"]:
                 break
             ok += 1
-        return dict(backend=backend, available=True, max_world_size=min(ok, limit),
-                    reason="" if ok == n else
-                    f"host {self.infos[ok]['host']} has {self.infos[ok]['cuda']} GPU(s) but runs more engines")
+        short = "" if ok == n else f"host {self.infos[ok]['host']} has {self.infos[ok]['cuda']} GPU(s) but runs more engines"
+        return dict(backend=backend, available=True, max_world_size=min(ok, limit), reason=short,
+                    limit=f"NCCL puts one rank per GPU: {short or 'one engine per GPU'}")
 
     # -- process groups ----------------------------------------------------------------------
     def _setup(self, backend, debug, collective_timeout):
@@ -493,13 +494,7 @@ def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, c
                                   "collnb.disconnect() and record on local ranks")
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
-    check_backend(backend)
-    info = conn.backend_info(backend)
-    if not info["available"]:
-        raise RuntimeError(f"backend {backend!r} cannot run on the connected engines: {info['reason']}")
-    why = (f"one rank per engine, and {len(conn.ids)} engine(s) are connected" if backend == "gloo" else
-           f"NCCL puts one rank per GPU: {info['reason'] or 'that many GPUs'}")
-    check_world_size(world_size, info["max_world_size"], why=why)
+    _launcher.check_ranks(world_size, backend)
     _launcher._check_signature(fn, tuple(args), kwargs)
     _launcher._check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     with conn.lock:

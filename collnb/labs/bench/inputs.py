@@ -11,9 +11,9 @@ import torch.distributed as dist
 
 from ...algorithms import algorithms_for
 from ...collectives import backend_support
-from ...ranks import backend_info
+from ...ranks import check_ranks
 from ...units import format_bytes
-from ...vocabulary import check_backend, check_choice, check_world_size, dtype_name
+from ...vocabulary import check_backend, check_choice, dtype_name
 
 #: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order.
 PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather",
@@ -139,8 +139,8 @@ def check_world_sizes(world_sizes, backend: str) -> tuple:
     ``1..MAX_WORLD_SIZE`` (NCCL: at most the visible GPUs), checked before any rank starts.
 
     Raises:
-        TypeError / ValueError: as :func:`collnb.vocabulary.check_world_size` (or an unknown backend,
-            :func:`collnb.vocabulary.check_backend`); ValueError for an empty sequence.
+        TypeError / ValueError: as :func:`collnb.ranks.check_ranks` (the check every entry point that
+            starts ranks makes); ValueError for an empty sequence.
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
     """
     check_backend(backend)
@@ -149,11 +149,9 @@ def check_world_sizes(world_sizes, backend: str) -> tuple:
     world_sizes = tuple(world_sizes)
     if not world_sizes:
         raise ValueError("no world size given")
-    info = backend_info(backend)
-    if not info["available"]:
-        raise RuntimeError(f"backend {backend!r} cannot run here: {info['reason']}")
-    why = "one process per rank on this machine" if backend == "gloo" else "one rank per visible GPU"
-    return tuple(check_world_size(ws, info["max_world_size"], why=why) for ws in world_sizes)
+    for ws in world_sizes:
+        check_ranks(ws, backend)
+    return tuple(int(ws) for ws in world_sizes)
 
 
 def check_dtype(primitive, algorithms, dt, backend):
