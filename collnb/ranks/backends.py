@@ -19,7 +19,8 @@ def local_backend_info(backend: str) -> dict:
 
     Returns:
         ``{"backend": str, "available": bool, "max_world_size": int, "reason": str, "limit": str}``;
-        ``limit`` says why ``max_world_size`` is what it is, in the words world-size errors use.
+        ``limit`` says why ``max_world_size`` is below :data:`MAX_WORLD_SIZE` (NCCL: the visible GPUs),
+        in the words world-size errors use; empty when it is not.
 
     Raises:
         TypeError / ValueError: ``backend`` is not one of ``BACKENDS``.
@@ -30,7 +31,7 @@ def local_backend_info(backend: str) -> dict:
             return dict(backend=backend, available=False, max_world_size=0,
                         reason="this torch build has no Gloo backend")
         return dict(backend=backend, available=True, max_world_size=MAX_WORLD_SIZE, reason="",
-                    limit="one process per rank on this machine")
+                    limit="")  # the general limit: the same words as collnb.vocabulary.check_world_size
     if not torch.cuda.is_available():
         return dict(backend=backend, available=False, max_world_size=0,
                     reason="NCCL needs CUDA GPUs and this torch sees none "
