@@ -216,7 +216,7 @@ def test_interrupt_stops_the_call_on_every_engine(connected):
     # every engine is free again at once (no 120 s sleep still running there)
     t1 = time.monotonic()
     assert client[:].apply_sync(os.getpid) == [d["pid"] for d in info]
-    assert time.monotonic() - t1 < 20
+    assert time.monotonic() - t1 < 60  # well below the 120 s sleep the engines would still be in
     assert [float(x) for x in collnb.launch(_sum_ranks, 4)] == [6.0] * 4
 
 
