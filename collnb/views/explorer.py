@@ -60,12 +60,12 @@ from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, presets_for
 from .raster import encode_png
 from .static import RERUN_LINE, captioned_png, esc, static_bundle
-from .worker import LatestWorker
+from .worker import LatestWorker, WorkerState
 
 __all__ = ["explore", "Explorer"]
 
 
-class Explorer(ControlLogic):
+class Explorer(ControlLogic, WorkerState):
     """An interactive before | after heatmap of one primitive on warm ranks.
 
     Create it with :func:`explore`. Display it (it is the last expression of a cell, or
@@ -256,35 +256,7 @@ class Explorer(ControlLogic):
         return (f"Explorer({p['primitive']}, world_size={p['world_size']}, dtype={p['dtype']}, "
                 f"op={p['op']}, root={p['root']}, backend={p['backend']}, runs={self.runs_finished})")
 
-    # -- state ---------------------------------------------------------------------------------
-    @property
-    def in_flight(self) -> int:
-        """Runs executing now: 0 or 1."""
-        return self._worker.in_flight
-
-    @property
-    def pending(self) -> bool:
-        """Whether newer values wait for the run in flight to finish."""
-        return self._worker.pending
-
-    @property
-    def busy(self) -> bool:
-        """A run is in flight or waiting."""
-        return self._worker.busy
-
-    @property
-    def requests(self) -> int:
-        """How many changes asked for a run."""
-        return self._worker.requests
-
-    @property
-    def runs_started(self) -> int:
-        return self._worker.started
-
-    @property
-    def runs_finished(self) -> int:
-        return self._worker.finished
-
+    # -- state (in_flight, pending, busy, requests, runs_started/finished: WorkerState) ---------
     @property
     def spec(self):
         return collectives.SPECS[self.controls["primitive"].value]

@@ -17,7 +17,7 @@ from ..algorithms import ALGORITHMS, PRIMITIVES, _prepare_case, run_algorithm
 from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_choice, check_world_size
 from .players import ReplayWidget
 from .static import static_bundle
-from .worker import LatestWorker
+from .worker import LatestWorker, WorkerState
 
 __all__ = ["RoundsExplorer", "explore_rounds", "rank_slider_label"]
 
@@ -28,7 +28,7 @@ def rank_slider_label(backend: str) -> str:
     return "GPUs (world size)" if backend == "nccl" else "ranks (world size)"
 
 
-class RoundsExplorer:
+class RoundsExplorer(WorkerState):
     """The "choose a primitive and the world size, then play" page (see :func:`explore_rounds`).
 
     Attributes:
@@ -64,19 +64,6 @@ class RoundsExplorer:
         self.run()
         if wait:
             self.wait()
-
-    @property
-    def runs_started(self) -> int:
-        return self._worker.started
-
-    @property
-    def runs_finished(self) -> int:
-        return self._worker.finished
-
-    @property
-    def busy(self) -> bool:
-        """A run is in flight or waiting."""
-        return self._worker.busy
 
     def _on_primitive(self, change):
         algs = list(ALGORITHMS[change["new"]])

@@ -15,7 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
-__all__ = ["LatestWorker"]
+__all__ = ["LatestWorker", "WorkerState"]
 
 
 class LatestWorker:
@@ -131,3 +131,40 @@ class LatestWorker:
                     self._in_flight -= 1
                     self.finished += 1
                     self._cv.notify_all()
+
+
+class WorkerState:
+    """What a widget that runs ranks through ``self._worker`` (a :class:`LatestWorker`) tells about
+    its runs; the explorers inherit it so that they answer alike."""
+
+    _worker: LatestWorker
+
+    @property
+    def in_flight(self) -> int:
+        """Runs executing now: 0 or 1."""
+        return self._worker.in_flight
+
+    @property
+    def pending(self) -> bool:
+        """Whether newer values wait for the run in flight to finish."""
+        return self._worker.pending
+
+    @property
+    def busy(self) -> bool:
+        """A run is in flight or waiting."""
+        return self._worker.busy
+
+    @property
+    def requests(self) -> int:
+        """How many changes asked for a run."""
+        return self._worker.requests
+
+    @property
+    def runs_started(self) -> int:
+        """Runs that began (a superseded request never begins)."""
+        return self._worker.started
+
+    @property
+    def runs_finished(self) -> int:
+        """Runs that ended, with a result or an error."""
+        return self._worker.finished
