@@ -279,6 +279,26 @@ class RankPool:
             self._collect(self.ranks[:self.base_size], deadline, phase="init")
             self.groups.add(world_size)
 
+    def _settle_output(self, ranks, until: float, quiet: float = 0.1) -> None:
+        """After a failure, keep copying the ranks' output until none has come for ``quiet`` seconds
+        or the clock passes ``until``: a backend logs its error (gloo's ``[E... ProcessGroupGloo.cpp]``
+        line) from its own thread, which can write after the rank's :class:`.Failed` has arrived, and
+        the ranks are stopped right after."""
+        conns = [c for r in ranks for c in (r.out_r, r.err_r)]
+        owner = {id(r.out_r): r for r in ranks} | {id(r.err_r): r for r in ranks}
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            ready = _mp_wait(conns, timeout=min(quiet, left))
+            if not ready:
+                return
+            for conn in ready:
+                r = owner[id(conn)]
+                self.output.pump(r, conn)
+                if r.proc.exitcode is not None:  # a dead rank's pipe stays readable (EOF): done with it
+                    conns.remove(conn)
+
     def _collect(self, ranks, deadline, phase):
         """Wait for the answer of every rank of ``ranks`` (copying their output meanwhile) until all
         answered, ``deadline`` passed, or 0.5 s after the first failure. Returns the results (run),
@@ -344,6 +364,8 @@ class RankPool:
                                                timeout_name=msg.timeout_name
                                                or timeout_name(msg.message, self.collective_timeout))
                         failure_at = failure_at or t
+        if failure_at is not None:
+            self._settle_output(ranks, failure_at + grace)
         self.output.drain(ranks, final=True)
         failed = [e for e in events.values() if e.kind != "ok"]
         pending = [r.rank for r in ranks if r.rank not in events]
