@@ -231,6 +231,11 @@ def test_bad_input_is_refused_before_any_rank_starts(kwargs, exc, text):
     assert launcher.warm_pool() is None and live_children() == []
 
 
+def test_backend_info_says_what_its_docstring_promises():
+    assert collnb.backend_info("gloo") == {"backend": "gloo", "available": True, "max_world_size": 16, "reason": ""}
+    assert set(collnb.backend_info("nccl")) == {"backend", "available", "max_world_size", "reason"}
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA; the refusal is for CPU-only machines")
 def test_nccl_without_gpu_fails_clearly():
     info = collnb.backend_info("nccl")

@@ -75,6 +75,12 @@ def backend_info(backend: str) -> dict:
         TypeError / ValueError: ``backend`` is not one of :data:`BACKENDS`
             (:func:`collnb.vocabulary.check_backend`).
     """
+    return {k: v for k, v in _backend_facts(backend).items() if k != "limit"}
+
+
+def _backend_facts(backend: str) -> dict:
+    """:func:`backend_info`'s dict plus ``"limit"``: why ``max_world_size`` is below
+    :data:`MAX_WORLD_SIZE`, in the words world-size errors use ("" when it is not)."""
     if _remote is not None:  # collnb.connect(): the engines' answer
         return _remote.backend_info(backend)
     return local_backend_info(backend)
@@ -89,13 +95,13 @@ def check_ranks(world_size, backend: str = "gloo") -> dict:
     Raises:
         TypeError / ValueError: an unknown backend (:func:`collnb.vocabulary.check_backend`), a world
             size that is not an int from 1 to :data:`MAX_WORLD_SIZE`, or above what the backend can run
-            here, saying why (:func:`collnb.vocabulary.check_world_size` with ``backend_info``'s ``limit``).
+            here, saying why (NCCL: one rank per visible GPU; engines: one rank per engine).
         RuntimeError: the backend cannot run here at all (e.g. NCCL without CUDA), with the reason.
     """
     check_backend(backend)
-    info = backend_info(backend)
+    info = _backend_facts(backend)
     if info["available"]:
-        check_world_size(world_size, info["max_world_size"], why=info["limit"])
+        check_world_size(world_size, info["max_world_size"], why=info.pop("limit"))
         return info
     check_world_size(world_size)  # a wrong world size is named before the backend that cannot run
     where = "on the connected engines" if _remote is not None else "here"
