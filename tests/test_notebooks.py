@@ -69,8 +69,8 @@ EXPECTED = {
         ("in-place", "tensor([ 0.,  0., 10., 10., 20., 20.])"),
     ],
     "06_reduce_scatter": [
-        ("seed-claim", "native reduce_scatter ran on gloo and equals the emulation on every rank: True"),
-        *[("seed-claim", f"[rank {j}] emulated: [{60.0 + 4 * j}, {60.0 + 4 * j}]  native: "
+        ("example-claim", "native reduce_scatter ran on gloo and equals the emulation on every rank: True"),
+        *[("example-claim", f"[rank {j}] emulated: [{60.0 + 4 * j}, {60.0 + 4 * j}]  native: "
                          f"[{60.0 + 4 * j}, {60.0 + 4 * j}]") for j in range(4)],
         ("support", "reduce_scatter on gloo, float32, SUM: True"),
     ],
@@ -80,8 +80,8 @@ EXPECTED = {
         ("predict", "[inf, inf]"),
     ],
     "08_all_to_all": [
-        ("seed-claim", "list-form all_to_all ran on gloo and equals all_to_all_single on every rank: True"),
-        *[("seed-claim", f"[rank {i}] received: {[float(10 * j + i) for j in range(4)]}") for i in range(4)],
+        ("example-claim", "list-form all_to_all ran on gloo and equals all_to_all_single on every rank: True"),
+        *[("example-claim", f"[rank {i}] received: {[float(10 * j + i) for j in range(4)]}") for i in range(4)],
     ],
     "09_object_collectives": [
         *[("raw", f"[rank {r}] objects: ['foo', 12, {{'key': 'value'}}]") for r in range(2)],

@@ -120,7 +120,7 @@ class RunResult:
         return sum(sum(bool(x) for x in m) for m, d in zip(self.mismatch, self.defined) if d and m)
 
     def summary(self) -> str:
-        """Plain-text before/after per rank (the seeds' ``[rank r] before: [...]`` format)."""
+        """Plain-text before/after per rank (the original examples' ``[rank r] before: [...]`` format)."""
         lines = [self.title()]
         for r in range(self.world_size):
             lines.append(f"[rank {r}] before: {_as_list(self.before[r], self)}")
