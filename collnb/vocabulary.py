@@ -13,11 +13,12 @@ use it without torch); it looks torch up only to name a ``torch.dtype`` or a
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Sequence
 
 __all__ = ["MAX_WORLD_SIZE", "BACKENDS", "REDUCE_OPS", "BITWISE_OPS", "DTYPE_NAMES", "check_world_size",
-           "check_rank", "check_backend", "check_choice", "check_int", "dtype_name", "op_name", "op_hint"]
+           "check_rank", "check_backend", "check_choice", "check_int", "check_real", "dtype_name", "op_name", "op_hint"]
 
 #: The most ranks collnb starts on one machine: one process per rank, and 16 is what a 2-core
 #: laptop still runs in seconds (gloo all_reduce at world size 16 takes ~40 ms there).
@@ -67,6 +68,27 @@ def check_int(name: str, value, lo: int, hi: int | None = None, *, what: str = "
     if value < lo or (hi is not None and value > hi):
         raise ValueError(f"{name} must be an int {span}{note}; got {value!r}")
     return int(value)
+
+
+def check_real(name: str, value, lo: float, hi: float, *, what: str = "") -> float:
+    """Check that ``value`` is a finite real number in ``lo..hi`` and return it as a float.
+
+    Args:
+        name: the argument's name, as the caller spells it (``"fps"``, ``"--fps"``).
+        what: optional words on the unit (``"frames per second"``).
+
+    Raises:
+        TypeError: not a real number (a bool or a str is not): ``"fps must be a number from 0.01 to 50.0
+            (frames per second); got '2'"``.
+        ValueError: NaN, infinite, or outside the range, with the same words.
+    """
+    note = f" ({what})" if what else ""
+    text = f"{name} must be a number from {lo} to {hi}{note}; got {value!r}"
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(text)
+    if not (math.isfinite(value) and lo <= value <= hi):
+        raise ValueError(text)
+    return float(value)
 
 
 def check_world_size(world_size, maximum: int = MAX_WORLD_SIZE, *, why: str = "") -> int:

@@ -143,8 +143,8 @@ def test_parser_has_every_subcommand_from_its_module():
     (["run", "all_reduce", "--png", "/nonexistent-dir/x.png"], "does not exist; create it first"),
     (["run", "all_reduce", "--png", "/tmp"], "is a directory"),
     (["replay", "all_reduce", "--trace", "/tmp/x.txt"], "must end with .json or .npz"),
-    (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be 0.01 to 50.0 frames per second"),
-        (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0.001"], "--fps must be 0.01 to 50.0"),
+    (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be a number from 0.01 to 50.0 (frames per second); got 0.0"),
+        (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0.001"], "--fps must be a number from 0.01 to 50.0 (frames per second); got 0.001"),
 ])
 def test_bad_output_arguments_are_refused_before_any_rank_runs(argv, text, capsys):
     assert main(argv) == EXIT_USAGE

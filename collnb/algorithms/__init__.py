@@ -31,8 +31,6 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
 #: Names that need torch -> the module of this package that defines them (loaded on first use).
 _ON_RANKS = {"execute": "execution", "snapshots": "execution", "all_reduce": "execution",
              "run_algorithm": "run", "run_algorithms": "run", "prepare_case": "run", "teaching_buffers": "run"}
-#: Old private names other layers still import -> the public name.
-_RENAMED = {"_prepare_case": "prepare_case", "_cached_schedule": "cached_schedule"}
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
            "cached_schedule", "check_algorithm", "algorithms_for", "default_algorithm", "chunk_bounds",
@@ -44,15 +42,12 @@ __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "
 
 def __getattr__(name: str):
     """Load a name that runs on ranks (and so imports torch) the first time it is asked for."""
-    public = _RENAMED.get(name, name)
-    if public in _ON_RANKS:
-        value = getattr(importlib.import_module(f".{_ON_RANKS[public]}", __name__), public)
-        globals()[public] = value
+    if name in _ON_RANKS:
+        value = getattr(importlib.import_module(f".{_ON_RANKS[name]}", __name__), name)
+        globals()[name] = value
         return value
-    if public != name:
-        return globals()[public]
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list:
-    return sorted(set(globals()) | set(_ON_RANKS) | set(_RENAMED))
+    return sorted(set(globals()) | set(_ON_RANKS))

@@ -204,7 +204,6 @@ class Trace:
         """
         return check_int("round", k, 0, self.n_rounds, what="0 is the start")
 
-    _check_round = check_round  # the name collnb.views used before check_round was public
 
     def transfers(self, k: int) -> list:
         """Transfers of round ``k`` (1..n_rounds); round 0 (the start) has none."""

@@ -16,8 +16,8 @@ import sys
 
 from ..algorithms import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, Trace, run_algorithm
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
-from ..views import FPS_RANGE, _check_rate, save_filmstrip, save_gif
-from ..vocabulary import BACKENDS, DTYPE_NAMES, MAX_WORLD_SIZE, REDUCE_OPS
+from ..views import FPS_RANGE, save_filmstrip, save_gif
+from ..vocabulary import BACKENDS, DTYPE_NAMES, MAX_WORLD_SIZE, REDUCE_OPS, check_real
 from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 
@@ -27,7 +27,7 @@ def _cmd_replay(args) -> int:
     if status is not None:
         return status
     try:
-        _check_rate("--fps", args.fps, FPS_RANGE, "frames per second")
+        check_real("--fps", args.fps, *FPS_RANGE, what="frames per second")
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_USAGE

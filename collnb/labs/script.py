@@ -28,7 +28,7 @@ import textwrap
 import types
 
 from ..collectives import REDUCING_PRIMITIVES
-from ..ranks import _iter_functions
+from ..ranks import iter_functions
 from ..vocabulary import check_backend, check_choice, check_int, op_name
 
 __all__ = ["script_text", "write_script", "to_script", "SCRIPT_PRIMITIVES"]
@@ -374,7 +374,7 @@ def to_script(fn, path, backend: str = "gloo") -> str:
     if fn.__closure__:
         raise ValueError(f"{fn.__name__} is a closure (it reads variables of an enclosing function: "
                          f"{', '.join(fn.__code__.co_freevars)}); define it at the top level of a cell")
-    funcs = [f for f in _iter_functions(fn) if f.__closure__ is None]
+    funcs = [f for f in iter_functions(fn) if f.__closure__ is None]
     defined = {f.__name__ for f in funcs}
     imports, constants, problems = [], [], []
     standard = {"torch", "dist", "os", "datetime"}

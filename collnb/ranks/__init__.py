@@ -24,12 +24,12 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from ._dist_hooks import CallRecord
 from ._torch_internals import distributed_c10d
 from .errors import LaunchError, LaunchTimeout, RankError
-from .launcher import _check_request, _default_start_method, backend_info, check_ranks, launch, shutdown
+from .launcher import backend_info, check_ranks, launch, shutdown
 from .pool import LaunchResults, RankPool
 from .remote import connect, disconnect
 from .serialization import dumps, loads
-from .serialization import iter_functions as _iter_functions
+from .serialization import iter_functions
 
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
-           "dumps", "loads", "distributed_c10d", "_check_request", "_default_start_method", "_iter_functions"]
+           "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions"]

@@ -236,7 +236,7 @@ class FrameRenderer:
             ``measured_seconds`` (running totals after round ``k``; measured may be None).
         """
         t = self.trace
-        k = t._check_round(k)
+        k = t.check_round(k)
         try:
             vals = t.chunk_values(k).tolist()
         except ValueError:
@@ -256,7 +256,7 @@ class FrameRenderer:
         once), redraw the bars and the round marker, and paint the heatmap and the round's title
         straight into the Agg buffer."""
         t = self.trace
-        k = t._check_round(k)
+        k = t.check_round(k)
         fig = self.fig
         fig.canvas.restore_region(self._bg)
         for bar, v in zip(self.bars_sent, self._sent[k]):

@@ -13,14 +13,13 @@ that runs algorithms on real ranks: :mod:`collnb.views.rounds`; the comparison c
 from __future__ import annotations
 
 import math
-import numbers
 import os
 
 from PIL import Image
 
 from ..algorithms import ALGORITHMS, CostModel, Trace, run_algorithms
 from ..units import format_bytes
-from ..vocabulary import check_choice, check_int, check_world_size
+from ..vocabulary import check_choice, check_int, check_real, check_world_size
 from .comparison import compare_figure
 from .frames import FrameRenderer
 from .palette import INK, MIN_LABEL_PX
@@ -49,10 +48,6 @@ def _check_file_args(trace, path, suffix, fn, cell=None, columns=None):
         check_int("columns", columns, 1, 64, what="panels per row, or None")
 
 
-def _check_rate(name, value, bounds, unit):
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not math.isfinite(value) \
-            or not bounds[0] <= value <= bounds[1]:
-        raise ValueError(f"{name} must be {bounds[0]} to {bounds[1]} {unit}; got {value!r}")
 
 def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = None, cell: int | None = None,
              hold_last: float = 2.0) -> str:
@@ -76,7 +71,7 @@ def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = 
             ``.gif``; ``fps`` outside :data:`FPS_RANGE`; ``cell`` outside 4..200.
     """
     _check_file_args(trace, path, ".gif", "save_gif", cell=cell)
-    _check_rate("fps", fps, FPS_RANGE, "frames per second")
+    check_real("fps", fps, *FPS_RANGE, what="frames per second")
     if not trace.has_snapshots:
         raise ValueError("this trace has no per-round snapshots (recorded with snapshots=False); "
                          "run it with snapshots=True to animate it")
@@ -162,7 +157,7 @@ def replay(trace: Trace, model: CostModel | None = None, cell: int | None = None
     """
     if not isinstance(trace, Trace):
         raise TypeError(f"replay() takes a collnb.Trace; got {type(trace).__name__}")
-    _check_rate("speed", speed, SPEED_RANGE, "rounds per second")
+    check_real("speed", speed, *SPEED_RANGE, what="rounds per second")
     return ReplayWidget(trace, model=model, cell=cell, speed=speed)
 
 

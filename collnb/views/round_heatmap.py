@@ -114,7 +114,7 @@ def paint_heatmap(trace: Trace, k: int, cell: int = 48, arrows: bool = True, val
         ``[top + r*cell, top + (r+1)*cell) x [left + c*cell, left + (c+1)*cell)`` where
         ``left, top`` = :func:`heatmap_origin` ``(trace, cell)``.
     """
-    k = trace._check_round(k)
+    k = trace.check_round(k)
     ws, C = trace.world_size, trace.n_chunks
     S = max(1, int(scale))
     cs = cell * S

@@ -13,7 +13,7 @@ import html
 import math
 import numbers
 
-from ..algorithms import ALGORITHMS, PRIMITIVES, _prepare_case, run_algorithm
+from ..algorithms import ALGORITHMS, PRIMITIVES, prepare_case, run_algorithm
 from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_choice, check_world_size
 from .players import ReplayWidget
 from .static import static_bundle
@@ -159,5 +159,5 @@ def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, 
             or timeout <= 0:
         raise ValueError(f"timeout must be a positive, finite number of seconds; got {timeout!r}")
     # dtype and backend as run_algorithm checks them (on real ranks, cached), before any widget
-    _prepare_case(primitive, algorithm, world_size, dtype, "sum", 0, 1, None, None, False, False, backend)
+    prepare_case(primitive, algorithm, world_size, dtype, "sum", 0, 1, None, None, False, False, backend)
     return RoundsExplorer(primitive, algorithm, world_size, dtype, backend, timeout)

@@ -8,7 +8,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from ...algorithms import _cached_schedule, chunk_bounds, execute
+from ...algorithms import cached_schedule, chunk_bounds, execute
 from .inputs import REDUCING
 
 
@@ -39,7 +39,7 @@ class Case:
         root = 0
         self.defined = None  # (start, stop) of the output the primitive defines, or None = all
         if algorithm != "builtin":
-            self.sched = _cached_schedule(primitive, algorithm, ws, root)
+            self.sched = cached_schedule(primitive, algorithm, ws, root)
             self.bounds = chunk_bounds(count, self.sched.n_chunks)
             self.send_from = None
             if primitive in ("all_reduce", "reduce", "reduce_scatter", "broadcast"):
