@@ -144,9 +144,10 @@ def check_choice(kind: str, value, choices: Sequence[str]) -> str:
 def check_backend(backend) -> str:
     """Check a backend name (``"gloo"`` or ``"nccl"``) and return it.
 
+    Whether the backend can run on this machine is a separate question (:func:`collnb.backend_info`).
+
     Raises:
-        TypeError / ValueError: as :func:`check_choice`. Whether the backend can run on this machine
-        is a separate question (:func:`collnb.backend_info`).
+        TypeError / ValueError: as :func:`check_choice`.
     """
     return check_choice("backend", backend, BACKENDS)
 

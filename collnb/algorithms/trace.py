@@ -199,11 +199,10 @@ class Trace:
         """Check a round index (0 = the start, ``1..n_rounds`` after that round) and return it.
 
         Raises:
-            TypeError: not an int. ValueError: outside ``0..n_rounds``
-            (:func:`collnb.vocabulary.check_int`'s words).
+            TypeError: not an int (:func:`collnb.vocabulary.check_int`'s words).
+            ValueError: outside ``0..n_rounds``, with the same words.
         """
         return check_int("round", k, 0, self.n_rounds, what="0 is the start")
-
 
     def transfers(self, k: int) -> list:
         """Transfers of round ``k`` (1..n_rounds); round 0 (the start) has none."""
