@@ -255,6 +255,19 @@ def _wait_attr(page, name, value, timeout=60):
     raise AssertionError(f"data-{name} stayed {last!r}, wanted {value!r}")
 
 
+def _open_and_run_all(page, lab, wait_ms):
+    """Open the lab's notebook, wait for an idle, connected kernel (accepting the "Select Kernel"
+    dialog JupyterLab may show for a notebook it has not run before), then Run -> Run All Cells
+    through the menu and wait up to ``wait_ms`` for the second cell's output."""
+    page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
+    page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+    _until(page, lambda: page.locator(
+        ".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
+        and _kernel_connected(lab), 60, "an idle, connected kernel")
+    _run_all_cells(page)
+    page.locator(".jp-OutputArea-output pre", has_text="second cell ran").wait_for(timeout=wait_ms)
+
+
 def test_explorer_in_the_browser(lab):
     from playwright.sync_api import sync_playwright
     # kept after the run (git-ignored) so that people can look at what the learner saw
@@ -265,15 +278,7 @@ def test_explorer_in_the_browser(lab):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            # wait for an idle kernel (accepting the "Select Kernel" dialog JupyterLab may show
-            # for a notebook it has not run before), then Run -> Run All Cells through the menu
-            _until(page, lambda: page.locator(
-                ".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
-                and _kernel_connected(lab), 60, "an idle, connected kernel")
-            _run_all_cells(page)
-            page.locator(".jp-OutputArea-output pre", has_text="second cell ran").wait_for(timeout=60_000)
+            _open_and_run_all(page, lab, wait_ms=60_000)
             img = _img(page)
             img.scroll_into_view_if_needed()
             assert img.get_attribute("data-world-size") == "4"
@@ -430,13 +435,7 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
             page = browser.new_page(viewport={"width": 1440, "height": 900})
-            page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            _until(page, lambda: page.locator(
-                ".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
-                and _kernel_connected(lab), 60, "an idle, connected kernel")
-            _run_all_cells(page)
-            page.locator(".jp-OutputArea-output pre", has_text="second cell ran").wait_for(timeout=120_000)
+            _open_and_run_all(page, lab, wait_ms=120_000)
             img = _img(page)
             # while the panel is live its static picture is in the page but hidden; one grey line
             # says what to do if the controls stop answering (a kernel restart leaves them inert)
