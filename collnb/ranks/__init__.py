@@ -14,14 +14,15 @@ Other layers import from this package only, never from its modules. Inside it:
 ``errors``                  :class:`LaunchError`, :class:`RankError`, :class:`LaunchTimeout`
 ``tracebacks``              a rank's traceback with the learner's frames only
 ``processes``               process life: watchdog, no orphans, stale directories
-``_dist_hooks``             torch.distributed's functions wrapped inside a call (:class:`CallRecord`)
+``recording``               every communication operation a rank issues (:class:`CallRecord`)
+``_dist_hooks``             torch.distributed's functions wrapped inside a call: layouts, group timeouts
 ``_torch_internals``        every use of torch's private internals, each saying what public API is missing
 ``remote`` / ``engines``    ranks on ipyparallel engines: the kernel side / the engine side
 ==========================  =====================================================================
 """
 
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
-from ._dist_hooks import CallRecord
+from .recording import CallRecord, CallRecords
 from ._torch_internals import distributed_c10d
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import backend_info, check_ranks, launch, shutdown
@@ -31,5 +32,5 @@ from .serialization import dumps, loads
 from .serialization import iter_functions
 
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
-           "LaunchResults", "CallRecord", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
+           "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions"]

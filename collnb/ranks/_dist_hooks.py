@@ -1,4 +1,4 @@
-"""Rank-side interception of the public :mod:`torch.distributed` functions.
+"""Rank-side wrappers of the public :mod:`torch.distributed` functions: layouts and timeouts.
 
 Inside a rank, :func:`install` replaces each public communication function of
 ``torch.distributed`` (collectives, their ``*_single`` / ``*_into_tensor`` / ``*_coalesced``
@@ -6,11 +6,6 @@ variants, point-to-point ``send``/``recv``/``isend``/``irecv``/``batch_isend_ire
 collectives, ``barrier``/``monitored_barrier``) and the group constructors with a thin wrapper
 that, while active:
 
-* **records** the learner's own calls as :class:`CallRecord` objects (``record=True``; collected
-  with :func:`take_records`). Calls that torch makes internally (``broadcast_object_list``
-  calling ``broadcast``, a deprecated alias calling its replacement) and the launcher's own set-up
-  and tear-down are not recorded: only the outermost call of a thread counts, and only between
-  :func:`install` and :func:`pause`.
 * **fixes memory layouts gloo misreads** (``check_layout=True``). Gloo reads a tensor's storage
   as if it were dense: on a strided view ``base[:, 0]`` ``all_reduce`` sums the wrong elements
   and leaves the ranks with different, wrong tensors; a conjugate or negative view (``z.conj()``,
@@ -27,9 +22,13 @@ that, while active:
   ``collective_timeout``, or the ``timeout=`` the learner passed to ``new_group`` or
   ``monitored_barrier``).
 
+Recording is not done here: :mod:`.recording` records every operation where torch dispatches it,
+whichever API issued it (a wrapper of the module functions would miss ``ProcessGroup`` methods,
+functional collectives and DTensor). A wrapper's ``__wrapped__`` is torch's own function, which
+the recorder sees like any other.
+
 The functions here are usable on any process that has torch.distributed initialised (e.g. a
-remote engine): ``install(...)``, run the learner's code, ``take_records()``, ``pause()`` or
-``uninstall()``.
+remote engine): ``install(...)``, run the learner's code, ``pause()`` or ``uninstall()``.
 """
 
 from __future__ import annotations
@@ -39,49 +38,21 @@ import functools
 import inspect
 import re
 import threading
-import dataclasses
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
 from ._torch_internals import distributed_c10d, has_internal_overlap, patch_default_timeout
 
-__all__ = ["CallRecord", "install", "pause", "uninstall", "take_records", "installed", "LAYOUT_HINT"]
+__all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT"]
 
 #: What to do about a tensor whose layout cannot receive a result (also used in error messages).
 LAYOUT_HINT = "non-contiguous; call .contiguous() and copy back"
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    """One torch.distributed call made by the learner's function on one rank.
-
-    Attributes:
-        name: the torch.distributed function called, e.g. ``"broadcast"``,
-            ``"all_gather_into_tensor"``, ``"isend"``, ``"broadcast_object_list"``, ``"barrier"``.
-            Each operation of a ``batch_isend_irecv`` list is one record named
-            ``"batch_isend_irecv"`` (with ``op`` saying ``"isend"`` or ``"irecv"``).
-        peer: global rank of ``src``/``dst`` for rooted and point-to-point calls (for ``recv``
-            from any source, the rank the tensor came from); ``None`` for the others.
-        group_size: size of the process group used (``-1`` when this rank is not in it).
-        shapes: the shape of each tensor argument, in argument order, lists flattened
-            (tuple of tuples of int).
-        dtypes: the dtype of each tensor argument, same order (tuple of str, e.g. ``"float32"``).
-        op: ``"isend"``/``"irecv"`` for an operation of a ``batch_isend_irecv`` list, else ``None``.
-    """
-
-    name: str
-    peer: int | None
-    group_size: int
-    shapes: tuple
-    dtypes: tuple
-    op: str | None = None
-
-
 # ----------------------------------------------------------------------------------------------
 # What each function takes: argument names whose tensors the call reads (in), writes (out), or
-# both (inout); the argument holding the root / peer; whether it is a group constructor.
+# both (inout); and the group constructors.
 
 _IN, _OUT, _INOUT = "in", "out", "inout"
 
@@ -120,13 +91,11 @@ _TENSOR_ARGS = {
     "recv_object_list": {},
     "batch_isend_irecv": {},
 }
-_PEER_ARGS = (("src", "group_src"), ("dst", "group_dst"))
 _CONSTRUCTORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
 
 _tls = threading.local()      # .depth: >0 while inside a wrapped call on this thread
 _lock = threading.Lock()
-_state = dict(active=False, record=False, check_layout=False, group_timeout=None)
-_records: list = []
+_state = dict(active=False, check_layout=False, group_timeout=None)
 _originals: dict = {}         # name -> torch's own function
 _wrappers: dict = {}          # name -> our wrapper
 _patched: list = []           # (module, name, previous value) to undo
@@ -139,12 +108,10 @@ def installed() -> bool:
     return bool(_patched) and _state["active"]
 
 
-def install(record: bool = False, check_layout: bool = True, group_timeout: float | None = None):
+def install(check_layout: bool = True, group_timeout: float | None = None):
     """Put the wrappers in place (once per process) and activate them with these options.
 
     Args:
-        record: record the calls of this process's code as :class:`CallRecord` objects
-            (collect them with :func:`take_records`).
         check_layout: give gloo dense copies of tensors whose layout it misreads and copy the
             results back (see the module docstring).
         group_timeout: seconds; the timeout of groups created without ``timeout=`` (and of
@@ -153,9 +120,7 @@ def install(record: bool = False, check_layout: bool = True, group_timeout: floa
     with _lock:
         if not _patched:
             _patch()
-        _state.update(active=True, record=bool(record), check_layout=bool(check_layout),
-                      group_timeout=group_timeout)
-        _records.clear()
+        _state.update(active=True, check_layout=bool(check_layout), group_timeout=group_timeout)
         _group_timeouts.clear()
 
 
@@ -172,15 +137,6 @@ def uninstall():
             setattr(module, name, previous)
         _patched.clear()
         _group_timeouts.clear()
-
-
-def take_records() -> list:
-    """The :class:`CallRecord` objects recorded since :func:`install` or the last call (list, call
-    order), and forget them."""
-    with _lock:
-        out = list(_records)
-        _records.clear()
-    return out
 
 
 def _patch():
@@ -238,19 +194,9 @@ def _make_wrapper(name, orig):
         try:
             if name == "batch_isend_irecv":
                 return _batch(orig, args, kwargs)
-            bound = record = None
-            if _state["record"]:
-                bound = sig.bind(*args, **kwargs)
-                record = _record(name, bound.arguments, roles)
-                _records.append(record)
             if _state["check_layout"] and roles and _any_odd(args, kwargs):
-                bound = bound or sig.bind(*args, **kwargs)
-                result = _call_with_dense(orig, name, bound, roles)
-            else:
-                result = orig(*args, **kwargs)
-            if record is not None and name == "recv" and record.peer is None and isinstance(result, int):
-                _set_peer(record, result)  # recv from any source: the rank it came from
-            return result
+                return _call_with_dense(orig, name, sig.bind(*args, **kwargs), roles)
+            return orig(*args, **kwargs)
         except Exception as exc:
             _name_timeout(exc, name, sig, args, kwargs)
             raise
@@ -332,7 +278,7 @@ def _name_timeout(exc, name, sig, args, kwargs):
 
 
 # ----------------------------------------------------------------------------------------------
-# Records
+# batch_isend_irecv
 
 
 def _tensors(value):
@@ -343,58 +289,12 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def _dtype_name(dtype):
-    return str(dtype).removeprefix("torch.")
-
-
-def _group_size(group):
-    try:
-        return dist.get_world_size(group)
-    except Exception:  # noqa: BLE001 - not a member, or a group already destroyed
-        return -1
-
-
-def _global_peer(arguments, group):
-    for plain, in_group in _PEER_ARGS:
-        if arguments.get(plain) is not None:
-            return int(arguments[plain])
-        if arguments.get(in_group) is not None:
-            try:
-                g = group if group is not None else dist.group.WORLD
-                return dist.get_global_rank(g, int(arguments[in_group]))
-            except Exception:  # noqa: BLE001
-                return int(arguments[in_group])
-    return None
-
-
-def _set_peer(record, peer):
-    with _lock:
-        for i in range(len(_records) - 1, -1, -1):
-            if _records[i] is record:
-                _records[i] = dataclasses.replace(record, peer=peer)
-                return
-
-
-def _record(name, arguments, roles):
-    group = arguments.get("group")
-    tensors = [t for arg in arguments if arg in roles for t in _tensors(arguments[arg])]
-    return CallRecord(name, _global_peer(arguments, group), _group_size(group),
-                      tuple(tuple(t.shape) for t in tensors), tuple(_dtype_name(t.dtype) for t in tensors))
-
-
 def _batch(orig, args, kwargs):
     ops = list(args[0] if args else kwargs.get("p2p_op_list", []))
     for op in ops:  # an op built with torch's own isend/irecv (captured before install)
         for which in ("isend", "irecv"):
             if getattr(op, "op", None) is _originals.get(which):
                 op.op = _wrappers[which]
-    if _state["record"]:
-        for op in ops:
-            peer = getattr(op, "peer", None)  # P2POp keeps the global rank of its peer
-            kind = "isend" if op.op is _wrappers.get("isend") else "irecv"
-            t = op.tensor
-            _records.append(CallRecord("batch_isend_irecv", peer, _group_size(op.group), (tuple(t.shape),),
-                                       (_dtype_name(t.dtype),), kind))
     if not (_state["check_layout"] and any(_odd(op.tensor) for op in ops if isinstance(op.tensor, torch.Tensor))):
         return orig(*args, **kwargs)
     # Dense stand-ins for odd tensors; results copied back when each Work is waited on.

@@ -6,7 +6,8 @@ names from a value every rank agrees on, or to give one call's groups a fresh re
 Each function below says which public API is missing. What they use (``c10d._world`` with its
 ``pg_map`` and ``group_count``, ``c10d._update_default_pg``, ``c10d._get_default_timeout``,
 ``ProcessGroup._get_sequence_number_for_group``, ``torch._debug_has_internal_overlap``,
-``torch._mkldnn``) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
+``torch._mkldnn``, and for the recorder ``ProcessGroup.unbox``, ``Work.unbox``,
+``_resolve_process_group`` and the dispatch-mode stack) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
 2.13, so nothing here checks for it with ``hasattr``. When torch changes one of them, this is the
 only module to change.
 
@@ -24,7 +25,7 @@ import torch.distributed.distributed_c10d as distributed_c10d
 
 __all__ = ["distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
-           "MKLDNN_LAYOUT"]
+           "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack"]
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
 # code calls them through this module, so code that replaces one (the exercises count the learner's
@@ -103,17 +104,53 @@ def destroy_all_groups(base) -> None:
         distributed_c10d._update_default_pg(None)
 
 
-def sequence_number():
-    """How many collectives and point-to-point operations this rank has issued on its default
-    group (int), or ``None`` when there is none. Ranks that sent/received unevenly disagree, and
-    with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` the next collective on that group would fail its
-    fingerprint check.
+def sequence_number(group=None):
+    """How many collectives and point-to-point operations this rank has issued on ``group``
+    (default: its default group) (int), or ``None`` when there is none. Ranks that sent/received
+    unevenly disagree, and with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` the next collective on that
+    group would fail its fingerprint check.
 
     Missing public API: the count is private (``ProcessGroup._get_sequence_number_for_group``)."""
     try:
-        return dist.group.WORLD._get_sequence_number_for_group()
+        return (dist.group.WORLD if group is None else group)._get_sequence_number_for_group()
     except Exception:  # noqa: BLE001 - no default group (the function destroyed it)
         return None
+
+
+def unbox_group(obj):
+    """The :class:`torch.distributed.ProcessGroup` of a ``c10d`` operator's ``process_group``
+    argument (a ``torch.ScriptObject``; a ``ProcessGroup`` is returned as it is).
+
+    Missing public API: a dispatch mode sees the group boxed; torch unboxes it with the private
+    ``ProcessGroup.unbox``."""
+    return obj if isinstance(obj, dist.ProcessGroup) else dist.ProcessGroup.unbox(obj)
+
+
+def resolve_group(name):
+    """The :class:`torch.distributed.ProcessGroup` a functional collective names (its
+    ``group_name`` argument: a group name, or a group).
+
+    Missing public API: ``torch._C._distributed_c10d._resolve_process_group``, what the functional
+    collectives use themselves."""
+    if isinstance(name, str):
+        return torch._C._distributed_c10d._resolve_process_group(name)
+    return unbox_group(name)
+
+
+def unbox_work(obj):
+    """The :class:`torch.distributed.Work` of a ``c10d`` operator's result (a ``torch.ScriptObject``).
+
+    Missing public API: the private ``Work.unbox``."""
+    return obj if isinstance(obj, dist.Work) else dist.Work.unbox(obj)
+
+
+def dispatch_mode_stack() -> list:
+    """The ``TorchDispatchMode`` objects active in this thread, innermost (first to run) last.
+
+    Missing public API: ``torch.utils._python_dispatch._get_current_dispatch_mode_stack``."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    return _get_current_dispatch_mode_stack()
 
 
 def patch_default_timeout(timeout_for):

@@ -32,6 +32,7 @@ from .output import OutputRelay
 from .processes import TMP_PREFIX, descendants, kill_all, sigint_deferred, sweep_stale_dirs
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, encode, receive, send
 from .rank import rank_main
+from .recording import CallRecords
 from .serialization import Unsendable, code_files, dumps
 from .tracebacks import ipython_cells, parse_stack
 
@@ -43,10 +44,9 @@ class LaunchResults(list):
     to the plain list ``launch`` returns otherwise) with the calls each rank made.
 
     Attributes:
-        calls: one list per rank (rank order) of :class:`CallRecord`, the torch.distributed calls
-            that rank's function made, in the order it made them. Calls torch makes internally
-            (``broadcast_object_list`` calling ``broadcast``) and collnb's own set-up are not
-            included.
+        calls: one :class:`CallRecords` list per rank (rank order) of :class:`CallRecord`: every
+            communication operation that rank's function issued, in issue order, whichever API
+            issued it (see :mod:`collnb.ranks.recording`); collnb's own set-up is not included.
     """
 
     def __init__(self, results=(), calls=None):
@@ -380,7 +380,8 @@ class RankPool:
                 self._retire_group(len(ranks))
             results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]
             if any(events[r.rank].calls is not None for r in ranks):
-                return LaunchResults(results, [list(events[r.rank].calls or []) for r in ranks])
+                return LaunchResults(results, [events[r.rank].calls if events[r.rank].calls is not None
+                                               else CallRecords() for r in ranks])
             return results
         stacks = self._stacks([r for r in ranks if r.rank in pending])
         cells = ipython_cells()

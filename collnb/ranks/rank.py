@@ -26,7 +26,7 @@ import ctypes
 import torch
 import torch.distributed as dist
 
-from . import _dist_hooks
+from . import _dist_hooks, recording
 from . import _torch_internals as internals
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, receive, send
@@ -153,18 +153,24 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
         internals.set_default_group(base)
     try:
         # torch.distributed's functions, wrapped for this call only: layouts gloo misreads are
-        # given dense copies, groups the function makes get collective_timeout, and the
-        # function's own calls are recorded when asked (see collnb.ranks._dist_hooks).
-        _dist_hooks.install(record=msg.record_calls, check_layout=True, group_timeout=cfg["collective_timeout"])
+        # given dense copies and groups the function makes get collective_timeout (see
+        # collnb.ranks._dist_hooks); when asked, every operation the function issues is recorded
+        # where torch dispatches it (collnb.ranks.recording).
+        _dist_hooks.install(check_layout=True, group_timeout=cfg["collective_timeout"])
         fn, args, kwargs, files = loads(msg.task)
         restore_files(fn, files)
         before = internals.live_groups()
+        calls = None
         try:
             # Groups the function creates keep their rendezvous keys under a prefix of this
             # call's own, so a re-run (same group names: hashed from ranks) starts clean.
             with internals.call_store(f"call{msg.group_count}/"):
+                if msg.record_calls:
+                    recording.start()
                 result = fn(rank, msg.world_size, *args, **kwargs)
         finally:
+            if msg.record_calls:
+                calls = recording.stop()
             _dist_hooks.pause()
             if os.getpid() == my_pid:
                 _restore_rank_state(saved)
@@ -182,7 +188,6 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
                 f"to the launcher ({type(exc).__name__}: {exc}). Return tensors, numbers, strings, "
                 f"or lists/tuples/dicts of them; wait on Work handles (work.wait()) inside the "
                 f"function instead of returning them") from exc
-        calls = _dist_hooks.take_records() if msg.record_calls else None
         seq = internals.sequence_number()
         live = internals.live_groups()
         intact = dist.is_initialized() and all(g in live for g in groups.values()
@@ -193,6 +198,7 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
         send(res_w, Result(payload, seq, intact, calls))
     except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
+        recording.stop()
         _dist_hooks.pause()
         if os.getpid() != my_pid:  # a process the function forked raised or exited
             if isinstance(exc, SystemExit):

@@ -24,6 +24,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 #: The file whose call of the learner's function ends the launcher's frames of a local rank.
 RANK_FILE = os.path.join(_HERE, "rank.py")
 _HOOKS_FILE = os.path.join(_HERE, "_dist_hooks.py")
+_RECORDER_FILE = os.path.join(_HERE, "recording.py")
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _FAULT_LINE = re.compile(r'File "(.*)", line (\d+) in (\S+)')
 
@@ -66,12 +67,25 @@ def frames_of(tb, entry: str = RANK_FILE) -> list:
 
 
 def user_frames(frames, entry: str = RANK_FILE):
-    """Drop every frame up to the launcher's call of the user's function (outermost first), and
-    the frames of collnb's wrappers of torch.distributed (the learner called torch, not us).
+    """Drop every frame up to the launcher's call of the user's function (outermost first), the
+    frames of collnb's wrappers of torch.distributed (the learner called torch, not us), and the
+    recorder's frame with the dispatch machinery below it (``launch(..., record_calls=True)``:
+    the stack then ends where it would without recording, in torch's function).
     A forked rank's stack still holds the parent's frames that forked it."""
     mine = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == entry]
     frames = frames[mine[-1] + 1:] if mine else frames
+    recorder = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == _RECORDER_FILE]
+    if recorder:
+        end = recorder[0]
+        while end > 0 and _dispatch_machinery(frames[end - 1][0]):  # torch's wrapper of dispatch modes
+            end -= 1
+        frames = frames[:end]
     return [f for f in frames if os.path.abspath(f[0]) != _HOOKS_FILE]
+
+
+def _dispatch_machinery(filename) -> bool:
+    path = os.path.abspath(filename)
+    return path.startswith(_TORCH_DIR) and not path.startswith(os.path.join(_TORCH_DIR, "distributed"))
 
 
 def format_frames(frames) -> str:
