@@ -192,6 +192,7 @@ def test_a_size_of_the_wrong_type_is_a_type_error(size):
      "world_size must be an int from 1 to 16; got '4'"),
     (dict(dtype="float128"), ValueError, "unknown dtype 'float128'; choose one of: float32, "),
     (dict(backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl"),
+    (dict(timing="nccl"), ValueError, "unknown timing method 'nccl'; choose one of: collnb, nccl-tests"),
 ])
 def test_bad_python_arguments_raise_before_any_rank_starts(kwargs, error, words):
     """The words of collnb.vocabulary, as every entry point says them."""
@@ -217,6 +218,7 @@ def test_check_algorithms_expands_all():
     (["--json", "/nonexistent-dir/r.json"], ["does not exist"]),
     (["--csv", "/tmp/r.txt"], ["must end with .csv"]),
     (["--png", "/tmp"], ["is a directory"]),
+    (["--timing", "median"], ["invalid choice: 'median'", "collnb", "nccl-tests"]),
 ])
 def test_cli_bad_input_exits_2_with_a_clear_message(capsys, argv, words):
     try:
@@ -235,7 +237,7 @@ def test_cli_help_lists_every_option():
     sub = parser_help._subparsers._group_actions[0].choices["bench"]
     text = sub.format_help()
     for opt in ("--world-size", "--sizes", "--dtype", "--iters", "--warmup", "--algorithm", "--backend", "--json",
-                "--csv", "--png", "--quiet"):
+                "--csv", "--png", "--quiet", "--timing"):
         assert opt in text
 
 
@@ -332,6 +334,66 @@ def test_cli_measures_prints_fits_and_writes_files(tmp_path, capsys):
     assert main(["bench", "broadcast", "-n", "2", "--sizes", "64", "--iters", "1", "--warmup", "0", "--quiet",
                  "--no-references"]) == EXIT_OK
     assert "bench broadcast" not in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------------------
+# Timing: collnb's (every iteration alone) and nccl-tests' (BenchTime: back to back, mean over ranks)
+
+
+def _timed_calls(rank, world_size, timing):
+    """Runs the rank side of one measurement; its operations are recorded by record_calls."""
+    from collnb.labs.bench.measuring import rank_bench
+    job = dict(primitive="all_reduce", algorithms=["builtin"], dtype="float32", count=64, block=32, iters=5,
+               warmup=2, timing=timing)
+    return rank_bench(rank, world_size, job)["builtin"]
+
+
+def test_nccl_tests_timing_issues_the_iterations_back_to_back_after_one_barrier():
+    """nccl-tests' src/common.cu BenchTime: one barrier, then `iters` calls with nothing between them,
+    one time per rank; collnb's timing: a barrier before every call. Seen in the operations the
+    ranks issued (collnb.launch(record_calls=True))."""
+    from collnb import launch
+    out = launch(_timed_calls, 2, args=("nccl-tests",), record_calls=True, debug=False)
+    for res, calls in zip(out, out.calls):
+        names = [c.name for c in calls]
+        # warm-up (2), barrier + the checked call, barrier + 5 timed calls back to back
+        assert names == ["all_reduce"] * 2 + ["barrier", "all_reduce", "barrier"] + ["all_reduce"] * 5, names
+        assert res["ok"] and len(res["times"]) == 1 and res["times"][0] > 0
+    out = launch(_timed_calls, 2, args=("collnb",), record_calls=True, debug=False)
+    for res, calls in zip(out, out.calls):
+        assert [c.name for c in calls] == ["barrier", "all_reduce"] * 7
+        assert res["ok"] and len(res["times"]) == 5
+
+
+def test_nccl_tests_rows_are_the_mean_over_ranks():
+    per_rank = [{"times": [1e-3], "ok": True}, {"times": [3e-3], "ok": True}]
+    row = bench_rows.measured_row("all_reduce", "builtin", "gloo", 2, "float32", 4096, per_rank, 5,
+                                  timing="nccl-tests")
+    assert (row["time_s"], row["time_min_s"], row["time_max_s"]) == (2e-3, 1e-3, 3e-3)
+    assert row["algbw_GBps"] == pytest.approx(4096 / 2e-3 / 1e9)
+    # collnb's: per iteration the slowest rank, then the median
+    per_rank = [{"times": [1e-3, 5e-3, 2e-3], "ok": True}, {"times": [4e-3, 1e-3, 2e-3], "ok": True}]
+    row = bench_rows.measured_row("all_reduce", "builtin", "gloo", 2, "float32", 4096, per_rank, 3)
+    assert (row["time_s"], row["time_min_s"], row["time_max_s"]) == (4e-3, 2e-3, 5e-3)
+
+
+def test_both_timings_measure_correct_results_and_the_cli_says_which():
+    rows = B.bench("all_reduce", 2, "4K:8K", iters=3, warmup=1, algorithms=["builtin", "ring"], references=False,
+                   progress=False, as_frame=False, timing="nccl-tests")
+    assert len(rows) == 4 and all(r["ok"] and r["time_min_s"] <= r["time_s"] <= r["time_max_s"] for r in rows)
+
+
+def test_cli_timing_nccl_tests(tmp_path, capsys):
+    js = tmp_path / "r.json"
+    status = main(["bench", "all_gather", "-n", "2", "--sizes", "4K", "--iters", "3", "--warmup", "1", "--quiet",
+                   "--no-references", "--timing", "nccl-tests", "--json", str(js)])
+    out, err = capsys.readouterr()
+    assert status == EXIT_OK, err
+    assert "time = as nccl-tests: iterations back to back after one barrier" in out
+    assert "--timing nccl-tests" in B.note(js)
+    assert main(["bench", "all_gather", "-n", "2", "--sizes", "4K", "--iters", "1", "--warmup", "0", "--quiet",
+                 "--no-references"]) == EXIT_OK
+    assert "time = median over iterations of the slowest rank" in capsys.readouterr().out
 
 
 def test_debug_cost_measures_both():

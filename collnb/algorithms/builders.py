@@ -2,11 +2,13 @@
 
 One function per algorithm (``_ar_ring``, ``_bc_chain``, ...), registered in :data:`BUILDERS`
 under ``(primitive, algorithm)``: ``builder(world_size, root, n_chunks)`` returns the list of
-:class:`~collnb.algorithms.rounds.Round` in order. :func:`collnb.algorithms.schedule` calls them and
+:class:`~collnb.algorithms.rounds.Round` in order. A builder whose buffer is not one chunk per rank
+says so with a ``n_chunks(world_size)`` attribute (Rabenseifner: ``p'`` chunks). :func:`collnb.algorithms.schedule` calls them and
 checks the result by simulation. Pure Python: no torch.
 
 Buffers are rows of ``n_chunks`` chunks; chunk ``j`` is the slot of rank ``j`` except for
-broadcast, whose chunks are the pipeline's segments. The non-power-of-two *fold* and *unfold*
+broadcast, whose chunks are the pipeline's segments, and Rabenseifner's all_reduce, whose ``p'``
+chunks are the parts its reduce-scatter splits the buffer into. The non-power-of-two *fold* and *unfold*
 rounds of recursive doubling/halving and Rabenseifner follow Thakur, Rabenseifner & Gropp (2005);
 see :mod:`collnb.algorithms.schedules` for the layout and the sources.
 """
@@ -17,7 +19,7 @@ import math
 
 from .rounds import Round, Transfer
 
-__all__ = ["BUILDERS", "pof2_fold"]
+__all__ = ["BUILDERS", "pof2_fold", "rabenseifner_chunks"]
 
 
 def pof2_fold(n: int) -> tuple:
@@ -145,12 +147,26 @@ def _ag_doubling(p, old, groups_of, label="all-gather"):
 
 
 def _ar_rabenseifner(n, root, C):
+    """Rabenseifner's all_reduce (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005, section 4):
+    at a non-power of two the fold leaves ``p'`` ranks, and the buffer is cut into ``p'`` equal parts
+    (``C = p'`` chunks, :func:`rabenseifner_chunks`), so every halving step moves exactly half of
+    what a rank still holds and the cost is the closed form of :mod:`collnb.costmodel`."""
     p, q, old, members = pof2_fold(n)
     groups = _groups(C, p)
     rounds = _fold_rounds(n, C, True)
     rounds += _rs_halving(p, old, groups)
     rounds += _ag_doubling(p, old, groups)
     return rounds + _unfold_round(n, lambda r: range(C))
+
+
+def rabenseifner_chunks(n: int) -> int:
+    """Chunks of Rabenseifner's all_reduce buffer at world size ``n``: ``p'``, the largest power of
+    two <= ``n`` (the ranks left after the fold; MPICH's ``MPIR_Allreduce`` reduce-scatter/allgather
+    splits the count over ``pof2`` the same way)."""
+    return pof2_fold(n)[0]
+
+
+_ar_rabenseifner.n_chunks = rabenseifner_chunks
 
 
 def _reduce_binomial(n, root, C, label="reduce"):

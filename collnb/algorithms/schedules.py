@@ -14,8 +14,8 @@ Trace).
 
 Buffers are rows of ``n_chunks`` chunks. For all_gather, gather, scatter, reduce_scatter and
 all_to_all chunk ``j`` is the slot of rank ``j`` (``world_size`` chunks); all_reduce and reduce
-use ``world_size`` chunks too, broadcast uses ``segments`` chunks (the pipeline's segments for
-``chain``). all_to_all sends from a separate input buffer (chunk ``j`` = the data for rank ``j``)
+use ``world_size`` chunks too, except Rabenseifner's all_reduce, which uses ``p'`` chunks (below);
+broadcast uses ``segments`` chunks (the pipeline's segments for ``chain``). all_to_all sends from a separate input buffer (chunk ``j`` = the data for rank ``j``)
 into the output buffer (chunk ``i`` = the data from rank ``i``); the output starts with the rank's
 own block already copied.
 
@@ -27,7 +27,9 @@ rank ``i XOR 2^k``, which needs a power-of-two number of ranks. With ``n = p + q
 ``r >= 2q -> r - q``); a final *unfold* round sends the result back to the ranks that sat out.
 This is the procedure of Rabenseifner's algorithm for non-power-of-two process counts in Thakur,
 Rabenseifner & Gropp (2005), and the trace shows both extra rounds (labelled ``fold`` and
-``unfold``).
+``unfold``). After the fold Rabenseifner's reduce-scatter splits the buffer among the ``p``
+remaining ranks, so its buffer has ``p`` chunks (one per remaining rank, equal): every halving
+step sends exactly half of what a rank still holds.
 
 Sources:
     * R. Thakur, R. Rabenseifner, W. Gropp, "Optimization of Collective Communication Operations
@@ -174,7 +176,7 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
     algorithm = check_algorithm(primitive, algorithm or default_algorithm(primitive))
     n = check_world_size(world_size)  # also bounds the int bitmasks of the provenance
     root = check_rank(root, n, "root") if primitive in ROOTED_PRIMITIVES else 0
-    C = n
+    C = getattr(BUILDERS[(primitive, algorithm)], "n_chunks", lambda ws: ws)(n)  # Rabenseifner: p'
     if primitive == "broadcast":
         if segments is not None:
             C = check_int("segments", segments, 1, 64, what="chunks of the broadcast buffer")

@@ -1,9 +1,12 @@
 """The ``bench`` subcommand: ``python -m collnb bench PRIMITIVE --world-size 2 4 --sizes 1K:64M``.
 
-Times a collective on real ranks as nccl-tests does (:func:`collnb.bench.bench`): warm-up, timed
-iterations, the slowest rank per iteration, median/min/max, every result checked; prints the
-table (time, algbw, busbw, ✓/✗) with the physical references (memcpy, one loopback TCP stream,
-a local reduction) measured in the same run, then the α-β(-γ) model fitted per algorithm.
+Times a collective on real ranks (:func:`collnb.bench.bench`): by default collnb's way (warm-up,
+every iteration timed alone after a barrier, the slowest rank per iteration, median/min/max,
+every result checked), or with ``--timing nccl-tests`` nccl-tests' way (one barrier, the
+iterations back to back, each rank's mean, the mean over ranks; the result checked in a separate
+call); prints the table (time, algbw, busbw, ✓/✗) with the physical references (memcpy, one
+loopback TCP stream, a local reduction) measured in the same run, then the α-β(-γ) model fitted
+per algorithm.
 
 Exit status (as the other subcommands): 0 success; 1 a measured result differed from the
 reference; 2 bad input (sizes, counts, an algorithm the primitive does not have, a dtype the
@@ -19,6 +22,11 @@ from ..algorithms import ALGORITHMS, fit_each
 from ..labs import bench as B
 from ..units import format_bytes, format_seconds
 from ..vocabulary import BACKENDS, DTYPE_NAMES, check_int
+
+#: How each timing method is described in the header line of the output.
+_TIMING_WORDS = {"collnb": "time = median over iterations of the slowest rank, each iteration after a barrier",
+                 "nccl-tests": "time = as nccl-tests: iterations back to back after one barrier, each rank's "
+                               "mean per call, averaged over the ranks"}
 from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 
@@ -56,12 +64,12 @@ def _cmd_bench(args) -> int:
         return EXIT_USAGE
     print(f"{args.primitive} on {args.backend}, world size {', '.join(map(str, world_sizes))}, {args.dtype}, "
           f"{format_bytes(sizes[0])}..{format_bytes(sizes[-1])} per rank; {args.warmup} warm-up + {args.iters} timed "
-          f"iterations; time = median of the slowest rank; debug checks (TORCH_DISTRIBUTED_DEBUG) off while timing",
+          f"iterations; {_TIMING_WORDS[args.timing]}; debug checks (TORCH_DISTRIBUTED_DEBUG) off while timing",
           flush=True)
     rows, status = on_ranks(lambda: B.bench(
         args.primitive, world_sizes, sizes, args.dtype, iters=args.iters, warmup=args.warmup, algorithms=algorithms,
         backend=args.backend, references=not args.no_references, progress=not args.quiet, timeout=args.timeout,
-        as_frame=False))
+        as_frame=False, timing=args.timing))
     if status is not None:
         return status
     print(B.format_table(rows))
@@ -83,7 +91,8 @@ def _cmd_bench(args) -> int:
             extra = ("+" if cost["extra_s"] >= 0 else "") + format_seconds(cost["extra_s"])
             print(f"  {format_bytes(n):>8}: off {format_seconds(cost['off']['time_s'])}, on "
                   f"{format_seconds(cost['on']['time_s'])} ({cost['ratio']:.2f}x, {extra} per call)")
-    for flag, path, write in (("--json", args.json, lambda: B.save_json(rows, args.json)),
+    note = f"measured with python -m collnb bench --timing {args.timing} ({_TIMING_WORDS[args.timing]})"
+    for flag, path, write in (("--json", args.json, lambda: B.save_json(rows, args.json, note=note)),
                               ("--csv", args.csv, lambda: B.save_csv(rows, args.csv)),
                               ("--png", args.png, lambda: B.plot(rows, fits).savefig(args.png))):
         if path:
@@ -102,11 +111,13 @@ def add_parser(subparsers) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in B.PRIMITIVES)
     p = subparsers.add_parser(
-        "bench", help="measure time, algbw and busbw of a collective (nccl-tests style) and fit the α-β model",
-        description="Time a collective on real ranks as nccl-tests does: warm-up, then timed iterations, the "
-                    "slowest rank per iteration, median (min, max); every result checked against the reference; "
-                    "busbw per nccl-tests' PERFORMANCE.md; memcpy, one loopback TCP stream and a local reduction "
-                    "measured in the same run; the α-β(-γ) model fitted per algorithm. Algorithms: " + valid)
+        "bench", help="measure time, algbw and busbw of a collective and fit the α-β model",
+        description="Time a collective on real ranks: warm-up, then timed iterations, by default each one alone "
+                    "after a barrier, the slowest rank per iteration, median (min, max), every result checked "
+                    "(--timing collnb), or as nccl-tests does: iterations back to back, the mean over ranks, the "
+                    "result checked in a separate call (--timing nccl-tests); busbw per nccl-tests' PERFORMANCE.md; "
+                    "memcpy, one loopback TCP stream and a local reduction measured in the same run; the "
+                    "α-β(-γ) model fitted per algorithm. Algorithms: " + valid)
     p.add_argument("primitive", choices=B.PRIMITIVES, metavar="PRIMITIVE",
                    help="one of: " + ", ".join(B.PRIMITIVES))
     p.add_argument("--world-size", "-n", type=_world_sizes, action="append", metavar="N",
@@ -122,6 +133,10 @@ def add_parser(subparsers) -> None:
                    help="builtin (the backend's collective), a collnb send/recv algorithm for the primitive, or all; "
                         "repeatable (default builtin)")
     p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
+    p.add_argument("--timing", default="collnb", choices=B.TIMINGS,
+                   help="collnb (default): every iteration alone after a barrier, median of the slowest rank, "
+                        "every result checked; nccl-tests: as nccl-tests' BenchTime, iterations back to back after "
+                        "one barrier, each rank's mean, averaged over ranks")
     p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
     p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
     p.add_argument("--png", metavar="PATH", help="plot measured vs fitted time and busbw per algorithm")

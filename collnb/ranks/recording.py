@@ -259,8 +259,8 @@ class Recorder(TorchDispatchMode):
     Use as a context manager inside a rank (``with Recorder() as rec: ...; rec.records()``), or
     through :func:`start` / :func:`stop` (what a rank does for ``launch(..., record_calls=True)``).
     Other dispatch modes may be entered inside it (a learner's ``CommDebugMode`` counts the same
-    operations); tensor subclasses (DTensor) are let through first so that the operations they
-    issue are recorded as theirs.
+    operations); DTensor is let through first so that the collectives it issues are recorded as
+    its own.
 
     Args:
         observers: objects with ``issued(issue)`` (and optionally ``waited(issue, ns)``), called
@@ -325,7 +325,7 @@ class Recorder(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if any(_dispatches(t) for t in types):
-            return NotImplemented  # a tensor subclass (DTensor) runs first; its operations come back here
+            return NotImplemented  # DTensor runs first; the collectives it issues come back here
         entry = _SPEC_TABLE.get(func)
         if entry is None:
             if func is _WAIT_OP and self._waiting:
@@ -409,7 +409,20 @@ class Recorder(TorchDispatchMode):
 # One operation's fields
 
 
-_OWN_DISPATCH: dict = {torch.Tensor: False}
+_LETS_THROUGH: dict = {}
+
+
+def _dispatches(cls) -> bool:
+    """Whether to let tensors of ``cls`` dispatch first (return ``NotImplemented``): DTensor and
+    its subclasses (``nn.Parameter`` of a DTensor, as FSDP2 makes), whose operations become the
+    collectives they issue, as :class:`~torch.distributed.tensor.debug.CommDebugMode` does. Any
+    other subclass (FakeTensor in DTensor's sharding propagation, ``nn.Parameter``) runs as it
+    would without the recorder."""
+    through = _LETS_THROUGH.get(cls)
+    if through is None:
+        from torch.distributed.tensor import DTensor  # noqa: PLC0415 - heavy; the rank side only
+        through = _LETS_THROUGH[cls] = isinstance(cls, type) and issubclass(cls, DTensor)
+    return through
 
 
 def _backend_count(spec, pg, size) -> int:
@@ -419,15 +432,6 @@ def _backend_count(spec, pg, size) -> int:
     if spec.p2p_barrier:
         return 2 * (size - 1) if pg.rank() == 0 else 2
     return 1
-
-
-def _dispatches(cls) -> bool:
-    """Whether tensors of ``cls`` have a ``__torch_dispatch__`` of their own (DTensor does,
-    ``nn.Parameter`` does not)."""
-    own = _OWN_DISPATCH.get(cls)
-    if own is None:
-        own = _OWN_DISPATCH[cls] = getattr(cls, "__torch_dispatch__", None) is not torch.Tensor.__torch_dispatch__
-    return own
 
 
 def _group_of(bound):

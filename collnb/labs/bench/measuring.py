@@ -1,5 +1,6 @@
 """The rank side of the bandwidth lab: each rank's buffers, exact inputs and reference for one
-(primitive, algorithm, size), and the timed loop (barrier, call, slowest rank) that every rank runs."""
+(primitive, algorithm, size), and the timed loop every rank runs: collnb's (barrier, one call,
+slowest rank, every iteration) or nccl-tests' (one barrier, ``iters`` calls back to back)."""
 
 from __future__ import annotations
 
@@ -146,8 +147,18 @@ class Case:
 
 
 def rank_bench(rank, world_size, job):
-    """Rank side: warm-up, then timed iterations, every algorithm of the job interleaved within
-    each iteration (so that load on the machine hits them alike), each result checked.
+    """Rank side: warm-up, then the timed iterations of every algorithm of the job, each result
+    checked. ``job["timing"]`` says how (see :data:`collnb.bench.TIMINGS`):
+
+    * ``"collnb"``: every iteration on its own: buffers reset, ``dist.barrier()``, the call timed
+      alone (``perf_counter``, or CUDA events on NCCL), its result checked; the algorithms take
+      turns within every iteration (so that load on the machine hits them alike). One time per
+      iteration.
+    * ``"nccl-tests"``: as nccl-tests' ``BenchTime`` (``src/common.cu``): one barrier, then the
+      ``iters`` calls back to back with no barrier, no reset and no check between them, one
+      synchronisation at the end (``torch.cuda.synchronize()`` on NCCL), the elapsed time divided
+      by ``iters``; the result is checked in one separate, untimed call. One time per rank.
+
     Returns ``{algorithm: {times, ok, bad}}``."""
     nccl = dist.get_backend() == "nccl"
     device = torch.device("cuda", torch.cuda.current_device()) if nccl else torch.device("cpu")
@@ -155,6 +166,8 @@ def rank_bench(rank, world_size, job):
     shared = {}
     cases = {a: Case(job["primitive"], a, rank, world_size, job["count"], job["block"], dtype, device, shared)
              for a in job["algorithms"]}
+    if job.get("timing", "collnb") == "nccl-tests":
+        return {a: _back_to_back(case, rank, job, nccl) for a, case in cases.items()}
     out = {a: {"times": [], "ok": True, "bad": None} for a in cases}
     if nccl:
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -180,3 +193,26 @@ def rank_bench(rank, world_size, job):
                     out[a]["ok"] = False
                     out[a]["bad"] = out[a]["bad"] or f"rank {rank}, timed iteration {it - job['warmup'] + 1}"
     return out
+
+
+def _back_to_back(case, rank, job, nccl):
+    """nccl-tests' timing of one case on this rank: ``{times: [seconds per call], ok, bad}``."""
+    sync = torch.cuda.synchronize if nccl else (lambda: None)
+    case.reset()
+    for _ in range(job["warmup"]):
+        case.run()
+    sync()
+    case.reset()                 # the check: one untimed call from fresh inputs
+    dist.barrier()
+    case.run()
+    sync()
+    ok = case.check()
+    case.reset()
+    sync()
+    dist.barrier()
+    t0 = time.perf_counter()
+    for _ in range(job["iters"]):
+        case.run()               # back to back: no barrier, no reset, no check in between
+    sync()
+    dt = (time.perf_counter() - t0) / job["iters"]
+    return {"times": [dt], "ok": ok, "bad": None if ok else f"rank {rank}, the checked call"}

@@ -31,11 +31,20 @@ def reference_row(name, backend, nbytes, times, ok, dtype="uint8", world_size=1)
                 ok=bool(ok))
 
 
-def measured_row(primitive, alg, backend, ws, dname, nbytes, per_rank, iters) -> dict:
-    """One row (dict, :data:`COLUMNS`) from every rank's ``{times, ok}`` (seconds per timed iteration):
-    per iteration the slowest rank's time; the median, min and max of those."""
-    slowest = [max(pr["times"][k] for pr in per_rank) for k in range(iters)]
-    med, lo, hi = stats(slowest)
+def measured_row(primitive, alg, backend, ws, dname, nbytes, per_rank, iters, timing: str = "collnb") -> dict:
+    """One row (dict, :data:`COLUMNS`) from every rank's ``{times, ok}``.
+
+    ``timing="collnb"``: ``times`` are seconds per timed iteration; per iteration the slowest
+    rank's time counts, and the row has the median, min and max of those.
+    ``timing="nccl-tests"``: ``times`` is one mean time per call of a back-to-back loop on each
+    rank; the row has their mean over the ranks (what nccl-tests reports), and the fastest and
+    slowest rank's as min and max."""
+    if timing == "nccl-tests":
+        each = [pr["times"][0] for pr in per_rank]
+        med, lo, hi = sum(each) / len(each), min(each), max(each)
+    else:
+        slowest = [max(pr["times"][k] for pr in per_rank) for k in range(iters)]
+        med, lo, hi = stats(slowest)
     ab = algbw(nbytes, med)
     return dict(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname, nbytes=int(nbytes),
                 time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab, busbw_GBps=ab * busbw_factor(primitive, ws),

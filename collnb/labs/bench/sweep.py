@@ -1,6 +1,6 @@
 """The caller side of the bandwidth lab: :func:`bench` checks everything, launches the ranks once per
-(world size, size) and turns their times into rows; :func:`debug_cost` measures what
-``TORCH_DISTRIBUTED_DEBUG=DETAIL`` costs."""
+(world size, size) and turns their times into rows, timed collnb's way or nccl-tests' way
+(:data:`TIMINGS`); :func:`debug_cost` measures what ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` costs."""
 
 from __future__ import annotations
 
@@ -9,11 +9,27 @@ from typing import Sequence
 
 from ...ranks import launch
 from ...units import format_bytes
-from ...vocabulary import check_int
+from ...vocabulary import check_choice, check_int
 from .measuring import rank_bench
 from .references import reference_rows
 from .rows import measured_row, to_table
 from .inputs import BLOCKED, bench_dtype, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+
+
+#: How :func:`bench` times (``timing=``), the first the default:
+#:
+#: * ``"collnb"``: every iteration timed on its own, between a barrier before it and its own end on
+#:   every rank; the slowest rank's time per iteration; the median (min, max) over iterations; every
+#:   iteration's result checked. Why: on a shared, loaded machine one preempted rank or iteration
+#:   shows as a spread (min, max) instead of moving the reported time, and a wrong answer in any
+#:   iteration is caught.
+#: * ``"nccl-tests"``: as NVIDIA nccl-tests' ``BenchTime`` (``src/common.cu``): one barrier, then the
+#:   ``iters`` calls back to back (no barrier, reset or check between them) and one
+#:   synchronisation; each rank's elapsed time / ``iters``; the mean over the ranks (nccl-tests'
+#:   default ``-a 1``); the result checked in a separate untimed call. Why: consecutive calls may
+#:   overlap (a rank starts the next call while a slower one finishes), so it measures throughput
+#:   of a stream of collectives, the number GPU papers and nccl-tests' tables quote.
+TIMINGS = ("collnb", "nccl-tests")
 
 
 def _progress(total, enabled, desc):
@@ -26,7 +42,7 @@ def _progress(total, enabled, desc):
 def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 4), sizes="1K:64M",
           dtype="float32", *, iters: int = 20, warmup: int = 5, algorithms: str | Sequence[str] = ("builtin",),
           backend: str = "gloo", references: bool = True, progress: bool = True, timeout: float = 600.0,
-          as_frame: bool | None = None):
+          as_frame: bool | None = None, timing: str = "collnb"):
     """Measure ``primitive`` on real ranks at every world size, size and algorithm (module doc).
 
     Args:
@@ -46,6 +62,9 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         progress: a tqdm progress bar (the notebook widget in Jupyter, plain text in a terminal).
         timeout: seconds each launch may take.
         as_frame: ``None``: a DataFrame if pandas is installed, else a list of dicts.
+        timing: ``"collnb"`` (default) or ``"nccl-tests"``: how the iterations are timed and
+            summed up (:data:`TIMINGS`; ``time_s``, ``time_min_s`` and ``time_max_s`` mean what
+            that method says; the CLI writes the method into a JSON file's note).
 
     Returns:
         The rows (:data:`COLUMNS`), collectives first, in (world size, size, algorithm) order,
@@ -60,6 +79,7 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
     """
     algs = check_algorithms(primitive, algorithms)
     sizes = parse_sizes(sizes)
+    timing = check_choice("timing method", timing, TIMINGS)
     check_int("iters", iters, 1, what="timed iterations per measurement")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
     world_sizes = check_world_sizes(world_sizes, backend)
@@ -80,14 +100,15 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         for ws, nbytes in jobs:
             count, block = counts(primitive, nbytes, ws, esize)
             job = dict(primitive=primitive, algorithms=list(algs), dtype=dname, count=count, block=block, iters=iters,
-                       warmup=warmup)
+                       warmup=warmup, timing=timing)
             if bar is not None:
                 bar.set_postfix_str(f"ws {ws}, {format_bytes(nbytes)}, {'/'.join(algs)}")
             res = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout, debug=False,
                          collective_timeout=max(60.0, timeout / 4))
             actual = count * esize
             for alg in algs:
-                rows.append(measured_row(primitive, alg, backend, ws, dname, actual, [res[r][alg] for r in range(ws)], iters))
+                rows.append(measured_row(primitive, alg, backend, ws, dname, actual, [res[r][alg] for r in range(ws)], iters,
+                                         timing))
                 if not rows[-1]["ok"]:
                     first = next(res[r][alg]["bad"] for r in range(ws) if not res[r][alg]["ok"])
                     warnings.warn(f"{primitive}/{alg} at world size {ws}, {format_bytes(actual)}: the result differs "

@@ -1,36 +1,41 @@
 """Exercise checks for the notebooks: they pass only for work the learner did, on real ranks.
 
 Every notebook's ``check`` cell calls one function of this module with the learner's answer (a
-function or a prediction) and the stored solution. A check
+function or a prediction). A check
 
 * runs the learner's function on real ranks (:func:`collnb.launch`) with **data only its source
-  rank knows** (random per launch), at **varied world sizes** (random per launch, and where the
-  exercise forbids ``world_size`` a decoy value), so an answer that computes the result locally
-  cannot pass;
-* verifies the ``torch.distributed`` calls each rank actually made (:class:`collnb.CallRecord`,
-  recorded by ``collnb.launch(..., record_calls=True)``) and refuses forbidden ones where the
-  exercise says "build it from X";
-* prints ``✓`` only when the learner's own answer passed. While the answer cell is unfinished
-  (the function still returns ``None`` and communicates nothing, or ``prediction`` is ``None``)
-  the check says so and may **demonstrate** the stored solution, labelled as such, without ``✓``;
+  rank knows** (random per launch), at **varied world sizes**, so an answer that computes the
+  result locally, or from a token collective beside it, cannot pass;
+* sees **every operation** each rank issued, whichever API issued it (``torch.distributed``
+  functions, ``ProcessGroup`` methods, functional collectives, DTensor: :class:`collnb.CallRecord`,
+  recorded by ``collnb.launch(..., record_calls=True)``), refuses a rank that communicated where
+  the recorder cannot see (another thread, dispatch modes switched off), refuses calls the
+  exercise does not ask for ("build it from X"), and checks message sizes where the exercise is
+  about them (a ring step moves one chunk);
+* prints ``✓`` only when the learner's own answer passed. While the answer is unfinished (the
+  function still returns ``None`` and communicates nothing, or ``prediction`` is ``None``) the
+  check says "not answered yet" and gives a hint that points a direction: no solution value, no
+  solution code. The solution is in the notebook's collapsed ``solution`` cell, as comments:
+  opening it is the learner's own step, and running it defines nothing an answer could use;
 * on a wrong answer raises :class:`CheckFailed`: in Jupyter a formatted ``✗`` with a per-rank table
   and a hint about that mistake, no traceback (IPython renders the exception with
-  ``_render_traceback_``); a test still sees an error.
+  ``_render_traceback_``); a prediction's ✗ never states the right value; a test still sees an
+  error.
 
 Example (the check cell of ``01_broadcast``)::
 
     from collnb import exercises
-    exercises.check_broadcast(my_broadcast, solution=solution_broadcast)
+    exercises.check_broadcast(my_broadcast)
 
-Modules: :mod:`.framework` (running on ranks with the calls recorded; ✓, ✗ and "not answered
-yet"), :mod:`.coding` (checks of code the learner writes), :mod:`.predictions` (checks of
-predicted values) and :mod:`.training` (notebook 11).
+Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
+learner's calls; ✓, ✗ and "not answered yet"), :mod:`.coding` (checks of code the learner writes),
+:mod:`.predictions` (checks of predicted values) and :mod:`.training` (notebook 11).
 """
 
 from ...ranks import CallRecord
-from .coding import (check_all_gather, check_broadcast, check_census, check_count_ranks, check_gather,
+from .coding import (check_all_gather, check_broadcast, check_census, check_count_ready, check_gather,
                      check_ring_step, check_token_ring)
-from .framework import NOT_ANSWERED, CheckFailed, launch_recorded
+from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
                           check_reduce_scatter_prediction, check_ring_prediction, check_scatter_prediction,
                           check_time_prediction)
@@ -38,9 +43,9 @@ from .training import check_average_gradients, tiny_model, train_steps
 
 __all__ = [
     "CheckFailed", "CallRecord", "NOT_ANSWERED",
-    "check_count_ranks", "check_broadcast", "check_scatter_prediction", "check_gather",
+    "check_count_ready", "check_broadcast", "check_scatter_prediction", "check_gather",
     "check_reduce_prediction", "check_all_gather", "check_reduce_scatter_prediction",
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
-    "train_steps", "launch_recorded",
+    "train_steps", "launch_recorded", "solution_code",
 ]

@@ -1,6 +1,9 @@
 """Checks of code a learner writes and runs on real ranks (notebooks 00-10 and the algorithms
-notebook): counting the ranks, broadcast, gather, all_gather from broadcasts, object collectives,
-the token ring and one ring step. Each passes only for the learner's own working answer."""
+notebook): counting the ready ranks, broadcast, gather, all_gather from broadcasts, object
+collectives, the token ring and one ring step. Each passes only for the learner's own working
+answer: the data each answer needs is known to its source rank only (random per run), every
+operation a rank issues is recorded whichever API issued it, and where an exercise is about
+message sizes the sizes are checked."""
 
 from __future__ import annotations
 
@@ -13,56 +16,74 @@ from .framework import (_check_only, _check_params, _fail, _launch_or_fail, _nam
 
 
 # ----------------------------------------------------------------------------------------------
-# 00 · count the ranks
+# 00 · count the ready ranks
 
 
-def check_count_ranks(count_ranks: Callable, solution: Callable | None = None) -> None:
-    """Check ``count_ranks(rank, world_size)`` (notebook 00): every rank returns the number of ranks,
-    found with one ``dist.all_reduce`` and without ``world_size`` or ``dist.get_world_size()``.
+def _ready_flags(rng, ws: int) -> list[bool]:
+    """Random flags with at least one rank ready and one not (so the count is neither 0 nor the
+    world size)."""
+    while True:
+        flags = [rng.random() < 0.5 for _ in range(ws)]
+        if 0 < sum(flags) < ws:
+            return flags
 
-    Runs at two random world sizes (2-6) and gives the function a **decoy** ``world_size`` (a
-    wrong number), so ``return world_size`` fails; ``dist.get_world_size()`` is refused.
+
+def check_count_ready(count_ready: Callable) -> None:
+    """Check ``count_ready(rank, world_size, ready)`` (notebook 00): every rank returns how many
+    ranks are ready (a Python ``int``), found with one ``dist.all_reduce``.
+
+    ``ready`` is a bool only its rank knows, drawn at random per run with at least one rank ready
+    and one not, so the count is neither the world size nor anything one rank can know alone. Two
+    random world sizes (3-6), each run twice with one rank's flag flipped: every other rank sees
+    the same arguments in both runs but must return a different count, so an answer that does not
+    communicate fails at least one run. Only ``dist.all_reduce`` is accepted (a ``ProcessGroup``
+    method or a functional collective doing the work is refused).
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(count_ranks, "count_ranks(rank, world_size)")
+    _check_params(count_ready, "count_ready(rank, world_size, ready)")
     rng = _rng()
-    sizes = _world_sizes(rng, 2, 6)
-    hint = "start every rank with torch.ones(1), all_reduce it with SUM and return int(t.item())."
+    direction = ("each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) "
+                 "to one collective that combines them on every rank: which reduce op turns them into a count?")
 
-    def run(fn, ws):
-        decoys = [ws + rng.randint(3, 9)] * ws
-        return _launch_or_fail(fn, ws, fn_world_size=decoys, hint=hint,
-                               what=f"at world size {ws}"), decoys[0]
+    def run(flags):
+        ws = len(flags)
+        results, calls = _launch_or_fail(count_ready, ws, [(f,) for f in flags], hint=direction,
+                                         what=f"at world size {ws}")
+        return results, calls
 
-    (results, calls), decoy = run(count_ranks, sizes[0])
-    if _no_calls(results, calls):
-        def show():
-            (res, _), _ = run(solution, sizes[0])
-            print(f"  world size {sizes[0]}: the ranks returned {res}")
-        return _unfinished("count_ranks", solution, show)
+    sizes = _world_sizes(rng, 3, 6)
+    runs = []
     for ws in sizes:
-        if ws != sizes[0]:
-            (results, calls), decoy = run(count_ranks, ws)
-        rows = [(r, results[r], ws, _summary(calls[r])) for r in range(ws)]
-        table = _table(rows, ("rank", "returned", "expected", "calls"))
-        if any(c.name == "get_world_size" for rc in calls for c in rc):
-            raise _fail(f"world size {ws}: your function called dist.get_world_size(), which this "
-                        "exercise forbids.", hint, table)
-        if decoy is not None and any(r == decoy for r in results):
-            raise _fail(f"world size {ws}: the ranks returned the world_size argument ({decoy}), which the "
-                        "check set to a wrong number on purpose.", hint, table)
+        flags = _ready_flags(rng, ws)
+        flipped = list(flags)
+        flipped[rng.randrange(ws)] ^= True
+        runs += [flags, flipped]
+    first = run(runs[0])
+    if _no_calls(*first):
+        return _unfinished("count_ready", direction)
+    for i, flags in enumerate(runs):
+        results, calls = first if i == 0 else run(flags)
+        ws, want = len(flags), sum(flags)
+        rows = [(r, flags[r], results[r], want, _summary(calls[r])) for r in range(ws)]
+        table = _table(rows, ("rank", "ready", "returned", "expected", "calls"))
+        _check_only(calls, {"all_reduce"}, hint="count with one dist.all_reduce. " + direction)
         if any(_names(rc).count("all_reduce") != 1 for rc in calls):
-            raise _fail(f"world size {ws}: every rank must make exactly one dist.all_reduce.", hint, table)
-        if any(not isinstance(results[r], (int, float)) or isinstance(results[r], bool)
-               or results[r] != ws for r in range(ws)):
-            bad = [r for r in range(ws) if results[r] != ws]
-            raise _fail(f"world size {ws}: rank(s) {bad} did not return {ws}.",
-                        "return a Python int (int(t.item())). " + hint, table)
-        if ws == sizes[-1]:
-            _passed(f"every rank counted the ranks with one all_reduce at world sizes {sizes[0]} and {sizes[1]}",
-                    table)
+            raise _fail(f"world size {ws}: every rank must make exactly one dist.all_reduce.", direction, table)
+        bad = [r for r in range(ws) if not isinstance(results[r], int) or isinstance(results[r], bool)
+               or results[r] != want]
+        if bad:
+            if all(isinstance(results[r], int) and results[r] == ws for r in bad):
+                raise _fail(f"world size {ws}: rank(s) {bad} returned the world size, but only {want} of the "
+                            f"{ws} ranks were ready (random in every run).", direction, table)
+            if any(isinstance(results[r], torch.Tensor) for r in bad):
+                raise _fail(f"world size {ws}: rank(s) {bad} returned a tensor.",
+                            "return a Python int: int(t.item()) of the tensor you reduced.", table)
+            raise _fail(f"world size {ws}: rank(s) {bad} did not return the number of ready ranks ({want} this "
+                        "run).", direction, table)
+    _passed(f"every rank counted the ready ranks with one all_reduce ({len(runs)} runs, world sizes "
+            f"{sizes[0]} and {sizes[1]}, random flags)", table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -73,7 +94,7 @@ def _random_tensor(rng, n: int) -> torch.Tensor:
     return torch.tensor([rng.randint(-999, 999) / 8 for _ in range(n)], dtype=torch.float32)
 
 
-def check_broadcast(my_broadcast: Callable, solution: Callable | None = None) -> None:
+def check_broadcast(my_broadcast: Callable) -> None:
     """Check ``my_broadcast(rank, world_size, src, tensor)`` (notebook 01).
 
     On rank ``src``, ``tensor`` holds data only that rank knows (random float32 values, random
@@ -86,34 +107,29 @@ def check_broadcast(my_broadcast: Callable, solution: Callable | None = None) ->
     """
     _check_params(my_broadcast, "my_broadcast(rank, world_size, src, tensor)")
     rng = _rng()
-    hint = "call dist.broadcast(tensor, src=src) on every rank and return tensor."
+    direction = ("one collective, made by every rank with the same src: on src the tensor is what is sent, on "
+                 "every other rank it is overwritten with it.")
 
-    def case(fn, ws):
+    def case(ws):
         src = rng.randrange(ws)
         data = _random_tensor(rng, rng.randint(3, 6))
         args = [((src, data.clone()) if r == src else (src, torch.zeros_like(data))) for r in range(ws)]
-        return src, data, _launch_or_fail(fn, ws, args, hint=hint, what=f"world size {ws}, src={src}")
+        return src, data, _launch_or_fail(my_broadcast, ws, args, hint=direction, what=f"world size {ws}, src={src}")
 
     sizes = _world_sizes(rng, 2, 6)
-    first = case(my_broadcast, sizes[0])
+    first = case(sizes[0])
     if _no_calls(*first[2]):
-        def show():
-            src, data, (res, _) = case(solution, sizes[0])
-            print(f"  world size {sizes[0]}, src={src} held {_short(data)}; the ranks returned:")
-            for r, t in enumerate(res):
-                print(f"    rank {r}: {_short(t)}")
-        return _unfinished("my_broadcast", solution, show)
+        return _unfinished("my_broadcast", direction)
     for i, ws in enumerate(sizes):
-        src, data, (results, calls) = first if i == 0 else case(my_broadcast, ws)
-        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in calls[r] if c.name != "get_world_size")
-                 or "(none)") for r in range(ws)]
+        src, data, (results, calls) = first if i == 0 else case(ws)
+        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in calls[r]) or "(none)")
+                for r in range(ws)]
         table = _table(rows, ("rank", "returned", "calls"))
-        _check_only(calls, {"broadcast", "get_world_size"}, hint=hint)
-        bad_calls = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]
-                                               if c.name != "get_world_size"] != [("broadcast", src)]]
+        _check_only(calls, {"broadcast"}, hint=direction)
+        bad_calls = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("broadcast", src)]]
         if bad_calls:
             raise _fail(f"world size {ws}, src={src}: rank(s) {bad_calls} did not make exactly one "
-                        f"dist.broadcast with src={src}.", hint, table)
+                        f"dist.broadcast with src={src}.", direction, table)
         wrong = [r for r in range(ws) if not (isinstance(results[r], torch.Tensor)
                                               and results[r].shape == data.shape and torch.equal(results[r], data))]
         if wrong:
@@ -128,7 +144,7 @@ def check_broadcast(my_broadcast: Callable, solution: Callable | None = None) ->
 # 03 · gather
 
 
-def check_gather(my_gather: Callable, solution: Callable | None = None) -> None:
+def check_gather(my_gather: Callable) -> None:
     """Check ``my_gather(rank, world_size, dst, mine)`` (notebook 03).
 
     Each rank's ``mine`` is a random 1-element int64 tensor only that rank knows. ``dst`` must
@@ -141,45 +157,38 @@ def check_gather(my_gather: Callable, solution: Callable | None = None) -> None:
     """
     _check_params(my_gather, "my_gather(rank, world_size, dst, mine)")
     rng = _rng()
-    hint = ("on dst pass gather_list=[torch.zeros_like(mine) for _ in range(world_size)], elsewhere "
-            "gather_list=None; call dist.gather(mine, gather_list, dst=dst) on every rank; on dst return "
-            "torch.cat(gather_list), elsewhere None.")
+    direction = ("every rank makes one collective with the same dst. Only dst needs somewhere to receive: a "
+                 "list with one tensor per rank (the other ranks pass None); dst then joins that list into one "
+                 "tensor.")
 
-    def case(fn, ws):
+    def case(ws):
         dst = rng.randrange(ws)
         values = [rng.randint(-9999, 9999) for _ in range(ws)]
         args = [(dst, torch.tensor([values[r]])) for r in range(ws)]
-        return dst, torch.tensor(values), _launch_or_fail(fn, ws, args, hint=hint,
+        return dst, torch.tensor(values), _launch_or_fail(my_gather, ws, args, hint=direction,
                                                            what=f"world size {ws}, dst={dst}")
 
     sizes = _world_sizes(rng, 2, 6)
-    first = case(my_gather, sizes[0])
+    first = case(sizes[0])
     if _no_calls(*first[2]):
-        def show():
-            dst, want, (res, _) = case(solution, sizes[0])
-            print(f"  world size {sizes[0]}, dst={dst}; the ranks held {want.tolist()} and returned:")
-            for r, t in enumerate(res):
-                print(f"    rank {r}: {_short(t)}")
-        return _unfinished("my_gather", solution, show)
+        return _unfinished("my_gather", direction)
     for i, ws in enumerate(sizes):
-        dst, want, (results, calls) = first if i == 0 else case(my_gather, ws)
+        dst, want, (results, calls) = first if i == 0 else case(ws)
         rows = [(r, "dst" if r == dst else "", results[r],
-                 ", ".join(f"{c.name}(dst={c.peer})" for c in calls[r] if c.name != "get_world_size")
-                 or "(none)") for r in range(ws)]
+                 ", ".join(f"{c.name}(dst={c.peer})" for c in calls[r]) or "(none)") for r in range(ws)]
         table = _table(rows, ("rank", "", "returned", "calls"))
-        _check_only(calls, {"gather", "get_world_size"}, hint=hint)
-        bad = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r] if c.name != "get_world_size"]
-               != [("gather", dst)]]
+        _check_only(calls, {"gather"}, hint=direction)
+        bad = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("gather", dst)]]
         if bad:
             raise _fail(f"world size {ws}, dst={dst}: rank(s) {bad} did not make exactly one dist.gather "
-                        f"with dst={dst}.", hint, table)
+                        f"with dst={dst}.", direction, table)
         got = results[dst]
         if isinstance(got, (list, tuple)) and got and all(isinstance(t, torch.Tensor) for t in got):
             raise _fail(f"world size {ws}, dst={dst}: dst returned the gather list itself ({len(got)} tensors).",
                         "return one tensor: torch.cat(gather_list).", table)
         if not (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)):
             raise _fail(f"world size {ws}, dst={dst}: dst returned {_short(got)}; the ranks' values in rank "
-                        f"order are {want.tolist()}.", hint, table)
+                        f"order are {want.tolist()}.", direction, table)
         others = [r for r in range(ws) if r != dst and results[r] is not None]
         if others:
             raise _fail(f"world size {ws}, dst={dst}: rank(s) {others} returned something; after gather only "
@@ -192,52 +201,55 @@ def check_gather(my_gather: Callable, solution: Callable | None = None) -> None:
 # 05 · all_gather built from broadcasts
 
 
-def check_all_gather(my_all_gather: Callable, solution: Callable | None = None) -> None:
+def check_all_gather(my_all_gather: Callable) -> None:
     """Check ``my_all_gather(rank, world_size, mine)`` (notebook 05), built **from broadcasts only**.
 
     Each rank's ``mine`` is a random float32 tensor of 2 values only that rank knows. Every rank
     must return ``torch.cat`` of all ranks' ``mine`` in rank order; its calls must be
-    ``world_size`` ``dist.broadcast`` calls, one per source rank (any order), and nothing else
-    (``dist.all_gather`` and friends are refused). Two launches at random world sizes (2-6).
+    ``world_size`` ``dist.broadcast`` calls, one per source rank (any order), each of one rank's
+    contribution (2 float32 values), and nothing else: ``dist.all_gather``, a ``ProcessGroup``
+    method, a functional collective or DTensor doing the work is refused. Two launches at random
+    world sizes (2-6).
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(my_all_gather, "my_all_gather(rank, world_size, mine)")
     rng = _rng()
-    hint = ("for src in range(world_size): buf = mine.clone() if rank == src else torch.zeros(2); "
-            "dist.broadcast(buf, src=src); keep buf. Then torch.cat the buffers.")
+    direction = ("every rank takes a turn as src: for each src, every rank makes one broadcast of a buffer "
+                 "holding src's contribution (on src its own data, elsewhere a buffer to receive into), and "
+                 "keeps it; at the end each rank joins the buffers in rank order.")
 
-    def case(fn, ws):
+    def case(ws):
         mine = [_random_tensor(rng, 2) for _ in range(ws)]
-        return torch.cat(mine), _launch_or_fail(fn, ws, [(m,) for m in mine], hint=hint,
+        return torch.cat(mine), _launch_or_fail(my_all_gather, ws, [(m,) for m in mine], hint=direction,
                                                 what=f"world size {ws}")
 
     sizes = _world_sizes(rng, 2, 6)
-    first = case(my_all_gather, sizes[0])
+    first = case(sizes[0])
     if _no_calls(*first[1]):
-        def show():
-            want, (res, _) = case(solution, sizes[0])
-            print(f"  world size {sizes[0]}; every rank returned {_short(res[0])} "
-                  f"(equal on all ranks: {all(torch.equal(t, want) for t in res)})")
-        return _unfinished("my_all_gather", solution, show)
+        return _unfinished("my_all_gather", direction)
     for i, ws in enumerate(sizes):
-        want, (results, calls) = first if i == 0 else case(my_all_gather, ws)
-        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in calls[r]
-                                          if c.name != "get_world_size") or "(none)") for r in range(ws)]
+        want, (results, calls) = first if i == 0 else case(ws)
+        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" if c.source == "torch.distributed"
+                                          else _summary([c]) for c in calls[r]) or "(none)") for r in range(ws)]
         table = _table(rows, ("rank", "returned", "calls"))
-        _check_only(calls, {"broadcast", "get_world_size"},
-                    hint="this exercise builds all_gather from dist.broadcast only. " + hint)
-        bad = [r for r in range(ws) if sorted(c.peer for c in calls[r] if c.name == "broadcast")
-               != list(range(ws))]
+        _check_only(calls, {"broadcast"}, hint="this exercise builds all_gather from dist.broadcast only. " + direction)
+        bad = [r for r in range(ws) if sorted(c.peer for c in calls[r]) != list(range(ws))]
         if bad:
             raise _fail(f"world size {ws}: rank(s) {bad} did not make one dist.broadcast per source rank "
-                        f"0..{ws - 1}.", hint, table)
+                        f"0..{ws - 1}.", direction, table)
+        sizes_bad = [(r, c) for r in range(ws) for c in calls[r] if c.nbytes != 8]
+        if sizes_bad:
+            r, c = sizes_bad[0]
+            raise _fail(f"world size {ws}: rank {r}'s broadcast from src={c.peer} moved {c.nbytes} bytes; one "
+                        "rank's contribution is 2 float32 values (8 bytes).",
+                        "broadcast a buffer shaped like mine (zeros_like(mine) to receive into).", table)
         wrong = [r for r in range(ws) if not (isinstance(results[r], torch.Tensor)
                                               and results[r].shape == want.shape and torch.equal(results[r], want))]
         if wrong:
             raise _fail(f"world size {ws}: rank(s) {wrong} did not return every rank's contribution in rank "
-                        f"order, {_short(want)}.", hint, table)
+                        f"order, {_short(want)}.", direction, table)
     _passed(f"your broadcasts delivered every rank's random contribution to every rank, as all_gather "
             f"would (world sizes {sizes[0]} and {sizes[1]})", table)
 
@@ -246,45 +258,45 @@ def check_all_gather(my_all_gather: Callable, solution: Callable | None = None) 
 # 09 · object collectives
 
 
-def check_census(my_census: Callable, solution: Callable | None = None) -> None:
+def check_census(my_census: Callable) -> None:
     """Check ``my_census(rank, world_size, info)`` (notebook 09).
 
     Each rank's ``info`` is a dict only that rank knows (``{"rank": r, "token": <random str>,
     "load": <random float>}``). Every rank must return the list of every rank's dict, in rank
-    order, with one ``dist.all_gather_object`` call. Two launches at random world sizes (2-6).
+    order, with one ``dist.all_gather_object`` call (its two all_gathers inside are torch's).
+    Two launches at random world sizes (2-6).
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(my_census, "my_census(rank, world_size, info)")
     rng = _rng()
-    hint = "everyone = [None] * world_size; dist.all_gather_object(everyone, info); return everyone."
+    direction = ("one object collective gathers a picklable object from every rank onto every rank; it fills "
+                 "a list you give it, with one slot per rank.")
 
-    def case(fn, ws):
+    def case(ws):
         infos = [{"rank": r, "token": "%06x" % rng.randrange(1 << 24), "load": round(rng.random(), 3)}
                  for r in range(ws)]
-        return infos, _launch_or_fail(fn, ws, [(dict(i),) for i in infos], hint=hint, what=f"world size {ws}")
+        return infos, _launch_or_fail(my_census, ws, [(dict(i),) for i in infos], hint=direction,
+                                      what=f"world size {ws}")
 
     sizes = _world_sizes(rng, 2, 6)
-    first = case(my_census, sizes[0])
+    first = case(sizes[0])
     if _no_calls(*first[1]):
-        def show():
-            infos, (res, _) = case(solution, sizes[0])
-            print(f"  world size {sizes[0]}; rank 0 returned {res[0]} "
-                  f"(equal on all ranks: {all(x == infos for x in res)})")
-        return _unfinished("my_census", solution, show)
+        return _unfinished("my_census", direction)
     for i, ws in enumerate(sizes):
-        infos, (results, calls) = first if i == 0 else case(my_census, ws)
+        infos, (results, calls) = first if i == 0 else case(ws)
         rows = [(r, results[r], _summary(calls[r])) for r in range(ws)]
         table = _table(rows, ("rank", "returned", "calls"))
+        _check_only(calls, {"all_gather_object"}, hint=direction)
         bad = [r for r in range(ws) if _names(calls[r]) != ["all_gather_object"]]
         if bad:
             raise _fail(f"world size {ws}: rank(s) {bad} did not make exactly one dist.all_gather_object.",
-                        hint, table)
+                        direction, table)
         wrong = [r for r in range(ws) if results[r] != infos]
         if wrong:
             raise _fail(f"world size {ws}: rank(s) {wrong} did not return every rank's dict in rank order "
-                        f"(rank 0's dict was {infos[0]}).", hint, table)
+                        f"(rank 0's dict was {infos[0]}).", direction, table)
     _passed(f"every rank holds every rank's own dict, in rank order, from one all_gather_object "
             f"(world sizes {sizes[0]} and {sizes[1]})", table)
 
@@ -293,52 +305,52 @@ def check_census(my_census: Callable, solution: Callable | None = None) -> None:
 # 10 · token ring
 
 
-def check_token_ring(token_ring: Callable, solution: Callable | None = None) -> None:
+def check_token_ring(token_ring: Callable) -> None:
     """Check ``token_ring(rank, world_size, value)`` (notebook 10).
 
     Each rank's ``value`` is a random int only that rank knows. Rank 0 sends
     ``torch.tensor([value])`` to rank 1; rank ``r`` receives from ``r - 1``, adds its ``value`` and
     sends to ``(r + 1) % world_size``; rank 0 finally receives from the last rank. Every rank returns
     the int it received. The calls must be rank 0: ``send(dst=1)``, ``recv(src=ws-1)``; others
-    ``recv(src=r-1)``, ``send(dst=(r+1)%ws)``. Two launches at random world sizes (3-6).
+    ``recv(src=r-1)``, ``send(dst=(r+1)%ws)`` (or their ``isend``/``irecv``). Two launches at random
+    world sizes (3-6).
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(token_ring, "token_ring(rank, world_size, value)")
     rng = _rng()
-    hint = ("rank 0: dist.send(torch.tensor([value]), dst=1) then dist.recv(token, src=world_size - 1); "
-            "rank r: dist.recv(token, src=r - 1), remember int(token), dist.send(token + value, "
-            "dst=(r + 1) % world_size).")
+    direction = ("rank 0 starts the token with its own value, sends it to rank 1 and finally receives it back "
+                 "from the last rank; every other rank first receives from its left neighbour, remembers what "
+                 "arrived, adds its own value and sends to its right neighbour (the last rank's right neighbour "
+                 "is rank 0).")
 
-    def case(fn, ws):
+    def case(ws):
         values = [rng.randint(1, 999) for _ in range(ws)]
         want = [sum(values)] + [sum(values[:r]) for r in range(1, ws)]
-        return values, want, _launch_or_fail(fn, ws, [(v,) for v in values], hint=hint, what=f"world size {ws}")
+        return values, want, _launch_or_fail(token_ring, ws, [(v,) for v in values], hint=direction,
+                                             what=f"world size {ws}")
 
     def expected_calls(r, ws):
         return ([("send", 1), ("recv", ws - 1)] if r == 0 else [("recv", r - 1), ("send", (r + 1) % ws)])
 
     sizes = _world_sizes(rng, 3, 6)
-    first = case(token_ring, sizes[0])
+    first = case(sizes[0])
     if _no_calls(*first[2]):
-        def show():
-            values, want, (res, _) = case(solution, sizes[0])
-            print(f"  world size {sizes[0]}, values {values}: the ranks received {res}")
-        return _unfinished("token_ring", solution, show)
+        return _unfinished("token_ring", direction)
     for i, ws in enumerate(sizes):
-        values, want, (results, calls) = first if i == 0 else case(token_ring, ws)
-        got_calls = [[(c.name, c.peer) for c in calls[r] if c.name != "get_world_size"] for r in range(ws)]
+        values, want, (results, calls) = first if i == 0 else case(ws)
+        got_calls = [[(c.name, c.peer) for c in calls[r]] for r in range(ws)]
         rows = [(r, values[r], results[r], want[r], ", ".join(f"{n}({p})" for n, p in got_calls[r]) or "(none)")
                 for r in range(ws)]
         table = _table(rows, ("rank", "value", "returned", "expected", "calls"))
-        _check_only(calls, {"send", "recv", "isend", "irecv", "get_world_size"}, hint=hint)
+        _check_only(calls, {"send", "recv", "isend", "irecv"}, hint=direction)
         blocking = [[(n.lstrip("i"), p) for n, p in got_calls[r]] for r in range(ws)]
         bad = [r for r in range(ws) if blocking[r] != expected_calls(r, ws)]
         if bad:
             r = bad[0]
             raise _fail(f"world size {ws}: rank {r} made {blocking[r] or 'no calls'}; it should make "
-                        f"{expected_calls(r, ws)} (names with their peer rank).", hint, table)
+                        f"{expected_calls(r, ws)} (names with their peer rank).", direction, table)
         if results != want:
             raise _fail(f"world size {ws}: the ranks returned {results}, expected {want}.",
                         "each rank returns the value it received (before adding its own).", table)
@@ -350,25 +362,28 @@ def check_token_ring(token_ring: Callable, solution: Callable | None = None) -> 
 # algorithms · one ring step
 
 
-def check_ring_step(my_ring_step: Callable, solution: Callable | None = None) -> None:
+def check_ring_step(my_ring_step: Callable) -> None:
     """Check ``my_ring_step(rank, world_size, buf, k)`` (algorithms notebook).
 
     ``buf`` is a float64 tensor of ``world_size`` random values (one 1-element chunk per rank),
     known only to its rank. In reduce-scatter step ``k`` rank ``r`` sends chunk ``(r - k) % ws`` to
     ``r + 1`` and receives chunk ``(r - k - 1) % ws`` from ``r - 1``, adding it into its own copy.
-    The calls must be one ``isend`` to ``r + 1`` and one ``irecv`` from ``r - 1``. Two launches:
-    world size 4 and a random one (3-6), random ``k``.
+    The calls must be one ``isend`` to ``r + 1`` and one ``irecv`` from ``r - 1`` (or their
+    blocking forms, or a ``batch_isend_irecv`` of the two), **each of one chunk** (8 bytes): a
+    ring step moves one chunk, not the buffer. Two launches: world size 4 and a random one (3-6),
+    random ``k``.
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(my_ring_step, "my_ring_step(rank, world_size, buf, k)")
     rng = _rng()
-    hint = ("send_chunk = (rank - k) % world_size; recv_chunk = (rank - k - 1) % world_size; post "
-            "dist.isend(buf[send_chunk:send_chunk + 1].clone(), (rank + 1) % world_size) and "
-            "dist.irecv(incoming, (rank - 1) % world_size), wait() on both, then buf[recv_chunk] += incoming[0].")
+    direction = ("in step k rank r sends the chunk it last completed, (r - k) % world_size, to its right "
+                 "neighbour and receives chunk (r - k - 1) % world_size from its left neighbour; post both "
+                 "(isend/irecv) before waiting on either, then add what arrived into that chunk of buf. One "
+                 "chunk is one element here.")
 
-    def case(fn, ws):
+    def case(ws):
         k = rng.randint(1, ws - 1)
         start = [torch.tensor([float(rng.randint(0, 99)) for _ in range(ws)], dtype=torch.float64)
                  for _ in range(ws)]
@@ -376,20 +391,16 @@ def check_ring_step(my_ring_step: Callable, solution: Callable | None = None) ->
         for r in range(ws):
             c = (r - k - 1) % ws
             want[r][c] += start[(r - 1) % ws][c]
-        return k, start, want, _launch_or_fail(fn, ws, [(start[r].clone(), k) for r in range(ws)], hint=hint,
-                                               what=f"world size {ws}, step k={k}")
+        return k, start, want, _launch_or_fail(my_ring_step, ws, [(start[r].clone(), k) for r in range(ws)],
+                                               hint=direction, what=f"world size {ws}, step k={k}")
 
     sizes = [4, rng.choice([3, 5, 6])]
-    first = case(my_ring_step, sizes[0])
+    first = case(sizes[0])
     if _no_calls(*first[3]):
-        def show():
-            k, start, want, (res, _) = case(solution, sizes[0])
-            print(f"  world size {sizes[0]}, step k={k}:")
-            for r in range(sizes[0]):
-                print(f"    rank {r}: before {start[r].tolist()}  after {_short(res[r])}")
-        return _unfinished("my_ring_step", solution, show)
+        return _unfinished("my_ring_step", direction)
+    chunk_bytes = torch.empty(1, dtype=torch.float64).element_size()
     for i, ws in enumerate(sizes):
-        k, start, want, (results, calls) = first if i == 0 else case(my_ring_step, ws)
+        k, start, want, (results, calls) = first if i == 0 else case(ws)
         marks = []
         for r in range(ws):
             ok = isinstance(results[r], torch.Tensor) and results[r].shape == want[r].shape \
@@ -397,16 +408,25 @@ def check_ring_step(my_ring_step: Callable, solution: Callable | None = None) ->
             marks.append("✓" if ok else "✗")
         rows = [(r, start[r], results[r], want[r], marks[r]) for r in range(ws)]
         table = _table(rows, ("rank", "before", "yours", "expected", ""))
-        _check_only(calls, {"isend", "irecv", "send", "recv", "get_world_size"}, hint=hint)
+        _check_only(calls, {"isend", "irecv", "send", "recv"}, hint=direction)
         for r in range(ws):
-            made = sorted((c.name, c.peer) for c in calls[r] if c.name != "get_world_size")
-            if made != [("irecv", (r - 1) % ws), ("isend", (r + 1) % ws)]:
+            made = sorted((c.name.lstrip("i"), c.peer) for c in calls[r])
+            if made != [("recv", (r - 1) % ws), ("send", (r + 1) % ws)]:
                 raise _fail(f"world size {ws}, step k={k}: rank {r} made {made or 'no calls'}; it should post "
                             f"one isend to rank {(r + 1) % ws} and one irecv from rank {(r - 1) % ws}.",
-                            hint, table)
+                            direction, table)
+            for c in calls[r]:
+                if c.nbytes != chunk_bytes:
+                    moved = "sent" if c.name.lstrip("i") == "send" else "received"
+                    raise _fail(f"world size {ws}, step k={k}: rank {r} {moved} {c.nbytes} bytes "
+                                f"({c.nbytes // chunk_bytes} values) in one step; a ring step moves one chunk "
+                                f"({chunk_bytes} bytes: 1 float64 value).",
+                                "send a one-chunk slice of buf (buf[i:i + 1], cloned), and receive into a "
+                                "one-chunk tensor: the ring's bandwidth comes from moving 1/world_size of the "
+                                "buffer per step.", table)
         if "✗" in marks:
             raise _fail(f"world size {ws}, step k={k}: rank(s) {[r for r in range(ws) if marks[r] == '✗']} "
                         "hold the wrong buffer.", "which chunk does rank r send in step k, and which does it "
-                        "receive? " + hint, table)
-    _passed(f"your step matched the ring on every rank (world sizes {sizes[0]} and {sizes[1]}, "
-            "random buffers and steps)", table)
+                        "receive? " + direction, table)
+    _passed(f"your step matched the ring on every rank, one chunk per message (world sizes {sizes[0]} and "
+            f"{sizes[1]}, random buffers and steps)", table)

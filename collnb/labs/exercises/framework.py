@@ -1,24 +1,29 @@
-"""The exercise-check framework: run a learner's function on real ranks with the calls each rank
-made recorded (:func:`launch_recorded`), and report the result as a learner reads it (``✓``, or a
-:class:`CheckFailed` with a per-rank table and a hint, or "not answered yet")."""
+"""The exercise-check framework: run a learner's function on real ranks with every operation each
+rank issued recorded (:func:`launch_recorded`), group the records into the calls the learner made,
+and report the result as a learner reads it (``✓``, or a :class:`CheckFailed` with a per-rank
+table and a hint, or "not answered yet" with a hint that points a direction)."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import random
-import sys
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
-import torch.distributed as dist
 
-from ...ranks import CallRecord, LaunchTimeout, RankError, launch
-from ...ranks import distributed_c10d as c10d  # torch.distributed.distributed_c10d, through ranks._torch_internals
+from ...ranks import LaunchTimeout, RankError, launch
 
 #: Printed (never with ✓) when the answer cell is still unfinished.
 NOT_ANSWERED = "not answered yet"
+
+#: Where a solution is, said once the learner has tried (never shown by the check itself).
+WHERE_SOLUTION = ("A solution is in the collapsed cell below the exercise: open it (click its \"…\" or "
+                  "\"Show code\") once you have tried.")
+
+#: How a call's source reads in a message (:attr:`collnb.CallRecord.source`).
+_SOURCE_WORDS = {"ProcessGroup": "a ProcessGroup method", "functional": "a functional collective",
+                 "DTensor": "DTensor", "DeviceMesh": "a DeviceMesh"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -60,91 +65,66 @@ def _short(x: Any) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-def _unfinished(name: str, solution: Callable | None, show: Callable[[], None] | None) -> None:
-    print(f"{name}: {NOT_ANSWERED}. Write your answer in the exercise cell above and run this cell again.")
-    if solution is not None and show is not None:
-        print("Demonstration with the stored SOLUTION (not your answer, so it earns no check mark):")
-        show()
+def _unfinished(name: str, direction: str, what: str = "Write your answer in the exercise cell above") -> None:
+    """An unanswered exercise: say so, point a direction, say where a solution is. No solution
+    value, no code, no check mark."""
+    print(f"{name}: {NOT_ANSWERED}. {what} and run this cell again.")
+    print(f"Hint: {direction}")
+    print(WHERE_SOLUTION)
+
+
+def _passed(text: str, table: str = "") -> None:
+    if table:
+        print(table)
+    print("✓ " + text)
 
 
 # ----------------------------------------------------------------------------------------------
-# Running a learner's function on real ranks, with the calls each rank made
+# Running a learner's function on real ranks, with every operation each rank issued
 
 
-def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Sequence[tuple],
-                  fn_world_size: Sequence[int] | None):
-    """Runs on a rank: ``fn(rank, world_size, *per_rank_args[rank])``.
-
-    Only this rank's own arguments reach ``fn``. ``fn_world_size`` (per rank) replaces the
-    ``world_size`` argument ``fn`` sees (a decoy, for exercises that must not use it). The
-    collectives ``fn`` makes are recorded by ``collnb.launch(..., record_calls=True)``; this
-    wrapper also counts ``fn``'s own ``dist.get_world_size()`` queries (not a collective, so not
-    recorded there), which some exercises forbid. Returns ``(result, number of queries)``.
-    """
-    queries = [0]
-    originals = [(m, m.get_world_size) for m in (dist, c10d)]
-    query = c10d.get_world_size
-
-    @functools.wraps(query)
-    def counted(*args, **kwargs):
-        caller = sys._getframe(1).f_globals.get("__name__", "")
-        if not (caller == "torch" or caller.startswith(("torch.", "collnb."))):
-            queries[0] += 1
-        return query(*args, **kwargs)
-
-    for module, _ in originals:
-        module.get_world_size = counted
-    try:
-        shown = world_size if fn_world_size is None else fn_world_size[rank]
-        out = fn(rank, shown, *per_rank_args[rank])
-    finally:
-        for module, original in originals:
-            module.get_world_size = original
-    return out, queries[0]
+def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Sequence[tuple]):
+    """Runs on a rank: ``fn(rank, world_size, *per_rank_args[rank])`` (only this rank's own
+    arguments reach ``fn``)."""
+    return fn(rank, world_size, *per_rank_args[rank])
 
 
 def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple] | None = None,
-                    fn_world_size: Sequence[int] | None = None, timeout: float = 60.0,
-                    collective_timeout: float = 5.0):
-    """Run ``fn(rank, world_size, *per_rank_args[rank])`` on real ranks; record each rank's calls.
+                    timeout: float = 60.0, collective_timeout: float = 5.0):
+    """Run ``fn(rank, world_size, *per_rank_args[rank])`` on real ranks; record each rank's operations.
 
     Args:
         fn: the learner's function.
         world_size: number of real ranks.
         per_rank_args: one tuple per rank; rank ``r``'s function sees only ``per_rank_args[r]``
             (how a check gives data to the source rank only). Default: no extra arguments.
-        fn_world_size: per rank, the ``world_size`` value ``fn`` is given instead of the real one
-            (a decoy); default the real world size.
         timeout, collective_timeout: as for :func:`collnb.launch` (seconds).
 
     Returns:
         ``(results, calls)``: ``results[r]`` is what rank ``r`` returned (tensors as CPU copies);
-        ``calls[r]`` is the list of :class:`collnb.CallRecord` rank ``r`` made from its own code, in
-        order (recorded by ``collnb.launch(..., record_calls=True)``: calls torch makes internally,
-        e.g. the ``all_gather`` inside ``all_gather_object``, are not listed; an operation of a
-        ``batch_isend_irecv`` list appears as ``"isend"``/``"irecv"``), followed by one
-        ``"get_world_size"`` record per ``dist.get_world_size()`` query of ``fn``.
+        ``calls[r]`` is rank ``r``'s :class:`collnb.ranks.CallRecords`: every communication
+        operation its function issued, in order, whichever API issued it (recorded by
+        ``collnb.launch(..., record_calls=True)``), with ``.unrecorded`` counting operations the
+        backend saw that the recorder could not.
 
     Raises:
+        ValueError: ``per_rank_args`` does not have one entry per rank.
         collnb.RankError / collnb.LaunchTimeout: as :func:`collnb.launch`.
     """
     per_rank_args = [tuple(a) for a in (per_rank_args or [()] * world_size)]
     if len(per_rank_args) != world_size:
         raise ValueError(f"per_rank_args has {len(per_rank_args)} entries; need one per rank ({world_size})")
-    out = launch(_run_recorded, world_size, args=(fn, per_rank_args, fn_world_size), timeout=timeout,
+    out = launch(_run_recorded, world_size, args=(fn, per_rank_args), timeout=timeout,
                  collective_timeout=collective_timeout, record_calls=True)
-    calls = []
-    for (_, queries), rank_calls in zip(out, out.calls):
-        # An operation of a batch_isend_irecv list counts as the isend/irecv it is.
-        mine = [replace(c, name=c.op) if c.name == "batch_isend_irecv" and c.op else c for c in rank_calls]
-        mine += [CallRecord("get_world_size", None, world_size, (), ())] * queries
-        calls.append(mine)
-    return [p[0] for p in out], calls
+    return list(out), out.calls
 
 
-def _launch_or_fail(fn, world_size, per_rank_args=None, fn_world_size=None, *, hint: str, what: str):
+def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str):
+    """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`);
+    a failure of the learner's code becomes a ✗, and so does a rank that communicated where the
+    recorder could not see (its data need not have come through the recorded calls)."""
     try:
-        return launch_recorded(fn, world_size, per_rank_args, fn_world_size, timeout=60.0)
+        results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=60.0)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
@@ -155,6 +135,140 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, fn_world_size=None, *, h
                     hint) from None
     except LaunchTimeout as err:
         raise _fail(f"{what}: your function did not finish.\n{err}", hint) from None
+    hidden = [r for r, c in enumerate(calls) if getattr(c, "unrecorded", 0)]
+    if hidden:
+        r = hidden[0]
+        raise _fail(f"{what}: rank {r} communicated where the check cannot see: the backend counted "
+                    f"{calls[r].unrecorded} operation(s) that were not recorded (issued from another thread, or "
+                    "with torch's dispatch modes switched off).",
+                    "make every torch.distributed call from your function itself, in its own thread.")
+    return results, [_calls(c) for c in calls]
+
+
+def _calls(records) -> list:
+    """The calls a rank's code made, from its records: the operations of one call (the two
+    broadcasts of ``broadcast_object_list``) become one entry named by the call; each operation
+    of a ``batch_isend_irecv`` list counts as the ``isend``/``irecv`` it is. Each entry is a
+    :class:`collnb.CallRecord` (for a call of several operations: the first, with ``op=None``, the
+    first peer any of them had, every shape, and the bytes summed)."""
+    out, group = [], []
+
+    def flush():
+        if not group:
+            return
+        if len(group) == 1:
+            out.append(group[0])
+        else:
+            peer = next((g.peer for g in group if g.peer is not None), None)
+            out.append(replace(group[0], op=None, peer=peer, shapes=sum((g.shapes for g in group), ()),
+                               dtypes=sum((g.dtypes for g in group), ()), nbytes=sum(g.nbytes for g in group)))
+        group.clear()
+
+    for rec in records:
+        if rec.name == "batch_isend_irecv" and rec.op:
+            flush()
+            out.append(replace(rec, name=rec.op, op=None))
+        elif group and rec.call == group[0].call:
+            group.append(rec)
+        else:
+            flush()
+            group.append(rec)
+    flush()
+    return out
+
+
+def _label(call) -> str:
+    """``"broadcast"``, or ``"all_gather (a ProcessGroup method)"`` for a call not made through a
+    ``torch.distributed`` function."""
+    where = _SOURCE_WORDS.get(call.source)
+    return f"{call.name} ({where})" if where else call.name
+
+
+def _names(calls: list) -> list[str]:
+    return [c.name for c in calls]
+
+
+def _summary(calls: list) -> str:
+    """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted."""
+    out = []
+    for label in (_label(c) for c in calls):
+        if out and out[-1][0] == label:
+            out[-1][1] += 1
+        else:
+            out.append([label, 1])
+    return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or "(none)"
+
+
+def _no_calls(results, calls) -> bool:
+    return all(r is None for r in results) and not any(calls_r for calls_r in calls)
+
+
+def _check_only(calls, allowed: set, hint: str = "") -> None:
+    """Refuse any call that is not one of the ``allowed`` ``torch.distributed`` functions (a
+    ``ProcessGroup`` method, a functional collective or DTensor doing the work is refused too).
+    ``calls``: per rank, the :func:`_calls` list."""
+    for r, rank_calls in enumerate(calls):
+        extra = [c for c in rank_calls if c.name not in allowed or c.source != "torch.distributed"]
+        if extra:
+            names = sorted({"dist." + c.name if c.source == "torch.distributed" else _label(c) for c in extra})
+            raise _fail(f"rank {r} called {', '.join(names)}, which this exercise does not allow (only "
+                        f"{', '.join('dist.' + a for a in sorted(allowed))}).",
+                        hint or "build the result from the allowed calls only.")
+
+
+def _rng() -> random.Random:
+    return random.SystemRandom()
+
+
+def _world_sizes(rng, low: int, high: int, k: int = 2) -> list[int]:
+    return rng.sample(range(low, high + 1), k)
+
+
+def _prediction(name: str, prediction, real: Callable[[], Any], *, normalise=lambda x: x, direction: str, hint: str,
+                passed: str, what: str = "") -> None:
+    """Check a predicted value against ``real()`` (run on real ranks only once there is an answer).
+    An unanswered prediction gets "not answered yet" and ``direction``; a wrong one a ✗ with
+    ``hint``, never the right value; a right one ✓ and what the ranks did."""
+    if prediction is None:
+        return _unfinished(name, direction, what="Set `prediction` in the exercise cell above")
+    try:
+        answer = normalise(prediction)
+    except Exception:  # noqa: BLE001 - any malformed prediction gets the same message
+        raise _fail(f"your prediction {prediction!r} does not have the expected form{what}.", hint) from None
+    value = real()
+    if answer != value:
+        raise _fail(f"not quite: you predicted {prediction!r}.", hint)
+    _passed(f"{passed}\n  the real ranks: {value}")
+
+
+def solution_code(source: str) -> str:
+    """The code of a notebook ``solution`` cell: the cell holds the solution as comments (so running
+    it defines nothing an answer could use), after a header ending in a line that is just ``#``;
+    this returns those lines uncommented (``"# x = 1"`` -> ``"x = 1"``).
+
+    Raises:
+        ValueError: the cell has no ``#`` line ending its header.
+    """
+    lines = source.splitlines()
+    try:
+        start = lines.index("#") + 1
+    except ValueError:
+        raise ValueError("a solution cell starts with comment lines and a line that is just '#', then the "
+                         "solution, every line commented") from None
+    return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in lines[start:]) + "\n"
+
+
+def _rows(x, cast=float):
+    return [None if row is None else [cast(v) for v in row] for row in x]
+
+
+def _is_stub(fn: Callable) -> bool:
+    """True for a function whose body is only ``...``, ``pass`` or a docstring (an unfinished answer):
+    its code refers to no name and holds no constant but ``None``, ``...`` and its docstring."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return False
+    return not code.co_names and all(c is None or c is Ellipsis or isinstance(c, str) for c in code.co_consts)
 
 
 def _check_params(fn: Callable, call: str) -> None:
@@ -170,74 +284,3 @@ def _check_params(fn: Callable, call: str) -> None:
                     f"define it as: def {call}: ...") from None
     except ValueError:  # no signature (a builtin): let the call itself fail
         pass
-
-
-def _names(calls: list) -> list[str]:
-    return [c.name for c in calls if c.name != "get_world_size"]
-
-
-def _summary(calls: list) -> str:
-    """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted."""
-    names, out = _names(calls), []
-    for name in names:
-        if out and out[-1][0] == name:
-            out[-1][1] += 1
-        else:
-            out.append([name, 1])
-    return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or "(none)"
-
-
-def _no_calls(results, calls) -> bool:
-    return all(r is None for r in results) and not any(calls_r for calls_r in calls)
-
-
-def _check_only(calls, allowed: set, rank_label: str = "rank", hint: str = "") -> None:
-    for r, rank_calls in enumerate(calls):
-        extra = sorted({c.name for c in rank_calls} - allowed)
-        if extra:
-            raise _fail(f"{rank_label} {r} called {', '.join('dist.' + e for e in extra)}, which this "
-                        f"exercise does not allow (only {', '.join('dist.' + a for a in sorted(allowed))}).",
-                        hint or "build the result from the allowed calls only.")
-
-
-def _passed(text: str, table: str = "") -> None:
-    if table:
-        print(table)
-    print("✓ " + text)
-
-
-def _rng() -> random.Random:
-    return random.SystemRandom()
-
-
-def _world_sizes(rng, low: int, high: int, k: int = 2) -> list[int]:
-    return rng.sample(range(low, high + 1), k)
-
-
-def _prediction(name: str, prediction, solution, real, *, normalise=lambda x: x, hint: str,
-                passed: str, what: str = "") -> None:
-    if prediction is None:
-        print(f"{name}: {NOT_ANSWERED}. Set `prediction` in the exercise cell above and run this cell again.")
-        print("The stored SOLUTION (not your answer, so it earns no check mark), next to what the real ranks did:")
-        print(f"  solution : {solution}\n  real run : {real}")
-        return
-    try:
-        answer = normalise(prediction)
-    except Exception:  # noqa: BLE001 - any malformed prediction gets the same message
-        raise _fail(f"your prediction {prediction!r} does not have the expected form{what}.", hint) from None
-    if answer != real:
-        raise _fail(f"not quite: you predicted {prediction!r}.", hint)
-    _passed(passed)
-
-
-def _rows(x, cast=float):
-    return [None if row is None else [cast(v) for v in row] for row in x]
-
-
-def _is_stub(fn: Callable) -> bool:
-    """True for a function whose body is only ``...``, ``pass`` or a docstring (an unfinished answer):
-    its code refers to no name and holds no constant but ``None``, ``...`` and its docstring."""
-    code = getattr(fn, "__code__", None)
-    if code is None:
-        return False
-    return not code.co_names and all(c is None or c is Ellipsis or isinstance(c, str) for c in code.co_consts)

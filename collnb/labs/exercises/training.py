@@ -51,7 +51,7 @@ def _ddp_rank(rank: int, world_size: int, average_gradients: Callable, x, y, ste
     return train_steps(tiny_model(), x, y, steps, lr, after_backward=average_gradients)
 
 
-def check_average_gradients(average_gradients: Callable, solution: Callable | None = None) -> None:
+def check_average_gradients(average_gradients: Callable) -> None:
     """Check ``average_gradients(model)`` (notebook 11): after ``loss.backward()`` on each rank's own
     shard of the batch, replace every parameter's ``.grad`` by its mean over the ranks, with
     ``dist.all_reduce``.
@@ -59,7 +59,10 @@ def check_average_gradients(average_gradients: Callable, solution: Callable | No
     Trains :func:`tiny_model` for 3 SGD steps on real ranks (random world size 2-4; every rank
     gets its own random shard of 4 samples, known only to it) and compares each rank's final
     parameters with the same model trained in this kernel on the **concatenated** batch. Only
-    ``dist.all_reduce`` calls are accepted.
+    ``dist.all_reduce`` calls are accepted (a functional collective or ``ProcessGroup`` method
+    doing the work is refused), and together they must carry the gradients: per step as many
+    float64 elements as the model has parameters (one call per parameter, or fewer on flattened
+    buckets), so a token all_reduce beside the real work is refused too.
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
@@ -67,8 +70,10 @@ def check_average_gradients(average_gradients: Callable, solution: Callable | No
     _check_params(average_gradients, "average_gradients(model)")
     rng = _rng()
     steps, lr = 3, 0.1
-    hint = ("for p in model.parameters(): dist.all_reduce(p.grad, op=dist.ReduceOp.SUM); "
-            "p.grad /= dist.get_world_size().")
+    n_params = sum(p.numel() for p in tiny_model().parameters())
+    direction = ("each rank holds the gradient of its own shard. Every rank must end with the same, averaged "
+                 "gradient: which collective combines a tensor across the ranks in place, and what must follow it "
+                 "to turn a sum into a mean?")
 
     def case(fn, ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
@@ -76,31 +81,35 @@ def check_average_gradients(average_gradients: Callable, solution: Callable | No
         y = torch.randn(4 * ws, 1, generator=gen, dtype=torch.float64)
         want = train_steps(tiny_model(), x, y, steps, lr)
         args = [(fn, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
-        return want, _launch_or_fail(_ddp_rank, ws, args, hint=hint, what=f"world size {ws}")
+        return want, _launch_or_fail(_ddp_rank, ws, args, hint=direction, what=f"world size {ws}")
 
     ws = rng.randint(2, 4)
     want, (results, calls) = case(average_gradients, ws)
     if not any(calls) and _is_stub(average_gradients):
-        def show():
-            w, (res, _) = case(solution, ws)
-            dev = max(float((a - b).abs().max()) for a, b in zip(res[0], w))
-            print(f"  world size {ws}: largest difference between rank 0's parameters and the "
-                  f"single-process model: {dev:.2e}")
-        return _unfinished("average_gradients", solution, show)
+        return _unfinished("average_gradients", direction)
     rows = []
     for r in range(ws):
         dev = max(float((a - b).abs().max()) for a, b in zip(results[r], want))
-        rows.append((r, f"{dev:.2e}", _summary(calls[r])))
-    table = _table(rows, ("rank", "max |param - single-process|", "calls"))
-    _check_only(calls, {"all_reduce", "get_world_size"}, hint=hint)
+        carried = sum(c.nbytes for c in calls[r] if c.name == "all_reduce") // 8
+        rows.append((r, f"{dev:.2e}", f"{carried}", _summary(calls[r])))
+    table = _table(rows, ("rank", "max |param - single-process|", "float64 values all_reduced", "calls"))
+    _check_only(calls, {"all_reduce"}, hint="average the gradients with dist.all_reduce. " + direction)
     if not any(_names(c) for c in calls):
         raise _fail(f"world size {ws}: no rank communicated, so each rank trained on its own shard only.",
-                    hint, table)
+                    direction, table)
+    for r in range(ws):
+        odd = [c for c in calls[r] if c.dtypes != ("float64",) * len(c.dtypes)]
+        carried = sum(c.nbytes for c in calls[r]) // 8
+        if odd or carried != steps * n_params:
+            raise _fail(f"world size {ws}: rank {r}'s all_reduce calls carried {carried} values "
+                        f"{'(some not float64) ' if odd else ''}over {steps} steps; the gradients are "
+                        f"{n_params} float64 values per step ({steps * n_params} in all).",
+                        "all_reduce the gradients themselves (each p.grad), nothing else. " + direction, table)
     bad = [r for r in range(ws) if float(rows[r][1]) > 1e-9]
     if bad:
         raise _fail(f"world size {ws}: rank(s) {bad} ended with parameters that differ from the single-process "
                     "model trained on the concatenated batch.",
                     "the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: "
-                    "all_reduce with SUM, then divide by the world size. " + hint, table)
+                    "a SUM over the ranks, then divided by the world size.", table)
     _passed(f"at world size {ws}, every rank's model equals the single-process model trained on the "
-            "concatenated batch", table)
+            "concatenated batch, and the all_reduce calls carried exactly the gradients", table)
