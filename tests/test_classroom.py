@@ -23,6 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from collnb.exercises import solution_code
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import student  # noqa: E402
@@ -41,8 +43,9 @@ def _tagged(nb, tag):
 
 
 def _solution_body_lines(cell) -> list[str]:
-    """The lines of a solution cell that are code (not comments, not blank)."""
-    return [ln.strip() for ln in _src(cell).splitlines()
+    """The lines of a solution cell's code (the cell holds it as comments: collnb.exercises.solution_code),
+    not comments, not blank."""
+    return [ln.strip() for ln in solution_code(_src(cell)).splitlines()
             if ln.strip() and not ln.strip().startswith("#") and len(ln.strip()) > 12]
 
 
@@ -115,12 +118,11 @@ def test_autograding_full_marks_zero_unfinished_zero_without_communication(tmp_p
     (solution,) = _tagged(original, "solution")
     (exercise,) = _tagged(original, "exercise")
     (mine,) = student.defined_names(_src(exercise))
-    (theirs,) = student.defined_names(_src(solution))
     signature = re.search(rf"def {mine}\((.*?)\):", _src(exercise)).group(1)
     assert "tensor" in signature, f"01_broadcast's exercise changed its signature: {signature}"
     submissions = {
-        # the stored solution, written in the exercise cell under the exercise's name
-        "complete": _with_exercise(handed_out, _src(solution).replace(theirs, mine)),
+        # the stored solution (written under the exercise's own name), uncommented into the exercise cell
+        "complete": _with_exercise(handed_out, solution_code(_src(solution))),
         # handed back as handed out
         "unfinished": handed_out,
         # returns a tensor on every rank but never communicates: src's data cannot reach the others

@@ -43,6 +43,10 @@ EXPECTED = {
         *[("subgroup", f"[rank {r}] global rank {r} = group rank {r // 2}: [2.0, 2.0]") for r in (0, 2, 4)],
         ("subgroup", "tensor([3., 3.])"),
         ("record-calls", "rank 1: [CallRecord(name='all_reduce', peer=None, group_size=2, shapes=((2,),), dtypes=('int64',)"),
+        # torch 2.13: a rank outside the group that calls its collective gets a warning and a no-op
+        ("outside-group", "UserWarning: Running all_reduce on global rank 1 which does not belong to the given group"),
+        ("outside-group", "rank 1: [1.0, 1.0]"),
+        ("outside-group", "rank 2: [2.0, 2.0]"),
     ],
     "01_broadcast": [
         *[("raw", f"[rank {r}] after : [1.0, 2.0, 3.0]") for r in range(4)],
@@ -61,6 +65,7 @@ EXPECTED = {
         ("ops-table", "avg         yes           no"),
         ("ops-table", "bxor        no            yes"),
         ("ops-table", "premul_sum  gloo: no (Cannot use ReduceOp.PREMUL_SUM with Gloo)"),
+        ("refused", "result type Float can't be cast to the desired output type Long"),
         ("predict", "[[10.0, 10.0], "),
     ],
     "05_all_gather": [
@@ -97,6 +102,9 @@ EXPECTED = {
         ("fit", "all_reduce/builtin at world size 2, 4: α ="),
         ("example-file", "EXAMPLE measured on CPU, not a GPU"),
         ("debug-cost", "TORCH_DISTRIBUTED_DEBUG=DETAIL"),
+        ("timings", "collnb: median of the slowest rank"),
+        ("timings", "nccl-tests: mean, back to back"),
+        ("exercise-values", "fitted for the built-in: α = "),
     ],
     "10_send_recv": [
         ("raw", "[rank 1] holds [1.0, 2.0, 3.0]"),
@@ -276,11 +284,14 @@ def test_notebook_runs_top_to_bottom(path, executed):
              and c.get("execution_count") is None]
     assert not unrun, f"{path.name}: cells {unrun} were not executed"
 
-    # Exercise checks on a fresh notebook: nobody answered, so no ✓ (issue 9 §1); the check says so.
+    # Exercise checks on a fresh notebook: nobody answered, so no ✓ (issue 9 §1); the check says so,
+    # points a direction and says where the solution is, without showing it (issue 18).
     for cell in _tagged(nb, "check"):
         text = _outputs_text(cell)
         assert "✓" not in text and "✗" not in text, f"{path.name}: a check marked an unwritten answer:\n{text}"
-        assert "not answered yet" in text and "SOLUTION" in text, f"{path.name}: check said:\n{text}"
+        assert "not answered yet" in text and "Hint: " in text and "collapsed cell" in text, \
+            f"{path.name}: check said:\n{text}"
+    _assert_no_solution_shown(path, nb)
 
     # Heatmaps: a real picture, of a run whose defined outputs matched the reference.
     for cell in _tagged(nb, "heatmap"):
@@ -300,6 +311,48 @@ def test_notebook_runs_top_to_bottom(path, executed):
         texts = [_outputs_text(c) for c in cells]
         assert any(want in t for t in texts), \
             f"{path.name}: no {tag!r} cell printed {want!r}; they printed:\n" + "\n---\n".join(texts)
+
+
+def _solution_values(path) -> list:
+    """The values the stored solutions give the learner's answer variables (predictions), where the
+    solution can be run on its own."""
+    from collnb.exercises import solution_code
+
+    out = []
+    for cell in _tagged(nbformat.read(path, as_version=4), "solution"):
+        ns = {}
+        try:
+            exec(compile(solution_code(cell.source), path.name, "exec"), ns)  # noqa: S102
+        except NameError:  # needs the notebook's variables (bandwidth: the fit)
+            continue
+        out += [v for k, v in ns.items() if k == "prediction"]
+    return out
+
+
+def _assert_no_solution_shown(path, nb) -> None:
+    """Issue 18: Run All on an untouched notebook shows no solution value and no solution code,
+    anywhere: not in the check's hint, not demonstrated, not printed by the collapsed cell."""
+    from collnb.exercises import solution_code
+
+    shown = "\n".join(_outputs_text(c) for c in nb.cells if c.cell_type == "code")
+    for cell in _tagged(nb, "solution"):
+        assert not cell.get("outputs"), f"{path.name}: the solution cell printed {_outputs_text(cell)!r}"
+        for line in solution_code(cell.source).splitlines():
+            code = line.split("#", 1)[0].strip()
+            if len(code) > 12:
+                assert code not in shown, f"{path.name}: solution code shown by Run All: {code!r}"
+    checks = "\n".join(_outputs_text(c) for c in _tagged(nb, "check"))
+    for value in _solution_values(path):
+        spellings = [repr(value)]
+        if isinstance(value, list):
+            spellings.append(repr([None if row is None else [float(v) for v in row] for row in value]))
+            for spelled in spellings:
+                assert spelled not in shown, f"{path.name}: the solution {spelled} is shown by Run All"
+        else:
+            assert not re.search(rf"(?<![\d.]){value}(?![\d.])", checks), \
+                f"{path.name}: the check shows the solution {value}:\n{checks}"
+    if path.stem == "bandwidth":  # no time in the unanswered check: neither the terms nor their sum
+        assert not re.search(r"\d\s*(ms|µs|s\b)", checks), checks
 
 
 @pytest.mark.slow

@@ -348,3 +348,37 @@ def test_a_failing_collective_shows_the_learners_frames_not_the_recorders():
     assert "collnb/ranks/" not in shown and "in fn" in shown
     # it ends in torch's all_reduce, as without recording (not in the dispatch machinery)
     assert shown.rstrip().endswith("work = group.allreduce([tensor], opts)"), shown
+
+
+def _one_step(rank, world_size, kind):
+    from collnb.ranks import recording
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.Linear(64, 64, bias=False))
+    if kind == "fsdp":
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+        mesh = init_device_mesh("cpu", (world_size,))
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+    else:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    before = len(recording.active().records())
+    model(torch.randn(4, 64)).sum().backward()
+    return before
+
+
+@pytest.mark.slow
+def test_fsdp2_and_ddp_steps_are_recorded_collective_by_collective():
+    """What later notebooks count per layer: FSDP2 (fully_shard, two 64x64 layers) all-gathers each
+    layer in forward and again in backward and reduce-scatters each gradient; DDP's C++ reducer
+    all-reduces one bucket (issued from C++: source "ProcessGroup")."""
+    out = collnb.launch(_one_step, 2, args=("fsdp",), record_calls=True)
+    for before, calls in zip(out, out.calls):
+        step = calls[before:]
+        assert [c.name for c in step] == ["all_gather_single"] * 4 + ["reduce_scatter_single"] * 2, step
+        assert {c.nbytes for c in step} == {64 * 64 * 4} and calls.unrecorded == 0
+    out = collnb.launch(_one_step, 2, args=("ddp",), record_calls=True, debug=False)
+    for before, calls in zip(out, out.calls):
+        step = calls[before:]
+        assert [(c.name, c.source, c.nbytes) for c in step] == [("all_reduce", "ProcessGroup", 2 * 64 * 64 * 4)]
