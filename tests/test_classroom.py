@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from collnb.exercises import solution_code
+from collnb.labs.exercises import solution_code
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))

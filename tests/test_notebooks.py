@@ -316,7 +316,7 @@ def test_notebook_runs_top_to_bottom(path, executed):
 def _solution_values(path) -> list:
     """The values the stored solutions give the learner's answer variables (predictions), where the
     solution can be run on its own."""
-    from collnb.exercises import solution_code
+    from collnb.labs.exercises import solution_code
 
     out = []
     for cell in _tagged(nbformat.read(path, as_version=4), "solution"):
@@ -330,18 +330,19 @@ def _solution_values(path) -> list:
 
 
 def _assert_no_solution_shown(path, nb) -> None:
-    """Issue 18: Run All on an untouched notebook shows no solution value and no solution code,
-    anywhere: not in the check's hint, not demonstrated, not printed by the collapsed cell."""
-    from collnb.exercises import solution_code
+    """Issue 18: Run All on an untouched notebook shows no solution: the collapsed cell prints
+    nothing, the check's hint holds no line of the solution's code, and no output anywhere holds a
+    prediction's solution value (a list), nor the check's (a number)."""
+    from collnb.labs.exercises import solution_code
 
     shown = "\n".join(_outputs_text(c) for c in nb.cells if c.cell_type == "code")
+    checks = "\n".join(_outputs_text(c) for c in _tagged(nb, "check"))
     for cell in _tagged(nb, "solution"):
         assert not cell.get("outputs"), f"{path.name}: the solution cell printed {_outputs_text(cell)!r}"
-        for line in solution_code(cell.source).splitlines():
+        for line in solution_code(cell.source).splitlines():  # (the lesson may show such a line itself)
             code = line.split("#", 1)[0].strip()
             if len(code) > 12:
-                assert code not in shown, f"{path.name}: solution code shown by Run All: {code!r}"
-    checks = "\n".join(_outputs_text(c) for c in _tagged(nb, "check"))
+                assert code not in checks, f"{path.name}: the check shows solution code: {code!r}"
     for value in _solution_values(path):
         spellings = [repr(value)]
         if isinstance(value, list):

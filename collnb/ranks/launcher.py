@@ -27,8 +27,9 @@ How it works (and why):
   shows where each still-running rank was (its Python stack, via :mod:`faulthandler`).
 * **torch.distributed, checked.** Inside a call, :mod:`collnb.ranks._dist_hooks` wraps the public
   torch.distributed functions: tensors whose layout gloo misreads get dense copies (results copied
-  back), groups and device meshes the function makes get ``collective_timeout``, and with
-  ``record_calls=True`` each rank's own calls come back as :class:`CallRecord` objects. When the
+  back), groups and device meshes the function makes get ``collective_timeout``; with
+  ``record_calls=True`` :mod:`collnb.ranks.recording` records every communication operation each
+  rank issues (whichever API issued it) as :class:`CallRecord` objects. When the
   DETAIL check finds mismatched collectives, a rank is blamed only if it differs from all the
   others; a timeout error names the timeout that fired; the backend's C++ log lines are attached
   to the error instead of printed.
@@ -195,8 +196,8 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
             checks per collective: pass ``False`` for benchmarks.
         start_method: ``"fork"`` (default on Linux) or ``"spawn"`` (each rank imports torch
             afresh; needed when CUDA is already initialised here).
-        record_calls: also return the torch.distributed calls each rank's function made
-            (keyword only; see Returns).
+        record_calls: also return every communication operation each rank's function issued
+            (keyword only; see Returns and :mod:`collnb.ranks.recording`).
         show_backend_log: print the lines the backend's C++ code logs (``[E... ProcessGroupGloo.cpp:...]``)
             in the cell as they come (keyword only). By default they are kept out of the cell and
             attached to the error as ``err.backend_log`` (its message says how many); after a call
@@ -206,8 +207,10 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         list of length ``world_size``: ``fn``'s return value on each rank, in rank order. Tensors
         (also inside lists, tuples and dicts, whose types are kept) come back as detached CPU
         copies. With ``record_calls=True`` a :class:`LaunchResults` (a ``list`` equal to the
-        plain one) whose ``.calls[r]`` lists rank ``r``'s calls as :class:`CallRecord` objects
-        (function name, global src/dst, group size, tensor shapes and dtypes), in call order.
+        plain one) whose ``.calls[r]`` lists rank ``r``'s operations as :class:`CallRecord` objects
+        (the call's name, global src/dst, the group's size and ranks, tensor shapes and dtypes,
+        bytes, where it was issued from), in issue order; ``.calls[r].unrecorded`` counts
+        operations the backend saw that the recorder could not (another thread).
 
     Inside the ranks, torch.distributed's functions are wrapped for the call (see
     :mod:`collnb.ranks._dist_hooks`): tensors whose layout gloo misreads (non-contiguous or expanded,

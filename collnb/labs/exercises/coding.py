@@ -44,7 +44,7 @@ def check_count_ready(count_ready: Callable) -> None:
     """
     _check_params(count_ready, "count_ready(rank, world_size, ready)")
     rng = _rng()
-    direction = ("each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) "
+    direction = ("Each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) "
                  "to one collective that combines them on every rank: which reduce op turns them into a count?")
 
     def run(flags):
@@ -76,7 +76,8 @@ def check_count_ready(count_ready: Callable) -> None:
         if bad:
             if all(isinstance(results[r], int) and results[r] == ws for r in bad):
                 raise _fail(f"world size {ws}: rank(s) {bad} returned the world size, but only {want} of the "
-                            f"{ws} ranks were ready (random in every run).", direction, table)
+                            f"{ws} ranks {'was' if want == 1 else 'were'} ready (random in every run).", direction,
+                            table)
             if any(isinstance(results[r], torch.Tensor) for r in bad):
                 raise _fail(f"world size {ws}: rank(s) {bad} returned a tensor.",
                             "return a Python int: int(t.item()) of the tensor you reduced.", table)
@@ -107,7 +108,7 @@ def check_broadcast(my_broadcast: Callable) -> None:
     """
     _check_params(my_broadcast, "my_broadcast(rank, world_size, src, tensor)")
     rng = _rng()
-    direction = ("one collective, made by every rank with the same src: on src the tensor is what is sent, on "
+    direction = ("One collective, made by every rank with the same src: on src the tensor is what is sent, on "
                  "every other rank it is overwritten with it.")
 
     def case(ws):
@@ -157,7 +158,7 @@ def check_gather(my_gather: Callable) -> None:
     """
     _check_params(my_gather, "my_gather(rank, world_size, dst, mine)")
     rng = _rng()
-    direction = ("every rank makes one collective with the same dst. Only dst needs somewhere to receive: a "
+    direction = ("Every rank makes one collective with the same dst. Only dst needs somewhere to receive: a "
                  "list with one tensor per rank (the other ranks pass None); dst then joins that list into one "
                  "tensor.")
 
@@ -216,7 +217,7 @@ def check_all_gather(my_all_gather: Callable) -> None:
     """
     _check_params(my_all_gather, "my_all_gather(rank, world_size, mine)")
     rng = _rng()
-    direction = ("every rank takes a turn as src: for each src, every rank makes one broadcast of a buffer "
+    direction = ("Every rank takes a turn as src: for each src, every rank makes one broadcast of a buffer "
                  "holding src's contribution (on src its own data, elsewhere a buffer to receive into), and "
                  "keeps it; at the end each rank joins the buffers in rank order.")
 
@@ -271,7 +272,7 @@ def check_census(my_census: Callable) -> None:
     """
     _check_params(my_census, "my_census(rank, world_size, info)")
     rng = _rng()
-    direction = ("one object collective gathers a picklable object from every rank onto every rank; it fills "
+    direction = ("One object collective gathers a picklable object from every rank onto every rank; it fills "
                  "a list you give it, with one slot per rank.")
 
     def case(ws):
@@ -320,7 +321,7 @@ def check_token_ring(token_ring: Callable) -> None:
     """
     _check_params(token_ring, "token_ring(rank, world_size, value)")
     rng = _rng()
-    direction = ("rank 0 starts the token with its own value, sends it to rank 1 and finally receives it back "
+    direction = ("Rank 0 starts the token with its own value, sends it to rank 1 and finally receives it back "
                  "from the last rank; every other rank first receives from its left neighbour, remembers what "
                  "arrived, adds its own value and sends to its right neighbour (the last rank's right neighbour "
                  "is rank 0).")
@@ -378,7 +379,7 @@ def check_ring_step(my_ring_step: Callable) -> None:
     """
     _check_params(my_ring_step, "my_ring_step(rank, world_size, buf, k)")
     rng = _rng()
-    direction = ("in step k rank r sends the chunk it last completed, (r - k) % world_size, to its right "
+    direction = ("In step k rank r sends the chunk it last completed, (r - k) % world_size, to its right "
                  "neighbour and receives chunk (r - k - 1) % world_size from its left neighbour; post both "
                  "(isend/irecv) before waiting on either, then add what arrived into that chunk of buf. One "
                  "chunk is one element here.")

@@ -28,7 +28,7 @@ def check_scatter_prediction(prediction) -> None:
     _prediction("prediction", prediction,
                 lambda: [[float(v) for v in t.tolist()] for t in run("scatter", world_size=4, root=1).after],
                 normalise=_rows,
-                direction="only src (rank 1) has a scatter_list; which of its chunks does rank j receive, and what "
+                direction="Only src (rank 1) has a scatter_list; which of its chunks does rank j receive, and what "
                           "do the teaching inputs put in rank 1's chunk c?",
                 hint="rank 1 is src: rank j receives chunk j of rank 1's scatter_list (teaching inputs: rank r, "
                      "chunk c holds 10*r + c). One list per rank.",
@@ -53,7 +53,7 @@ def check_reduce_prediction(prediction, *, world_size: int = 5, dst: int = 2) ->
         return [[float(v) for v in t.tolist()] if d else None for t, d in zip(result.after, result.defined)]
 
     _prediction("prediction", prediction, real, normalise=_rows,
-                direction=f"after reduce, which rank's output is defined? And which rank's value is the largest in "
+                direction=f"After reduce, which rank's output is defined? And which rank's value is the largest in "
                           f"every chunk (teaching inputs: rank r, chunk c holds 10*r + c)? Give {world_size} values "
                           "for that rank.",
                 hint="MAX over the ranks of 10*r + c: which rank's value wins in every chunk?",
@@ -72,7 +72,7 @@ def check_reduce_scatter_prediction(prediction, *, world_size: int = 5) -> None:
                 lambda: [[float(v) for v in t.tolist()]
                          for t in run("reduce_scatter", world_size=world_size, op="sum").after],
                 normalise=_rows,
-                direction="rank j ends with one chunk: chunk j, reduced over every rank. Add up column j of the "
+                direction="Rank j ends with one chunk: chunk j, reduced over every rank. Add up column j of the "
                           "inputs (rank r, chunk c holds 10*r + c).",
                 hint="rank j gets the sum over all ranks r of their chunk j (10*r + j): one column of the inputs.",
                 passed="right: rank j holds the sum of everyone's chunk j")
@@ -91,7 +91,7 @@ def check_int8_prediction(prediction, *, world_size: int = 6, value: int = 50) -
         return values[0] if len(values) == 1 else values
 
     _prediction("prediction", prediction, real, normalise=int,
-                direction="the sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of "
+                direction="The sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of "
                           "the true sum?",
                 hint=f"the true sum of {world_size} × {value} does not fit in int8 (-128..127); int8 wraps modulo "
                      "256 into that range.",
@@ -108,7 +108,7 @@ def check_all_to_all_prediction(prediction, *, world_size: int = 3) -> None:
     _prediction("prediction", prediction,
                 lambda: [[float(v) for v in t.tolist()] for t in run("all_to_all", world_size=world_size).after],
                 normalise=_rows,
-                direction="rank i's output chunk j comes from rank j: which of rank j's chunks goes to rank i?",
+                direction="Rank i's output chunk j comes from rank j: which of rank j's chunks goes to rank i?",
                 hint="rank i's output chunk j is rank j's input chunk i (10*j + i).",
                 passed="right: after all_to_all, rank i holds chunk i of every rank: the transpose")
 
@@ -122,7 +122,7 @@ def check_ring_prediction(prediction, trace) -> None:
         CheckFailed: a wrong prediction, with a hint.
     """
     real = [[float(v) for v in row] for row in trace.chunk_values(2).tolist()]
-    direction = ("replay(ring3) shows round 1; in round 2 each rank receives one chunk from its left neighbour and "
+    direction = ("Step replay(ring3) to round 1; in round 2 each rank receives one chunk from its left neighbour and "
                  "adds it into its own copy of that chunk.")
     if prediction is not None:
         try:
@@ -172,7 +172,7 @@ def check_time_prediction(latency_part, bandwidth_part, *, model, world_size: in
             outside the tolerance of every measurement, with a hint.
     """
     p = world_size
-    direction = (f"split the ring's formula T = 2(p−1)·α + 2(p−1)/p·m·β + (p−1)/p·m·γ into its two terms: the "
+    direction = (f"Split the ring's formula T = 2(p−1)·α + 2(p−1)/p·m·β + (p−1)/p·m·γ into its two terms: the "
                  f"one that counts messages and the one that counts bytes, with p = {p}, m in bytes and α, β, γ "
                  "as printed above.")
     if latency_part is None and bandwidth_part is None:

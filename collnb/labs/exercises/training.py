@@ -71,7 +71,7 @@ def check_average_gradients(average_gradients: Callable) -> None:
     rng = _rng()
     steps, lr = 3, 0.1
     n_params = sum(p.numel() for p in tiny_model().parameters())
-    direction = ("each rank holds the gradient of its own shard. Every rank must end with the same, averaged "
+    direction = ("Each rank holds the gradient of its own shard. Every rank must end with the same, averaged "
                  "gradient: which collective combines a tensor across the ranks in place, and what must follow it "
                  "to turn a sum into a mean?")
 
