@@ -294,11 +294,14 @@ def test_operations_the_recorder_cannot_see_are_counted_as_unrecorded():
         worker.start(), worker.join()                                     # another thread
         with _disable_current_modes():
             dist.broadcast(torch.ones(1), 0)                              # modes off
+        g = dist.new_group([0, 1])                                        # a group made meanwhile,
+        worker = threading.Thread(target=lambda: dist.all_reduce(torch.ones(1), group=g))
+        worker.start(), worker.join()                                     # used from another thread only
         return None
 
     out = collnb.launch(fn, 2, record_calls=True)
     assert [[c.name for c in calls] for calls in out.calls] == [["all_reduce"]] * 2
-    assert [calls.unrecorded for calls in out.calls] == [2, 2]
+    assert [calls.unrecorded for calls in out.calls] == [3, 3]
 
 
 def _observed(rank, world_size):

@@ -313,7 +313,8 @@ class Recorder(TorchDispatchMode):
 
     def unrecorded(self) -> int:
         """Operations the backend counted on this rank's groups since recording began that this
-        recorder did not record (see :class:`CallRecords`)."""
+        recorder did not record (see :class:`CallRecords`). A group made during the recording
+        counts from 0 (a new group's sequence number starts there, measured with gloo)."""
         missing = 0
         for pg in internals.live_groups():
             seq = internals.sequence_number(pg)
@@ -352,10 +353,6 @@ class Recorder(TorchDispatchMode):
     def _group_info(self, pg):
         info = self._groups.get(pg)
         if info is None:
-            if pg not in self._start_seq:  # first seen: count the backend's operations from here
-                seq = internals.sequence_number(pg)
-                if seq is not None:
-                    self._start_seq[pg] = seq
             try:
                 ranks = tuple(dist.get_process_group_ranks(pg))
             except Exception:  # noqa: BLE001 - a group torch.distributed does not list
