@@ -130,12 +130,23 @@ def test_autograding_full_marks_zero_unfinished_zero_without_communication(tmp_p
         folder = root / "submitted" / who / student.ASSIGNMENT
         folder.mkdir(parents=True)
         (folder / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+    # a student who handed nothing in: the folder is there, the notebook is not (issue 19 item 7)
+    (root / "submitted" / "absent" / student.ASSIGNMENT).mkdir(parents=True)
     t0 = time.perf_counter()
     scores = student.grade(root)
     print(f"\nautograded 3 submissions in {time.perf_counter() - t0:.0f} s: {scores}")
     assert scores["complete"] == {path.stem: (1.0, 1.0)}
     assert scores["unfinished"] == {path.stem: (0.0, 1.0)}
     assert scores["no-communication"] == {path.stem: (0.0, 1.0)}
+    assert scores["absent"] == {path.stem: (0.0, 1.0)}
+    assert student.missing(root) == {"absent": [path.stem]}
+    lines = student.report(scores, student.missing(root))
+    assert f"absent: 0/1  {path.stem} missing (0/1)" in lines
+    assert f"unfinished: 0/1  {path.stem} 0/1" in lines
+    # the unfinished notebook's graded cell says, kindly, what it scored and why
+    graded = root / "autograded" / "unfinished" / student.ASSIGNMENT / path.name
+    text = graded.read_text()
+    assert student.NO_CHECK_MARK["unanswered"] in text and "not your own work" not in text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -301,3 +312,124 @@ def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 19: hand-outs and the book from the committed notebooks; the learner's work in work/
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True)
+
+
+@pytest.fixture
+def course_repo(tmp_path):
+    """A git repository shaped like collnb's: notebooks/ with two committed notebooks."""
+    import committed
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    for p in NOTEBOOKS[:2]:
+        shutil.copy(p, repo / "notebooks" / p.name)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "notebooks")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "course")
+    return repo, committed
+
+
+def test_builds_refuse_notebooks_that_differ_from_the_commit_and_name_them(course_repo):
+    repo, committed = course_repo
+    first, second = NOTEBOOKS[0].name, NOTEBOOKS[1].name
+    assert committed.differing_notebooks(repo) == []
+    # a teacher tries an answer in a course notebook (JupyterLab autosaves it), and a new notebook appears
+    nb = json.loads((repo / "notebooks" / first).read_text())
+    nb["cells"][-1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["prediction = 300\n"]}]
+    (repo / "notebooks" / first).write_text(json.dumps(nb))
+    (repo / "notebooks" / "Untitled.ipynb").write_text("{}")
+    (repo / "notebooks" / "bandwidth_output").mkdir()
+    (repo / "notebooks" / "bandwidth_output" / "x.ipynb").write_text("{}")  # not a course notebook
+    got = committed.differing_notebooks(repo)
+    assert got == [(f"notebooks/{first}", "changed"), ("notebooks/Untitled.ipynb", "not in git")]
+    msg = committed.refusal(got, "The hand-outs")
+    assert f"notebooks/{first}  (changed)" in msg and "notebooks/Untitled.ipynb  (not in git)" in msg
+    assert f"git checkout -- notebooks/{first}" in msg and "mv notebooks/Untitled.ipynb work/" in msg
+    assert "work/" in msg and second not in msg
+    # restored as the message says: nothing differs any more
+    _git(repo, "checkout", "--", f"notebooks/{first}")
+    (repo / "notebooks" / "Untitled.ipynb").unlink()
+    assert committed.differing_notebooks(repo) == []
+    # a deleted course notebook is named too; outside git nothing can be compared
+    (repo / "notebooks" / second).unlink()
+    assert committed.differing_notebooks(repo) == [(f"notebooks/{second}", "deleted")]
+    assert committed.differing_notebooks(repo.parent) is None
+
+
+def test_make_student_and_make_docs_check_the_committed_notebooks_first():
+    """`make student` and `make docs` run the check before anything is built (make -n: the recipe)."""
+    for target in ("student", "docs"):
+        recipe = subprocess.run(["make", "-n", "-o", ".venv/.test-installed", target], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+        steps = [ln for ln in recipe if "tools/" in ln]
+        assert steps and ("committed.py" in steps[0] or ("student.py generate" in steps[0] and target == "student")), steps
+    # tools/student.py generate itself refuses (so does anyone calling it without make)
+    src = (ROOT / "tools" / "student.py").read_text()
+    assert "committed.differing_notebooks(ROOT)" in src.split("def main", 1)[1]
+
+
+def test_student_refuses_in_a_checkout_with_a_changed_notebook(course_repo, tmp_path, monkeypatch, capsys):
+    repo, committed = course_repo
+    monkeypatch.setattr(student, "ROOT", repo)
+    monkeypatch.setattr(student, "NOTEBOOKS", repo / "notebooks")
+    path = repo / "notebooks" / NOTEBOOKS[0].name
+    path.write_text(path.read_text().replace('"cells": [', '"cells": [ ', 1))
+    assert student.main(["generate", str(tmp_path / "course")]) == 1
+    err = capsys.readouterr().err
+    assert f"notebooks/{NOTEBOOKS[0].name}  (changed)" in err and "The hand-outs are built from" in err
+    assert not (tmp_path / "course").exists(), "nothing is written when the check refuses"
+
+
+def test_make_lab_copies_the_notebooks_into_work_and_never_overwrites(tmp_path, capsys):
+    import lab
+    course = tmp_path / "notebooks"
+    course.mkdir()
+    for p in NOTEBOOKS[:3]:
+        shutil.copy(p, course / p.name)
+    (course / "rise.css").write_text(".x{}")
+    work = tmp_path / "work"
+    got = lab.prepare(work, course)
+    assert sorted(got["copied"]) == sorted([p.name for p in NOTEBOOKS[:3]] + ["rise.css"]) and not got["kept"]
+    # the learner works: their copy changes; the course notebook is untouched
+    mine = work / NOTEBOOKS[0].name
+    mine.write_text(mine.read_text().replace('"outputs": []', '"outputs": [{"output_type": "stream", '
+                                             '"name": "stdout", "text": ["my answer"]}]', 1))
+    answer = mine.read_text()
+    assert (course / NOTEBOOKS[0].name).read_text() == NOTEBOOKS[0].read_text()
+    # make lab again: nothing overwritten; a notebook new in the course is copied
+    shutil.copy(NOTEBOOKS[3], course / NOTEBOOKS[3].name)
+    got = lab.prepare(work, course)
+    assert got["copied"] == [NOTEBOOKS[3].name] and mine.read_text() == answer and not got["newer"]
+    # the course changes a notebook the learner already has (git pull): kept, and said so
+    (course / NOTEBOOKS[0].name).write_text(NOTEBOOKS[0].read_text() + " ")
+    got = lab.prepare(work, course)
+    assert got["newer"] == [NOTEBOOKS[0].name] and mine.read_text() == answer
+    # the folder is git-ignored and make lab opens JupyterLab in it
+    assert "work/" in (ROOT / ".gitignore").read_text().split()
+    recipe = subprocess.run(["make", "-n", "-o", ".venv/.lab-installed", "lab", f"WORK={work}"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    assert f"tools/lab.py prepare {work}" in recipe and f"--notebook-dir={work}" in recipe
+    assert f"JUPYTER_CONFIG_PATH=\"{ROOT}/etc/lab" in recipe
+
+
+def test_grading_labels_missing_work_and_words_a_blank_answer_kindly():
+    scores = {"ada": {"01_broadcast": (1.0, 1.0), "07_all_reduce": (0.0, 1.0)},
+              "bob": {"01_broadcast": (0.0, 1.0), "07_all_reduce": (0.0, 1.0)}}
+    lines = student.report(scores, {"bob": ["07_all_reduce"]})
+    assert lines[0] == "ada: 1/2  01_broadcast 1/1  07_all_reduce 0/1"
+    assert lines[1] == "bob: 0/2  01_broadcast 0/1  07_all_reduce missing (0/1)"
+    code = student.graded_check("check()")
+    assert "not your own work" not in code and "unfinished" not in code
+    assert student.NO_CHECK_MARK["unanswered"] in code and "not answered yet" in student.NO_CHECK_MARK["unanswered"]
+    # run the graded cell with a check that says "not answered yet": it fails with the kind words
+    ns = {}
+    exec_src = code.replace("check()", "print('answer: not answered yet. Write your answer ...')")
+    with pytest.raises(AssertionError, match="not answered yet: write your answer"):
+        exec(compile(exec_src, "graded", "exec"), ns)
