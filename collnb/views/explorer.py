@@ -59,7 +59,7 @@ from .explorer_text import dtype_effect_text, figure_html, reference_html
 from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, presets_for
 from .raster import encode_png
-from .static import RERUN_LINE, captioned_png, esc, static_bundle
+from .static import RERUN_LINE, captioned_png, esc, live_bundle, static_bundle
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["explore", "Explorer"]
@@ -213,10 +213,9 @@ class Explorer(ControlLogic, WorkerState):
 
     # -- display -----------------------------------------------------------------------------
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        # the panel (ipywidgets' view mime type) with this explorer's repr as the plain-text fallback
-        data = self.widget._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = repr(self) + "\n" + RERUN_LINE.format(what="explorer")
-        return data
+        # the panel (ipywidgets' view mime type), this explorer's repr as the plain-text fallback and
+        # an empty text/html where widgets cannot run (the static picture stands in there)
+        return live_bundle(self.widget, repr(self))
 
     def _ipython_display_(self):
         """Display the static picture of the current state (kept current, see the module doc)

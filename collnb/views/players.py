@@ -14,7 +14,7 @@ from ..algorithms import CostModel, Trace
 from ..units import format_bytes
 from .comparison import compare_figure
 from .frames import FrameRenderer
-from .static import RERUN_LINE, captioned_png, stack_pngs, static_bundle
+from .static import RERUN_LINE, captioned_png, live_bundle, stack_pngs, static_bundle
 
 __all__ = ["ReplayWidget", "CompareWidget", "SPEED_RANGE"]
 
@@ -188,7 +188,9 @@ class ReplayWidget:
         did = f"collnb-replay-{id(self):x}-{len(self._display_ids)}"
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
-        display(self.widget)
+        t = self.trace
+        display(live_bundle(self.widget, f"replay of {t.primitive} / {t.algorithm} at world size {t.world_size}"),
+                raw=True)
 
 
 
@@ -277,5 +279,6 @@ class CompareWidget:
         did = f"collnb-compare-{id(self):x}-{len(self._display_ids)}"
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
-        display(self.widget)
+        display(live_bundle(self.widget, f"comparison of {self.left.trace.algorithm} and "
+                                         f"{self.right.trace.algorithm}"), raw=True)
 
