@@ -96,15 +96,17 @@ class ReplayWidget:
                            description="play", show_repeat=True,
                            tooltip="play / pause the rounds at the speed set on the right")
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
-                                  continuous_update=True, layout=w.Layout(width="300px"),
+                                  continuous_update=True, style={"description_width": "initial"},
+                                  layout=w.Layout(width="280px"),
                                   tooltip="drag, or click it and press ← / → to step round by round")
         self.first, self.back, self.forward, self.last = _step_buttons(
             w, self.slider, "first: round 0, before any message", f"last: round {R}, the result")
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
                                    description="speed", readout_format=".2f",
                                    tooltip="rounds per second while playing",
-                                   layout=w.Layout(width="230px"))
-        self.speed_unit = w.Label("rounds/s")
+                                   style={"description_width": "initial"}, layout=w.Layout(width="240px"))
+        self.speed_unit = w.Label("rounds/s", layout=w.Layout(width="auto", margin="0 0 0 2px"))
+        self.speed_unit.add_class("collnb-speed-unit")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
         W, H = self.renderer.size
         # shown 1:1 (the browser would otherwise stretch it to the output's width, blurring it)
@@ -118,9 +120,14 @@ class ReplayWidget:
         self.play.observe(self._on_play, names="value")
         self.speed.observe(self._on_speed, names="value")
         self._show(0)
-        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider,
-                           self.speed, self.speed_unit],
+        # the speed and its unit move to the next line together, never apart (issue 19: "rounds/s"
+        # wrapped onto a line of its own in a 1400 px window)
+        self.speed_box = w.HBox([self.speed, self.speed_unit],
+                                layout=w.Layout(flex_flow="row nowrap", align_items="center", width="auto"))
+        self.speed_box.add_class("collnb-speed")
+        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider, self.speed_box],
                           layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        controls.add_class("collnb-replay-controls")
         self.widget = w.VBox([controls, self.image, self.info])
         self.widget.add_class("collnb-replay")
         self.widget.add_class("collnb-live")  # hides the static picture while the player is live

@@ -16,7 +16,7 @@ from PIL import Image
 from .raster import Canvas
 
 __all__ = ["static_bundle", "captioned_png", "stack_pngs", "live_bundle", "RERUN_LINE", "BOOK_LINE",
-           "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc"]
+           "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc"]
 
 #: The line above a saved explorer's or replay's static picture in a notebook (JupyterLab,
 #: Notebook 7, nbviewer) reopened without its kernel.
@@ -24,6 +24,10 @@ RERUN_LINE = "Static picture of the {what}'s last state: run this cell to bring 
 #: The same line on a page of the book (MyST-NB), where there is no cell to run.
 BOOK_LINE = ("Static picture of the {what}'s last state. Its controls need a running kernel: open this "
              "notebook on Binder or Colab (the launch button at the top of the page) and run the cell.")
+#: The same line on RISE slides (jupyterlab-rise 0.43 cannot load the ipywidgets 8 manager:
+#: jupyterlab-contrib/rise#119), where running the cell on the slide redraws this picture.
+SLIDES_LINE = ("Static picture of the {what}: its live controls do not run on RISE slides; run the cell "
+               "here to redraw it, or use the controls in the notebook or in python -m collnb present.")
 
 #: Inline style of every picture: scaled down to the output's width, never up.
 IMG_STYLE = "max-width:100%;height:auto;display:block"
@@ -81,12 +85,14 @@ def stack_pngs(pngs, gap: int = 10) -> bytes:
 #:   ``jupyter-widgets-disconnected``; in a Voilà app, which has no cells, it says to reload
 #:   (:data:`APP_HINT`);
 #: * a MyST-NB book page (its outputs sit in ``.cell_output``) shows the book's wording
-#:   (:data:`BOOK_LINE`) instead of the notebook's;
-#: * on reveal.js slides (RISE, Voilà's reveal template) pictures fit the slide's height.
+#:   (:data:`BOOK_LINE`) instead of the notebook's; RISE slides (``.reveal``) the slides' wording
+#:   (:data:`SLIDES_LINE`), and the picture fits the slide's height.
 STATIC_CSS = ("<style>.collnb-static .collnb-live-hint,.collnb-static .collnb-where-book,"
-              ".collnb-static .collnb-hint-app{display:none}"
+              ".collnb-static .collnb-where-slides,.collnb-static .collnb-hint-app{display:none}"
               ".cell_output .collnb-static .collnb-where-book{display:inline}"
               ".cell_output .collnb-static .collnb-where-notebook{display:none}"
+              ".reveal .collnb-static .collnb-where-slides{display:inline}"
+              ".reveal .collnb-static .collnb-where-notebook{display:none}"
               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-static-body{display:none}"
               ".jp-OutputArea:has(.collnb-live.jupyter-widgets-disconnected) .collnb-static .collnb-live-hint"
               "{display:block}"
@@ -116,7 +122,7 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
     runs: a saved notebook reopened, nbviewer, a code host, a MyST-NB book.
 
     * ``text/html``: one line (:data:`RERUN_LINE` in a notebook, :data:`BOOK_LINE` on a page of
-      the book) above ``<img class="collnb-static-img">`` of ``png``, in a
+      the book, :data:`SLIDES_LINE` on RISE slides) above ``<img class="collnb-static-img">`` of ``png``, in a
       ``<div class="collnb-static">`` whose CSS (:data:`STATIC_CSS`) hides it while a live panel
       (class ``collnb-live``) is in the same output area, and shows one hint there only when
       that panel lost its kernel (:data:`LIVE_HINT`; :data:`APP_HINT` in a Voilà app);
@@ -136,7 +142,8 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
             f"<span class='collnb-hint-notebook'>{esc(LIVE_HINT)}</span>"
             f"<span class='collnb-hint-app'>{esc(APP_HINT)}</span></div>")
     worded = (f"<span class='collnb-where-notebook'>{esc(line)}</span>"
-              f"<span class='collnb-where-book'>{esc(BOOK_LINE.format(what=what))}</span>")
+              f"<span class='collnb-where-book'>{esc(BOOK_LINE.format(what=what))}</span>"
+              f"<span class='collnb-where-slides'>{esc(SLIDES_LINE.format(what=what))}</span>")
     if png is None:
         data["text/html"] = (f"{STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
                              f"<i>{worded}</i> {esc(caption)}</div>{hint}</div>")
