@@ -21,10 +21,10 @@ JavaScript, so it works the same in JupyterLab 4, Jupyter Notebook 7 and VS Code
 Saved notebooks: displaying an explorer also displays a static picture of its current state
 (PNG, plus one line telling the learner to run the cell to bring the controls back), kept current
 with ``update_display`` as the controls move. While the panel is live the picture is hidden (a
-CSS rule in the picture's own HTML) and one grey line above the panel says to run the cell again
-if the controls stop answering (a restarted kernel leaves the old panel on the page); a saved
-notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows the picture
-(see :func:`collnb.views.static.static_bundle`).
+CSS rule in the picture's own HTML); one line above the panel says to run the cell again only once
+ipywidgets marks the panel disconnected (a restarted or stopped kernel leaves it on the page,
+inert); a saved notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows
+the picture, worded for where it is shown (see :func:`collnb.views.static.static_bundle`).
 
 Every change runs the primitive through :func:`collnb.collectives.run` (the warm pool of
 :mod:`collnb.ranks`) and redraws the before | after heatmap with the same drawing path a

@@ -72,7 +72,8 @@ class ReplayWidget:
             ← / → keys step it round by round, Home / End jump to the ends).
         first, back, forward, last: ``ipywidgets.Button`` ``"|◀"``, ``"◀ step"``, ``"step ▶"``, ``"▶|"`` (round 0, one round back,
             one round on, the last round), each with a tooltip; disabled where they cannot move.
-        speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``).
+        speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``);
+            ``speed_unit`` its "rounds/s" label, ``speed_box`` the two together (they wrap as one).
         image: ``ipywidgets.Image`` (PNG of the current frame).
         info: ``ipywidgets.HTML`` (this round's caption and transfers).
         widget: the ``ipywidgets.VBox`` to display.
