@@ -178,7 +178,16 @@ class ReferenceSampler:
 
     def sample(self, nbytes: int) -> None:
         """Measure every reference at ``nbytes`` (bytes; ``reps`` repetitions each, memcpy and
-        local_reduce taking turns with each other)."""
+        local_reduce taking turns with each other, on one core: torch's intra-op threads are set
+        to 1 meanwhile, so that "one core" is true and a busy machine cannot stall a thread team)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            self._sample(nbytes)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _sample(self, nbytes: int) -> None:
         cases = {}
         if "memcpy" in self.which:
             cases["memcpy"] = _Memcpy(nbytes)
