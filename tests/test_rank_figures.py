@@ -98,6 +98,10 @@ def test_every_pair_of_the_16_rank_colours_is_plainly_different():
         # no fill is mistaken for white, an empty cell or the hatching of an undefined one
         for other in ((1, 1, 1), C.EMPTY_COLOR, C.UNDEFINED_COLOR, C.HATCH_COLOR):
             assert _de2000(labs[r], _lab(other)) >= 14.0, (r, other)
+        # nor for the reds that mean something: a reduce arrow, a wrong value's outline (ranks 8-15)
+        if r >= 8:
+            for red in (np.array(C.REDUCE_COLOR) / 255, C.hex_rgb(C.MISMATCH_COLOR)):
+                assert _de2000(labs[r], _lab(red)) >= 30.0, (r, red)
 
 
 def _offline(primitive, ws, dtype="float32", inputs=None):

@@ -19,15 +19,16 @@ __all__ = ["RANK_COLORS", "RANK_TEXT_COLORS", "MIN_LABEL_PX", "UNDEFINED_COLOR",
 #: with the blue under simulated protanopia once lightened). Ranks 0-7 get these hues.
 _BASE_COLORS = ["#0072B2", "#E69F00", "#009E73", "#D55E00", "#56B4E9", "#CC79A7", "#F0E442", "#999933"]
 #: Ranks 8-15: eight more fills chosen to be as far as possible (CIEDE2000) from ranks 0-7 and from
-#: each other, among the colours that keep black text at 7:1 (AAA), chroma C* <= 55 and ΔE00 >= 15
-#: from white, the empty-cell grey and the hatching of undefined cells (a greedy max-min search over
-#: a 35-step sRGB grid, then refined one colour at a time). Every pair of the 16 fills is >= 11 ΔE00
-#: apart (ranks 0 and 4, the Okabe-Ito blue and sky blue); every pair involving ranks 8-15 >= 15.
-#: (Earlier, paler tints of ranks 0-7 made 4, 8 and 12 and the pale yellows look alike.) Sixteen
-#: colours cannot all stay apart under colour-vision deficiency: the row labels, the values
-#: (100*rank + chunk above 10 ranks) and, where values do not name their rank, a source-rank tag
-#: in the cell say which rank it is.
-_EXTRA_FILLS = ["#D2F8E9", "#9E96F8", "#FF8078", "#FFD2C3", "#00F8FF", "#D2D2FF", "#ADFFA5", "#71B462"]
+#: each other, among the colours that keep black text at 7:1 (AAA), chroma C* <= 55, ΔE00 >= 15 from
+#: white, the empty-cell grey and the hatching of undefined cells, and ΔE00 >= 30 from the reds that
+#: carry meaning (the replay's reduce arrows, the outline of a wrong value): a greedy max-min search
+#: over a 35-step sRGB grid, then refined one colour at a time. Every pair of the 16 fills is >= 11
+#: ΔE00 apart (ranks 0 and 4, the Okabe-Ito blue and sky blue); every pair involving ranks 8-15
+#: >= 14. (Before, paler tints of ranks 0-7 made 4, 8 and 12 and the pale yellows look alike.)
+#: Sixteen colours cannot all stay apart under colour-vision deficiency: the row labels, the values
+#: (100*rank + chunk above 10 ranks) and, where values do not name their rank, a source-rank tag in
+#: the cell say which rank it is.
+_EXTRA_FILLS = ["#DAFFE9", "#9E9EFF", "#FFD2C3", "#00FFF0", "#E9DAFF", "#9EE98F", "#A59EBB", "#00C3D2"]
 _FILL_CONTRAST = 7.0     # WCAG AAA: black (#111) text on any rank's fill
 _TEXT_CONTRAST = 4.5     # WCAG AA: a rank-coloured label on white
 MIN_LABEL_PX = 10.0      #: the smallest font (pixels per em) of any label a learner needs
