@@ -1,16 +1,20 @@
 # Two commands do all the set-up on a fresh Debian / Python 3.11 machine:
-#   make lab    create/refresh .venv, install collnb + JupyterLab, open JupyterLab on notebooks/
+#   make lab    create/refresh .venv, install collnb + JupyterLab, copy the notebooks into work/
+#               (never overwriting your copies) and open JupyterLab there
 #   make test   create/refresh .venv with the test extras, run the whole suite
 #   make test-fast  the same venv, only the tests not marked slow (under 2 minutes on 2 cores)
 # More:
 #   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html
 #   make student  student versions without solutions + nbgrader autograding, into classroom/
+#                 (both from the notebooks as committed: they refuse while notebooks/ differs)
 #   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links)
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 LAB_ARGS ?=
+# The learner's own copies of the notebooks (git ignores work/; `make lab WORK=dir` for another place).
+WORK ?= work
 
 .PHONY: lab test test-fast venv clean docs student meta
 
@@ -43,9 +47,16 @@ $(LAB_OVERRIDES): etc/jupyterlab-overrides.json | $(VENV)/.lab-installed
 	mkdir -p $(dir $@)
 	cp etc/jupyterlab-overrides.json $@
 
+# The learner works on copies in $(WORK) (tools/lab.py copies a notebook only when $(WORK) has none of
+# that name), so autosave and outputs never touch notebooks/. JUPYTER_CONFIG_PATH=etc/lab turns off
+# the test and classroom extras' extensions (nbgrader, ipyparallel, Voila preview, Notebook 7) that
+# make test / make student install into this .venv; a reload reads it again, so it holds for
+# extensions installed while the lab runs.
 # --allow-root: containers and CI machines often log in as root, which JupyterLab refuses by default.
 lab: $(VENV)/.lab-installed $(LAB_OVERRIDES)
-	$(BIN)/jupyter lab --notebook-dir=notebooks --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) \
+	$(BIN)/python tools/lab.py prepare $(WORK)
+	JUPYTER_CONFIG_PATH="$(CURDIR)/etc/lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+	$(BIN)/jupyter lab --notebook-dir=$(WORK) --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) \
 		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
@@ -64,13 +75,18 @@ test-fast: $(VENV)/.test-installed
 # fails the build; the retry re-runs only the notebooks not yet in the cache. -j 2: two notebooks
 # execute at once (2 cores), as tests/test_notebooks.py does.
 SPHINX := $(BIN)/python -m sphinx -b html -q -j 2 -c docs . docs/_build/html
+# The book is built from the notebooks as committed (tools/committed.py refuses, naming each notebook
+# that differs and how to restore it). A notebook whose execution fails is named at the end with the
+# failing cell and its error (docs/conf.py; also in docs/_build/failed-notebooks.txt).
 docs: $(VENV)/.test-installed
+	$(BIN)/python tools/committed.py the book
 	$(BIN)/python tools/notebook_meta.py
 	$(BIN)/python tools/readme_figures.py
 	$(SPHINX) || { echo "book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX); }
 	@echo "book: docs/_build/html/index.html"
 
-# Student versions (no solutions) and the nbgrader course folder: classroom/.
+# Student versions (no solutions) and the nbgrader course folder: classroom/, from the notebooks as
+# committed (tools/student.py refuses while notebooks/ differs from the last commit).
 student: $(VENV)/.test-installed
 	$(BIN)/python tools/student.py generate classroom
 

@@ -17,6 +17,8 @@ DOCS = Path(__file__).resolve().parent
 ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
+sys.path.insert(0, str(DOCS))
+from exec_report import setup  # noqa: E402,F401  (Sphinx calls conf.py's setup: the execution report)
 from notebook_meta import BRANCH, documentation_url, repository_url  # noqa: E402
 
 _project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -32,18 +34,21 @@ exclude_patterns = [".venv", ".git", "docs/_build", "build", "artifacts", "class
                     "notebooks/*_output", "jupyter_execute"]
 html_extra_path = ["root"]  # index.html at the top of the site: a redirect to docs/index.html
 
-# ---- notebooks: executed at build time, cached; a cell error stops the build
+# ---- notebooks: executed at build time, cached. A cell error fails the build at its end, with the
+# notebook, the cell and the error named in plain words (docs/exec_report.py): every notebook still
+# runs, so one failure does not hide another.
 nb_execution_mode = os.environ.get("COLLNB_DOCS_EXECUTE", "cache")
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
 nb_execution_timeout = 600
-nb_execution_raise_on_error = True
-nb_execution_show_tb = True
+nb_execution_raise_on_error = False
+nb_execution_show_tb = False
 nb_kernel_rgx_aliases = {".*": "python3"}
-# A saved widget's static picture (image/png, text/html) wins over its live view, whose JavaScript
-# would need a CDN (the book must work offline and the widgets need a kernel anyway).
+# A saved widget's static picture wins over its live view, whose JavaScript would need a CDN (the
+# book must work offline and the widgets need a kernel anyway); its text/html (MyST-NB's default
+# order: html before png) carries the line worded for the book (collnb.views.static.BOOK_LINE), and
+# the live panel's own text/html is empty, so a page shows the picture and nothing of a dead panel.
 nb_mime_priority_overrides = [
     ("html", "application/vnd.jupyter.widget-view+json", None),
-    ("html", "image/png", 5),
 ]
 nb_ipywidgets_js = {}
 myst_enable_extensions = ["colon_fence", "dollarmath"]

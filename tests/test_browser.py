@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -437,12 +438,11 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
             page = browser.new_page(viewport={"width": 1440, "height": 900})
             _open_and_run_all(page, lab, wait_ms=120_000)
             img = _img(page)
-            # while the panel is live its static picture is in the page but hidden; one grey line
-            # says what to do if the controls stop answering (a kernel restart leaves them inert)
+            # while the panel is live its static picture is in the page but hidden, and so is the
+            # hint for a panel that lost its kernel (issue 19: it showed permanently)
             assert page.locator(".collnb-static").count() >= 2
             assert not page.locator(".collnb-static-img").first.is_visible()
-            assert page.locator(".collnb-live-hint").first.is_visible()
-            assert "Run this cell again" in page.locator(".collnb-live-hint").first.inner_text()
+            assert not page.locator(".collnb-live-hint").first.is_visible()
             for ws in (8, 16):
                 _set_world_size(page, ws)
                 _wait_attr(page, "world-size", str(ws), timeout=120)
@@ -470,6 +470,15 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
             assert rp.locator(".collnb-step-forward").get_attribute("title") == "step forward one round"
             rp.locator(".noUi-handle").first.press("ArrowLeft")
             _until(page, lambda: "round 5/6" in info.inner_text(), 30, "round 5 after the ← key")
+            # "rounds/s" stays beside its slider in a 1400 px window (issue 19: it wrapped alone)
+            page.set_viewport_size({"width": 1400, "height": 900})
+            page.wait_for_timeout(500)
+            unit = rp.locator(".collnb-speed-unit").first.bounding_box()
+            speed = rp.locator(".collnb-speed .widget-slider").first.bounding_box()
+            measured["speed_unit"] = dict(unit=unit, speed=speed)
+            assert abs((unit["y"] + unit["height"] / 2) - (speed["y"] + speed["height"] / 2)) < 4, (unit, speed)
+            assert unit["x"] >= speed["x"] + speed["width"] - 1, (unit, speed)
+            page.set_viewport_size({"width": 1440, "height": 900})
             rimg = rp.locator("img").first
             nat, shown = rimg.evaluate("el => [el.naturalWidth, el.getBoundingClientRect().width]")
             measured["replay"] = dict(natural=nat, shown=shown)
@@ -492,6 +501,20 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
                 time.sleep(0.5)
             for o in (ex_out, rp_out):
                 assert "image/png" in o["data"] and "run this cell" in "".join(o["data"]["text/plain"])
+
+            # the learner restarts the kernel (Kernel -> Restart Kernel...): the old panels stay on the
+            # page, inert; ipywidgets marks them disconnected and then, only then, the hint shows
+            from collnb.views.static import LIVE_HINT
+            page.get_by_role("menuitem", name="Kernel", exact=True).click()
+            page.get_by_role("menuitem", name=re.compile(r"^Restart Kernel(…|\.\.\.)")).first.click()
+            _until(page, lambda: page.locator(".collnb-live-hint").first.is_visible(), 60,
+                   "the hint of a panel whose kernel restarted")
+            assert page.locator(".collnb-live.jupyter-widgets-disconnected").count() >= 2
+            assert page.locator(".collnb-live-hint").first.inner_text().strip() == LIVE_HINT
+            assert not page.locator(".collnb-static-img").first.is_visible()
+            page.screenshot(path=str(shots / "restarted_hint.png"), full_page=False)
+            _until(page, lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0,
+                   90, "the restarted kernel to be idle")
 
             # the kernel goes away; the notebook reopened shows the pictures and the line
             for sess in _api(lab["base"], lab["token"], "/api/sessions") or []:
@@ -522,25 +545,36 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
     assert body.count("collnb-static-img") >= 2 and "Static picture of the explorer" in body
 
 
-def test_make_lab_has_no_news_toast_and_opens_the_notebooks(tmp_path):
-    """`make lab` (its jupyter command, without reinstalling) with a fresh user settings dir: the
-    news toast never shows, and the printed URL opens the first notebook beside the notebook list."""
+def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path):
+    """`make lab` (its recipe, without reinstalling) with a fresh user settings dir and the test and
+    classroom extras installed in the same .venv (as `make student` next to a running lab leaves it):
+    the notebooks are copies in WORK (never notebooks/), the news toast never shows, the printed URL
+    opens the first notebook beside the notebook list, and after a reload there is no modal
+    ("IPP Extension Server Error"), no Nbgrader menu, no cluster panel (issue 19 items 1 and 6)."""
     from playwright.sync_api import sync_playwright
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
+    import importlib.util
+    assert importlib.util.find_spec("nbgrader") and importlib.util.find_spec("ipyparallel"), \
+        "the test and classroom extras are not installed here: nothing to keep out"
     env = dict(os.environ)
     env.pop("DISPLAY", None)
+    env.pop("JUPYTER_CONFIG_PATH", None)
     for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
         (tmp_path / sub).mkdir()
         env[var] = str(tmp_path / sub)
+    work = tmp_path / "work"
+    before = {p.name: p.read_bytes() for p in (REPO / "notebooks").glob("*.ipynb")}
     port, token = _free_port(), secrets.token_hex(16)
     log = open(tmp_path / "make_lab.log", "wb")
-    proc = subprocess.Popen(["make", "-o", ".venv/.lab-installed", "lab",
+    proc = subprocess.Popen(["make", "-o", ".venv/.lab-installed", "lab", f"WORK={work}",
                              f"LAB_ARGS=--ServerApp.port={port} --ServerApp.port_retries=0 "
                              f"--IdentityProvider.token={token} --ServerApp.terminals_enabled=False"],
                             cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
+    shots = REPO / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
     try:
         deadline = time.monotonic() + 90
         while True:
@@ -556,10 +590,20 @@ def test_make_lab_has_no_news_toast_and_opens_the_notebooks(tmp_path):
         assert schema["properties"]["checkForUpdates"]["default"] is False
         text = (tmp_path / "make_lab.log").read_text(errors="replace")
         assert f"127.0.0.1:{port}/lab/tree/00_launching_ranks.ipynb" in text
+        assert sorted(p.name for p in work.glob("*.ipynb")) == sorted(before)
+        # the classroom and test servers' extensions are off in this lab: their REST APIs are absent
+        for path in ("/clusters", "/formgrader/api/assignments"):
+            try:
+                _api(base, token, path)
+                raise AssertionError(f"{path} answers in the learner's lab")
+            except urllib.error.HTTPError as exc:
+                assert exc.code == 404, (path, exc.code)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
             try:
                 page = browser.new_page(viewport={"width": 1440, "height": 900})
+                errors = []
+                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
                 page.goto(f"{base}/?token={token}")
                 page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
                 assert "00_launching_ranks.ipynb" in page.url
@@ -567,11 +611,29 @@ def test_make_lab_has_no_news_toast_and_opens_the_notebooks(tmp_path):
                 time.sleep(8)  # the news toast appears a few seconds after start-up when it is on
                 toasts = page.locator(".Toastify__toast").all_inner_texts()
                 assert not any("news" in t.lower() for t in toasts), toasts
-                shots = REPO / "artifacts" / "screenshots"
-                shots.mkdir(parents=True, exist_ok=True)
                 page.screenshot(path=str(shots / "make_lab_first_screen.png"))
+                # a reload (what a learner does after `make student` installed the extras) ...
+                page.reload()
+                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+                time.sleep(6)
+                dialogs = page.locator(".jp-Dialog").all_inner_texts()
+                menus = [m.strip() for m in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
+                tabs = page.eval_on_selector_all(".jp-SideBar .lm-TabBar-tab",
+                                                 "els => els.map(e => e.getAttribute('title') || e.textContent)")
+                page.screenshot(path=str(shots / "make_lab_after_reload.png"))
+                print("menus:", menus, "side tabs:", tabs)
+                assert not dialogs, f"a modal blocks the learner's lab: {dialogs}"
+                assert not any("IPP Extension" in e or "list clusters" in e for e in errors), errors
+                assert "Nbgrader" not in menus and "Run" in menus, menus
+                # (without etc/lab: an "IPython Parallel" and an "Nbgrader Create Assignment" side panel)
+                assert not any(w in (t or "").lower() for t in tabs for w in ("parallel", "nbgrader", "cluster")), tabs
+                # ... and the notebook the learner opens is their copy in WORK: saving writes there
+                page.keyboard.press("Control+s")
+                time.sleep(2)
             finally:
                 browser.close()
+        after = {p.name: p.read_bytes() for p in (REPO / "notebooks").glob("*.ipynb")}
+        assert after == before, "make lab wrote into notebooks/"
     finally:
         try:
             _api(base, token, "/api/shutdown", method="POST")

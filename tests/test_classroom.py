@@ -5,8 +5,11 @@
   locked one-point test cell;
 * autograding with nbgrader on real ranks: the exercise solved scores full marks, the unfinished
   notebook as handed out scores zero, an answer that does not communicate scores zero;
-* ``python -m collnb present``: the Voilà app in headless Chromium shows the explorer and the
-  replay, no code, in large type.
+* ``python -m collnb present``: the Voilà app in headless Chromium at 1920x1080 and 1280x720: the
+  explorer and the replay, no code, no overlapping controls, figures filling the width, every
+  primitive selectable;
+* issue 19: hand-outs and the book from the committed notebooks, the learner's copies in work/,
+  the learner's lab without the classroom tools (reloaded), RISE slides at 1280x720, grading words.
 """
 from __future__ import annotations
 
@@ -132,12 +135,23 @@ def test_autograding_full_marks_zero_unfinished_zero_without_communication(tmp_p
         folder = root / "submitted" / who / student.ASSIGNMENT
         folder.mkdir(parents=True)
         (folder / path.name).write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+    # a student who handed nothing in: the folder is there, the notebook is not (issue 19 item 7)
+    (root / "submitted" / "absent" / student.ASSIGNMENT).mkdir(parents=True)
     t0 = time.perf_counter()
     scores = student.grade(root)
     print(f"\nautograded 3 submissions in {time.perf_counter() - t0:.0f} s: {scores}")
     assert scores["complete"] == {path.stem: (1.0, 1.0)}
     assert scores["unfinished"] == {path.stem: (0.0, 1.0)}
     assert scores["no-communication"] == {path.stem: (0.0, 1.0)}
+    assert scores["absent"] == {path.stem: (0.0, 1.0)}
+    assert student.missing(root) == {"absent": [path.stem]}
+    lines = student.report(scores, student.missing(root))
+    assert f"absent: 0/1  {path.stem} missing (0/1)" in lines
+    assert f"unfinished: 0/1  {path.stem} 0/1" in lines
+    # the unfinished notebook's graded cell says, kindly, what it scored and why
+    graded = root / "autograded" / "unfinished" / student.ASSIGNMENT / path.name
+    text = graded.read_text()
+    assert student.NO_CHECK_MARK["unanswered"] in text and "not your own work" not in text
 
 
 # ------------------------------------------------------------------------------------------------
@@ -168,85 +182,193 @@ def _free_port():
         return s.getsockname()[1]
 
 
+# What the projector test measures, in the page: every control's parts (labels, slider tracks,
+# readouts, dropdowns, buttons) as boxes, visible ones only.
+_CONTROL_BOXES = """() => {
+  const sel = '.widget-label, .widget-readout, .slider-container, .widget-dropdown select, '
+            + '.widget-toggle-button, button.jupyter-button, .widget-html-content';
+  return [...document.querySelectorAll(sel)].filter(e => {
+      const r = e.getBoundingClientRect(), cs = getComputedStyle(e);
+      return r.width > 0 && r.height > 0 && cs.visibility !== 'hidden' && e.offsetParent !== null
+          && (e.textContent.trim() || !e.matches('.widget-label, .widget-html-content'))
+          && !e.closest('.collnb-static') && !e.closest('.widget-html-content .widget-html-content');
+  }).map(e => { const r = e.getBoundingClientRect();
+      return {what: (e.className.split(' ')[0] || e.tagName) + ': ' + (e.textContent || '').trim().slice(0, 30),
+              x0: r.left, y0: r.top, x1: r.right, y1: r.bottom, inControls: !!e.closest('.widget-hbox'),
+              text: !e.matches('.widget-html-content') };
+  });
+}"""
+
+
+def _overlaps(boxes, tol=1.0):
+    """Pairs of control parts whose boxes overlap by more than ``tol`` px both ways (one part
+    inside another, e.g. a readout inside its slider's row, does not count: only parts)."""
+    bad = []
+    parts = [b for b in boxes if b["inControls"]]
+    for i, a in enumerate(parts):
+        for b in parts[i + 1:]:
+            w = min(a["x1"], b["x1"]) - max(a["x0"], b["x0"])
+            h = min(a["y1"], b["y1"]) - max(a["y0"], b["y0"])
+            if w > tol and h > tol:
+                bad.append((a["what"], b["what"], round(w), round(h)))
+    return bad
+
+
+def _start_voila(tmp_path, port):
+    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), PYTHONPATH=str(ROOT))
+    log = open(tmp_path / "voila.log", "wb")
+    proc = subprocess.Popen([sys.executable, "-m", "collnb", "present", "--port", str(port), "--no-browser"],
+                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    deadline = time.monotonic() + 120
+    while True:
+        try:   # Voila is listening (the page itself starts a kernel, so it is not fetched here)
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return proc
+        except OSError:
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError("voila did not start:\n" + (tmp_path / "voila.log").read_text()[-3000:])
+            time.sleep(0.5)
+
+
+def _stop(proc):
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.timeout(600)
-def test_projector_view_in_chromium(tmp_path):
+@pytest.mark.timeout(900)
+def test_projector_view_is_laid_out_for_a_room(tmp_path):
+    """``python -m collnb present`` in Chromium at 1920x1080 and 1280x720 (issue 19 item 4): no code,
+    no two control parts overlap, no slider collapsed, the heatmap and the replay frame fill the
+    width, type large enough for a room, every primitive selectable (and drawn when chosen), no
+    "run this cell" in an app without cells."""
     chromium = "/usr/bin/chromium"
     if not os.path.exists(chromium):
         pytest.skip(f"{chromium} is missing; install Debian's chromium package")
     pytest.importorskip("voila")
     from playwright.sync_api import sync_playwright
+    from collnb.cli.present import FONT_PX
+    import collnb
 
     port = _free_port()
-    env = dict(os.environ, JUPYTER_RUNTIME_DIR=str(tmp_path / "runtime"), PYTHONPATH=str(ROOT))
-    log = open(tmp_path / "voila.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "collnb", "present", "--port", str(port), "--no-browser"],
-                            cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = _start_voila(tmp_path, port)
     shots = Path(os.environ.get("COLLNB_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    measured = {}
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:   # Voila is listening (the page itself starts a kernel, so it is not fetched here)
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError("voila did not start:\n" + (tmp_path / "voila.log").read_text()[-3000:])
-                time.sleep(0.5)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1600, "height": 2200})
+            page = browser.new_page(viewport={"width": 1920, "height": 1080})
             page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
             page.goto(f"http://127.0.0.1:{port}/", timeout=240_000)
-            # the explorer's heatmap and the replay's first frame: two images drawn from real ranks
-            # The static pictures arrive with the cell outputs, the live controls a little later:
-            # wait for both.
             page.wait_for_function(
-                "() => [...document.querySelectorAll('img')].filter(i => i.naturalWidth > 200).length >= 2"
-                " && document.querySelectorAll('.widget-slider, .widget-dropdown').length >= 2",
-                timeout=240_000)
+                "() => document.querySelector('img.collnb-heatmap') && document.querySelector('.collnb-replay img')"
+                " && document.querySelectorAll('.widget-slider, .widget-dropdown').length >= 4", timeout=240_000)
+            page.wait_for_timeout(1500)
             code_cells = page.eval_on_selector_all(
                 ".jp-CodeCell .jp-InputArea, .jp-CodeMirrorEditor, .cm-content",
                 "els => els.filter(e => e.offsetHeight > 0 && e.textContent.trim()).length")
-            text = page.inner_text("body")
-            sliders = page.eval_on_selector_all(".widget-slider, .widget-dropdown", "els => els.length")
-            label_px = page.eval_on_selector_all(
-                ".widget-label", "els => els.map(e => parseFloat(getComputedStyle(e).fontSize))")
-            page.screenshot(path=str(shots / "projector.png"), full_page=True)
+            assert code_cells == 0, "the projector view shows code cells"
+            for width, height in ((1920, 1080), (1280, 720)):
+                page.set_viewport_size({"width": width, "height": height})
+                page.wait_for_timeout(800)
+                boxes = page.evaluate(_CONTROL_BOXES)
+                bad = _overlaps(boxes)
+                tracks = [b["x1"] - b["x0"] for b in boxes if b["what"].startswith("slider-container")]
+                fig = page.eval_on_selector("img.collnb-heatmap", "e => e.getBoundingClientRect().width")
+                frame = page.eval_on_selector(".collnb-replay img", "e => e.getBoundingClientRect().width")
+                label_px = page.eval_on_selector_all(
+                    ".collnb-explorer .widget-label", "els => els.filter(e => e.offsetParent && e.textContent.trim())"
+                    ".map(e => parseFloat(getComputedStyle(e).fontSize) * (parseFloat(getComputedStyle("
+                    "document.documentElement).zoom) || 1))")
+                text = page.inner_text("body")
+                page.screenshot(path=str(shots / f"projector_{width}x{height}.png"))
+                page.locator(".collnb-replay").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+                page.screenshot(path=str(shots / f"projector_{width}x{height}_replay.png"))
+                page.locator(".collnb-explorer").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+                measured[f"{width}x{height}"] = dict(
+                    overlaps=bad, n_parts=len(boxes), min_track_px=round(min(tracks)) if tracks else None,
+                    figure_px=round(fig), frame_px=round(frame), min_label_px=min(label_px) if label_px else None)
+                print(width, height, measured[f"{width}x{height}"])
+                assert not bad, f"{width}x{height}: control parts overlap: {bad[:6]}"
+                assert tracks and min(tracks) >= 80, f"{width}x{height}: a slider collapsed: {tracks}"
+                assert fig >= 0.85 * width and frame >= 0.85 * width, (width, fig, frame)
+                assert "run this cell" not in text.lower(), "the app says to run a cell, and it has none"
+                assert "import collnb" not in text and "collnb.explore(" not in text
+                if width == 1920:
+                    assert label_px and min(label_px) >= FONT_PX - 0.01, label_px
+            # every primitive is offered and selectable: the explorer draws the one chosen
+            select = page.locator(".collnb-explorer .collnb-primitive select")
+            assert not select.is_disabled()
+            offered = select.evaluate("s => [...s.options].map(o => o.value)")
+            assert sorted(offered) == sorted(collnb.PRIMITIVES)
+            for prim in ("all_to_all", "gather_object", "barrier"):
+                select.evaluate("s => s.scrollIntoView({block: 'center'})")  # Voila scrolls an inner element
+                select.select_option(prim, force=True)
+                page.wait_for_function(
+                    f"() => document.querySelector('img.collnb-heatmap')?.dataset.primitive === '{prim}'"
+                    " && document.querySelector('.collnb-status-box')?.dataset.busy === '0'", timeout=120_000)
+            page.locator(".collnb-explorer").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(shots / "projector_barrier_1280x720.png"))
             browser.close()
-        assert code_cells == 0, "the projector view shows code cells"
-        assert not [s for s in ("import collnb", "collnb.explore(", "display(HTML") if s in text], \
-            "the projector view shows code"
-        assert sliders >= 2, "no explorer controls on the page"
-        from collnb.cli.present import FONT_PX
-        assert label_px and min(label_px) >= FONT_PX, f"labels are {label_px} px, want >= {FONT_PX} px"
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
+    print("measured:", json.dumps(measured))
 
 
 # ------------------------------------------------------------------------------------------------
 # Slides (RISE in JupyterLab)
 
 
+def _deck(cells):
+    nb = {"cells": [], "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"},
+                                    "rise": {"width": 1280, "height": 720, "scroll": True, "transition": "none"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    for i, (kind, src, slide) in enumerate(cells):
+        cell = {"cell_type": kind, "id": f"c{i}", "metadata": {"slideshow": {"slide_type": slide}}, "source": src}
+        if kind == "code":
+            cell.update(execution_count=None, outputs=[])
+        nb["cells"].append(cell)
+    return nb
+
+
+#: A deck with an explorer and a replay, each on its own slide under a title.
+DECK = _deck([
+    ("markdown", "# Collectives, live\n\nA title slide.", "slide"),
+    ("markdown", "## all_reduce, explored", "slide"),
+    ("code", "import collnb\ncollnb.explore('all_reduce', world_size=4)", "-"),
+    ("markdown", "## The ring, round by round", "slide"),
+    ("code", "import collnb\ncollnb.replay(collnb.run_algorithm('all_reduce', 'ring', 4))", "-"),
+])
+
+
 @pytest.mark.slow
 @pytest.mark.browser
-@pytest.mark.timeout(600)
-def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
-    """jupyterlab-rise (lab extra) serves a notebook as a reveal.js deck at /rise/<path>: one
-    top-level slide per cell marked ``slide``, the skipped cells (Colab set-up, solutions) absent."""
+@pytest.mark.timeout(900)
+def test_rise_slides_at_1280x720(tmp_path):
+    """jupyterlab-rise (lab extra) serves a notebook as a reveal.js deck at /rise/<path>, in the
+    learner's lab (etc/lab config, rise.css beside the notebooks as make lab copies it):
+
+    * 01_broadcast: one top-level slide per cell marked ``slide``, the skipped cells (Colab set-up,
+      solutions) absent;
+    * a deck with an explorer and a replay, driven in Chromium at 1280x720 (issue 19 item 3): on each
+      slide the cell is run on the slide (Ctrl+Enter); the explorer's and the replay's picture shows
+      within the slide, scaled to it, with the slides' wording (jupyterlab-rise 0.43 cannot load the
+      ipywidgets 8 manager, jupyterlab-contrib/rise#119: if a later release can, the live controls
+      must then be on the slide instead); no "Click to add a cell." box anywhere on a slide."""
     chromium = "/usr/bin/chromium"
     if not os.path.exists(chromium):
         pytest.skip(f"{chromium} is missing; install Debian's chromium package")
     from playwright.sync_api import sync_playwright
+    from collnb.views.static import SLIDES_LINE
 
     src = ROOT / "notebooks" / "01_broadcast.ipynb"
     nb = json.loads(src.read_text())
@@ -255,7 +377,9 @@ def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
     root = tmp_path / "root"
     root.mkdir()
     shutil.copy(src, root / src.name)
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    shutil.copy(ROOT / "notebooks" / "rise.css", root / "rise.css")
+    (root / "deck.ipynb").write_text(json.dumps(DECK))
+    env = dict(os.environ, PYTHONPATH=str(ROOT), JUPYTER_CONFIG_PATH=str(ROOT / "etc" / "lab"))
     for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
         (tmp_path / sub).mkdir()
@@ -268,6 +392,8 @@ def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
          f"--ServerApp.root_dir={root}", "--LabApp.news_url=None"] + (["--allow-root"] if os.geteuid() == 0 else []),
         cwd=root, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     shots = Path(os.environ.get("COLLNB_SCREENSHOTS", tmp_path))
+    shots.mkdir(parents=True, exist_ok=True)
+    measured = {}
     try:
         deadline = time.monotonic() + 120
         while True:
@@ -280,7 +406,7 @@ def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
                 time.sleep(0.5)
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page = browser.new_page(viewport={"width": 1280, "height": 720})
             page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
             page.goto(f"http://127.0.0.1:{port}/rise/{src.name}?token={token}", timeout=180_000)
             page.wait_for_selector(".reveal .slides > section", timeout=180_000)
@@ -288,18 +414,164 @@ def test_rise_presents_a_notebook_as_its_slide_metadata_says(tmp_path):
             n_slides = page.eval_on_selector_all(".reveal .slides > section", "els => els.length")
             deck = page.inner_text(".reveal .slides")
             page.screenshot(path=str(shots / "rise-01_broadcast.png"))
+
+            page.goto(f"http://127.0.0.1:{port}/rise/deck.ipynb?token={token}", timeout=180_000)
+            page.wait_for_selector(".reveal .slides > section", timeout=180_000)
+            page.wait_for_timeout(1500)
+            for i, (what, name) in enumerate((("explorer", "rise-explorer.png"), ("replay", "rise-replay.png"))):
+                page.keyboard.press("ArrowRight")
+                page.wait_for_timeout(800)
+                slide = page.locator(".reveal .slides section.present:not(.stack)").last
+                slide.locator(".jp-CodeCell").first.click()
+                page.keyboard.press("Escape")
+                page.keyboard.press("Control+Enter")   # run the cell on the slide, stay on it
+                shown = slide.locator(".collnb-live, .collnb-static img")
+                shown.first.wait_for(state="attached", timeout=120_000)
+                page.wait_for_timeout(2500)
+                live = slide.locator(".collnb-live").count()
+                img = slide.locator(".collnb-static img").first
+                box = (slide.locator(".collnb-live").first if live else img).bounding_box()
+                title = slide.locator("h2").first.bounding_box()
+                footers = page.eval_on_selector_all(
+                    ".jp-Notebook-footer", "els => els.filter(e => e.offsetParent !== null && "
+                    "e.getBoundingClientRect().height > 0).map(e => e.textContent.trim())")
+                line = "" if live else slide.locator(".collnb-static-line").first.inner_text()
+                page.screenshot(path=str(shots / name))
+                measured[what] = dict(live=bool(live), box=box, title=title, footers=footers, line=line)
+                print(what, measured[what])
+                assert box and box["width"] > 300, f"the {what} is not on its slide: {box}"
+                assert box["x"] >= 0 and box["x"] + box["width"] <= 1280 + 1, f"the {what} runs off the slide: {box}"
+                assert box["y"] + box["height"] <= 720 + 1, f"the {what} runs below the slide: {box}"
+                assert title and title["y"] + title["height"] <= box["y"] + 1, "the picture covers the slide title"
+                assert not footers, f"JupyterLab's footer is on the slides: {footers}"
+                if not live:
+                    assert line == SLIDES_LINE.format(what=what), line
             browser.close()
         assert n_slides == want_slides, f"{n_slides} slides, the metadata marks {want_slides}"
         assert "01 · broadcast" in deck
         for first_line in skipped:
             assert first_line not in deck, f"a skipped cell is on the slides: {first_line!r}"
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _stop(proc)
+    print("measured:", json.dumps(measured))
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 19: hand-outs and the book from the committed notebooks; the learner's work in work/
+
+
+def _git(cwd, *args):
+    return subprocess.run(["git", "-C", str(cwd), *args], capture_output=True, text=True, check=True)
+
+
+@pytest.fixture
+def course_repo(tmp_path):
+    """A git repository shaped like collnb's: notebooks/ with two committed notebooks."""
+    import committed
+    repo = tmp_path / "repo"
+    (repo / "notebooks").mkdir(parents=True)
+    for p in NOTEBOOKS[:2]:
+        shutil.copy(p, repo / "notebooks" / p.name)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "notebooks")
+    _git(repo, "-c", "user.name=t", "-c", "user.email=t@example.org", "commit", "-q", "-m", "course")
+    return repo, committed
+
+
+def test_builds_refuse_notebooks_that_differ_from_the_commit_and_name_them(course_repo):
+    repo, committed = course_repo
+    first, second = NOTEBOOKS[0].name, NOTEBOOKS[1].name
+    assert committed.differing_notebooks(repo) == []
+    # a teacher tries an answer in a course notebook (JupyterLab autosaves it), and a new notebook appears
+    nb = json.loads((repo / "notebooks" / first).read_text())
+    nb["cells"][-1]["outputs"] = [{"output_type": "stream", "name": "stdout", "text": ["prediction = 300\n"]}]
+    (repo / "notebooks" / first).write_text(json.dumps(nb))
+    (repo / "notebooks" / "Untitled.ipynb").write_text("{}")
+    (repo / "notebooks" / "bandwidth_output").mkdir()
+    (repo / "notebooks" / "bandwidth_output" / "x.ipynb").write_text("{}")  # not a course notebook
+    got = committed.differing_notebooks(repo)
+    assert got == [(f"notebooks/{first}", "changed"), ("notebooks/Untitled.ipynb", "not in git")]
+    msg = committed.refusal(got, "The hand-outs")
+    assert f"notebooks/{first}  (changed)" in msg and "notebooks/Untitled.ipynb  (not in git)" in msg
+    assert f"git checkout -- notebooks/{first}" in msg and "mv notebooks/Untitled.ipynb work/" in msg
+    assert "work/" in msg and second not in msg
+    # restored as the message says: nothing differs any more
+    _git(repo, "checkout", "--", f"notebooks/{first}")
+    (repo / "notebooks" / "Untitled.ipynb").unlink()
+    assert committed.differing_notebooks(repo) == []
+    # a deleted course notebook is named too; outside git nothing can be compared
+    (repo / "notebooks" / second).unlink()
+    assert committed.differing_notebooks(repo) == [(f"notebooks/{second}", "deleted")]
+    assert committed.differing_notebooks(repo.parent) is None
+
+
+def test_make_student_and_make_docs_check_the_committed_notebooks_first():
+    """`make student` and `make docs` run the check before anything is built (make -n: the recipe)."""
+    for target in ("student", "docs"):
+        recipe = subprocess.run(["make", "-n", "-o", ".venv/.test-installed", target], cwd=ROOT,
+                                capture_output=True, text=True, check=True).stdout.splitlines()
+        steps = [ln for ln in recipe if "tools/" in ln]
+        assert steps and ("committed.py" in steps[0] or ("student.py generate" in steps[0] and target == "student")), steps
+    # tools/student.py generate itself refuses (so does anyone calling it without make)
+    src = (ROOT / "tools" / "student.py").read_text()
+    assert "committed.differing_notebooks(ROOT)" in src.split("def main", 1)[1]
+
+
+def test_student_refuses_in_a_checkout_with_a_changed_notebook(course_repo, tmp_path, monkeypatch, capsys):
+    repo, committed = course_repo
+    monkeypatch.setattr(student, "ROOT", repo)
+    monkeypatch.setattr(student, "NOTEBOOKS", repo / "notebooks")
+    path = repo / "notebooks" / NOTEBOOKS[0].name
+    path.write_text(path.read_text().replace('"cells": [', '"cells": [ ', 1))
+    assert student.main(["generate", str(tmp_path / "course")]) == 1
+    err = capsys.readouterr().err
+    assert f"notebooks/{NOTEBOOKS[0].name}  (changed)" in err and "The hand-outs are built from" in err
+    assert not (tmp_path / "course").exists(), "nothing is written when the check refuses"
+
+
+def test_make_lab_copies_the_notebooks_into_work_and_never_overwrites(tmp_path, capsys):
+    import lab
+    course = tmp_path / "notebooks"
+    course.mkdir()
+    for p in NOTEBOOKS[:3]:
+        shutil.copy(p, course / p.name)
+    (course / "rise.css").write_text(".x{}")
+    work = tmp_path / "work"
+    got = lab.prepare(work, course)
+    assert sorted(got["copied"]) == sorted([p.name for p in NOTEBOOKS[:3]] + ["rise.css"]) and not got["kept"]
+    # the learner works: their copy changes; the course notebook is untouched
+    mine = work / NOTEBOOKS[0].name
+    mine.write_text(mine.read_text().replace('"outputs": []', '"outputs": [{"output_type": "stream", '
+                                             '"name": "stdout", "text": ["my answer"]}]', 1))
+    answer = mine.read_text()
+    assert (course / NOTEBOOKS[0].name).read_text() == NOTEBOOKS[0].read_text()
+    # make lab again: nothing overwritten; a notebook new in the course is copied
+    shutil.copy(NOTEBOOKS[3], course / NOTEBOOKS[3].name)
+    got = lab.prepare(work, course)
+    assert got["copied"] == [NOTEBOOKS[3].name] and mine.read_text() == answer and not got["newer"]
+    # the course changes a notebook the learner already has (git pull): kept, and said so
+    (course / NOTEBOOKS[0].name).write_text(NOTEBOOKS[0].read_text() + " ")
+    got = lab.prepare(work, course)
+    assert got["newer"] == [NOTEBOOKS[0].name] and mine.read_text() == answer
+    # the folder is git-ignored and make lab opens JupyterLab in it
+    assert "work/" in (ROOT / ".gitignore").read_text().split()
+    recipe = subprocess.run(["make", "-n", "-o", ".venv/.lab-installed", "lab", f"WORK={work}"], cwd=ROOT,
+                            capture_output=True, text=True, check=True).stdout
+    assert f"tools/lab.py prepare {work}" in recipe and f"--notebook-dir={work}" in recipe
+    assert f"JUPYTER_CONFIG_PATH=\"{ROOT}/etc/lab" in recipe
+
+
+def test_grading_labels_missing_work_and_words_a_blank_answer_kindly():
+    scores = {"ada": {"01_broadcast": (1.0, 1.0), "07_all_reduce": (0.0, 1.0)},
+              "bob": {"01_broadcast": (0.0, 1.0), "07_all_reduce": (0.0, 1.0)}}
+    lines = student.report(scores, {"bob": ["07_all_reduce"]})
+    assert lines[0] == "ada: 1/2  01_broadcast 1/1  07_all_reduce 0/1"
+    assert lines[1] == "bob: 0/2  01_broadcast 0/1  07_all_reduce missing (0/1)"
+    code = student.graded_check("check()")
+    assert "not your own work" not in code and "unfinished" not in code
+    assert student.NO_CHECK_MARK["unanswered"] in code and "not answered yet" in student.NO_CHECK_MARK["unanswered"]
+    # run the graded cell with a check that says "not answered yet": it fails with the kind words
+    ns = {}
+    exec_src = code.replace("check()", "print('answer: not answered yet. Write your answer ...')")
+    with pytest.raises(AssertionError, match="not answered yet: write your answer"):
+        exec(compile(exec_src, "graded", "exec"), ns)

@@ -318,6 +318,7 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
     if not os.path.exists(chromium):
         pytest.skip(f"{chromium} is missing; install Debian's chromium package")
     from playwright.sync_api import sync_playwright
+    from collnb.views.static import BOOK_LINE
 
     shots = Path(os.environ.get("COLLNB_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
@@ -375,6 +376,18 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
                     problems.append(f"{nb_path.stem}: broken link {href}")
                 elif parsed.fragment and target.suffix == ".html" and parsed.fragment not in ids_of(target):
                     problems.append(f"{nb_path.stem}: link {href}: no #{parsed.fragment} in {target.name}")
+            # explorers' and replays' pictures say what to do in the book's words, never "run this
+            # cell" (a static page has no cell to run), and no dead panel's repr shows (issue 19 item 5)
+            visible = page.inner_text("article")
+            static_text = " ".join(page.locator(".collnb-static").all_inner_texts())  # what shows of them
+            if "run this cell" in static_text.lower():
+                problems.append(f"{nb_path.stem}: a static picture in the book says to run a cell")
+            statics = page.locator(".collnb-static").count()
+            worded = sum(static_text.count(BOOK_LINE.format(what=w)) for w in ("explorer", "replay", "comparison"))
+            if statics and worded < statics:
+                problems.append(f"{nb_path.stem}: {statics} static pictures, {worded} worded for the book")
+            if re.search(r"\b(Explorer|VBox|RoundsExplorer)\(", visible):
+                problems.append(f"{nb_path.stem}: a widget's repr is on the page")
             # the Colab set-up cell is not in the book; solutions are collapsed behind a toggle
             if "google.colab" in page.inner_text("article"):
                 problems.append(f"{nb_path.stem}: the Colab set-up cell is shown in the book")
@@ -426,3 +439,89 @@ def test_readme_figures_are_small_real_pictures():
     gif = Image.open(ROOT / "docs" / "img" / readme_figures.REPLAY)
     # ring all_reduce at world size 4: 3 reduce-scatter + 3 all-gather rounds, plus the start
     assert gif.n_frames == 2 * (4 - 1) + 1
+
+
+# ------------------------------------------------------------------------------------------------
+# Issue 19 item 2: a notebook that fails during `make docs` is named at the end, with its cell and error
+
+_TRACEBACK = """Traceback (most recent call last):
+  File ".../jupyter_cache/executors/utils.py", line 58, in single_nb_execution
+nbclient.exceptions.CellExecutionError: An error occurred while executing the following cell:
+------------------
+# the check
+exercises.check_prediction(prediction, solution_prediction)
+------------------
+
+\x1b[0;31m---------------------------------------------------------------------------\x1b[0m
+\x1b[0;31mCheckFailed\x1b[0m                               Traceback (most recent call last)
+Cell \x1b[0;32mIn[12], line 2\x1b[0m
+\x1b[0;31mCheckFailed\x1b[0m: ✗ not quite: you predicted 300
+  rank 0 | 300 | 6
+"""
+
+
+def test_execution_report_names_the_notebook_the_cell_and_the_error():
+    sys.path.insert(0, str(ROOT / "docs"))
+    import exec_report
+    cells = ["# title", "prediction = 300", "# the check\nexercises.check_prediction(prediction, solution_prediction)"]
+    got = exec_report.parse_failure(_TRACEBACK, cells)
+    assert got["cell"] == 3 and got["first_line"] == "exercises.check_prediction(prediction, solution_prediction)"
+    assert got["error"].splitlines() == ["CheckFailed: ✗ not quite: you predicted 300", "  rank 0 | 300 | 6"]
+    short, full = exec_report.report([("notebooks/07_all_reduce", {"traceback": _TRACEBACK, "error": "CellExecutionError"})],
+                                     ROOT / "nowhere")
+    assert "1 notebook failed to execute" in short
+    assert "notebooks/07_all_reduce.ipynb, a cell (exercises.check_prediction(" in short
+    assert "CheckFailed: ✗ not quite: you predicted 300" in short and "Traceback" not in short
+    assert "\x1b[" not in full and "the whole traceback" in full
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_failing_notebook_fails_the_book_with_its_cause_printed_last(tmp_path):
+    """A small book built with docs/conf.py's execution settings and report: one notebook passes,
+    one fails its check; the build exits 1 and its last lines name the notebook, the cell and the
+    error (not only a temp log), and a second build executes only the failed notebook again."""
+    src = tmp_path / "src"
+    (src / "notebooks").mkdir(parents=True)
+    (src / "conf.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT / 'docs')!r})\n"
+        "from exec_report import setup  # noqa: F401\n"
+        "extensions = ['myst_nb']\n"
+        "nb_execution_mode = 'cache'\n"
+        f"nb_execution_cache_path = {str(tmp_path / 'cache')!r}\n"
+        "nb_execution_raise_on_error = False\n"
+        "nb_execution_show_tb = False\n"
+        "root_doc = 'index'\n")
+    (src / "index.md").write_text("# book\n\n```{toctree}\n:glob:\nnotebooks/*\n```\n")
+
+    def nb(*cells):
+        return json.dumps({"cells": [
+            {"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [], "source": c}
+            if not c.startswith("#") else {"cell_type": "markdown", "id": f"c{i}", "metadata": {}, "source": c}
+            for i, c in enumerate(cells)],
+            "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+            "nbformat": 4, "nbformat_minor": 5})
+
+    (src / "notebooks" / "good.ipynb").write_text(nb("# good", "print(1 + 1)"))
+    (src / "notebooks" / "edited.ipynb").write_text(nb(
+        "# edited", "prediction = 300",
+        "class CheckFailed(Exception):\n    pass\n\nraise CheckFailed(f'✗ not quite: you predicted {prediction}')"))
+    cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-q", "-j", "2", str(src), str(tmp_path / "out" / "html")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=500)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    tail = lines[max(i for i, ln in enumerate(lines) if ln.startswith("The book: ")):]
+    print("\n".join(tail))
+    assert len(tail) == 5, tail  # the summary is the end of the output
+    assert tail[0] == "The book: 1 notebook failed to execute, so its page shows no outputs and the build fails:"
+    assert tail[1].startswith("  notebooks/edited.ipynb, cell 3 (class CheckFailed(Exception):")
+    assert tail[2].strip() == "CheckFailed: ✗ not quite: you predicted 300"
+    assert "failed-notebooks.txt" in tail[-1]
+    report = (tmp_path / "out" / "failed-notebooks.txt").read_text()
+    assert "CheckFailed: ✗ not quite: you predicted 300" in report and "the whole traceback" in report
+    # the retry `make docs` does: only the failed notebook is executed again
+    again = subprocess.run(cmd[:5] + cmd[6:], capture_output=True, text=True, timeout=500)
+    assert again.returncode == 1
+    assert "edited.ipynb: Executing notebook" in again.stdout + again.stderr
+    assert "good.ipynb: Executing notebook" not in again.stdout + again.stderr

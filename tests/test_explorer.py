@@ -11,6 +11,7 @@ import signal
 import threading
 import time
 
+import numpy as np
 import pytest
 import torch
 
@@ -406,7 +407,12 @@ def test_static_picture_follows_the_last_state():
         from PIL import Image
         im = Image.open(io.BytesIO(png))
         heat = Image.open(io.BytesIO(ex.last_png))
-        assert im.size[0] == heat.size[0] and im.size[1] == heat.size[1] + 30  # the line painted above
+        # the line painted above, wrapped to the picture's width (issue 19: it was cut off at "its cont")
+        strip = im.size[1] - heat.size[1]
+        assert im.size[0] == heat.size[0] and strip >= 30 and (strip - 30) % 20 == 0
+        ink = np.asarray(im.convert("RGB"))[:strip - 2].astype(int)
+        cols = np.flatnonzero((np.abs(ink - [0xFF, 0xF4, 0xD6]).max(axis=2) > 60).any(axis=0))
+        assert cols.size and cols[-1] < im.size[0] - 4, "the painted line runs off the picture"
         ex.controls["world_size"].value = 3
         ex.wait()
         assert 'data-world-size="3"' in ex.static_bundle()["text/html"]

@@ -11,7 +11,7 @@ or edited: running it twice changes nothing). Standard library only. For each no
   nothing. The book hides it (tag ``remove-cell``), slides skip it;
 * gives every cell **RISE slide metadata** (``slideshow.slide_type``) where it has none: ``#``/``##``
   headings start a slide, ``###`` a sub-slide, solution and set-up cells are skipped, the rest
-  continues the current slide; a teacher's own choices are kept;
+  continues the current slide; a teacher's own choices are kept; the deck is 1280 x 720 (``rise`` metadata);
 * hides every **solution** cell (tag ``solution``) in each place notebooks are opened: JupyterLab /
   Notebook 7 (``jupyter.source_hidden``), Colab (a ``# @title`` form with ``cellView: form``: Colab
   ignores ``source_hidden``), the book (tag ``hide-input``: a "show" toggle), and slides (skipped);
@@ -189,9 +189,11 @@ def fix_notebook(nb: dict, url: str) -> list[str]:
         if "slide_type" not in meta.get("slideshow", {}):
             meta.setdefault("slideshow", {})["slide_type"] = _slide_type(cell)
             changes.append("slide metadata") if "slide metadata" not in changes else None
-    # 4. RISE: a readable default for every notebook's slideshow
+    # 4. RISE: a readable default for every notebook's slideshow, laid out for a 1280 x 720 projector
+    # (notebooks/rise.css, beside the notebooks, fits the pictures to it)
     rise = nb["metadata"].setdefault("rise", {})
-    for key, value in (("scroll", True), ("enable_chalkboard", False), ("transition", "none")):
+    for key, value in (("scroll", True), ("enable_chalkboard", False), ("transition", "none"), ("width", 1280),
+                       ("height", 720)):
         if key not in rise:
             rise[key] = value
             changes.append("RISE settings") if "RISE settings" not in changes else None

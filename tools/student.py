@@ -17,9 +17,14 @@
 * ``COURSE/release/collnb/*.ipynb``: the student versions (``nbgrader generate_assignment``), no
   solutions in them.
 
+The notebooks are the ones committed in git: ``generate`` refuses while ``notebooks/`` differs from
+the last commit, naming each notebook and how to restore it (``tools/committed.py``), so an answer
+a teacher tried in a course notebook never reaches the students.
+
 ``python tools/student.py grade COURSE`` runs ``nbgrader autograde`` on every submission in
 ``COURSE/submitted/STUDENT/collnb/`` and prints each student's points per notebook (also returned
-by :func:`grade` as ``{student: {notebook: (score, max_score)}}``).
+by :func:`grade` as ``{student: {notebook: (score, max_score)}}``); a notebook a student did not
+hand in reads ``missing`` (:func:`missing`).
 """
 
 from __future__ import annotations
@@ -33,6 +38,9 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import committed  # noqa: E402  (tools/committed.py: hand-outs come from the committed notebooks)
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
@@ -82,21 +90,31 @@ def defined_names(source: str) -> list[str]:
     return names
 
 
+#: What the graded check says when it printed no ✓: the learner's own words of the check above it
+#: (not answered yet, or the check's ✗ and hint) stay in the output; this line says what it scored.
+NO_CHECK_MARK = {
+    "unanswered": "not answered yet: write your answer in the exercise cell above and run this check (0 points)",
+    "other": "no ✓ yet: the check above did not pass; its message says what to change (0 points)",
+}
+
+
 def graded_check(source: str) -> str:
     """The check cell's code run so that the cell fails unless it printed ✓ (nbgrader scores a
-    test cell by whether it raised)."""
+    test cell by whether it raised); without a ✓ it says why, in the words of :data:`NO_CHECK_MARK`."""
     body = textwrap.indent(source.rstrip() or "pass", "        ")
     return (
         "# Graded: one point when this check prints ✓ for your own answer.\n"
         "import contextlib as _contextlib, io as _io\n"
+        "from collnb import exercises as _exercises\n"
         "_check_output = _io.StringIO()\n"
         "try:\n"
         "    with _contextlib.redirect_stdout(_check_output):\n"
         f"{body}\n"
         "finally:\n"
         "    print(_check_output.getvalue(), end=\"\")\n"
-        "assert \"✓\" in _check_output.getvalue(), \\\n"
-        "    \"no ✓: the answer above is unfinished or not your own work yet (0 points)\""
+        "assert \"✓\" in _check_output.getvalue(), (\n"
+        f"    {NO_CHECK_MARK['unanswered']!r} if _exercises.NOT_ANSWERED in _check_output.getvalue() else\n"
+        f"    {NO_CHECK_MARK['other']!r})"
     )
 
 
@@ -167,7 +185,8 @@ def grade(course: Path) -> dict[str, dict[str, tuple[float, float]]]:
     """Autograde every submission in ``course/submitted/*/collnb/``.
 
     Returns:
-        ``{student: {notebook stem: (score, max_score)}}``.
+        ``{student: {notebook stem: (score, max_score)}}``, every notebook of the assignment for
+        every student: a notebook the student did not hand in scores 0 (:func:`missing` names them).
 
     Raises:
         RuntimeError: nbgrader failed, or there is nothing to grade.
@@ -181,12 +200,50 @@ def grade(course: Path) -> dict[str, dict[str, tuple[float, float]]]:
     for student in students:
         _nbgrader(course, "db", "student", "add", student)
     _nbgrader(course, "autograde", ASSIGNMENT, "--force")
+    handed_out = {p.stem: p for p in (course / "release" / ASSIGNMENT).glob("*.ipynb")}
     scores: dict[str, dict[str, tuple[float, float]]] = {}
     with Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
+        maxima = {nb.name: nb.max_score for nb in gb.find_assignment(ASSIGNMENT).notebooks}
         for student in students:
-            sub = gb.find_submission(ASSIGNMENT, student)
-            scores[student] = {nb.name: (nb.score, nb.max_score) for nb in sub.notebooks}
+            got = {}
+            try:
+                sub = gb.find_submission(ASSIGNMENT, student)
+                got = {nb.name: (nb.score, nb.max_score) for nb in sub.notebooks}
+            except Exception:  # noqa: BLE001 - nbgrader keeps no submission for an empty folder
+                pass
+            scores[student] = {name: got.get(name, (0.0, maxima.get(name, 0.0)))
+                               for name in sorted(set(maxima) | set(got) | set(handed_out))}
     return scores
+
+
+def missing(course: Path) -> dict[str, list[str]]:
+    """``{student: [notebook stems]}``: the notebooks of the assignment (``release/collnb/``) that a
+    student's folder ``submitted/STUDENT/collnb/`` does not hold (students with none missing are left out)."""
+    course = Path(course).resolve()
+    wanted = sorted(p.stem for p in (course / "release" / ASSIGNMENT).glob("*.ipynb"))
+    out = {}
+    for folder in sorted((course / "submitted").glob(f"*/{ASSIGNMENT}")):
+        gone = [n for n in wanted if not (folder / f"{n}.ipynb").is_file()]
+        if gone:
+            out[folder.parent.name] = gone
+    return out
+
+
+def report(scores: dict, absent: dict) -> list[str]:
+    """One line per student: total points, then each notebook's points; a notebook the student did
+    not hand in reads ``missing`` (it scores 0)."""
+    lines = []
+    for student, notebooks in scores.items():
+        total = sum(s for s, _ in notebooks.values())
+        most = sum(m for _, m in notebooks.values())
+        parts = []
+        for name, (s, m) in sorted(notebooks.items()):
+            if name in absent.get(student, ()):
+                parts.append(f"{name} missing (0/{m:g})")
+            elif m:
+                parts.append(f"{name} {s:g}/{m:g}")
+        lines.append(f"{student}: {total:g}/{most:g}  " + "  ".join(parts))
+    return lines
 
 
 def main(argv=None) -> int:
@@ -199,16 +256,19 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         if args.command == "generate":
+            differing = committed.differing_notebooks(ROOT)
+            if differing:
+                print("error: " + committed.refusal(differing, "The hand-outs"), file=sys.stderr)
+                return 1
+            if differing is None:
+                print(f"note: {ROOT} is not a git checkout; the hand-outs use notebooks/ as they are")
             released = generate(args.course)
             print(f"student versions ({len(released)}): {args.course / 'release' / ASSIGNMENT}")
             print(f"hand them out; collect into {args.course}/submitted/STUDENT/{ASSIGNMENT}/, then: "
                   f"python tools/student.py grade {args.course}")
         else:
-            for student, notebooks in grade(args.course).items():
-                total = sum(s for s, _ in notebooks.values())
-                most = sum(m for _, m in notebooks.values())
-                print(f"{student}: {total:g}/{most:g}  " + "  ".join(
-                    f"{name} {s:g}/{m:g}" for name, (s, m) in sorted(notebooks.items()) if m))
+            for line in report(grade(args.course), missing(args.course)):
+                print(line)
     except (RuntimeError, SyntaxError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -2,8 +2,14 @@
 
 A Voilà app (``voila``, the ``present`` extra) on the notebook shipped as
 ``collnb/data/present.ipynb``: Voilà runs it in a kernel and shows only its outputs (no code
-cells), in large type for a room: the primitive explorer (sliders re-run collectives on warm
-ranks) and the ring all_reduce replay (play / step the rounds).
+cells), laid out for a room: the primitive explorer with every primitive in its dropdown (sliders
+re-run collectives on warm ranks) and the rounds explorer (primitive, algorithm, world size; play /
+step the rounds).
+
+Layout (:func:`projector_css`): the page is laid out at :data:`LAYOUT_WIDTH_PX` CSS pixels and
+scaled with CSS ``zoom`` to the screen (x1.5 on a 1920 px projector, x1 at 1280 px), so every
+control keeps the geometry ipywidgets gave it (nothing overlaps, no slider collapses) and text
+grows with it; the heatmap and the replay frame fill the width (drawn at :data:`FIGURE_DPI`).
 
 Exit status: 0 when Voilà ends normally; 2 when Voilà is not installed or the port is bad.
 """
@@ -21,8 +27,34 @@ from ..vocabulary import check_int
 #: The notebook Voilà serves.
 NOTEBOOK = Path(__file__).resolve().parent.parent / "data" / "present.ipynb"
 
-#: Type size for the projector (CSS pixels of body text; widget labels and tables follow).
-FONT_PX = 24
+#: The width the page is laid out at (CSS pixels); wider screens zoom it (:data:`ZOOM_STEPS`).
+LAYOUT_WIDTH_PX = 1280
+#: ``(minimum screen width in CSS px, zoom)``, widest first: 1920 x 1080 -> x1.5, 1600 -> x1.25.
+ZOOM_STEPS = ((1900, 1.5), (1580, 1.25))
+#: Resolution of the explorer's heatmap in the projector view (its natural width ~1000-1200 px).
+FIGURE_DPI = 120
+#: The smallest body text on a 1920 px screen (CSS px): ipywidgets' 13 px x 1.5.
+FONT_PX = 13 * ZOOM_STEPS[0][1]
+
+
+def projector_css() -> str:
+    """The ``<style>`` of the projector view (see the module doc): zoom steps, figures that fill
+    the width, no static stand-ins (the app always has its kernel)."""
+    zoom = "".join(f"@media (min-width: {w}px) {{ html {{ zoom: {z}; }} }}" for w, z in reversed(ZOOM_STEPS))
+    return ("<style>"
+            f"{zoom}"
+            "body { margin: 0; }"
+            ".jp-Cell, .jp-OutputArea-output, #rendered_cells { max-width: none !important; }"
+            # the figures fill the width of the page (scaled from their drawn size)
+            ".collnb-explorer .collnb-figure { flex: 1 1 100%; width: 100%; }"
+            ".collnb-explorer .collnb-figure img.collnb-heatmap { width: 100% !important; max-width: 100% !important;"
+            " height: auto !important; }"
+            ".collnb-explorer .collnb-reference-box { margin-left: 0 !important; }"
+            ".collnb-replay .widget-image, .collnb-replay img { width: 100% !important; max-width: 100% !important;"
+            " height: auto !important; }"
+            # the app has its kernel for as long as the page is open: no static stand-ins
+            ".collnb-static .collnb-static-body { display: none !important; }"
+            "</style>")
 
 
 def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.0.1") -> list[str]:
@@ -58,8 +90,9 @@ def _cmd_present(args) -> int:
 def add_parser(subparsers) -> None:
     """Register ``present`` on the ``python -m collnb`` command line."""
     p = subparsers.add_parser(
-        "present", help="projector view: explorer and replay as a Voilà app, no code, large type",
-        description="Serve the explorer and the round-by-round replay with Voilà (no code, large type).")
+        "present", help="projector view: explorer and replay as a Voilà app, no code, laid out for a room",
+        description="Serve the explorer and the round-by-round replay with Voilà (no code, laid out for a "
+                    "1280 or 1920 px projector).")
     p.add_argument("--port", type=int, default=8866, help="port to serve on (default 8866)")
     p.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     p.add_argument("--no-browser", action="store_true", help="do not open a browser")

@@ -9,7 +9,7 @@ from __future__ import annotations
 from .. import collectives
 from ..units import format_bytes
 from ..vocabulary import check_rank, dtype_name, op_hint, op_name
-from .presets import INPUT_PRESETS, about_text, presets_for, teaching_label
+from .presets import INPUT_PRESETS, about_text, preset_label, presets_for
 from .static import esc
 
 __all__ = ["ControlLogic"]
@@ -21,8 +21,8 @@ class ControlLogic:
     HTML labels)."""
 
     @staticmethod
-    def _preset_label(key, world_size):
-        return teaching_label(world_size) if key == "teaching" else INPUT_PRESETS[key][0]
+    def _preset_label(key, world_size, dtype=None):
+        return preset_label(key, world_size, dtype)
 
     def _support(self, backend):
         return collectives.backend_support(backend, **self.launch_kwargs)
@@ -105,10 +105,10 @@ class ControlLogic:
             keys = presets_for(spec.name)
             cur = c["inputs"].value
             if cur not in keys:
-                self._info.append(f"the inputs preset “{INPUT_PRESETS[cur][0]}” shows nothing for {spec.name}; "
+                self._info.append(f"the inputs preset “{self._preset_label(cur, ws)}” shows nothing for {spec.name}; "
                                   f"showing the teaching values")
                 cur = "teaching"
-            opts = [(self._preset_label(k, ws), k) for k in keys]
+            opts = [(self._preset_label(k, ws, c["dtype"].value), k) for k in keys]
             if [tuple(o) for o in c["inputs"].options] != opts:
                 c["inputs"].options = opts
             c["inputs"].value = cur
@@ -175,10 +175,10 @@ class ControlLogic:
                     changed[-1] += f" (the effect needs at least {min_ws} ranks)"
                 kept = [] if before["world_size"] != after["world_size"] else [f"world size {ws} kept"]
                 if changed:
-                    self._info.append(f"preset “{INPUT_PRESETS[key][0]}” set " + ", ".join(changed) +
+                    self._info.append(f"preset “{self._preset_label(key, after['world_size'])}” set " + ", ".join(changed) +
                                       ("; " + kept[0] if kept else ""))
                 else:
-                    self._info.append(f"preset “{INPUT_PRESETS[key][0]}”: dtype {after['dtype']} as set; "
+                    self._info.append(f"preset “{self._preset_label(key, after['world_size'])}”: dtype {after['dtype']} as set; "
                                       + kept[0])
                 return
         self._sync_controls()

@@ -21,10 +21,10 @@ JavaScript, so it works the same in JupyterLab 4, Jupyter Notebook 7 and VS Code
 Saved notebooks: displaying an explorer also displays a static picture of its current state
 (PNG, plus one line telling the learner to run the cell to bring the controls back), kept current
 with ``update_display`` as the controls move. While the panel is live the picture is hidden (a
-CSS rule in the picture's own HTML) and one grey line above the panel says to run the cell again
-if the controls stop answering (a restarted kernel leaves the old panel on the page); a saved
-notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows the picture
-(see :func:`collnb.views.static.static_bundle`).
+CSS rule in the picture's own HTML); one line above the panel says to run the cell again only once
+ipywidgets marks the panel disconnected (a restarted or stopped kernel leaves it on the page,
+inert); a saved notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows
+the picture, worded for where it is shown (see :func:`collnb.views.static.static_bundle`).
 
 Every change runs the primitive through :func:`collnb.collectives.run` (the warm pool of
 :mod:`collnb.ranks`) and redraws the before | after heatmap with the same drawing path a
@@ -59,7 +59,7 @@ from .explorer_text import dtype_effect_text, figure_html, reference_html
 from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, presets_for
 from .raster import encode_png
-from .static import RERUN_LINE, captioned_png, esc, static_bundle
+from .static import RERUN_LINE, captioned_png, esc, live_bundle, static_bundle
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["explore", "Explorer"]
@@ -213,10 +213,9 @@ class Explorer(ControlLogic, WorkerState):
 
     # -- display -----------------------------------------------------------------------------
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        # the panel (ipywidgets' view mime type) with this explorer's repr as the plain-text fallback
-        data = self.widget._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = repr(self) + "\n" + RERUN_LINE.format(what="explorer")
-        return data
+        # the panel (ipywidgets' view mime type), this explorer's repr as the plain-text fallback and
+        # an empty text/html where widgets cannot run (the static picture stands in there)
+        return live_bundle(self.widget, repr(self))
 
     def _ipython_display_(self):
         """Display the static picture of the current state (kept current, see the module doc)

@@ -115,21 +115,30 @@ def _num(v) -> str:
 
 def dtype_effect_text(result, grid) -> str:
     """One line saying what the dtype did, e.g. "dtype effect: int8 gives -56 where float64 gives
-    200 (...)", or ``""``."""
+    200 (...)", preceded by what it did to the inputs where it could not hold them ("bfloat16
+    cannot hold every input asked for: rank 13, chunk 0 holds 1296 for 1300 ..."), or ``""``."""
     if result.spec.kind != "tensor":
         return ""
+    dname = dtype_name(result.dtype)
+    asked = [(r, c) for r, row in enumerate(getattr(grid.before, "asked", None) or []) for c, x in enumerate(row) if x]
+    head = ""
+    if asked:
+        r, c = asked[0]
+        head = (f"{dname} cannot hold every input asked for: rank {r}, chunk {c} holds {grid.before.text[r][c]} "
+                f"for {grid.before.asked[r][c]} ({len(asked)} input chunk(s), marked in the before panel)")
     after = _values(result, "after")
     exact = _values(result, "expected_f64")
     diffs = [(r, c) for r in range(result.world_size) if exact[r] is not None
              for c, x in enumerate(exact[r]) if c < len(after[r]) and differs_exact(after[r][c], x)]
     if not diffs:
-        return ""
+        return head
     r, c = diffs[0]
-    dname = dtype_name(result.dtype)
     if not result.spec.reduces:
-        return (f"{dname} cannot hold every input value: the inputs changed when the tensors were made "
+        body = (f"{dname} cannot hold every input value: the inputs changed when the tensors were made "
                 f"(rank {r}, chunk {c}: {format_value(after[r][c])} for {format_value(exact[r][c])}); "
                 f"{result.primitive} itself copied them unchanged")
-    return (f"dtype effect: {dname} gives {format_value(after[r][c])} where float64 gives "
-            f"{format_value(exact[r][c])} (rank {r}, chunk {c}; {len(diffs)} chunk(s) differ from the "
-            f"float64 result, highlighted)")
+    else:
+        body = (f"dtype effect: {dname} gives {format_value(after[r][c])} where float64 gives "
+                f"{format_value(exact[r][c])} (rank {r}, chunk {c}; {len(diffs)} chunk(s) differ from the "
+                f"float64 result, highlighted)")
+    return f"{head}; {body}" if head else body

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .. import collectives
 from .values import chunk_firsts, differs_exact, format_value
 
 __all__ = ["Panel", "HeatmapGrid", "heatmap_grid"]
@@ -29,6 +30,10 @@ class Panel:
         expected: the reference value as text where mismatching, else ``""``.
         exact: the float64 result as text where the dtype changed it, else ``""``.
         row_note: per rank, a note drawn across an all-empty row (e.g. ``"no input (not src)"``).
+        tag: the source rank written in a corner of a copied cell (``"r5"``) where the values do
+            not name their rank (nan, inf, 1/3 ...), so that colour is not the only clue; else ``""``.
+        asked: in the ``before`` panel, the input asked for where the dtype could not hold it
+            (``"1300"`` where bfloat16 holds 1296); else ``""``.
     """
 
     name: str
@@ -42,6 +47,8 @@ class Panel:
     expected: list
     exact: list
     row_note: list
+    tag: list = field(default_factory=list)
+    asked: list = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +76,23 @@ def _call_text(result) -> str:
     return call
 
 
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def names_its_rank(result, asked, src: int, chunk: int) -> bool:
+    """Whether the input of rank ``src``'s chunk ``chunk`` tells the rank it came from: a teaching
+    value (``10*rank + chunk``, ``100*rank + chunk`` above 10 ranks) or the rank itself, held
+    exactly by the dtype (``asked``: the before panel's :attr:`Panel.asked`)."""
+    inputs = result.inputs or []
+    if src >= len(inputs) or chunk >= len(inputs[src]):
+        return False
+    x = inputs[src][chunk]
+    if not _is_number(x) or x not in (collectives.teaching_value(src, chunk, result.world_size), src):
+        return False
+    return not (src < len(asked) and chunk < len(asked[src]) and asked[src][chunk])
+
+
 def heatmap_grid(result) -> HeatmapGrid:
     """What the heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`) shows, as data:
     values as text, cell states, contributing ranks, mismatches, per-rank verdicts."""
@@ -90,18 +114,26 @@ def heatmap_grid(result) -> HeatmapGrid:
               [[False] * nb for _ in range(ws)], blank(nb), blank(nb), [""] * ws)
     if kind == "time":
         b.title = "before: arrival at dist.barrier() (ms)"
+    b.tag, b.asked = blank(nb), blank(nb)
+    inputs = result.inputs or []
     for r in range(ws):
         vals = before_vals[r]
         for c, v in enumerate(vals):
             b.text[r][c] = format_value(v, kind)
             b.state[r][c] = "value"
             b.ranks[r][c] = (r,)
+            x = inputs[r][c] if kind == "tensor" and r < len(inputs) and c < len(inputs[r]) else None
+            # marked where what the learner reads differs (1296 for 1300), not where only the last
+            # bits do (float32's 1/3 reads 0.3333 like the 1/3 asked for)
+            if _is_number(x) and differs_exact(v, x) and format_value(x, kind) != b.text[r][c]:
+                b.asked[r][c] = format_value(x, short=True)
         if not vals:
             b.row_note[r] = (f"no input (not {spec.root_name})" if spec.rooted else "no input")
 
     a = Panel("after", "after: each rank's output", ws, na, blank(na),
               [["empty"] * na for _ in range(ws)], [[()] * na for _ in range(ws)],
               [[False] * na for _ in range(ws)], blank(na), blank(na), [""] * ws)
+    a.tag, a.asked = blank(na), blank(na)
     if kind == "time":
         a.title = "after: departure from dist.barrier() (ms)"
     verdicts = []
@@ -113,6 +145,9 @@ def heatmap_grid(result) -> HeatmapGrid:
             a.state[r][c] = "value" if defined else "undefined"
             if defined:
                 a.ranks[r][c] = tuple(dict.fromkeys(s for s, _ in result.sources[r][c]))
+                src = result.sources[r][c]
+                if kind == "tensor" and len(src) == 1 and not names_its_rank(result, b.asked, *src[0]):
+                    a.tag[r][c] = f"r{src[0][0]}"
         if not defined:
             n = spec.n_out(ws, r, result.root or 0)
             for c in range(len(vals), na):
@@ -164,5 +199,10 @@ def heatmap_grid(result) -> HeatmapGrid:
         legend.append(("red outline: differs from reference", "mismatch"))
     if any(x for row in a.exact for x in row):
         legend.append(("exact N: the float64 result, where the dtype changed it", "exact"))
+    if any(x for row in b.asked for x in row):
+        dname = str(result.dtype).replace("torch.", "")
+        legend.append((f"asked N: the input asked for, which {dname} cannot hold", "asked"))
+    if any(x for row in a.tag for x in row):
+        legend.append(("rN in a corner: the rank this chunk came from (its value does not say)", "tag"))
     return HeatmapGrid(title=result.title(), call=_call_text(result), status=status, ok=result.ok,
                        before=b, after=a, verdicts=verdicts, legend=legend)

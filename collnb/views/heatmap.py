@@ -145,6 +145,10 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
             elif show_exact and a.exact[r][c]:
                 subs_long.append(f"exact {a.exact[r][c]}")
                 subs_short.append(a.exact[r][c])
+        for c in range(b.n_cols):
+            if b.asked and b.asked[r][c]:
+                subs_long.append(f"asked {b.asked[r][c]}")
+                subs_short.append(b.asked[r][c])
     widest = max([probe.measure(t, val_floor, "bold")[0] for t in texts] + [1])
     need = widest / 0.9
     if subs_short:
@@ -233,6 +237,8 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
             label = "orange number under a value: the float64 result, where the dtype changed it"
         if kind == "mismatch" and subs_short and not long_subs:
             label = "red outline: differs from reference (red number: the expected value)"
+        if kind == "asked" and not long_subs:
+            label = label.replace("asked N:", "orange number under an input:")
         if kind == "stripes" and compact_bands:
             label += f" (a dark band with a count: too many ranks for stripes)"
         legend.append((label, kind))
@@ -386,14 +392,22 @@ def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _Ce
     if panel.row_note[r]:
         return
     txt = panel.text[r][c]
+    asked = panel.asked[r][c] if panel.asked else ""
+    tag = panel.tag[r][c] if panel.tag else ""
     if panel.expected[r][c]:
         sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
     elif show_exact and panel.exact[r][c]:
         sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
+    elif asked:
+        sub = f"asked {asked}" if long_subs else asked
     else:
         sub = ""
     xc = x0 + (c + 0.5) * cell
     body_top = cy0 + (cband if combined else 0)
+    if tag:  # the source rank, top left: colour is not the only clue where values do not name it
+        tpx = _fit_size(tag, _SAFE_PX, inner * 0.6, "bold")
+        cv.text(tag, cx0 + 2, cy0 + 1, tpx, INK, "bold", ha="left", va="top")
+        body_top = cy0 + int(0.8 * tpx) + 3
     body_bottom = cy0 + inner - (0.30 * inner if sub else 0)
     if txt:
         size = _fit_size(txt, val_px, inner * 0.92, "bold")
@@ -442,8 +456,11 @@ def _paint_legend(cv: Canvas, rows: list, y: float, ws: int, k: float, swatch: t
                 cv.hatch(sx0, sy0, sx0 + sw, sy0 + sh, UNDEFINED_COLOR, HATCH_COLOR, period=6, width=2)
             elif kind == "mismatch":
                 cv.frame(sx0, sy0, sx0 + sw, sy0 + sh, MISMATCH_COLOR, 3)
-            elif kind == "exact":
+            elif kind in ("exact", "asked"):
                 cv.text("N", sx0 + sw / 2, yc, leg_px, EXACT_COLOR, "bold")
+            elif kind == "tag":
+                cv.rect(sx0, sy0, sx0 + sw, sy0 + sh, rank_color(min(3, ws - 1)))
+                cv.text(f"r{min(3, ws - 1)}", sx0 + 2, yc, min(leg_px, sh), INK, "bold", ha="left")
             cv.text(label, x + sw + 7 * k, yc, leg_px, "#222222", ha="left")
             x += ew
 

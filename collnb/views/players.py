@@ -14,7 +14,7 @@ from ..algorithms import CostModel, Trace
 from ..units import format_bytes
 from .comparison import compare_figure
 from .frames import FrameRenderer
-from .static import RERUN_LINE, captioned_png, stack_pngs, static_bundle
+from .static import RERUN_LINE, captioned_png, live_bundle, stack_pngs, static_bundle
 
 __all__ = ["ReplayWidget", "CompareWidget", "SPEED_RANGE"]
 
@@ -72,7 +72,8 @@ class ReplayWidget:
             ← / → keys step it round by round, Home / End jump to the ends).
         first, back, forward, last: ``ipywidgets.Button`` ``"|◀"``, ``"◀ step"``, ``"step ▶"``, ``"▶|"`` (round 0, one round back,
             one round on, the last round), each with a tooltip; disabled where they cannot move.
-        speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``).
+        speed: ``ipywidgets.FloatSlider`` (rounds per second while playing; sets ``play.interval``);
+            ``speed_unit`` its "rounds/s" label, ``speed_box`` the two together (they wrap as one).
         image: ``ipywidgets.Image`` (PNG of the current frame).
         info: ``ipywidgets.HTML`` (this round's caption and transfers).
         widget: the ``ipywidgets.VBox`` to display.
@@ -96,15 +97,17 @@ class ReplayWidget:
                            description="play", show_repeat=True,
                            tooltip="play / pause the rounds at the speed set on the right")
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
-                                  continuous_update=True, layout=w.Layout(width="300px"),
+                                  continuous_update=True, style={"description_width": "initial"},
+                                  layout=w.Layout(width="280px"),
                                   tooltip="drag, or click it and press ← / → to step round by round")
         self.first, self.back, self.forward, self.last = _step_buttons(
             w, self.slider, "first: round 0, before any message", f"last: round {R}, the result")
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
                                    description="speed", readout_format=".2f",
                                    tooltip="rounds per second while playing",
-                                   layout=w.Layout(width="230px"))
-        self.speed_unit = w.Label("rounds/s")
+                                   style={"description_width": "initial"}, layout=w.Layout(width="240px"))
+        self.speed_unit = w.Label("rounds/s", layout=w.Layout(width="auto", margin="0 0 0 2px"))
+        self.speed_unit.add_class("collnb-speed-unit")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
         W, H = self.renderer.size
         # shown 1:1 (the browser would otherwise stretch it to the output's width, blurring it)
@@ -118,9 +121,14 @@ class ReplayWidget:
         self.play.observe(self._on_play, names="value")
         self.speed.observe(self._on_speed, names="value")
         self._show(0)
-        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider,
-                           self.speed, self.speed_unit],
+        # the speed and its unit move to the next line together, never apart (issue 19: "rounds/s"
+        # wrapped onto a line of its own in a 1400 px window)
+        self.speed_box = w.HBox([self.speed, self.speed_unit],
+                                layout=w.Layout(flex_flow="row nowrap", align_items="center", width="auto"))
+        self.speed_box.add_class("collnb-speed")
+        controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider, self.speed_box],
                           layout=w.Layout(flex_flow="row wrap", align_items="center"))
+        controls.add_class("collnb-replay-controls")
         self.widget = w.VBox([controls, self.image, self.info])
         self.widget.add_class("collnb-replay")
         self.widget.add_class("collnb-live")  # hides the static picture while the player is live
@@ -188,7 +196,9 @@ class ReplayWidget:
         did = f"collnb-replay-{id(self):x}-{len(self._display_ids)}"
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
-        display(self.widget)
+        t = self.trace
+        display(live_bundle(self.widget, f"replay of {t.primitive} / {t.algorithm} at world size {t.world_size}"),
+                raw=True)
 
 
 
@@ -277,5 +287,6 @@ class CompareWidget:
         did = f"collnb-compare-{id(self):x}-{len(self._display_ids)}"
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
-        display(self.widget)
+        display(live_bundle(self.widget, f"comparison of {self.left.trace.algorithm} and "
+                                         f"{self.right.trace.algorithm}"), raw=True)
 

@@ -11,7 +11,7 @@ import html
 from .. import collectives
 from ..vocabulary import check_choice
 
-__all__ = ["INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "teaching_label", "about_text"]
+__all__ = ["INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "teaching_label", "preset_label", "about_text"]
 
 
 def _special_float(r, c):
@@ -26,11 +26,11 @@ def _special_float(r, c):
 #: :func:`presets_for`.
 INPUT_PRESETS: dict[str, tuple] = {
     "teaching": ("10·rank + chunk (teaching values)", None, None),
-    "int8_wrap": ("100 on every rank: int8 SUM wraps past 127 (2 ranks: 100+100 → -56)", lambda r, c: 100,
+    "int8_wrap": ("100 on every rank: int8 SUM wraps past 127 (2 ranks: 200 → -56)", lambda r, c: 100,
                   ("int8", "sum", 2)),
-    "fp16_inf": ("60000 on every rank: float16 SUM overflows (2 ranks: 60000+60000 → inf)", lambda r, c: 60000,
+    "fp16_inf": ("60000 on every rank: float16 SUM overflows (2 ranks: 120000 → inf)", lambda r, c: 60000,
                  ("float16", "sum", 2)),
-    "bf16_round": ("256 on rank 0, 1 elsewhere: bfloat16 SUM rounds (2 ranks: 256+1 → 256)",
+    "bf16_round": ("256 on rank 0, 1 elsewhere: bfloat16 SUM rounds (256 + 1 → 256)",
                    lambda r, c: 256 if r == 0 else 1, ("bfloat16", "sum", 2)),
     "rank_ids": ("every chunk holds its rank: the values say where the data came from", lambda r, c: r, None),
     "special_floats": ("nan, inf, -inf, 1/3: copied bit for bit (no arithmetic, nothing rounds)",
@@ -57,8 +57,46 @@ def presets_for(primitive: str) -> tuple:
     return _REDUCING_PRESETS if spec.reduces else _MOVING_PRESETS
 
 
-def teaching_label(world_size: int) -> str:
-    return f"{10 if world_size <= 10 else 100}·rank + chunk (teaching values)"
+def teaching_label(world_size: int, dtype: str | None = None) -> str:
+    """The teaching values' label at ``world_size``: ``10·rank + chunk`` (``100·rank + chunk``
+    above 10 ranks), and, when ``dtype`` (a name) cannot hold every one of them, what it does to
+    them: "bfloat16 rounds some (marked)" / "int8 wraps some (marked)"."""
+    base = f"{10 if world_size <= 10 else 100}·rank + chunk (teaching values)"
+    if dtype is None:
+        return base
+    import torch
+    dt = getattr(torch, dtype, None)
+    if not isinstance(dt, torch.dtype) or dt.is_complex:
+        return base
+    # the values a rank's chunks hold (at most world_size chunks per rank)
+    vals = torch.tensor(sorted({collectives.teaching_value(r, c, world_size) for r in range(world_size)
+                                for c in range(world_size)}), dtype=torch.int64)
+    got = vals.to(dt).to(torch.float64)
+    if torch.equal(got, vals.to(torch.float64)):
+        return base
+    what = ("bool keeps only True/False" if dt == torch.bool else
+            f"{dtype} {'rounds' if dt.is_floating_point else 'wraps'} some of them")
+    return f"{base[:-1]}; {what}: marked in the before panel)"
+
+
+def preset_label(key: str, world_size: int, dtype: str | None = None) -> str:
+    """The label of inputs preset ``key`` in the dropdown, worded for the world size shown
+    (``world_size``; a preset's effect needs at least 2 ranks, so below that it is worded for 2):
+    "int8 SUM wraps past 127 (16 ranks: 1600 → 64)". ``dtype`` words the teaching values'
+    label (:func:`teaching_label`).
+
+    Raises:
+        KeyError: ``key`` is not in :data:`INPUT_PRESETS`.
+    """
+    if key == "teaching":
+        return teaching_label(world_size, dtype)
+    label = INPUT_PRESETS[key][0]
+    n = max(world_size, 2)
+    if key == "int8_wrap":
+        return f"100 on every rank: int8 SUM wraps past 127 ({n} ranks: {100 * n} → {(100 * n + 128) % 256 - 128})"
+    if key == "fp16_inf":
+        return f"60000 on every rank: float16 SUM overflows ({n} ranks: {60000 * n} → inf)"
+    return label
 
 
 _ABOUT_REDUCING = ("<b>{p}</b> combines the ranks' values ({op}), so the dtype can change the answer: "

@@ -16,7 +16,7 @@ import numbers
 from ..algorithms import ALGORITHMS, PRIMITIVES, prepare_case, run_algorithm
 from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_choice, check_world_size
 from .players import ReplayWidget
-from .static import static_bundle
+from .static import live_bundle, static_bundle
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["RoundsExplorer", "explore_rounds", "rank_slider_label"]
@@ -130,7 +130,8 @@ class RoundsExplorer(WorkerState):
         bundle = self.player.static_bundle() if self.player is not None else \
             static_bundle(None, "replay", caption=self.status.value)
         display(bundle, raw=True, display_id=did)
-        display(self.widget)
+        display(live_bundle(self.widget, f"rounds explorer: {self.primitive.value} / {self.algorithm.value} "
+                                         f"at world size {self.world_size.value}"), raw=True)
 
 
 def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, world_size: int = 4,

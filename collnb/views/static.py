@@ -1,6 +1,8 @@
 """Static stand-ins for live widgets: what a saved notebook, nbviewer, a code host or a MyST-NB
-book shows where no kernel runs (a PNG of the widget's last state, one line saying to run the cell,
-and CSS that hides the picture while the live panel is on the page).
+book shows where no kernel runs (a PNG of the widget's last state and one line, worded for where it
+is shown: "run this cell" in a notebook, "open it on Binder or Colab" in the book), and CSS that
+hides the picture while the live panel is on the page and shows one hint only when the live
+panel has lost its kernel.
 """
 
 from __future__ import annotations
@@ -13,10 +15,19 @@ from PIL import Image
 
 from .raster import Canvas
 
-__all__ = ["static_bundle", "captioned_png", "stack_pngs", "RERUN_LINE", "LIVE_HINT", "IMG_STYLE", "esc"]
+__all__ = ["static_bundle", "captioned_png", "stack_pngs", "live_bundle", "RERUN_LINE", "BOOK_LINE",
+           "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc"]
 
-#: One line under a saved explorer's or replay's static picture.
+#: The line above a saved explorer's or replay's static picture in a notebook (JupyterLab,
+#: Notebook 7, nbviewer) reopened without its kernel.
 RERUN_LINE = "Static picture of the {what}'s last state: run this cell to bring back its controls."
+#: The same line on a page of the book (MyST-NB), where there is no cell to run.
+BOOK_LINE = ("Static picture of the {what}'s last state. Its controls need a running kernel: open this "
+             "notebook on Binder or Colab (the launch button at the top of the page) and run the cell.")
+#: The same line on RISE slides (jupyterlab-rise 0.43 cannot load the ipywidgets 8 manager:
+#: jupyterlab-contrib/rise#119), where running the cell on the slide redraws this picture.
+SLIDES_LINE = ("Static picture of the {what}: its live controls do not run on RISE slides; run the cell "
+               "here to redraw it, or use the controls in the notebook or in python -m collnb present.")
 
 #: Inline style of every picture: scaled down to the output's width, never up.
 IMG_STYLE = "max-width:100%;height:auto;display:block"
@@ -28,17 +39,29 @@ def esc(s) -> str:
 
 
 def captioned_png(png: bytes | None, line: str) -> bytes | None:
-    """``png`` with ``line`` painted in a 30 px strip above it (14 px bold text on light yellow),
-    for frontends that show only the ``image/png`` of a saved output; ``None`` stays ``None``."""
+    """``png`` with ``line`` painted above it (14 px bold text on light yellow, wrapped to the
+    picture's width so that no word is cut off), for frontends that show only the ``image/png`` of a
+    saved output; ``None`` stays ``None``."""
     if png is None:
         return None
     img = Image.open(io.BytesIO(png)).convert("RGB")
     w, h = img.size
-    strip = 30
+    probe = Canvas(1, 1)
+    lines, cur = [], ""
+    for word in line.split():
+        t = f"{cur} {word}".strip()
+        if cur and probe.measure(t, 14, "bold")[0] > w - 20:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = t
+    lines.append(cur)
+    step, strip = 20, 30 + 20 * (len(lines) - 1)
     cv = Canvas(w, h + strip)
     cv.paste(img, 0, strip)
     cv.rect(0, 0, w, strip - 2, "#FFF4D6")
-    cv.text(line, 10, strip / 2 - 1, 14, "#5A3B00", "bold", ha="left")
+    for i, text in enumerate(lines):
+        cv.text(text, 10, 14 + step * i, 14, "#5A3B00", "bold", ha="left")
     return cv.png()
 
 
@@ -53,15 +76,44 @@ def stack_pngs(pngs, gap: int = 10) -> bytes:
     return cv.png()
 
 
-#: CSS carried by every static picture: while a live collnb panel is in the same output area
-#: (JupyterLab 4 and Notebook 7 DOM; ``:has`` needs Chromium 105+, Firefox 121+, Safari 15.4+) the
-#: picture and its line are hidden and only a one-line hint shows, for the case the page cannot
-#: detect: a kernel restart leaves the old panel on the page, looking alive but answering nothing.
-_STATIC_CSS = ("<style>.collnb-static .collnb-live-hint{display:none}"
-               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-static-body{display:none}"
-               ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-live-hint{display:block}</style>")
-#: The hint shown above a live panel.
-LIVE_HINT = "Controls not responding (after a kernel restart)? Run this cell again."
+#: CSS carried by every static picture (``:has`` needs Chromium 105+, Firefox 121+, Safari 15.4+):
+#:
+#: * while a live collnb panel (class ``collnb-live``) is in the same output area (JupyterLab 4,
+#:   Notebook 7, Voilà) the picture and its line are hidden;
+#: * the one-line hint (:data:`LIVE_HINT`) shows only when that panel has lost its kernel:
+#:   ipywidgets marks the views of a model whose comm is gone (kernel restarted or stopped) with
+#:   ``jupyter-widgets-disconnected``; in a Voilà app, which has no cells, it says to reload
+#:   (:data:`APP_HINT`);
+#: * a MyST-NB book page (its outputs sit in ``.cell_output``) shows the book's wording
+#:   (:data:`BOOK_LINE`) instead of the notebook's; RISE slides (``.reveal``) the slides' wording
+#:   (:data:`SLIDES_LINE`), and the picture fits the slide's height.
+STATIC_CSS = ("<style>.collnb-static .collnb-live-hint,.collnb-static .collnb-where-book,"
+              ".collnb-static .collnb-where-slides,.collnb-static .collnb-hint-app{display:none}"
+              ".cell_output .collnb-static .collnb-where-book{display:inline}"
+              ".cell_output .collnb-static .collnb-where-notebook{display:none}"
+              ".reveal .collnb-static .collnb-where-slides{display:inline}"
+              ".reveal .collnb-static .collnb-where-notebook{display:none}"
+              ".jp-OutputArea:has(.collnb-live) .collnb-static .collnb-static-body{display:none}"
+              ".jp-OutputArea:has(.collnb-live.jupyter-widgets-disconnected) .collnb-static .collnb-live-hint"
+              "{display:block}"
+              "[data-voila] .collnb-static .collnb-hint-notebook{display:none}"
+              "[data-voila] .collnb-static .collnb-hint-app{display:inline}"
+              ".reveal .collnb-static-img{max-height:62vh;width:auto;max-width:100%}"
+              "</style>")
+#: The hint shown above a live panel that lost its kernel (it stays on the page, inert).
+LIVE_HINT = "These controls lost their kernel (it was restarted or stopped): run this cell again to bring them back."
+#: The same hint in a Voilà app (no cells to run).
+APP_HINT = "These controls lost their kernel: reload the page to start them again."
+
+
+def live_bundle(widget, text: str) -> dict:
+    """The display bundle of a live panel: ipywidgets' view of ``widget``, ``text`` as its plain
+    text, and an empty ``text/html``, so that a page that cannot run widgets (the book, nbviewer)
+    shows only the static picture displayed above it, not a dead panel's repr."""
+    data = dict(widget._repr_mimebundle_() or {})
+    data["text/plain"] = text
+    data["text/html"] = "<span class='collnb-live-placeholder' style='display:none'></span>"
+    return data
 
 
 def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str = "",
@@ -69,11 +121,11 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
     """A display bundle standing in for a live widget (an explorer or a replay) where no kernel
     runs: a saved notebook reopened, nbviewer, a code host, a MyST-NB book.
 
-    * ``text/html``: one line ("Static picture of the explorer's last state: run this cell to
-      bring back its controls.") above ``<img class="collnb-static-img">`` of ``png``, in a
-      ``<div class="collnb-static">`` whose CSS hides it while a live panel (class
-      ``collnb-live``) is in the same output area, where only a one-line hint shows instead
-      (:data:`LIVE_HINT`: after a kernel restart the old panel stays on the page, inert);
+    * ``text/html``: one line (:data:`RERUN_LINE` in a notebook, :data:`BOOK_LINE` on a page of
+      the book, :data:`SLIDES_LINE` on RISE slides) above ``<img class="collnb-static-img">`` of ``png``, in a
+      ``<div class="collnb-static">`` whose CSS (:data:`STATIC_CSS`) hides it while a live panel
+      (class ``collnb-live``) is in the same output area, and shows one hint there only when
+      that panel lost its kernel (:data:`LIVE_HINT`; :data:`APP_HINT` in a Voilà app);
     * ``image/png``: ``png_with_line`` (the same picture with the line painted above it), for
       frontends that show only images;
     * ``text/plain``: the line.
@@ -86,19 +138,22 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
     """
     line = RERUN_LINE.format(what=what)
     data = {"text/plain": line}
-    hint = (f"<div class='collnb-live-hint' style='color:#555;font-size:12px;line-height:1.4'>"
-            f"{esc(LIVE_HINT)}</div>")
+    hint = (f"<div class='collnb-live-hint' style='color:#8a5300;font-size:12px;line-height:1.4'>"
+            f"<span class='collnb-hint-notebook'>{esc(LIVE_HINT)}</span>"
+            f"<span class='collnb-hint-app'>{esc(APP_HINT)}</span></div>")
+    worded = (f"<span class='collnb-where-notebook'>{esc(line)}</span>"
+              f"<span class='collnb-where-book'>{esc(BOOK_LINE.format(what=what))}</span>"
+              f"<span class='collnb-where-slides'>{esc(SLIDES_LINE.format(what=what))}</span>")
     if png is None:
-        data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
-                             f"<i>{esc(line)}</i> {esc(caption)}</div>{hint}</div>")
+        data["text/html"] = (f"{STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
+                             f"<i>{worded}</i> {esc(caption)}</div>{hint}</div>")
         return data
     b64 = base64.b64encode(png).decode("ascii")
     extra = " ".join(f'data-{k.replace("_", "-")}="{esc(v)}"' for k, v in (attrs or {}).items())
-    data["text/html"] = (f"{_STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
+    data["text/html"] = (f"{STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
                          f"<div class='collnb-static-line' style='color:#5A3B00;background:#FFF4D6;"
-                         f"padding:3px 8px;display:inline-block'>{esc(line)}</div><br>"
+                         f"padding:3px 8px;display:inline-block;line-height:1.4;max-width:100%'>{worded}</div><br>"
                          f"<img class=\"collnb-static-img\" src=\"data:image/png;base64,{b64}\" alt=\"{esc(alt)}\" "
                          f"{extra} style=\"{IMG_STYLE}\"></div>{hint}</div>")
     data["image/png"] = base64.b64encode(png_with_line or png).decode("ascii")
     return data
-

@@ -59,7 +59,10 @@ any rank differed: a fast wrong answer is not a result.
 the DETAIL checks collnb turns on elsewhere add a consistency check per collective.
 :func:`debug_cost` measures what they cost.
 
-**Physical references** (``references=True``), measured in the same run for every size:
+**Physical references** (``references=True``), measured in the same run for every size, between
+the collective's launches (a few repetitions right after each launch at that size), their
+``time_s`` the median of the fastest half of all their repetitions (:mod:`.references`: a busy
+machine only slows a copy down):
 ``memcpy`` (``dst.copy_(src)`` of ``nbytes`` on one core: bytes copied per second),
 ``tcp_loopback`` (one TCP stream over 127.0.0.1: ``nbytes`` sent by one thread, received by
 another, whole payload checked) and ``local_reduce`` (``y.add_(x)`` of ``nbytes`` of the bench
@@ -78,7 +81,7 @@ Sources:
       form in :data:`collnb.costmodel.BUILTIN_FORM`).
 """
 
-from .figure import format_table, plot
+from .figure import format_table, measurement_flags, plot
 from .references import reference_rows
 from .rows import as_rows, load, note, save_csv, save_json, to_table
 from .inputs import (COLUMNS, EXAMPLE_FILE, MAX_BYTES, PRIMITIVES, REFERENCES, check_algorithms, check_world_sizes,
@@ -88,4 +91,4 @@ from .sweep import TIMINGS, bench, debug_cost
 __all__ = ["PRIMITIVES", "COLUMNS", "REFERENCES", "EXAMPLE_FILE", "MAX_BYTES", "TIMINGS", "bench", "parse_size",
            "parse_sizes",
            "check_algorithms", "check_world_sizes", "reference_rows", "debug_cost", "to_table", "as_rows",
-           "save_json", "save_csv", "load", "note", "plot", "format_table"]
+           "save_json", "save_csv", "load", "note", "plot", "format_table", "measurement_flags"]

@@ -1,5 +1,16 @@
-"""The bandwidth lab's rows shown: a nccl-tests-like text table (:func:`format_table`) and the figure
-of measured time and busbw against the fitted α-β(-γ) model (:func:`plot`)."""
+"""The bandwidth lab's rows shown: a nccl-tests-like text table (:func:`format_table`), the figure
+of measured time and busbw against the fitted α-β(-γ) model (:func:`plot`), and, beside it, the
+measurements that contradict each other in plain words (:func:`measurement_flags`).
+
+The flags, each with how to measure more cleanly (:data:`CLEANER`):
+
+* **memcpy below one TCP stream** at some size: a copy through the kernel's sockets cannot beat a
+  plain copy in memory, so the machine was busy while memcpy was timed;
+* **busbw above memcpy**: every byte a rank sends over loopback is copied at least once by a core,
+  so a rank's bus bandwidth cannot exceed one core's memcpy measured beside it;
+* **a poor fit**: the α-β(-γ) model misses the points by more than :data:`POOR_FIT` (relative RMS):
+  its α and β, and what they predict, are then rough.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +23,56 @@ from .rows import as_rows
 from .inputs import PRIMITIVES
 
 _COLORS = ("#4E79A7", "#E15759", "#59A14F", "#F28E2B", "#B07AA1", "#76B7B2", "#EDC948", "#FF9DA7")
+
+#: The smallest text in the figure, pixels (legends, notes, crossover labels).
+MIN_TEXT_PX = 10.0
+#: A fit whose relative RMS error exceeds this is flagged.
+POOR_FIT = 0.25
+#: How to get a cleaner measurement (said under every flag).
+CLEANER = ("For a cleaner measurement: let the machine go quiet (close other programs, wait for other "
+           "jobs), use no more ranks than cores, and time more iterations, e.g. "
+           "python -m collnb bench all_reduce -n 2 --sizes 4K:16M --iters 50.")
+
+
+def _refs_at(rows, name):
+    return {r["nbytes"]: r for r in rows if r["primitive"] == name}
+
+
+def measurement_flags(rows, fits=None, *, primitive: str | None = None) -> list:
+    """The measurements in ``rows`` that break physics or fit poorly, in plain words (see the module
+    doc): a list of ``(kind, text)``, kind ``"memcpy<tcp"``, ``"busbw>memcpy"`` or ``"poor fit"``;
+    empty when everything is consistent. ``fits`` as for :func:`plot` (default: fitted here);
+    ``primitive``: which collective (default: every one in the rows). Sizes are compared where
+    both were measured."""
+    rows = as_rows(rows)
+    mem, tcp = _refs_at(rows, "memcpy"), _refs_at(rows, "tcp_loopback")
+    flags = []
+    slow = [(n, mem[n]["busbw_GBps"], tcp[n]["busbw_GBps"]) for n in sorted(set(mem) & set(tcp))
+            if mem[n]["busbw_GBps"] < tcp[n]["busbw_GBps"]]
+    if slow:
+        n, m, t = min(slow, key=lambda x: x[1] / x[2])
+        flags.append(("memcpy<tcp", f"memcpy measured {format_rate(m * 1e9)} at {format_bytes(n)}, below one TCP "
+                      f"stream ({format_rate(t * 1e9)}){f' (and at {len(slow) - 1} more size(s))' if len(slow) > 1 else ''}: "
+                      f"a copy through the kernel's sockets cannot beat a plain copy in memory, so the machine "
+                      f"was busy while memcpy was timed."))
+    coll = [r for r in rows if r["primitive"] in PRIMITIVES and (primitive is None or r["primitive"] == primitive)]
+    over = [r for r in coll if r["nbytes"] in mem and r["busbw_GBps"] > mem[r["nbytes"]]["busbw_GBps"]]
+    if over:
+        r = max(over, key=lambda r: r["busbw_GBps"] / mem[r["nbytes"]]["busbw_GBps"])
+        flags.append(("busbw>memcpy", f"{r['primitive']}/{r['algorithm']} at world size {r['world_size']}, "
+                      f"{format_bytes(r['nbytes'])}: busbw {format_rate(r['busbw_GBps'] * 1e9)} is above memcpy "
+                      f"({format_rate(mem[r['nbytes']]['busbw_GBps'] * 1e9)}) measured beside it"
+                      f"{f' ({len(over) - 1} more point(s) too)' if len(over) > 1 else ''}: every byte a rank "
+                      f"sends is copied at least once by a core, so one of the two was timed while the machine "
+                      f"was busy."))
+    if fits is None:
+        fits = fit_each(rows)
+    for (p, a), f in sorted(fits.items()):
+        if (primitive is None or p == primitive) and f.rel_rms > POOR_FIT:
+            flags.append(("poor fit", f"the α-β fit of {p}/{a} misses its {f.n} points by {f.rel_rms * 100:.0f} % "
+                          f"(relative RMS): the times scatter more than two numbers explain, so its α, β and "
+                          f"predictions are rough."))
+    return flags
 
 
 def _tick(v, _pos=None) -> str:
@@ -68,9 +129,14 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
     naive = naive or DEFAULT_MODEL
     wss = sorted({r["world_size"] for r in coll}) if world_sizes is None else list(world_sizes)
     algs = list(dict.fromkeys(r["algorithm"] for r in coll))
-    fig = Figure(figsize=(12, 4.2 * len(wss) + 0.8), dpi=dpi)
+    pt = max(9.0, MIN_TEXT_PX * 72 / dpi)  # the smallest text, points: >= 10 px at this dpi
+    flags = measurement_flags(rows, fits, primitive=primitive)
+    notes, warned = _notes_text(coll, flags)
+    n_lines = notes.count("\n") + 1 + (warned.count("\n") + 2 if warned else 0)
+    fig = Figure(figsize=(12, 5.6 * len(wss) + 0.25 * n_lines + 0.4), dpi=dpi, layout="constrained")
     FigureCanvasAgg(fig)
-    axes = fig.subplots(len(wss), 2, squeeze=False)
+    gs = fig.add_gridspec(len(wss) + 1, 2, height_ratios=[5.6] * len(wss) + [0.25 * n_lines + 0.2])
+    axes = [[fig.add_subplot(gs[i, 0]), fig.add_subplot(gs[i, 1])] for i in range(len(wss))]
     cpus = os.cpu_count()
     for row_i, ws in enumerate(wss):
         ax_t, ax_b = axes[row_i]
@@ -113,7 +179,7 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
         for (a1, f1), (a2, f2) in ((p, q) for j, p in enumerate(fitted) for q in fitted[j + 1:]):
             for xc in crossovers(f1, f2, ws, xs_all[0], xs_all[-1]):
                 ax_t.axvline(xc, color="#999999", lw=0.8, ls="-.")
-                ax_t.text(xc, 0.03 + 0.07 * k, f" {a1} = {a2} at {format_bytes(xc)}", fontsize=7, color="#555555",
+                ax_t.text(xc, 0.03 + 0.08 * k, f" {a1} = {a2} at {format_bytes(xc)}", fontsize=pt, color="#555555",
                           va="bottom", transform=ax_t.get_xaxis_transform())
                 k += 1
         for name, style in (("memcpy", "-"), ("tcp_loopback", "--")):
@@ -126,20 +192,46 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
             ax.set_yscale("log")
             ax.xaxis.set_major_formatter(FuncFormatter(_tick))
         over = f"{ws} ranks on {cpus} cores" + (" (oversubscribed)" if cpus and ws > cpus else "")
-        ax_t.set_title(f"{primitive}, world size {ws}: time ({over})", fontsize=10)
-        ax_b.set_title(f"{primitive}, world size {ws}: busbw (nccl-tests)", fontsize=10)
+        ax_t.set_title(f"{primitive}, world size {ws}: time ({over})", fontsize=max(10, pt))
+        ax_b.set_title(f"{primitive}, world size {ws}: busbw (nccl-tests)", fontsize=max(10, pt))
         ax_t.set_xlabel("bytes per rank")
         ax_b.set_xlabel("bytes per rank")
         ax_t.set_ylabel("seconds (median of slowest rank; bars min-max)")
         ax_b.set_ylabel("GB/s (log scale)")
-        ax_t.legend(fontsize=6.5, loc="upper left")
-        ax_b.legend(fontsize=6.5, loc="upper left")
+        # below the axes, never over a data point; >= 10 px
+        for ax in (ax_t, ax_b):
+            ax.legend(fontsize=pt, loc="upper left", bbox_to_anchor=(0.0, -0.13), borderaxespad=0.0,
+                      frameon=False, ncol=1)
         ax_t.grid(True, which="major", alpha=0.3)
         ax_b.grid(True, which="major", alpha=0.3)
-    backend = coll[0]["backend"]
-    fig.text(0.01, 0.005, f"{backend}, {coll[0]['dtype']}; dashed: α-β-γ model fitted to these points; dotted: the "
-             f"naive model. Measured sits above the naive model on a shared CPU: ranks outnumber cores "
-             f"({cpus} here), every rank's Python adds per-round overhead, loopback TCP copies through the kernel "
-             f"(the debug checks are off while timing).", fontsize=7, color="#444444", wrap=True)
-    fig.tight_layout(rect=(0, 0.04, 1, 1))
+    note_ax = fig.add_subplot(gs[len(wss), :])
+    note_ax.set_axis_off()
+    note_ax.text(0.0, 1.0, notes, fontsize=pt, color="#444444", va="top", ha="left", transform=note_ax.transAxes,
+                 linespacing=1.35)
+    if warned:  # the flags in their own box, in the colour of a caution, under the notes
+        y = 1.0 - (notes.count("\n") + 1.8) / n_lines
+        note_ax.text(0.005, y, warned, fontsize=pt, color="#7A3E00", va="top", ha="left", linespacing=1.35,
+                     transform=note_ax.transAxes,
+                     bbox=dict(boxstyle="round,pad=0.5", facecolor="#FFF4D6", edgecolor="#A65400"))
+    fig.collnb_flags = flags
     return fig
+
+
+def _notes_text(coll, flags) -> tuple:
+    """``(notes, flagged)``: the text under the panels (what the lines are, why measured sits above
+    the naive model) and the flags of :func:`measurement_flags` with how to measure more cleanly
+    (``""`` when there are none)."""
+    import textwrap
+    cpus = os.cpu_count()
+    backend = coll[0]["backend"]
+    lines = textwrap.wrap(
+        f"{backend}, {coll[0]['dtype']}; dashed: α-β-γ model fitted to these points; dotted: the naive model. "
+        f"Measured sits above the naive model on a shared CPU: ranks outnumber cores ({cpus} here), every rank's "
+        f"Python adds per-round overhead, loopback TCP copies through the kernel (the debug checks are off "
+        f"while timing). memcpy and TCP: the median of the fastest half of their repetitions.", 170)
+    warned = []
+    for _kind, text in flags:
+        warned += textwrap.wrap("⚠ " + text, 168, subsequent_indent="   ")
+    if flags:
+        warned += textwrap.wrap(CLEANER, 168)
+    return "\n".join(lines), "\n".join(warned)

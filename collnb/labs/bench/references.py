@@ -1,10 +1,27 @@
 """Physical references beside the collectives, measured in the calling process: ``memcpy`` (one
 core), ``tcp_loopback`` (one TCP stream over 127.0.0.1) and ``local_reduce`` (``y.add_(x)``, the
-per-byte reduction cost γ of :mod:`collnb.costmodel`)."""
+per-byte reduction cost γ of :mod:`collnb.costmodel`).
+
+A reference is a limit of the machine: load from other programs can only slow a copy down, never
+speed it up. So the references are measured robustly (a busy machine once measured memcpy at
+0.185 GB/s, below one TCP stream and below the all_reduce it should bound):
+
+* **interleaved with the collective**: :class:`ReferenceSampler` takes a few repetitions of every
+  reference right after each collective launch at that size (:func:`collnb.bench.bench` calls
+  it), so the samples of one size are spread over the whole sweep and a burst of load hits only
+  some of them;
+* **more repetitions**: at least :data:`MIN_REPETITIONS` per size (they cost microseconds to
+  milliseconds each);
+* **the median of the best**: a row's ``time_s`` is the median of the fastest half of its
+  repetitions (``time_min_s``/``time_max_s`` still the fastest and the slowest), which ignores the
+  slowed ones and one lucky outlier alike.
+"""
 
 from __future__ import annotations
 
+import math
 import socket
+import statistics
 import threading
 import time
 
@@ -15,46 +32,69 @@ from .measuring import values
 from .rows import reference_row
 from .inputs import REFERENCES, bench_dtype, parse_sizes
 
+__all__ = ["reference_rows", "ReferenceSampler", "best_half_median", "MIN_REPETITIONS"]
 
-def _memcpy_row(nbytes, iters, warmup):
-    src = (torch.arange(nbytes, dtype=torch.int64) % 251).to(torch.uint8)
-    dst = torch.empty_like(src)
-    times, ok = [], True
-    for it in range(warmup + iters):
-        dst.zero_()
+#: The fewest repetitions of each reference per size (all samples of one size together).
+MIN_REPETITIONS = 30
+
+
+def best_half_median(times) -> float:
+    """The median of the fastest half (rounded up) of ``times`` (seconds).
+
+    Raises:
+        ValueError: ``times`` is empty.
+    """
+    ts = sorted(times)
+    if not ts:
+        raise ValueError("no times to summarise")
+    return statistics.median(ts[:max(1, math.ceil(len(ts) / 2))])
+
+
+def _pattern(nbytes: int, period: int) -> torch.Tensor:
+    """``nbytes`` uint8 values ``i % period`` (made without an int64 tensor of that length)."""
+    base = torch.arange(period, dtype=torch.uint8)
+    return base.repeat(nbytes // period + 1)[:nbytes].clone()
+
+
+class _Memcpy:
+    def __init__(self, nbytes):
+        self.src = _pattern(nbytes, 251)
+        self.dst = torch.empty_like(self.src)
+
+    def once(self):
+        self.dst.zero_()
         t0 = time.perf_counter()
-        dst.copy_(src)
+        self.dst.copy_(self.src)
         dt = time.perf_counter() - t0
-        if it >= warmup:
-            times.append(dt)
-            ok = ok and bool(torch.equal(dst, src))
-    return reference_row("memcpy", "cpu", nbytes, times, ok)
+        return dt, bool(torch.equal(self.dst, self.src))
 
 
-def _local_reduce_row(nbytes, iters, warmup, dtype):
-    esize = torch.empty(0, dtype=dtype).element_size()
-    n = max(1, nbytes // esize)
-    x = values(1, n, True, dtype, "cpu")
-    y0 = values(2, n, True, dtype, "cpu")
-    want = (values(1, n, True, torch.int64, "cpu") + values(2, n, True, torch.int64, "cpu")).to(dtype)
-    y = y0.clone()
-    times, ok = [], True
-    for it in range(warmup + iters):
-        y.copy_(y0)
+class _LocalReduce:
+    def __init__(self, nbytes, dtype):
+        esize = torch.empty(0, dtype=dtype).element_size()
+        self.n = n = max(1, nbytes // esize)
+        self.nbytes = n * esize
+        self.dtype = dtype
+        self.x = values(1, n, True, dtype, "cpu")
+        self.y0 = values(2, n, True, dtype, "cpu")
+        self.want = (values(1, n, True, torch.int64, "cpu") + values(2, n, True, torch.int64, "cpu")).to(dtype)
+        self.y = self.y0.clone()
+
+    def once(self):
+        self.y.copy_(self.y0)
         t0 = time.perf_counter()
-        if dtype == torch.bool:
-            y.logical_or_(x)
+        if self.dtype == torch.bool:
+            self.y.logical_or_(self.x)
         else:
-            y.add_(x)
+            self.y.add_(self.x)
         dt = time.perf_counter() - t0
-        if it >= warmup:
-            times.append(dt)
-            ok = ok and bool(torch.equal(y, want))
-    return reference_row("local_reduce", "cpu", n * esize, times, ok, dtype=str(dtype).replace("torch.", ""))
+        return dt, bool(torch.equal(self.y, self.want))
 
 
-def _tcp_row(nbytes, iters, warmup, timeout=60.0):
-    payload = (torch.arange(nbytes, dtype=torch.int64) % 253).to(torch.uint8).numpy()
+def _tcp_times(nbytes, reps, warmup, timeout=60.0):
+    """``(times, ok)`` of ``reps`` sends of ``nbytes`` over one loopback TCP stream (a receiver
+    thread reads the whole payload; it is checked)."""
+    payload = _pattern(nbytes, 253).numpy()
     inbox = bytearray(nbytes)
     view = memoryview(inbox)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
@@ -72,7 +112,7 @@ def _tcp_row(nbytes, iters, warmup, timeout=60.0):
 
     def receiver():
         try:
-            for _ in range(warmup + iters):
+            for _ in range(warmup + reps):
                 go.acquire()
                 got = 0
                 while got < nbytes:
@@ -90,7 +130,7 @@ def _tcp_row(nbytes, iters, warmup, timeout=60.0):
     times, ok = [], True
     data = memoryview(payload)
     try:
-        for it in range(warmup + iters):
+        for it in range(warmup + reps):
             view[:1] = b"\xff"  # a stale buffer would fail the check
             go.release()
             t0 = time.perf_counter()
@@ -107,18 +147,100 @@ def _tcp_row(nbytes, iters, warmup, timeout=60.0):
         tx.close()
         th.join(timeout)
         rx.close()
-    return reference_row("tcp_loopback", "tcp", nbytes, times, ok, world_size=2)
+    return times, ok
+
+
+class ReferenceSampler:
+    """Samples of the physical references, taken a few repetitions at a time between the
+    collective's launches (see the module doc), turned into rows at the end.
+
+    Args:
+        which: subset of :data:`REFERENCES`.
+        dtype: ``torch.dtype`` of ``local_reduce``.
+        reps: repetitions of each reference per :meth:`sample` (>= 1); warmup: untimed ones
+            before them (>= 0).
+    """
+
+    def __init__(self, which=REFERENCES, dtype=torch.float32, reps: int = 10, warmup: int = 1):
+        for w in which:
+            check_choice("reference", w, REFERENCES)
+        check_int("reps", reps, 1, what="repetitions per sample")
+        check_int("warmup", warmup, 0, what="untimed repetitions before them")
+        self.which, self.dtype, self.reps, self.warmup = tuple(which), dtype, reps, warmup
+        self.times: dict = {}   # (name, nbytes) -> [seconds]
+        self.ok: dict = {}      # (name, nbytes) -> every repetition checked out
+        self._nbytes: dict = {}  # (name, nbytes asked) -> nbytes measured (local_reduce: whole elements)
+
+    def _add(self, name, nbytes, times, ok):
+        key = (name, nbytes)
+        self.times.setdefault(key, []).extend(times)
+        self.ok[key] = self.ok.get(key, True) and ok
+
+    def sample(self, nbytes: int) -> None:
+        """Measure every reference at ``nbytes`` (bytes; ``reps`` repetitions each, memcpy and
+        local_reduce taking turns with each other, on one core: torch's intra-op threads are set
+        to 1 meanwhile, so that "one core" is true and a busy machine cannot stall a thread team)."""
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            self._sample(nbytes)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _sample(self, nbytes: int) -> None:
+        cases = {}
+        if "memcpy" in self.which:
+            cases["memcpy"] = _Memcpy(nbytes)
+        if "local_reduce" in self.which:
+            cases["local_reduce"] = lr = _LocalReduce(nbytes, self.dtype)
+            self._nbytes[("local_reduce", nbytes)] = lr.nbytes
+        got = {k: ([], True) for k in cases}
+        for it in range(self.warmup + self.reps):
+            for name, case in cases.items():
+                dt, ok = case.once()
+                if it >= self.warmup:
+                    times, was = got[name]
+                    times.append(dt)
+                    got[name] = (times, was and ok)
+        for name, (times, ok) in got.items():
+            self._add(name, nbytes, times, ok)
+        if "tcp_loopback" in self.which:
+            times, ok = _tcp_times(nbytes, self.reps, self.warmup)
+            self._add("tcp_loopback", nbytes, times, ok)
+
+    def rows(self, sizes=None) -> list:
+        """Rows (the bench schema) of everything sampled, per size in the order of ``which``:
+        ``time_s`` the median of the fastest half of the repetitions (:func:`best_half_median`),
+        ``time_min_s`` / ``time_max_s`` the fastest / slowest. ``sizes``: which sizes, in that
+        order (default: all sampled, ascending)."""
+        if sizes is None:
+            sizes = sorted({n for _, n in self.times})
+        out = []
+        for n in sizes:
+            for name in self.which:
+                times = self.times.get((name, n))
+                if not times:
+                    continue
+                backend, extra = {"memcpy": ("cpu", {}), "tcp_loopback": ("tcp", {"world_size": 2}),
+                                  "local_reduce": ("cpu", {"dtype": str(self.dtype).replace("torch.", "")})}[name]
+                nbytes = self._nbytes.get((name, n), n)
+                best = sorted(times)[:max(1, math.ceil(len(times) / 2))]
+                row = reference_row(name, backend, nbytes, best, self.ok[(name, n)], **extra)
+                row["time_max_s"] = max(times)
+                out.append(row)
+        return out
 
 
 def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", which=REFERENCES) -> list:
     """Rows (the bench schema) of the physical references at each size: ``memcpy``,
     ``tcp_loopback`` (one stream over 127.0.0.1) and ``local_reduce`` (``add_`` of ``dtype``),
-    measured in this process. See the module doc.
+    measured in this process, robustly (the module doc): at least :data:`MIN_REPETITIONS`
+    repetitions per size in three rounds, ``time_s`` the median of the fastest half.
 
     Args:
         sizes: bytes, as :func:`parse_sizes` takes them.
-        iters, warmup: timed and untimed repetitions per size (>= 1 and >= 0); memcpy and
-            local_reduce take at least 10 (they are cheap).
+        iters, warmup: timed repetitions per round (>= 1; at least a third of
+            :data:`MIN_REPETITIONS` is taken) and untimed ones before each round (>= 0).
         dtype: dtype of ``local_reduce``.
         which: subset of :data:`REFERENCES`.
 
@@ -131,16 +253,9 @@ def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", 
     sizes = parse_sizes(sizes)
     check_int("iters", iters, 1, what="timed iterations per size")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
-    dt = bench_dtype(dtype)
-    for w in which:
-        check_choice("reference", w, REFERENCES)
-    rows = []
-    local = max(iters, 10)  # one core, microseconds each: more iterations cost nothing and steady the median
-    for n in sizes:
-        if "memcpy" in which:
-            rows.append(_memcpy_row(n, local, warmup))
-        if "tcp_loopback" in which:
-            rows.append(_tcp_row(n, iters, warmup))
-        if "local_reduce" in which:
-            rows.append(_local_reduce_row(n, local, warmup, dt))
-    return rows
+    sampler = ReferenceSampler(which, bench_dtype(dtype), reps=max(iters, math.ceil(MIN_REPETITIONS / 3)),
+                               warmup=warmup)
+    for _ in range(3):  # three rounds over the sizes: a burst of load hits one round, not all
+        for n in sizes:
+            sampler.sample(n)
+    return sampler.rows(sizes)

@@ -11,7 +11,7 @@ from ...ranks import launch
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
 from .measuring import rank_bench
-from .references import reference_rows
+from .references import MIN_REPETITIONS, ReferenceSampler
 from .rows import measured_row, to_table
 from .inputs import BLOCKED, bench_dtype, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
 
@@ -96,6 +96,10 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
     jobs = [(ws, n) for ws in world_sizes for n in sizes]
     bar = _progress(len(jobs) * len(algs) + (len(sizes) if references else 0), progress, f"bench {primitive}")
     rows = []
+    # the references are sampled right after each launch at their size, and once more at the end
+    # (references.py: interleaved with the collective, the median of the fastest half)
+    refs = ReferenceSampler(dtype=dt, reps=max(3, MIN_REPETITIONS // (len(world_sizes) + 1)),
+                            warmup=min(warmup, 1)) if references else None
     try:
         for ws, nbytes in jobs:
             count, block = counts(primitive, nbytes, ws, esize)
@@ -113,15 +117,18 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
                     first = next(res[r][alg]["bad"] for r in range(ws) if not res[r][alg]["ok"])
                     warnings.warn(f"{primitive}/{alg} at world size {ws}, {format_bytes(actual)}: the result differs "
                                   f"from the reference ({first}); the row has ok=False", RuntimeWarning, stacklevel=2)
+            if refs is not None:
+                refs.sample(nbytes)
             if bar is not None:
                 bar.update(len(algs))
         if references:
             for nbytes in sizes:
                 if bar is not None:
                     bar.set_postfix_str(f"references, {format_bytes(nbytes)}")
-                rows.extend(reference_rows([nbytes], iters=iters, warmup=min(warmup, 2), dtype=dt))
+                refs.sample(nbytes)
                 if bar is not None:
                     bar.update(1)
+            rows.extend(refs.rows(sizes))
     finally:
         if bar is not None:
             bar.close()

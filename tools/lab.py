@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""The learner's JupyterLab (``make lab``): a work folder of their own, and no classroom tools in it.
+
+``python tools/lab.py prepare WORK`` (``make lab`` runs it, ``WORK`` defaults to ``work/``, which git
+ignores):
+
+* copies every course notebook (``notebooks/*.ipynb``) and ``notebooks/rise.css`` into ``WORK``
+  **only when ``WORK`` has no file of that name yet**: a learner's own copy, with their answers and
+  outputs, is never overwritten. JupyterLab then opens ``WORK``, so its autosave and the outputs
+  never touch ``notebooks/`` (the hand-outs and the book are built from the committed notebooks:
+  ``tools/committed.py``);
+* remembers, per copy, which version of the course notebook it was made from
+  (``WORK/.collnb-copies.json``), and says so when the course notebook changed since (after a
+  ``git pull``): the copy is kept, and the message says how to get the new version;
+* prints the JupyterLab config folder the lab starts with (:data:`LAB_CONFIG`): it turns off the
+  extensions of the test and classroom extras (nbgrader's menus and server, ipyparallel's
+  cluster panel, Voilà's preview, Notebook 7's buttons), which ``make test`` / ``make student``
+  install into the same ``.venv``. The config is read from ``JUPYTER_CONFIG_PATH``, ahead of the
+  environment's own, so it also holds for extensions installed while the lab runs (a page reload
+  reads it again); a learner's own ``~/.jupyter`` settings still win.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import shutil
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = ROOT / "notebooks"
+#: The JupyterLab config folder of the learner's lab (``JUPYTER_CONFIG_PATH`` in ``make lab``).
+LAB_CONFIG = ROOT / "etc" / "lab"
+MANIFEST = ".collnb-copies.json"
+#: Files of notebooks/ that are copied besides the notebooks (RISE reads rise.css beside a notebook).
+EXTRA_FILES = ("rise.css",)
+
+__all__ = ["prepare", "course_files", "LAB_CONFIG", "MANIFEST"]
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def course_files(notebooks: Path = NOTEBOOKS) -> list[Path]:
+    """The files ``make lab`` copies into the work folder: ``notebooks/*.ipynb`` and the
+    :data:`EXTRA_FILES` that exist."""
+    return sorted(notebooks.glob("*.ipynb")) + [notebooks / n for n in EXTRA_FILES if (notebooks / n).is_file()]
+
+
+def prepare(work: Path, notebooks: Path = NOTEBOOKS) -> dict:
+    """Copy the course files into ``work`` without overwriting anything (see the module doc).
+
+    Returns:
+        ``{"copied": [names], "kept": [names already there], "newer": [names whose course version
+        changed since the copy was made]}``.
+
+    Raises:
+        FileNotFoundError: ``notebooks`` holds no notebook. NotADirectoryError: ``work`` is a file.
+    """
+    work = Path(work)
+    files = course_files(notebooks)
+    if not any(f.suffix == ".ipynb" for f in files):
+        raise FileNotFoundError(f"no notebooks in {notebooks}")
+    if work.exists() and not work.is_dir():
+        raise NotADirectoryError(f"{work} is a file; make lab needs a folder for your copies (WORK=...)")
+    work.mkdir(parents=True, exist_ok=True)
+    manifest_path = work / MANIFEST
+    try:
+        manifest = json.loads(manifest_path.read_text())
+    except (OSError, ValueError):
+        manifest = {}
+    out = {"copied": [], "kept": [], "newer": []}
+    for src in files:
+        dst = work / src.name
+        digest = _digest(src)
+        if dst.exists():
+            out["kept"].append(src.name)
+            if src.name in manifest and manifest[src.name] != digest:
+                out["newer"].append(src.name)
+            continue
+        shutil.copyfile(src, dst)
+        manifest[src.name] = digest
+        out["copied"].append(src.name)
+    manifest_path.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("prepare", help="copy the course notebooks into WORK (never overwriting)")
+    p.add_argument("work", type=Path)
+    args = ap.parse_args(argv)
+    try:
+        got = prepare(args.work)
+    except (OSError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    work = args.work
+    if got["copied"]:
+        print(f"copied into {work}/: {', '.join(got['copied'])}")
+    print(f"your notebooks: {work}/ (your answers and outputs are saved there; git ignores it; "
+          f"notebooks/ stays as committed)")
+    for name in got["newer"]:
+        print(f"note: notebooks/{name} changed since your copy {work}/{name} was made; your copy is kept. "
+              f"To get the new version, rename your copy (e.g. to {Path(name).stem}-mine.ipynb) and run "
+              f"make lab again.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
