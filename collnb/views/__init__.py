@@ -11,9 +11,10 @@ Other layers import from this package only, never from its modules.
 
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
+from .matrix import MatrixPanel, MatrixPicture, matrix_image
 from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay, save_filmstrip,
                      save_gif)
 
 __all__ = ["explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
-           "compare", "compare_figure", "save_gif", "save_filmstrip"]
+           "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image"]
 # also named here for the command line (collnb.cli.replay): FPS_RANGE
