@@ -48,7 +48,7 @@ class MatrixPanel:
         values: rows x columns numbers (a list of lists or a 2-D array); they set the colour.
         texts: what each cell says (same shape; default: the value).
         framed: ``(row, column)`` cells outlined in red (e.g. over capacity).
-        footer: one line under the panel (e.g. each row's total).
+        footer: a line under the panel (e.g. each row's total), wrapped at spaces to the panel's width.
     """
 
     title: str
@@ -73,6 +73,19 @@ class MatrixPicture:
         """Write the PNG to ``path``."""
         with open(path, "wb") as f:
             f.write(self.png)
+
+
+def _wrap(cv: Canvas, text: str, width: float, size: float) -> list:
+    """``text`` cut at spaces into lines no wider than ``width`` pixels (a word wider stays whole)."""
+    lines, line = [], ""
+    for word in text.split():
+        trial = f"{line} {word}" if line else word
+        if line and cv.measure(trial, size)[0] > width:
+            lines.append(line)
+            line = word
+        else:
+            line = trial
+    return lines + ([line] if line else [])
 
 
 def _cell_text(v) -> str:
@@ -124,7 +137,8 @@ def matrix_image(panels, *, row_label: str = "rank", column_label: str = "", row
     per_line = max(1, min(len(panels), (_MAX_WIDTH - gutter) // (panel_w + 24)))
     lines = -(-len(panels) // per_line)
     head = 26 if title else 6
-    panel_h = 52 + n_rows * cell + 22 + 20
+    foot_lines = max(len(_wrap(probe, p.footer, panel_w + 16, MIN_LABEL_PX + 1)) for p in panels)
+    panel_h = 52 + n_rows * cell + 8 + 16 * foot_lines + 14
     framed_any = any(p.framed for p in panels)
     foot = (20 if note else 0) + (20 if framed_any and framed_note else 0) + 8
     width = min(_MAX_WIDTH, gutter + per_line * (panel_w + 24))
@@ -156,8 +170,8 @@ def matrix_image(panels, *, row_label: str = "rank", column_label: str = "", row
                 cv.text(text, cx0 + cell / 2, cy0 + cell / 2, value_px, _text_color(fill))
         if i % per_line == 0:
             cv.text(row_label, 8, gy + n_rows * cell / 2, label_px, INK, ha="left")
-        if panel.footer:
-            cv.text(panel.footer, x0 + panel_w / 2, gy + n_rows * cell + 14, MIN_LABEL_PX + 1, INK)
+        for j, line in enumerate(_wrap(cv, panel.footer, panel_w + 16, MIN_LABEL_PX + 1)):
+            cv.text(line, x0 + panel_w / 2, gy + n_rows * cell + 16 + 16 * j, MIN_LABEL_PX + 1, INK)
     y = head + lines * panel_h + 4
     if framed_any and framed_note:
         cv.frame(8, y, 22, y + 14, MISMATCH_COLOR, 3)

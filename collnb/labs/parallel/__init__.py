@@ -2,7 +2,7 @@
 checked against one process: tensor and sequence parallelism by hand (:mod:`.tensor`), what the
 recorded collectives of a step add up to (:mod:`.accounting`)."""
 
-from .accounting import CallSummary, Phases, by_step, interleave, kind, split, summarize, summary_table, wire_bytes
+from .accounting import CallSummary, Phases, by_step, interleave, phase_range, kind, split, summarize, summary_table, wire_bytes
 from .tensor import (ColumnParallelLinearRegather, CopyToTensorParallel, GatherFromSequenceParallel, MLPBlock,
                      ReduceFromTensorParallel, ScatterToSequenceParallel, TensorParallelMLP, copy_to_tensor_parallel,
                      deviation, gather_from_sequence_parallel, mlp_step, reduce_from_tensor_parallel, reference_step,
@@ -11,18 +11,18 @@ from .experts import capacity_slots, expert, expert_capacity, moe_capacity_layer
 from .ring import (LAYOUTS, attention, gather_sequence, online_softmax_update, plain_layout, ring_attention,
                    work_matrix, zigzag_layout)
 from .sharding import (block_of, ddp_train, fsdp_block_bytes, fsdp_train, label, layered_model, max_difference,
-                       sgd_reference, zero_train)
+                       order_text, sgd_reference, zero_train)
 from .tensor_plans import assemble, dtensor_deviation, dtensor_mlp_step, tensor_parallel_plan
 
 __all__ = [
-    "Phases", "split", "by_step", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table",
+    "Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table",
     "MLPBlock", "TensorParallelMLP", "CopyToTensorParallel", "ReduceFromTensorParallel", "GatherFromSequenceParallel",
     "ScatterToSequenceParallel", "ColumnParallelLinearRegather", "copy_to_tensor_parallel",
     "reduce_from_tensor_parallel", "gather_from_sequence_parallel", "scatter_to_sequence_parallel",
     "saved_activation_bytes", "sequence_shard", "shard_rows", "shard_columns", "mlp_step", "reference_step",
     "deviation", "tensor_parallel_plan", "dtensor_mlp_step", "assemble", "dtensor_deviation",
     "layered_model", "sgd_reference", "ddp_train", "zero_train", "fsdp_train", "fsdp_block_bytes", "block_of", "label",
-    "max_difference",
+    "order_text", "max_difference",
     "attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "work_matrix",
     "gather_sequence",
     "expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference",

@@ -27,7 +27,7 @@ from ...algorithms import busbw_factor
 from ...ranks import active_recorder
 from ...units import format_bytes
 
-__all__ = ["Phases", "split", "by_step", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table"]
+__all__ = ["Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table"]
 
 #: The primitive of each recorded operation name (:attr:`collnb.CallRecord.operation`).
 _KINDS = {
@@ -108,6 +108,31 @@ def by_step(records, marks, prefix: str = "step ") -> list:
         if current is not None:
             current.extend(records[start:end])
     return out
+
+
+def phase_range(marks_per_rank, label: str, until: str | None = None) -> dict:
+    """``{"start": [...], "stop": [...]}``: each rank's records of phase ``label`` (from its mark to the
+    next mark, or to mark ``until`` when given; ``None`` = to the end), as the ``start``/``stop``
+    arguments of :class:`collnb.views.CallsView` and :func:`collnb.views.call_steps` take them.
+
+    Args:
+        marks_per_rank: one :attr:`Phases.marks` list per rank.
+
+    Raises:
+        KeyError: a rank has no mark ``label`` (or ``until``).
+    """
+    starts, stops = [], []
+    for marks in marks_per_rank:
+        labels = [lab for lab, _ in marks]
+        if label not in labels or (until is not None and until not in labels):
+            raise KeyError(f"no mark {label if label not in labels else until!r} among {labels}")
+        i = labels.index(label)
+        starts.append(marks[i][1])
+        if until is not None:
+            stops.append(marks[labels.index(until)][1])
+        else:
+            stops.append(marks[i + 1][1] if i + 1 < len(marks) else None)
+    return {"start": starts, "stop": stops}
 
 
 def interleave(records, marks) -> list:

@@ -28,10 +28,11 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from .accounting import kind
+from ...units import format_bytes
+from .accounting import interleave, kind
 
 __all__ = ["layered_model", "sgd_reference", "ddp_train", "zero_train", "fsdp_train", "fsdp_block_bytes",
-           "block_of", "label", "max_difference"]
+           "block_of", "label", "order_text", "max_difference"]
 
 _F = torch.nn.functional
 
@@ -232,3 +233,21 @@ def max_difference(params: list, reference: list) -> float:
     if len(params) != len(reference) or any(a.shape != b.shape for a, b in zip(params, reference)):
         raise ValueError("the two parameter lists differ in length or shapes")
     return max(float((a - b).abs().max()) for a, b in zip(params, reference))
+
+
+def order_text(records, marks, widths, world_size: int) -> str:
+    """One rank's FSDP2 step as text, one line per entry in issue order: ``"▸ forward 1"`` where a
+    block's compute starts (a mark), ``"  all_gather      block 1   1.72 KiB"`` for a collective
+    (its block found by size, :func:`block_of`). Stops at the ``"gather"`` mark (the whole
+    parameters gathered after training)."""
+    lines = []
+    for entry in interleave(records, marks):
+        if isinstance(entry, str):
+            if entry == "gather":
+                break
+            lines.append("▸ " + entry)
+            continue
+        block = block_of(entry, widths, world_size)
+        where = f"block {block}" if block is not None else ""
+        lines.append(f"    {kind(entry):<16}{where:<9}{format_bytes(entry.nbytes):>10}")
+    return "\n".join(lines)
