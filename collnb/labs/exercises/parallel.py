@@ -47,7 +47,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
 
     def case(ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
-        s, h, f = rng.randint(3, 6), 4, 4 * ws
+        s, h, f = rng.randint(3, 6), 3, 4 * ws        # h != f/t: the output and the hidden differ in size
         x = torch.randn(s, h, generator=gen, dtype=torch.float64)
         w1, b1 = torch.randn(f, h, generator=gen, dtype=torch.float64), torch.randn(f, generator=gen, dtype=torch.float64)
         w2 = torch.randn(h, f, generator=gen, dtype=torch.float64)
