@@ -1,6 +1,19 @@
-"""The parallelisms of notebooks 13-15 and the expert-parallel part of 11, on real ranks, each
-checked against one process: tensor and sequence parallelism by hand (:mod:`.tensor`), what the
-recorded collectives of a step add up to (:mod:`.accounting`)."""
+"""The parallelisms of notebooks 13-15 and the expert-parallel part of 11, on real ranks, each checked
+against one process computing the same thing:
+
+* :mod:`.tensor`: tensor and sequence parallelism by hand (the Megatron MLP, ``f``/``g``,
+  all_gather/reduce_scatter, Megatron's regather; activations saved for backward, measured);
+* :mod:`.tensor_plans`: the same block with ``torch.distributed.tensor.parallel``;
+* :mod:`.sharding`: DDP, flat ZeRO-1/2 and FSDP2 (``fully_shard``) on one small model, each block's
+  compute marked among the recorded collectives;
+* :mod:`.ring`: context parallelism, ring attention with an online softmax, plain and zig-zag order;
+* :mod:`.experts`: expert parallelism with a capacity limit (fixed buffers, dropped tokens);
+* :mod:`.accounting`: what a step's recorded collectives add up to (phases, kinds, bytes on the wire).
+
+Rank functions here are meant for ``collnb.launch(..., record_calls=True)``; those that build DTensors,
+FSDP2 or DDP import ``torch._dynamo`` on first use (seconds per fresh rank): give such launches a
+``collective_timeout`` with margin, or import it in the kernel before the ranks are forked.
+"""
 
 from .accounting import CallSummary, Phases, by_step, interleave, phase_range, kind, split, summarize, summary_table, wire_bytes
 from .tensor import (ColumnParallelLinearRegather, CopyToTensorParallel, GatherFromSequenceParallel, MLPBlock,

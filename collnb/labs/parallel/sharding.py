@@ -64,6 +64,19 @@ def _loss(model, x, y):
     return _F.mse_loss(model(x), y)
 
 
+def _sgd(model, xs, ys, steps: int, lr: float, phases, mark_optimizer: bool = False) -> None:
+    """``steps`` plain SGD steps of ``model`` on ``(xs, ys)``; marks ``"step k"`` (and ``"optimizer"``)."""
+    opt = torch.optim.SGD(model.parameters(), lr=lr)
+    for k in range(1, steps + 1):
+        if phases is not None:
+            phases.begin(f"step {k}")
+        opt.zero_grad()
+        _loss(model, xs, ys).backward()
+        if phases is not None and mark_optimizer:
+            phases.begin("optimizer")
+        opt.step()
+
+
 def sgd_reference(x: torch.Tensor, y: torch.Tensor, steps: int = 1, lr: float = 0.1, widths=(8, 12, 16, 4)) -> list:
     """One process: plain SGD on the mean squared error of the whole batch, ``steps`` steps.
     Returns the parameters (detached copies, ``model.parameters()`` order)."""
@@ -98,14 +111,7 @@ def ddp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, s
     ``debug=False``: with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch 2.13's DDP constructor crashes on
     gloo (notebook 11). Returns the whole parameters."""
     model = torch.nn.parallel.DistributedDataParallel(layered_model(widths))
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    xs, ys = _shard(x, rank, world_size), _shard(y, rank, world_size)
-    for k in range(1, steps + 1):
-        if phases is not None:
-            phases.begin(f"step {k}")
-        opt.zero_grad()
-        _loss(model, xs, ys).backward()
-        opt.step()
+    _sgd(model, _shard(x, rank, world_size), _shard(y, rank, world_size), steps, lr, phases)
     return [p.detach().clone() for p in model.parameters()]
 
 
@@ -177,16 +183,7 @@ def fsdp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, 
         prefetch(list(model))
     if phases is not None:
         _mark_blocks(model, phases)
-    opt = torch.optim.SGD(model.parameters(), lr=lr)
-    xs, ys = _shard(x, rank, world_size), _shard(y, rank, world_size)
-    for k in range(1, steps + 1):
-        if phases is not None:
-            phases.begin(f"step {k}")
-        opt.zero_grad()
-        _loss(model, xs, ys).backward()
-        if phases is not None:
-            phases.begin("optimizer")
-        opt.step()
+    _sgd(model, _shard(x, rank, world_size), _shard(y, rank, world_size), steps, lr, phases, mark_optimizer=True)
     shard_bytes = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
     if phases is not None:
         phases.begin("gather")
