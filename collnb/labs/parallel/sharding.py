@@ -6,8 +6,8 @@ its forward, again before its backward, and a reduce_scatter of its gradient).
 **Why FSDP moves ~1.5x DDP's bytes.** With Ψ the parameters' bytes and ``p`` ranks, a ring
 all_reduce sends ``2(p-1)/p Ψ`` per rank; ZeRO-1/2's reduce_scatter + all_gather the same; FSDP's
 two all_gathers and one reduce_scatter ``3(p-1)/p Ψ``: 1.5x (Rajbhandari et al. 2020, *ZeRO:
-Memory Optimizations Toward Training Trillion Parameter Models*, SC20, §7.2-7.3; Zhao et al. 2023,
-*PyTorch FSDP*, VLDB, §3). With ``reshard_after_forward=False`` the backward all_gathers go and
+Memory Optimizations Toward Training Trillion Parameter Models*, SC20, §7.2; Zhao et al. 2023,
+*PyTorch FSDP*, VLDB). With ``reshard_after_forward=False`` the backward all_gathers go and
 FSDP moves DDP's bytes, holding every block's whole parameters from its forward to its backward.
 :mod:`.accounting` measures the bytes from the recorded calls.
 
