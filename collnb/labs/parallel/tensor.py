@@ -93,11 +93,13 @@ class CopyToTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
+        """``x`` unchanged (every rank has it whole)."""
         ctx.group = group
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, grad):
+        """Each rank has a partial gradient: their sum over ``group``."""
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
         return grad, None
@@ -108,12 +110,14 @@ class ReduceFromTensorParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
+        """The partial outputs summed over ``group``."""
         x = x.clone()
         dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
     def backward(ctx, grad):
+        """The gradient unchanged (every rank needs it whole)."""
         return grad, None
 
 
@@ -139,11 +143,13 @@ class GatherFromSequenceParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
+        """The sequence shards joined along dim 0, rank order."""
         ctx.group = group
         return _gather_seq(x, group)
 
     @staticmethod
     def backward(ctx, grad):
+        """This rank's shard of the summed gradient."""
         return _scatter_seq(grad, ctx.group), None
 
 
@@ -153,11 +159,13 @@ class ScatterToSequenceParallel(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, group):
+        """This rank's sequence shard of the summed partial outputs."""
         ctx.group = group
         return _scatter_seq(x, group)
 
     @staticmethod
     def backward(ctx, grad):
+        """The gradient's shards joined along the sequence."""
         return _gather_seq(grad, ctx.group), None
 
 
@@ -168,12 +176,14 @@ class ColumnParallelLinearRegather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x_shard, weight, bias, group):
+        """Gather the sequence, apply this rank's columns; keep only the shard."""
         ctx.group = group
         ctx.save_for_backward(x_shard, weight)
         return torch.nn.functional.linear(_gather_seq(x_shard, group), weight, bias)
 
     @staticmethod
     def backward(ctx, grad):
+        """Gather the shard again; weight and bias gradients; reduce-scatter the input's."""
         x_shard, weight = ctx.saved_tensors
         x = _gather_seq(x_shard, ctx.group)                   # the second all_gather
         grad_x = _scatter_seq(grad @ weight, ctx.group)        # reduce_scatter of the input's gradient
