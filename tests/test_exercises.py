@@ -92,6 +92,9 @@ CODE = {
     "09_object_collectives": "my_census",
     "10_send_recv": "token_ring",
     "11_training": "average_gradients",
+    "13_tensor_parallel": "tp_mlp",
+    "14_fsdp": "configure",
+    "15_context_parallel": "update",
 }
 
 

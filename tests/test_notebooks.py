@@ -119,6 +119,43 @@ EXPECTED = {
         ("sharding", "optimizer state per rank: 7 of 21 values"),
         *[("experts", f"rank {r}: sends ") for r in range(4)],
         ("pipeline", "pipeline gradients on 3 ranks equal the single-process gradients: True"),
+        # capacity C = ceil(factor * 16 tokens / 4 experts); the capped layer equals one process
+        ("capacity", "capacity factor 1.0: C = 4 tokens per expert and rank; equals one process: True"),
+        ("capacity", "capacity factor 2.0: C = 8 tokens per expert and rank; equals one process: True"),
+    ],
+    "13_tensor_parallel": [
+        # one all_reduce in forward (g), one in backward (f), on every rank
+        *[("predict", f"rank {r}: ['all_reduce', 'all_reduce']") for r in range(4)],
+        ("tp-by-hand", "tensor parallel by hand on 4 ranks equals one process: True"),
+        ("tp-by-hand", "every rank made the same calls: True"),
+        ("tp-dtensor", "parallelize_module on 4 ranks equals one process: True"),
+        ("sp", "every layout equals one process: True"),
+        ("sp", "forward bytes on the wire, tensor parallel = sequence parallel: True"),
+        ("sp", "saved for backward with regather = one process's / t: True"),
+        ("sp-dtensor", "sequence parallel with parallelize_module on 4 ranks equals one process: True"),
+        ("sp-dtensor", "'norm.weight': 'P(sum)'"),
+    ],
+    "14_fsdp": [
+        ("fsdp-order", "FSDP2 on 2 ranks, one SGD step, equals one process: True"),
+        # 384 float64 parameters, each rank one half of every one
+        ("fsdp-order", "each rank holds 1536 B of the model's 3072 B of parameters"),
+        ("fsdp-bytes", "every trainer equals one process: True"),
+        # 3(p-1)/p Psi against 2(p-1)/p Psi
+        ("fsdp-bytes", "FSDP2 / DDP on the wire per step: 1.500 at 2 ranks, 1.500 at 4 ranks"),
+        ("prefetch", "with forward prefetch, equals one process: True"),
+    ],
+    "15_context_parallel": [
+        ("online", "block by block equals full attention: True"),
+        ("ring", "ring attention on 4 ranks equals full attention: True"),
+        ("ring-calls", "rank 0: isend to rank 1 (256 B), isend to rank 1 (256 B), irecv from rank 3 (256 B), "
+                       "irecv from rank 3 (256 B)"),
+        # causal, 8 tokens per rank: the own block's 36 pairs, then whole 64-pair blocks of earlier ranks
+        ("predict", "rank 3: [36, 64, 64, 64] query-key pairs in rounds 0..3, 228 in all"),
+        ("predict", "rank 0: [36, 0, 0, 0] query-key pairs in rounds 0..3, 36 in all"),
+        ("zigzag", "zigzag: causal ring attention equals full attention: True"),
+        ("zigzag", "work as counted from the layout: True"),
+        # (36 + 3 x 64) / (36 + 3 x 32)
+        ("balance", "plain / zig-zag, slowest-rank pair-times per forward pass: 1.73"),
     ],
     "algorithms": [
         ("predict", "binomial_tree all_reduce at world size 5: 6 rounds"),

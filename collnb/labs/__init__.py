@@ -1,8 +1,9 @@
 """Layer 5, labs: what a notebook builds on the layers below. Exercise checks
 (:mod:`collnb.exercises`), the bandwidth lab (:mod:`collnb.bench`), the original examples the project
-reproduces (:mod:`collnb.examples`) and standalone torchrun scripts (:mod:`collnb.labs.script`).
+reproduces (:mod:`collnb.examples`), standalone torchrun scripts (:mod:`collnb.labs.script`) and the
+parallelisms of notebooks 11 and 13-15 (:mod:`collnb.labs.parallel`).
 """
 
-from . import bench, examples, exercises, script
+from . import bench, examples, exercises, parallel, script
 
-__all__ = ["bench", "examples", "exercises", "script"]
+__all__ = ["bench", "examples", "exercises", "parallel", "script"]

@@ -23,6 +23,7 @@ Other layers import from this package only, never from its modules. Inside it:
 
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from .recording import CallRecord, CallRecords
+from .recording import active as active_recorder
 from ._torch_internals import distributed_c10d
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import backend_info, check_ranks, launch, shutdown
@@ -33,4 +34,4 @@ from .serialization import iter_functions
 
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
-           "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions"]
+           "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder"]

@@ -2,18 +2,21 @@
 :mod:`.grid`), round-by-round replays of a :class:`collnb.Trace` (:mod:`.replay`, frames in
 :mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
 :mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
-moves (:mod:`.explorer`, :mod:`.rounds`, both through the latest-request-wins :mod:`.worker`). All
+moves (:mod:`.explorer`, :mod:`.rounds`, both through the latest-request-wins :mod:`.worker`), and the
+collectives a launch recorded, step by step (:mod:`.calls`). All
 pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values
 written by one formatter (:mod:`.values`; bytes and seconds by :mod:`collnb.units`).
 
 Other layers import from this package only, never from its modules.
 """
 
+from .calls import CallsView, call_counts, call_steps, calls_image, calls_png, calls_text
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
+from .matrix import MatrixPanel, MatrixPicture, matrix_image
 from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay, save_filmstrip,
                      save_gif)
 
-__all__ = ["explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
-           "compare", "compare_figure", "save_gif", "save_filmstrip"]
+__all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
+           "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image"]
 # also named here for the command line (collnb.cli.replay): FPS_RANGE

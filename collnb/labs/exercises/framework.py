@@ -119,12 +119,16 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
     return list(out), out.calls
 
 
-def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str):
-    """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`);
-    a failure of the learner's code becomes a ✗, and so does a rank that communicated where the
-    recorder could not see (its data need not have come through the recorded calls)."""
+def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str, collective_timeout: float = 5.0,
+                    grouped: bool = True):
+    """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
+    ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
+    becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
+    need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
+    (more for code whose first backward imports modules lazily, e.g. FSDP2)."""
     try:
-        results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=60.0)
+        results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=60.0,
+                                         collective_timeout=collective_timeout)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
@@ -142,7 +146,7 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str)
                     f"{calls[r].unrecorded} operation(s) that were not recorded (issued from another thread, or "
                     "with torch's dispatch modes switched off).",
                     "make every torch.distributed call from your function itself, in its own thread.")
-    return results, [_calls(c) for c in calls]
+    return results, [_calls(c) if grouped else list(c) for c in calls]
 
 
 def _calls(records) -> list:

@@ -1,0 +1,254 @@
+"""Exercise checks of notebooks 13-15 (tensor parallelism, FSDP2 prefetching, ring attention), on
+real ranks with the calls recorded. Each passes only for the learner's own working answer: the
+data each rank needs from the others is known to that rank only (random per run), the result is
+compared with one process computing the same thing, and the recorded calls must be the ones the
+exercise asks for."""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+
+from ..parallel import (LAYOUTS, Phases, attention, block_of, fsdp_train, kind, max_difference, ring_attention,
+                        sgd_reference, split)
+from .framework import (_check_only, _check_params, _fail, _is_stub, _launch_or_fail, _names, _passed, _rng, _summary,
+                        _table, _unfinished, _world_sizes)
+
+# ----------------------------------------------------------------------------------------------
+# 13 · column-parallel then row-parallel, one all_reduce
+
+
+def _tp_reference(x, w1, b1, w2):
+    return torch.nn.functional.gelu(x @ w1.t() + b1) @ w2.t()
+
+
+def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
+    """Check ``tp_mlp(rank, world_size, x, w1, b1, w2)`` (notebook 13): the Megatron MLP's forward
+    on this rank's shards, ``gelu(x @ W1.T + b1) @ W2.T`` for the whole ``W1 (f, h)``, ``b1 (f,)``,
+    ``W2 (h, f)``, returned on every rank.
+
+    ``x`` ``(s, h)`` is the same on every rank (random per run); ``w1`` ``(f/t, h)`` and ``b1``
+    ``(f/t,)`` are this rank's rows of ``W1`` and ``b1``, ``w2`` ``(h, f/t)`` its columns of ``W2``,
+    random and known only to this rank, so no rank can compute the output alone. Every rank must
+    make exactly one ``dist.all_reduce``, of the ``(s, h)`` output (nothing else: a functional
+    collective, a ``ProcessGroup`` method or DTensor doing the work is refused), and return the
+    output (float64, within 1e-12 of one process). Two launches at random world sizes (2-4).
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(tp_mlp, "tp_mlp(rank, world_size, x, w1, b1, w2)")
+    rng = _rng()
+    direction = ("Each rank holds some columns of the first linear and the matching rows of the second: it can "
+                 "compute its own slice of the hidden activations, GeLU included, and its own partial product of "
+                 "the second linear. Which one collective turns the partial products into the output on every rank?")
+
+    def case(ws):
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        s, h, f = rng.randint(3, 6), 3, 4 * ws        # h != f/t: the output and the hidden differ in size
+        x = torch.randn(s, h, generator=gen, dtype=torch.float64)
+        w1, b1 = torch.randn(f, h, generator=gen, dtype=torch.float64), torch.randn(f, generator=gen, dtype=torch.float64)
+        w2 = torch.randn(h, f, generator=gen, dtype=torch.float64)
+        args = [(x.clone(), w1.chunk(ws, 0)[r].clone(), b1.chunk(ws)[r].clone(), w2.chunk(ws, 1)[r].clone())
+                for r in range(ws)]
+        return _tp_reference(x, w1, b1, w2), _launch_or_fail(tp_mlp, ws, args, hint=direction, what=f"world size {ws}")
+
+    sizes = _world_sizes(rng, 2, 4)
+    first = case(sizes[0])
+    if not any(first[1][1]) and _is_stub(tp_mlp):
+        return _unfinished("tp_mlp", direction)
+    for i, ws in enumerate(sizes):
+        want, (results, calls) = first if i == 0 else case(ws)
+        devs = [float((r - want).abs().max()) if isinstance(r, torch.Tensor) and r.shape == want.shape else None
+                for r in results]
+        rows = [(r, "-" if devs[r] is None else f"{devs[r]:.2e}", _summary(calls[r]),
+                 sum(c.nbytes for c in calls[r]) // 8) for r in range(ws)]
+        table = _table(rows, ("rank", "max |yours - one process|", "calls", "float64 values moved"))
+        _check_only(calls, {"all_reduce"}, hint="join the partial products with dist.all_reduce. " + direction)
+        if any(_names(c).count("all_reduce") != 1 for c in calls):
+            raise _fail(f"world size {ws}: every rank must make exactly one dist.all_reduce (the g operator).",
+                        direction, table)
+        values = want.numel()
+        bad = [r for r in range(ws) if calls[r][0].nbytes != values * 8]
+        if bad:
+            r = bad[0]
+            raise _fail(f"world size {ws}: rank {r}'s all_reduce carried {calls[r][0].nbytes // 8} values; the "
+                        f"output is s x h = {values}.",
+                        "all_reduce the partial output of the second linear (s x h), not the hidden activations: "
+                        "GeLU is not linear, so a sum of GeLUs is not the GeLU of a sum.", table)
+        wrong = [r for r in range(ws) if devs[r] is None or devs[r] > 1e-12]
+        if wrong:
+            raise _fail(f"world size {ws}: rank(s) {wrong} returned something other than the MLP's output (one "
+                        "process, the whole weights).",
+                        "on each rank: x @ w1.T + b1, then GeLU, then @ w2.T gives a partial (s, h) output; their "
+                        "SUM over the ranks is the output. Return the all-reduced tensor.", table)
+    _passed(f"one all_reduce joined the column- and row-parallel halves into the one-process output at world sizes "
+            f"{sizes[0]} and {sizes[1]} (random weights, each shard known only to its rank)", table)
+
+
+# ----------------------------------------------------------------------------------------------
+# 14 · FSDP2 prefetching
+
+#: Four blocks whose FSDP2 all_gathers differ in size at world sizes 2-4 (so each names its block).
+_WIDTHS = (6, 10, 14, 8, 4)
+
+
+def _fsdp_rank(rank, world_size, configure, x, y, widths):
+    phases = Phases()
+    out = fsdp_train(rank, world_size, x, y, steps=1, widths=widths, prefetch=configure, phases=phases)
+    return out["params"], phases.close()
+
+
+def _gathered(records, widths, ws) -> list:
+    """Each record's ``(block, "forward" | "backward")`` for an FSDP2 all_gather (a block's first
+    all_gather of the step is its forward's, the second its backward's), else ``None``."""
+    seen, out = {}, []
+    for rec in records:
+        block = block_of(rec, widths, ws) if kind(rec) == "all_gather" else None
+        if block is None:
+            out.append(None)
+            continue
+        seen[block] = seen.get(block, 0) + 1
+        out.append((block, "forward" if seen[block] == 1 else "backward"))
+    return out
+
+
+def _issued_before(gathered, marks, label: str, phase: str) -> list:
+    """The blocks whose ``phase`` all_gather had been issued when ``label`` was marked, in order."""
+    position = dict(marks)[label]
+    return [g[0] for g in gathered[:position] if g is not None and g[1] == phase]
+
+
+def check_fsdp_prefetch(configure: Callable) -> None:
+    """Check ``configure(blocks)`` (notebook 14): given the list of ``fully_shard`` blocks of a
+    4-block model, set FSDP2's explicit prefetching so that in forward every block prefetches the
+    **next** block's all_gather (``set_modules_to_forward_prefetch``) and in backward the **two**
+    blocks before it (``set_modules_to_backward_prefetch``).
+
+    Runs one SGD step of FSDP2 on real ranks (random world size 2-4, random batch; every rank its
+    own shard) with ``configure`` applied, the collectives recorded and each block's compute marked.
+    Passes when, for every block ``i``, exactly the all_gathers of blocks ``0 .. i+1`` had been
+    issued when its forward started and those of blocks ``3 .. i-2`` (backward's) when its backward
+    started, when ``configure`` itself made no collective call and FSDP made only its all_gathers and
+    reduce_scatters, and when the parameters after the step equal one process's (within 1e-12).
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(configure, "configure(blocks)")
+    direction = ("Each fully_shard block has set_modules_to_forward_prefetch(list) and "
+                 "set_modules_to_backward_prefetch(list). Which blocks should block i name in each direction? "
+                 "(Mind the first and last blocks.)")
+    if _is_stub(configure):
+        return _unfinished("configure", direction)
+    rng = _rng()
+    ws = rng.randint(2, 4)
+    n_blocks = len(_WIDTHS) - 1
+    gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+    x = torch.randn(4 * ws, _WIDTHS[0], generator=gen, dtype=torch.float64)
+    y = torch.randn(4 * ws, _WIDTHS[-1], generator=gen, dtype=torch.float64)
+    want = sgd_reference(x, y, steps=1, widths=_WIDTHS)
+    results, calls = _launch_or_fail(_fsdp_rank, ws, [(configure, x, y, _WIDTHS)] * ws, hint=direction,
+                                     what=f"world size {ws}", collective_timeout=60.0, grouped=False)
+    params, marks = results[0]
+    records = calls[0]
+    phases = split(records, marks)
+    if phases.get("setup"):
+        raise _fail(f"configure made {_summary(phases['setup'])}: it should only set FSDP's prefetching.",
+                    direction)
+    training = [r for lab, recs in phases.items() if lab != "gather" for r in recs]
+    foreign = [r for r in training if block_of(r, _WIDTHS, ws) is None]
+    if foreign:
+        raise _fail(f"world size {ws}: the step made {_summary(foreign)} beside FSDP's all_gathers and "
+                    "reduce_scatters.", direction)
+    rows, problems = [], []
+    gathered = _gathered(records, _WIDTHS, ws)
+    for i in range(n_blocks):
+        fwd = _issued_before(gathered, marks, f"forward {i}", "forward")
+        bwd = _issued_before(gathered, marks, f"backward {i}", "backward")
+        want_fwd = list(range(min(i + 1, n_blocks - 1) + 1))
+        want_bwd = list(range(n_blocks - 1, max(i - 2, 0) - 1, -1))
+        rows.append((i, fwd, want_fwd, bwd, want_bwd))
+        if sorted(fwd) != want_fwd:
+            problems.append(f"block {i}'s forward")
+        if sorted(bwd, reverse=True) != want_bwd:
+            problems.append(f"block {i}'s backward")
+    table = _table(rows, ("block", "gathered when its forward began", "want", "gathered (backward) when its "
+                          "backward began", "want"))
+    if problems:
+        raise _fail(f"world size {ws}: the all_gathers were not issued where asked ({', '.join(problems[:3])}"
+                    f"{'...' if len(problems) > 3 else ''}).",
+                    "in forward a block should name the block after it; in backward the two blocks before it "
+                    "(backward runs from the last block to the first). The first and last blocks name only "
+                    "blocks that exist.", table)
+    worst = max(max_difference(p, want) for p, _ in results)
+    if worst > 1e-12:
+        raise _fail(f"world size {ws}: the parameters after the step differ from one process's by {worst:.2e}.",
+                    "prefetching changes when FSDP gathers, never what it computes: leave the training alone.", table)
+    _passed(f"at world size {ws} every block's all_gather was issued one block ahead in forward and two ahead in "
+            "backward, and on every rank the step equals one process's", table)
+
+
+# ----------------------------------------------------------------------------------------------
+# 15 · the online softmax inside ring attention
+
+
+def _ring_rank(rank, world_size, update, q, k, v, causal, layout):
+    return ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, update=update)[0]
+
+
+def check_online_softmax(update: Callable) -> None:
+    """Check ``update(o, m, l, scores, v) -> (o, m, l)`` (notebook 15): one step of the online
+    softmax (Milakov and Gimelshein 2018), used inside ring attention on real ranks.
+
+    ``o`` ``(n, d)`` is the unnormalised output so far, ``m`` ``(n,)`` each query's largest score so
+    far (``-inf`` at first), ``l`` ``(n,)`` the sum of ``exp(score - m)``; ``scores`` ``(n, k)`` is
+    one block (masked entries ``-inf``), ``v`` ``(k, d)`` its values. Ring attention
+    (:func:`collnb.labs.parallel.ring_attention`, the library's sends and receives) runs with it on
+    real ranks, twice: causal in zig-zag order and without a mask in plain order, random world sizes
+    (2-4) and random ``q, k, v`` (each rank knows only its own rows). Passes when every rank's output
+    equals full attention in one process (within 1e-10) and ``update`` made no collective call.
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(update, "update(o, m, l, scores, v)")
+    direction = ("A new block can raise a row's largest score from m to a larger m_new. Everything accumulated "
+                 "so far was computed relative to m: what factor brings it to m_new? Then add the new block's "
+                 "terms, relative to m_new.")
+    if _is_stub(update):
+        return _unfinished("update", direction)
+    rng = _rng()
+    sizes = _world_sizes(rng, 2, 4)
+    for ws, (causal, layout) in zip(sizes, ((True, "zigzag"), (False, "plain"))):
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        s, d = 4 * ws, 3
+        q, k, v = (torch.randn(s, d, generator=gen, dtype=torch.float64) * 2 for _ in range(3))
+        where = LAYOUTS[layout](s, ws)
+        args = [(update, q[where[r]], k[where[r]], v[where[r]], causal, layout) for r in range(ws)]
+        what = f"world size {ws}, {'causal, ' if causal else ''}{layout} order"
+        results, calls = _launch_or_fail(_ring_rank, ws, args, hint=direction, what=what)
+        full = attention(q, k, v, causal)
+        devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
+                and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(results)]
+        rows = [(r, f"{devs[r]:.2e}", _summary(calls[r])) for r in range(ws)]
+        table = _table(rows, ("rank", "max |ring - full attention|", "calls"))
+        ring = 2 * (ws - 1)
+        extra = [r for r in range(ws) if sorted(_names(calls[r])) != ["irecv"] * ring + ["isend"] * ring]
+        if extra:
+            raise _fail(f"{what}: rank {extra[0]} made {_summary(calls[extra[0]])}; the ring's own sends and "
+                        f"receives are {ring} isend and {ring} irecv, and update must not communicate.",
+                        "update only computes: it sees one block of one rank's scores at a time.", table)
+        bad = [r for r in range(ws) if devs[r] > 1e-10]
+        if bad:
+            raise _fail(f"{what}: rank(s) {bad} ended with an output other than full attention's (one process).",
+                        "the terms accumulated so far were computed with exp(score - m); after the block they must "
+                        "be relative to m_new, so BOTH the old o and the old l need rescaling before the new block's "
+                        "terms are added (and return the new m).", table)
+    _passed(f"your update made ring attention exact: causal in zig-zag order at world size {sizes[0]}, unmasked in "
+            f"plain order at world size {sizes[1]}", table)
+
+
+__all__ = ["check_tensor_parallel_mlp", "check_fsdp_prefetch", "check_online_softmax"]

@@ -1,0 +1,42 @@
+"""The parallelisms of notebooks 13-15 and the expert-parallel part of 11, on real ranks, each checked
+against one process computing the same thing:
+
+* :mod:`.tensor`: tensor and sequence parallelism by hand (the Megatron MLP, ``f``/``g``,
+  all_gather/reduce_scatter, Megatron's regather; activations saved for backward, measured);
+* :mod:`.tensor_plans`: the same block with ``torch.distributed.tensor.parallel``;
+* :mod:`.sharding`: DDP, flat ZeRO-1/2 and FSDP2 (``fully_shard``) on one small model, each block's
+  compute marked among the recorded collectives;
+* :mod:`.ring`: context parallelism, ring attention with an online softmax, plain and zig-zag order;
+* :mod:`.experts`: expert parallelism with a capacity limit (fixed buffers, dropped tokens);
+* :mod:`.accounting`: what a step's recorded collectives add up to (phases, kinds, bytes on the wire).
+
+Rank functions here are meant for ``collnb.launch(..., record_calls=True)``; those that build DTensors,
+FSDP2 or DDP import ``torch._dynamo`` on first use (seconds per fresh rank): give such launches a
+``collective_timeout`` with margin, or import it in the kernel before the ranks are forked.
+"""
+
+from .accounting import CallSummary, Phases, by_step, interleave, phase_range, kind, split, summarize, summary_table, wire_bytes
+from .tensor import (ColumnParallelLinearRegather, CopyToTensorParallel, GatherFromSequenceParallel, MLPBlock,
+                     ReduceFromTensorParallel, ScatterToSequenceParallel, TensorParallelMLP, copy_to_tensor_parallel,
+                     deviation, gather_from_sequence_parallel, mlp_step, reduce_from_tensor_parallel, reference_step,
+                     saved_activation_bytes, scatter_to_sequence_parallel, sequence_shard, shard_columns, shard_rows)
+from .experts import capacity_slots, expert, expert_capacity, moe_capacity_layer, moe_reference, skewed_routes
+from .ring import (LAYOUTS, attention, gather_sequence, online_softmax_update, plain_layout, ring_attention,
+                   work_matrix, zigzag_layout)
+from .sharding import (block_of, ddp_train, fsdp_block_bytes, fsdp_train, label, layered_model, max_difference,
+                       order_text, sgd_reference, zero_train)
+from .tensor_plans import assemble, dtensor_deviation, dtensor_mlp_step, tensor_parallel_plan
+
+__all__ = [
+    "Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table",
+    "MLPBlock", "TensorParallelMLP", "CopyToTensorParallel", "ReduceFromTensorParallel", "GatherFromSequenceParallel",
+    "ScatterToSequenceParallel", "ColumnParallelLinearRegather", "copy_to_tensor_parallel",
+    "reduce_from_tensor_parallel", "gather_from_sequence_parallel", "scatter_to_sequence_parallel",
+    "saved_activation_bytes", "sequence_shard", "shard_rows", "shard_columns", "mlp_step", "reference_step",
+    "deviation", "tensor_parallel_plan", "dtensor_mlp_step", "assemble", "dtensor_deviation",
+    "layered_model", "sgd_reference", "ddp_train", "zero_train", "fsdp_train", "fsdp_block_bytes", "block_of", "label",
+    "order_text", "max_difference",
+    "attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "work_matrix",
+    "gather_sequence",
+    "expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference",
+]
