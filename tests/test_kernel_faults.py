@@ -20,8 +20,11 @@ def test_a_failing_launch_shows_one_error_and_no_backend_log(kernel):  # noqa: F
     assert cell.status == "error"
     assert len(cell.errors) == 1
     tb = "\n".join(cell.errors[0]["traceback"])
-    assert tb.startswith("rank 1: DidNotJoin: rank 1 never reached the collective that rank 0 was waiting in "
-                         "until collective_timeout (1.5 s) ran out")
+    # rank 1 returned: the group it made closed with it, so rank 0's wait ended before its timeout (issue 25)
+    assert tb.startswith("rank 1: DidNotJoin: rank 1 never reached the collective that rank 0 was waiting in: its "
+                         "function had already returned, and the groups it made closed with it, which ended rank "
+                         "0's wait after ")
+    assert "before collective_timeout (1.5 s) could run out. Every rank must call" in tb.splitlines()[0]
     assert "ProcessGroupGloo.cpp" not in cell.text("stderr") + cell.text("stdout")
     assert "err.backend_log" in tb
 

@@ -40,11 +40,13 @@ def _make_group(kind):
     raise ValueError(kind)
 
 
-def _rank_1_skips_a_collective_on(rank, world_size, kind):
+def _rank_1_skips_a_collective_on(rank, world_size, kind, then="stays"):
     g = _make_group(kind)
     if rank == 0:
         dist.all_reduce(torch.ones(2), group=g)
-    return rank
+    elif then == "stays":  # in its function, the group open: rank 0 waits until a timeout runs out
+        time.sleep(60)
+    return rank  # "returns": the groups the function made close with it
 
 
 @pytest.mark.parametrize("kind", ["new_group"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
@@ -58,10 +60,30 @@ def test_a_group_the_function_makes_gets_collective_timeout(kind):
     err = info.value
     assert err.rank == 1 and err.exc_type == "DidNotJoin"
     assert str(err).startswith("rank 1: DidNotJoin: rank 1 never reached the collective that rank 0 was "
-                               "waiting in until collective_timeout (2 s) ran out")
-    assert err.outcomes[1] == "finished"
+                               "waiting in until collective_timeout (2 s) ran out; rank 1 was at File ")
+    assert "time.sleep(60)" in err.rank_traceback
+    assert err.outcomes[1].startswith("still running, stopped by collnb")
     assert time.monotonic() - t0 < 60  # far below torch's 30-minute group default
     assert collnb.launch(lambda r, w: r, 2) == [0, 1]
+
+
+@pytest.mark.parametrize("debug", [True, False], ids=["debug=True", "debug=False"])
+def test_a_rank_whose_function_returned_ends_the_wait_before_any_timeout(debug):
+    # issue 25: rank 1's return closes the group it made, so rank 0 stops waiting at once; gloo's words
+    # for that still say "failed to pass monitoredBarrier in 4000 ms" (debug) or "Connection closed"
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(_rank_1_skips_a_collective_on, 2, args=("new_group", "returns"), collective_timeout=4,
+                      debug=debug, timeout=60)
+    err = info.value
+    head = str(err).splitlines()[0]
+    m = re.fullmatch(r"rank 1: DidNotJoin: rank 1 never reached the collective that rank 0 was waiting in: its "
+                     r"function had already returned, and the groups it made closed with it, which ended rank 0's "
+                     r"wait after (\d+) ms, before collective_timeout \(4 s\) could run out\. Every rank must call "
+                     r"the same collectives in the same order", head)
+    assert m, head
+    assert int(m.group(1)) < 0.9 * 4000  # well before the timeout (a ratio of it, not a wall-clock limit)
+    assert err.outcomes[1] == "finished" and "(follows the root cause)" in err.outcomes[0]
+    collnb.shutdown()  # the pools of this collective_timeout are not the default one
 
 
 def test_a_timeout_the_learner_gives_new_group_is_kept_and_named():
