@@ -197,8 +197,10 @@ def _check(key, case, debug, entry, report):
     if entry["call"] == 1 or case.startswith("all_reduce, peer clos") and waited < 0.9 * seconds:
         # the wait ended well before any timeout could run out (margin: a tenth of the timeout)
         assert (report.fired, report.timeout, report.seconds) == (False, timeout, seconds), key
-        expected_cause = "pair closed" if entry["call"] == 1 else (
-            "peer closed" if "Connection closed by peer" in entry["message"] else "")
+        # what ended it, as the message says: a peer's connection closed (its group was destroyed, or
+        # the peer's own timeout closed it), or this rank's earlier timeout had closed the group
+        expected_cause = ("peer closed" if "Connection closed by peer" in entry["message"] else
+                          "pair closed" if "caused pair closure" in entry["message"] else "")
         assert report.cause == expected_cause, key
         return
     assert (report.fired, report.timeout, report.seconds) == (True, timeout, seconds), (key, report)
