@@ -448,11 +448,15 @@ def test_the_report_travels_in_failed_and_the_launcher_reads_the_text_only_witho
 def test_the_wrappers_name_a_timeout_from_the_call_they_measured(monkeypatch):
     import inspect
     from collnb.ranks import _dist_hooks as hooks
-    monkeypatch.setitem(hooks._state, "group_timeout", 1.5)
+    # waits far from each timeout's edges: a stalled test process cannot move them across
+    monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     sig = inspect.signature(hooks._originals.get("all_reduce", dist.all_reduce))
-    exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1500 ms")
+    exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 30000 ms")
     hooks._name_timeout(exc, "all_reduce", sig, (torch.ones(2),), {}, time.monotonic() - 0.02)
-    assert (exc.collnb_timeout.fired, exc.collnb_timeout.timeout) == (False, "collective_timeout (1.5 s)")
+    assert (exc.collnb_timeout.fired, exc.collnb_timeout.timeout) == (False, "collective_timeout (30 s)")
+    exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 30000 ms")
+    hooks._name_timeout(exc, "all_reduce", sig, (torch.ones(2),), {}, time.monotonic() - 30.5)
+    assert (exc.collnb_timeout.fired, exc.collnb_timeout.source) == (True, "measured")
 
     group = object()  # a group the function made with timeout=2 s
     monkeypatch.setitem(hooks._group_timeouts, group, (2.0, "the timeout=2 s passed to new_group"))
@@ -490,15 +494,15 @@ def test_a_works_wait_names_the_timeout_it_raises_for(monkeypatch):
 
 def test_an_error_no_wrapper_saw_is_bounded_by_the_time_since_the_call_began(monkeypatch):
     from collnb.ranks import _dist_hooks as hooks
-    monkeypatch.setitem(hooks._state, "group_timeout", 1.5)
+    monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     monkeypatch.setitem(hooks._state, "since", time.monotonic() - 0.3)
-    exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 1500 ms")
+    exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 30000 ms")
     hooks.name_unmeasured(exc)
     assert exc.collnb_timeout.fired is False
-    monkeypatch.setitem(hooks._state, "since", time.monotonic() - 30)
-    exc = RuntimeError("[x] Timed out waiting 1500ms for recv operation to complete")
+    monkeypatch.setitem(hooks._state, "since", time.monotonic() - 60)
+    exc = RuntimeError("[x] Timed out waiting 30000ms for recv operation to complete")
     hooks.name_unmeasured(exc)
-    assert (exc.collnb_timeout.timeout, exc.collnb_timeout.source) == ("collective_timeout (1.5 s)", "text")
+    assert (exc.collnb_timeout.timeout, exc.collnb_timeout.source) == ("collective_timeout (30 s)", "text")
 
 
 def _write():

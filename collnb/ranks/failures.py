@@ -134,8 +134,8 @@ def which_timeout(candidates, text="", at_most=None) -> TimeoutReport:
     cands = [(float(s), n, w) for s, n, w in candidates if s is not None]
     measured = [c for c in cands if c[2] is not None]
 
-    def fired(c, source, waited=None):
-        return TimeoutReport(c[1], c[0], c[2] if waited is None else waited, True, "", source)
+    def fired(c, source):
+        return TimeoutReport(c[1], c[0], c[2], True, "", source)
 
     def unset(seconds):  # a timeout collnb did not set (e.g. a learner's ProcessGroup options)
         return TimeoutReport(f"a timeout of {seconds:g} s set in the function (not collective_timeout)",

@@ -102,8 +102,9 @@ class TimeoutReport:
         fired: ``True``: that timeout ran out; ``False``: the wait ended before any timeout could
             (see ``cause``); ``None``: not known.
         cause: when ``fired`` is False, what ended the wait: ``"peer closed"`` (a peer's connection
-            closed: its group was destroyed or its process ended), ``"pair closed"`` (an earlier
-            timeout in the same group had closed its connections), or ``""``.
+            closed: its group was destroyed, its process ended, or its own timeout closed it),
+            ``"pair closed"`` (an earlier timeout in the same group had closed its connections),
+            or ``""``.
         source: what decided: ``"measured"`` (the wait), ``"text"`` (the message's wording, when
             the measurement could not decide), ``""``.
     """
