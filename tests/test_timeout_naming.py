@@ -389,6 +389,20 @@ def test_a_rank_whose_function_returned_is_said_to_have_closed_its_groups_not_to
                     "in the same order")
 
 
+def test_a_rank_still_waiting_in_the_collective_is_not_the_one_that_never_joined():
+    early = TimeoutReport(C15[1], 1.5, 0.024, False, "", "measured")
+    failed = [_comm(0, 1.0, early)]
+    c10d = str(Path(torch.__file__).resolve().parent / "distributed" / "distributed_c10d.py")
+    waiting = [(c10d, 10, "all_reduce", "x"), ("/u/fn.py", 3, "fn", "y")]  # rank 2's stack
+    culprit = root_cause(failed, {0: failed[0], 1: Event(1, "ok", 0.5)}, [2], {2: waiting})
+    assert culprit.rank == 1 and culprit.message.startswith(
+        "rank 1 never reached the collective that rank 0 was waiting in: its function had already returned")
+    # with nobody returned or elsewhere, the ranks still waiting are named (a different collective)
+    culprit = root_cause(failed, {0: failed[0]}, [2], {2: waiting})
+    assert culprit.rank == 2 and culprit.message.endswith("rank 2 was waiting in all_reduce, called from File "
+                                                          "\"/u/fn.py\", line 3, in fn")
+
+
 def test_a_timeout_that_ran_out_on_any_rank_is_named():
     early = TimeoutReport(C15[1], 1.5, 1.51, False, "peer closed", "measured")
     ran_out = TimeoutReport(C15[1], 1.5, 1.52, True, "", "measured")

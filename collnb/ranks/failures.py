@@ -210,13 +210,20 @@ def root_cause(failed, events, pending, stacks):
         return mismatch
     if primary:
         return min(primary, key=lambda e: e.t)
-    # Only communication errors: the culprit is a rank that never joined the collective.
+    # Only communication errors: the culprit is a rank that never joined the collective: one whose
+    # function returned or one still running elsewhere. A rank still waiting in a collective joined
+    # one (when a returned rank's groups close, some peers fail at once and others are still waiting).
     first = min(failed, key=lambda e: e.t)
-    absent = pending or [e.rank for e in events.values() if e.kind == "ok"]
+    returned = [e.rank for e in events.values() if e.kind == "ok"]
+    elsewhere = [r for r in pending if not where(stacks.get(r)).startswith("waiting in ")]
+    absent = sorted(elsewhere + returned) or list(pending)
     if absent:
         names = ", ".join(map(str, absent))
         culprit = absent[0]
-        frames = stacks.get(culprit) or []
+        frames = (stacks.get(culprit) or []) if culprit in pending else []
+        state = (f"; rank {culprit} was {where(frames)}" if frames else
+                 f"; rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
+                 if culprit in pending else "")
         reports = [e.timeout or TimeoutReport(e.timeout_name, fired=True if e.timeout_name else None)
                    for e in sorted(failed, key=lambda e: e.t)]
         ran_out = next((r for r in reports if r.fired), None)
@@ -225,18 +232,12 @@ def root_cause(failed, events, pending, stacks):
         if ran_out is not None:
             head += f" until {ran_out.timeout} ran out"
         if ran_out is None and early is not None:
-            text = head + _ended_early(first.rank, culprit, early, not pending)
-            if frames:
-                text += f"; rank {culprit} was {where(frames)}"
-            elif pending:
-                text += f"; rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
-        elif frames:
-            text = f"{head}; rank {culprit} was {where(frames)}"
-        elif pending:
-            text = f"{head}; rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
-        else:
+            text = head + _ended_early(first.rank, culprit, early, culprit in returned) + state
+        elif culprit in returned:
             text = (f"{head}: its function had already returned. Every rank must call the same "
                     f"collectives in the same order")
+        else:
+            text = head + state
         return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
     return first
 
