@@ -40,11 +40,13 @@ def _make_group(kind):
     raise ValueError(kind)
 
 
-def _rank_1_skips_a_collective_on(rank, world_size, kind):
+def _rank_1_skips_a_collective_on(rank, world_size, kind, then="stays"):
     g = _make_group(kind)
     if rank == 0:
         dist.all_reduce(torch.ones(2), group=g)
-    return rank
+    elif then == "stays":  # in its function, the group open: rank 0 waits until a timeout runs out
+        time.sleep(60)
+    return rank  # "returns": the groups the function made close with it
 
 
 @pytest.mark.parametrize("kind", ["new_group"] + [pytest.param(k, marks=pytest.mark.slow) for k in (
@@ -58,10 +60,41 @@ def test_a_group_the_function_makes_gets_collective_timeout(kind):
     err = info.value
     assert err.rank == 1 and err.exc_type == "DidNotJoin"
     assert str(err).startswith("rank 1: DidNotJoin: rank 1 never reached the collective that rank 0 was "
-                               "waiting in until collective_timeout (2 s) ran out")
-    assert err.outcomes[1] == "finished"
+                               "waiting in until collective_timeout (2 s) ran out; rank 1 was at File ")
+    assert "time.sleep(60)" in err.rank_traceback
+    assert err.outcomes[1].startswith("still running, stopped by collnb")
     assert time.monotonic() - t0 < 60  # far below torch's 30-minute group default
     assert collnb.launch(lambda r, w: r, 2) == [0, 1]
+
+
+def _rank_1_returns_from_a_group_of_all(rank, world_size):
+    g = dist.new_group(list(range(world_size)))
+    if rank != 1:
+        dist.all_reduce(torch.ones(2), group=g)
+    return rank  # rank 1: the group closes with the function
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+@pytest.mark.parametrize("debug", [True, False], ids=["debug=True", "debug=False"])
+def test_a_rank_whose_function_returned_ends_the_wait_before_any_timeout(debug, world_size):
+    # issue 25: rank 1's return closes the group it made, so its peers stop waiting at once; gloo's
+    # words for that still say "failed to pass monitoredBarrier in 4000 ms" (debug) or "Connection
+    # closed". At world size 3 a peer may still be waiting in all_reduce when collnb stops it: it is
+    # not the rank that never joined.
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(_rank_1_returns_from_a_group_of_all, world_size, collective_timeout=4, debug=debug, timeout=60)
+    err = info.value
+    head = str(err).splitlines()[0]
+    m = re.fullmatch(r"rank 1: DidNotJoin: rank 1 never reached the collective that rank (\d) was waiting in: its "
+                     r"function had already returned, and the groups it made closed with it, which ended rank \1's "
+                     r"wait after ([\d.]+) (ms|s), before collective_timeout \(4 s\) could run out\. Every rank must call "
+                     r"the same collectives in the same order", head)
+    assert m, head
+    assert m.group(1) in ("0", "2")
+    waited = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
+    assert waited < 0.9 * 4  # well before the timeout (a ratio of it, not a wall-clock limit)
+    assert err.rank == 1 and err.outcomes[1] == "finished" and "(follows the root cause)" in err.outcomes[0]
+    collnb.shutdown()  # the pools of this collective_timeout are not the default one
 
 
 def test_a_timeout_the_learner_gives_new_group_is_kept_and_named():

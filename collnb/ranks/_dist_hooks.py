@@ -17,10 +17,12 @@ that, while active:
   refused with a message saying what to pass instead.
 * **gives groups the launch's timeout** (``group_timeout`` seconds): a group or device mesh
   the learner's code creates without ``timeout=`` waits ``group_timeout`` for a missing peer
-  instead of torch's default of 30 minutes. A timeout error raised by a wrapped call carries
-  ``collnb_timeout``: a phrase naming the timeout that fired (the launch's
-  ``collective_timeout``, or the ``timeout=`` the learner passed to ``new_group`` or
-  ``monitored_barrier``).
+  instead of torch's default of 30 minutes. A communication error raised by a wrapped call (or
+  by ``wait()`` on the Work of an ``async_op=True`` call) carries ``collnb_timeout``: a
+  :class:`.TimeoutReport` saying which timeout ended the wait (the launch's
+  ``collective_timeout``, a ``timeout=`` given to ``new_group`` & co., ``barrier``,
+  ``monitored_barrier`` or ``Work.wait``), chosen by :func:`.failures.which_timeout` from the wait
+  measured on the monotonic clock since the outermost call began.
 
 Recording is not done here: :mod:`.recording` records every operation where torch dispatches it,
 whichever API issued it (a wrapper of the module functions would miss ``ProcessGroup`` methods,
@@ -36,13 +38,14 @@ from __future__ import annotations
 import datetime
 import functools
 import inspect
-import re
 import threading
+import time
 
 import torch
 import torch.distributed as dist
 
 from ._torch_internals import distributed_c10d, has_internal_overlap, patch_default_timeout
+from .failures import collective_timeout_name, which_timeout
 
 __all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT"]
 
@@ -95,12 +98,12 @@ _CONSTRUCTORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "
 
 _tls = threading.local()      # .depth: >0 while inside a wrapped call on this thread
 _lock = threading.Lock()
-_state = dict(active=False, check_layout=False, group_timeout=None)
+_state = dict(active=False, check_layout=False, group_timeout=None, since=None)
 _originals: dict = {}         # name -> torch's own function
 _wrappers: dict = {}          # name -> our wrapper
 _patched: list = []           # (module, name, previous value) to undo
 _signatures: dict = {}
-_group_timeouts: dict = {}    # ProcessGroup -> phrase naming the timeout the learner gave it
+_group_timeouts: dict = {}    # ProcessGroup -> (seconds, phrase naming the timeout the learner gave it)
 
 
 def installed() -> bool:
@@ -120,7 +123,8 @@ def install(check_layout: bool = True, group_timeout: float | None = None):
     with _lock:
         if not _patched:
             _patch()
-        _state.update(active=True, check_layout=bool(check_layout), group_timeout=group_timeout)
+        _state.update(active=True, check_layout=bool(check_layout), group_timeout=group_timeout,
+                      since=time.monotonic())
         _group_timeouts.clear()
 
 
@@ -175,6 +179,8 @@ def _default_timeout(backend, previous):
 def _enter():
     depth = getattr(_tls, "depth", 0)
     _tls.depth = depth + 1
+    if depth == 0:  # the outermost call's start: what a timeout that ends it is measured against
+        _tls.since = time.monotonic()
     return depth
 
 
@@ -191,14 +197,17 @@ def _make_wrapper(name, orig):
         if not _state["active"] or getattr(_tls, "depth", 0):
             return orig(*args, **kwargs)
         depth = _enter()
+        timing = (name, sig, args, kwargs, _tls.since)
         try:
             if name == "batch_isend_irecv":
-                return _batch(orig, args, kwargs)
+                return [_timed(w, timing) for w in _batch(orig, args, kwargs)]
             if _state["check_layout"] and roles and _any_odd(args, kwargs):
-                return _call_with_dense(orig, name, sig.bind(*args, **kwargs), roles)
-            return orig(*args, **kwargs)
+                result = _call_with_dense(orig, name, sig.bind(*args, **kwargs), roles)
+            else:
+                result = orig(*args, **kwargs)
+            return _timed(result, timing)
         except Exception as exc:
-            _name_timeout(exc, name, sig, args, kwargs)
+            _name_timeout(exc, *timing)
             raise
         finally:
             _leave(depth)
@@ -239,42 +248,58 @@ def _seconds(timeout):
     return timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
 
 
-_TIMEOUT_MARKERS = ("Timed out", "timed out", "Timeout", "failed to pass monitoredBarrier")
-_TIMEOUT_MS = re.compile(r"in (\d+) ?ms|[Tt]imed out waiting (\d+) ?ms")
-
-
-def _name_timeout(exc, name, sig, args, kwargs):
-    """Attach ``collnb_timeout`` to a timeout error: which timeout fired, in words. The call's
-    own ``timeout=``, its group's (given to ``new_group`` & co.) or the launch's; when the message
-    says how long it waited ("... in 6000 ms"), the one of that length."""
+def _name_timeout(exc, name, sig, args, kwargs, since, wait=None):
+    """Attach ``collnb_timeout`` to an error of a wrapped call: a :class:`.TimeoutReport` of which
+    timeout ended the wait. The timeouts that applied: the call's own ``timeout=`` (``barrier``,
+    ``monitored_barrier``; ``wait=(start, timeout)`` for ``Work.wait(timeout=)``), its group's
+    (given to ``new_group`` & co.) or the launch's ``collective_timeout``; each is matched to the
+    wait measured since the call (or the ``wait()``) began."""
     try:
-        text = str(exc)
-        if not any(m in text for m in _TIMEOUT_MARKERS) or hasattr(exc, "collnb_timeout"):
+        if hasattr(exc, "collnb_timeout"):
             return
+        now = time.monotonic()
         arguments = sig.bind(*args, **kwargs).arguments
         candidates = []
+        if wait is not None and wait[1]:
+            seconds = _seconds(wait[1])
+            candidates.append((seconds, f"the timeout={seconds:g} s passed to Work.wait", now - wait[0]))
         if name in ("monitored_barrier", "barrier") and arguments.get("timeout") is not None:
             seconds = _seconds(arguments["timeout"])
-            candidates.append((seconds, f"the timeout={seconds:g} s passed to {name}"))
+            candidates.append((seconds, f"the timeout={seconds:g} s passed to {name}", now - since))
         group = arguments.get("group")
         if group is None and name == "batch_isend_irecv":
             ops = arguments.get("p2p_op_list") or []
             group = getattr(ops[0], "group", None) if ops else None
         group = group if group is not None else dist.group.WORLD
-        if group in _group_timeouts:
-            candidates.append(_group_timeouts[group])
-        seconds = _state["group_timeout"]
-        candidates.append((seconds, f"collective_timeout ({seconds:g} s)" if seconds is not None
-                           else "collective_timeout"))
-        m = _TIMEOUT_MS.search(text)
-        if m:
-            waited = int(m.group(1) or m.group(2)) / 1000
-            exact = [p for s, p in candidates if s is not None and abs(s - waited) < 1e-3 * max(s, 1)]
-            exc.collnb_timeout = exact[0] if exact else f"a timeout of {waited:g} s"
-        else:
-            exc.collnb_timeout = candidates[0][1]
+        seconds, phrase = _group_timeouts.get(group) or (_state["group_timeout"],
+                                                         collective_timeout_name(_state["group_timeout"]))
+        candidates.append((seconds, phrase, now - since))
+        exc.collnb_timeout = which_timeout(candidates, str(exc))
     except Exception:  # noqa: BLE001 - naming is a courtesy; never hide the real error
         pass
+
+
+def name_unmeasured(exc):
+    """Attach ``collnb_timeout`` to an error no wrapper measured (a collective torch issued below
+    the wrapped functions, e.g. DTensor's): the timeouts of the pool's and the function's groups,
+    bounded by the time since :func:`install`; the message's wording decides the rest."""
+    try:
+        if hasattr(exc, "collnb_timeout") or _state["since"] is None:
+            return
+        seconds = _state["group_timeout"]
+        candidates = [(seconds, collective_timeout_name(seconds), None)] + [
+            (s, phrase, None) for s, phrase in set(_group_timeouts.values())]
+        exc.collnb_timeout = which_timeout(candidates, str(exc), at_most=time.monotonic() - _state["since"])
+    except Exception:  # noqa: BLE001 - as above
+        pass
+
+
+def _timed(result, timing):
+    """The Work(s) of an ``async_op=True`` call, whose ``wait()`` names the timeout it raises for."""
+    if isinstance(result, _CopyBackWork):
+        result._timing = timing
+        return result
+    return _CopyBackWork(result, [], timing) if isinstance(result, dist.Work) else result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -401,11 +426,12 @@ class _CopyBackWork(dist.Work):
     """A :class:`torch.distributed.Work` that, once the operation is done, copies its results
     from the dense stand-ins back into the learner's tensors (non-contiguous or conj/neg views)."""
 
-    def __init__(self, work, copies):
+    def __init__(self, work, copies, timing=None):
         super().__init__()
         self._work = work
         self._copies = copies
         self._copied = False
+        self._timing = timing  # the call's (name, sig, args, kwargs, start): to name a timeout wait() raises
 
     def _finish(self):
         if not self._copied:
@@ -413,7 +439,13 @@ class _CopyBackWork(dist.Work):
             _copy_back(self._copies)
 
     def wait(self, timeout=datetime.timedelta(0)):
-        done = self._work.wait(timeout) if timeout else self._work.wait()
+        start = time.monotonic()
+        try:
+            done = self._work.wait(timeout) if timeout else self._work.wait()
+        except Exception as exc:
+            if self._timing is not None:
+                _name_timeout(exc, *self._timing, wait=(start, timeout))
+            raise
         self._finish()
         return done
 

@@ -27,7 +27,7 @@ import torch.multiprocessing as tmp
 from ..vocabulary import MAX_WORLD_SIZE
 from .backends import local_backend_info
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, call_error, death_text, rebuild_result, timeout_name
+from .failures import Event, call_error, death_text, failed_event, rebuild_result
 from .output import OutputRelay
 from .processes import TMP_PREFIX, descendants, kill_all, sigint_deferred, sweep_stale_dirs
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, encode, receive, send
@@ -360,9 +360,7 @@ class RankPool:
                     elif isinstance(msg, Ready):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.seconds)
                     elif isinstance(msg, Failed):
-                        events[r.rank] = Event(r.rank, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
-                                               timeout_name=msg.timeout_name
-                                               or timeout_name(msg.message, self.collective_timeout))
+                        events[r.rank] = failed_event(r.rank, t, msg, self.collective_timeout)
                         failure_at = failure_at or t
         if failure_at is not None:
             self._settle_output(ranks, failure_at + grace)

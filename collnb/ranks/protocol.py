@@ -24,7 +24,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Failed", "encode", "send", "receive"]
+__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Failed", "TimeoutReport", "encode", "send",
+           "receive"]
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,35 @@ class Result:
 
 
 @dataclass(frozen=True)
+class TimeoutReport:
+    """What ended a rank's wait in a communication call: the timeout that ran out, chosen from the
+    timeouts collnb knows and the wait the rank measured (:func:`.failures.which_timeout`).
+
+    Attributes:
+        timeout: the timeout, in words: ``"collective_timeout (1.5 s)"``, ``"the timeout=2 s passed
+            to new_group"``; when ``fired`` is False, the one that was running; ``""`` when unknown.
+        seconds: its value in seconds (``None`` when unknown).
+        waited: seconds the call had been waiting when the error surfaced, on the rank's monotonic
+            clock (``None``: not measured).
+        fired: ``True``: that timeout ran out; ``False``: the wait ended before any timeout could
+            (see ``cause``); ``None``: not known.
+        cause: when ``fired`` is False, what ended the wait: ``"peer closed"`` (a peer's connection
+            closed: its group was destroyed, its process ended, or its own timeout closed it),
+            ``"pair closed"`` (an earlier timeout in the same group had closed its connections),
+            or ``""``.
+        source: what decided: ``"measured"`` (the wait), ``"text"`` (the message's wording, when
+            the measurement could not decide), ``""``.
+    """
+
+    timeout: str = ""
+    seconds: float | None = None
+    waited: float | None = None
+    fired: bool | None = None
+    cause: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
 class Failed:
     """The function (or the rank's set-up) raised, or called ``sys.exit``.
 
@@ -98,14 +128,20 @@ class Failed:
             without the launcher's own.
         comm: whether it is torch.distributed reporting a lost or late peer (a consequence of
             another rank's failure, not a root cause).
-        timeout_name: which timeout fired, in words (timeout errors only; else ``""``).
+        timeout: the :class:`TimeoutReport` the rank made for a communication error (``None``
+            when the rank measured nothing: the launcher then reads the message's wording).
     """
 
     exc_type: str
     message: str
     frames: list
     comm: bool = False
-    timeout_name: str = ""
+    timeout: TimeoutReport | None = None
+
+    @property
+    def timeout_name(self) -> str:
+        """The timeout that ran out, in words (``""`` when none did or it is not known)."""
+        return self.timeout.timeout if self.timeout is not None and self.timeout.fired else ""
 
     @classmethod
     def from_exception(cls, exc: BaseException, rank, frames: list, comm: bool) -> "Failed":
@@ -117,7 +153,8 @@ class Failed:
                 text = str(exc)
             except Exception as inner:  # noqa: BLE001 - an exception whose __str__ raises
                 text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
-        return cls(type(exc).__name__, text, frames, comm, getattr(exc, "collnb_timeout", ""))
+        report = getattr(exc, "collnb_timeout", None)
+        return cls(type(exc).__name__, text, frames, comm, report if isinstance(report, TimeoutReport) else None)
 
 
 def encode(msg) -> bytes:

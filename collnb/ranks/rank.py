@@ -260,6 +260,7 @@ def _report_error(res_w, exc, rank):
     """Send a rank's exception to the launcher: type, message, frames, whether it is a
     communication error (a consequence of another rank's failure)."""
     sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
+    _dist_hooks.name_unmeasured(exc)  # which timeout ended a wait no wrapper measured
     send(res_w, Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc)))
 
 

@@ -65,7 +65,7 @@ from . import launcher as _launcher
 from .engines import (engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
                       engine_teardown)
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
+from .failures import Event, failed_event, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
 from .protocol import Result
 from .serialization import code_files, dumps
 
@@ -268,8 +268,7 @@ class _Connection:
                 if isinstance(msg, Result):
                     events[r] = Event(r, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact)
                 else:  # Failed
-                    events[r] = Event(r, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
-                                      timeout_name=msg.timeout_name)
+                    events[r] = failed_event(r, t, msg, collective_timeout)
                     failure_at = failure_at or t
 
         user_interrupt = False

@@ -30,7 +30,8 @@ _FAULT_LINE = re.compile(r'File "(.*)", line (\d+) in (\S+)')
 
 _COMM_MARKERS = ("Connection closed by peer", "Connection reset", "Broken pipe", "Timed out",
                  "timed out", "Timeout", "ECONNRESET", "EPIPE", "failed to pass monitoredBarrier",
-                 "Socket Timeout", "connection refused", "Connection refused")
+                 "Socket Timeout", "connection refused", "Connection refused",
+                 "Application timeout caused pair closure")  # gloo: an earlier timeout closed the group
 
 
 def is_comm_error(exc: BaseException) -> bool:
