@@ -142,9 +142,13 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
     return [p[0] for p in out], calls
 
 
+#: Seconds a check gives the learner's function before it says it did not finish.
+CHECK_TIMEOUT_S = 60.0
+
+
 def _launch_or_fail(fn, world_size, per_rank_args=None, fn_world_size=None, *, hint: str, what: str):
     try:
-        return launch_recorded(fn, world_size, per_rank_args, fn_world_size, timeout=60.0)
+        return launch_recorded(fn, world_size, per_rank_args, fn_world_size, timeout=CHECK_TIMEOUT_S)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
@@ -153,8 +157,15 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, fn_world_size=None, *, h
                         "(a send needs a matching recv). " + hint) from None
         raise _fail(f"{what}: your function raised on a rank.\n{head}\n{err.rank_traceback.strip()}",
                     hint) from None
-    except LaunchTimeout as err:
-        raise _fail(f"{what}: your function did not finish.\n{err}", hint) from None
+    except LaunchTimeout as err:  # a check has no timeout to raise: say what to look for instead
+        ranks = ", ".join(map(str, err.pending))
+        where = "\n".join(f"  rank {r}: {v}" for r, v in sorted(err.outcomes.items()))
+        raise _fail(f"{what}: your function did not finish within {CHECK_TIMEOUT_S:g} s (rank(s) {ranks} still "
+                    f"running). A check gives it plenty of time, so waiting longer will not help: look for a rank "
+                    f"waiting in a call "
+                    f"its peers never make (a recv without its send, a collective inside an if on the rank), or a "
+                    f"loop that never ends; fix the function, run its cell, then run this check again.\n{where}",
+                    hint) from None
 
 
 def _check_params(fn: Callable, call: str) -> None:
