@@ -20,6 +20,11 @@ Measures in one run on this machine, world size 8:
 
 * **the heatmap alone**: :func:`collnb.views.heatmap_png` of the world-size-8 int8 all_reduce
   (painting and PNG encoding, no ranks, no HTML), wall and CPU time.
+* **a clean rank per call**: what each rank does after a learner's call so that the next finds it
+  as a fresh script would (:mod:`collnb.ranks.rank_state`: put back what changed, look for what
+  cannot be), timed inside the ranks (median per call and rank), and a warm launch of a function
+  that returns at once with that work and without it, in turn on the same ranks. Slider moves run
+  collnb's own code, which the ranks do not clean up after.
 
 Targets (issue 4): warm move median <= 150 ms and <= 0.03x re-spawn; overhead <= 10% of the
 collective time; 8 warm ranks <= 300 MB total PSS. Issue 8: a world-size-8 heatmap <= 20 ms.
@@ -165,6 +170,63 @@ def slider_moves(moves):
     return out
 
 
+def _clean_state_cost(rank, world_size, repeats):
+    """Inside a rank: seconds per call of what the rank does after every call to stay as clean as a
+    fresh script (collnb.ranks.rank_state: put back, then look for what cannot be put back)."""
+    from collnb.ranks.rank_state import RankState
+    state = RankState(own_process=False)  # the same checks, without taking over this rank's streams
+    state.own = True
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        state.restore()
+        state.retire_reason()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def clean_state_cost(repeats=200):
+    """Median seconds per call and rank of the clean-state work (max over the ranks)."""
+    import collnb
+    return max(collnb.launch(_clean_state_cost, WORLD_SIZE, args=(repeats,)))
+
+
+def _switch_clean_state(rank, world_size, on):
+    """In each rank: do the clean-state work after every call (``on``), or skip it (for the paired
+    measurement below only: a rank that skips it is not clean)."""
+    from collnb.ranks.rank_state import RankState
+    if "_bench_work" not in vars(RankState):
+        RankState._bench_work = (RankState.restore, RankState.retire_reason)
+    RankState.restore, RankState.retire_reason = RankState._bench_work if on else (
+        lambda self: None, lambda self: "")
+    return rank
+
+
+def _learners_function(rank, world_size):
+    return rank
+
+
+def learner_call_ratio(blocks=8, calls=20):
+    """A warm ``collnb.launch`` of a learner's function (one that returns at once, defined outside
+    collnb, so each rank puts itself back after it) with the clean-state work over one without it,
+    in blocks, on and off in turn. Returns (median with, median without, ratio)."""
+    import collnb
+    collnb.launch(_learners_function, WORLD_SIZE)
+    times = {True: [], False: []}
+    try:
+        for b in range(2 * blocks):
+            on = b % 2 == 0
+            collnb.launch(_switch_clean_state, WORLD_SIZE, args=(on,))
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                collnb.launch(_learners_function, WORLD_SIZE)
+                times[on].append(time.perf_counter() - t0)
+    finally:
+        collnb.launch(_switch_clean_state, WORLD_SIZE, args=(True,))
+    with_, without = statistics.median(times[True]), statistics.median(times[False])
+    return with_, without, with_ / without
+
+
 def pss_of_pool():
     import psutil
     from collnb.ranks import launcher
@@ -194,6 +256,8 @@ def main(argv=None):
     pss, n_ranks = pss_of_pool()
     sizes = [1 << 10, 1 << 16, 1 << 20, 1 << 22]
     over = [overhead(n, args.overhead_repeats) for n in sizes]
+    clean = clean_state_cost()
+    learner_with, learner_without, learner_ratio = learner_call_ratio()
     collnb.shutdown()
 
     print(f"\nre-spawn (seeds' mp.spawn pattern), world size {WORLD_SIZE}, median of {args.spawn_repeats}: "
@@ -221,12 +285,20 @@ def main(argv=None):
         print(f"{_size(o['bytes']):>12} {o['wall'] * 1e3:>13.2f} {o['collective'] * 1e3:>16.2f} "
               f"{o['overhead'] * 1e3:>14.2f} {o['overhead'] / o['collective']:>19.1%}")
 
+    print(f"\nkeeping warm ranks as clean as a fresh script (issue 17: put back what a call changed, look for "
+          f"what cannot be), after a learner's call: {clean * 1e6:.0f} us per call and rank in a loop (median, "
+          f"the slowest of {WORLD_SIZE} ranks), done after the rank has answered")
+    print("  a slider move runs collnb's own code only, after which the ranks skip this work (issue 17: a warm "
+          "move within 5% of before; compare the table above with this script run on the previous release)")
+    print(f"  a warm launch of a learner's function that returns at once, with it / without it: "
+          f"{learner_with * 1e3:.2f} ms / {learner_without * 1e3:.2f} ms = {learner_ratio:.3f}")
     print(f"\ntotal PSS of {n_ranks} warm ranks: {pss:.0f} MB (target <= 300 MB)")
 
     if args.json:
         with open(args.json, "w") as f:
             json.dump(dict(load=load, spawn_first_s=spawn_first, spawn_total_s=spawn_total,
-                           moves=moves, overhead=over, pss_mb=pss), f, indent=1)
+                           moves=moves, overhead=over, pss_mb=pss, clean_state_s=clean,
+                           learner_call_ratio=learner_ratio), f, indent=1)
         print(f"wrote {args.json}")
 
 

@@ -306,6 +306,41 @@ def test_row_schema_values_and_files(tmp_path):
     assert isinstance(df, pd.DataFrame) and list(df.columns) == list(B.COLUMNS) and len(df) == len(rows)
 
 
+_GOOD_ROW = dict(primitive="all_reduce", algorithm="ring", backend="gloo", world_size=2, dtype="float32", nbytes=1024,
+                 time_s=1e-4, time_min_s=1e-4, time_max_s=2e-4, algbw_GBps=10.24, busbw_GBps=10.24, ok=True)
+
+
+@pytest.mark.parametrize("column, value, text", [
+    ("time_s", None, "row 0: column 'time_s' must be a number >= 0; got None"),
+    ("world_size", None, "row 0: column 'world_size' must be an int >= 0; got None"),
+    ("nbytes", "big", "row 0: column 'nbytes' must be an int >= 0; got 'big'"),
+    ("nbytes", -4, "row 0: column 'nbytes' must be an int >= 0; got -4"),
+    ("algbw_GBps", [1], "row 0: column 'algbw_GBps' must be a number >= 0; got [1]"),
+    ("ok", None, "row 0: column 'ok' must be true or false; got None"),
+    ("primitive", None, "row 0: column 'primitive' must be a name (str); got None"),
+])
+def test_rows_with_values_of_the_wrong_kind_are_a_value_error(tmp_path, column, value, text):
+    bad = dict(_GOOD_ROW, **{column: value})
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"rows": [bad]}))
+    with pytest.raises(ValueError) as info:
+        B.load(path, as_frame=False)
+    assert str(info.value) == f"{path}: {text}"
+    with pytest.raises(ValueError) as info:  # rows given directly: the same check (plot, save_json use it)
+        B.as_rows([bad])
+    assert str(info.value) == text
+    with pytest.raises(ValueError):
+        B.save_json([bad], tmp_path / "out.json")
+    assert B.as_rows([_GOOD_ROW]) == [_GOOD_ROW]
+
+
+def test_a_results_file_nested_too_deeply_is_a_value_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text("[" * 200_000 + "]" * 200_000)
+    with pytest.raises(ValueError, match="nested too deeply"):
+        B.load(path)
+
+
 def test_list_of_dicts_without_pandas(monkeypatch):
     monkeypatch.setattr(bench_rows, "_have_pandas", lambda: False)
     rows = B.bench("broadcast", 2, "64", iters=1, warmup=0, references=False, progress=False)

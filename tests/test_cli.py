@@ -145,9 +145,29 @@ def test_parser_has_every_subcommand_from_its_module():
     (["replay", "all_reduce", "--trace", "/tmp/x.txt"], "must end with .json or .npz"),
     (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0"], "--fps must be a number from 0.01 to 50.0 (frames per second); got 0.0"),
         (["replay", "all_reduce", "--gif", "/tmp/x.gif", "--fps", "0.001"], "--fps must be a number from 0.01 to 50.0 (frames per second); got 0.001"),
+    # a folder that takes no new file (to root it even looks writable): found before the run, not after it
+    (["run", "all_reduce", "--png", "/proc/x.png"], "--png '/proc/x.png'"),
+    (["bench", "all_reduce", "--json", "/proc/x.json"], "--json '/proc/x.json'"),
+    (["replay", "all_reduce", "--gif", "/sys/x.gif"], "--gif '/sys/x.gif'"),
 ])
 def test_bad_output_arguments_are_refused_before_any_rank_runs(argv, text, capsys):
     assert main(argv) == EXIT_USAGE
     out, err = capsys.readouterr()
     assert text in err and "Traceback" not in err
     assert "[rank" not in out  # nothing ran
+
+
+def test_a_folder_that_refuses_files_is_named_with_the_reason():
+    from collnb.cli.common import output_problem
+    problem = output_problem("/proc/x.png", "--png", (".png",))
+    assert problem is not None and problem.startswith("--png '/proc/x.png'")
+    assert problem.endswith(("cannot be written: No such file or directory", "is not writable")), problem
+
+
+def test_the_output_check_leaves_no_file_and_keeps_an_existing_one(tmp_path):
+    from collnb.cli.common import output_problem
+    new = tmp_path / "new.png"
+    assert output_problem(str(new), "--png", (".png",)) is None and not new.exists()
+    old = tmp_path / "old.png"
+    old.write_bytes(b"keep me")
+    assert output_problem(str(old), "--png", (".png",)) is None and old.read_bytes() == b"keep me"

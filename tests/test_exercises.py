@@ -420,6 +420,21 @@ def test_broadcast_only_on_src_deadlocks_into_a_hint(capsys):
            hint="every rank must make the same collective calls")
 
 
+def test_an_answer_that_hangs_says_what_to_do_in_a_check(capsys, monkeypatch):
+    from collnb.labs.exercises import framework
+    monkeypatch.setattr(framework, "CHECK_TIMEOUT_S", 4.0)  # the check's own limit (60 s), shortened for the test
+
+    def my_broadcast(rank, world_size, src, tensor):
+        import time
+        while True:  # never returns, outside any collective
+            time.sleep(0.05)
+
+    msg = _fails(capsys, exercises.check_broadcast, my_broadcast, what="your function did not finish within 4 s")
+    assert "timeout=" not in msg  # a learner cannot pass launch(..., timeout=) to a check
+    assert "fix the function, run its cell, then run this check again" in msg
+    assert "still running, stopped by collnb" in msg  # where each rank was
+
+
 def test_ring_step_with_the_wrong_chunk_shows_a_per_rank_table(capsys):
     def my_ring_step(rank, world_size, buf, k):
         send_chunk = (rank - k) % world_size

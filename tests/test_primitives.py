@@ -297,6 +297,9 @@ def test_run_refuses_lookalike_arguments(kwargs, exc, text):
     (dict(inputs=lambda r, c: 1 + 2j, dtype="int32"), ValueError, "complex number (1+2j) but dtype int32"),
     (dict(inputs=lambda r, c: 1 + 2j, dtype="float32"), ValueError, "dtype float32 is not complex"),
     (dict(inputs=5), TypeError, "inputs must be a list of lists or a callable; got int"),
+    (dict(inputs="garbage"), TypeError, "inputs must be a list of lists or a callable; got str 'garbage'"),
+    (dict(inputs={0: [1]}), TypeError, "inputs must be a list of lists or a callable; got dict"),
+    (dict(inputs=["abc", "def", "ghi"]), TypeError, "got inputs[0] = 'abc', a str"),
 ])
 def test_inputs_the_ranks_could_not_build_are_refused_before_launch(kwargs, exc, text):
     pool = collnb.ranks.launcher.warm_pool()
@@ -359,3 +362,15 @@ def test_result_without_a_registered_renderer_says_what_to_import(monkeypatch):
     assert "[rank 1] after : [0.0, 1.0]  ✓" in res.summary()  # the text needs no renderer
     with pytest.raises(TypeError, match="png_fn must be a function fn"):
         P.register_renderer(lambda r: None, "png")
+
+
+@pytest.mark.parametrize("configs, text", [
+    ("all_reduce", "configs must be a list of dicts such as [{'primitive': 'all_reduce', 'dtype': 'int8'}] (for "
+                   "one primitive, collnb.run('all_reduce') if it is a name); got the str 'all_reduce'"),
+    ({"primitive": "all_reduce"}, "configs must be a list of dicts"),
+    (None, "configs must be a list of dicts"),
+])
+def test_run_batch_refuses_configs_that_are_not_a_list(configs, text):
+    with pytest.raises(TypeError) as info:
+        collnb.run_batch(configs, world_size=2)
+    assert text in str(info.value)

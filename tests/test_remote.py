@@ -237,7 +237,16 @@ def test_disconnect_leaves_engines_usable_and_reconnect_works(cluster):
     cl, client = cluster
     collnb.connect(client)
     assert collnb.launch(_sum_ranks, 4) == [torch.tensor([6.0])] * 4
+    import psutil
+    port, host_pid = remote._connection.port, remote._connection.infos[0]["pid"]
+    listening = lambda: {c.laddr.port for c in psutil.Process(host_pid).net_connections(kind="tcp")  # noqa: E731
+                         if c.status == psutil.CONN_LISTEN}
+    assert port in listening()  # the store listens between calls, as long as collnb is connected (README)
     collnb.disconnect()
+    deadline = time.monotonic() + 10
+    while port in listening() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert port not in listening()  # ... and no longer once disconnected
     assert not remote.connected() and launcher._remote is None
     # the engines hold no process group any more and answer other work
     assert client[:].apply_sync(dist.is_initialized) == [False] * 4
@@ -262,6 +271,51 @@ def test_bad_arguments_are_refused(cluster):
             remote.launch(_sum_ranks, 2, record_calls=True)
     finally:
         collnb.disconnect()
+
+
+def _clean_state_probe(rank, world_size):
+    return torch.get_default_dtype(), torch.is_grad_enabled(), os.environ.get("COLLNB_PROBE")
+
+
+def _changes_state(rank, world_size):
+    torch.set_default_dtype(torch.float64)
+    torch.set_grad_enabled(False)
+    os.environ["COLLNB_PROBE"] = "left over"
+    return rank
+
+
+def _patches_all_reduce(rank, world_size):
+    if rank == 1:
+        dist.all_reduce = lambda t, *a, **k: t.mul_(0)
+    return rank
+
+
+@pytest.mark.slow
+def test_engines_are_put_back_after_each_call_and_a_changed_one_refuses_calls(capfd):
+    """On a cluster of its own: the engine that gets a replaced torch function stays changed."""
+    own = ipp.Cluster(n=2, log_level=40)
+    client = None
+    try:
+        collnb.connect(own)
+        client = remote._connection.client
+        fresh = collnb.launch(_clean_state_probe, 2)
+        assert fresh == [(torch.float32, True, None)] * 2
+        collnb.launch(_changes_state, 2)
+        assert collnb.launch(_clean_state_probe, 2) == fresh  # put back, as on local ranks
+        capfd.readouterr()
+        assert collnb.launch(_patches_all_reduce, 2) == [0, 1]
+        err = capfd.readouterr().err
+        assert "[collnb] the last call replaced torch.distributed.all_reduce on rank(s) 1" in err, err
+        with pytest.raises(collnb.RankError) as info:
+            collnb.run("all_reduce", world_size=2)  # collnb's own tools never run on the changed engine
+        assert str(info.value).startswith("rank 1: EngineChanged: an earlier call replaced "
+                                          "torch.distributed.all_reduce in this engine"), str(info.value)
+        assert "cluster.restart_engines_sync()" in str(info.value)
+    finally:
+        collnb.disconnect()
+        if client is not None:
+            client.close()
+        own.stop_cluster_sync()
 
 
 def _killed_mid_call(rank, world_size):

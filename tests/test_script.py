@@ -237,6 +237,48 @@ def test_to_script_names_a_global_it_cannot_write(tmp_path):
         to_script(uses_an_object, tmp_path / "u.py")
 
 
+class _Crafted(int):
+    """An int whose repr is code: to_script must never run it (it once evaluated eval(repr(value)))."""
+
+    def __repr__(self):
+        return f"__import__('pathlib').Path({_CRAFTED_MARK!r}).write_text('ran')"
+
+
+def uses_a_crafted_value(rank, world_size):
+    return _CRAFTED  # noqa: F821 - set by the test
+
+
+@pytest.mark.parametrize("value", ["int subclass", "in a list", "dict key"])
+def test_to_script_never_evaluates_a_repr(value, tmp_path):
+    global _CRAFTED_MARK
+    _CRAFTED_MARK = str(tmp_path / "ran")
+    crafted = _Crafted(3)
+    globals()["_CRAFTED"] = {"int subclass": crafted, "in a list": [1, crafted], "dict key": {crafted: 1}}[value]
+    with pytest.raises(ValueError, match="_CRAFTED"):
+        to_script(uses_a_crafted_value, tmp_path / "u.py")
+    assert not (tmp_path / "ran").exists()
+    assert not (tmp_path / "u.py").exists()
+
+
+@pytest.mark.parametrize("value", [3, -2.5, "text", b"\x00b", None, True, 1 + 2j, (1,), [1, (2, "x")], {"a": [1, 2]},
+                                   {1, 2}, set(), frozenset()])
+def test_literal_text_writes_plain_values_that_literal_eval_reads_back(value):
+    import ast
+    from collnb.labs.script import literal_text
+    text = literal_text(value)
+    if type(value) is frozenset:
+        assert text is None  # not a literal: refused rather than run
+        return
+    assert text is not None and ast.literal_eval(text) == value and type(ast.literal_eval(text)) is type(value)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), 10 ** 5000, object(), [object()], {"k": print}],
+                         ids=["nan", "inf", "huge int", "object", "list of object", "dict of function"])
+def test_literal_text_refuses_what_is_not_a_plain_literal(value):
+    from collnb.labs.script import literal_text
+    assert literal_text(value) is None
+
+
 @pytest.mark.slow
 @pytest.mark.cluster
 def test_to_script_runs_under_torchrun_and_on_two_nodes(tmp_path):

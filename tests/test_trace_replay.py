@@ -440,9 +440,26 @@ def _saved(tmp_path, name="t.json"):
     (lambda d: d.update(primitive="bogus"), "unknown primitive 'bogus'"),
     (lambda d: d.update(world_size=2), "trace array 'inputs' has shape (3, 3)"),
     (lambda d: d["rounds"][0].pop("label"), "'label' is missing"),
-    (lambda d: d.update(meta=[1]), "TypeError"),
-    (lambda d: d.update(arrays={}), "TypeError"),
+    (lambda d: d.update(meta=[1]), "meta must be an object; got [1]"),
+    (lambda d: d.update(arrays={}), "the array 'inputs' is missing"),
     (lambda d: d["rounds"][1]["transfers"][0].update(dst=7), "outside world size 3"),
+    # hostile scalars: each once rendered by save_gif
+    (lambda d: d.update(op=None), "reduce op of all_reduce must be a name (str)"),
+    (lambda d: d.update(op="-1"), "unknown reduce op of all_reduce '-1'"),
+    (lambda d: d.update(op=-1), "op must be a reduce op's name (str) or None; got -1"),
+    (lambda d: d.update(dtype=None), "dtype must be a name (str); got None"),
+    (lambda d: d.update(dtype="1e30"), "unknown dtype '1e30'"),
+    (lambda d: d.update(dtype=1e30), "dtype must be a name (str); got 1e+30"),
+    (lambda d: d.update(itemsize=-1), "itemsize must be an int from 4 to 4 (bytes per float32 element); got -1"),
+    (lambda d: d.update(itemsize=8), "itemsize must be an int from 4 to 4"),
+    (lambda d: d.update(world_size=1e30), "world_size must be an int"),
+    (lambda d: d.update(world_size=None), "world_size must be an int"),
+    (lambda d: d.update(root=True), "root must be an int"),
+    (lambda d: d["rounds"][1]["transfers"][0].update(nbytes=10 ** 12), "hold 4 bytes of float32"),
+    (lambda d: d["rounds"][0].update(seconds=-1.0), "took -1.0 seconds"),
+    (lambda d: d["arrays"]["inputs"].update(dtype="<U3"), "a trace holds numbers"),
+    (lambda d: d["arrays"]["provenance"]["data"][0][0].__setitem__(0, 99), "bitmasks outside 0..7"),
+    (lambda d: d.update(chunk_bounds="abc"), "chunk_bounds must be a list of ints"),
 ])
 def test_a_damaged_trace_file_is_a_value_error_that_says_what(tmp_path, damage, text):
     import json
@@ -453,6 +470,51 @@ def test_a_damaged_trace_file_is_a_value_error_that_says_what(tmp_path, damage, 
     with pytest.raises(ValueError, match="cannot read .* as a collnb trace") as info:
         Trace.load(path)
     assert text in str(info.value)
+
+
+def test_deeply_nested_json_is_a_value_error_not_a_recursion_error(tmp_path):
+    path = tmp_path / "deep.json"
+    path.write_text('{"primitive": "all_reduce", "rounds": ' + "[" * 200_000 + "]" * 200_000 + "}")
+    with pytest.raises(ValueError, match="nested too deeply"):
+        Trace.load(path)
+
+
+def test_a_small_npz_that_would_inflate_is_refused_before_it_is_inflated(tmp_path):
+    """A 200 KiB file whose 'buffers' member unpacks to 200 MiB, with metadata for a 3-rank trace of 3
+    elements: refused from the sizes the zip file states, without unpacking it (peak memory stays low)."""
+    import resource
+    import zipfile
+    _, path = _saved(tmp_path, "t.npz")
+    bomb = tmp_path / "bomb.npz"
+    with zipfile.ZipFile(path) as src, zipfile.ZipFile(bomb, "w", zipfile.ZIP_DEFLATED) as dst:
+        for info in src.infolist():
+            if info.filename != "buffers.npy":
+                dst.writestr(info.filename, src.read(info.filename))
+        header = np.lib.format.header_data_from_array_1_0(np.zeros((200 << 20,), np.uint8))
+        with dst.open("buffers.npy", "w") as fh:  # streamed: the test never holds 200 MiB either
+            np.lib.format.write_array_header_1_0(fh, header)
+            zeros = bytes(1 << 20)
+            for _ in range(200):
+                fh.write(zeros)
+    assert bomb.stat().st_size < 2 << 20
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(ValueError, match=r"its array 'buffers' would unpack to 20971\d+ bytes, more than"):
+        Trace.load(bomb)
+    grew_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert grew_kib < 50 << 10, f"peak RSS grew {grew_kib} KiB while refusing"
+
+
+def test_every_hostile_trace_is_refused_before_save_gif_draws_it(tmp_path):
+    import json
+    from collnb.views import save_gif
+    _, path = _saved(tmp_path)
+    d = json.loads(path.read_text())
+    for damage in (dict(op=None), dict(dtype=None), dict(op=-1), dict(dtype=1e30), dict(itemsize=-1)):
+        bad = tmp_path / "bad.json"
+        bad.write_text(json.dumps({**d, **damage}))
+        with pytest.raises(ValueError, match="cannot read .* as a collnb trace"):
+            save_gif(Trace.load(bad), tmp_path / "x.gif")
+        assert not (tmp_path / "x.gif").exists()
 
 
 def test_a_truncated_npz_or_foreign_file_is_a_value_error(tmp_path):

@@ -33,14 +33,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
-from ..vocabulary import check_choice, check_int, check_rank, check_world_size
+from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_choice, check_int, check_rank, check_world_size
 from .rounds import Transfer
 from .schedules import ALGORITHMS
+from .trace_file import (ARRAYS as _ARRAYS, ITEMSIZE, TRACE_FORMAT_VERSION, array_from_json, array_to_json,
+                         check_version, checked_meta, numeric, read_json, read_npz, shape_of_arrays)
 
 __all__ = ["Trace", "RoundRecord", "TRACE_FORMAT_VERSION"]
 
-#: Bumped when the saved layout changes; :meth:`Trace.load` refuses newer versions.
-TRACE_FORMAT_VERSION = 1
 
 
 @dataclass
@@ -90,7 +90,6 @@ def _to_numpy(t, dtype_name):
     return t.detach().cpu().numpy().astype(_np_dtype_for(dtype_name), copy=False)
 
 
-_ARRAYS = ("inputs", "buffers", "final", "builtin", "provenance", "defined")
 
 
 @dataclass
@@ -363,31 +362,11 @@ class Trace:
                     itemsize=self.itemsize, chunk_bounds=list(self.chunk_bounds),
                     rounds=[r.to_dict() for r in self.rounds], meta=self.meta)
 
-    @staticmethod
-    def _array_to_json(a):
-        if a is None:
-            return None
-        if np.iscomplexobj(a):
-            data = np.stack([a.real, a.imag], axis=-1).tolist()
-        else:
-            data = a.tolist()
-        return dict(dtype=a.dtype.str, shape=list(a.shape), complex=bool(np.iscomplexobj(a)), data=data)
-
-    @staticmethod
-    def _array_from_json(d):
-        if d is None:
-            return None
-        dt = np.dtype(d["dtype"])
-        if d.get("complex"):
-            pairs = np.array(d["data"], dtype=np.float64)
-            return (pairs[..., 0] + 1j * pairs[..., 1]).astype(dt).reshape(d["shape"])
-        return np.array(d["data"], dtype=dt).reshape(d["shape"])
-
     def to_dict(self) -> dict:
         """JSON-compatible dict (arrays as ``{"dtype", "shape", "data"}``; NaN/inf as JSON's
         ``NaN``/``Infinity`` extensions that Python's :mod:`json` reads back)."""
         d = self._meta_dict()
-        d["arrays"] = {name: self._array_to_json(getattr(self, name)) for name in _ARRAYS}
+        d["arrays"] = {name: array_to_json(getattr(self, name)) for name in _ARRAYS}
         return d
 
     @classmethod
@@ -399,15 +378,13 @@ class Trace:
         """
         if not isinstance(d, dict) or "primitive" not in d or "rounds" not in d:
             raise ValueError("not a collnb trace (expected keys 'primitive', 'rounds', 'arrays')")
-        v = int(d.get("format_version", 1))
-        if v > TRACE_FORMAT_VERSION:
-            raise ValueError(f"trace format version {v} is newer than this collnb understands "
-                             f"({TRACE_FORMAT_VERSION}); upgrade collnb")
+        check_version(d)
         arrays = d.get("arrays")
         if not isinstance(arrays, dict):
             raise ValueError("not a collnb trace: 'arrays' is missing or not an object")
+        shapes = shape_of_arrays(checked_meta(d), d)
         try:
-            kw = {name: cls._array_from_json(arrays.get(name)) for name in _ARRAYS}
+            kw = {name: array_from_json(arrays.get(name), shapes[name], name) for name in _ARRAYS}
         except (KeyError, TypeError, ValueError) as exc:
             raise ValueError(f"not a collnb trace: an array does not load ({type(exc).__name__}: {exc})") \
                 from None
@@ -417,29 +394,31 @@ class Trace:
     def _from_parts(cls, d, arrays):
         """Build a trace from its saved metadata and arrays; any missing, mistyped or
         inconsistent part is a ValueError that says what (see :meth:`check`)."""
+        meta = checked_meta(d)
         try:
-            trace = cls(primitive=str(d["primitive"]), algorithm=str(d["algorithm"]),
-                        world_size=int(d["world_size"]), root=int(d["root"]),
-                        op=None if d.get("op") is None else str(d["op"]), dtype=str(d["dtype"]),
-                        itemsize=int(d["itemsize"]), chunk_bounds=[int(b) for b in d["chunk_bounds"]],
+            trace = cls(primitive=meta["primitive"], algorithm=meta["algorithm"],
+                        world_size=meta["world_size"], root=meta["root"], op=meta["op"], dtype=meta["dtype"],
+                        itemsize=meta["itemsize"], chunk_bounds=meta["chunk_bounds"],
                         rounds=[RoundRecord.from_dict(r) for r in d["rounds"]],
-                        inputs=np.asarray(arrays["inputs"]),
-                        buffers=None if arrays.get("buffers") is None else np.asarray(arrays["buffers"]),
-                        final=np.asarray(arrays["final"]),
-                        builtin=None if arrays.get("builtin") is None else np.asarray(arrays["builtin"]),
-                        provenance=np.asarray(arrays["provenance"], dtype=np.int64),
-                        defined=np.asarray(arrays["defined"], dtype=bool), meta=dict(d.get("meta") or {}))
+                        inputs=numeric(arrays["inputs"], "inputs"),
+                        buffers=None if arrays.get("buffers") is None else numeric(arrays["buffers"], "buffers"),
+                        final=numeric(arrays["final"], "final"),
+                        builtin=None if arrays.get("builtin") is None else numeric(arrays["builtin"], "builtin"),
+                        provenance=numeric(arrays["provenance"], "provenance", kinds="iu").astype(np.int64),
+                        defined=numeric(arrays["defined"], "defined", kinds="b"), meta=meta["meta"])
         except KeyError as exc:
             raise ValueError(f"not a collnb trace: {exc.args[0]!r} is missing") from None
-        except (TypeError, ValueError, AttributeError) as exc:
+        except (TypeError, ValueError, AttributeError, OverflowError) as exc:
             raise ValueError(f"not a collnb trace: {type(exc).__name__}: {exc}") from None
         trace.check()
         return trace
 
     def check(self) -> None:
-        """Check that the parts of this trace fit together: a known primitive and algorithm, a
+        """Check that the parts of this trace fit together: a known primitive, algorithm, dtype
+        (with its ``itemsize``) and reduce op (``None`` for a primitive that does not reduce), a
         world size of 1..16, increasing chunk bounds, arrays of the shapes documented above,
-        rounds numbered 1..n with transfers between existing ranks and chunks.
+        provenance bitmasks of existing ranks, rounds numbered 1..n with transfers between existing
+        ranks and chunks whose ``nbytes`` is their chunks' size.
 
         Raises:
             ValueError: the first problem found, e.g. for a trace file edited by hand or written
@@ -450,6 +429,13 @@ class Trace:
             check_choice(f"algorithm for {self.primitive}", self.algorithm, ALGORITHMS[self.primitive])
             check_world_size(self.world_size)
             check_rank(self.root, self.world_size, "root")
+            check_choice("dtype", self.dtype, DTYPE_NAMES)
+            if self.primitive in REDUCING_PRIMITIVES:
+                check_choice(f"reduce op of {self.primitive}", self.op, REDUCE_OPS)
+            elif self.op is not None:
+                raise ValueError(f"{self.primitive} does not reduce, so its op must be None; got {self.op!r}")
+            check_int("itemsize", self.itemsize, ITEMSIZE[self.dtype], ITEMSIZE[self.dtype],
+                      what=f"bytes per {self.dtype} element")
         except (TypeError, ValueError) as exc:
             raise ValueError(f"in the trace, {exc}") from None
         ws, b = self.world_size, self.chunk_bounds
@@ -463,17 +449,22 @@ class Trace:
             if a is not None and tuple(a.shape) != shape:
                 raise ValueError(f"trace array {name!r} has shape {tuple(a.shape)}; a trace of world size {ws} "
                                  f"with {nc} chunk(s) of {count} element(s) in all and {nr} round(s) needs {shape}")
+        if self.provenance.size and (self.provenance.min() < 0 or self.provenance.max() >= 1 << ws):
+            raise ValueError(f"trace provenance holds bitmasks outside 0..{(1 << ws) - 1} (ranks 0..{ws - 1})")
         for k, rnd in enumerate(self.rounds, 1):
             if rnd.index != k:
                 raise ValueError(f"trace round {k} is numbered {rnd.index}")
+            if rnd.seconds is not None and not (np.isfinite(rnd.seconds) and rnd.seconds >= 0):
+                raise ValueError(f"trace round {k} took {rnd.seconds!r} seconds; a time is a finite number >= 0")
             for t in rnd.transfers:
-                if not (0 <= t.src < ws and 0 <= t.dst < ws) or \
+                if not (0 <= t.src < ws and 0 <= t.dst < ws) or len(t.chunks) != len(t.dst_chunks) or \
                         not all(0 <= c < nc for c in t.chunks + t.dst_chunks):
                     raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} of chunks "
                                      f"{list(t.chunks)} outside world size {ws} / {nc} chunk(s)")
-                if t.nbytes is None or t.nbytes < 0:
-                    raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} without its size "
-                                     f"('nbytes': {t.nbytes!r})")
+                size = sum(b[c + 1] - b[c] for c in t.chunks) * self.itemsize
+                if t.nbytes != size:
+                    raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} of {t.nbytes!r} bytes; its "
+                                     f"chunks {list(t.chunks)} hold {size} bytes of {self.dtype}")
 
     def save(self, path) -> str:
         """Write the trace to ``path``: ``.json`` (text) or ``.npz`` (compressed numpy arrays plus
@@ -500,30 +491,23 @@ class Trace:
     def load(cls, path) -> "Trace":
         """Read a trace written by :meth:`save` (``.json`` or ``.npz``; the content decides).
 
+        Everything is checked before it is used (:meth:`check`: names, dtype, itemsize, op, shapes,
+        ranks, chunks, sizes), and the size of every ``.npz`` member before it is inflated (no more
+        than its metadata's shapes need), so a hostile file is refused without being unpacked.
+
         Raises:
-            FileNotFoundError: no such file. ValueError: not a trace / newer format.
+            FileNotFoundError: no such file. ValueError: not a trace, a damaged or inconsistent one,
+                or a newer format.
         """
         path = os.fspath(path)
         with open(path, "rb") as f:
             head = f.read(4)
         try:
             if head.startswith(b"PK"):
-                with np.load(path, allow_pickle=False) as z:
-                    if "__meta__" not in z.files:
-                        raise ValueError("an npz file but not a collnb trace (no __meta__)")
-                    d = json.loads(bytes(z["__meta__"]).decode("utf-8"))
-                    arrays = {name: (z[name] if name in z.files else None) for name in _ARRAYS}
-                if not isinstance(d, dict):
-                    raise ValueError("not a collnb trace: its __meta__ is not a JSON object")
-                v = int(d.get("format_version", 1))
-                if v > TRACE_FORMAT_VERSION:
-                    raise ValueError(f"trace format version {v} is newer than this collnb understands "
-                                     f"({TRACE_FORMAT_VERSION}); upgrade collnb")
+                d, arrays = read_npz(path)
                 return cls._from_parts(d, arrays)
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-            return cls.from_dict(d)
-        except (ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError) as exc:
+            return cls.from_dict(read_json(path))
+        except (ValueError, KeyError, TypeError, zipfile.BadZipFile, EOFError, OverflowError) as exc:
             # json.JSONDecodeError and UnicodeDecodeError are ValueErrors too
             if isinstance(exc, UnicodeDecodeError):
                 why = "neither an .npz file nor UTF-8 JSON text"

@@ -34,7 +34,9 @@ def on_ranks(call):
 def output_problem(path, what, suffixes=()):
     """Why ``path`` cannot be written as ``what`` (e.g. "--png"), or ``None`` when it can.
 
-    Checked before any rank starts, so a typo in an output path costs no run."""
+    Checked before any rank starts, so a typo in an output path (or a folder such as ``/proc`` that
+    refuses new files) costs no run: the file is opened for writing once (and removed again if it
+    was not there)."""
     if path is None:
         return None
     if os.path.isdir(path):
@@ -46,6 +48,25 @@ def output_problem(path, what, suffixes=()):
         return f"{what} {path!r}: the folder {parent!r} is not writable"
     if suffixes and not str(path).lower().endswith(tuple(suffixes)):
         return f"{what} {path!r} must end with {' or '.join(suffixes)}"
+    return _open_problem(path, what)
+
+
+def _open_problem(path, what):
+    """Why ``path`` cannot be opened for writing, found by opening it (a folder can look writable
+    and refuse files: ``/proc``, ``/sys``, a read-only mount, a full disk's quota), or ``None``. A
+    file that did not exist is removed again; one that did is neither truncated nor written."""
+    existed = os.path.lexists(path)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        return f"{what} {path!r} cannot be written: {exc.strerror or exc}"
+    try:
+        if not existed:
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
     return None
 
 

@@ -43,6 +43,7 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
         raise ValueError(f"{primitive} does not combine values, so it takes no reduce op (got op={op!r}); "
                          f"ops apply to {', '.join(REDUCING_PRIMITIVES)}")
     dname = dtype_name(dtype if dtype is not None else torch.float32)
+    _check_inputs_type(inputs)
     table = check_inputs(inputs, spec, world_size, root)
     if spec.kind == "tensor":
         sup = support_getter()
@@ -65,6 +66,25 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
             raise ValueError(f"{backend} cannot run {primitive} here (detected: {sup.error(primitive)})")
     return dict(primitive=primitive, dtype=dname, op=opn, root=root, chunk_size=chunk_size,
                 inputs=table)
+
+
+def _check_inputs_type(inputs) -> None:
+    """``inputs`` is ``None``, a callable ``f(rank, chunk)`` or a sequence (list, tuple, array) of
+    per-rank sequences of chunk values; a str, bytes, dict or set is none of these (iterating it
+    would give characters or keys).
+
+    Raises:
+        TypeError: any other type, or a row of those types, in the vocabulary's words.
+    """
+    what = "inputs must be a list of lists or a callable"
+    how = "(one list of chunk values per rank, or f(rank, chunk) -> number)"
+    if inputs is None or callable(inputs):
+        return
+    if isinstance(inputs, (str, bytes, dict, set, frozenset)) or not hasattr(inputs, "__iter__"):
+        raise TypeError(f"{what}; got {type(inputs).__name__} {inputs!r} {how}")
+    for r, row in enumerate(inputs):
+        if isinstance(row, (str, bytes, dict, set, frozenset)) or not hasattr(row, "__iter__"):
+            raise TypeError(f"{what}; got inputs[{r}] = {row!r}, a {type(row).__name__} {how}")
 
 
 def _finish(case, world_size, backend, before, after, seconds) -> RunResult:
@@ -121,6 +141,10 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
             support = backend_support(backend, **launch_kwargs)
         return support
 
+    if not isinstance(configs, (list, tuple)):
+        raise TypeError(f"configs must be a list of dicts such as [{{'primitive': 'all_reduce', 'dtype': 'int8'}}] "
+                        f"(for one primitive, collnb.run({configs!r}) if it is a name); got the "
+                        f"{type(configs).__name__} {configs!r}")
     cases = []
     for cfg in configs:
         if not isinstance(cfg, dict):
@@ -185,7 +209,8 @@ def run(primitive: str, world_size: int = 4, dtype=torch.float32, op="sum", root
     Raises:
         TypeError: before anything is launched, for an argument of the wrong type (a primitive,
             backend or dtype that is not a name, an op given as a number, a world size, root or
-            chunk size that is not an int, ``inputs`` neither a list of lists nor a callable); the
+            chunk size that is not an int, ``inputs`` neither a list of lists nor a callable, a
+            ``run_batch`` ``configs`` that is not a list of dicts); the
             words are :mod:`collnb.vocabulary`'s, as everywhere in collnb.
         ValueError: before anything is launched, for an unknown primitive/dtype/op/backend, a
             world size outside 1..16 (for NCCL: the visible GPUs), a root outside

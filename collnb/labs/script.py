@@ -21,8 +21,10 @@ Sources: torchrun's environment variables, https://pytorch.org/docs/stable/elast
 
 from __future__ import annotations
 
+import ast
 import builtins
 import inspect
+import math
 import os
 import textwrap
 import types
@@ -31,7 +33,7 @@ from ..collectives import REDUCING_PRIMITIVES
 from ..ranks import iter_functions
 from ..vocabulary import check_backend, check_choice, check_int, op_name
 
-__all__ = ["script_text", "write_script", "to_script", "SCRIPT_PRIMITIVES"]
+__all__ = ["script_text", "write_script", "to_script", "literal_text", "SCRIPT_PRIMITIVES"]
 
 _HEADER = '''\
 #!/usr/bin/env python3
@@ -343,6 +345,61 @@ def _global_names(code) -> set:
     return names
 
 
+#: The types a constant written into a script may be built of (exactly these: a subclass could
+#: carry its own ``__repr__``).
+_LITERAL_TYPES = (bool, int, float, complex, str, bytes, type(None))
+_MAX_LITERAL_CHARS = 100_000
+
+
+def literal_text(value, _depth: int = 0):
+    """``value`` as Python source (str) that :func:`ast.literal_eval` turns back into an equal value,
+    or ``None`` when it cannot be written so.
+
+    Only numbers, strings, bytes, bools, ``None`` and (nested, at most 20 deep) tuples, lists, sets
+    and dicts of them, of exactly those types, are written; no object's own ``__repr__`` is ever
+    run (a crafted one could do anything), and nothing is evaluated: the text is checked with
+    ``ast.literal_eval``. NaN and infinities are refused (their ``repr`` is not a literal).
+    """
+    if _depth > 20:
+        return None
+    kind = type(value)
+    if kind in _LITERAL_TYPES:
+        if kind is float and not math.isfinite(value):
+            return None
+        if kind is complex and not (math.isfinite(value.real) and math.isfinite(value.imag)):
+            return None
+        try:
+            text = repr(value)  # the built-in types' own repr (exact type checked above)
+        except ValueError:  # an int beyond sys.get_int_max_str_digits()
+            return None
+    elif kind in (tuple, list, set):
+        parts = [literal_text(v, _depth + 1) for v in value]
+        if any(p is None for p in parts):
+            return None
+        if kind is tuple:
+            text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
+        elif kind is list:
+            text = "[" + ", ".join(parts) + "]"
+        else:
+            text = "{" + ", ".join(sorted(parts)) + "}" if parts else "set()"
+    elif kind is dict:
+        parts = [(literal_text(k, _depth + 1), literal_text(v, _depth + 1)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in parts):
+            return None
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in parts) + "}"
+    else:
+        return None
+    if _depth == 0:
+        if len(text) > _MAX_LITERAL_CHARS:
+            return None
+        try:
+            if text != "set()" and ast.literal_eval(text) != value:
+                return None
+        except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+            return None
+    return text
+
+
 def to_script(fn, path, backend: str = "gloo") -> str:
     """Write a standalone torchrun script that runs ``fn(rank, world_size)`` on every rank.
 
@@ -350,8 +407,9 @@ def to_script(fn, path, backend: str = "gloo") -> str:
     the default process group is initialised when it is called). The script holds its source
     (from the notebook cell, via :func:`inspect.getsource`), the source of functions it calls
     that were defined next to it, the modules it uses (``import numpy as np`` for a global
-    ``np``), and simple constants it reads (numbers, strings, tuples/lists/dicts of them, as
-    ``repr``); it prints ``rank R returned: VALUE`` for each rank (tensors as lists).
+    ``np``), and simple constants it reads (numbers, strings, tuples/lists/sets/dicts of them, written
+    by :func:`literal_text`, which never runs an object's own ``__repr__``); it prints
+    ``rank R returned: VALUE`` for each rank (tensors as lists).
 
     Args:
         fn: the function; closures and lambdas are refused (their source is not a definition).
@@ -397,12 +455,8 @@ def to_script(fn, path, backend: str = "gloo") -> str:
                 if line not in imports:
                     imports.append(line)
             else:
-                text = repr(value)
-                try:
-                    ok = eval(text, {}) == value  # noqa: S307 - a repr we made, checked to round-trip
-                except Exception:  # noqa: BLE001
-                    ok = False
-                if ok:
+                text = literal_text(value)
+                if text is not None:
                     constants.append(f"{name} = {text}")
                 else:
                     problems.append(name)

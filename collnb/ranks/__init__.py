@@ -7,6 +7,8 @@ Other layers import from this package only, never from its modules. Inside it:
 ``launcher``                :func:`launch`, :func:`shutdown`, :func:`backend_info`, request checks
 ``pool``                    :class:`RankPool`: the warm rank processes, one call run on them
 ``rank``                    the rank side: a rank process's main loop
+``rank_state``              a warm rank as clean as a fresh script: state put back after each call
+``state_probes``            reading that state cheaply (dict version tags, random generators' positions)
 ``protocol``                the messages between the launcher and its ranks
 ``serialization``           how functions, arguments and results travel (:func:`dumps`/:func:`loads`)
 ``output``                  the ranks' output lines in the cell, C++ log lines held back

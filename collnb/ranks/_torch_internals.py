@@ -6,8 +6,10 @@ names from a value every rank agrees on, or to give one call's groups a fresh re
 Each function below says which public API is missing. What they use (``c10d._world`` with its
 ``pg_map`` and ``group_count``, ``c10d._update_default_pg``, ``c10d._get_default_timeout``,
 ``ProcessGroup._get_sequence_number_for_group``, ``torch._debug_has_internal_overlap``,
-``torch._mkldnn``, and for the recorder ``ProcessGroup.unbox``, ``Work.unbox``,
-``_resolve_process_group`` and the dispatch-mode stack) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
+``torch._mkldnn``; for the recorder ``ProcessGroup.unbox``, ``Work.unbox``,
+``_resolve_process_group`` and the dispatch-mode stack; for a rank's clean state between calls
+``torch._GLOBAL_DEVICE_CONTEXT``, the torch-function and dispatch mode stacks of ``torch._C``,
+``torch._tensor_str.PRINT_OPTS``) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
 2.13, so nothing here checks for it with ``hasattr``. When torch changes one of them, this is the
 only module to change.
 
@@ -18,6 +20,7 @@ public name of the default group).
 from __future__ import annotations
 
 import contextlib
+import functools
 
 import torch
 import torch.distributed as dist
@@ -25,7 +28,9 @@ import torch.distributed.distributed_c10d as distributed_c10d
 
 __all__ = ["distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
-           "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack"]
+           "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
+           "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
+           "print_options", "backend_flag_readers"]
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
 # code calls them through this module, so code that replaces one (the exercises count the learner's
@@ -180,3 +185,85 @@ def has_internal_overlap(t) -> bool:
     Missing public API: torch answers this only through ``torch._debug_has_internal_overlap``
     (``1`` means "yes, certainly")."""
     return torch._debug_has_internal_overlap(t) == 1
+
+
+# ----------------------------------------------------------------------------------------------
+# A rank's torch state between calls (collnb.ranks.rank_state)
+
+
+def default_device_context():
+    """The context ``torch.set_default_device`` entered (``None`` when none is set).
+
+    Missing public API: ``torch.get_default_device()`` gives the device but not whether one was set,
+    and ``set_default_device`` keeps its context in ``torch._GLOBAL_DEVICE_CONTEXT``."""
+    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+
+
+def set_default_device_context(context) -> None:
+    """Make ``context`` (from :func:`default_device_context`) ``torch.set_default_device``'s again,
+    without entering or leaving any mode (the caller has put the mode stack back already).
+
+    Missing public API: ``set_default_device`` leaves the previous context with ``__exit__``, which
+    fails when other modes were entered on top of it."""
+    torch._GLOBAL_DEVICE_CONTEXT.device_context = context
+
+
+def mode_stack_depths() -> tuple:
+    """``(torch-function modes, dispatch modes)`` entered on this thread (ints).
+
+    Missing public API: the depth of the mode stacks (a ``TorchDispatchMode`` entered with
+    ``__enter__`` and never left stays on them). Uses ``torch._C._len_torch_function_stack`` and
+    ``torch._C._len_torch_dispatch_stack``."""
+    return torch._C._len_torch_function_stack(), torch._C._len_torch_dispatch_stack()
+
+
+def pop_modes(function_depth: int, dispatch_depth: int) -> None:
+    """Leave torch-function and dispatch modes until the stacks are ``function_depth`` and
+    ``dispatch_depth`` deep (modes a call entered and never left; their ``__exit__`` is not run).
+
+    Missing public API: leaving a mode that is not the current ``with`` block's. Uses
+    ``torch._C._pop_torch_function_stack`` and ``torch.utils._python_dispatch._pop_mode``."""
+    from torch.utils._python_dispatch import _pop_mode  # noqa: PLC0415
+
+    while torch._C._len_torch_function_stack() > function_depth:
+        torch._C._pop_torch_function_stack()
+    while torch._C._len_torch_dispatch_stack() > dispatch_depth:
+        _pop_mode()
+
+
+def print_options() -> dict:
+    """The keyword arguments of ``torch.set_printoptions`` now in force (``precision``, ``threshold``,
+    ``edgeitems``, ``linewidth``, ``sci_mode``).
+
+    Missing public API: a public ``torch.get_printoptions``. Reads ``torch._tensor_str.PRINT_OPTS``
+    (``torch._tensor_str.get_printoptions()`` gives the same, at 20 times the cost)."""
+    return dict(vars(torch._tensor_str.PRINT_OPTS))
+
+
+#: ``torch.backends`` settings: (public name, ``torch._C`` getter name, its arguments).
+_BACKEND_FLAGS = (
+    [(f"torch.backends{'.' + name if name else ''}.fp32_precision", "_get_fp32_precision_getter", args)
+     for name, args in (("", ("generic", "all")), ("cuda.matmul", ("cuda", "matmul")), ("cudnn", ("cuda", "all")),
+                        ("cudnn.conv", ("cuda", "conv")), ("cudnn.rnn", ("cuda", "rnn")), ("mkldnn", ("mkldnn", "all")),
+                        ("mkldnn.matmul", ("mkldnn", "matmul")), ("mkldnn.conv", ("mkldnn", "conv")),
+                        ("mkldnn.rnn", ("mkldnn", "rnn")))]
+    + [("torch.backends.cudnn.enabled", "_get_cudnn_enabled", ()),
+       ("torch.backends.cudnn.benchmark", "_get_cudnn_benchmark", ()),
+       ("torch.backends.cudnn.deterministic", "_get_cudnn_deterministic", ()),
+       ("torch.backends.mkldnn.enabled", "_get_mkldnn_enabled", ())])
+
+
+def backend_flag_readers() -> list:
+    """``[(public name, zero-argument reader)]`` for the ``torch.backends`` settings a rank puts back
+    after every call (``torch.backends.cudnn.enabled``, ``torch.backends.mkldnn.matmul.fp32_precision``,
+    ...), each reading torch's C getter directly; settings this torch lacks are left out.
+
+    Missing public API: a cheap read of these settings. The public attributes go through two Python
+    calls each (``ContextProp``, ``_FP32Precision``), which after every call in a cold rank cost 5x
+    what the C getter they wrap does."""
+    out = []
+    for name, getter, args in _BACKEND_FLAGS:
+        fn = getattr(torch._C, getter, None)
+        if fn is not None:
+            out.append((name, functools.partial(fn, *args) if args else fn))
+    return out

@@ -8,6 +8,10 @@ ipyparallel ships these by reference (the engines import them from collnb), one 
 ranks ``0..k-1``), :func:`engine_run` (the learner's function; answers a :class:`.Result` or
 :class:`.Failed` as a local rank does, never raises) and :func:`engine_teardown` (leave the
 engine as it was). The engine's state lives in the module-level dict ``_ENGINE``.
+
+After every call the engine is put back as a local rank is (:class:`.rank_state.RankState`). A call
+that changes it for good (a replaced torch function) cannot be answered with fresh ranks as locally:
+the engine then refuses every later call with a clear error until it is restarted.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import torch.distributed as dist
 from . import _torch_internals as internals
 from .protocol import Failed, Result
 from .rank import restore_environment
+from .rank_state import RankState
 from .serialization import dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
@@ -34,6 +39,10 @@ __all__ = ["engine_info", "engine_setup", "engine_teardown", "engine_listen", "e
 _THIS_FILE = os.path.abspath(__file__).rstrip("c")
 
 _ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
+#: The engine process as it was before the first call (:class:`.RankState`, made then), and what a call
+#: changed in it for good (``""`` while nothing): an engine cannot be replaced by fresh ranks, so once
+#: changed it refuses every later call, whichever connection asks, until it is restarted.
+_PROCESS = {"state": None, "changed": ""}
 
 
 def engine_info():
@@ -147,22 +156,22 @@ def engine_run(token, world_size, group_count, task):
     never hides the rank's traceback)."""
     try:
         _check_token(token)
+        if _PROCESS["changed"]:
+            return Failed("EngineChanged", f"an earlier call {_PROCESS['changed']} in this engine (pid {os.getpid()}), "
+                          f"which cannot be put back, so collnb runs nothing more on it: restart the engines "
+                          f"(cluster.restart_engines_sync()) and call collnb.connect() again", [])
         rank, base, groups = _ENGINE["rank"], _ENGINE["base"], _ENGINE["groups"]
         internals.set_group_count(group_count)
         internals.set_default_group(groups[world_size])
+        state = _PROCESS["state"] = _PROCESS["state"] or RankState(own_process=False)  # before any learner's call
         fn, args, kwargs, files = loads(task)
         restore_files(fn, files)
         before = internals.live_groups()
-        saved = dict(cwd=os.getcwd(), threads=torch.get_num_threads())
         try:
             with internals.call_store(f"call{group_count}/"):
                 result = fn(rank, world_size, *args, **kwargs)
         finally:
-            try:
-                os.chdir(saved["cwd"])
-            except OSError:
-                pass
-            torch.set_num_threads(saved["threads"])
+            state.restore()  # environment, cwd, torch's global modes... (see collnb.ranks.rank_state)
         if _ENGINE["cfg"]["backend"] == "nccl":
             torch.cuda.synchronize()
         try:
@@ -178,8 +187,9 @@ def engine_run(token, world_size, group_count, task):
             for g in live - before:
                 dist.destroy_process_group(g)
             internals.set_default_group(base)
+        _PROCESS["changed"] = state.retire_reason()
         sys.stdout.flush(), sys.stderr.flush()
-        return Result(payload, seq, intact)
+        return Result(payload, seq, intact, None, _PROCESS["changed"])
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit are rank outcomes too
         try:
             sys.stdout.flush(), sys.stderr.flush()

@@ -38,10 +38,16 @@ How it works (and why):
   :mod:`.serialization`, output lines in :mod:`.output`, the error a learner reads in
   :mod:`.failures`, process life in :mod:`.processes`, torch's private internals in
   :mod:`._torch_internals`.
+* **A fresh script every call.** After each call every rank puts back what the call changed
+  (environment, streams, signal handlers, torch's global modes, random seeds, ...) and reports what
+  it cannot put back (a replaced torch function); those ranks are then retired and the next call
+  runs on fresh ones (:mod:`.rank_state` lists both; :func:`launch` says which).
 * **No orphans.** Ranks watch their parent and exit, removing the pool's files, within 0.2 s of
   its death (a killed or restarted kernel); they ignore SIGINT (the kernel
-  handles Kernel → Interrupt and stops them), and the pool's temporary directory is removed on
-  shutdown, at interpreter exit, and swept on the next start if a kernel was killed.
+  handles Kernel → Interrupt and stops them); each is the child subreaper of what it starts, so a
+  double-forked daemon ends with it. The pool's temporary directory is removed on shutdown, at
+  interpreter exit, and swept on the next start if a kernel was killed: a directory counts as
+  alive while its pool holds an ``flock`` on it, whatever PID namespace that pool runs in.
 """
 
 
@@ -60,8 +66,10 @@ import torch
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_size
 from .backends import local_backend_info
 from .pool import RankPool
+from .rank import current_rank
 
-__all__ = ["launch", "shutdown", "backend_info", "check_ranks", "warm_pool", "MAX_WORLD_SIZE", "BACKENDS"]
+__all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
+           "MAX_WORLD_SIZE", "BACKENDS"]
 
 
 def backend_info(backend: str) -> dict:
@@ -111,6 +119,11 @@ def check_ranks(world_size, backend: str = "gloo") -> dict:
 
 def _check_request(fn, world_size, backend, start_method):
     """Check a launch request before any rank starts (raises as :func:`launch` says)."""
+    if current_rank() is not None:
+        raise RuntimeError(
+            f"collnb.launch was called inside rank {current_rank()} of a launch: ranks cannot start ranks of "
+            f"their own (each would leave a pool behind). The function already runs in a process group: use "
+            f"it (dist.new_group(ranks) for a subgroup), or call collnb.launch from the notebook")
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
     check_ranks(world_size, backend)
@@ -152,6 +165,33 @@ def _check_seconds(**values):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value <= 0:
             raise ValueError(f"{name} must be a positive, finite number of seconds; got {value!r}")
+
+
+def check_flag(name: str, value) -> bool:
+    """Check a yes/no argument (``debug``, ``record_calls``...) and return it.
+
+    Raises:
+        TypeError: not a bool: ``"debug must be True or False; got 'no'"`` (a string such as
+            ``"no"`` would otherwise count as true).
+    """
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False; got {value!r}")
+    return value
+
+
+def check_call_arguments(args, kwargs):
+    """Check ``launch``'s ``args`` (a tuple or list of the extra arguments) and ``kwargs`` (a dict
+    with str keys, or ``None``).
+
+    Raises:
+        TypeError: ``args`` is not a tuple or list (``args="abc"`` would become three arguments:
+            pass ``args=("abc",)``), or ``kwargs`` is not a dict of str keys.
+    """
+    if not isinstance(args, (tuple, list)):
+        raise TypeError(f"args must be a tuple (or list) of the extra arguments, e.g. args=({args!r},) for one; "
+                        f"got the {type(args).__name__} {args!r}")
+    if kwargs is not None and (not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs)):
+        raise TypeError(f"kwargs must be a dict of keyword arguments (str keys) or None; got {kwargs!r}")
 
 
 def _check_signature(fn, args, kwargs):
@@ -219,16 +259,48 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
     Arguments travel as pickle sends them (``nn.Parameter`` and a leaf's ``requires_grad`` kept);
     results come back detached.
 
-    Each call finds its ranks as a fresh script would: what a call changed in a rank's
-    ``sys.stdout``/``sys.stderr``, fds 1 and 2, working directory, pending ``signal.alarm``,
-    torch thread count, socket environment variables and process groups is undone before the
-    next call. Processes a function starts end with the pool (:func:`shutdown`, or when the
-    kernel exits), also those in a session of their own.
+    Each call finds its ranks as a fresh script would. After every call, in every rank, collnb puts
+    back what the call changed:
+
+    * the process: ``os.environ``, the working directory, ``sys.stdin``/``stdout``/``stderr`` and
+      fds 1 and 2, the umask, every signal handler and the signal mask, pending ``signal.alarm``
+      and interval timers (cancelled), soft resource limits, priority (``os.nice``), CPU affinity;
+    * Python: ``sys.path``, ``sys.meta_path``, ``sys.path_hooks``, ``sys.argv``, the recursion
+      limit, the switch interval, the int-to-str digit limit, ``sys``'s and ``threading``'s hooks
+      (``excepthook`` & co.) and trace/profile functions, ``warnings`` filters and
+      ``showwarning``, the root logger (level, handlers, filters, ``logging.disable``), the
+      garbage collector (enabled, thresholds), the default socket timeout;
+    * torch: default dtype, grad mode, anomaly detection, deterministic algorithms, default
+      device, torch-function and dispatch modes left entered, float32 matmul precision and the
+      ``torch.backends.*.fp32_precision`` settings, ``torch.backends.cudnn`` and ``mkldnn`` flags,
+      autocast (enabled, dtype, cache), ``set_warn_always``, print options, thread count,
+      torch.distributed's debug level; process groups the call made are destroyed;
+    * random numbers: torch's, Python's ``random`` and numpy's global generators are seeded afresh
+      from the OS before every call, as a new script's are (so ranks and calls draw different
+      numbers; seed inside the function for repeatable ones);
+    * modules: a module of the learner's own ``.py`` files that the call imported is dropped, so
+      the next call imports the file as it is then (library modules stay; what the kernel had
+      imported before the ranks started is there in every call).
+
+    What cannot be put back **retires the ranks**: a function, class or module replaced, deleted or
+    added in ``torch``, ``torch.nn``, ``torch.nn.functional``, ``torch.nn.init``, ``torch.autograd``,
+    ``torch.optim``, ``torch.distributed`` (and its submodules collnb uses), ``torch.Tensor``,
+    ``torch.nn.Module``, ``numpy``, ``builtins``, ``os``, ``sys`` and the other standard modules
+    collnb's ranks rely on, a ``collnb`` module, or a library module an earlier call imported;
+    inference mode left on; ``torch.set_num_interop_threads``; a hard resource limit lowered; a
+    thread the call started still running. The call's results are returned as usual, and the next
+    call (collnb's own ``run``, ``explore``, ``bench`` and checks too) runs on fresh ranks, printing
+    one line such as ``[collnb] the last call replaced torch.distributed.all_reduce on rank 2;
+    starting fresh ranks``. The full list is in :mod:`collnb.ranks.rank_state`. Processes a
+    function starts end with the pool (:func:`shutdown`, or when the kernel exits), also those in
+    a session of their own and double-forked daemons (each rank is their child subreaper).
 
     Raises:
-        TypeError / ValueError: bad ``fn``, ``world_size``, ``backend`` or ``start_method``
-            (checked before any rank starts).
-        RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
+        TypeError / ValueError: bad ``fn``, ``world_size``, ``backend``, ``start_method``, ``args``
+            (not a tuple or list), ``kwargs`` (not a dict), ``debug``/``record_calls``/
+            ``show_backend_log`` (not a bool) or seconds (checked before any rank starts).
+        RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason; or
+            ``launch`` was called inside a rank (ranks cannot start ranks).
         RankError: a rank raised, exited, died or never reached a collective; every rank has
             been stopped.
         LaunchTimeout: the call ran past ``timeout``; every rank has been stopped.
@@ -239,17 +311,27 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         return _remote.launch(**locals())  # every parameter of this call, as given
     start_method = start_method or _default_start_method()
     _check_request(fn, world_size, backend, start_method)
+    check_call_arguments(args, kwargs)
+    for name, flag in (("debug", debug), ("record_calls", record_calls), ("show_backend_log", show_backend_log)):
+        check_flag(name, flag)
     _check_signature(fn, tuple(args), kwargs)
     _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     key = (backend, bool(debug), float(collective_timeout), start_method)
     with _pool_guard:
         pool = _pool
-        if pool is not None and not pool.broken and pool.key == key and pool.lock.acquire(blocking=False):
-            # A warm rank that died while the pool was idle (OOM killer, a stray kill) is replaced:
-            # the pool starts over instead of failing the next call with a BrokenPipeError.
-            dead = pool.dead_ranks()
-            pool.lock.release()
-            if dead:
+        if pool is not None and not pool.broken and pool.lock.acquire(blocking=False):
+            try:
+                retired = pool.settle()  # each rank's word on the last call: back as it started?
+                dead = pool.dead_ranks()
+            finally:
+                pool.lock.release()
+            if retired:
+                # The last call changed these ranks for good (a replaced torch function): never reuse them.
+                sys.stderr.write(f"[collnb] {retired}; starting fresh ranks\n")
+                pool.close()
+            elif dead and pool.key == key:
+                # A warm rank that died while the pool was idle (OOM killer, a stray kill) is replaced:
+                # the pool starts over instead of failing the next call with a BrokenPipeError.
                 sys.stderr.write("[collnb] warm rank(s) had died while idle (" +
                                  "; ".join(f"rank {r}: {why}" for r, why in sorted(dead.items())) +
                                  "); starting fresh ranks\n")

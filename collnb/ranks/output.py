@@ -7,6 +7,12 @@ this process's ``sys.stdout`` / ``sys.stderr`` (a notebook cell), and keeps the 
 gloo's and NCCL's C++ code logs on stderr (``[E1130 ... ProcessGroupGloo.cpp:2901] ...``: they
 repeat what the launcher reports as one clear error) in :attr:`OutputRelay.backend_log`, unless
 asked to show them.
+
+A line that grows without a newline (a progress bar, ``print(..., end="")`` in a loop) is passed
+on in pieces of at most :data:`PIECE_BYTES` (cut between UTF-8 characters) as they arrive, never held
+whole: the launcher's memory stays bounded however much a rank writes. The pieces of one line are
+written one after another behind one ``[rank r]`` prefix; another rank's output in between ends
+the line there, and its rest follows behind a new prefix.
 """
 
 from __future__ import annotations
@@ -15,7 +21,12 @@ import os
 import re
 import sys
 
-__all__ = ["OutputRelay"]
+__all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS"]
+
+#: The most bytes of an unfinished line held before they are passed on as a piece.
+PIECE_BYTES = 64 * 1024
+#: The most characters of one line kept among a rank's last words (:attr:`OutputRelay` ``r.last``).
+LAST_LINE_CHARS = 500
 
 # c10's C++ log line: "[rank0]:[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] message"
 # (glog style: severity I/W/E/F, month+day, time, optional thread id, file:line)
@@ -35,17 +46,24 @@ class OutputRelay:
         backend_log: the C++ log lines held during the current call (list of str, ``"[rank r] ..."``).
 
     A rank here is any object with ``rank``, ``out_r``, ``err_r`` (non-blocking pipe ends),
-    ``partial`` (``{1: bytearray, 2: bytearray}``, the unfinished line of each) and ``in_log``
-    (bool: its last stderr line was a C++ log line, whose continuation lines follow).
+    ``partial`` (``{1: bytearray, 2: bytearray}``, the unfinished line of each, at most
+    :data:`PIECE_BYTES` plus one read) and ``in_log`` (bool: its last stderr line was a C++ log
+    line, whose continuation lines follow); optionally ``last`` (a ``collections.deque``: the rank's
+    last lines, each cut to :data:`LAST_LINE_CHARS`, quoted when it dies), ``report`` (a list: the
+    first lines of a crash report, ``Fatal Python error: ...``, that faulthandler wrote) and
+    ``closed`` (a set: the fds, 1 or 2, whose pipe reached its end).
     """
 
     def __init__(self):
         self.show_backend_log = False
         self.backend_log = []
+        self._open = {1: None, 2: None}   # the rank whose unfinished line each stream ends with
+        self._pieces = {}                 # (id(rank), fd) -> the open line is held (True) or shown (False)
 
     def start_call(self, show_backend_log: bool):
         """Begin a call: forget held lines; show or hold the C++ log lines of this call."""
         self.show_backend_log, self.backend_log = bool(show_backend_log), []
+        self._open, self._pieces = {1: None, 2: None}, {}  # the last call ended every line (drain)
 
     def take_backend_log(self) -> list:
         """The held C++ log lines (list of str), forgotten here."""
@@ -53,8 +71,9 @@ class OutputRelay:
         return lines
 
     def pump(self, r, conn, final=False):
-        """Copy the whole lines waiting on ``conn`` (``r.out_r`` or ``r.err_r``); with ``final``
-        also an unfinished last line."""
+        """Copy what is waiting on ``conn`` (``r.out_r`` or ``r.err_r``): whole lines, and an
+        unfinished line in pieces once it holds :data:`PIECE_BYTES`; with ``final`` also the rest
+        of an unfinished line, ended there."""
         fd_kind = 1 if conn is r.out_r else 2
         while True:
             try:
@@ -63,37 +82,69 @@ class OutputRelay:
                 data = None
             except OSError:
                 data = b""
+            if data == b"" and hasattr(r, "closed"):
+                r.closed.add(fd_kind)
             if not data:
                 break
             pending = r.partial[fd_kind]
             end = data.rfind(b"\n")
-            if end < 0:  # no line ends yet: keep collecting (linear, however long the line)
+            if end < 0:  # no line ends yet: collect, and pass long ones on in pieces
                 pending += data
+                if len(pending) >= PIECE_BYTES:
+                    cut = _utf8_boundary(pending)
+                    self._emit(r, fd_kind, [bytes(pending[:cut])], ended=False)
+                    del pending[:cut]
                 continue
             pending += data[:end]
             self._emit(r, fd_kind, bytes(pending).split(b"\n"))
             r.partial[fd_kind] = bytearray(data[end + 1:])
-        if final and r.partial[fd_kind]:
+        if final and (r.partial[fd_kind] or (id(r), fd_kind) in self._pieces):
             self._emit(r, fd_kind, [bytes(r.partial[fd_kind])])
             r.partial[fd_kind] = bytearray()
 
-    def _emit(self, r, fd_kind, lines):
+    def _emit(self, r, fd_kind, lines, ended=True):
+        """Write ``lines`` (bytes, without their newline) of rank ``r``; the last one is a piece of
+        an unfinished line unless ``ended``."""
         if not lines:
             return
         stream = sys.stdout if fd_kind == 1 else sys.stderr
-        shown = [f"[rank {r.rank}] {ln.decode('utf-8', 'replace')}\n" for ln in lines]
-        if fd_kind == 2 and not self.show_backend_log:
-            # torch's / gloo's C++ log lines ("[rank0]:[E1130 ... ProcessGroupGloo.cpp:2901] ...")
-            # repeat what the launcher reports as one clear error: keep them for the error
-            keep = []
-            for line, text in zip(lines, shown):
-                held = _CPP_LOG.match(line) is not None or (
-                    r.in_log and _CPP_LOG_MORE.match(line) is not None)
-                r.in_log = held
-                (self.backend_log if held else keep).append(text.rstrip("\n"))
-            shown = [t + "\n" for t in keep]
-        if shown:
-            stream.write("".join(shown))
+        out = []
+        last = getattr(r, "last", None)
+        for i, line in enumerate(lines):
+            finished = ended or i < len(lines) - 1
+            key = (id(r), fd_kind)
+            held = self._pieces.pop(key, None)  # a piece of this line went out already: same decision
+            first = held is None
+            text = line.decode("utf-8", "replace")
+            if held is None:
+                held = False
+                if fd_kind == 2 and not self.show_backend_log:
+                    # torch's / gloo's C++ log lines ("[rank0]:[E1130 ... ProcessGroupGloo.cpp:2901] ...")
+                    # repeat what the launcher reports as one clear error: keep them for the error
+                    held = _CPP_LOG.match(line) is not None or (r.in_log and _CPP_LOG_MORE.match(line) is not None)
+                    r.in_log = held
+            if held:
+                if first:
+                    self.backend_log.append(f"[rank {r.rank}] {text}"[:PIECE_BYTES])
+            else:
+                owner = self._open[fd_kind]
+                if owner is not None and owner is not r:  # another rank's unfinished line: end it here
+                    out.append("\n")
+                    owner = None
+                out.append(("" if owner is r else f"[rank {r.rank}] ") + text + ("\n" if finished else ""))
+                self._open[fd_kind] = None if finished else r
+            if last is not None and first:
+                last.append(text[:LAST_LINE_CHARS])
+                report = getattr(r, "report", None)  # a crash report (faulthandler's): its first lines
+                if report is not None:
+                    if text.startswith("Fatal Python error"):
+                        report[:] = [text[:LAST_LINE_CHARS]]
+                    elif report and len(report) < last.maxlen:
+                        report.append(text[:LAST_LINE_CHARS])
+            if not finished:
+                self._pieces[key] = held
+        if out:
+            stream.write("".join(out))
             stream.flush()
 
     def release(self):
@@ -109,3 +160,16 @@ class OutputRelay:
         for r in ranks:
             self.pump(r, r.out_r, final)
             self.pump(r, r.err_r, final)
+
+
+def _utf8_boundary(data) -> int:
+    """The length of the longest prefix of ``data`` (bytes) that ends between UTF-8 characters."""
+    n = len(data)
+    i = n - 1
+    while i >= 0 and n - i < 4 and data[i] & 0xC0 == 0x80:  # continuation bytes of the last character
+        i -= 1
+    if i < 0:
+        return n
+    lead = data[i]
+    size = 1 if lead < 0x80 else 2 if lead >> 5 == 0b110 else 3 if lead >> 4 == 0b1110 else 4 if lead >> 3 == 0b11110 else 1
+    return i if i + size > n else n

@@ -10,11 +10,10 @@ lines, its death, and turns a failure into one :class:`.RankError` or :class:`.L
 
 from __future__ import annotations
 
+import collections
 import gc
 import os
-import shutil
 import signal
-import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
@@ -29,9 +28,10 @@ from .backends import local_backend_info
 from .errors import LaunchError, LaunchTimeout, RankError
 from .failures import Event, call_error, death_text, failed_event, rebuild_result
 from .output import OutputRelay
-from .processes import TMP_PREFIX, descendants, kill_all, sigint_deferred, sweep_stale_dirs
-from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, encode, receive, send
+from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
+from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, encode, receive, send
 from .rank import rank_main
+from .rank_state import Watch
 from .recording import CallRecords
 from .serialization import Unsendable, code_files, dumps
 from .tracebacks import ipython_cells, parse_stack
@@ -64,6 +64,23 @@ class _Rank:
     err_r: Any
     partial: dict = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
     in_log: bool = False  # the last stderr line was a C++ log line (its continuation lines follow)
+    last: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_LAST_WORDS))
+    lost_at: float | None = None  # when its result pipe closed while it was still alive
+    closed: set = field(default_factory=set)  # 1, 2: its stdout / stderr pipe reached its end
+    report: list = field(default_factory=list)  # the first lines of a crash report (faulthandler's)
+    unsettled: bool = False  # it answered a Run, and its Settled has not been read yet
+
+
+#: How many of a rank's last output lines a :class:`RankError` about its death quotes.
+_LAST_WORDS = 12
+#: Seconds a rank whose result pipe closed may stay alive before it counts as failed.
+_LOST_GRACE = 1.0
+#: Seconds a rank may take, after answering a call, to put itself back (:class:`.Settled`).
+_SETTLE_S = 30.0
+_CRASH_SIGNALS = {int(getattr(signal, n)) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")}
+_CLOSED_FDS = ("it closed its pipes to the launcher while it ran: the function closed file descriptors it had "
+               "not opened (os.closerange, os.close on a number it did not get from open): collnb, torch and "
+               "gloo use them. Close only the files your function opened")
 
 
 class RankPool:
@@ -98,11 +115,12 @@ class RankPool:
         self.max_size = local_backend_info(backend)["max_world_size"] or MAX_WORLD_SIZE
         self.generation = 0
         self.broken = False
+        self.retired = ""  # what the last call changed in the ranks that cannot be put back (see run)
         self.output = OutputRelay()  # the ranks' output lines, and the C++ log lines held back
         self.lock = threading.Lock()
         self._ctx = tmp.get_context(start_method)
         sweep_stale_dirs()
-        self.dir = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
+        self.dir = make_pool_dir()  # held (flock) by this process while the pool lives
 
     # -- life cycle --------------------------------------------------------------------------
     @property
@@ -120,12 +138,20 @@ class RankPool:
 
     def _grow(self, n):
         with sigint_deferred():
-            self._fork_ranks(n)
+            try:
+                self._fork_ranks(n)
+            except OSError as exc:  # no process, memory or descriptor left for one more rank
+                rank = len(self.ranks)
+                raise RankError(f"rank {rank}: {type(exc).__name__}: the rank's process could not be started "
+                                f"({exc})", rank, type(exc).__name__, "", {rank: f"could not be started: {exc}"}) from exc
 
     def _fork_ranks(self, n):
         cfg = dict(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
                    start_method=self.start_method,
-                   collective_timeout=self.collective_timeout, parent_pid=os.getpid())
+                   collective_timeout=self.collective_timeout, parent_pid=os.getpid(),
+                   # what each rank watches between calls, made here: forked ranks take it over
+                   # untouched (made in each rank, it would copy ~14 MiB of this process's pages)
+                   watch=Watch() if self.start_method == "fork" else None)
         for rank in range(len(self.ranks), n):
             cmd_r, cmd_w = self._ctx.Pipe(duplex=False)
             res_r, res_w = self._ctx.Pipe(duplex=False)
@@ -189,7 +215,7 @@ class RankPool:
         self.ranks = []
         self.base_size, self.groups = 0, set()
         self.broken = True
-        shutil.rmtree(self.dir, ignore_errors=True)
+        remove_pool_dir(self.dir)
 
 
     # -- running -----------------------------------------------------------------------------
@@ -203,10 +229,22 @@ class RankPool:
         none). Raises :class:`RankError`,
         :class:`LaunchTimeout` or re-raises ``KeyboardInterrupt`` after stopping every rank; in
         each case the pool is closed and must not be reused.
+
+        After a call that changed its ranks in a way that cannot be put back (a replaced torch
+        function; see :mod:`.rank_state`), :meth:`settle` (called first by the next call) sets
+        :attr:`retired` to what and where (``"the last call replaced torch.distributed.all_reduce on
+        rank 2"``), and the pool runs no more calls (:class:`LaunchError`): :func:`collnb.launch`
+        starts fresh ranks.
         """
         if self.broken:
             raise LaunchError("this pool was closed after a failure; start a new one")
+        self.settle()
+        if self.retired:
+            raise LaunchError(f"this pool's ranks were retired ({self.retired}); start a new one")
         self.output.start_call(show_backend_log)
+        for r in self.ranks:
+            r.last.clear()
+            r.report.clear()
         deadline = time.monotonic() + timeout
         try:
             task = dumps((fn, tuple(args), dict(kwargs or {}), code_files(fn)))
@@ -218,11 +256,7 @@ class RankPool:
             self._prepare(world_size, deadline)
             self.output.drain(self.ranks, final=False)
             message = encode(Run(world_size, self._next_count(), task, bool(record_calls)))  # once for all
-            for r in self.ranks[:world_size]:
-                try:
-                    send(r.cmd_w, message)
-                except OSError:  # the rank just died: _collect reports how (RankError "rank R: Killed")
-                    pass
+            self._send_all(self.ranks[:world_size], message)
             results = self._collect(self.ranks[:world_size], deadline, phase="run")
             self.output.release()
             return results
@@ -234,6 +268,32 @@ class RankPool:
             self.close()
             self.output.release()
             raise
+
+    def settle(self) -> str:
+        """Read each rank's :class:`.Settled` after its last :class:`.Result` (a rank puts itself back
+        as it started after it answers, while the launcher shows the results). Returns
+        :attr:`retired`: ``""``, or what the last call changed for good and on which ranks. A rank
+        that died meanwhile is left to :meth:`dead_ranks`."""
+        end = time.monotonic() + _SETTLE_S
+        changed = {}
+        for r in self.ranks:
+            if not r.unsettled:
+                continue
+            r.unsettled = False
+            try:
+                msg = receive(r.res_r) if r.res_r.poll(max(0.0, end - time.monotonic())) else None
+            except (EOFError, OSError):
+                continue  # it died: dead_ranks() says how
+            if isinstance(msg, Settled):
+                if msg.retire:
+                    changed.setdefault(msg.retire, []).append(r.rank)
+            elif msg is None:
+                changed.setdefault(f"left it unable to put itself back within {_SETTLE_S:g} s", []).append(r.rank)
+            else:
+                changed.setdefault(f"left it answering out of turn ({type(msg).__name__})", []).append(r.rank)
+        if changed and not self.retired:
+            self.retired = "the last call " + "; ".join(f"{why} on {_ranks_text(rs)}" for why, rs in changed.items())
+        return self.retired
 
     def _attach_backend_log(self, exc):
         exc.backend_log = self.output.take_backend_log()
@@ -268,23 +328,30 @@ class RankPool:
             if size > len(self.ranks):
                 self._grow(size)
             self.generation += 1
-            for r in self.ranks:
-                send(r.cmd_w, InitGroup(self.generation, size))
+            self._send_all(self.ranks, InitGroup(self.generation, size))
             self._collect(self.ranks, deadline, phase="init")
             self.base_size, self.groups = size, {size}
         if world_size not in self.groups:
-            count = self._next_count()
-            for r in self.ranks[:self.base_size]:
-                send(r.cmd_w, NewGroup(world_size, count))
+            self._send_all(self.ranks[:self.base_size], NewGroup(world_size, self._next_count()))
             self._collect(self.ranks[:self.base_size], deadline, phase="init")
             self.groups.add(world_size)
+
+    @staticmethod
+    def _send_all(ranks, message):
+        """Send one command to every rank of ``ranks``. A rank that cannot be reached (it died, e.g.
+        at its start: a broken pipe) is left to :meth:`_collect`, which reports how it ended."""
+        for r in ranks:
+            try:
+                send(r.cmd_w, message)
+            except OSError:
+                pass
 
     def _settle_output(self, ranks, until: float, quiet: float = 0.1) -> None:
         """After a failure, keep copying the ranks' output until none has come for ``quiet`` seconds
         or the clock passes ``until``: a backend logs its error (gloo's ``[E... ProcessGroupGloo.cpp]``
         line) from its own thread, which can write after the rank's :class:`.Failed` has arrived, and
         the ranks are stopped right after."""
-        conns = [c for r in ranks for c in (r.out_r, r.err_r)]
+        conns = [c for r in ranks for k, c in ((1, r.out_r), (2, r.err_r)) if k not in r.closed]
         owner = {id(r.out_r): r for r in ranks} | {id(r.err_r): r for r in ranks}
         while True:
             left = until - time.monotonic()
@@ -296,8 +363,8 @@ class RankPool:
             for conn in ready:
                 r = owner[id(conn)]
                 self.output.pump(r, conn)
-                if r.proc.exitcode is not None:  # a dead rank's pipe stays readable (EOF): done with it
-                    conns.remove(conn)
+                if r.proc.exitcode is not None or (1 if conn is r.out_r else 2) in r.closed:
+                    conns.remove(conn)  # a dead rank's pipe stays readable (EOF): done with it
 
     def _collect(self, ranks, deadline, phase):
         """Wait for the answer of every rank of ``ranks`` (copying their output meanwhile) until all
@@ -322,8 +389,13 @@ class RankPool:
                 break
             if now > deadline:
                 break
-            waitables = [r.res_r for r in pending] + [r.proc.sentinel for r in pending]
-            waitables += [c for r in ranks for c in (r.out_r, r.err_r)]
+            for r in pending:  # a rank that closed its result pipe and did not die of it
+                if r.lost_at is not None and now - r.lost_at > _LOST_GRACE:
+                    events[r.rank] = Event(r.rank, "died", now, value=r.proc.exitcode)
+                    failure_at = failure_at or now
+            pending = [r for r in pending if r.rank not in events]
+            waitables = [r.res_r for r in pending if r.lost_at is None] + [r.proc.sentinel for r in pending]
+            waitables += [c for r in ranks for k, c in ((1, r.out_r), (2, r.err_r)) if k not in r.closed]
             limit = min(deadline, failure_at + grace if failure_at else deadline) - now
             ready = _mp_wait(waitables, timeout=max(0.0, min(limit, 0.25)))
             if not ready or time.monotonic() - polled > 0.25:
@@ -350,6 +422,7 @@ class RankPool:
                     t = time.monotonic()
                     if msg is None:
                         if what == "res" and r.proc.is_alive():
+                            r.lost_at = r.lost_at or t  # EOF from a live rank: it closed the pipe
                             continue
                         r.proc.join(timeout=1)
                         events[r.rank] = Event(r.rank, "died", t, value=r.proc.exitcode)
@@ -357,6 +430,7 @@ class RankPool:
                     elif isinstance(msg, Result):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact,
                                                calls=msg.calls)
+                        r.unsettled = True  # a Settled follows (see settle)
                     elif isinstance(msg, Ready):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.seconds)
                     elif isinstance(msg, Failed):
@@ -385,7 +459,31 @@ class RankPool:
         cells = ipython_cells()
         stacks = {k: ([(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
                       if isinstance(k, int) else v) for k, v in stacks.items()}
-        raise call_error([r.rank for r in ranks], events, failed, pending, stacks, phase)
+        err = call_error([r.rank for r in ranks], events, failed, pending, stacks, phase)
+        self._add_last_words(err, events)
+        raise err
+
+    def _add_last_words(self, err, events):
+        """A rank that died (at its start: a full disk, a removed pool directory; or later) is named
+        with its own last words: the lines it printed last (its traceback, "No space left on
+        device"), and why its pipes closed if the function closed them."""
+        if not isinstance(err, RankError) or err.rank is None or events.get(err.rank) is None \
+                or events[err.rank].kind != "died":
+            return
+        r = self.ranks[err.rank]
+        head, _, rest = err.args[0].partition("\n")
+        code = events[err.rank].value
+        # faulthandler writes every crash's report to the rank's stderr: a crash without one had it closed
+        silent_crash = isinstance(code, int) and -code in _CRASH_SIGNALS and not r.report
+        if r.lost_at is not None or silent_crash:
+            head += f"; {_CLOSED_FDS}"
+        words = r.report or list(r.last)
+        if words:
+            what = "Its crash report" if r.report else "Last output"
+            head += f"\n\n{what} (rank {r.rank}):\n" + "\n".join("  " + line for line in words)
+        err.args = (head + ("\n" + rest if rest else ""),) + err.args[1:]
+        if not err.rank_traceback and words:
+            err.rank_traceback = "\n".join(words)
 
     def _stacks(self, ranks):
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).
@@ -420,3 +518,10 @@ class RankPool:
                 text = ""
             stacks[r.rank] = parse_stack(text)
         return stacks
+
+
+def _ranks_text(ranks) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"

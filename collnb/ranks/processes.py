@@ -2,13 +2,20 @@
 
 Ranks watch their parent and leave, removing the pool's files, within 0.2 s of its death (a
 killed or restarted kernel); a rank's end takes every process it started with it (its process
-group, and descendants that left it with ``setsid``); pool directories a killed kernel left
-behind are swept on the next start; SIGINT is held back while ranks are forked.
+group, and descendants that left it with ``setsid``: a rank is their child subreaper, so even a
+double-forked daemon stays its descendant); pool directories a killed kernel left behind are swept
+on the next start; SIGINT is held back while ranks are forked.
+
+A pool directory is alive while the process that made it holds an exclusive ``flock`` on its
+``lock`` file (:func:`make_pool_dir`); the sweep removes a directory only when it can take that
+lock itself. The PID in the directory's name is only a label: a collnb process in another PID
+namespace sharing ``/tmp`` (a container, ``unshare -p``) has PIDs that mean nothing here.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import shutil
 import signal
@@ -18,11 +25,52 @@ import time
 
 import psutil
 
-__all__ = ["TMP_PREFIX", "descendants", "kill_all", "exit_group", "on_sigterm", "register_fork_hooks",
-           "watch_parent", "sweep_stale_dirs", "sigint_deferred"]
+__all__ = ["TMP_PREFIX", "LOCK_NAME", "descendants", "kill_all", "exit_group", "on_sigterm", "register_fork_hooks",
+           "watch_parent", "make_pool_dir", "remove_pool_dir", "pool_dir_is_live", "sweep_stale_dirs",
+           "sigint_deferred"]
 
 #: Prefix of a pool's temporary directory: ``collnb-<pid of the launcher>-<random>``.
 TMP_PREFIX = "collnb-"
+#: The file in a pool directory that its live pool holds an exclusive ``flock`` on.
+LOCK_NAME = "lock"
+#: A pool directory without a lock file (being made this instant, or left by a collnb before locks)
+#: is left alone this many seconds after its last change.
+_UNLOCKED_GRACE_S = 600.0
+
+_held = {}  # pool directory -> fd of its lock file, held by this process
+
+
+def _close_held_locks():
+    """In a forked child (a rank): the parent's pool locks are the parent's; holding copies would
+    keep a dead kernel's directories "alive"."""
+    for fd in _held.values():
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+    _held.clear()
+
+
+os.register_at_fork(after_in_child=_close_held_locks)
+
+
+def make_pool_dir() -> str:
+    """Create a pool's private temporary directory, ``<tmp>/collnb-<pid>-<random>``, and hold an
+    exclusive ``flock`` on its lock file for as long as this process keeps the pool
+    (:func:`remove_pool_dir`). Returns its path."""
+    path = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
+    fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh file: nobody else can hold it
+    _held[path] = fd
+    return path
+
+
+def remove_pool_dir(path) -> None:
+    """Remove a pool directory made by :func:`make_pool_dir`, then let go of its lock."""
+    shutil.rmtree(path, ignore_errors=True)
+    fd = _held.pop(path, None)
+    if fd is not None:
+        os.close(fd)
 
 
 def descendants(pids):
@@ -100,28 +148,63 @@ def watch_parent(parent_pid, pool_dir, period=0.2):
     threading.Thread(target=watch, name="collnb-parent-watch", daemon=True).start()
 
 
+def pool_dir_is_live(path):
+    """Whether the pool directory ``path`` belongs to a live pool: its lock file is locked (by the
+    process that made it, in any PID namespace). Returns ``(live, fd)``: when not live, ``fd`` holds
+    the lock (close it after removing the directory) or is ``None``.
+
+    A directory without a lock file is live while it changed less than 10 minutes ago (being made
+    this instant) or, left by a collnb without locks, while the PID in its name runs here."""
+    try:
+        fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        try:
+            young = time.time() - os.stat(path).st_mtime < _UNLOCKED_GRACE_S
+        except OSError:
+            return True, None  # gone already, or not ours to look at
+        return young or _pid_runs(os.path.basename(path)), None
+    except OSError:
+        return True, None  # another user's: leave it
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:  # held: a live pool
+        os.close(fd)
+        return True, None
+    return False, fd
+
+
+def _pid_runs(name) -> bool:
+    try:
+        pid = int(name[len(TMP_PREFIX):].split("-")[0])
+    except ValueError:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
 def sweep_stale_dirs():
-    """Remove pool directories left by processes that no longer exist (a killed kernel)."""
+    """Remove pool directories whose pool is gone (a killed kernel): those whose lock no process
+    holds (:func:`pool_dir_is_live`)."""
     root = tempfile.gettempdir()
     try:
         names = os.listdir(root)
     except OSError:
         return
     for name in names:
-        if not name.startswith(TMP_PREFIX):
+        path = os.path.join(root, name)
+        if not name.startswith(TMP_PREFIX) or path in _held:
             continue
-        try:
-            pid = int(name[len(TMP_PREFIX):].split("-")[0])
-        except ValueError:
+        live, fd = pool_dir_is_live(path)
+        if live:
             continue
-        if pid == os.getpid():
-            continue
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-        except PermissionError:
-            pass
+        shutil.rmtree(path, ignore_errors=True)
+        if fd is not None:
+            os.close(fd)
 
 
 @contextlib.contextmanager

@@ -8,8 +8,13 @@ parent -> rank                          rank -> parent
 ======================================  ===================================
 :class:`InitGroup` (fork + rendezvous)  :class:`Ready`, or :class:`Failed`
 :class:`NewGroup` (a cached subgroup)   :class:`Ready`
-:class:`Run` (the learner's function)   :class:`Result`, or :class:`Failed`
+:class:`Run` (the learner's function)   :class:`Result`, or :class:`Failed`;
+                                        after a Result, :class:`Settled`
 ======================================  ===================================
+
+After its :class:`Result` a rank finishes putting itself back as it started (off the launcher's
+path: the launcher draws the result meanwhile) and says in :class:`Settled` whether the call changed
+it for good; the launcher reads that before it sends the rank anything else.
 
 A rank that fails stays idle until the parent stops it (its peers' "connection closed" errors
 must not pile up on the root cause). Closing the command pipe tells a rank to leave. Ranks on
@@ -24,8 +29,8 @@ import pickle
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Failed", "TimeoutReport", "encode", "send",
-           "receive"]
+__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Settled", "Failed", "TimeoutReport", "encode",
+           "send", "receive"]
 
 
 @dataclass(frozen=True)
@@ -80,12 +85,25 @@ class Result:
             disagree issued different numbers of operations (uneven send/recv).
         intact: whether the pool's groups survived the call (the function may destroy them).
         calls: the function's :class:`.CallRecord` list when asked for, else ``None``.
+        retire: on an ipyparallel engine (:mod:`.engines`), what the call changed in it that cannot
+            be put back, in words (``"replaced torch.distributed.all_reduce"``; see
+            :mod:`.rank_state`), else ``""``. A local rank says it in :class:`Settled`.
     """
 
     payload: bytes
     seq: Any = None
     intact: bool = True
     calls: Any = None
+    retire: str = ""
+
+
+@dataclass(frozen=True)
+class Settled:
+    """After its :class:`Result`, the rank is back as it started (:mod:`.rank_state`), except for
+    ``retire``: what the call changed that cannot be put back, in words
+    (``"replaced torch.distributed.all_reduce"``), else ``""``; then the launcher retires the rank."""
+
+    retire: str = ""
 
 
 @dataclass(frozen=True)

@@ -1,13 +1,15 @@
 """The rank side: the main loop of one rank process.
 
 A rank starts (:func:`rank_main`) by cutting itself loose from the parent (its own process group,
-a watchdog on the parent, inherited sockets closed, stdout/stderr to the parent's pipes), then
-serves commands (:mod:`.protocol`) until the parent closes its command pipe: initialise the
-pool's default process group, create a cached subgroup, or run the learner's function. Each call
-finds the rank as a fresh script would: what a call changed in the rank's output streams, fds 1
-and 2, working directory, pending ``signal.alarm``, thread count, socket environment variables and
-process groups is undone before the next call. After a failure the rank reports it and idles
-until the parent stops it.
+a watchdog on the parent, inherited sockets closed, stdout/stderr to the parent's pipes, a child
+subreaper so that processes its function starts cannot escape it), then serves commands
+(:mod:`.protocol`) until the parent closes its command pipe: initialise the pool's default process
+group, create a cached subgroup, or run the learner's function. Each call finds the rank as a
+fresh script would: :class:`.rank_state.RankState` puts back what a call changed (environment,
+streams, torch's global modes, ...; its docstring lists them), process groups the call made are
+destroyed, and a change that cannot be put back (a replaced torch function) is reported in the
+:class:`.Result` so that the launcher retires the rank. After a failure the rank reports it and
+idles until the parent stops it.
 """
 
 from __future__ import annotations
@@ -29,16 +31,43 @@ import torch.distributed as dist
 from . import _dist_hooks, recording
 from . import _torch_internals as internals
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
-from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, receive, send
+from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
+from .rank_state import RankState, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-__all__ = ["rank_main", "restore_environment"]
+__all__ = ["rank_main", "restore_environment", "current_rank"]
+
+#: This process's rank while it is a rank of a local pool (or a process a rank's function forked),
+#: else ``None``: :func:`collnb.launch` refuses to start ranks of ranks.
+_current_rank = None
+
+_PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+def current_rank():
+    """The rank this process serves (int), or ``None`` outside a local rank."""
+    return _current_rank
+
+
+def _become_subreaper():
+    """Make this rank the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``): a
+    process its function starts that double-forks and ``setsid()``s (a daemon) is re-parented to the
+    rank instead of init, so the pool still finds it, and ends it, at shutdown. Elsewhere nothing."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
     """Entry point of a rank process. Never returns: ends with ``os._exit``."""
+    global _current_rank
     code = 0
+    _current_rank = rank
     try:
         # Our own process group: a kernel manager that kills the kernel's group on shutdown
         # would otherwise kill us before we remove our files. The watchdog ends us instead.
@@ -47,6 +76,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         cfg = dict(cfg, rank_pid=os.getpid())
         signal.signal(signal.SIGTERM, lambda *_: on_sigterm(cfg))
         register_fork_hooks()  # processes the rank forks die of SIGTERM as usual
+        _become_subreaper()
         if cfg["start_method"] == "fork":
             # A forked rank inherits every descriptor of its parent. Close the parent's ends of
             # other ranks' pipes (they would hide EOFs) and every inherited socket (in a kernel,
@@ -80,12 +110,21 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False),
                                       encoding="utf-8", line_buffering=True, write_through=True)
         stack_file = open(os.path.join(cfg["dir"], f"stack-{rank}.txt"), "w")
-        faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
-        faulthandler.enable(file=sys.stderr, all_threads=False)  # a crashing rank shows its stack
+        err_stream = sys.stderr
+
+        def arm_faulthandler():
+            """SIGUSR1 writes the rank's stack for the launcher; a crashing rank shows its stack."""
+            faulthandler.unregister(signal.SIGUSR1)
+            faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
+            faulthandler.disable()
+            faulthandler.enable(file=err_stream, all_threads=False)
+
+        arm_faulthandler()
         torch.set_num_threads(1)
         restore_environment(cfg)
         store = dist.FileStore(os.path.join(cfg["dir"], "store"), -1)
-        _rank_loop(rank, cfg, store, cmd_r, res_w)
+        state = RankState(own_process=True, rearm=arm_faulthandler, watch=cfg.get("watch"))  # every call starts so
+        _rank_loop(rank, cfg, store, cmd_r, res_w, state)
     except BaseException:  # noqa: BLE001 - report anything that kills the loop itself
         code = 1
         try:
@@ -98,12 +137,11 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         os._exit(code)
 
 
-def _rank_loop(rank, cfg, store, cmd_r, res_w):
+def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
     backend = cfg["backend"]
     timeout = datetime.timedelta(seconds=cfg["collective_timeout"])
     base = None      # the pool's default process group (all ranks of the pool)
     groups = {}      # world size k -> cached group of ranks 0..k-1
-    saved = _save_rank_state()
     while True:
         try:
             msg = receive(cmd_r)
@@ -135,10 +173,10 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w):
             groups[msg.world_size] = dist.new_group(list(range(msg.world_size)), timeout=timeout)
             send(res_w, Ready(time.perf_counter() - t0))
         elif isinstance(msg, Run):
-            _run(rank, cfg, msg, base, groups, saved, res_w)
+            _run(rank, cfg, msg, base, groups, state, res_w)
 
 
-def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
+def _run(rank, cfg, msg: Run, base, groups, state, res_w):
     """Run the learner's function for one :class:`.Run` and answer :class:`.Result`; on a failure
     answer :class:`.Failed` and idle until the parent stops the rank."""
     my_pid = os.getpid()
@@ -151,6 +189,7 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
         internals.set_default_group(groups[msg.world_size])
     elif dist.group.WORLD is not base:
         internals.set_default_group(base)
+    fn, args = None, ()  # named in an error even when the task does not load
     try:
         # torch.distributed's functions, wrapped for this call only: layouts gloo misreads are
         # given dense copies and groups the function makes get collective_timeout (see
@@ -165,6 +204,7 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
             # Groups the function creates keep their rendezvous keys under a prefix of this
             # call's own, so a re-run (same group names: hashed from ranks) starts clean.
             with internals.call_store(f"call{msg.group_count}/"):
+                state.begin_call()
                 if msg.record_calls:
                     recording.start()
                 result = fn(rank, msg.world_size, *args, **kwargs)
@@ -173,7 +213,7 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
                 calls = recording.stop()
             _dist_hooks.pause()
             if os.getpid() == my_pid:
-                _restore_rank_state(saved)
+                state.restore_essentials()  # what answering needs: the streams, fds 1 and 2, the stack
         if os.getpid() != my_pid:  # a process the function forked returned into our loop
             _leave_forked_child(0)
         if cfg["backend"] == "nccl":
@@ -197,6 +237,14 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
                 dist.destroy_process_group(g)
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
         send(res_w, Result(payload, seq, intact, calls))
+        # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
+        # the call changed that cannot be put back: the launcher reads it before the next command.
+        # A call of collnb's own code only (collnb.run, explore, bench) changes nothing to put back.
+        if not collnb_only(fn, args, kwargs):
+            state.restore()
+            send(res_w, Settled(state.retire_reason()))
+        else:
+            send(res_w, Settled(""))
     except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
         recording.stop()
         _dist_hooks.pause()
@@ -207,8 +255,26 @@ def _run(rank, cfg, msg: Run, base, groups, saved, res_w):
                 code = 1
                 traceback.print_exc()
             _leave_forked_child(code)
+        _explain(exc, fn, args, msg.world_size)
         _report_error(res_w, exc, rank)
         _idle_forever()
+
+
+_INIT_TWICE = "trying to initialize the default process group twice"
+
+
+def _explain(exc, fn, args, world_size):
+    """Add what to do to an error a learner gets for code written for a plain script: the PyTorch
+    tutorial's ``init_process(rank, size, fn)`` calls ``init_process_group``, which collnb has
+    already called when the function starts."""
+    if isinstance(exc, (RuntimeError, ValueError)) and _INIT_TWICE in str(exc):
+        work = next((a for a in args if callable(a)), None)
+        name = getattr(work, "__name__", None) or "your_function"
+        exc.args = (f"{exc} collnb has already initialised the default process group (backend, rank "
+                    f"and world size set) before it calls {getattr(fn, '__name__', 'the function')}, "
+                    f"so a function for collnb.launch must not call dist.init_process_group (nor set "
+                    f"MASTER_ADDR/MASTER_PORT). Launch the function that does the work: "
+                    f"collnb.launch({name}, {world_size})",) + exc.args[1:]
 
 
 def restore_environment(cfg):
@@ -217,33 +283,6 @@ def restore_environment(cfg):
     os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
     dist.set_debug_level_from_env()
-
-
-def _save_rank_state():
-    """What a call may change and the next call must find as it was (a warm rank is a fresh
-    script to each call): the output streams and their descriptors, the working directory."""
-    return dict(stdout=sys.stdout, stderr=sys.stderr, fd1=os.dup(1), fd2=os.dup(2), cwd=os.getcwd())
-
-
-def _restore_rank_state(saved):
-    """Undo a call's changes to the rank's process state (see :func:`_save_rank_state`): a
-    replaced or closed ``sys.stdout``, closed or redirected fds 1 and 2, a pending
-    ``signal.alarm``, another working directory or thread count."""
-    sys.stdout, sys.stderr = saved["stdout"], saved["stderr"]
-    for fd, copy_of in ((1, saved["fd1"]), (2, saved["fd2"])):
-        try:
-            if not os.path.samestat(os.fstat(fd), os.fstat(copy_of)):
-                os.dup2(copy_of, fd)
-        except OSError:  # closed
-            os.dup2(copy_of, fd)
-    signal.setitimer(signal.ITIMER_REAL, 0)  # also cancels signal.alarm()
-    try:
-        if os.getcwd() != saved["cwd"]:
-            os.chdir(saved["cwd"])
-    except OSError:  # the function removed the directory it moved to
-        os.chdir(saved["cwd"])
-    if torch.get_num_threads() != 1:
-        torch.set_num_threads(1)
 
 
 def _leave_forked_child(code):

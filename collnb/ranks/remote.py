@@ -23,7 +23,9 @@ How (and why):
   through ipyparallel. Gloo (``GLOO_SOCKET_IFNAME``) and NCCL's bootstrap
   (``NCCL_SOCKET_IFNAME``) are bound to that interface on every engine.
 * **Security**: torch.distributed's store and Gloo/NCCL sockets are **not authenticated**: any
-  process that can reach that interface and port while a call runs can talk to them. collnb
+  process that can reach that interface and port while collnb is connected can talk to them (the
+  store listens, and the process group's sockets stay open, from :func:`connect` to
+  :func:`disconnect`, between calls too, so that a call needs no new rendezvous). collnb
   binds them to the interface the engines use to reach each other (loopback when all are local),
   never to all interfaces; use it on networks you trust (a cluster's private network).
 * **GPUs**: with ``backend="nccl"`` each rank uses ``cuda:LOCAL_RANK``, its index among the
@@ -267,10 +269,13 @@ class _Connection:
                     continue
                 if isinstance(msg, Result):
                     events[r] = Event(r, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact)
+                    if getattr(msg, "retire", ""):
+                        changed.setdefault(msg.retire, []).append(r)
                 else:  # Failed
                     events[r] = failed_event(r, t, msg, collective_timeout)
                     failure_at = failure_at or t
 
+        changed = {}  # what a call changed for good in an engine -> its ranks
         user_interrupt = False
         try:
             while len(events) < len(ars):
@@ -308,6 +313,11 @@ class _Connection:
                 self.groups.discard(world_size)
                 if world_size == self.base_size:
                     self.base_size = 0
+            for why, rs in changed.items():  # engines cannot be swapped for fresh ranks: say so now
+                sys.stderr.write(f"[collnb] the last call {why} on rank(s) {', '.join(map(str, rs))} (engine(s) "
+                                 f"{', '.join(str(self.ids[r]) for r in rs)}), which cannot be put back: collnb runs "
+                                 f"nothing more on those engines; restart them (cluster.restart_engines_sync()) and "
+                                 f"call collnb.connect() again\n")
             return [rebuild_result(r, events[r].value) for r in range(len(ars))]
         return self._raise(events, ars, timed_out)
 
@@ -494,6 +504,8 @@ def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, c
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
     _launcher.check_ranks(world_size, backend)
+    _launcher.check_call_arguments(args, kwargs)
+    _launcher.check_flag("debug", debug)
     _launcher._check_signature(fn, tuple(args), kwargs)
     _launcher._check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     with conn.lock:

@@ -73,12 +73,42 @@ def to_table(rows, as_frame: bool | None = None):
 
 
 def as_rows(table) -> list:
-    """A DataFrame, a list of dicts, or a path (JSON/CSV) -> list of dicts (the bench rows)."""
+    """A DataFrame, a list of dicts, or a path (JSON/CSV) -> list of dicts (the bench rows), each
+    value of its column's type.
+
+    Raises:
+        ValueError: a row without one of :data:`COLUMNS`, or with a value not of its column's kind
+            (``None``, text where a number belongs), saying which row and column.
+        TypeError: ``table`` is none of these.
+    """
     if isinstance(table, (str, os.PathLike)):
         return load(table, as_frame=False)
     if hasattr(table, "to_dict"):
-        return list(table.to_dict("records"))
-    return [dict(r) for r in table]
+        table = table.to_dict("records")
+    if isinstance(table, (dict, str, bytes)) or not hasattr(table, "__iter__"):
+        raise TypeError(f"rows must be a DataFrame, a list of row dicts or a results file's path; got "
+                        f"{type(table).__name__}")
+    return _checked_rows(table)
+
+
+def _checked_rows(rows, where: str = "") -> list:
+    """``rows`` (an iterable of dicts) as bench rows of their columns' types (see :func:`_typed`);
+    ``where`` starts every message (a file's ``"path: "``).
+
+    Raises:
+        ValueError: a row that is not a dict, lacks one of :data:`COLUMNS`, or holds a value not of
+            its column's kind, saying which row and column.
+    """
+    out = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise ValueError(f"{where}row {i} is not an object (a dict of columns); got {r!r}")
+        missing = [c for c in COLUMNS if c not in r]
+        if missing:
+            raise ValueError(f"{where}row {i} has no {missing[0]!r} column; bench rows have the columns "
+                             f"{', '.join(COLUMNS)}")
+        out.append(_typed(r, f"{where}row {i}"))
+    return out
 
 
 def _clean(row) -> dict:
@@ -91,6 +121,51 @@ def _clean(row) -> dict:
             v = v.item()
         out[k] = v
     return out
+
+
+def _typed(row, where) -> dict:
+    """A loaded row with its columns as their types: ints, finite-or-inf floats >= 0 (NaN too, which
+    means "not measured"), a bool ``ok``, names as str.
+
+    Raises:
+        ValueError: a value that is not of its column's kind (``None``, text, a negative size), saying
+            which row and column.
+    """
+    r = dict(row)
+    for c in _INT_COLS:
+        v = r[c].item() if hasattr(r[c], "item") else r[c]
+        try:
+            if isinstance(v, bool) or isinstance(v, float) and not v.is_integer():
+                raise ValueError
+            r[c] = int(v)
+            if r[c] < 0:
+                raise ValueError
+        except (TypeError, ValueError, OverflowError):
+            raise ValueError(f"{where}: column {c!r} must be an int >= 0; got {v!r}") from None
+    for c in _FLOAT_COLS:
+        v = r[c].item() if hasattr(r[c], "item") else r[c]
+        try:
+            if isinstance(v, bool):
+                raise ValueError
+            r[c] = float(v)
+            if r[c] < 0:
+                raise ValueError
+        except (TypeError, ValueError):
+            raise ValueError(f"{where}: column {c!r} must be a number >= 0; got {v!r}") from None
+    for c in ("primitive", "algorithm", "backend", "dtype"):
+        if not isinstance(r[c], str):
+            raise ValueError(f"{where}: column {c!r} must be a name (str); got {r[c]!r}")
+    ok = r["ok"].item() if hasattr(r["ok"], "item") else r["ok"]  # numpy's bool_
+    r["ok"] = ok
+    if isinstance(ok, bool):
+        pass
+    elif isinstance(ok, str) and ok.strip().lower() in ("true", "1", "false", "0"):
+        r["ok"] = ok.strip().lower() in ("true", "1")
+    elif isinstance(ok, int) and ok in (0, 1):
+        r["ok"] = bool(ok)
+    else:
+        raise ValueError(f"{where}: column 'ok' must be true or false; got {ok!r}")
+    return r
 
 
 def save_json(rows, path, *, note: str = "") -> str:
@@ -131,7 +206,9 @@ def load(path, as_frame: bool | None = None):
     e.g. one measured on a GPU machine. Returns what :func:`bench` returns.
 
     Raises:
-        ValueError: the file is not a bench results file (says which column is missing).
+        ValueError: the file is not a bench results file (says which column is missing), or a value
+            is not of its column's kind (``None``, text where a number belongs, a negative size),
+            saying which row and column.
         OSError: it cannot be read.
     """
     path = str(path)
@@ -144,22 +221,10 @@ def load(path, as_frame: bool | None = None):
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path} is not JSON: {exc}") from None
+        except RecursionError:
+            raise ValueError(f"{path} is JSON nested too deeply to be bench results") from None
         rows = data["rows"] if isinstance(data, dict) and "rows" in data else data
         if not isinstance(rows, list):
             raise ValueError(f"{path}: expected a list of rows or {{'rows': [...]}}")
-    out = []
-    for i, r in enumerate(rows):
-        if not isinstance(r, dict):
-            raise ValueError(f"{path}: row {i} is not an object")
-        missing = [c for c in COLUMNS if c not in r]
-        if missing:
-            raise ValueError(f"{path}: row {i} has no {missing[0]!r} column; a bench results file has the "
-                             f"columns {', '.join(COLUMNS)}")
-        r = dict(r)
-        for c in _INT_COLS:
-            r[c] = int(r[c])
-        for c in _FLOAT_COLS:
-            r[c] = float(r[c])
-        r["ok"] = r["ok"] if isinstance(r["ok"], bool) else str(r["ok"]).strip().lower() in ("true", "1")
-        out.append(r)
+    out = _checked_rows(rows, f"{path}: ")
     return to_table(out, as_frame)

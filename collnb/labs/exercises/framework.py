@@ -119,6 +119,10 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
     return list(out), out.calls
 
 
+#: Seconds a check gives the learner's function before it says it did not finish.
+CHECK_TIMEOUT_S = 60.0
+
+
 def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str, collective_timeout: float = 5.0,
                     grouped: bool = True):
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
@@ -127,7 +131,7 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
     need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
     (more for code whose first backward imports modules lazily, e.g. FSDP2)."""
     try:
-        results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=60.0,
+        results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
                                          collective_timeout=collective_timeout)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
@@ -137,8 +141,15 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
                         "(a send needs a matching recv). " + hint) from None
         raise _fail(f"{what}: your function raised on a rank.\n{head}\n{err.rank_traceback.strip()}",
                     hint) from None
-    except LaunchTimeout as err:
-        raise _fail(f"{what}: your function did not finish.\n{err}", hint) from None
+    except LaunchTimeout as err:  # a check has no timeout to raise: say what to look for instead
+        ranks = ", ".join(map(str, err.pending))
+        where = "\n".join(f"  rank {r}: {v}" for r, v in sorted(err.outcomes.items()))
+        raise _fail(f"{what}: your function did not finish within {CHECK_TIMEOUT_S:g} s (rank(s) {ranks} still "
+                    f"running). A check gives it plenty of time, so waiting longer will not help: look for a rank "
+                    f"waiting in a call "
+                    f"its peers never make (a recv without its send, a collective inside an if on the rank), or a "
+                    f"loop that never ends; fix the function, run its cell, then run this check again.\n{where}",
+                    hint) from None
     hidden = [r for r, c in enumerate(calls) if getattr(c, "unrecorded", 0)]
     if hidden:
         r = hidden[0]
