@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .labs.script import to_script
     from .ranks import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout, RankError,
                         backend_info, connect, disconnect, launch, shutdown)
-    from .views import (compare, compare_figure, explore, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
+    from .views import (compare, compare_figure, explore, explore_redistribute, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
                         replay, save_filmstrip, save_gif)
 
 __version__ = "0.1.0"
@@ -41,7 +41,7 @@ _WHERE = {
     **dict.fromkeys(("Placement", "RedistributeResult", "redistribute"), ".placements"),
     **dict.fromkeys(("ALGORITHMS", "CostModel", "Trace", "algbw", "busbw", "costmodel", "predict", "run_algorithm",
                      "run_algorithms", "schedule"), ".algorithms"),
-    **dict.fromkeys(("compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
+    **dict.fromkeys(("explore_redistribute", "compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
                      "heatmap_png", "replay", "save_filmstrip", "save_gif"), ".views"),
     **dict.fromkeys(("bench", "examples", "exercises"), ".labs"),  # collnb.bench.bench(...), collnb.exercises...
     "to_script": ".labs.script",
@@ -61,7 +61,7 @@ __all__ = [
     "CostModel", "algbw", "busbw", "predict",
     "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
     "connect", "disconnect", "to_script",
-    "redistribute", "RedistributeResult", "Placement",
+    "redistribute", "RedistributeResult", "Placement", "explore_redistribute",
 ]
 
 

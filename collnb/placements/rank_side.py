@@ -9,9 +9,11 @@ Runs inside a rank (``collnb.launch(..., record_calls=True)``), so torch is impo
   src_data_rank=None)`` (each rank slices its shard: torch's slicing, no communication; the parent
   compares it with the hand-sliced reference); with a Partial, ``DTensor.from_local`` of the rank's
   contribution (:func:`collnb.placements.reference.contributions`), sliced by hand.
-* Markers: a ``dist.barrier()`` before and after the recorded call and before each timed call, so
-  that the parent can cut the recorded collectives out of the rank's records (the records between
-  the first two of the last ``repeats + 2`` barriers) and the ranks start each timed call together.
+* Markers: a ``dist.barrier()`` before the recorded call, and (with ``repeats`` > 0) after it and
+  before each timed call: the ranks start each timed call together, and the parent cuts the
+  recorded call's collectives out of the rank's records (those after the first barrier, up to the
+  next one; making the mesh and the source DTensor issue none, measured). With ``repeats == 0`` the
+  recorded call itself is timed (the explorer: one barrier and one call per move).
 * torch's log lines during the call (the CPU all_to_all fallback, the flattening advice) are
   caught, not printed: torch logs them once per process (``torch._logging.warning_once``'s cache,
   ``_redistribute._warned_flatten_issues``), and warm ranks run many calls, so both are cleared
@@ -74,7 +76,7 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
         request: ``{"shape", "dtype" (name), "mesh" (shape tuple), "src", "dst" (tuples of
             :class:`collnb.placements.Placement`), "before" (every rank's source local tensor as a
             float64 numpy array, rank order, when ``src`` has a Partial, else ``None``), "values" (the global
-            teaching tensor, float64 numpy), "repeats" (timed calls, >= 1), "device" ("cpu" or "cuda")}``.
+            teaching tensor, float64 numpy), "repeats" (timed calls after the recorded one, >= 0), "device" ("cpu" or "cuda")}``.
 
     Returns:
         ``{"coord", "before", "after" (CPU tensors; ``after`` None when refused), "refused" (torch's
@@ -113,19 +115,26 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
     try:
         dist.barrier()
         try:
+            t0 = time.perf_counter()
             with CommDebugMode() as comm:
                 out = d.redistribute(mesh, dst)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            first = time.perf_counter() - t0
             after = out.to_local().detach().cpu().clone()
             counts = {str(k): int(v) for k, v in comm.get_comm_counts().items()}
+            if not request["repeats"]:
+                times.append(first)
         except (RuntimeError, AssertionError, NotImplementedError, ValueError) as exc:
             refused = f"{type(exc).__name__}: {exc}"
-        dist.barrier()
+        if request["repeats"]:
+            dist.barrier()
         for _ in range(request["repeats"]):
             dist.barrier()
             if refused is not None:
                 continue
             t0 = time.perf_counter()
-            out = d.redistribute(mesh, dst)
+            d.redistribute(mesh, dst)
             if device == "cuda":
                 torch.cuda.synchronize()
             times.append(time.perf_counter() - t0)

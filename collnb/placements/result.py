@@ -88,7 +88,8 @@ class RedistributeResult:
         unrecorded: operations the backend counted during that call that the recorder did not see.
         comm_counts: per rank, ``CommDebugMode().get_comm_counts()`` of the same call
             (``{"c10d_functional.all_gather_into_tensor": 1}``), torch's own count.
-        times: seconds of each timed call (``repeats`` of them), the slowest rank's.
+        times: seconds of each timed call, the slowest rank's (``repeats`` of them; with ``repeats=0`` the
+            recorded call's).
         log: the lines torch logged during the call (deduplicated over ranks).
         refused: the error torch raised (``"RuntimeError: ..."``; on every rank), or ``None``.
         expected_refusal: why the reference says torch refuses (see

@@ -36,7 +36,7 @@ def check_request(shape, mesh, src, dst, dtype="float32", backend="gloo", repeat
             a shard dim beyond the tensor's dims, a mesh of more ranks than collnb starts
             (:data:`collnb.MAX_WORLD_SIZE`) or than the backend can run here, a shape that is not
             1-D/2-D or too large, a dtype that cannot hold the teaching values exactly, a Partial
-            source whose reduce op the dtype cannot do (``avg`` of integers), ``repeats`` out of 1..100.
+            source whose reduce op the dtype cannot do (``avg`` of integers), ``repeats`` out of 0..100.
         RuntimeError: the backend cannot run here (NCCL without CUDA), with the reason.
     """
     mesh = parse_mesh(mesh)
@@ -50,7 +50,7 @@ def check_request(shape, mesh, src, dst, dtype="float32", backend="gloo", repeat
                 raise ValueError(f"src {p.torch_repr} on {dtype}:{hint} Choose a floating-point dtype or another op")
     check_values_fit(shape, mesh, src, dtype)
     check_backend(backend)
-    check_int("repeats", repeats, 1, 100, what="timed calls after the recorded one")
+    check_int("repeats", repeats, 0, 100, what="timed calls after the recorded one (0: time the recorded one)")
     ranks.check_ranks(math.prod(mesh), backend)
     return Request(shape=shape, dtype=dtype, mesh=mesh, src=src, dst=dst, backend=backend, repeats=int(repeats),
                    refusal=refusal(src, dst))
@@ -90,7 +90,8 @@ def redistribute(shape=(4, 6), mesh=(2, 2), *, src, dst, dtype="float32", backen
         dtype: ``torch.float32`` or its name; one of :data:`collnb.placements.DTYPES` that holds the
             teaching values exactly.
         backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (CUDA tensors, one GPU per rank).
-        repeats: timed calls after the recorded one (1..100); the time is their median, slowest rank.
+        repeats: timed calls after the recorded one (0..100); the time is their median, slowest rank
+            (0: the recorded call is timed, under ``CommDebugMode``: one call, what the explorer does).
         timeout: seconds for the whole launch. launch_kwargs: passed to :func:`collnb.launch`.
 
     Returns:
@@ -122,9 +123,8 @@ def redistribute(shape=(4, 6), mesh=(2, 2), *, src, dst, dtype="float32", backen
     calls, unrecorded = [], 0
     for r in range(n):
         recs = list(res.calls[r])
-        marks = [i for i, rec in enumerate(recs) if rec.operation == "barrier"]
-        first, second = marks[-(req["repeats"] + 2)], marks[-(req["repeats"] + 1)]
-        calls.append(recs[first + 1:second])
+        marks = [i for i, rec in enumerate(recs) if rec.operation == "barrier"] + [len(recs)]
+        calls.append(recs[marks[0] + 1:marks[1]])
         unrecorded = max(unrecorded, getattr(res.calls[r], "unrecorded", 0))
     shards = []
     for r in range(n):

@@ -241,7 +241,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     local_cols = max([max(_as2d(s.expected_before).shape[1], 1) for s in result.shards] +
                      [max(_as2d(s.expected_after).shape[1], 1) for s in result.shards if s.expected_after is not None])
     widest = max(math.ceil(local_cols / stride) * gc + 2 * gc, 2 * math.ceil(C / stride) + 4)
-    cell = int(max(3, min(28, (max_width - 40 - 26 * gc) // max(widest, 1))))
+    cell = int(max(3, min(28, (max_width - 40 - 30 * gc) // max(widest, 1))))
     show_values = cell >= 20 and stride == 1
     font = 11 if cell < 26 else 12
     owners_src = placements.owners(shape, mesh, result.src)
@@ -258,8 +258,18 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     after_rows = [(_as2d(s.after.numpy()).shape[0] if s.after is not None else 0) for s in result.shards]
     after_h = gr * (box_h(max(after_rows + [1])) + 8)
     steps_h = (steps_img.pixels.shape[0] + 30) if steps_img is not None else 44
-    notes = _notes(result, model)
-    height = 44 + 24 + g_h + 40 + 28 + before_h + steps_h + 28 + after_h + 20 * len(notes) + 30 + 40 * gr
+    gw = math.ceil(C / stride) * cell
+    col_w = max(math.ceil(local_cols / stride) * cell, 190) + 24
+    legend = ["one colour: one rank holds it · band: each rank of the band holds a copy (Replicate)",
+              "hatched: a pending reduction, each rank of the band holds a contribution (Partial)"]
+    probe = Canvas(1, 1)
+    width = max(12 + gc * col_w, 12 + 2 * (max(gw, 260) + 40), 24 + probe.measure(result.title, 15, "bold")[0],
+                24 + max(probe.measure(t, 11)[0] for t in legend), 560)
+    if steps_img is not None:
+        width = max(width, 14 + steps_img.pixels.shape[1])
+    max_width = min(max_width, width)
+    notes = [line for chunk in _notes(result, model) for line in _wrap_px(probe, chunk, 11, max_width - 24)]
+    height = 44 + 24 + g_h + 60 + 28 + before_h + steps_h + 28 + after_h + 20 * len(notes) + 30 + 40 * gr
     cv = Canvas(max_width, height)
     cv.labels = []
     boxes = {}
@@ -271,7 +281,6 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     y += 50
 
     # the global tensor, coloured by owner, under src and under dst
-    gw = math.ceil(C / stride) * cell
     for k, (which, own, partial, pl) in enumerate((("src", owners_src, p_src, result.src),
                                                    ("dst", owners_dst, p_dst, result.dst))):
         x = 12 + k * (max(gw, 300) + 40)
@@ -284,16 +293,14 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
         if show_values:
             _values_text(cv, x, y + 18, _as2d(placements.teaching_values(shape)), cell, font)
     y += 18 + g_h + 10
-    legend = "one colour: one rank holds it · band: each rank of the band holds a copy (Replicate)"
-    legend += " · hatched: a pending reduction, each rank of the band holds a contribution (Partial)"
-    cv.text(_cut(cv, legend, 11, max_width - 24), 12, y + 6, 11, GREY_TEXT, ha="left")
-    if stride > 1:
-        cv.text(f"every {stride}th element drawn", max_width - 12, y + 6, 11, GREY_TEXT, ha="right")
-    y += 24
+    for line in legend + ([f"every {stride}th element drawn in each direction"] if stride > 1 else []):
+        cv.text(_cut(cv, line, 11, max_width - 24), 12, y + 6, 11, GREY_TEXT, ha="left")
+        y += 17
+    y += 8
 
     # before: rows of the mesh layout
     y = _panel_rows(cv, "before", result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst,
-                    boxes, max_width)
+                    boxes, col_w)
     cv.text("steps", 12, y + 8, 14, INK, "bold", ha="left")
     if steps_img is not None:
         cv.paste(steps_img.pixels, 10, y + 18)
@@ -305,7 +312,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
                 ha="left")
         y += 34
     y = _panel_rows(cv, "after", result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst,
-                    boxes, max_width)
+                    boxes, col_w)
     for line in notes:
         cv.text(_cut(cv, line, 11, max_width - 24), 12, y + 8, 11, GREY_TEXT if not line.startswith("measured")
                 else INK, ha="left")
@@ -324,17 +331,19 @@ def _notes(result, model):
     out += [note for note in (uneven_note(result), nccl_note(result, model)) if note]
     if result.unrecorded:
         out.append(f"{result.unrecorded} operation(s) the backend counted were not recorded")
-    return [line for chunk in out for line in _wrap(chunk, 160)]
+    return out
 
 
-def _wrap(text, width):
+def _wrap_px(cv, text, size, room):
+    """``text`` in lines no wider than ``room`` pixels at ``size``."""
     words, lines, cur = text.split(), [], ""
     for w in words:
-        if len(cur) + len(w) + 1 > width and cur:
+        trial = f"{cur} {w}".strip()
+        if cur and cv.measure(trial, size)[0] > room:
             lines.append(cur)
             cur = w
         else:
-            cur = f"{cur} {w}".strip()
+            cur = trial
     return lines + ([cur] if cur else [])
 
 
@@ -347,10 +356,9 @@ def _cut(cv, text, size, room):
 
 
 def _panel_rows(cv, kind, result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst, boxes,
-                max_width):
+                col_w):
     cv.text(kind, 12, y + 8, 14, INK, "bold", ha="left")
     y += 22
-    col_w = (max_width - 24) // gc
     mesh = result.mesh
     for gi in range(gr):
         row_h = 0
