@@ -47,8 +47,9 @@ def _base(cols: int) -> int:
 
 
 def teaching_values(shape) -> np.ndarray:
-    """The global teaching tensor (float64 numpy array of ``shape``; see the module docstring)."""
-    shape = tuple(shape)
+    """The global teaching tensor (float64 numpy array of ``shape``, an int or 1-2 sizes; see the
+    module docstring)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
     if len(shape) == 1:
         return np.arange(shape[0], dtype=np.float64)
     rows, cols = shape
@@ -57,7 +58,7 @@ def teaching_values(shape) -> np.ndarray:
 
 def largest_value(shape) -> int:
     """The largest teaching value of ``shape``."""
-    shape = tuple(shape)
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
     return shape[0] - 1 if len(shape) == 1 else (shape[0] - 1) * _base(shape[1]) + shape[1] - 1
 
 

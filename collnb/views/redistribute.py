@@ -194,32 +194,43 @@ def _fill(c):
     return np.asarray(np.asarray(c, dtype=np.float32) * 255 + 0.5, dtype=np.uint8)
 
 
+def _tile(hs: tuple, hatch: bool, cell: int) -> np.ndarray:
+    """One cell: ``hs`` one rank (its colour) or several (white, a band of their colours on top),
+    diagonal hatching for a pending reduction, a white 1-pixel gap right and below."""
+    tile = np.full((cell, cell, 3), 255, dtype=np.uint8)
+    band = max(2, int(cell * 0.3))
+    if len(hs) == 1:
+        tile[:] = _fill(rank_color(hs[0]))
+    elif hs:
+        for t, r in enumerate(hs):
+            tile[:band, int(t * cell / len(hs)):int((t + 1) * cell / len(hs))] = _fill(rank_color(r))
+    if hatch and hs:
+        yy, xx = np.mgrid[0:cell, 0:cell]
+        lines = (((xx + yy) % 7) < 2) & (yy >= (band if len(hs) > 1 else 0))
+        base = tile[lines].astype(np.float32) if len(hs) == 1 else np.array(rgb8(HATCH_COLOR), np.float32) / 0.8
+        tile[lines] = np.asarray(base * 0.72, dtype=np.uint8)  # darker than the fill: visible on every colour
+    if cell >= 6:
+        tile[-1, :] = 255
+        tile[:, -1] = 255
+    return tile
+
+
 def _paint_cells(cv, x, y, holders, cell, hatch):
     """Fill a matrix of cells: ``holders[i][j]`` = tuple of ranks (one: that rank's colour; several:
-    white with a band of their colours); ``hatch[i][j]``: diagonal hatching (a pending reduction)."""
+    white with a band of their colours); ``hatch[i][j]``: diagonal hatching (a pending reduction).
+    One tile per distinct (holders, hatch), placed with numpy (no per-cell drawing)."""
     rows, cols = len(holders), len(holders[0]) if holders else 0
-    img = np.full((max(1, rows * cell), max(1, cols * cell), 3), 255, dtype=np.uint8)
-    band = max(2, int(cell * 0.3))
-    yy, xx = np.mgrid[0:cell, 0:cell]
-    hatch_mask = ((xx + yy) % 7) < 2
+    if not rows or not cols:
+        return
+    img = np.full((rows, cols, cell, cell, 3), 255, dtype=np.uint8)
+    keys = {}
+    index = np.empty((rows, cols), dtype=np.int64)
     for i in range(rows):
         for j in range(cols):
-            hs = holders[i][j]
-            if not hs:
-                continue
-            block = img[i * cell:(i + 1) * cell, j * cell:(j + 1) * cell]
-            if len(hs) == 1:
-                block[:] = _fill(rank_color(hs[0]))
-            else:
-                k = len(hs)
-                for t, r in enumerate(hs):
-                    block[:band, int(t * cell / k):int((t + 1) * cell / k)] = _fill(rank_color(r))
-            if hatch[i][j]:
-                block[hatch_mask & (np.arange(cell)[:, None] >= (band if len(hs) > 1 else 0))] = rgb8(HATCH_COLOR)
-            if cell >= 6:
-                block[-1, :] = 255
-                block[:, -1] = 255
-    cv.paste(img, x, y)
+            index[i, j] = keys.setdefault((holders[i][j], bool(hatch[i][j])), len(keys))
+    for (hs, h), k in keys.items():
+        img[index == k] = _tile(hs, h, cell)
+    cv.paste(img.transpose(0, 2, 1, 3, 4).reshape(rows * cell, cols * cell, 3), x, y)
 
 
 def _values_text(cv, x, y, vals, cell, font):
@@ -269,7 +280,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
         width = max(width, 14 + steps_img.pixels.shape[1])
     max_width = min(max_width, width)
     notes = [line for chunk in _notes(result, model) for line in _wrap_px(probe, chunk, 11, max_width - 24)]
-    height = 44 + 24 + g_h + 60 + 28 + before_h + steps_h + 28 + after_h + 20 * len(notes) + 30 + 40 * gr
+    height = 44 + 24 + g_h + 100 + 28 + before_h + steps_h + 28 + after_h + 20 * len(notes) + 30 + 40 * gr
     cv = Canvas(max_width, height)
     cv.labels = []
     boxes = {}
@@ -304,13 +315,15 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     cv.text("steps", 12, y + 8, 14, INK, "bold", ha="left")
     if steps_img is not None:
         cv.paste(steps_img.pixels, 10, y + 18)
+        cv.labels += [(t, size, (b[0] + 10, b[1] + y + 18, b[2] + 10, b[3] + y + 18)) for t, size, b in steps_img.labels]
         y += 18 + steps_img.pixels.shape[0] + 8
     else:
         msg = (f"torch refused: {result.refused}" if result.refused else
                "no communication: each rank keeps or cuts its own chunk locally")
-        cv.text(_cut(cv, msg, 12, max_width - 90), 70, y + 8, 12, INK if not result.refused else rgb8(MISMATCH_COLOR),
-                ha="left")
-        y += 34
+        for line in _wrap_px(cv, msg, 12, max_width - 90):
+            cv.text(line, 70, y + 8, 12, INK if not result.refused else rgb8(MISMATCH_COLOR), ha="left")
+            y += 18
+        y += 16
     y = _panel_rows(cv, "after", result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst,
                     boxes, col_w)
     for line in notes:
