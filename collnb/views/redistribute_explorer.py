@@ -83,7 +83,7 @@ def choices(p: RedistributeParams) -> dict:
         out[f"src{d}"] = shards + ["R"] + partials
         own = _partial_op([getattr(p, f"src{d}")])
         mine = own or held or "P"
-        out[f"dst{d}"] = shards + ["R"] + [(f"{mine}" if own else f"{mine} (torch refuses)", mine)]
+        out[f"dst{d}"] = shards + ["R"] + ([mine] if own else [(f"{mine} (torch refuses)", mine)])
     return out
 
 
