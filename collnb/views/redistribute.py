@@ -266,7 +266,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     g_h = math.ceil(R / stride) * cell
     box_h = lambda rows: 30 + math.ceil(rows / stride) * cell + 8  # noqa: E731
     before_h = gr * max(box_h(_as2d(s.expected_before).shape[0]) + 8 for s in result.shards)
-    after_rows = [(_as2d(s.after.numpy()).shape[0] if s.after is not None else 0) for s in result.shards]
+    after_rows = [(_as2d(np.zeros(tuple(s.after.shape))).shape[0] if s.after is not None else 0) for s in result.shards]
     after_h = gr * (box_h(max(after_rows + [1])) + 8)
     steps_h = (steps_img.pixels.shape[0] + 30) if steps_img is not None else 44
     gw = math.ceil(C / stride) * cell
@@ -331,7 +331,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
                 else INK, ha="left")
         y += 20
     img = cv.image.crop((0, 0, max_width, min(height, y + 12)))
-    return RedistributeImage(np.asarray(img, dtype=np.uint8).copy(), cv.labels, boxes, cell, stride)
+    return RedistributeImage(np.asarray(img, dtype=np.uint8), cv.labels, boxes, cell, stride)
 
 
 def _as2d_owner(own, i, j):
