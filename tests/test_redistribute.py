@@ -56,6 +56,7 @@ def _run_pairs(world_size):
         if want == "refused":
             assert res.refused and "redistributing to Partial is for internal use only" in res.refused
             assert res.calls == [[]] * world_size and res.times == []
+            assert res.verdict == "✓ torch refused, as the reference says it must"
             continue
         assert res.refused is None
         for r in range(world_size):
@@ -174,7 +175,7 @@ def test_a_wrong_shard_is_caught(monkeypatch):
     monkeypatch.setattr(run_mod, "expected_local", lambda v, m, s, d, c: real(v, m, s, d, c) + (d != s))
     res = collnb.redistribute((4, 6), 2, src="S(0)", dst="R", repeats=1)
     assert not res.ok and all(not s.after_ok for s in res.shards) and all(s.before_ok for s in res.shards)
-    assert "✗" in redistribute_text(res)
+    assert "✗" in redistribute_text(res) and res.verdict == "✗ a local shard differs from the hand-sliced reference"
     img = redistribute_image(res)
     assert "red: differs from the reference" in [t for t, _, _ in img.labels]
 

@@ -133,6 +133,18 @@ class RedistributeResult:
         return statistics.median(self.times) if self.times else None
 
     @property
+    def verdict(self) -> str:
+        """One line: ✓/✗ and what was compared."""
+        if self.refused and self.ok:
+            return "✓ torch refused, as the reference says it must"
+        if self.ok:
+            return "✓ every local shard equals the hand-sliced reference"
+        if self.refused or self.expected_refusal:
+            return "✗ torch " + ("refused a change the reference allows" if self.refused else
+                                 "did not refuse a change the reference says it must refuse")
+        return "✗ a local shard differs from the hand-sliced reference"
+
+    @property
     def title(self) -> str:
         return (f"redistribute {tuple(self.shape)} {self.dtype} on a {mesh_text(self.mesh)} mesh: "
                 f"{placements_text(self.src)} → {placements_text(self.dst)}")
@@ -146,8 +158,7 @@ class RedistributeResult:
             after = "refused" if s.after is None else str(tuple(s.after.shape))
             mark = "✓" if s.before_ok and s.after_ok else "✗"
             lines.append(f"  rank {s.rank} {s.coord}: {tuple(s.before.shape)} → {after} {mark}")
-        lines.append("✓ every local shard equals the hand-sliced reference" if self.ok else
-                     "✗ a local shard differs from the hand-sliced reference")
+        lines.append(self.verdict)
         return "\n".join(lines)
 
     def text(self) -> str:

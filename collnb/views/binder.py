@@ -191,6 +191,8 @@ class Binder(WorkerState):
         if self._worker.stale():
             self.draws_skipped += 1
             return
+        if png[:8] == b"\x89PNG\r\n\x1a\n":  # shown at its own width (never scaled up), at most the output's
+            self.image.width = str(int.from_bytes(png[16:20], "big"))
         self.image.value = png
         self.caption.value = caption
         self.last_result, self.last_png, self.last_params, self.error = result, png, params, None

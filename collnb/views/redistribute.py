@@ -146,8 +146,7 @@ def redistribute_text(result, model=None) -> str:
     for note in (uneven_note(result), nccl_note(result, model)):
         if note:
             lines.append(note)
-    lines.append("✓ every local shard equals the hand-sliced reference" if result.ok else
-                 "✗ a local shard differs from the hand-sliced reference (or torch's refusal)")
+    lines.append(result.verdict)
     return "\n".join(lines)
 
 
@@ -286,9 +285,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     boxes = {}
     y = 12
     cv.text(_cut(cv, result.title, 15, max_width - 24), 12, y + 8, 15, INK, "bold", ha="left")
-    verdict = ("✓ every local shard equals the hand-sliced reference" if result.ok else
-               "✗ a local shard differs from the hand-sliced reference")
-    cv.text(verdict, 12, y + 30, 13, OK_GREEN if result.ok else rgb8(MISMATCH_COLOR), "bold", ha="left")
+    cv.text(result.verdict, 12, y + 30, 13, OK_GREEN if result.ok else rgb8(MISMATCH_COLOR), "bold", ha="left")
     y += 50
 
     # the global tensor, coloured by owner, under src and under dst

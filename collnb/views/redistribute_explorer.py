@@ -116,8 +116,7 @@ def run(p: RedistributeParams, **launch_kwargs):
 
 def draw(result, p: RedistributeParams):
     """``(png, caption html)`` of a result."""
-    verdict = "✓ every local shard equals the hand-sliced reference" if result.ok else \
-        "✗ a local shard differs from the hand-sliced reference"
+    verdict = result.verdict
     kinds = [rec.operation for rec in result.calls[0]] if result.calls else []
     steps = ", ".join(kinds) if kinds else ("refused by torch" if result.refused else "no communication")
     return redistribute_png(result), (f"<span class='collnb-verdict'>{esc(verdict)}</span> · "
