@@ -180,6 +180,14 @@ def test_a_wrong_shard_is_caught(monkeypatch):
     assert "red: differs from the reference" in [t for t, _, _ in img.labels]
 
 
+def test_command_line_exits_1_when_a_shard_differs(monkeypatch, capsys):
+    from collnb.placements import run as run_mod
+    real = run_mod.expected_local
+    monkeypatch.setattr(run_mod, "expected_local", lambda v, m, s, d, c: real(v, m, s, d, c) + (d != s))
+    assert main(["redistribute", "--mesh", "2", "--src", "S(0)", "--dst", "R", "--repeats", "0"]) == 1
+    assert "✗ a local shard differs from the hand-sliced reference" in capsys.readouterr().out
+
+
 def test_command_line(tmp_path, capsys):
     png, js = tmp_path / "r.png", tmp_path / "r.json"
     assert main(["redistribute", "--mesh", "2x2", "--src", "S(0),R", "--dst", "R,R", "--png", str(png),

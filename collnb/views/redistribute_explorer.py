@@ -24,7 +24,7 @@ __all__ = ["explore_redistribute", "RedistributeParams", "RedistributeExplorer",
 
 #: The meshes offered: 1-D of 2, 4, 8 ranks and 2-D 2x2, 2x4.
 MESHES = ("2", "4", "8", "2x2", "2x4")
-#: The shapes offered (label, value): even, uneven over 4 ranks, 1-D.
+#: The shapes offered, as label and value pairs: even, uneven over 4 ranks, 1-D.
 SHAPES = (("4×6", "4x6"), ("8×4", "8x4"), ("5×6 (uneven over 2 and 4 ranks)", "5x6"), ("8×8", "8x8"),
           ("8 (1-D)", "8"), ("6 (1-D, uneven over 4 ranks)", "6"))
 #: Dtypes offered (every teaching value of every offered shape is exact in them).
