@@ -27,7 +27,6 @@ import math
 
 import numpy as np
 
-from .parsing import Placement
 
 __all__ = ["teaching_values", "largest_value", "exact_limit", "coordinates", "local_bounds", "contributions",
            "expected_local", "refusal", "owners", "partial_dims"]

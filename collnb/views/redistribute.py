@@ -244,7 +244,7 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     """Paint ``result`` (a :class:`collnb.placements.RedistributeResult`; see the module docstring).
     ``model``: the :class:`~collnb.CostModel` of the prediction. No label is below
     :data:`collnb.views.palette.MIN_LABEL_PX`; the picture is at most ``max_width`` pixels wide."""
-    shape, mesh, n = result.shape, result.mesh, result.world_size
+    shape, mesh = result.shape, result.mesh
     R, C = _as2d(np.zeros(shape)).shape
     stride = max(1, math.ceil(max(R, C) / _MAX_CELLS))
     gr, gc = _mesh_grid(mesh)
