@@ -4,7 +4,7 @@ Start with :func:`launch` (run your own function on real ranks), :func:`run` (on
 with before/after heatmaps) and :func:`explore` (sliders that re-run it on warm ranks).
 
 The package is built in layers, each a folder that imports only from the ones before it:
-:mod:`collnb.ranks` → :mod:`collnb.collectives` → :mod:`collnb.algorithms` → :mod:`collnb.views` →
+:mod:`collnb.ranks` → :mod:`collnb.collectives`, :mod:`collnb.placements` → :mod:`collnb.algorithms` → :mod:`collnb.views` →
 :mod:`collnb.labs` → :mod:`collnb.cli`.
 
 ``import collnb`` is cheap: every name below is loaded from its layer the first time it is used
@@ -23,10 +23,11 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .collectives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, RunResult, backend_support, run,
                               run_batch)
     from .labs import bench, examples, exercises
+    from .placements import Placement, RedistributeResult, redistribute
     from .labs.script import to_script
     from .ranks import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout, RankError,
                         backend_info, connect, disconnect, launch, shutdown)
-    from .views import (compare, compare_figure, explore, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
+    from .views import (compare, compare_figure, explore, explore_redistribute, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
                         replay, save_filmstrip, save_gif)
 
 __version__ = "0.1.0"
@@ -37,16 +38,17 @@ _WHERE = {
                      "RankError", "backend_info", "connect", "disconnect", "launch", "shutdown"), ".ranks"),
     **dict.fromkeys(("DTYPE_NAMES", "PRIMITIVES", "REDUCE_OPS", "BackendSupport", "RunResult", "backend_support",
                      "run", "run_batch"), ".collectives"),
+    **dict.fromkeys(("Placement", "RedistributeResult", "redistribute"), ".placements"),
     **dict.fromkeys(("ALGORITHMS", "CostModel", "Trace", "algbw", "busbw", "costmodel", "predict", "run_algorithm",
                      "run_algorithms", "schedule"), ".algorithms"),
-    **dict.fromkeys(("compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
+    **dict.fromkeys(("explore_redistribute", "compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
                      "heatmap_png", "replay", "save_filmstrip", "save_gif"), ".views"),
     **dict.fromkeys(("bench", "examples", "exercises"), ".labs"),  # collnb.bench.bench(...), collnb.exercises...
     "to_script": ".labs.script",
 }
 #: Layers whose names return :class:`RunResult` objects: loading one also loads :mod:`collnb.views`, which
 #: registers the heatmap a result draws itself with (collectives cannot import views: it is above them).
-_DRAWS_RESULTS = (".collectives", ".labs", ".labs.script")
+_DRAWS_RESULTS = (".collectives", ".placements", ".labs", ".labs.script")
 
 __all__ = [
     "launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
@@ -59,6 +61,7 @@ __all__ = [
     "CostModel", "algbw", "busbw", "predict",
     "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
     "connect", "disconnect", "to_script",
+    "redistribute", "RedistributeResult", "Placement", "explore_redistribute",
 ]
 
 

@@ -64,6 +64,19 @@ NOTEBOOK_STATIC = {
 }
 
 
+NOTEBOOK_REDISTRIBUTE = {
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["import collnb\n",
+                    "ex = collnb.explore_redistribute(mesh=\"2x2\", src=(\"S(0)\", \"S(0)\"), dst=(\"R\", \"S(0)\"))\n",
+                    "ex"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["print('second cell ran', ex.runs_finished)"]},
+    ],
+    "metadata": NOTEBOOK["metadata"], "nbformat": 4, "nbformat_minor": 5,
+}
+
+
 def _free_port():
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
@@ -217,9 +230,9 @@ def _until(page, ok, timeout, what):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def _run_all_cells(page, timeout=120):
-    """Run -> Run All Cells through the menu, until the heatmap is on the page. JupyterLab can
-    swallow the first request while it is still connecting the kernel session (a "Select
+def _run_all_cells(page, timeout=120, shown="img.collnb-heatmap"):
+    """Run -> Run All Cells through the menu, until ``shown`` (the heatmap) is on the page. JupyterLab
+    can swallow the first request while it is still connecting the kernel session (a "Select
     Kernel" dialog, or nothing): if no cell has started after 10 s, ask again."""
     def click():
         page.get_by_role("menuitem", name="Run", exact=True).click()
@@ -230,7 +243,7 @@ def _run_all_cells(page, timeout=120):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         _accept_dialog(page)
-        if page.locator("img.collnb-heatmap").count() > 0:
+        if page.locator(shown).count() > 0:
             return
         prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
         running = any("*" in p for p in prompts)
@@ -238,7 +251,7 @@ def _run_all_cells(page, timeout=120):
         if not running and not first_ran and time.monotonic() - clicked > 10:
             clicked = click()
         time.sleep(0.2)
-    raise AssertionError(f"no heatmap on the page after {timeout} s")
+    raise AssertionError(f"no {shown} on the page after {timeout} s")
 
 
 def _img(page):
@@ -256,7 +269,7 @@ def _wait_attr(page, name, value, timeout=60):
     raise AssertionError(f"data-{name} stayed {last!r}, wanted {value!r}")
 
 
-def _open_and_run_all(page, lab, wait_ms):
+def _open_and_run_all(page, lab, wait_ms, shown="img.collnb-heatmap"):
     """Open the lab's notebook, wait for an idle, connected kernel (accepting the "Select Kernel"
     dialog JupyterLab may show for a notebook it has not run before), then Run -> Run All Cells
     through the menu and wait up to ``wait_ms`` for the second cell's output."""
@@ -265,7 +278,7 @@ def _open_and_run_all(page, lab, wait_ms):
     _until(page, lambda: page.locator(
         ".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
         and _kernel_connected(lab), 60, "an idle, connected kernel")
-    _run_all_cells(page)
+    _run_all_cells(page, shown=shown)
     page.locator(".jp-OutputArea-output pre", has_text="second cell ran").wait_for(timeout=wait_ms)
 
 
@@ -346,6 +359,70 @@ def test_explorer_in_the_browser(lab):
                 os.makedirs(keep, exist_ok=True)
                 for f in shots.iterdir():
                     shutil.copy(f, keep)
+
+
+@pytest.fixture
+def jlab_redistribute(tmp_path):
+    """JupyterLab 4 on a notebook with the redistribute explorer (issue 21)."""
+    yield from _serve(tmp_path, "jupyterlab", NOTEBOOK_REDISTRIBUTE)
+
+
+def test_redistribute_explorer_in_the_browser(jlab_redistribute):
+    """Issue 21: explore_redistribute in JupyterLab 4: its picture (an ipywidgets.Image) decoded by
+    the browser, and three real dropdown changes, each redrawn with the collectives it issued."""
+    from playwright.sync_api import sync_playwright
+    lab = jlab_redistribute
+    shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    figure = ".collnb-redistribute-explorer img.collnb-figure"
+    caption = ".collnb-redistribute-explorer .collnb-caption"
+
+    def wait_caption(*texts, timeout=60):
+        deadline = time.monotonic() + timeout
+        got = ""
+        while time.monotonic() < deadline:
+            got = page.locator(caption).inner_text()
+            if all(t in got for t in texts):
+                return got
+            time.sleep(0.1)
+        raise AssertionError(f"caption stayed {got!r}, wanted {texts}")
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            _open_and_run_all(page, lab, wait_ms=90_000, shown=figure)
+            # (S(0), S(0)) -> (R, S(0)) on 2x2: two all_gathers (one per mesh dimension)
+            wait_caption("✓ every local shard equals the hand-sliced reference",
+                         "all_gather_into_tensor, all_gather_into_tensor")
+            img = page.locator(figure).first
+            img.scroll_into_view_if_needed()
+            size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
+            assert size[0] >= 500 and size[1] >= 600 and size[2], size
+            page.screenshot(path=str(shots / "redistribute_1_initial.png"), full_page=True)
+            # src dim 0 -> P: (P, S(0)) -> (R, S(0)) resolves the Partial along mesh dim 0: one all_reduce
+            page.locator(".collnb-src0 select").select_option(label="P")
+            wait_caption("✓ every local shard", "all_reduce")
+            # a 1-D mesh of 4: the dim-1 dropdowns go away; P -> R is still one all_reduce
+            page.locator(".collnb-mesh select").select_option(label="4")
+            _until(page, lambda: not page.locator(".collnb-src1").is_visible(), 30, "src dim 1 hidden")
+            wait_caption("✓ every local shard", "all_reduce")
+            # R -> P: torch refuses, and the reference says it must
+            page.locator(".collnb-src0 select").select_option(label="R")
+            wait_caption("✓ every local shard", "no communication")
+            page.locator(".collnb-dst0 select").select_option(label="P (torch refuses)")
+            wait_caption("✓ torch refused, as the reference says it must", "refused by torch")
+            assert "✗" not in page.locator(".collnb-redistribute-explorer .collnb-status").inner_text()
+            page.screenshot(path=str(shots / "redistribute_2_refused.png"), full_page=True)
+            img.screenshot(path=str(shots / "redistribute_3_picture.png"))
+        except BaseException:
+            try:
+                page.screenshot(path=str(shots / "redistribute_failure.png"), full_page=True)
+            except Exception:
+                pass
+            raise
+        finally:
+            browser.close()
 
 
 # ------------------------------------------------------------------------------------------------

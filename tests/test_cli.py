@@ -130,13 +130,13 @@ def test_parser_has_every_subcommand_from_its_module():
     """cli.main imports each subcommand module directly; every one adds its subparser."""
     from collnb.cli import SUBCOMMANDS
     names = [m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS]
-    assert names == ["run", "examples", "script", "replay", "bench", "present"]
+    assert names == ["run", "examples", "script", "replay", "bench", "redistribute", "present"]
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == names
     for name in names:
         assert callable(build_parser().parse_args(
             [name] + {"run": ["all_reduce"], "script": ["all_reduce", "-o", "x.py"],
-                      "bench": ["all_reduce"]}.get(name, [])).func)
+                      "bench": ["all_reduce"], "redistribute": ["--src", "S(0),R", "--dst", "R,R"]}.get(name, [])).func)
 
 
 @pytest.mark.parametrize("argv, text", [

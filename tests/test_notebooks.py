@@ -160,6 +160,33 @@ EXPECTED = {
     "algorithms": [
         ("predict", "binomial_tree all_reduce at world size 5: 6 rounds"),
     ],
+    # a Partial becoming row shards is a reduce_scatter; S -> R an all_gather, P -> R an all_reduce, R -> S a
+    # local chunk, -> P refused (torch 2.13: "redistributing to Partial is for internal use only"); on CPU torch
+    # issues S(0) -> S(1) as an all_gather (logged); bytes: a (2, 6) float32 gather output is 48 B, (4, 6) 96 B
+    "12_device_mesh_dtensor": [
+        ("predict", "each rank issued: ['reduce_scatter_tensor']"),
+        ("redistribute", "✓ every local shard equals the hand-sliced reference"),
+        ("mesh", "[rank 3] coordinate (1, 1): dp group [1, 3], tp group [2, 3]"),
+        ("pairs", "S(0) → R     all_gather_into_tensor  ✓"),
+        ("pairs", "   P → R     all_reduce  ✓"),
+        ("pairs", "   P → S(0)  reduce_scatter_tensor  ✓"),
+        ("pairs", "   R → S(0)  no communication  ✓"),
+        ("pairs", "   R → P     refused  ✓"),
+        ("shard-to-shard", "CPU process group does not support alltoall yet, falling back with allgather + chunk!"),
+        ("refused", "redistributing to Partial is for internal use only"),
+        ("refused", "the reference expected the refusal: True"),
+        ("matmul", "[rank 0] Y.placements = (Partial(sum),); my partial sum, row 0: [3.0, 3.0]"),
+        ("matmul", "[rank 1] Y.placements = (Partial(sum),); my partial sum, row 0: [12.0, 12.0]"),
+        ("matmul", "full_tensor() == x @ w: True"),
+        ("matmul", "step 1: all_reduce over mesh dim 0; groups [0, 1]"),
+        ("two-steps", "2 sequential all_gather operations will be performed"),
+        ("one-step", "(S(0), S(0)) → (R, S(0)): 2 collective(s), 144 B per rank"),
+        ("one-step", "(S(0), S(0)) → (S(0), R): 1 collective(s), 48 B per rank"),
+        ("cost-model", "(R, S(0)) costs more than (S(0), R): True"),
+        ("uneven", "rows per rank: [2, 2, 1, 0]"),
+        ("comm-debug", "CommDebugMode, rank 0: {'c10d_functional.all_gather_into_tensor': 2}"),
+        ("comm-debug", "collnb, rank 0:        {'all_gather_into_tensor': 2}"),
+    ],
 }
 
 

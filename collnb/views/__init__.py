@@ -14,9 +14,12 @@ from .calls import CallsView, call_counts, call_steps, calls_image, calls_png, c
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
 from .matrix import MatrixPanel, MatrixPicture, matrix_image
+from .redistribute import predict_steps, redistribute_image, redistribute_png, redistribute_text
+from .redistribute_explorer import explore_redistribute
 from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay, save_filmstrip,
                      save_gif)
 
 __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
-           "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image"]
+           "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
+           "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute"]
 # also named here for the command line (collnb.cli.replay): FPS_RANGE

@@ -39,7 +39,7 @@ from .raster import Canvas, encode_png
 __all__ = ["Step", "CallsView", "CallsImage", "call_steps", "calls_text", "calls_image", "calls_png",
            "call_counts", "mesh_dims_of", "mesh_ranks", "MAX_WIDTH_PX"]
 
-#: Widest picture (pixels): JupyterLab's output area at a 1440 px window (see views.heatmap).
+#: Widest picture, in pixels: JupyterLab's output area at a 1440 px window (see views.heatmap).
 MAX_WIDTH_PX = 1000
 #: Line and text colours of the groups of one step (dark: >= 4.5:1 on the tinted cells, checked in the tests).
 _GROUP_COLORS = ("#1F4E79", "#A50026", "#14602B", "#762A83", "#7A4508", "#01574F", "#4D4D4D", "#000000")

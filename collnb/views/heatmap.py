@@ -70,7 +70,7 @@ class HeatmapImage:
     labels: list = field(default_factory=list)
 
 
-#: Widest heatmap drawn at the default dpi (pixels): JupyterLab 4's output area in a 1440 px
+#: Widest heatmap drawn at the default dpi, in pixels: JupyterLab 4's output area in a 1440 px
 #: window with the file browser open is ~1080 CSS px wide (tests/test_browser.py measures it), and
 #: an image wider than its output area is scaled down, labels with it.
 MAX_WIDTH_PX = 1000

@@ -29,13 +29,14 @@ Example (the check cell of ``01_broadcast``)::
 
 Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
 learner's calls; ✓, ✗ and "not answered yet"), :mod:`.coding` (checks of code the learner writes),
-:mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11) and :mod:`.parallel`
-(notebooks 13-15).
+:mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
+(notebook 12: placements and DTensor's redistribute) and :mod:`.parallel` (notebooks 13-15).
 """
 
 from ...ranks import CallRecord
 from .coding import (check_all_gather, check_broadcast, check_census, check_count_ready, check_gather,
                      check_ring_step, check_token_ring)
+from .dtensor import check_collective_prediction, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .parallel import check_fsdp_prefetch, check_online_softmax, check_tensor_parallel_mlp
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
@@ -50,5 +51,5 @@ __all__ = [
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
-    "check_online_softmax",
+    "check_online_softmax", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
 ]

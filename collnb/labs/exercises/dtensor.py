@@ -1,0 +1,201 @@
+"""Checks of notebook 12 (DeviceMesh and DTensor): predicting the collective a placement change
+issues, choosing the placements for a goal, and writing the redistribute that turns a Partial into
+row shards. Each runs on real ranks and looks at the local shard every rank ends with and at every
+operation it issued (recorded where torch dispatched it, as every check records)."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ... import placements
+from .framework import (_check_params, _fail, _launch_or_fail, _no_calls, _passed, _prediction, _rng, _summary,
+                        _table, _unfinished, _world_sizes)
+
+#: Names a learner may use for a collective -> the torch.distributed collective it is.
+_COLLECTIVES = {"all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "allgather": "all_gather",
+                "all_reduce": "all_reduce", "allreduce": "all_reduce", "reduce_scatter": "reduce_scatter",
+                "reduce_scatter_tensor": "reduce_scatter", "reducescatter": "reduce_scatter",
+                "all_to_all": "all_to_all", "all_to_all_single": "all_to_all", "alltoall": "all_to_all",
+                "broadcast": "broadcast", "none": "none", "nothing": "none"}
+
+
+def _collective(name) -> str:
+    key = str(name).strip().lower().removeprefix("dist.").replace("-", "_").replace(" ", "_")
+    return _COLLECTIVES[key]
+
+
+# ----------------------------------------------------------------------------------------------
+# Predict: which collective, over which mesh dimension
+
+
+def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S(0),R", dst="R,R") -> None:
+    """Check a prediction ``(collective, mesh dim)`` for ``src -> dst`` on ``mesh`` (by default
+    ``(S(0), R) -> (R, R)`` on a 2x2 mesh, a change notebook 12 does not run before asking):
+    ``collective`` is a name (``"all_gather"``, ``"all_reduce"``, ``"reduce_scatter"``,
+    ``"all_to_all"``, or ``"none"``), ``mesh dim`` an int (``None`` with ``"none"``). The check runs
+    :func:`collnb.redistribute` on real ranks and compares with the one step each rank issued.
+
+    Raises:
+        CheckFailed: a wrong or malformed prediction, with a hint (never the right answer).
+    """
+    mesh_shape = placements.parse_mesh(mesh)
+
+    def normalise(p):
+        name, dim = p
+        name = _collective(name)
+        if name != "none" and not (isinstance(dim, int) and 0 <= dim < len(mesh_shape)):
+            raise ValueError
+        return name, (None if name == "none" else dim)
+
+    def real():
+        res = placements.redistribute(shape, mesh, src=src, dst=dst, repeats=0)
+        steps = {(_collective(c.operation), _mesh_dim(c.group_ranks, res.mesh_ranks)) for recs in res.calls
+                 for c in recs}
+        if not steps:
+            return ("none", None)
+        return steps.pop() if len(steps) == 1 else tuple(sorted(steps, key=str))
+
+    _prediction("prediction", prediction, real, normalise=normalise,
+                direction="Which mesh dimension does the change touch (compare src and dst dim by dim)? What "
+                          "does that dimension's Shard become: what does every rank of that dimension need "
+                          "from the others?",
+                hint="write a pair such as (\"all_reduce\", 1): the collective torch issues and the mesh dimension "
+                     "whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that "
+                     "becomes Replicate needs every rank's piece.",
+                passed="right: the collective and the mesh dimension the ranks used",
+                what=" (collective name, mesh dim)")
+
+
+def _mesh_dim(group_ranks, mesh_ranks):
+    import numpy as np  # noqa: PLC0415
+    arr = np.asarray(mesh_ranks)
+    where = np.argwhere(arr == group_ranks[0])[0]
+    for d in range(arr.ndim):
+        index = tuple(slice(None) if e == d else int(where[e]) for e in range(arr.ndim))
+        if sorted(arr[index].ravel().tolist()) == sorted(group_ranks):
+            return d
+    return None
+
+
+# ----------------------------------------------------------------------------------------------
+# Choose the placements for a goal
+
+
+def check_dp_tp_placements(dst) -> None:
+    """Check ``dst`` (notebook 12): the placements, one per mesh dimension (``("dp", "tp")``), that
+    turn a weight held as ``(Shard(0), Shard(1))`` into the layout every data-parallel replica needs
+    for tensor parallelism: rank ``(i, j)`` holds **every row** and **its tensor-parallel slice of
+    the columns** (column chunk ``j`` of ``mesh[1]``).
+
+    Runs :func:`collnb.redistribute` with the learner's ``dst`` on real ranks on two meshes (2x2 and
+    2x3, 4 and 6 ranks), compares every rank's local tensor with the column slice cut from the global
+    tensor by hand, and checks the recorded collectives: the goal needs one all_gather per rank, over
+    the data-parallel dimension (mesh dim 0).
+
+    Raises:
+        CheckFailed: a wrong answer, with a per-rank table and a hint.
+    """
+    direction = ("Go dimension by dimension: along dp (mesh dim 0) every rank needs all the rows; along tp "
+                 "(mesh dim 1) each rank keeps its own columns. Which placement says 'every rank has it all', "
+                 "which 'split along tensor dim 1'?")
+    if dst is None:
+        return _unfinished("dst", direction, what="Set `dst` in the exercise cell above")
+    try:
+        placements.parse_placements(dst, 2, 2, name="dst")
+    except (TypeError, ValueError) as exc:
+        raise _fail(f"dst {dst!r} is not two placements: {exc}", "write two placements, e.g. (\"S(0)\", \"R\").") \
+            from None
+    table = ""
+    for mesh, shape in (((2, 2), (4, 6)), ((2, 3), (4, 6))):
+        try:
+            res = placements.redistribute(shape, mesh, src=("S(0)", "S(1)"), dst=dst, repeats=0)
+        except (TypeError, ValueError) as exc:
+            raise _fail(f"mesh {placements.mesh_text(mesh)}: {exc}", direction) from None
+        values = placements.teaching_values(shape)
+        cols = shape[1] // mesh[1]
+        rows, bad = [], []
+        for s in res.shards:
+            want = values[:, s.coord[1] * cols:(s.coord[1] + 1) * cols]
+            got = None if s.after is None else s.after.double().numpy()
+            ok = got is not None and got.shape == want.shape and (got == want).all()
+            bad += [] if ok else [s.rank]
+            rows.append((s.rank, s.coord, "refused" if got is None else tuple(got.shape), want.shape,
+                         _summary(res.calls[s.rank]) if res.calls[s.rank] else "(none)", "✓" if ok else "✗"))
+        table = _table(rows, ("rank", "mesh (dp, tp)", "holds", "needs", "collectives", ""))
+        if res.refused:
+            raise _fail(f"mesh {placements.mesh_text(mesh)}: torch refused: {res.refused}", direction, table)
+        if bad:
+            raise _fail(f"mesh {placements.mesh_text(mesh)}: rank(s) {bad} do not hold every row of their column "
+                        "slice.", direction, table)
+        for s in res.shards:
+            steps = [(c.operation, _mesh_dim(c.group_ranks, res.mesh_ranks)) for c in res.calls[s.rank]]
+            if steps != [("all_gather_into_tensor", 0)]:
+                raise _fail(f"mesh {placements.mesh_text(mesh)}: rank {s.rank} issued {steps}; the goal needs one "
+                            "all_gather over the data-parallel dimension.", direction, table)
+    _passed("every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp "
+            "(meshes 2×2 and 2×3)", table)
+
+
+# ----------------------------------------------------------------------------------------------
+# Write the redistribute: a Partial becomes row shards
+
+
+def _rank_contribution(rng, rows: int, cols: int) -> torch.Tensor:
+    return torch.tensor([[float(rng.randint(-50, 50)) for _ in range(cols)] for _ in range(rows)])
+
+
+def check_partial_to_row_shards(to_row_shards: Callable) -> None:
+    """Check ``to_row_shards(rank, world_size, local)`` (notebook 12): on a 1-D mesh of every rank,
+    ``local`` is this rank's contribution to a pending sum (what a row-parallel matmul leaves: a
+    ``Partial()`` DTensor's local tensor), a random float32 ``(rows, 3)`` tensor only this rank knows.
+    Every rank must return its rows of the **sum** (``Shard(0)``: ``torch.chunk`` of the rows over the
+    ranks), computed with DTensor: one ``reduce_scatter`` issued by DTensor, nothing else (an
+    ``all_reduce`` moves every row to every rank; a ``dist.*`` call is not DTensor).
+
+    Two launches: random world sizes (2-4), random row counts: the first not divisible by the world size
+    (uneven shards), the second divisible.
+
+    Raises:
+        CheckFailed: a wrong answer, with a per-rank table and a hint.
+    """
+    _check_params(to_row_shards, "to_row_shards(rank, world_size, local)")
+    rng = _rng()
+    direction = ("Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D "
+                 "init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece.")
+    sizes = _world_sizes(rng, 2, 4)
+    table = ""
+    for i, ws in enumerate(sizes):
+        # the first launch uneven (a row count the world size does not divide), the second even
+        rows = ws * rng.randint(1, 2) + rng.randint(1, ws - 1) if i == 0 else ws * rng.randint(1, 3)
+        parts = [_rank_contribution(rng, rows, 3) for _ in range(ws)]
+        total = torch.stack(parts).sum(0)
+        want = list(torch.chunk(total, ws, dim=0)) + [total[:0]] * (ws - len(torch.chunk(total, ws, dim=0)))
+        results, calls = _launch_or_fail(to_row_shards, ws, [(p,) for p in parts], hint=direction,
+                                         what=f"world size {ws}")
+        if i == 0 and _no_calls(results, calls):
+            return _unfinished("to_row_shards", direction)
+        out = []
+        for r in range(ws):
+            got = results[r]
+            ok = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want[r].shape) and \
+                torch.equal(got.to(torch.float32), want[r])
+            out.append((r, tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
+                        tuple(want[r].shape), _summary(calls[r]), "✓" if ok else "✗"))
+        table = _table(out, ("rank", "returned", "rows of the sum", "calls", ""))
+        for r in range(ws):
+            names = [(c.name, c.source) for c in calls[r]]
+            if any(src != "DTensor" for _, src in names):
+                raise _fail(f"world size {ws}: rank {r} made {_summary(calls[r])}; this exercise asks for DTensor "
+                            "to do the communication.", direction, table)
+            if [n for n, _ in names] != ["reduce_scatter_tensor"]:
+                raise _fail(f"world size {ws}: rank {r} issued {_summary(calls[r])}: every rank needs only its "
+                            "own rows of the sum.", "a Partial can become a Shard in one step; going through "
+                            "Replicate sends every row to every rank. " + direction, table)
+        bad = [row[0] for row in out if row[-1] == "✗"]
+        if bad:
+            raise _fail(f"world size {ws}, {rows} rows: rank(s) {bad} did not return their rows of the sum "
+                        "(torch.chunk of the rows over the ranks).", direction, table)
+    _passed(f"every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes "
+            f"{sizes[0]} and {sizes[1]}, random contributions, uneven rows included)", table)

@@ -1,0 +1,53 @@
+"""Layer 2, placements: DTensor and DeviceMesh on real ranks: one placement change
+(:func:`redistribute`) with every rank's local shard before and after, the collectives it
+issued, and a reference computed by slicing the global tensor by hand (no DTensor).
+
+Modules, each one job: :mod:`.parsing` (placements and meshes as learners write them; no torch),
+:mod:`.reference` (teaching values, shards, Partial contributions, torch's refusal rule; numpy
+only), :mod:`.rank_side` (what each rank runs), :mod:`.result` (:class:`RedistributeResult`, drawn
+by what :mod:`collnb.views` registers), :mod:`.run` (:func:`redistribute`, :func:`check_request`).
+
+The names of :mod:`.parsing` and :mod:`.reference` import no torch (the explorer's choices and the
+command line use them); the others load their module, and torch with it, on first use.
+
+Other layers import from this package only, never from its modules.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+from .parsing import (DTYPES, MAX_NUMEL, PARTIAL_OPS, Placement, check_shape, mesh_text, parse_mesh, parse_placement,
+                      parse_placements, placements_text)
+from .reference import (coordinates, contributions, expected_local, largest_value, local_bounds, owners, partial_dims,
+                        refusal, teaching_values)
+
+if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
+    from .result import LocalShard, RedistributeResult, register_display
+    from .run import Request, check_request, redistribute
+
+_LAZY = {**dict.fromkeys(("LocalShard", "RedistributeResult", "register_display"), ".result"),
+         **dict.fromkeys(("Request", "check_request", "redistribute"), ".run")}
+
+__all__ = ["Placement", "PARTIAL_OPS", "DTYPES", "MAX_NUMEL", "parse_placement", "parse_placements", "parse_mesh",
+           "check_shape", "placements_text", "mesh_text", "teaching_values", "largest_value", "coordinates",
+           "local_bounds", "contributions", "expected_local", "refusal", "owners", "partial_dims",
+           "LocalShard", "RedistributeResult", "register_display", "Request", "check_request", "redistribute"]
+
+
+def __getattr__(name: str):
+    """Load a torch-side name from its module the first time it is asked for.
+
+    Raises:
+        AttributeError: not a name of this layer.
+    """
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return sorted(set(globals()) | set(_LAZY))

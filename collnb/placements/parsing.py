@@ -1,0 +1,293 @@
+"""Placements and meshes as learners write them, parsed and checked before any rank starts.
+
+A DTensor's placement on one mesh dimension is one of torch's three
+(``torch.distributed.tensor.placement_types``):
+
+* ``Shard(d)`` (short ``S(d)``): the tensor is split along tensor dim ``d`` over the ranks of that
+  mesh dimension, as ``torch.chunk`` splits it (chunks of ``ceil(n / k)``, the last ones smaller or
+  empty);
+* ``Replicate()`` (``R``): every rank of that mesh dimension holds the whole (remaining) tensor;
+* ``Partial(op)`` (``P``, ``P(max)``): every rank holds a contribution; the value is the ``op``
+  (``sum``, ``avg``, ``min``, ``max``, ``product``: ``Partial.ALL_REDUCE_OPS``) of them, pending.
+
+:func:`parse_placements` accepts torch's objects, their reprs (``Shard(dim=0)``, ``Partial(sum)``),
+torch's constructor calls (``Shard(0)``, ``Replicate()``, ``Partial()``, ``Partial('max')``) and the
+short forms torch prints (``S(0)``, ``R``, ``P``, ``P(max)``), one per mesh dimension, as a list or
+one string (``"S(0),R"``). This module imports no torch at import time (the explorer's choices and
+the command line check with it); :meth:`Placement.to_torch` makes the torch object inside a rank.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from ..vocabulary import MAX_WORLD_SIZE, check_choice, check_int, dtype_name
+
+__all__ = ["Placement", "PARTIAL_OPS", "DTYPES", "parse_placement", "parse_placements", "parse_mesh",
+           "check_shape", "placements_text", "mesh_text"]
+
+#: Reduce ops a ``Partial`` placement can hold (torch 2.13 ``Partial.ALL_REDUCE_OPS``).
+PARTIAL_OPS = ("sum", "avg", "min", "max", "product")
+#: Dtypes of the teaching tensors: every element names its global index exactly in these.
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8")
+#: Largest tensor (elements) :func:`collnb.redistribute` accepts: 4 MiB of float32 (a few MB per rank).
+MAX_NUMEL = 1 << 20
+
+_FORMS = "Shard(0) / S(0), Replicate() / R, Partial() / P, Partial('max') / P(max)"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """One mesh dimension's placement, without torch.
+
+    Attributes:
+        kind: ``"shard"``, ``"replicate"`` or ``"partial"``.
+        dim: the tensor dim of a shard (int >= 0), else ``None``.
+        op: the reduce op of a partial (one of :data:`PARTIAL_OPS`), else ``None``.
+    """
+
+    kind: str
+    dim: int | None = None
+    op: str | None = None
+
+    @property
+    def short(self) -> str:
+        """As torch prints it: ``S(0)``, ``R``, ``P`` (sum), ``P(max)``."""
+        if self.kind == "shard":
+            return f"S({self.dim})"
+        if self.kind == "replicate":
+            return "R"
+        return "P" if self.op == "sum" else f"P({self.op})"
+
+    @property
+    def torch_repr(self) -> str:
+        """As torch's constructor is called: ``Shard(0)``, ``Replicate()``, ``Partial()``, ``Partial('max')``."""
+        if self.kind == "shard":
+            return f"Shard({self.dim})"
+        if self.kind == "replicate":
+            return "Replicate()"
+        return "Partial()" if self.op == "sum" else f"Partial({self.op!r})"
+
+    def to_torch(self):
+        """The ``torch.distributed.tensor`` placement object (imports torch)."""
+        from torch.distributed.tensor import Partial, Replicate, Shard  # noqa: PLC0415 - rank side
+        if self.kind == "shard":
+            return Shard(self.dim)
+        if self.kind == "replicate":
+            return Replicate()
+        return Partial(self.op)
+
+    def __str__(self):
+        return self.short
+
+
+_SHORT = re.compile(r"^(?:S|Shard)\s*\(\s*(?:dim\s*=\s*)?(-?\d+)\s*\)$", re.I)
+_REPLICATE = re.compile(r"^(?:R|Replicate(?:\s*\(\s*\))?)$", re.I)
+_PARTIAL = re.compile(r"^(?:P|Partial)(?:\s*\(\s*(?:reduce_op\s*=\s*)?['\"]?(\w*)['\"]?\s*\))?$", re.I)
+
+
+def parse_placement(value, ndim: int | None = None) -> Placement:
+    """One placement from any of the forms in the module docstring (or a torch placement object).
+
+    Args:
+        value: ``"S(0)"``, ``"Shard(0)"``, ``"R"``, ``"Replicate()"``, ``"P"``, ``"P(max)"``,
+            ``"Partial('avg')"``, a :class:`Placement`, or a torch ``Shard``/``Replicate``/``Partial``.
+        ndim: the tensor's number of dims: a shard dim must be below it (a negative one counts from
+            the end, as torch normalises it); ``None`` skips that check.
+
+    Raises:
+        TypeError: not a str or placement.
+        ValueError: an unknown placement or reduce op, or a shard dim outside the tensor, saying
+            which forms are accepted.
+    """
+    if isinstance(value, Placement):
+        p = value
+    elif isinstance(value, str):
+        p = _parse_text(value.strip())
+    elif type(value).__module__.startswith("torch.distributed"):
+        p = _parse_torch(value)
+    else:
+        raise TypeError(f"a placement is a str ({_FORMS}) or a torch placement; got {value!r}")
+    if p.kind == "shard" and ndim is not None:
+        if not -ndim <= p.dim < ndim:
+            raise ValueError(f"{p.torch_repr} shards tensor dim {p.dim}, but the tensor has {ndim} dim(s) "
+                             f"(dims 0..{ndim - 1}); choose a dim below {ndim}")
+        if p.dim < 0:
+            p = Placement("shard", p.dim + ndim)
+    return p
+
+
+def _parse_text(text: str) -> Placement:
+    m = _SHORT.match(text)
+    if m:
+        return Placement("shard", int(m.group(1)))
+    if _REPLICATE.match(text):
+        return Placement("replicate")
+    m = _PARTIAL.match(text)
+    if m:
+        op = (m.group(1) or "sum").lower()
+        check_choice("reduce op of a Partial placement", op, PARTIAL_OPS)
+        return Placement("partial", op=op)
+    raise ValueError(f"unknown placement {text!r}; write one of: {_FORMS}")
+
+
+def _parse_torch(obj) -> Placement:
+    name = type(obj).__name__
+    if name == "Shard":
+        return Placement("shard", int(obj.dim))
+    if name == "Replicate":
+        return Placement("replicate")
+    if name == "Partial":
+        op = str(obj.reduce_op)
+        check_choice("reduce op of a Partial placement", op, PARTIAL_OPS)
+        return Placement("partial", op=op)
+    raise ValueError(f"collnb shows Shard, Replicate and Partial placements; got {obj!r}")
+
+
+def _split(text: str) -> list:
+    """``"S(0), Partial('max')"`` -> ``["S(0)", "Partial('max')"]`` (commas inside brackets kept)."""
+    parts, depth, cur = [], 0, ""
+    for ch in text:
+        if ch == "(":
+            depth += 1
+        elif ch == ")":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+        else:
+            cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts]
+
+
+def parse_placements(value, mesh_ndim: int, ndim: int | None = None, *, name: str = "placements") -> tuple:
+    """One placement per mesh dimension: a list/tuple of placements (any form of
+    :func:`parse_placement`), one placement for a 1-D mesh, or one string with the placements
+    separated by commas (``"S(0),R"``, ``"(Shard(0), Replicate())"``).
+
+    Args:
+        mesh_ndim: the mesh's number of dimensions (that many placements are needed).
+        ndim: the tensor's number of dims (shard dims are checked against it).
+        name: the argument's name in error messages (``"src"``, ``"dst"``).
+
+    Returns:
+        tuple of :class:`Placement`, one per mesh dimension.
+
+    Raises:
+        TypeError / ValueError: as :func:`parse_placement`, or the wrong number of placements; a
+            Partial of two different reduce ops (torch refuses mixed Partial types).
+    """
+    if isinstance(value, str):
+        text = value.strip()
+        if _single(text):
+            items = [text]
+        else:
+            if text[:1] in "([" and text[-1:] in ")]":
+                text = text[1:-1]
+            items = _split(text)
+    elif isinstance(value, (list, tuple)):
+        items = list(value)
+    else:
+        items = [value]
+    if len(items) != mesh_ndim:
+        raise ValueError(f"{name} needs one placement per mesh dimension ({mesh_ndim}); got {len(items)}: "
+                         f"{value!r}. Example for a {mesh_ndim}-D mesh: "
+                         f"{', '.join(['S(0)'] + ['R'] * (mesh_ndim - 1))}")
+    out = []
+    for i, item in enumerate(items):
+        try:
+            out.append(parse_placement(item, ndim))
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"{name}, mesh dim {i}: {exc}") from None
+    ops = {p.op for p in out if p.kind == "partial"}
+    if len(ops) > 1:
+        raise ValueError(f"{name} mixes Partial reduce ops ({', '.join(sorted(ops))}); torch refuses mixed Partial "
+                         "types in one DTensor (assert_no_mixed_partial_types): use one op")
+    return tuple(out)
+
+
+def _single(text: str) -> bool:
+    """Whether ``text`` is one placement (``Shard(0)``), not a bracketed list of them."""
+    try:
+        _parse_text(text)
+        return True
+    except ValueError:
+        return False
+
+
+def parse_mesh(value) -> tuple:
+    """A mesh shape: an int (``4``), a tuple/list of ints (``(2, 2)``) or text (``"2x2"``, ``"2,4"``,
+    ``"8"``). Ranks are laid out row-major, as ``init_device_mesh`` does (rank ``r`` of a 2x4 mesh at
+    ``(r // 4, r % 4)``).
+
+    Raises:
+        TypeError / ValueError: not a shape, a size below 2 (a mesh dimension of one rank does no
+            communication: leave it out), more than 3 dimensions, or more ranks than
+            :data:`collnb.vocabulary.MAX_WORLD_SIZE`.
+    """
+    if isinstance(value, str):
+        parts = [p for p in re.split(r"[x×,*\s]+", value.strip().strip("()[]").lower()) if p]
+        try:
+            shape = tuple(int(p) for p in parts)
+        except ValueError:
+            raise ValueError(f"a mesh is written as sizes joined by x, e.g. 2x2 or 8; got {value!r}") from None
+    elif isinstance(value, int) and not isinstance(value, bool):
+        shape = (value,)
+    elif isinstance(value, (tuple, list)):
+        shape = tuple(value)
+    else:
+        raise TypeError(f"mesh must be a shape such as (2, 2), 4 or '2x2'; got {value!r}")
+    if not 1 <= len(shape) <= 3:
+        raise ValueError(f"mesh must have 1 to 3 dimensions; got {value!r}")
+    for s in shape:
+        check_int("each mesh size", s, 2, MAX_WORLD_SIZE)
+    n = math.prod(shape)
+    if n > MAX_WORLD_SIZE:
+        raise ValueError(f"mesh {mesh_text(shape)} needs {n} ranks; collnb starts at most {MAX_WORLD_SIZE} "
+                         "on one machine: choose a smaller mesh")
+    return tuple(int(s) for s in shape)
+
+
+def check_shape(shape, dtype="float32") -> tuple:
+    """Check a global tensor shape (1 or 2 dims, sizes >= 1, at most :data:`MAX_NUMEL` elements) and
+    that its teaching values (:func:`collnb.placements.teaching_values`) are exact in ``dtype``;
+    returns ``(shape tuple, dtype name)``.
+
+    Raises:
+        TypeError / ValueError: a shape that is not 1 or 2 positive ints, too many elements, a dtype
+            not in :data:`DTYPES`, or a dtype that cannot hold every teaching value exactly (the
+            message gives the largest value and the dtype's largest exact integer).
+    """
+    if isinstance(shape, int) and not isinstance(shape, bool):
+        shape = (shape,)
+    if isinstance(shape, str):
+        shape = tuple(int(p) for p in re.split(r"[x×,\s]+", shape.strip().strip("()")) if p)
+    if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 2:
+        raise ValueError(f"shape must be 1 or 2 sizes, e.g. (4, 6); got {shape!r}")
+    for s in shape:
+        check_int("each size of shape", s, 1, MAX_NUMEL)
+    shape = tuple(int(s) for s in shape)
+    if math.prod(shape) > MAX_NUMEL:
+        raise ValueError(f"shape {shape} has {math.prod(shape)} elements; at most {MAX_NUMEL} (a few MB per rank)")
+    name = dtype_name(dtype)
+    check_choice("dtype of the teaching tensor", name, DTYPES)
+    from .reference import exact_limit, largest_value  # noqa: PLC0415 - one module, no cycle at import
+    top, limit = largest_value(shape), exact_limit(name)
+    if top > limit:
+        raise ValueError(f"the teaching values of shape {shape} go up to {top}, which {name} cannot hold exactly "
+                         f"(its largest exact integer is {limit}); choose a smaller shape or a wider dtype")
+    return shape, name
+
+
+def placements_text(placements) -> str:
+    """``(S(0), R)`` as torch prints a tuple of placements (short forms); one placement alone as is."""
+    ps = [str(p) for p in placements]
+    return ps[0] if len(ps) == 1 else "(" + ", ".join(ps) + ")"
+
+
+def mesh_text(shape) -> str:
+    """``(2, 2)`` -> ``"2×2"``."""
+    return "×".join(str(s) for s in shape)

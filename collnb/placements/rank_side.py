@@ -1,0 +1,146 @@
+"""What each rank does for :func:`collnb.redistribute`: build the device mesh and the source DTensor,
+call ``redistribute`` once under ``CommDebugMode`` (the call whose collectives are recorded), then
+time it, and hand back the local shards, torch's counts and what torch logged.
+
+Runs inside a rank (``collnb.launch(..., record_calls=True)``), so torch is imported here only.
+
+* The mesh: ``init_device_mesh("cpu", mesh)`` on gloo, ``("cuda", mesh)`` on NCCL.
+* The source DTensor: without a Partial, ``distribute_tensor(teaching tensor, mesh, src,
+  src_data_rank=None)`` (each rank slices its shard: torch's slicing, no communication; the parent
+  compares it with the hand-sliced reference); with a Partial, ``DTensor.from_local`` of the rank's
+  contribution (:func:`collnb.placements.reference.contributions`), sliced by hand.
+* Markers: a ``dist.barrier()`` before the recorded call, and (with ``repeats`` > 0) after it and
+  before each timed call: the ranks start each timed call together, and the parent cuts the
+  recorded call's collectives out of the rank's records (those after the first barrier, up to the
+  next one; making the mesh and the source DTensor issue none, measured). With ``repeats == 0`` the
+  recorded call itself is timed (the explorer: one barrier and one call per move).
+* torch's log lines during the call (the CPU all_to_all fallback, the flattening advice) are
+  caught, not printed: torch logs them once per process (``torch._logging.warning_once``'s cache,
+  ``_redistribute._warned_flatten_issues``), and warm ranks run many calls, so both are cleared
+  first: the only private torch names this package touches; without them the lines are just missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+__all__ = ["redistribute_on_rank", "import_dtensor", "LOGGER"]
+
+#: torch's DTensor logger: ``_redistribute`` and ``_collective_utils`` log under it.
+LOGGER = "torch.distributed.tensor"
+
+
+class _Lines(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.INFO)
+        self.lines: list = []
+
+    def emit(self, record):
+        try:
+            self.lines.append(record.getMessage())
+        except Exception:  # noqa: BLE001 - a malformed record: keep its template
+            self.lines.append(str(record.msg))
+
+
+def _forget_logged_once():
+    import torch  # noqa: PLC0415
+    once = getattr(getattr(torch, "_logging", None), "warning_once", None)
+    if hasattr(once, "cache_clear"):
+        once.cache_clear()
+    try:
+        from torch.distributed.tensor import _redistribute  # noqa: PLC0415
+        getattr(_redistribute, "_warned_flatten_issues", set()).clear()
+    except ImportError:
+        pass
+
+
+def import_dtensor(rank: int, world_size: int) -> bool:
+    """Import what :func:`redistribute_on_rank` needs (no communication); whether it was imported already.
+
+    A rank forked before anything imported DTensor spends seconds on it (3.5 s measured on a loaded
+    2-core machine): inside a call, its peers would wait for it in their first collective longer
+    than the collective timeout. :func:`collnb.redistribute` runs this first on ranks that may be
+    such ranks."""
+    import sys  # noqa: PLC0415
+    had = "torch.distributed.tensor.debug" in sys.modules
+    import torch.distributed.device_mesh  # noqa: F401, PLC0415
+    import torch.distributed.tensor.debug  # noqa: F401, PLC0415
+    return had
+
+
+def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
+    """Run one redistribute on this rank (see the module docstring).
+
+    Args:
+        request: ``{"shape", "dtype" (name), "mesh" (shape tuple), "src", "dst" (tuples of
+            :class:`collnb.placements.Placement`), "before" (every rank's source local tensor as a
+            float64 numpy array, rank order, when ``src`` has a Partial, else ``None``), "values" (the global
+            teaching tensor, float64 numpy), "repeats" (timed calls after the recorded one, >= 0), "device" ("cpu" or "cuda")}``.
+
+    Returns:
+        ``{"coord", "before", "after" (CPU tensors; ``after`` None when refused), "refused" (torch's
+        error text or None), "comm_counts" ({operator: count} of ``CommDebugMode``), "times"
+        (seconds of each timed call), "log" (torch's log lines), "mesh_ranks" (nested lists)}``.
+    """
+    import torch  # noqa: PLC0415 - the rank side
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
+    from torch.distributed.tensor import DTensor, distribute_tensor  # noqa: PLC0415
+    from torch.distributed.tensor.debug import CommDebugMode  # noqa: PLC0415
+
+    dtype = getattr(torch, request["dtype"])
+    device = request["device"]
+    if device == "cuda":
+        torch.cuda.set_device(rank)
+    mesh = init_device_mesh(device, tuple(request["mesh"]))
+    src = [p.to_torch() for p in request["src"]]
+    dst = [p.to_torch() for p in request["dst"]]
+    if request["before"] is not None:
+        local = torch.from_numpy(request["before"][rank]).to(dtype).to(device)
+        d = DTensor.from_local(local, mesh, src, run_check=False, shape=torch.Size(request["shape"]),
+                               stride=torch.empty(request["shape"]).stride())
+    else:
+        d = distribute_tensor(torch.from_numpy(request["values"]).to(dtype).to(device), mesh, src,
+                              src_data_rank=None)
+    before = d.to_local().detach().cpu().clone()
+
+    caught = _Lines()
+    log = logging.getLogger(LOGGER)
+    propagate, handlers = log.propagate, list(log.handlers)
+    log.handlers = [caught]   # torch._logging gives this logger a stderr handler of its own
+    log.propagate = False
+    _forget_logged_once()
+    refused, after, counts, times = None, None, {}, []
+    try:
+        dist.barrier()
+        try:
+            t0 = time.perf_counter()
+            with CommDebugMode() as comm:
+                out = d.redistribute(mesh, dst)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            first = time.perf_counter() - t0
+            after = out.to_local().detach().cpu().clone()
+            counts = {str(k): int(v) for k, v in comm.get_comm_counts().items()}
+            if not request["repeats"]:
+                times.append(first)
+        except (RuntimeError, AssertionError, NotImplementedError, ValueError) as exc:
+            refused = f"{type(exc).__name__}: {exc}"
+        if request["repeats"]:
+            dist.barrier()
+        for _ in range(request["repeats"]):
+            dist.barrier()
+            if refused is not None:
+                continue
+            t0 = time.perf_counter()
+            d.redistribute(mesh, dst)
+            if device == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+    finally:
+        log.handlers = handlers
+        log.propagate = propagate
+    return {"coord": tuple(int(c) for c in mesh.get_coordinate()), "before": before, "after": after,
+            "refused": refused, "comm_counts": counts, "times": times, "log": list(dict.fromkeys(caught.lines)),
+            "mesh_ranks": mesh.mesh.tolist()}

@@ -1,0 +1,175 @@
+"""The teaching tensor and every rank's local shard, computed by hand: slicing the global tensor
+with numpy as torch's placements define it, without DTensor or torch.distributed.
+
+* **Teaching values** (:func:`teaching_values`): each element names its global index: ``v[i] = i``
+  in 1-D, ``v[i, j] = B*i + j`` in 2-D with ``B`` the power of ten above the column count
+  (``v[2, 5] = 25`` for up to 10 columns, ``205`` for up to 100).
+* **Shards** (:func:`local_bounds`): along a tensor dim sharded by mesh dimensions ``d1 < d2 <
+  ...`` (torch's default shard order: left to right), each one splits the range the previous left
+  as ``torch.chunk`` does: chunks of ``ceil(L / k)``, so the last chunks are smaller or empty
+  (6 rows over 4 ranks: 2, 2, 2, 0). Source: ``Shard._split_tensor`` and
+  ``Shard.local_shard_size_and_offset`` in ``torch/distributed/tensor/placement_types.py``.
+* **Partial contributions** (:func:`contributions`): over the ``K`` ranks of the Partial mesh
+  dimensions (rank ``q`` in row-major order of those dimensions) the values are split so that
+  their reduction gives the teaching value exactly: ``sum`` splits ``v`` into ``K`` integer parts
+  (``v // K``, one more on the first ``v % K``), ``avg`` holds ``v + 2q - (K - 1)`` (the offsets
+  cancel), ``max``/``min`` put ``v`` on rank ``index % K`` and ``v // 2`` / ``v + 1 + q`` elsewhere,
+  ``product`` ``v`` on rank ``index % K`` and 1 elsewhere.
+* **Expected locals** (:func:`expected_local`): a rank's local tensor for a placement: the
+  contributions reduced over the Partial mesh dimensions the placement no longer has, then sliced
+  by its shards. A Partial that the source does not hold on the same mesh dimension is refused
+  (:func:`refusal`: torch's rule in ``DTensor.redistribute``).
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+
+__all__ = ["teaching_values", "largest_value", "exact_limit", "coordinates", "local_bounds", "contributions",
+           "expected_local", "refusal", "owners", "partial_dims"]
+
+_EXACT = {"float32": 2 ** 24, "float64": 2 ** 53, "float16": 2 ** 11, "bfloat16": 2 ** 8,
+          "int64": 2 ** 63 - 1, "int32": 2 ** 31 - 1, "int16": 2 ** 15 - 1, "int8": 2 ** 7 - 1}
+
+
+def exact_limit(dtype: str) -> int:
+    """The largest integer ``dtype`` (a name of :data:`collnb.placements.DTYPES`) holds exactly, with
+    every integer below it (floats: ``2**(mantissa bits + 1)``; ints: their maximum)."""
+    return _EXACT[dtype]
+
+
+def _base(cols: int) -> int:
+    return 10 ** max(1, math.ceil(math.log10(cols))) if cols > 1 else 10
+
+
+def teaching_values(shape) -> np.ndarray:
+    """The global teaching tensor (float64 numpy array of ``shape``, an int or 1-2 sizes; see the
+    module docstring)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    if len(shape) == 1:
+        return np.arange(shape[0], dtype=np.float64)
+    rows, cols = shape
+    return (np.arange(rows, dtype=np.float64)[:, None] * _base(cols) + np.arange(cols, dtype=np.float64)[None, :])
+
+
+def largest_value(shape) -> int:
+    """The largest teaching value of ``shape``."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return shape[0] - 1 if len(shape) == 1 else (shape[0] - 1) * _base(shape[1]) + shape[1] - 1
+
+
+def coordinates(rank: int, mesh: tuple) -> tuple:
+    """Rank ``rank``'s coordinate in a row-major mesh of shape ``mesh`` (as ``init_device_mesh``)."""
+    return tuple(int(c) for c in np.unravel_index(rank, mesh))
+
+
+def local_bounds(shape, mesh: tuple, placements, coord) -> tuple:
+    """``((lo, hi), ...)`` per tensor dim: the global index range a rank at mesh coordinate ``coord``
+    holds under ``placements`` (torch.chunk's split, mesh dimensions left to right)."""
+    bounds = [[0, s] for s in shape]
+    for d, p in enumerate(placements):
+        if p.kind != "shard":
+            continue
+        lo, hi = bounds[p.dim]
+        length, k = hi - lo, mesh[d]
+        size = -(-length // k)  # ceil, as torch.chunk
+        start = min(coord[d] * size, length)
+        bounds[p.dim] = [lo + start, lo + min(start + size, length)]
+    return tuple(tuple(b) for b in bounds)
+
+
+def partial_dims(placements) -> tuple:
+    """The mesh dimensions whose placement is a Partial."""
+    return tuple(d for d, p in enumerate(placements) if p.kind == "partial")
+
+
+def contributions(values: np.ndarray, k: int, op: str) -> np.ndarray:
+    """``(k, *values.shape)`` float64: what each of ``k`` Partial ranks holds so that ``op`` over
+    them gives ``values`` exactly (module docstring)."""
+    v = np.asarray(values, dtype=np.float64)
+    q = np.arange(k, dtype=np.float64).reshape((k,) + (1,) * v.ndim)
+    if k == 1:
+        return v[None].copy()
+    if op == "sum":
+        base, rem = np.floor(v / k), np.mod(v, k)
+        return base[None] + (q < rem[None])
+    if op == "avg":
+        return v[None] + 2 * q - (k - 1)
+    owner = np.mod(np.arange(v.size).reshape(v.shape), k)[None] == q
+    if op == "max":
+        return np.where(owner, v[None], np.floor(v[None] / 2))
+    if op == "min":
+        return np.where(owner, v[None], v[None] + 1 + q)
+    if op == "product":
+        return np.where(owner, v[None], 1.0)
+    raise ValueError(f"no contributions for reduce op {op!r}")
+
+
+def _reduce(a: np.ndarray, axes: tuple, op: str) -> np.ndarray:
+    if not axes:
+        return a
+    return {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "product": np.prod}[op](a, axis=axes)
+
+
+def expected_local(values: np.ndarray, mesh: tuple, src, placements, coord) -> np.ndarray:
+    """The local tensor (float64) a rank at ``coord`` holds under ``placements`` for a DTensor whose
+    source placements ``src`` made each Partial rank hold its :func:`contributions`: reduced over
+    ``src``'s Partial mesh dimensions that ``placements`` does not keep, then sliced by its shards.
+    ``placements`` may keep a Partial only where ``src`` has it (see :func:`refusal`)."""
+    pdims = partial_dims(src)
+    if pdims:
+        op = src[pdims[0]].op
+        sizes = tuple(mesh[d] for d in pdims)
+        c = contributions(values, math.prod(sizes), op).reshape(sizes + values.shape)
+        keep = [i for i, d in enumerate(pdims) if placements[d].kind == "partial"]
+        c = _reduce(c, tuple(i for i in range(len(pdims)) if i not in keep), op)
+        full = c[tuple(coord[pdims[i]] for i in keep)] if keep else c
+    else:
+        full = values
+    bounds = local_bounds(values.shape, mesh, placements, coord)
+    return np.ascontiguousarray(full[tuple(slice(lo, hi) for lo, hi in bounds)])
+
+
+def refusal(src, dst) -> str | None:
+    """Why torch refuses ``src -> dst`` (``None`` when it does not): a Partial in ``dst`` on a mesh
+    dimension where ``src`` holds anything else. torch's words (``DTensor.redistribute``,
+    ``torch/distributed/tensor/_api.py``): "redistributing to Partial is for internal use only"."""
+    for d, (a, b) in enumerate(zip(src, dst)):
+        if b.kind == "partial" and a != b:
+            return (f"mesh dim {d}: {a.torch_repr} -> {b.torch_repr}: redistributing to Partial is for internal "
+                    "use only (a Partial comes from an op, e.g. a matmul of Shard(1) x Shard(0))")
+    return None
+
+
+def owners(shape, mesh: tuple, placements) -> np.ndarray:
+    """``(world size, *shape)`` bool: which ranks hold (a contribution to) each global element."""
+    n = math.prod(mesh)
+    out = np.zeros((n,) + tuple(shape), dtype=bool)
+    for r in range(n):
+        b = local_bounds(shape, mesh, placements, coordinates(r, mesh))
+        out[(r,) + tuple(slice(lo, hi) for lo, hi in b)] = True
+    return out
+
+
+def check_values_fit(shape, mesh: tuple, src, dtype: str) -> None:
+    """Check that every value a rank holds or computes (contributions, their sums for ``avg``) is
+    exact in ``dtype``.
+
+    Raises:
+        ValueError: a value beyond :func:`exact_limit`, or a negative one in an unsigned dtype, naming
+            the op and a dtype that works.
+    """
+    pdims = partial_dims(src)
+    if not pdims:
+        return
+    op = src[pdims[0]].op
+    k = math.prod(mesh[d] for d in pdims)
+    c = contributions(teaching_values(shape), k, op)
+    top = float(np.abs(c).max()) * (k if op in ("avg", "sum") else 1)
+    if top > exact_limit(dtype):
+        raise ValueError(f"Partial({op!r}) over {k} ranks of shape {tuple(shape)} needs values up to {int(top)}, which "
+                         f"{dtype} cannot hold exactly (largest exact integer {exact_limit(dtype)}); "
+                         "use float32 or a smaller shape")

@@ -1,0 +1,181 @@
+"""collnb.placements without ranks: placements parsed as torch writes them, meshes, the teaching
+values, the hand-sliced shards (torch.chunk's split), Partial contributions that reduce to the
+teaching value exactly, torch's refusal rule, and every bad input refused before any rank starts."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch.distributed.tensor import Partial, Replicate, Shard
+
+import collnb
+from collnb import placements as P
+from collnb.placements import Placement
+
+
+@pytest.mark.parametrize("text, want", [
+    ("S(0)", Placement("shard", 0)), ("Shard(1)", Placement("shard", 1)), ("Shard(dim=0)", Placement("shard", 0)),
+    ("s(1)", Placement("shard", 1)), ("R", Placement("replicate")), ("Replicate()", Placement("replicate")),
+    ("P", Placement("partial", op="sum")), ("Partial()", Placement("partial", op="sum")),
+    ("P(max)", Placement("partial", op="max")), ("Partial('avg')", Placement("partial", op="avg")),
+    ('Partial(reduce_op="min")', Placement("partial", op="min")), ("Partial(sum)", Placement("partial", op="sum")),
+    (Shard(1), Placement("shard", 1)), (Replicate(), Placement("replicate")),
+    (Partial("max"), Placement("partial", op="max"))])
+def test_every_form_of_a_placement(text, want):
+    assert P.parse_placement(text, 2) == want
+
+
+def test_short_and_torch_forms_and_the_torch_object_round_trip():
+    for p in (Placement("shard", 1), Placement("replicate"), Placement("partial", op="sum"),
+              Placement("partial", op="max")):
+        assert P.parse_placement(p.short) == p and P.parse_placement(p.torch_repr) == p
+        assert P.parse_placement(p.to_torch()) == p
+    assert Placement("partial", op="sum").short == "P" and Placement("partial", op="max").torch_repr == "Partial('max')"
+    assert P.parse_placement("S(-1)", 2) == Placement("shard", 1)  # torch normalises negative dims
+
+
+def test_placements_per_mesh_dimension_as_a_list_or_one_string():
+    want = (Placement("shard", 0), Placement("replicate"))
+    for value in ("S(0),R", "S(0), R", "(Shard(0), Replicate())", "[S(0), R]", ["S(0)", "R"], (Shard(0), Replicate())):
+        assert P.parse_placements(value, 2, 2) == want, value
+    assert P.parse_placements("Partial('max'), S(1)", 2, 2) == (Placement("partial", op="max"), Placement("shard", 1))
+    assert P.parse_placements("S(0)", 1, 1) == (Placement("shard", 0),)
+    assert P.placements_text(want) == "(S(0), R)" and P.placements_text(want[:1]) == "S(0)"
+
+
+@pytest.mark.parametrize("value, mesh_ndim, ndim, words", [
+    ("Q", 1, 2, "unknown placement 'Q'; write one of: Shard(0) / S(0)"),
+    ("P(mean)", 1, 2, "unknown reduce op of a Partial placement 'mean'; choose one of: sum, avg, min, max, product"),
+    ("S(2)", 1, 2, "Shard(2) shards tensor dim 2, but the tensor has 2 dim(s)"),
+    ("S(1)", 1, 1, "Shard(1) shards tensor dim 1, but the tensor has 1 dim(s)"),
+    ("S(0)", 2, 2, "needs one placement per mesh dimension (2); got 1"),
+    ("P, P(max)", 2, 2, "mixes Partial reduce ops (max, sum)"),
+])
+def test_a_wrong_placement_says_what_is_wrong(value, mesh_ndim, ndim, words):
+    with pytest.raises(ValueError) as err:
+        P.parse_placements(value, mesh_ndim, ndim, name="src")
+    assert words in str(err.value)
+
+
+def test_meshes():
+    assert P.parse_mesh("2x2") == (2, 2) and P.parse_mesh(4) == (4,) and P.parse_mesh("2×4") == (2, 4)
+    assert P.parse_mesh((2, 2, 2)) == (2, 2, 2) and P.mesh_text((2, 4)) == "2×4"
+    with pytest.raises(ValueError, match="needs 32 ranks; collnb starts at most 16"):
+        P.parse_mesh("4x8")
+    with pytest.raises(ValueError, match="each mesh size must be an int from 2 to 16"):
+        P.parse_mesh("1x4")
+    with pytest.raises(ValueError, match="1 to 3 dimensions"):
+        P.parse_mesh("2x2x2x2")
+    with pytest.raises(TypeError):
+        P.parse_mesh(2.5)
+
+
+def test_teaching_values_name_their_global_index_and_must_be_exact_in_the_dtype():
+    v = P.teaching_values((4, 6))
+    assert v[2, 5] == 25 and v[3, 0] == 30 and P.teaching_values((3, 12))[2, 11] == 211
+    assert P.teaching_values(5).tolist() == [0, 1, 2, 3, 4]
+    assert P.check_shape("4x6", torch.float16) == ((4, 6), "float16")
+    with pytest.raises(ValueError, match=r"go up to 1616, which bfloat16 cannot hold exactly \(its largest exact "
+                                         r"integer is 256\)"):
+        P.check_shape((17, 17), "bfloat16")
+    with pytest.raises(ValueError, match="1 or 2 sizes"):
+        P.check_shape((2, 2, 2))
+    with pytest.raises(ValueError, match="unknown dtype of the teaching tensor 'bool'"):
+        P.check_shape((4,), "bool")
+
+
+def test_shards_split_as_torch_chunk_does():
+    mesh, s0 = (4,), (Placement("shard", 0),)
+    # 6 over 4 ranks: chunks of ceil(6 / 4) = 2, so 2, 2, 2, 0 (torch.chunk), not 2, 2, 1, 1
+    assert [P.local_bounds((6,), mesh, s0, (r,)) for r in range(4)] == [((0, 2),), ((2, 4),), ((4, 6),), ((6, 6),)]
+    assert [P.local_bounds((5, 3), mesh, s0, (r,))[0] for r in range(4)] == [(0, 2), (2, 4), (4, 5), (5, 5)]
+    # two mesh dims sharding one tensor dim: mesh dim 0 first, then dim 1 splits what is left
+    ss = (Placement("shard", 0), Placement("shard", 0))
+    assert [P.local_bounds((8, 2), (2, 2), ss, P.coordinates(r, (2, 2)))[0] for r in range(4)] == \
+        [(0, 2), (2, 4), (4, 6), (6, 8)]
+    assert P.coordinates(5, (2, 4)) == (1, 1)
+    # the same as torch's own arithmetic for the uneven case
+    for length in range(1, 12):
+        for k in (2, 3, 4):
+            ours = [P.local_bounds((length,), (k,), s0, (c,))[0] for c in range(k)]
+            theirs = [Shard.local_shard_size_and_offset(length, k, c) for c in range(k)]
+            assert [hi - lo for lo, hi in ours] == [int(size) for size, _ in theirs], (length, k)
+
+
+@pytest.mark.parametrize("op", P.PARTIAL_OPS)
+@pytest.mark.parametrize("k", [2, 3, 4, 8])
+def test_partial_contributions_reduce_to_the_teaching_value_exactly(op, k):
+    v = P.teaching_values((5, 7))
+    c = P.contributions(v, k, op)
+    assert c.shape == (k, 5, 7)
+    reduced = {"sum": c.sum(0), "avg": c.mean(0), "max": c.max(0), "min": c.min(0), "product": c.prod(0)}[op]
+    assert np.array_equal(reduced, v)
+    assert np.array_equal(c, np.round(c))  # integers: exact in every dtype that holds the values
+    if op in ("sum", "max", "product"):
+        assert (c <= np.maximum(v, 1)).all()
+
+
+def test_expected_local_reduces_the_partial_dims_dst_drops_and_slices_the_rest():
+    v = P.teaching_values((4, 6))
+    pp = (Placement("partial", op="sum"), Placement("partial", op="sum"))
+    keep1 = (Placement("replicate"), Placement("partial", op="sum"))
+    c = P.contributions(v, 4, "sum").reshape(2, 2, 4, 6)
+    # (P, P) -> (R, P): mesh dim 0 reduced, rank (i, j) keeps the contribution of column j
+    for r in range(4):
+        i, j = P.coordinates(r, (2, 2))
+        assert np.array_equal(P.expected_local(v, (2, 2), pp, keep1, (i, j)), c[:, j].sum(0))
+        assert np.array_equal(P.expected_local(v, (2, 2), pp, pp, (i, j)), c[i, j])
+    rs = (Placement("replicate"), Placement("shard", 1))
+    assert P.expected_local(v, (2, 2), pp, rs, (1, 1)).tolist() == v[:, 3:].tolist()
+
+
+def test_torch_refuses_a_partial_that_the_source_does_not_hold_on_that_mesh_dim():
+    R, S0, Ps, Pm = Placement("replicate"), Placement("shard", 0), Placement("partial", op="sum"), \
+        Placement("partial", op="max")
+    assert "redistributing to Partial is for internal use only" in P.refusal((R,), (Ps,))
+    assert P.refusal((S0,), (Ps,)).startswith("mesh dim 0: Shard(0) -> Partial()")
+    assert P.refusal((Ps, R), (R, Ps)).startswith("mesh dim 1")
+    assert P.refusal((Ps,), (Ps,)) is None and P.refusal((Ps, Ps), (R, Ps)) is None
+    assert P.refusal((Pm,), (Ps,)) is not None
+
+
+def test_owners_of_every_element():
+    own = P.owners((4, 6), (2, 2), (Placement("shard", 0), Placement("replicate")))
+    assert own.shape == (4, 4, 6)
+    assert own[:, 0, 0].tolist() == [True, True, False, False]  # rows 0-1 on mesh row 0, replicated
+    assert own[:, 3, 5].tolist() == [False, False, True, True]
+
+
+@pytest.fixture
+def no_ranks(monkeypatch):
+    """Fail the test if anything starts ranks."""
+    import collnb.ranks
+
+    def refuse(*a, **k):
+        raise AssertionError("a rank was started")
+    monkeypatch.setattr(collnb.ranks, "launch", refuse)
+
+
+@pytest.mark.parametrize("kwargs, exc, words", [
+    (dict(src="Q,R", dst="R,R"), ValueError, "src, mesh dim 0: unknown placement 'Q'"),
+    (dict(src="S(2),R", dst="R,R"), ValueError, "Shard(2) shards tensor dim 2, but the tensor has 2 dim(s)"),
+    (dict(src="S(0),R", dst="R,R", mesh="4x8"), ValueError, "needs 32 ranks"),
+    (dict(src="P(avg)", dst="R", mesh=4, dtype="int32"), ValueError, "AVG divides by the world size"),
+    (dict(src="P", dst="R", mesh=8, shape=(16, 16), dtype="bfloat16"), ValueError, "cannot hold exactly"),
+    (dict(src="S(0),R", dst="R,R", repeats=0.5), TypeError, "repeats must be an int"),
+    (dict(src="S(0),R", dst="R,R", backend="nccl"), RuntimeError, "backend 'nccl' cannot run here"),
+    (dict(src="S(0)", dst="R"), ValueError, "src needs one placement per mesh dimension (2)"),
+])
+def test_bad_input_is_refused_before_any_rank_starts(no_ranks, kwargs, exc, words):
+    kwargs = {"shape": (4, 6), "mesh": (2, 2), **kwargs}
+    if kwargs.get("backend") == "nccl" and torch.cuda.is_available():
+        pytest.skip("NCCL can run here")
+    with pytest.raises(exc) as err:
+        collnb.redistribute(**kwargs)
+    assert words in str(err.value)
+
+
+def test_check_request_says_when_torch_must_refuse():
+    req = P.check_request((4, 6), (2, 2), "P,R", "R,P")
+    assert req["refusal"].startswith("mesh dim 1: Replicate() -> Partial()") and math.prod(req["mesh"]) == 4
+    assert P.check_request(8, 4, "S(0)", "R")["refusal"] is None
