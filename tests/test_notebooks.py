@@ -1,7 +1,8 @@
 """The teaching notebooks: stored clean, built the same way, and every one runs top to bottom.
 
 The slow test executes every notebook in ``notebooks/`` headless in a real Jupyter kernel
-("python3", i.e. this virtual environment's ipykernel) with nbclient, two notebooks at a time,
+("python3", i.e. this virtual environment's ipykernel) with nbclient, two notebooks at a time
+(or takes the book's execution of it, when ``make docs`` ran it after the last code change),
 and then checks what a learner would see: no error output, no exercise check cell printed ✓ for an
 answer nobody wrote (each says "not answered yet"), every heatmap cell displayed a real PNG whose
 result reported ✓, and a few values per notebook that follow from the semantics of the collective
@@ -315,14 +316,65 @@ async def _execute_all(paths):
     return await asyncio.gather(*(one(p) for p in paths))
 
 
+#: The book's execution cache (``make docs``, MyST-NB's ``nb_execution_mode = "cache"``).
+BOOK_CACHE = NOTEBOOK_DIR.parent / "docs" / "_build" / ".jupyter_cache"
+#: What a notebook's outputs depend on besides its own cells: a cached execution older than any of
+#: these is not used.
+CODE_PATHS = ("collnb", "tools", "pyproject.toml", "constraints.txt")
+
+
+def _newest_code_mtime() -> float:
+    root = NOTEBOOK_DIR.parent
+    newest = 0.0
+    for name in CODE_PATHS:
+        p = root / name
+        files = [p] if p.is_file() else p.rglob("*.py") if p.is_dir() else []
+        newest = max([newest] + [f.stat().st_mtime for f in files])
+    return newest
+
+
+def _from_book_cache(paths):
+    """The book's executions of ``paths`` that can stand for running them here: the notebook's
+    code cells as they are now (jupyter-cache's hash), executed after the last change to collnb's
+    code, and without an error stored. CI builds the book just before ``make test`` in the same
+    clone, so each notebook runs once, not twice (about 3 min of a 2-core CI run). Set
+    ``COLLNB_TEST_EXECUTE=1`` to execute every notebook here regardless. Returns {stem: nb}."""
+    import datetime
+    import os
+
+    if os.environ.get("COLLNB_TEST_EXECUTE") == "1" or not (BOOK_CACHE / "global.db").is_file():
+        return {}
+    try:
+        from jupyter_cache import get_cache
+    except ImportError:
+        return {}
+    cache = get_cache(str(BOOK_CACHE))
+    newest = max([_newest_code_mtime()] + [p.stat().st_mtime for p in paths])
+    out = {}
+    for path in paths:
+        nb = nbformat.read(path, as_version=4)
+        try:
+            record = cache.match_cache_notebook(nb)
+        except KeyError:
+            continue
+        created = record.created.replace(tzinfo=datetime.timezone.utc).timestamp()  # jupyter-cache stores UTC
+        if created <= newest:
+            continue
+        _, merged = cache.merge_match_into_notebook(nb)
+        out[path.stem] = merged
+    return out
+
+
 @pytest.fixture(scope="module")
 def executed():
     t0 = time.perf_counter()
-    runs = asyncio.run(_execute_all(NOTEBOOKS))
+    cached = _from_book_cache(NOTEBOOKS)
+    runs = asyncio.run(_execute_all([p for p in NOTEBOOKS if p.stem not in cached]))
     total = time.perf_counter() - t0
     print(f"\nexecuted {len(runs)} notebooks in {total:.1f} s: "
-          + ", ".join(f"{stem} {s:.1f} s" for stem, _, s, _ in runs))
-    return {stem: (nb, exc) for stem, nb, _, exc in runs}
+          + ", ".join(f"{stem} {s:.1f} s" for stem, _, s, _ in runs)
+          + (f"; {len(cached)} taken from the book's execution cache: {', '.join(sorted(cached))}" if cached else ""))
+    return {**{stem: (nb, None) for stem, nb in cached.items()}, **{stem: (nb, exc) for stem, nb, _, exc in runs}}
 
 
 def _png_size(b64: str):
