@@ -6,9 +6,10 @@
 * ``COURSE/source/collnb/*.ipynb``: the notebooks with nbgrader metadata, made from their cell
   tags (never from what the cells say, so a rewritten check cell is graded the same way):
 
-  - a ``solution`` cell becomes an nbgrader solution region: the student version keeps only
-    ``solution_x = None`` for each name it defined (so the check cell still runs and simply has no
-    stored solution to demonstrate);
+  - a ``solution`` cell (the solution written as comments, so that Run All defines and prints
+    nothing of it) becomes an nbgrader solution region: the student version holds nbgrader's stub
+    line instead; a name such a cell does define at top level is kept as ``name = None``, so a
+    check cell that refers to it still runs;
   - a ``check`` cell becomes a locked, autograded test cell worth one point, which passes only
     when the check printed ``✓`` (collnb's checks print ✓ only for the learner's own answer that
     passed on real ranks; an unfinished answer prints no ✓, a wrong one raises ``CheckFailed``);

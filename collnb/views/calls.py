@@ -13,7 +13,7 @@ operation each rank issued, where torch dispatched it). This module lines them u
 * :func:`calls_image` / :func:`calls_png` paint them: one row per rank (labelled with its mesh
   coordinate), one column per step; in each column the ranks of one group are joined by a line in
   the group's colour (which ranks exchange), and each cell names the group, the mesh dimension,
-  the bytes and the shapes; wide runs wrap into bands no wider than :data:`MAX_WIDTH_PX`;
+  the bytes and the shapes; wide runs wrap into bands no wider than :data:`collnb.views.palette.MAX_WIDTH_PX`;
 * :class:`CallsView` bundles the three for a notebook (``display(CallsView(res, mesh=(2, 2)))``
   shows the picture, ``print`` shows the text); :func:`call_counts` counts operations per rank
   as ``CommDebugMode.get_comm_counts`` does, by operation name.
@@ -33,14 +33,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..units import format_bytes
-from .palette import GREY_TEXT, INK, MIN_LABEL_PX, rank_color, rank_text_color
+from .palette import GREY_TEXT, INK, MAX_WIDTH_PX, MIN_LABEL_PX, rank_color, rank_text_color
 from .raster import Canvas, encode_png
 
 __all__ = ["Step", "CallsView", "CallsImage", "call_steps", "calls_text", "calls_image", "calls_png",
-           "call_counts", "mesh_dims_of", "mesh_ranks", "MAX_WIDTH_PX"]
+           "call_counts", "mesh_dims_of", "mesh_ranks"]
 
 #: Widest picture, in pixels: JupyterLab's output area at a 1440 px window (see views.heatmap).
-MAX_WIDTH_PX = 1000
 #: Line and text colours of the groups of one step (dark: >= 4.5:1 on the tinted cells, checked in the tests).
 _GROUP_COLORS = ("#1F4E79", "#A50026", "#14602B", "#762A83", "#7A4508", "#01574F", "#4D4D4D", "#000000")
 

@@ -36,13 +36,13 @@ from PIL import Image
 
 from ..collectives import register_renderer
 from .grid import HeatmapGrid, Panel, heatmap_grid
-from .palette import (COMBINED_COLOR, EMPTY_COLOR, EXACT_COLOR, GREY_TEXT, HATCH_COLOR, INK, MIN_LABEL_PX,
-                      MISMATCH_COLOR, OK_GREEN, RANK_COLORS, RANK_TEXT_COLORS, UNDEFINED_COLOR, contrast_ratio,
-                      rank_color, rank_text_color)
+from .palette import (COMBINED_COLOR, EMPTY_COLOR, EXACT_COLOR, GREY_TEXT, HATCH_COLOR, INK, MAX_WIDTH_PX,
+                      MIN_LABEL_PX, MISMATCH_COLOR, OK_GREEN, RANK_COLORS, RANK_TEXT_COLORS, UNDEFINED_COLOR,
+                      contrast_ratio, rank_color, rank_text_color)
 from .raster import Canvas, encode_png, rgb8
 from .values import format_value
 
-__all__ = ["heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "HeatmapImage", "MAX_WIDTH_PX",
+__all__ = ["heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "HeatmapImage",
            # what a heatmap is made of, named here for its readers and tests
            "heatmap_grid", "HeatmapGrid", "Panel", "format_value", "RANK_COLORS", "RANK_TEXT_COLORS",
            "MIN_LABEL_PX", "contrast_ratio", "rank_color", "rank_text_color", "UNDEFINED_COLOR", "COMBINED_COLOR",
@@ -58,7 +58,7 @@ class HeatmapImage:
     ``geometry`` (``{panel: (x0, y0, cell)}``: pixel position of a panel's top-left cell and the
     cell side, y down), ``outlines`` (pixel boxes ``(x0, y0, x1, y1)`` of the red outlines),
     ``layout`` (``"side by side"`` or ``"stacked"``: after below before, when side by side would
-    not fit :data:`MAX_WIDTH_PX`) and ``labels`` (every painted text as ``(text, size_px, box)``,
+    not fit :data:`collnb.views.palette.MAX_WIDTH_PX`) and ``labels`` (every painted text as ``(text, size_px, box)``,
     size in pixels per em; none is below :data:`MIN_LABEL_PX`)."""
 
     pixels: np.ndarray
@@ -73,7 +73,6 @@ class HeatmapImage:
 #: Widest heatmap drawn at the default dpi, in pixels: JupyterLab 4's output area in a 1440 px
 #: window with the file browser open is ~1080 CSS px wide (tests/test_browser.py measures it), and
 #: an image wider than its output area is scaled down, labels with it.
-MAX_WIDTH_PX = 1000
 _SAFE_PX = MIN_LABEL_PX + 1  # painted sizes keep a pixel in hand
 
 
@@ -110,7 +109,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         grid: a precomputed :func:`heatmap_grid` (else computed here).
 
     Every label is at least :data:`MIN_LABEL_PX` pixels per em whatever the world size; the
-    image stays within :data:`MAX_WIDTH_PX` (at dpi <= 125) by putting ``after`` below
+    image stays within :data:`collnb.views.palette.MAX_WIDTH_PX` (at dpi <= 125) by putting ``after`` below
     ``before`` when side by side would be wider; a band of more contributors than its cell can
     show as stripes (< 5 px each) says "all 16" / "12 ranks" instead.
 

@@ -5,7 +5,7 @@ the work each rank does per round of ring attention, the tokens each rank routes
 Painted with the views' one raster engine (:mod:`collnb.views.raster`): a white-to-blue ramp
 (lightness alone carries the value, so it reads under every colour-vision deficiency), text in
 dark ink on light cells and white on dark ones (each >= 4.5:1, :func:`collnb.views.palette.contrast_ratio`),
-labels >= :data:`collnb.views.palette.MIN_LABEL_PX`, at most 1000 px wide.
+labels >= :data:`collnb.views.palette.MIN_LABEL_PX`, at most :data:`collnb.views.palette.MAX_WIDTH_PX` wide.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .palette import INK, MIN_LABEL_PX, MISMATCH_COLOR, contrast_ratio, hex_rgb
+from .palette import INK, MAX_WIDTH_PX, MIN_LABEL_PX, MISMATCH_COLOR, contrast_ratio, hex_rgb
 from .raster import Canvas, encode_png
 
 __all__ = ["MatrixPanel", "MatrixPicture", "matrix_image", "ramp_color"]
@@ -24,7 +24,6 @@ _BLUES = np.array([hex_rgb(h) for h in ("#F7FBFF", "#DEEBF7", "#C6DBEF", "#9ECAE
                                         "#2171B5", "#08519C", "#08306B")])
 _BORDER = hex_rgb("#BDBDBD")
 _WHITE = np.array([1.0, 1.0, 1.0], dtype=np.float32)
-_MAX_WIDTH = 1000
 
 
 def ramp_color(share: float) -> np.ndarray:
@@ -96,7 +95,7 @@ def _cell_text(v) -> str:
 
 def matrix_image(panels, *, row_label: str = "rank", column_label: str = "", row_names=None, column_names=None,
                  title: str = "", note: str = "", framed_note: str = "", vmax: float | None = None) -> MatrixPicture:
-    """Paint one or more :class:`MatrixPanel` side by side (below each other when wider than 1000 px)
+    """Paint one or more :class:`MatrixPanel` side by side (below each other when wider than :data:`collnb.views.palette.MAX_WIDTH_PX`)
     on one colour scale.
 
     Args:
@@ -134,14 +133,14 @@ def matrix_image(panels, *, row_label: str = "rank", column_label: str = "", row
     cell = max(cell, int(longest) + 10)
     gutter = int(max(probe.measure(r, label_px)[0] for r in rows) + probe.measure(row_label, label_px)[0] + 24)
     panel_w = n_cols * cell
-    per_line = max(1, min(len(panels), (_MAX_WIDTH - gutter) // (panel_w + 24)))
+    per_line = max(1, min(len(panels), (MAX_WIDTH_PX - gutter) // (panel_w + 24)))
     lines = -(-len(panels) // per_line)
     head = 26 if title else 6
     foot_lines = max(len(_wrap(probe, p.footer, panel_w + 16, MIN_LABEL_PX + 1)) for p in panels)
     panel_h = 52 + n_rows * cell + 8 + 16 * foot_lines + 14
     framed_any = any(p.framed for p in panels)
     foot = (20 if note else 0) + (20 if framed_any and framed_note else 0) + 8
-    width = min(_MAX_WIDTH, gutter + per_line * (panel_w + 24))
+    width = min(MAX_WIDTH_PX, gutter + per_line * (panel_w + 24))
     height = head + lines * panel_h + foot
     cv = Canvas(width, height)
     if title:

@@ -32,6 +32,9 @@ _EXTRA_FILLS = ["#DAFFE9", "#9E9EFF", "#FFD2C3", "#00FFF0", "#E9DAFF", "#9EE98F"
 _FILL_CONTRAST = 7.0     # WCAG AAA: black (#111) text on any rank's fill
 _TEXT_CONTRAST = 4.5     # WCAG AA: a rank-coloured label on white
 MIN_LABEL_PX = 10.0      #: the smallest font (pixels per em) of any label a learner needs
+#: The widest picture any view paints, in pixels (a notebook's output area at 100 % zoom; wider
+#: content wraps or goes below).
+MAX_WIDTH_PX = 1000
 
 
 def hex_rgb(h) -> np.ndarray:
