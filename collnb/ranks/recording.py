@@ -238,8 +238,7 @@ def _specs() -> dict:
 
 _SPEC_TABLE: dict = {}
 _WAIT_OP = None
-#: torch.profiler.record_function's enter/exit operators (they pass through dispatch modes).
-_PROFILER_OPS: set = set()
+_PROFILER_OPS: set = set()  # torch.profiler.record_function's enter/exit (they pass dispatch modes)
 
 # Where the Python stack says an operation came from.
 _TD = os.path.dirname(os.path.abspath(dist.__file__)) + os.sep
@@ -291,12 +290,8 @@ class Recorder(TorchDispatchMode):
         self._start_seq: dict = {}         # ProcessGroup -> sequence number when recording began
         self._last_outer = None
         self._call = -1
-        #: a :class:`collnb.ranks.timeline.Collector` (``launch(..., timeline=True)``), which is also
-        #: handed ``torch.profiler.record_function``'s operators (its regions); else ``None``.
-        self.timeline = None
-        if not _PROFILER_OPS:
-            _PROFILER_OPS.update((torch.ops.profiler._record_function_enter_new,
-                                  torch.ops.profiler._record_function_exit))
+        self.timeline = None  # a timeline.Collector: also handed record_function's operators
+        _PROFILER_OPS.update((torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit))
 
     # -- observers -------------------------------------------------------------------------------
     def add_observer(self, observer) -> None:

@@ -6,8 +6,12 @@ and the learner's marked regions, on one clock across ranks (``launch(fn, n, tim
 ``issued_ns``/``returned_ns`` and the :class:`torch.distributed.Work`). The completion of a
 ``c10d`` operation is the moment its ``Work``'s future completes (``work.get_future()``'s done
 callback, run on the backend's thread: gloo runs a collective on its own thread even when the
-Python call blocks, so ``returned_ns`` is only when it was enqueued); the completion of a
-functional collective is its ``wait_tensor`` (``obs.waited``). The learner's regions are
+Python call blocks, so ``returned_ns`` is only when it was enqueued). Gloo's send/recv Work has no
+future and says it is completed only once waited on: its completion is when the blocking
+``dist.send``/``dist.recv`` returned, or when ``wait()`` returned on the Work of ``isend``/``irecv``
+(``batch_isend_irecv``: the first of its Works waited on completes all of them), as
+:data:`._dist_hooks.completion_observers` tells it. The completion of a functional collective is
+its ``wait_tensor`` (``obs.waited``). The learner's regions are
 :func:`region` (``with collnb.region("forward"):``) and ``torch.profiler.record_function``
 (seen as the ``profiler._record_function_enter_new`` operator by the rank's dispatch mode).
 Without ``timeline=True`` none of this is installed: :func:`region` is a no-op costing one global
@@ -31,7 +35,7 @@ its completion is the *transfer* (the algorithm running). A send/recv pair is ma
 way (the n-th send from a to b with the n-th recv on b from a). This is the split HTA's and Nsight's
 "communication wait" makes (HTA: ``hta.analyzers`` "collective wait" / straggler analysis).
 
-The kernel side, :class:`Timeline`, imports no torch: it builds spans, draws nothing (the picture
+The kernel side, :class:`Timeline`, works on plain values (no torch objects): it builds spans, draws nothing (the picture
 is :func:`collnb.views.timeline_image`) and exports a Chrome/Perfetto trace
 (:meth:`Timeline.chrome_trace`: the Trace Event Format, one process per rank, complete ``"X"``
 events in µs).
@@ -43,6 +47,8 @@ import contextlib
 import json
 import time
 from dataclasses import dataclass
+
+from . import _dist_hooks
 
 __all__ = ["region", "Collector", "start", "stop", "stop_quietly", "Timeline", "Span", "CLOCK"]
 
@@ -101,6 +107,7 @@ class Collector:
         self.start_ns = _now()
         self.end_ns = None
         self._by_issue = {}
+        self._unfinished = []  # entries of Works without a future (gloo send/recv), not yet complete
         self._open_functions = []  # (name, start_ns, depth) of record_function regions still open
 
     # -- observer of collnb.ranks.recording ------------------------------------------------------
@@ -114,12 +121,24 @@ class Collector:
         if work is not None:
             try:
                 future = work.get_future()
-            except Exception:  # noqa: BLE001 - a Work without a future: its return is all we know
-                entry[3] = issue.returned_ns
+            except Exception:  # noqa: BLE001 - gloo's send/recv: "Work::getFuture not implemented"
+                self._unfinished.append(entry)  # completed when its call returns or is waited on
                 return
             future.add_done_callback(lambda _f, e=entry: e.__setitem__(3, _now()))
         else:
             self._by_issue[id(issue)] = entry
+
+    def completed_between(self, began_ns, returned_ns, now_ns) -> None:
+        """The operations without a future issued between ``began_ns`` and ``returned_ns`` (one
+        call of a ``torch.distributed`` function) completed by ``now_ns`` (see
+        :data:`._dist_hooks.completion_observers`)."""
+        keep = []
+        for entry in self._unfinished:
+            if began_ns <= entry[1] <= returned_ns:
+                entry[3] = now_ns
+            else:
+                keep.append(entry)
+        self._unfinished = keep
 
     def waited(self, issue, ns) -> None:
         entry = self._by_issue.pop(id(issue), None)
@@ -159,6 +178,7 @@ def start(recorder) -> Collector:
     global _active
     collector = Collector()
     recorder.add_observer(collector)
+    _dist_hooks.completion_observers.append(collector)
     recorder.timeline = collector
     _active = collector
     return collector
@@ -167,17 +187,27 @@ def start(recorder) -> Collector:
 def stop_quietly() -> None:
     """Drop the rank's timeline (the function failed): :func:`region` is a no-op again."""
     global _active
+    if _active is not None:
+        _forget(_active)
     _active = None
+
+
+def _forget(collector) -> None:
+    if collector in _dist_hooks.completion_observers:
+        _dist_hooks.completion_observers.remove(collector)
 
 
 def stop(collector) -> dict:
-    """Stop the rank's timeline; returns :meth:`Collector.result`. Operations still running are
-    given up to 1 s to complete (their futures' callbacks); one that does not keeps ``None``."""
+    """Stop the rank's timeline; returns :meth:`Collector.result`. Operations with a future still
+    running are given up to 1 s to complete (their callbacks); one that does not, and a send/recv
+    never waited on, keeps ``completed_ns=None`` (drawn to the rank's end, framed red)."""
     global _active
     _active = None
     collector.end_ns = _now()
+    _forget(collector)
     deadline = time.monotonic() + 1.0
-    while any(e[3] is None for e in collector.ops) and time.monotonic() < deadline:
+    waiting = [e for e in collector.ops if e[3] is None and not any(e is u for u in collector._unfinished)]
+    while any(e[3] is None for e in waiting) and time.monotonic() < deadline:
         time.sleep(0.001)
     return collector.result()
 
