@@ -28,7 +28,7 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from .recording import CallRecord, CallRecords
 from .recording import active as active_recorder
 from .timeline import Span, Timeline, region
-from ._torch_internals import distributed_c10d
+from ._torch_internals import distributed_c10d, flight_recorder_dump
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import backend_info, check_ranks, launch, shutdown
 from .pool import LaunchResults, RankPool
@@ -39,4 +39,4 @@ from .serialization import iter_functions
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
-           "Timeline", "Span", "region"]
+           "Timeline", "Span", "region", "flight_recorder_dump"]
