@@ -14,7 +14,8 @@ analyser (``fr_trace``) and collnb's blame read from the same structured entries
   the other ranks as culprits).
 * ``mismatched_shape``: the culprit's 2nd all_reduce has 6 floats: the ranks wait until the
   timeout. Flight Recorder: ``input_sizes`` ``[[6]]`` against ``[[4]]`` at sequence number 2;
-  ``fr_trace``: "Not all ranks joining collective, sequence number: 3 ... missing ranks: {culprit}".
+  ``fr_trace``: "Collective sequence number: 2 has errors ... SIZE_OR_SYNTAX_MISMATCH", then "Not all
+  ranks joining collective, sequence number: 3 ... missing ranks: {culprit}".
 * ``wrong_splits``: the culprit sends 1 float instead of 2 to rank 0 (input 7 floats,
   ``input_split_sizes=[1, 2, 2, 2]``). Nothing hangs and nothing fails: rank 0 silently receives a
   short message (its last float is stale). Flight Recorder: ``input_sizes`` ``[[7]]`` against
@@ -238,7 +239,7 @@ class FaultRun:
             values.append(row_v)
             texts.append(row_t)
         return matrix_image([MatrixPanel(f"Flight Recorder: {self.fault}", values, texts, framed)],
-                            row_label="rank", column_label="collective sequence number (collective_seq_id)",
+                            row_label="rank", column_label="collective_seq_id",
                             column_names=[str(s) for s in seqs], vmax=1.0,
                             framed_note="collnb's blame, from these entries",
                             note=(f"blamed: rank {', '.join(map(str, blame.ranks))}"
