@@ -253,7 +253,9 @@ def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_t
 
     Args:
         fault: one of :data:`FAULTS`.
-        world_size: 2..8 ranks (int).
+        world_size: 4 or 8 ranks (int): collnb's fresh ranks form one default group of 4, 8 or 16, and a
+            smaller call runs in a subgroup, whose entries fr_trace would read beside the default
+            group's of ranks that did not take part.
         culprit: the rank the fault is injected on, 0..world_size-1.
         collective_timeout: seconds a rank waits in a collective for a missing peer (the hang ends).
         buffer_size: ``TORCH_FR_BUFFER_SIZE``, entries per rank.
@@ -265,12 +267,13 @@ def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_t
         sequence numbers start at 1; the next plain ``collnb.launch`` starts fresh ranks again.
 
     Raises:
-        ValueError: an unknown fault, a world size outside 2..8, a culprit outside the ranks.
+        ValueError: an unknown fault, a world size other than 4 and 8, a culprit outside the ranks.
     """
     if fault not in FAULTS:
         raise ValueError(f"fault must be one of {FAULTS}; got {fault!r}")
-    if not isinstance(world_size, int) or not 2 <= world_size <= 8:
-        raise ValueError(f"world_size must be 2..8 for the hang lab; got {world_size!r}")
+    if world_size not in (4, 8) or isinstance(world_size, bool):
+        raise ValueError(f"world_size must be 4 or 8 for the hang lab (fresh ranks of exactly that many: "
+                         f"the dumps then hold the default group, as a torchrun job's); got {world_size!r}")
     if not isinstance(culprit, int) or not 0 <= culprit < world_size:
         raise ValueError(f"culprit must be a rank 0..{world_size - 1}; got {culprit!r}")
     dump_dir = dump_dir or tempfile.mkdtemp(prefix=f"collnb-fr-{fault}-")
