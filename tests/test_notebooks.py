@@ -158,6 +158,15 @@ EXPECTED = {
         # (36 + 3 x 64) / (36 + 3 x 32)
         ("balance", "plain / zig-zag, slowest-rank pair-times per forward pass: 1.73"),
     ],
+    # serial: the all_reduce is issued after the compute region ended, so no compute beside it (exactly 0 %);
+    # overlapped: issued before the compute region starts, still running when it starts (a 4 MiB gloo
+    # all_reduce takes ms); exposed + overlapped = communication by definition (HTA's intervals)
+    "17_overlap": [
+        ("serial", "serial: overlap 0.0 %, 0.0 % on every rank"),
+        ("overlapped", "overlapped: overlap > 0 % on every rank: True"),
+        ("overlapped", "exposed + overlapped = communication on every rank: True"),
+        ("gpu", "skipped: this cell needs 2 CUDA devices"),
+    ],
     # rank 3 sleeps 0.3 s, the others 0.05 s: they wait ~0.25 s at the second all_reduce. The faults on rank 1
     # (collnb.labs.hangs): a skipped 2nd all_reduce puts its all_to_all at sequence number 3; 6 floats at number 2;
     # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements and leaves rank 0's 4th value at its -1 fill

@@ -198,3 +198,17 @@ def test_gantt_draws_waiting_apart_from_transfer(tmp_path):
     assert (tmp_path / "t.png").read_bytes() == pic.png
     with pytest.raises(ValueError, match="width"):
         collnb.timeline_image(tl, width=100)
+
+
+def test_overlap_as_hta_defines_it_exact():
+    ms = 1_000_000
+    op = dict(name="all_reduce", op="all_reduce", peer=None, group_ranks=(0,), shapes=((4,),),
+              dtypes=("float32",), nbytes=16, call=0)
+    # communication 0-40 ms and 60-80 ms (60 ms); compute 20-70 ms: overlapped 20-40 and 60-70 = 30 ms
+    data = dict(ops=[dict(op, issued_ns=0, returned_ns=ms, completed_ns=40 * ms),
+                     dict(op, issued_ns=60 * ms, returned_ns=61 * ms, completed_ns=80 * ms)],
+                regions=[("compute", 20 * ms, 70 * ms, 0), ("other", 0, 80 * ms, 0)], start_ns=0, end_ns=90 * ms)
+    o = Timeline([data]).overlap(0)
+    assert o == dict(communication=60 * ms, overlapped=30 * ms, exposed=30 * ms, overlap_pct=50.0)
+    assert Timeline([data]).overlap(0, compute="other")["overlap_pct"] == 100.0
+    assert Timeline([dict(data, ops=[])]).overlap(0)["overlap_pct"] == 0.0

@@ -265,6 +265,17 @@ class Span:
         return self.end - self.start
 
 
+def _union(spans) -> list:
+    """Sorted, merged ``(start, end)`` intervals (what HTA's ``merge_kernel_intervals`` does)."""
+    out = []
+    for s, e in sorted(spans):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [tuple(x) for x in out]
+
+
 class Timeline:
     """The timelines of one ``launch(..., timeline=True)`` call, one per rank, on one clock.
 
@@ -335,6 +346,32 @@ class Timeline:
     def end(self) -> int:
         """ns from the origin to the last rank's end."""
         return max((d["end_ns"] for d in self.raw), default=self.origin_ns) - self.origin_ns
+
+    def overlap(self, rank: int, compute=("compute",)) -> dict:
+        """How much of rank ``rank``'s communication ran while it computed, as HTA defines its
+        computation-communication overlap: the time both ran (the union of the communication spans
+        intersected with the union of the compute regions) over the time communication ran (the
+        union of the spans, issue to completion, waiting included, as a communication kernel runs
+        while it waits for its peers). Source: HolisticTraceAnalysis, ``hta/analyzers/
+        communication_analysis.py`` (``get_comm_comp_overlap``: merged kernel intervals, overlap
+        time / communication time; https://hta.readthedocs.io).
+
+        Args:
+            rank: the rank (int).
+            compute: the names of the regions that are computation (str or tuple of str).
+
+        Returns:
+            dict of ns (int) ``communication``, ``overlapped``, ``exposed`` (communication with no
+            compute beside it: what the step waits for) and ``overlap_pct`` (float, 0..100;
+            0.0 when the rank did not communicate).
+        """
+        names = (compute,) if isinstance(compute, str) else tuple(compute)
+        comm = _union([(s.start, s.end) for s in self.operations(rank)])
+        comp = _union([(s.start, s.end) for s in self.regions(rank) if s.name in names])
+        total = sum(e - s for s, e in comm)
+        both = sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in comm for s2, e2 in comp)
+        return dict(communication=total, overlapped=both, exposed=total - both,
+                    overlap_pct=100.0 * both / total if total else 0.0)
 
     def table(self) -> str:
         """One line per operation: rank, operation, k, issued, waiting, transfer (ms)."""
