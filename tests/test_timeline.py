@@ -212,3 +212,7 @@ def test_overlap_as_hta_defines_it_exact():
     assert o == dict(communication=60 * ms, overlapped=30 * ms, exposed=30 * ms, overlap_pct=50.0)
     assert Timeline([data]).overlap(0, compute="other")["overlap_pct"] == 100.0
     assert Timeline([dict(data, ops=[])]).overlap(0)["overlap_pct"] == 0.0
+    # within a "step" region of 30-80 ms: communication 30-40 and 60-80 (30 ms), overlapped 30-40 and 60-70
+    stepped = dict(data, regions=data["regions"] + [("step", 30 * ms, 80 * ms, 0)])
+    assert Timeline([stepped]).overlap(0, within="step") == dict(
+        communication=30 * ms, overlapped=20 * ms, exposed=10 * ms, overlap_pct=pytest.approx(200 / 3))

@@ -347,7 +347,7 @@ class Timeline:
         """ns from the origin to the last rank's end."""
         return max((d["end_ns"] for d in self.raw), default=self.origin_ns) - self.origin_ns
 
-    def overlap(self, rank: int, compute=("compute",)) -> dict:
+    def overlap(self, rank: int, compute=("compute",), within: str | None = None) -> dict:
         """How much of rank ``rank``'s communication ran while it computed, as HTA defines its
         computation-communication overlap: the time both ran (the union of the communication spans
         intersected with the union of the compute regions) over the time communication ran (the
@@ -359,6 +359,8 @@ class Timeline:
         Args:
             rank: the rank (int).
             compute: the names of the regions that are computation (str or tuple of str).
+            within: count only what falls inside the regions of this name (e.g. ``"step"``: leave
+                out a set-up barrier); ``None``: the whole call.
 
         Returns:
             dict of ns (int) ``communication``, ``overlapped``, ``exposed`` (communication with no
@@ -368,6 +370,10 @@ class Timeline:
         names = (compute,) if isinstance(compute, str) else tuple(compute)
         comm = _union([(s.start, s.end) for s in self.operations(rank)])
         comp = _union([(s.start, s.end) for s in self.regions(rank) if s.name in names])
+        if within is not None:
+            windows = _union([(s.start, s.end) for s in self.regions(rank) if s.name == within])
+            comm, comp = (_union([(max(s, ws), min(e, we)) for s, e in spans for ws, we in windows
+                                  if min(e, we) > max(s, ws)]) for spans in (comm, comp))
         total = sum(e - s for s, e in comm)
         both = sum(max(0, min(e1, e2) - max(s1, s2)) for s1, e1 in comm for s2, e2 in comp)
         return dict(communication=total, overlapped=both, exposed=total - both,
