@@ -200,7 +200,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         fn, args, kwargs, files = loads(msg.task)
         restore_files(fn, files)
         before = internals.live_groups()
-        calls = events = None
+        calls = events = collector = None
         try:
             # Groups the function creates keep their rendezvous keys under a prefix of this
             # call's own, so a re-run (same group names: hashed from ranks) starts clean.
@@ -212,7 +212,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
                         collector = timeline.start(recorder)
                 result = fn(rank, msg.world_size, *args, **kwargs)
         finally:
-            if msg.timeline:
+            if collector is not None:
                 events = timeline.stop(collector)
             if msg.record_calls or msg.timeline:
                 calls = recording.stop()
