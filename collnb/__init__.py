@@ -26,23 +26,24 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .placements import Placement, RedistributeResult, redistribute
     from .labs.script import to_script
     from .ranks import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout, RankError,
-                        backend_info, connect, disconnect, launch, shutdown)
+                        Timeline, backend_info, connect, disconnect, launch, region, shutdown)
     from .views import (compare, compare_figure, explore, explore_redistribute, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
-                        replay, save_filmstrip, save_gif)
+                        replay, save_filmstrip, save_gif, timeline_image, timeline_png)
 
 __version__ = "0.1.0"
 
 #: Public name -> the package (layer facade or module) it is taken from.
 _WHERE = {
     **dict.fromkeys(("BACKENDS", "MAX_WORLD_SIZE", "CallRecord", "LaunchError", "LaunchResults", "LaunchTimeout",
-                     "RankError", "backend_info", "connect", "disconnect", "launch", "shutdown"), ".ranks"),
+                     "RankError", "backend_info", "connect", "disconnect", "launch", "shutdown", "region",
+                     "Timeline"), ".ranks"),
     **dict.fromkeys(("DTYPE_NAMES", "PRIMITIVES", "REDUCE_OPS", "BackendSupport", "RunResult", "backend_support",
                      "run", "run_batch"), ".collectives"),
     **dict.fromkeys(("Placement", "RedistributeResult", "redistribute"), ".placements"),
     **dict.fromkeys(("ALGORITHMS", "CostModel", "Trace", "algbw", "busbw", "costmodel", "predict", "run_algorithm",
                      "run_algorithms", "schedule"), ".algorithms"),
     **dict.fromkeys(("explore_redistribute", "compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
-                     "heatmap_png", "replay", "save_filmstrip", "save_gif"), ".views"),
+                     "heatmap_png", "replay", "save_filmstrip", "save_gif", "timeline_image", "timeline_png"), ".views"),
     **dict.fromkeys(("bench", "examples", "exercises"), ".labs"),  # collnb.bench.bench(...), collnb.exercises...
     "to_script": ".labs.script",
 }
@@ -62,6 +63,7 @@ __all__ = [
     "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
     "connect", "disconnect", "to_script",
     "redistribute", "RedistributeResult", "Placement", "explore_redistribute",
+    "region", "Timeline", "timeline_image", "timeline_png",
 ]
 
 

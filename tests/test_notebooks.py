@@ -158,6 +158,36 @@ EXPECTED = {
         # (36 + 3 x 64) / (36 + 3 x 32)
         ("balance", "plain / zig-zag, slowest-rank pair-times per forward pass: 1.73"),
     ],
+    # serial: the all_reduce is issued after the compute region ended, so no compute beside it (exactly 0 %);
+    # overlapped: issued before the compute region starts, still running when it starts (a 4 MiB gloo
+    # all_reduce takes ms); exposed + overlapped = communication by definition (HTA's intervals)
+    "17_overlap": [
+        ("serial", "serial: overlap 0.0 %, 0.0 % on every rank"),
+        ("overlapped", "overlapped: overlap > 0 % on every rank: True"),
+        ("overlapped", "exposed + overlapped = communication on every rank: True"),
+        ("gpu", "skipped: this cell needs 2 CUDA devices"),
+    ],
+    # rank 3 sleeps 0.3 s, the others 0.05 s: they wait ~0.25 s at the second all_reduce. The faults on rank 1
+    # (collnb.labs.hangs): a skipped 2nd all_reduce puts its all_to_all at sequence number 3; 6 floats at number 2;
+    # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements and leaves rank 0's 4th value at its -1 fill
+    # (rank s sends rank 0 [100 s, 100 s + 1]; rank 1 only 101); the sleeper leaves no dump
+    "18_hangs": [
+        ("timeline", "rank 3 arrived last at the second all_reduce"),
+        ("timeline", "waiting about 0.25 s on ranks 0-2: True"),
+        ("skipped-table", "   1    3  all_to_all   [[8]]"),
+        ("skipped", "collnb's blame: rank(s) [1] at collective 3"),
+        ("skipped-fr", "Collective sequence number: 3 has errors"),
+        ("skipped-fr", "COLLECTIVE_TYPE_MISMATCH"),
+        ("shape", "collnb's blame: rank(s) [1] at collective 2"),
+        ("shape", "missing ranks: {1}"),
+        ("splits", "collnb raised: None"),
+        ("splits", "rank 0 received [0.0, 1.0, 101.0, -1.0, 200.0, 201.0, 300.0, 301.0]"),
+        ("splits", "total input numel: 31"),
+        ("sleep", "DidNotJoin: rank 1 never reached"),
+        ("sleep", "Missing dump files from ranks {1}"),
+        ("cli", "SIZE_OR_SYNTAX_MISMATCH"),
+        ("check", "not answered yet"),
+    ],
     "algorithms": [
         ("predict", "binomial_tree all_reduce at world size 5: 6 rounds"),
     ],

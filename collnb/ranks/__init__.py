@@ -17,6 +17,7 @@ Other layers import from this package only, never from its modules. Inside it:
 ``tracebacks``              a rank's traceback with the learner's frames only
 ``processes``               process life: watchdog, no orphans, stale directories
 ``recording``               every communication operation a rank issues (:class:`CallRecord`)
+``timeline``                per-rank timelines on one clock (:class:`Timeline`, :func:`region`)
 ``_dist_hooks``             torch.distributed's functions wrapped inside a call: layouts, group timeouts
 ``_torch_internals``        every use of torch's private internals, each saying what public API is missing
 ``remote`` / ``engines``    ranks on ipyparallel engines: the kernel side / the engine side
@@ -26,7 +27,8 @@ Other layers import from this package only, never from its modules. Inside it:
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from .recording import CallRecord, CallRecords
 from .recording import active as active_recorder
-from ._torch_internals import distributed_c10d
+from .timeline import Span, Timeline, region
+from ._torch_internals import distributed_c10d, flight_recorder_dump
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import backend_info, check_ranks, launch, shutdown
 from .pool import LaunchResults, RankPool
@@ -36,4 +38,5 @@ from .serialization import iter_functions
 
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
-           "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder"]
+           "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
+           "Timeline", "Span", "region", "flight_recorder_dump"]

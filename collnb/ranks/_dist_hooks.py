@@ -47,7 +47,7 @@ import torch.distributed as dist
 from ._torch_internals import distributed_c10d, has_internal_overlap, patch_default_timeout
 from .failures import collective_timeout_name, which_timeout
 
-__all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT"]
+__all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT", "completion_observers"]
 
 #: What to do about a tensor whose layout cannot receive a result (also used in error messages).
 LAYOUT_HINT = "non-contiguous; call .contiguous() and copy back"
@@ -198,14 +198,15 @@ def _make_wrapper(name, orig):
             return orig(*args, **kwargs)
         depth = _enter()
         timing = (name, sig, args, kwargs, _tls.since)
+        began = time.perf_counter_ns() if completion_observers else 0
         try:
             if name == "batch_isend_irecv":
-                return [_timed(w, timing) for w in _batch(orig, args, kwargs)]
+                return _spanned([_timed(w, timing) for w in _batch(orig, args, kwargs)], began)
             if _state["check_layout"] and roles and _any_odd(args, kwargs):
                 result = _call_with_dense(orig, name, sig.bind(*args, **kwargs), roles)
             else:
                 result = orig(*args, **kwargs)
-            return _timed(result, timing)
+            return _spanned(_timed(result, timing), began)
         except Exception as exc:
             _name_timeout(exc, *timing)
             raise
@@ -292,6 +293,31 @@ def name_unmeasured(exc):
         exc.collnb_timeout = which_timeout(candidates, str(exc), at_most=time.monotonic() - _state["since"])
     except Exception:  # noqa: BLE001 - as above
         pass
+
+
+#: Objects with ``completed_between(began_ns, returned_ns, now_ns)``, told when the operations a
+#: wrapped call issued between those times (``time.perf_counter_ns``) are known to be complete: a
+#: blocking call returned, or ``wait()`` returned on the Work of an ``async_op=True`` call. Gloo's
+#: send/recv Work has no future (``Work::getFuture not implemented``) and reports itself completed
+#: only once waited on, so this is the only moment a timeline (:mod:`.timeline`) can see. Empty
+#: unless ``launch(..., timeline=True)``: then the wrappers read the clock.
+completion_observers: list = []
+
+
+def _spanned(result, began):
+    """Tell :data:`completion_observers` that a blocking call's operations completed, or keep the
+    call's span on its Work(s) for their ``wait()``; returns ``result``."""
+    if not completion_observers:
+        return result
+    returned = time.perf_counter_ns()
+    works = [w for w in (result if isinstance(result, list) else [result]) if isinstance(w, _CopyBackWork)]
+    if works:
+        for w in works:
+            w._span = (began, returned)
+    elif result is None or not isinstance(result, (list, dist.Work)):
+        for obs in list(completion_observers):
+            obs.completed_between(began, returned, returned)
+    return result
 
 
 def _timed(result, timing):
@@ -432,6 +458,7 @@ class _CopyBackWork(dist.Work):
         self._copies = copies
         self._copied = False
         self._timing = timing  # the call's (name, sig, args, kwargs, start): to name a timeout wait() raises
+        self._span = None      # (began_ns, returned_ns) of the call, for completion_observers
 
     def _finish(self):
         if not self._copied:
@@ -447,6 +474,10 @@ class _CopyBackWork(dist.Work):
                 _name_timeout(exc, *self._timing, wait=(start, timeout))
             raise
         self._finish()
+        if self._span is not None and completion_observers:
+            now = time.perf_counter_ns()
+            for obs in list(completion_observers):
+                obs.completed_between(*self._span, now)
         return done
 
     def is_completed(self):

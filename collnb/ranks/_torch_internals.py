@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as distributed_c10d
 
-__all__ = ["distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
+__all__ = ["flight_recorder_dump", "distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
@@ -267,3 +267,22 @@ def backend_flag_readers() -> list:
         if fn is not None:
             out.append((name, functools.partial(fn, *args) if args else fn))
     return out
+
+
+def flight_recorder_dump() -> tuple:
+    """This process's Flight Recorder buffer (``TORCH_FR_BUFFER_SIZE`` entries, set before its
+    process groups were made): ``(pickle bytes, JSON bytes)``. The pickle is the per-rank file
+    ``torch.distributed.flight_recorder.fr_trace`` reads (a dict: ``version``, ``pg_config``,
+    ``pg_status``, ``entries``); the JSON holds the same entries (``collective_seq_id``,
+    ``profiling_name`` such as ``"gloo:all_reduce"``, ``input_sizes``, ``state``, ...). Stack traces
+    are left out (symbolising them imports ``torch._inductor``, seconds in a fresh rank) and every
+    entry is kept, completed or not.
+
+    Missing public API: torch has no public way to dump the Flight Recorder of a gloo process
+    (NCCL's watchdog dumps it itself on a timeout, ``TORCH_NCCL_DUMP_ON_TIMEOUT``); the functions used,
+    ``torch._C._distributed_c10d._dump_fr_trace(includeCollectives, includeStackTraces, onlyActive)``
+    and ``_dump_fr_trace_json(includeCollectives, onlyActive)``, are the ones torch's own tests use."""
+    from torch._C import _distributed_c10d as c10d_c  # noqa: PLC0415 - private, used here only
+
+    return c10d_c._dump_fr_trace(True, False, False), c10d_c._dump_fr_trace_json(True, False)
+

@@ -61,6 +61,7 @@ class Event:
     seq: Any = None
     intact: bool = True
     calls: Any = None
+    timeline: Any = None
     timeout_name: str = ""  # which timeout fired, in words (communication errors only)
     timeout: Any = None     # the rank's TimeoutReport (communication errors only)
 

@@ -212,7 +212,7 @@ def _check_signature(fn, args, kwargs):
 def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | None = None,
            backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0,
            debug: bool = True, start_method: str | None = None, *, record_calls: bool = False,
-           show_backend_log: bool = False):
+           show_backend_log: bool = False, timeline: bool = False, flight_recorder: int = 0):
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` real ranks.
 
     Each rank is a process started through :mod:`torch.multiprocessing`, already inside an
@@ -238,6 +238,16 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
             afresh; needed when CUDA is already initialised here).
         record_calls: also return every communication operation each rank's function issued
             (keyword only; see Returns and :mod:`collnb.ranks.recording`).
+        timeline: also return when each communication operation was issued, waited for its last
+            rank and completed on every rank, and the regions marked with :func:`collnb.region`
+            or ``torch.profiler.record_function``, on one clock (keyword only): the result is a
+            :class:`LaunchResults` whose ``.timeline`` is a :class:`.timeline.Timeline` (draw it with
+            :func:`collnb.views.timeline_image`, export it with ``.save_chrome_trace(path)``).
+            Off by default and then free: nothing is installed in the ranks.
+        flight_recorder: entries of torch's Flight Recorder per rank (keyword only; 0, the
+            default, leaves it off). Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is
+            made, and warm ranks made theirs already, so a value other than the warm pool's starts
+            fresh ranks with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
         show_backend_log: print the lines the backend's C++ code logs (``[E... ProcessGroupGloo.cpp:...]``)
             in the cell as they come (keyword only). By default they are kept out of the cell and
             attached to the error as ``err.backend_log`` (its message says how many); after a call
@@ -312,11 +322,14 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
     start_method = start_method or _default_start_method()
     _check_request(fn, world_size, backend, start_method)
     check_call_arguments(args, kwargs)
-    for name, flag in (("debug", debug), ("record_calls", record_calls), ("show_backend_log", show_backend_log)):
+    for name, flag in (("debug", debug), ("record_calls", record_calls), ("show_backend_log", show_backend_log),
+                       ("timeline", timeline)):
         check_flag(name, flag)
+    if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
+        raise ValueError(f"flight_recorder must be a number of entries >= 0 (e.g. 200; 0 = off); got {flight_recorder!r}")
     _check_signature(fn, tuple(args), kwargs)
     _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
-    key = (backend, bool(debug), float(collective_timeout), start_method)
+    key = (backend, bool(debug), float(collective_timeout), start_method, int(flight_recorder))
     with _pool_guard:
         pool = _pool
         if pool is not None and not pool.broken and pool.lock.acquire(blocking=False):
@@ -339,19 +352,19 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         if pool is None or pool.broken or pool.key != key:
             if pool is not None:
                 pool.close()
-            pool = _pool = RankPool(backend, debug, collective_timeout, start_method)
+            pool = _pool = RankPool(backend, debug, collective_timeout, start_method, flight_recorder)
         private = not pool.lock.acquire(blocking=False)
     if private:
         # Another thread is using the warm pool: run on a private pool of our own.
-        own = RankPool(backend, debug, collective_timeout, start_method)
+        own = RankPool(backend, debug, collective_timeout, start_method, flight_recorder)
         try:
             return own.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls,
-                           show_backend_log=show_backend_log)
+                           show_backend_log=show_backend_log, timeline=timeline)
         finally:
             own.close()
     try:
         return pool.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls,
-                        show_backend_log=show_backend_log)
+                        show_backend_log=show_backend_log, timeline=timeline)
     finally:
         pool.lock.release()
 

@@ -30,9 +30,10 @@ from .failures import Event, call_error, death_text, failed_event, rebuild_resul
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, encode, receive, send
-from .rank import rank_main
+from .rank import rank_main, resolve_rank_names
 from .rank_state import Watch
 from .recording import CallRecords
+from .timeline import Timeline
 from .serialization import Unsendable, code_files, dumps
 from .tracebacks import ipython_cells, parse_stack
 
@@ -47,11 +48,14 @@ class LaunchResults(list):
         calls: one :class:`CallRecords` list per rank (rank order) of :class:`CallRecord`: every
             communication operation that rank's function issued, in issue order, whichever API
             issued it (see :mod:`collnb.ranks.recording`); collnb's own set-up is not included.
+        timeline: with ``launch(..., timeline=True)``, the call's :class:`.timeline.Timeline` (every
+            rank's operations and regions on one clock), else ``None``.
     """
 
-    def __init__(self, results=(), calls=None):
+    def __init__(self, results=(), calls=None, timeline=None):
         super().__init__(results)
         self.calls = calls if calls is not None else [[] for _ in self]
+        self.timeline = timeline
 
 
 @dataclass
@@ -94,6 +98,8 @@ class RankPool:
             collective for a peer before it fails.
         start_method: ``"fork"`` (fast: ~0.1 s per rank, ~5 MB each) or
             ``"spawn"`` (each rank imports torch: ~1.5 CPU-s and ~150 MB per rank).
+        flight_recorder: ``TORCH_FR_BUFFER_SIZE`` in the ranks (entries of torch's Flight Recorder
+            per rank, read when a process group is made); 0 leaves it unset (off).
 
     The pool's ranks form one default process group of ``base_size`` ranks, grown in steps of
     4, 8, 16 to the largest world size asked of it (fork + rendezvous). A call at a smaller world
@@ -103,8 +109,10 @@ class RankPool:
     group instead costs 35–110 ms per change at world size <= 8 (measured on 2 cores).
     """
 
-    def __init__(self, backend="gloo", debug=True, collective_timeout=5.0, start_method="fork"):
+    def __init__(self, backend="gloo", debug=True, collective_timeout=5.0, start_method="fork",
+                 flight_recorder=0):
         self.backend = backend
+        self.flight_recorder = int(flight_recorder)
         self.debug = bool(debug)
         self.collective_timeout = float(collective_timeout)
         self.start_method = start_method
@@ -125,7 +133,7 @@ class RankPool:
     # -- life cycle --------------------------------------------------------------------------
     @property
     def key(self):
-        return (self.backend, self.debug, self.collective_timeout, self.start_method)
+        return (self.backend, self.debug, self.collective_timeout, self.start_method, self.flight_recorder)
 
     def pids(self) -> list:
         """PIDs (list of int) of the live rank processes, in rank order."""
@@ -146,8 +154,9 @@ class RankPool:
                                 f"({exc})", rank, type(exc).__name__, "", {rank: f"could not be started: {exc}"}) from exc
 
     def _fork_ranks(self, n):
+        resolve_rank_names()  # before Watch(): collnb.region resolved inside a call is no change of it
         cfg = dict(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
-                   start_method=self.start_method,
+                   start_method=self.start_method, flight_recorder=self.flight_recorder,
                    collective_timeout=self.collective_timeout, parent_pid=os.getpid(),
                    # what each rank watches between calls, made here: forked ranks take it over
                    # untouched (made in each rank, it would copy ~14 MiB of this process's pages)
@@ -220,11 +229,11 @@ class RankPool:
 
     # -- running -----------------------------------------------------------------------------
     def run(self, fn, world_size, args=(), kwargs=None, timeout=60.0, record_calls=False,
-            show_backend_log=False):
+            show_backend_log=False, timeline=False):
         """Run ``fn(rank, world_size, *args, **kwargs)`` on ranks ``0..world_size-1``.
 
         Returns the per-rank results (list, rank order; a :class:`LaunchResults` with ``.calls``
-        when ``record_calls``). C++ log lines of the backend are printed as they come when
+        when ``record_calls``, with ``.timeline`` when ``timeline``). C++ log lines of the backend are printed as they come when
         ``show_backend_log``, else attached to the error (or printed at the end when there is
         none). Raises :class:`RankError`,
         :class:`LaunchTimeout` or re-raises ``KeyboardInterrupt`` after stopping every rank; in
@@ -255,7 +264,8 @@ class RankPool:
         try:
             self._prepare(world_size, deadline)
             self.output.drain(self.ranks, final=False)
-            message = encode(Run(world_size, self._next_count(), task, bool(record_calls)))  # once for all
+            message = encode(Run(world_size, self._next_count(), task, bool(record_calls),
+                                    bool(timeline)))  # once for all
             self._send_all(self.ranks[:world_size], message)
             results = self._collect(self.ranks[:world_size], deadline, phase="run")
             self.output.release()
@@ -429,7 +439,7 @@ class RankPool:
                         failure_at = failure_at or t
                     elif isinstance(msg, Result):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact,
-                                               calls=msg.calls)
+                                               calls=msg.calls, timeline=msg.timeline)
                         r.unsettled = True  # a Settled follows (see settle)
                     elif isinstance(msg, Ready):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.seconds)
@@ -451,6 +461,10 @@ class RankPool:
             elif len({events[r.rank].seq for r in ranks}) > 1:
                 self._retire_group(len(ranks))
             results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]
+            if any(events[r.rank].timeline is not None for r in ranks):
+                return LaunchResults(results, [events[r.rank].calls if events[r.rank].calls is not None
+                                               else CallRecords() for r in ranks],
+                                     Timeline([events[r.rank].timeline for r in ranks]))
             if any(events[r.rank].calls is not None for r in ranks):
                 return LaunchResults(results, [events[r.rank].calls if events[r.rank].calls is not None
                                                else CallRecords() for r in ranks])

@@ -60,12 +60,15 @@ class Run:
         group_count: torch's group counter at the start of the call, the same on every rank.
         task: ``dumps((fn, args, kwargs, code files))`` (bytes).
         record_calls: record the function's torch.distributed calls (:class:`.CallRecord`).
+        timeline: record when each operation was issued and completed, and the regions
+            (:mod:`.timeline`).
     """
 
     world_size: int
     group_count: int
     task: bytes
     record_calls: bool = False
+    timeline: bool = False
 
 
 @dataclass(frozen=True)
@@ -85,6 +88,7 @@ class Result:
             disagree issued different numbers of operations (uneven send/recv).
         intact: whether the pool's groups survived the call (the function may destroy them).
         calls: the function's :class:`.CallRecord` list when asked for, else ``None``.
+        timeline: the rank's timeline (:meth:`.timeline.Collector.result`) when asked for, else ``None``.
         retire: on an ipyparallel engine (:mod:`.engines`), what the call changed in it that cannot
             be put back, in words (``"replaced torch.distributed.all_reduce"``; see
             :mod:`.rank_state`), else ``""``. A local rank says it in :class:`Settled`.
@@ -95,6 +99,7 @@ class Result:
     intact: bool = True
     calls: Any = None
     retire: str = ""
+    timeline: Any = None
 
 
 @dataclass(frozen=True)

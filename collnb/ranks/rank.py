@@ -28,7 +28,7 @@ import ctypes
 import torch
 import torch.distributed as dist
 
-from . import _dist_hooks, recording
+from . import _dist_hooks, recording, timeline
 from . import _torch_internals as internals
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
@@ -36,7 +36,7 @@ from .rank_state import RankState, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-__all__ = ["rank_main", "restore_environment", "current_rank"]
+__all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names"]
 
 #: This process's rank while it is a rank of a local pool (or a process a rank's function forked),
 #: else ``None``: :func:`collnb.launch` refuses to start ranks of ranks.
@@ -123,6 +123,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         torch.set_num_threads(1)
         restore_environment(cfg)
         store = dist.FileStore(os.path.join(cfg["dir"], "store"), -1)
+        resolve_rank_names()
         state = RankState(own_process=True, rearm=arm_faulthandler, watch=cfg.get("watch"))  # every call starts so
         _rank_loop(rank, cfg, store, cmd_r, res_w, state)
     except BaseException:  # noqa: BLE001 - report anything that kills the loop itself
@@ -199,18 +200,24 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         fn, args, kwargs, files = loads(msg.task)
         restore_files(fn, files)
         before = internals.live_groups()
-        calls = None
+        calls = events = collector = None
         try:
             # Groups the function creates keep their rendezvous keys under a prefix of this
             # call's own, so a re-run (same group names: hashed from ranks) starts clean.
             with internals.call_store(f"call{msg.group_count}/"):
                 state.begin_call()
-                if msg.record_calls:
-                    recording.start()
+                if msg.record_calls or msg.timeline:
+                    recorder = recording.start()
+                    if msg.timeline:
+                        collector = timeline.start(recorder)
                 result = fn(rank, msg.world_size, *args, **kwargs)
         finally:
-            if msg.record_calls:
+            if collector is not None:
+                events = timeline.stop(collector)
+            if msg.record_calls or msg.timeline:
                 calls = recording.stop()
+                if not msg.record_calls:
+                    calls = None
             _dist_hooks.pause()
             if os.getpid() == my_pid:
                 state.restore_essentials()  # what answering needs: the streams, fds 1 and 2, the stack
@@ -236,7 +243,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
             for g in live - before:
                 dist.destroy_process_group(g)
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
-        send(res_w, Result(payload, seq, intact, calls))
+        send(res_w, Result(payload, seq, intact, calls, timeline=events))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
         # the call changed that cannot be put back: the launcher reads it before the next command.
         # A call of collnb's own code only (collnb.run, explore, bench) changes nothing to put back.
@@ -246,6 +253,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         else:
             send(res_w, Settled(""))
     except BaseException as exc:  # noqa: BLE001 - SystemExit and friends are rank failures too
+        timeline.stop_quietly()
         recording.stop()
         _dist_hooks.pause()
         if os.getpid() != my_pid:  # a process the function forked raised or exited
@@ -277,11 +285,25 @@ def _explain(exc, fn, args, world_size):
                     f"collnb.launch({name}, {world_size})",) + exc.args[1:]
 
 
+def resolve_rank_names():
+    """Load the public names of ``collnb`` that a learner's function calls inside a rank
+    (``collnb.region``) before the rank's state is watched: ``collnb``'s module ``__getattr__``
+    caches a name in the package's namespace the first time it is used, which a call must not be
+    the first to do (it would count as a change of a collnb module, and retire the ranks)."""
+    package = sys.modules.get("collnb")
+    if package is not None:
+        for name in ("region",):
+            getattr(package, name, None)
+
+
 def restore_environment(cfg):
-    """Bind Gloo and NCCL to ``cfg["ifname"]`` and set the debug level (``cfg["debug"]``)."""
+    """Bind Gloo and NCCL to ``cfg["ifname"]``, set the debug level (``cfg["debug"]``) and the
+    Flight Recorder's buffer (``cfg["flight_recorder"]`` entries, when not 0)."""
     os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
     os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
+    if cfg.get("flight_recorder"):  # read by torch when a process group is made (launch(flight_recorder=N))
+        os.environ["TORCH_FR_BUFFER_SIZE"] = str(cfg["flight_recorder"])
     dist.set_debug_level_from_env()
 
 

@@ -238,6 +238,7 @@ def _specs() -> dict:
 
 _SPEC_TABLE: dict = {}
 _WAIT_OP = None
+_PROFILER_OPS: set = set()  # torch.profiler.record_function's enter/exit (they pass dispatch modes)
 
 # Where the Python stack says an operation came from.
 _TD = os.path.dirname(os.path.abspath(dist.__file__)) + os.sep
@@ -289,6 +290,8 @@ class Recorder(TorchDispatchMode):
         self._start_seq: dict = {}         # ProcessGroup -> sequence number when recording began
         self._last_outer = None
         self._call = -1
+        self.timeline = None  # a timeline.Collector: also handed record_function's operators
+        _PROFILER_OPS.update((torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit))
 
     # -- observers -------------------------------------------------------------------------------
     def add_observer(self, observer) -> None:
@@ -338,6 +341,8 @@ class Recorder(TorchDispatchMode):
         if entry is None:
             if func is _WAIT_OP and self._waiting:
                 return self._wait(func, args, kwargs)
+            if self.timeline is not None and func.overloadpacket in _PROFILER_OPS:
+                return self.timeline.profiler_op(func, args, kwargs)
             return func(*args, **kwargs)
         spec, names = entry
         bound = dict(zip(names, args))

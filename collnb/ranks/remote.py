@@ -494,13 +494,16 @@ def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, c
            debug=True, start_method=None, **extra):
     """:func:`collnb.ranks.launcher.launch` on the connected engines (same arguments, results and
     errors). ``start_method`` and other options of local ranks (``extra``) do not apply and are
-    ignored, except ``record_calls=True``, which raises :class:`NotImplementedError`."""
+    ignored, except ``record_calls=True``, ``timeline=True`` and ``flight_recorder``, which raise
+    :class:`NotImplementedError`."""
     conn = _connection
     if conn is None:
         raise LaunchError("not connected; call collnb.connect(cluster) first")
-    if extra.get("record_calls"):
-        raise NotImplementedError("record_calls=True is not supported on ipyparallel engines yet; "
-                                  "collnb.disconnect() and record on local ranks")
+    for option in ("record_calls", "timeline", "flight_recorder"):
+        if extra.get(option):
+            raise NotImplementedError(f"{option}={extra[option]!r} is not supported on ipyparallel engines yet "
+                                      f"(their clocks and process groups are not collnb's); "
+                                      f"collnb.disconnect() and use local ranks")
     if not callable(fn):
         raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
     _launcher.check_ranks(world_size, backend)

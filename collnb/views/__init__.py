@@ -3,7 +3,8 @@
 :mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
 :mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
 moves (:mod:`.explorer`, :mod:`.rounds`, both through the latest-request-wins :mod:`.worker`), and the
-collectives a launch recorded, step by step (:mod:`.calls`). All
+collectives a launch recorded, step by step (:mod:`.calls`), a launch's per-rank timeline as a
+Gantt chart (:mod:`.timeline`). All
 pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values
 written by one formatter (:mod:`.values`; bytes and seconds by :mod:`collnb.units`).
 
@@ -16,10 +17,12 @@ from .heatmap import heatmap_figure, heatmap_image, heatmap_png
 from .matrix import MatrixPanel, MatrixPicture, matrix_image
 from .redistribute import predict_steps, redistribute_image, redistribute_png, redistribute_text
 from .redistribute_explorer import explore_redistribute
+from .timeline import timeline_image, timeline_png
 from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay, save_filmstrip,
                      save_gif)
 
 __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
-           "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute"]
+           "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
+           "timeline_image", "timeline_png"]
 # also named here for the command line (collnb.cli.replay): FPS_RANGE

@@ -1,0 +1,143 @@
+"""A launch's per-rank timeline as a Gantt chart: one row per rank, each communication operation
+split into its waiting part (until the last rank of the operation arrived, hatched) and its transfer
+(solid, the rank's colour), the learner's regions as bars above, on one time axis in ms.
+
+Input is the :class:`collnb.ranks.timeline.Timeline` of ``launch(fn, n, timeline=True)`` (its
+spans are in ns from the earliest function start, one clock for every rank: see that module).
+Painted with the views' raster engine (:mod:`.raster`) in the views' palette; readable up to world
+size 8 (16 fits, with smaller rows).
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..units import format_seconds
+from .matrix import MatrixPicture
+from .palette import GREY_TEXT, HATCH_COLOR, INK, rank_color
+from .raster import Canvas
+
+__all__ = ["timeline_image", "timeline_png"]
+
+_WAIT_BG = "#F2F2F2"
+_REGION_COLOR = "#B9C7D8"
+_REGION_EDGE = "#5A6F8A"
+
+
+def _nice_step(span_ms: float, ticks: int = 8) -> float:
+    """The 1-2-5 x 10^k step (ms) giving at most ``ticks`` intervals over ``span_ms``."""
+    raw = max(span_ms, 1e-6) / ticks
+    p = 10 ** math.floor(math.log10(raw))
+    for m in (1, 2, 5, 10):
+        if m * p >= raw:
+            return m * p
+    return 10 * p
+
+
+def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: float | None = None,
+                   end_ms: float | None = None, labels: bool = True) -> MatrixPicture:
+    """Paint ``timeline`` as a Gantt chart.
+
+    Args:
+        timeline: a :class:`collnb.ranks.timeline.Timeline` (``launch(..., timeline=True).timeline``).
+        title: a line above the chart (default: world size and the clock).
+        width: picture width in pixels (int, >= 500).
+        start_ms, end_ms: the window shown, in ms from the timeline's origin (default: all of it).
+        labels: write each operation's name on its bar where it fits.
+
+    Returns:
+        :class:`collnb.views.matrix.MatrixPicture` (``.png`` bytes, ``.pixels`` ``(h, w, 3)`` uint8;
+        shown as a PNG in a notebook; ``.save(path)``).
+
+    Raises:
+        ValueError: ``width`` < 500, a timeline with no ranks, or ``end_ms <= start_ms``.
+    """
+    if width < 500:
+        raise ValueError(f"width must be >= 500 pixels; got {width}")
+    n = timeline.world_size
+    if n < 1:
+        raise ValueError("the timeline has no ranks")
+    t0 = 0.0 if start_ms is None else float(start_ms)
+    t1 = timeline.end / 1e6 if end_ms is None else float(end_ms)
+    if t1 <= t0:
+        raise ValueError(f"end_ms ({t1}) must be after start_ms ({t0})")
+    max_depth = max((s.depth for s in timeline.regions()), default=-1) + 1
+    region_h = 12 if n <= 8 else 8
+    comm_h = 26 if n <= 8 else 16
+    row_h = comm_h + region_h * max_depth + 14
+    left, right, top = 78, 18, 62
+    h = top + n * row_h + 58
+    cv = Canvas(width, h)
+    plot_w = width - left - right
+    scale = plot_w / (t1 - t0)
+
+    def x_of(ns):
+        return left + (ns / 1e6 - t0) * scale
+
+    cv.text(title or f"timeline of {n} rank{'s' if n > 1 else ''} (one clock: CLOCK_MONOTONIC)", left, 16, 15,
+            INK, "bold", ha="left")
+    # legend
+    lx = left
+    cv.hatch(lx, 34, lx + 26, 48, _WAIT_BG, HATCH_COLOR, period=8, width=2)
+    cv.frame(lx, 34, lx + 26, 48, GREY_TEXT, 1)
+    lx += 32 + cv.text("waiting for the last rank", lx + 32, 41, 12, INK, ha="left") + 20
+    cv.rect(lx, 34, lx + 26, 48, rank_color(0))
+    lx += 32 + cv.text("transfer (until completed on this rank)", lx + 32, 41, 12, INK, ha="left") + 20
+    if max_depth:
+        cv.rect(lx, 36, lx + 26, 46, _REGION_COLOR)
+        cv.frame(lx, 36, lx + 26, 46, _REGION_EDGE, 1)
+        cv.text("region (collnb.region / record_function)", lx + 32, 41, 12, INK, ha="left")
+    # grid and axis
+    step = _nice_step(t1 - t0)
+    tick = math.ceil(t0 / step) * step
+    axis_y = top + n * row_h + 4
+    while tick <= t1 + 1e-9:
+        x = left + (tick - t0) * scale
+        cv.rect(x, top - 4, x + 1, axis_y, "#E4E4E4")
+        cv.text(f"{tick:g}", x, axis_y + 12, 12, GREY_TEXT)
+        tick += step
+    cv.rect(left, axis_y, left + plot_w, axis_y + 1, GREY_TEXT)
+    cv.text("time since the first rank started (ms)", left + plot_w / 2, axis_y + 34, 12, GREY_TEXT)
+    for rank in range(n):
+        y = top + rank * row_h
+        cv.text(f"rank {rank}", left - 10, y + region_h * max_depth + comm_h / 2, 13, INK, "bold", ha="right")
+        cv.rect(left, y + row_h - 3, left + plot_w, y + row_h - 2, "#EEEEEE")
+        for s in timeline.regions(rank):
+            ry = y + s.depth * region_h
+            x0, x1 = max(left, x_of(s.start)), min(left + plot_w, x_of(s.end))
+            if x1 <= left or x0 >= left + plot_w:
+                continue
+            x1 = max(x1, x0 + 1)
+            cv.rect(x0, ry, x1, ry + region_h - 2, _REGION_COLOR)
+            cv.frame(x0, ry, x1, ry + region_h - 2, _REGION_EDGE, 1)
+            if labels and x1 - x0 > cv.measure(s.name, 10)[0] + 6:
+                cv.text(s.name, x0 + 3, ry + (region_h - 2) / 2, 10, INK, ha="left")
+        cy = y + region_h * max_depth
+        color = rank_color(rank)
+        for s in timeline.operations(rank):
+            xs, xr, xe = x_of(s.start), x_of(max(s.ready, s.start)), x_of(s.end)
+            if xe < left or xs > left + plot_w:
+                continue
+            xs, xr, xe = (min(max(v, left), left + plot_w) for v in (xs, xr, xe))
+            xe = max(xe, xs + 1)
+            if xr > xs:
+                cv.hatch(xs, cy, min(xr, xe), cy + comm_h, _WAIT_BG, HATCH_COLOR, period=8, width=2)
+            if xe > xr:
+                cv.rect(xr, cy, xe, cy + comm_h, color)
+            cv.frame(xs, cy, xe, cy + comm_h, GREY_TEXT if s.completed else "#D62728", 1)
+            name = s.name if s.kind == "collective" else f"{s.name}{'→' if s.name in ('send', 'isend') else '←'}{s.peer}"
+            if labels and xe - xs > cv.measure(name, 11)[0] + 6:
+                cv.text(name, (xs + xe) / 2, cy + comm_h / 2, 11, INK)
+    longest = max(timeline.operations(), key=lambda s: s.waiting, default=None)
+    if longest is not None and longest.waiting:
+        cv.text(f"longest wait: rank {longest.rank}, {longest.name} #{longest.index}, "
+                f"{format_seconds(longest.waiting / 1e9)} before its last rank arrived",
+                left, h - 10, 12, GREY_TEXT, ha="left")
+    return MatrixPicture(cv.png(), cv.pixels())
+
+
+def timeline_png(timeline, path, **kwargs) -> str:
+    """Paint ``timeline`` (:func:`timeline_image`, same keywords) and write the PNG to ``path``;
+    returns the path as str."""
+    timeline_image(timeline, **kwargs).save(path)
+    return str(path)
