@@ -39,7 +39,7 @@ from typing import Callable
 
 import ipywidgets as widgets
 
-from .static import RERUN_LINE, captioned_png, esc, static_bundle
+from .static import RERUN_LINE, captioned_png, esc, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["Binder"]
@@ -232,15 +232,7 @@ class Binder(WorkerState):
         return static_bundle(self.last_png, self.what, alt=repr(self), png_with_line=self._static_png)
 
     def _update_static(self):
-        if not self._display_ids:
-            return
-        try:
-            from IPython.display import update_display  # noqa: PLC0415
-            bundle = self.static_bundle()
-            for did in self._display_ids:
-                update_display(bundle, raw=True, display_id=did)
-        except Exception:  # noqa: BLE001 - outside IPython, or the kernel is going away
-            pass
+        update_static(self._display_ids, self.static_bundle)
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         data = self.widget._repr_mimebundle_(**kwargs) or {}

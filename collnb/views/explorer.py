@@ -59,7 +59,7 @@ from .explorer_text import dtype_effect_text, figure_html, reference_html
 from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, presets_for
 from .raster import encode_png
-from .static import RERUN_LINE, captioned_png, esc, live_bundle, static_bundle
+from .static import RERUN_LINE, captioned_png, esc, live_bundle, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["explore", "Explorer"]
@@ -240,15 +240,7 @@ class Explorer(ControlLogic, WorkerState):
                                         dtype=dtype_name(res.dtype) if res.dtype is not None else ""))
 
     def _update_static(self):
-        if not self._display_ids:
-            return
-        try:
-            from IPython.display import update_display
-            bundle = self.static_bundle()
-            for did in self._display_ids:
-                update_display(bundle, raw=True, display_id=did)
-        except Exception:  # noqa: BLE001 - outside IPython, or the kernel is going away
-            pass
+        update_static(self._display_ids, self.static_bundle)
 
     def __repr__(self):
         p = self.params()

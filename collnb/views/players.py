@@ -14,7 +14,7 @@ from ..algorithms import CostModel, Trace
 from ..units import format_bytes
 from .comparison import compare_figure
 from .frames import FrameRenderer
-from .static import RERUN_LINE, captioned_png, live_bundle, stack_pngs, static_bundle
+from .static import RERUN_LINE, captioned_png, live_bundle, stack_pngs, static_bundle, update_static
 
 __all__ = ["ReplayWidget", "CompareWidget", "SPEED_RANGE"]
 
@@ -181,15 +181,7 @@ class ReplayWidget:
                              attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size))
 
     def _update_static(self):
-        if not getattr(self, "_display_ids", None):
-            return
-        try:
-            from IPython.display import update_display
-            bundle = self.static_bundle()
-            for did in list(self._display_ids):
-                update_display(bundle, raw=True, display_id=did)
-        except Exception:  # noqa: BLE001 - outside IPython
-            pass
+        update_static(getattr(self, "_display_ids", None), self.static_bundle)
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -266,13 +258,7 @@ class CompareWidget:
         self.images[1].value = self.right.png(kb)
         self._caption(k)
         _enable_steps((self.first, self.back, self.forward, self.last), k, self.slider.max)
-        if self._display_ids:
-            try:
-                from IPython.display import update_display
-                for did in self._display_ids:
-                    update_display(self.static_bundle(), raw=True, display_id=did)
-            except Exception:  # noqa: BLE001
-                pass
+        update_static(self._display_ids, self.static_bundle)
 
     def static_bundle(self) -> dict:
         """The summary and both current frames as one static picture (see

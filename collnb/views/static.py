@@ -15,7 +15,7 @@ from PIL import Image
 
 from .raster import Canvas
 
-__all__ = ["static_bundle", "captioned_png", "stack_pngs", "live_bundle", "RERUN_LINE", "BOOK_LINE",
+__all__ = ["update_static", "static_bundle", "captioned_png", "stack_pngs", "live_bundle", "RERUN_LINE", "BOOK_LINE",
            "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc"]
 
 #: The line above a saved explorer's or replay's static picture in a notebook (JupyterLab,
@@ -36,6 +36,21 @@ IMG_STYLE = "max-width:100%;height:auto;display:block"
 def esc(s) -> str:
     """``s`` as HTML text (quotes escaped too, for attributes)."""
     return html.escape(str(s), quote=True)
+
+
+def update_static(display_ids, bundle) -> None:
+    """Replace the static picture shown under each of ``display_ids`` (IPython display ids) with
+    ``bundle()`` (a MIME bundle, e.g. :func:`static_bundle`'s), made once and only when some display
+    shows it. Does nothing outside IPython, and never raises (the kernel may be going away)."""
+    if not display_ids:
+        return
+    try:
+        from IPython.display import update_display  # noqa: PLC0415
+        data = bundle()
+        for did in list(display_ids):
+            update_display(data, raw=True, display_id=did)
+    except Exception:  # noqa: BLE001 - outside IPython, or the kernel is going away
+        pass
 
 
 def captioned_png(png: bytes | None, line: str) -> bytes | None:
