@@ -2,7 +2,7 @@
 
 A move = a dropdown of :func:`collnb.explore_redistribute` changes and the clock stops when the new
 picture is in the ``ipywidgets.Image`` (the explorer's ``last_timing["total_s"]``): the run on
-the ranks (``run_s``: one ``collnb.launch`` that makes the 2x2 ``init_device_mesh``, the source
+the ranks (``run_s``: one ``collnb.launch`` that finds its 2x2 ``DeviceMesh``, makes the source
 DTensor, a barrier and the recorded ``redistribute``) and the drawing (``draw_s``: the picture and
 its PNG). The ranks make each mesh shape once and keep it (``collnb.ranks.keep_groups``), so a
 move after the first does not make its mesh. Beside it, in the same run, what a move is made of
