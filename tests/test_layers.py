@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "collnb"
 README = PACKAGE.parent / "README.md"
 #: Layer of each top-level part of the package, bottom first (README.md, "Layout").
-LAYERS = {"vocabulary": 0, "units": 0, "ranks": 1, "collectives": 2, "placements": 2, "algorithms": 3, "views": 4, "labs": 5,
+LAYERS = {"vocabulary": 0, "units": 0, "lazy": 0, "ranks": 1, "collectives": 2, "placements": 2, "algorithms": 3, "views": 4, "labs": 5,
           "cli": 6, "__init__": 7, "__main__": 7}
 MAX_LINES = 600
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))
@@ -88,3 +88,25 @@ def test_readme_layout_names_every_module_and_only_real_paths():
                 f"README Layout does not name {path.relative_to(PACKAGE.parent)}"
     for named in re.findall(r"^\| `([^`]+)`", table, flags=re.M):
         assert (PACKAGE.parent / named).exists(), f"README Layout names {named}, which does not exist"
+
+
+LAZY_FACADES = {"collnb": "_WHERE", "collnb.collectives": "_LAZY", "collnb.placements": "_LAZY",
+                "collnb.algorithms": "_LAZY"}
+
+
+@pytest.mark.parametrize("package", sorted(LAZY_FACADES))
+def test_lazy_names_are_listed_once_and_the_type_checking_imports_agree(package):
+    """A facade's lazily loaded names live in one table (collnb.lazy); its TYPE_CHECKING imports,
+    there for type checkers, name the same names from the same modules, and every one is public."""
+    import importlib
+    mod = importlib.import_module(package)
+    table = getattr(mod, LAZY_FACADES[package])
+    tree = ast.parse(Path(mod.__file__).read_text(encoding="utf-8"))
+    (block,) = [n for n in tree.body if isinstance(n, ast.If) and getattr(n.test, "id", "") == "TYPE_CHECKING"]
+    imported = {a.name: "." * n.level + (n.module or "") for n in block.body for a in n.names}
+    assert imported == table  # the root's modules are layers' facades (labs: its public modules)
+    assert set(table) <= set(mod.__all__)
+    for name in table:
+        assert name in dir(mod)
+    with pytest.raises(AttributeError, match="has no attribute 'no_such_name'"):
+        getattr(mod, "no_such_name")
