@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 __all__ = ["lazy_attributes"]
 
 
-def lazy_attributes(package: str, where: dict, before: Callable[[str], None] | None = None) -> tuple:
+def lazy_attributes(package: str, where: dict[str, str], before: Callable[[str], None] | None = None
+                    ) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
     """``(__getattr__, __dir__)`` for the package named ``package`` (its ``__name__``).
 
     Args:
@@ -25,7 +26,7 @@ def lazy_attributes(package: str, where: dict, before: Callable[[str], None] | N
     The returned ``__getattr__`` raises ``AttributeError`` for a name not in ``where``; ``__dir__``
     lists the package's names and every name of ``where``.
     """
-    def __getattr__(name: str):
+    def __getattr__(name: str) -> Any:
         module = where.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
@@ -35,7 +36,7 @@ def lazy_attributes(package: str, where: dict, before: Callable[[str], None] | N
         setattr(sys.modules[package], name, value)
         return value
 
-    def __dir__() -> list:
+    def __dir__() -> list[str]:
         return sorted(set(vars(sys.modules[package])) | set(where))
 
     return __getattr__, __dir__

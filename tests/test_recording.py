@@ -146,7 +146,7 @@ def _dtensor(rank, world_size):
 def test_a_dtensor_redistribute_is_recorded_as_the_collectives_it_runs():
     out = collnb.launch(_dtensor, 2, record_calls=True)
     assert out[1][0].tolist() == torch.arange(8.).reshape(4, 2).tolist() and out[1][1].tolist() == [3.0] * 3
-    for rank, calls in enumerate(out.calls):
+    for calls in out.calls:
         assert [c.source for c in calls] == ["DTensor"] * 3
         scatter, gather, reduce = calls
         assert (scatter.name, scatter.peer, scatter.group_ranks) == ("scatter", 0, (0, 1))

@@ -155,7 +155,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         try:
             traceback.print_exc()
             sys.stderr.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001 - stderr gone too: the exit code still says it
             pass
     finally:
         _fflush_c()
@@ -372,5 +372,5 @@ def _fflush_c():
         if _libc is None:
             _libc = ctypes.CDLL(None)
         _libc.fflush(None)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no C library to flush: nothing was buffered there
         pass
