@@ -7,7 +7,8 @@
 #   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html
 #   make student  student versions without solutions + nbgrader autograding, into classroom/
 #                 (both from the notebooks as committed: they refuse while notebooks/ differs)
-#   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links)
+#   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links) and
+#                 README's module table (tools/layout.py: each module's docstring's first sentence)
 #   make lint     ruff on the code, tests, tools and benchmarks; mypy --strict on the fully typed modules
 PYTHON ?= python3
 VENV   := .venv
@@ -98,6 +99,7 @@ student: $(VENV)/.test-installed
 
 meta: $(BIN)/python
 	$(BIN)/python tools/notebook_meta.py
+	$(BIN)/python tools/layout.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build classroom

@@ -1,6 +1,7 @@
-"""Names a package loads from its modules the first time they are used (PEP 562 module
-``__getattr__``), one way for every facade of collnb, so that ``import collnb`` and the names of a
-layer that need no torch stay cheap (a saved :class:`collnb.Trace` loads without torch)."""
+"""How every facade of collnb loads a name from its module the first time it is used (PEP 562).
+
+So ``import collnb`` and the names of a layer that need no torch stay cheap: a saved
+:class:`collnb.Trace` loads without torch."""
 
 from __future__ import annotations
 
