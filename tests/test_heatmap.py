@@ -341,3 +341,22 @@ def test_note_under_a_value_on_a_rank_fill_has_a_white_backing():
     fill = np.array(_rgb8(H.rank_color(0)))
     assert not (np.abs(patch.astype(int) - fill).max(axis=1) <= 2).any()  # no rank fill behind the text
     assert (patch == 255).all(axis=1).mean() > 0.4  # mostly white around the glyphs
+
+
+def test_the_static_caption_is_painted_from_pixels_or_png_alike():
+    """views.static.captioned_png takes the pixels the explorer still holds (nothing decoded) or PNG
+    bytes; both give the same picture: the line above, the figure below, unchanged."""
+    import io
+
+    from PIL import Image
+
+    from collnb.views.raster import encode_png
+    from collnb.views.static import captioned_png
+    pixels = np.zeros((40, 300, 3), np.uint8)
+    pixels[:, :150] = (10, 200, 30)
+    a, b = captioned_png(pixels, "Run this cell"), captioned_png(encode_png(pixels), "Run this cell")
+    ia, ib = (np.asarray(Image.open(io.BytesIO(x)).convert("RGB")) for x in (a, b))
+    assert np.array_equal(ia, ib) and ia.shape == (70, 300, 3)
+    assert np.array_equal(ia[30:], pixels)                    # the figure, below a 30 px line
+    assert (ia[5:20, 10:60] != 255).any()                     # the line's ink
+    assert captioned_png(None, "x") is None
