@@ -35,11 +35,12 @@ together; other sends and receives are blocking. Every message is one ``(b, h)``
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 
-from ...ranks import region
+from ...ranks import launch, region
 
 __all__ = ["SCHEDULES", "schedule_order", "bubble_formula", "stage_module", "pipeline_model", "microbatch_data",
            "reference_grads", "pipeline_step", "torch_pipeline_step", "max_grad_difference", "bubble_measured",
@@ -167,7 +168,10 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
     Each forward and backward is a :func:`collnb.region` named ``"F j"``/``"B j"`` inside one
     ``"step"`` region (drawn by ``launch(..., timeline=True)``); ``forward_ms``/``backward_ms`` add a
     sleep to each, so that the schedule, not the machine's load, sets the picture (2 shared cores:
-    a sleeping rank leaves the cores to the others).
+    a sleeping rank leaves the cores to the others). Under ``timeline=True`` a fresh rank's first
+    step also pays a one-off import (collnb's recorder imports ``torch.distributed.tensor`` at the
+    first operation it inspects: about 2 s on 2 cores): import it in the kernel before the ranks
+    start, or time a second step.
 
     Args:
         schedule: ``"gpipe"`` or ``"1f1b"``. x, y: the whole batch, ``(m b, width)`` float64 (only
@@ -333,3 +337,74 @@ def schedule_text(schedule: str, num_stages: int, m: int) -> str:
         ops = " ".join(f"{k}{j}" for k, j in schedule_order(schedule, s, num_stages, m))
         lines.append(f"  stage {s}: {ops}   (holds at most {peak_formula(schedule, s, num_stages, m)})")
     return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ScheduleParams:
+    """What :func:`explore_schedules` lets a learner set: the schedule and the microbatch count."""
+
+    schedule: str = "1f1b"
+    m: int = 8
+
+
+def explore_schedules(world_size: int = 4, *, m: int = 8, schedule: str = "1f1b", max_m: int = 12,
+                      forward_ms: float = 10.0, backward_ms: float = 20.0, width: int = 16, b: int = 4,
+                      seed: int = 0, wait: bool = True):
+    """A widget: the microbatch count ``m`` as a slider and the schedule as a dropdown; each change
+    runs one :func:`pipeline_step` on ``world_size`` real ranks with ``launch(..., timeline=True)``
+    and draws its per-rank timeline (:func:`collnb.timeline_image`) with the measured bubble beside
+    :func:`bubble_formula` and the activations each stage held.
+
+    Args:
+        world_size: stages (int, 2..8). m, schedule: the first values shown. max_m: the slider's end.
+        forward_ms, backward_ms: the time each forward / backward takes (ms; see :func:`pipeline_step`).
+        width, b, seed: the model's width, rows per microbatch, weights.
+        wait: block until the first picture is drawn (so a notebook run without a browser shows it).
+
+    Returns:
+        :class:`collnb.views.Binder` (display it; ``.set(m=4)`` changes it from code; ``.last_result``
+        is the latest ``LaunchResults``, ``.caption.value`` its line).
+
+    Raises:
+        ValueError: ``world_size`` outside 2..8, ``m`` outside 1..max_m, or an unknown schedule.
+    """
+    from ...views import Binder, timeline_image
+
+    if not 2 <= world_size <= 8:
+        raise ValueError(f"world_size must be 2..8 stages; got {world_size}")
+    if not 1 <= m <= max_m:
+        raise ValueError(f"m must be in 1..{max_m}; got {m}")
+    _check_schedule(schedule, 0, world_size, m)
+    names = {"gpipe": "GPipe", "1f1b": "1F1B"}
+
+    def choices(_p):
+        return {"schedule": [(names[k], k) for k in SCHEDULES], "m": list(range(1, max_m + 1))}
+
+    def fix(p):
+        return p, []
+
+    warmed = []
+
+    def run(p):
+        if not warmed:  # a fresh rank's first recorded step imports torch.distributed.tensor (seconds): not timed
+            launch(pipeline_step, world_size, ("gpipe", *microbatch_data(1, b, width, seed), 1), dict(width=width),
+                   timeline=True, debug=False)
+            warmed.append(True)
+        x, y = microbatch_data(p.m, b, width, seed)
+        return launch(pipeline_step, world_size, (p.schedule, x, y, p.m),
+                      dict(width=width, seed=seed, forward_ms=forward_ms, backward_ms=backward_ms),
+                      timeline=True, debug=False)
+
+    def draw(out, p):
+        got, formula = bubble_measured(out.timeline)["bubble"], bubble_formula(world_size, p.m)
+        peaks = [r["peak"] for r in out]
+        title = (f"{names[p.schedule]}, p={world_size} stages, m={p.m}: idle {got:.0%} measured, "
+                 f"(p-1)/(m+p-1) = {formula:.0%}")
+        png = timeline_image(out.timeline, title=title).png
+        caption = (f"{names[p.schedule]}, m={p.m}: bubble measured {got:.2f}, formula {formula:.2f}; activations "
+                   f"held at most, per stage: {peaks}")
+        return png, caption
+
+    return Binder(ScheduleParams(schedule, m), choices, fix, run, draw,
+                  labels={"schedule": "schedule", "m": "microbatches m"}, name="pipeline", what="pipeline explorer",
+                  wait=wait, sliders=("m",))
