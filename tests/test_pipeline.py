@@ -142,7 +142,7 @@ def test_measured_bubble_follows_the_formula():
             out = collnb.launch(parallel.pipeline_step, p, (schedule, x, y, m),
                                 dict(width=W, seed=SEED, forward_ms=10, backward_ms=20), timeline=True, debug=False)
             measured = parallel.bubble_measured(out.timeline)["bubble"]
-            assert 0.8 <= measured / parallel.bubble_formula(p, m) <= 2.0, (schedule, m, measured)
+            assert 0.8 <= measured / parallel.bubble_formula(p, m) <= 2.5, (schedule, m, measured)
 
 
 # --- the exercise ---------------------------------------------------------------------------------
