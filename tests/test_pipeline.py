@@ -145,6 +145,23 @@ def test_measured_bubble_follows_the_formula():
             assert 0.8 <= measured / parallel.bubble_formula(p, m) <= 2.5, (schedule, m, measured)
 
 
+def test_schedule_explorer_runs_real_ranks_and_follows_the_slider():
+    import ipywidgets
+
+    w = parallel.explore_schedules(2, m=2, schedule="gpipe", forward_ms=1, backward_ms=2)
+    try:
+        assert isinstance(w.controls["m"], ipywidgets.SelectionSlider)
+        assert w.caption.value.startswith("GPipe, m=2:") and "per stage: [2, 2]" in w.caption.value
+        assert w.last_png[:4] == b"\x89PNG" and w.last_result.timeline.world_size == 2
+        w.set(m=3, schedule="1f1b")
+        w.wait()
+        assert w.caption.value.startswith("1F1B, m=3:") and "per stage: [2, 1]" in w.caption.value
+    finally:
+        w.close()
+    with pytest.raises(ValueError, match="1..12"):
+        parallel.explore_schedules(2, m=13)
+
+
 # --- the exercise ---------------------------------------------------------------------------------
 
 def _solution(rank, world_size, layer, inputs):
