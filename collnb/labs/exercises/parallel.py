@@ -340,7 +340,8 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
                             "pipeline): receive microbatch j, run the stage, send it, then the next. " + direction,
                             table)
         if dev is None or dev > 1e-12:
-            raise _fail(f"{what}: the last rank returned {'something else than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model on one process'}.",
+            got = 'something other than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model'
+            raise _fail(f"{what}: the last rank returned {got} (one process).",
                         "on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you "
                         "received), and on the last rank return torch.stack of the m outputs.", table)
         if any(results[r] is not None for r in range(ws - 1)):
