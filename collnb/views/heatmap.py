@@ -239,7 +239,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         if kind == "asked" and not long_subs:
             label = label.replace("asked N:", "orange number under an input:")
         if kind == "stripes" and compact_bands:
-            label += f" (a dark band with a count: too many ranks for stripes)"
+            label += " (a dark band with a count: too many ranks for stripes)"
         legend.append((label, kind))
     sw, sh = int(max(18, 24 * k)), int(max(11, 14 * k))
     entries = [(label, kind, sw + 7 * k + probe.measure(label, leg_px)[0] + 20 * k) for label, kind in legend]

@@ -1,5 +1,5 @@
 """The parallelisms of notebooks 13-16 and the expert-parallel part of 11, on real ranks, each checked
-against one process computing the same thing:
+against one process computing the same thing.
 
 * :mod:`.tensor`: tensor and sequence parallelism by hand (the Megatron MLP, ``f``/``g``,
   all_gather/reduce_scatter, Megatron's regather; activations saved for backward, measured);
