@@ -95,6 +95,7 @@ CODE = {
     "13_tensor_parallel": "tp_mlp",
     "14_fsdp": "configure",
     "15_context_parallel": "update",
+    "16_pipeline_parallel": "stage_forward",
 }
 
 

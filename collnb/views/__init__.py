@@ -12,6 +12,7 @@ Other layers import from this package only, never from its modules.
 """
 
 from .calls import CallsView, call_counts, call_steps, calls_image, calls_png, calls_text
+from .binder import Binder
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
 from .matrix import MatrixPanel, MatrixPicture, matrix_image
@@ -24,4 +25,4 @@ from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay,
 __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
            "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
-           "timeline_image", "timeline_png", "FPS_RANGE"]  # FPS_RANGE: for the command line (collnb.cli.replay)
+           "timeline_image", "timeline_png", "FPS_RANGE", "Binder"]  # FPS_RANGE: for the command line (collnb.cli.replay)

@@ -9,7 +9,8 @@ and thread, the model owns no widget:
   the current one in :attr:`Binder.params` and replaces it (``dataclasses.replace``) on each change.
 * ``choices(params) -> {field: [value, ...] or [(label, value), ...]}``: **pure**: the values each
   field may take given the others (a field it leaves out keeps its widget as is; an empty list
-  hides the widget). Every field gets a ``Dropdown``.
+  hides the widget). Every field gets a ``Dropdown``, or a ``SelectionSlider`` when it is named in
+  ``sliders`` (an ordered choice such as a count).
 * ``fix(params) -> (params, notes)``: **pure**: the nearest valid parameters: each value that is
   not among its choices replaced (by the first choice, or a better one the model knows), and for
   each replacement a note (str) saying what changed and why. ``fix`` is called after every change,
@@ -60,9 +61,11 @@ class Binder(WorkerState):
         name: the worker thread's name and the CSS class of the panel (``collnb-<name>``).
         what: the word in the saved picture's line ("Static picture of the <what>'s last state").
         wait: block until the first picture is drawn.
+        sliders: the fields drawn as an ``ipywidgets.SelectionSlider`` over their choices (in order)
+            instead of a ``Dropdown``.
 
     Attributes:
-        params: the current parameters. controls: ``{field: Dropdown}``. image: the
+        params: the current parameters. controls: ``{field: Dropdown or SelectionSlider}``. image: the
             ``ipywidgets.Image``. caption, status, note: ``ipywidgets.HTML``. widget: the panel (VBox).
         last_result, last_png, last_params: of the latest run drawn. error: the latest run's
             exception or ``None``. notes: what ``fix`` changed at the latest change.
@@ -71,7 +74,8 @@ class Binder(WorkerState):
     """
 
     def __init__(self, params, choices: Callable, fix: Callable, run: Callable, draw: Callable, *,
-                 labels: dict | None = None, name: str = "explorer", what: str = "explorer", wait: bool = True):
+                 labels: dict | None = None, name: str = "explorer", what: str = "explorer", wait: bool = True,
+                 sliders: tuple = ()):
         if not dataclasses.is_dataclass(params) or isinstance(params, type):
             raise TypeError(f"params must be a dataclass instance; got {params!r}")
         self._choices, self._fix, self._run, self._draw = choices, fix, run, draw
@@ -88,9 +92,14 @@ class Binder(WorkerState):
         labels = labels or {}
         style = {"description_width": "initial"}
         self.controls = {}
+        offered = choices(self.params) if sliders else {}
         for f in dataclasses.fields(self.params):
-            w = widgets.Dropdown(description=labels.get(f.name, f.name), style=style,
-                                 layout=widgets.Layout(width="auto"))
+            kind = widgets.SelectionSlider if f.name in sliders else widgets.Dropdown
+            # a SelectionSlider needs its options (and a value among them) when it is made
+            extra = dict(continuous_update=False, options=_options(offered.get(f.name, [])),
+                         value=getattr(self.params, f.name)) if f.name in sliders else {}
+            w = kind(description=labels.get(f.name, f.name), style=style, layout=widgets.Layout(width="auto"),
+                     **extra)
             w.add_class("collnb-control")
             w.add_class(f"collnb-{f.name.replace('_', '-')}")
             self.controls[f.name] = w
