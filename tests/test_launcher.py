@@ -405,6 +405,25 @@ def test_user_created_groups_do_not_upset_later_world_sizes():
     assert collnb.launch(_all_reduce_arange, 5)[4]["size"] == 5
 
 
+def _make_a_mesh(rank, world_size):
+    from torch.distributed.device_mesh import init_device_mesh
+    init_device_mesh("cpu", (2, 2))
+    return sorted(dist.distributed_c10d._world.pg_names.values())
+
+
+@pytest.mark.slow
+def test_a_function_that_only_makes_groups_never_fails_a_slower_peer():
+    """A rank whose function returned used to destroy the groups it made at once, closing its side
+    of a group a slower peer was still connecting ("Gloo connectFullMesh failed ... Connection
+    closed by peer", 6 launches in 300 measured); groups now end when the next call starts."""
+    first = collnb.launch(_make_a_mesh, 4)[0]
+    for i in range(150):
+        names = collnb.launch(_make_a_mesh, 4)[0]
+        assert len(names) == len(first), f"launch {i}: {names}"   # the last call's mesh had ended
+    assert len(collnb.launch(lambda r, w: sorted(dist.distributed_c10d._world.pg_names.values()), 4)[0]) == \
+        len(first) - 2                                               # ... and ended before this call
+
+
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn,
                                    torch.bfloat16, torch.complex64, torch.bool])
 def test_every_dtype_comes_back(dtype):

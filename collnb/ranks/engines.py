@@ -42,7 +42,7 @@ _ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
 #: The engine process as it was before the first call (:class:`.RankState`, made then), and what a call
 #: changed in it for good (``""`` while nothing): an engine cannot be replaced by fresh ranks, so once
 #: changed it refuses every later call, whichever connection asks, until it is restarted.
-_PROCESS = {"state": None, "changed": ""}
+_PROCESS = {"state": None, "changed": "", "ended": []}  # ended: groups the last call made (see engine_run)
 
 
 def engine_info():
@@ -93,6 +93,7 @@ def _destroy_groups():
     if dist.is_initialized():
         internals.destroy_all_groups(base)
     _ENGINE.update(base=None, groups={}, gen=None)
+    _PROCESS["ended"].clear()
 
 
 def _check_token(token):
@@ -166,6 +167,12 @@ def engine_run(token, world_size, group_count, task):
         state = _PROCESS["state"] = _PROCESS["state"] or RankState(own_process=False)  # before any learner's call
         fn, args, kwargs, files = loads(task)
         restore_files(fn, files)
+        # the groups the last call made end now, not when it returned: by now every engine of that
+        # call has answered, so none is still connecting to them (see collnb.ranks.rank._end_groups)
+        while _PROCESS["ended"]:
+            g = _PROCESS["ended"].pop()
+            if g in internals.live_groups():
+                dist.destroy_process_group(g)
         before = internals.live_groups()
         try:
             with internals.call_store(f"call{group_count}/"):
@@ -184,8 +191,7 @@ def engine_run(token, world_size, group_count, task):
         live = internals.live_groups()
         intact = dist.is_initialized() and all(g in live for g in groups.values())
         if intact:
-            for g in live - before:
-                dist.destroy_process_group(g)
+            _PROCESS["ended"].extend(live - before)
             internals.set_default_group(base)
         _PROCESS["changed"] = state.retire_reason()
         sys.stdout.flush(), sys.stderr.flush()

@@ -48,6 +48,9 @@ _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 #: Process groups that calls of collnb's own code made and later calls reuse (:func:`keep_groups`).
 _kept = set()
 
+#: Process groups the last call made, destroyed when the next call starts (:func:`_end_groups`).
+_ended: list = []
+
 
 def keep_groups(groups) -> None:
     """Keep the process groups ``groups`` (an iterable of ``ProcessGroup``) after this call ends.
@@ -67,6 +70,21 @@ def kept_groups() -> frozenset:
     engines destroy every group a call made: there, a kept group is gone by the next call)."""
     _kept.intersection_update(internals.live_groups())
     return frozenset(_kept)
+
+
+def _end_groups() -> None:
+    """Destroy the process groups the last call made (they end with their call, as a fresh
+    script's do). Not at the end of that call: a rank whose function returned would close its side
+    of a group that a slower peer was still connecting (gloo's ``connectFullMesh``: "Connection
+    closed by peer", 6 launches in 300 of a function that only makes a 2x2 DeviceMesh, measured);
+    by the next call every rank of the last one has answered, so each is done with them."""
+    while _ended:
+        g = _ended.pop()
+        if g in internals.live_groups():
+            try:
+                dist.destroy_process_group(g)
+            except Exception:  # noqa: BLE001 - torch's records disagree: the group is gone either way
+                pass
 
 
 def current_rank():
@@ -177,6 +195,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
             t0 = time.perf_counter()
             internals.destroy_all_groups(base)
             _kept.clear()
+            _ended.clear()
             base, groups = None, {}
             restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
             if rank < msg.world_size:
@@ -224,6 +243,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         _dist_hooks.install(check_layout=True, group_timeout=cfg["collective_timeout"])
         fn, args, kwargs, files = loads(msg.task)
         restore_files(fn, files)
+        _end_groups()
         before = internals.live_groups()
         kept = set(_kept)
         calls = events = collector = None
@@ -269,9 +289,8 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         if not own:  # only collnb's own code keeps groups (keep_groups)
             _kept.intersection_update(kept)
         _kept.intersection_update(live)
-        if intact:  # groups the function made end with the call, as in a fresh script
-            for g in live - before - _kept:
-                dist.destroy_process_group(g)
+        if intact:  # groups the function made end with the call, as in a fresh script (_end_groups)
+            _ended.extend(live - before - _kept)
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
         send(res_w, Result(payload, seq, intact, calls, timeline=events))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
