@@ -7,8 +7,8 @@ subreaper so that processes its function starts cannot escape it), then serves c
 group, create a cached subgroup, or run the learner's function. Each call finds the rank as a
 fresh script would: :class:`.rank_state.RankState` puts back what a call changed (environment,
 streams, torch's global modes, ...; its docstring lists them), process groups the call made are
-destroyed, and a change that cannot be put back (a replaced torch function) is reported in the
-:class:`.Result` so that the launcher retires the rank. After a failure the rank reports it and
+destroyed (as the next call starts), and a change that cannot be put back (a replaced torch
+function) is reported in the :class:`.Result` so that the launcher retires the rank. After a failure the rank reports it and
 idles until the parent stops it.
 """
 
