@@ -49,13 +49,12 @@ import pickle
 import shutil
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from ..ranks import LaunchTimeout, RankError, flight_recorder_dump, launch, shutdown
+from ..ranks import LaunchTimeout, RankError, divergence, flight_recorder_dump, launch, shutdown
 from ..views import MatrixPanel, matrix_image
 
 __all__ = ["FAULTS", "DIVERGES_AT", "faulty_step", "fault_run", "FaultRun", "Blame", "fr_trace_verdict", "fr_trace_command"]
@@ -119,20 +118,6 @@ class Blame:
     reason: str
 
 
-def _signature(entry) -> tuple:
-    return (entry["profiling_name"], json.dumps(entry["input_sizes"]), json.dumps(entry["output_sizes"]))
-
-
-def _numel(sizes) -> int:
-    total = 0
-    for shape in sizes:
-        n = 1
-        for d in shape:
-            n *= int(d)
-        total += n
-    return total
-
-
 @dataclass
 class FaultRun:
     """One run of :func:`faulty_step` and what every rank's Flight Recorder said.
@@ -176,41 +161,12 @@ class FaultRun:
         first sequence number at which the ranks' operations or sizes disagree (for all_to_all, whose
         sizes may differ per rank, where the total elements sent and received differ), the minority
         blamed; else the ranks without a dump; else nothing."""
-        by_seq = {}
-        for r, es in self.entries.items():
-            for e in es:
-                by_seq.setdefault(e["collective_seq_id"], {})[r] = e
-        dumped = sorted(self.entries)
-        for seq in sorted(by_seq):
-            here = by_seq[seq]
-            absent = [r for r in dumped if r not in here]
-            sigs = {r: _signature(e) for r, e in here.items()}
-            ops = Counter(s[0] for s in sigs.values())
-            if absent and len(here) >= len(absent):
-                return Blame(tuple(absent), seq, f"rank(s) {absent} never issued collective {seq}, which "
-                             f"{sorted(here)} issued ({', '.join(ops)})")
-            if len(ops) > 1:
-                common = ops.most_common(1)[0][0]
-                odd = tuple(sorted(r for r, s in sigs.items() if s[0] != common))
-                return Blame(odd, seq, f"collective {seq} is {sigs[odd[0]][0]} on rank(s) {list(odd)} "
-                             f"but {common} on the others")
-            op = next(iter(ops))
-            if op.endswith("all_to_all"):
-                sent = sum(_numel(e["input_sizes"]) for e in here.values())
-                got = sum(_numel(e["output_sizes"]) for e in here.values())
-                if sent != got:
-                    usual = Counter(sigs.values()).most_common(1)[0][0]
-                    odd = tuple(sorted(r for r, s in sigs.items() if s != usual))
-                    return Blame(odd, seq, f"collective {seq} ({op}) sends {sent} elements in all but receives "
-                                 f"{got}: rank(s) {list(odd)} have other sizes")
-                continue
-            if len(set(sigs.values())) > 1:
-                usual = Counter(sigs.values()).most_common(1)[0][0]
-                odd = tuple(sorted(r for r, s in sigs.items() if s != usual))
-                return Blame(odd, seq, f"collective {seq} ({op}) has input sizes "
-                             f"{here[odd[0]]['input_sizes']} on rank(s) {list(odd)}, {usual[1]} on the others")
+        d = divergence(self.entries)
+        if d is not None:
+            return Blame(d.ranks, d.seq, d.reason)
         if self.missing:
-            last = max(by_seq) if by_seq else None
+            seqs = [e["collective_seq_id"] for es in self.entries.values() for e in es]
+            last = max(seqs) if seqs else None
             return Blame(tuple(self.missing), last,
                          f"rank(s) {self.missing} left no dump: still running outside a collective (or dead) "
                          f"when the others failed" + (f" in collective {last}" if last is not None else ""))

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import LaunchTimeout, RankError
+from .flight_recorder import divergence
 from .protocol import TimeoutReport
 from .serialization import loads
 from .tracebacks import format_frames, where
@@ -64,6 +65,8 @@ class Event:
     timeline: Any = None
     timeout_name: str = ""  # which timeout fired, in words (communication errors only)
     timeout: Any = None     # the rank's TimeoutReport (communication errors only)
+    flight_recorder: Any = None  # the rank's Flight Recorder entries (launch(flight_recorder=N), comm errors)
+    guess: bool = False     # root cause only: blamed from the messages alone (no rank stood out)
 
 
 def timeout_name(text, collective_timeout):
@@ -181,7 +184,8 @@ def failed_event(rank, t, msg, collective_timeout):
         report = which_timeout([(collective_timeout, collective_timeout_name(collective_timeout), None)],
                                msg.message)
     return Event(rank, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
-                 timeout_name=report.timeout if report is not None and report.fired else "", timeout=report)
+                 timeout_name=report.timeout if report is not None and report.fired else "", timeout=report,
+                 flight_recorder=getattr(msg, "flight_recorder", None))
 
 
 def _duration(seconds):
@@ -211,6 +215,9 @@ def root_cause(failed, events, pending, stacks):
         return mismatch
     if primary:
         return min(primary, key=lambda e: e.t)
+    diverged = _diverged(failed)
+    if diverged is not None:
+        return diverged
     # Only communication errors: the culprit is a rank that never joined the collective: one whose
     # function returned or one still running elsewhere. A rank still waiting in a collective joined
     # one (when a returned rank's groups close, some peers fail at once and others are still waiting).
@@ -240,7 +247,31 @@ def root_cause(failed, events, pending, stacks):
         else:
             text = head + state
         return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
-    return first
+    if any(e.flight_recorder is not None for e in failed):
+        return first  # the Flight Recorder was on and every rank's collectives agree: no guess to flag
+    return Event(first.rank, first.kind, first.t, first.exc_type, first.message, first.frames, first.comm,
+                 timeout_name=first.timeout_name, timeout=first.timeout, guess=True)
+
+
+def _diverged(failed):
+    """Root cause read from the failed ranks' Flight Recorder entries (``launch(flight_recorder=N)``):
+    an :class:`Event` of kind ``"diverged"`` for the rank whose collective differs from every other
+    rank's at the first sequence number where they disagree (:func:`.flight_recorder.divergence`), or
+    ``None`` when the recorder was off, the entries agree, or no rank is a strict minority."""
+    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None}
+    if len(entries) < 2:
+        return None
+    d = divergence(entries)
+    if d is None or not d.decided:
+        return None
+    culprit = d.ranks[0]
+    event = next(e for e in failed if e.rank == culprit)
+    group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    text = (f"its collective_seq_id {d.seq} in {group} differs from the other ranks' (read from every rank's "
+            f"Flight Recorder): {d.reason}. The other ranks then waited in a collective that "
+            f"{_ranks_text(d.ranks)} never called the same way, until a timeout ran out. Every rank must call "
+            f"the same collectives, in the same order, with the same shapes")
+    return Event(culprit, "diverged", event.t, "CollectiveMismatch", text, event.frames, True, value=d)
 
 
 def call_error(ranks, events, failed, pending, stacks, phase):
@@ -285,7 +316,7 @@ def outcomes_of(ranks, events, stacks, root):
             first = _FINGERPRINT_NOISE.sub("", e.message.splitlines()[0] if e.message else "")
             if len(first) > 240:
                 first = first[:240] + " ..."
-            tag = " (follows the root cause)" if root is not None and e is not root and e.comm else ""
+            tag = " (follows the root cause)" if root is not None and e.rank != root.rank and e.comm else ""
             out[rank] = f"{e.exc_type}: {first}{tag}"
     return out
 
@@ -309,6 +340,11 @@ def rank_error(root, outcomes, phase):
         head = f"rank {root.rank}: {root.exc_type}: {_FINGERPRINT_NOISE.sub('', root.message)}"
         tb = format_frames(root.frames)
     text = head
+    if root.guess:
+        text += (f"\n\ncollnb's guess, from the messages alone: every rank failed waiting in a collective and rank "
+                 f"{root.rank} raised first, so the rank that went wrong may be another one. With "
+                 f"collnb.launch(..., flight_recorder=200) collnb reads every rank's recent collectives (torch's "
+                 f"Flight Recorder) and names the rank whose collective differed")
     if tb:
         text += f"\n\nTraceback of rank {root.rank} (most recent call last):\n{tb.rstrip()}"
     if phase == "init":

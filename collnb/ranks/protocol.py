@@ -153,6 +153,9 @@ class Failed:
             another rank's failure, not a root cause).
         timeout: the :class:`TimeoutReport` the rank made for a communication error (``None``
             when the rank measured nothing: the launcher then reads the message's wording).
+        flight_recorder: the rank's Flight Recorder collective entries
+            (:func:`collnb.ranks.flight_recorder.entries_from_json`'s dicts) when the launch had
+            ``flight_recorder=N`` and this is a communication error; else ``None``.
     """
 
     exc_type: str
@@ -160,6 +163,7 @@ class Failed:
     frames: list
     comm: bool = False
     timeout: TimeoutReport | None = None
+    flight_recorder: list | None = None
 
     @property
     def timeout_name(self) -> str:

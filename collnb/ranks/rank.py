@@ -24,12 +24,14 @@ import sys
 import time
 import traceback
 import ctypes
+import dataclasses
 
 import torch
 import torch.distributed as dist
 
 from . import _dist_hooks, recording, timeline
 from . import _torch_internals as internals
+from .flight_recorder import entries_from_json
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
 from .rank_state import RankState, collnb_only
@@ -322,7 +324,14 @@ def _report_error(res_w, exc, rank):
     communication error (a consequence of another rank's failure)."""
     sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
     _dist_hooks.name_unmeasured(exc)  # which timeout ended a wait no wrapper measured
-    send(res_w, Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc)))
+    msg = Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc))
+    if msg.comm and os.environ.get("TORCH_FR_BUFFER_SIZE", "0") not in ("", "0"):
+        # launch(flight_recorder=N): the launcher names the rank whose collectives diverged from these
+        try:
+            msg = dataclasses.replace(msg, flight_recorder=entries_from_json(internals.flight_recorder_dump()[1]))
+        except Exception:  # noqa: BLE001 - no dump: the launcher falls back to what the messages say
+            pass
+    send(res_w, msg)
 
 
 def _idle_forever():
