@@ -172,12 +172,12 @@ class FaultRun:
                          f"when the others failed" + (f" in collective {last}" if last is not None else ""))
         return Blame((), None, "every rank issued the same collectives")
 
-    def image(self, last: int = 6):
+    def image(self, last: int = 6, show_blame: bool = True, title: str | None = None):
         """The table as a rank × sequence-number picture (:func:`collnb.views.matrix_image`): each
-        cell the operation and its input sizes, the blamed cells framed red, ranks without a dump
-        marked. Shows the ``last`` sequence numbers."""
+        cell the operation and its input sizes, the blamed cells framed red (``show_blame``), ranks
+        without a dump marked. Shows the ``last`` sequence numbers; ``title`` defaults to the fault's name."""
         seqs = sorted({e["collective_seq_id"] for es in self.entries.values() for e in es})[-last:] or [1]
-        blame = self.blame()
+        blame = self.blame() if show_blame else Blame((), None, "")
         values, texts, framed = [], [], set()
         for r in range(self.world_size):
             row_v, row_t = [], []
@@ -194,13 +194,14 @@ class FaultRun:
                     framed.add((r, c))
             values.append(row_v)
             texts.append(row_t)
-        return matrix_image([MatrixPanel(f"Flight Recorder: {self.fault}", values, texts, framed)],
+        note = ((f"blamed: rank {', '.join(map(str, blame.ranks))}"
+                 + (f", collective {blame.seq}" if blame.seq is not None else "")) if blame.ranks
+                else "nothing to blame") if show_blame else "compare each column's cells"
+        return matrix_image([MatrixPanel(title or f"Flight Recorder: {self.fault}", values, texts, framed)],
                             row_label="rank", column_label="collective_seq_id",
                             column_names=[str(s) for s in seqs], vmax=1.0,
-                            framed_note="collnb's blame, from these entries",
-                            note=(f"blamed: rank {', '.join(map(str, blame.ranks))}"
-                                  + (f", collective {blame.seq}" if blame.seq is not None else "")) if blame.ranks
-                            else "nothing to blame")
+                            framed_note="collnb's blame, from these entries" if show_blame else "",
+                            note=note)
 
 
 def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_timeout: float = 2.0,

@@ -210,14 +210,15 @@ def root_cause(failed, events, pending, stacks):
     """The :class:`Event` to blame among ``failed`` (see the module's docstring); ``stacks`` says
     where still-running ranks were (``{rank: frames}``, ``{("state", rank): text}``)."""
     primary = [e for e in failed if e.kind == "died" or not e.comm]
-    mismatch = _mismatch(failed) if primary and all(_MISMATCH in e.message for e in primary) else None
+    detail = bool(primary) and all(_MISMATCH in e.message for e in primary)
+    diverged = _diverged(failed) if detail or not primary else None  # structured entries before any text
+    if diverged is not None:
+        return diverged
+    mismatch = _mismatch(failed) if detail else None
     if mismatch is not None:
         return mismatch
     if primary:
         return min(primary, key=lambda e: e.t)
-    diverged = _diverged(failed)
-    if diverged is not None:
-        return diverged
     # Only communication errors: the culprit is a rank that never joined the collective: one whose
     # function returned or one still running elsewhere. A rank still waiting in a collective joined
     # one (when a returned rank's groups close, some peers fail at once and others are still waiting).

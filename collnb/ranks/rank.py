@@ -325,7 +325,7 @@ def _report_error(res_w, exc, rank):
     sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
     _dist_hooks.name_unmeasured(exc)  # which timeout ended a wait no wrapper measured
     msg = Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc))
-    if msg.comm and os.environ.get("TORCH_FR_BUFFER_SIZE", "0") not in ("", "0"):
+    if os.environ.get("TORCH_FR_BUFFER_SIZE", "0") not in ("", "0"):
         # launch(flight_recorder=N): the launcher names the rank whose collectives diverged from these
         try:
             msg = dataclasses.replace(msg, flight_recorder=entries_from_json(internals.flight_recorder_dump()[1]))
