@@ -172,6 +172,8 @@ EXPECTED = {
     # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements and leaves rank 0's 4th value at its -1 fill
     # (rank s sends rank 0 [100 s, 100 s + 1]; rank 1 only 101); the sleeper leaves no dump
     "18_hangs": [
+        ("predict", "collnb raised: rank 1: CollectiveMismatch: its collective_seq_id 3 in the default group"),
+        ("plain", "collnb's guess, from the messages alone"),
         ("timeline", "rank 3 arrived last at the second all_reduce"),
         ("timeline", "waiting about 0.25 s on ranks 0-2: True"),
         ("skipped-table", "   1    3  all_to_all   [[8]]"),
@@ -186,6 +188,7 @@ EXPECTED = {
         ("sleep", "DidNotJoin: rank 1 never reached"),
         ("sleep", "Missing dump files from ranks {1}"),
         ("cli", "SIZE_OR_SYNTAX_MISMATCH"),
+        ("mystery", "the run failed (every rank waited until the timeout): True"),
         ("check", "not answered yet"),
     ],
     "algorithms": [
