@@ -194,6 +194,9 @@ def test_gantt_draws_waiting_apart_from_transfer(tmp_path):
     assert not has(column(25), color0)  # the waiting part is hatched, not the rank's colour
     assert has(column(55), color0)      # the transfer is the rank's colour
     assert not has(column(65), color0)  # nothing after completion
+    legend = px[30:52].reshape(-1, 3)  # the legend's row: the transfer swatch holds every rank's colour
+    for r in range(tl.world_size):
+        assert has(legend, np.array(rgb8(rank_color(r)))), r
     collnb.timeline_png(tl, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes() == pic.png
     with pytest.raises(ValueError, match="width"):
