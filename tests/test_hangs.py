@@ -55,19 +55,17 @@ def test_every_injected_fault_is_named_by_the_table_and_by_fr_trace(fault, tmp_p
     verdict = hangs.fr_trace_verdict(run.dump_dir)
     for want in FR_TRACE_SAYS[fault]:
         assert want.replace("CULPRIT", str(culprit)) in verdict, verdict
-    if fault == "wrong_splits":  # silent: no error, rank 0 keeps its fill where rank 2's float is missing
-        assert run.error is None
+    assert isinstance(run.error, collnb.RankError)
+    if fault == "wrong_splits":  # torch is silent: rank 0 keeps its fill where rank 2's float is missing
         assert run.results[0][4:6] == [201.0, -1.0]
-    else:
-        assert isinstance(run.error, collnb.RankError)
+        assert "Every rank returned" in str(run.error)
     if fault == "sleeping_rank":
         assert run.missing == [culprit]
         assert f"rank {culprit}: DidNotJoin" in str(run.error)
-    if run.error is not None:  # RankError's first line names the culprit (from the Flight Recorder, or its stack)
-        first = str(run.error).splitlines()[0]
-        assert first.startswith(f"rank {culprit}: "), first
-        assert run.error.rank == culprit
-    if fault in ("skipped_collective", "mismatched_shape"):
+    first = str(run.error).splitlines()[0]  # RankError's first line names the culprit (entries, or its stack)
+    assert first.startswith(f"rank {culprit}: "), first
+    assert run.error.rank == culprit
+    if fault != "sleeping_rank":
         assert first.startswith(f"rank {culprit}: CollectiveMismatch: its collective_seq_id "
                                 f"{hangs.DIVERGES_AT[fault]} in the default group differs"), first
 
@@ -212,3 +210,22 @@ def test_divergence_reads_each_group_and_ignores_entries_lost_to_the_ring_buffer
         entries[r].append(dict(_entry(1, sizes=((2,),) if r == 1 else ((3,),)), process_group=sub))
     d = divergence(entries)
     assert d.group == tuple(sub) and d.seq == 1 and d.kind == "sizes" and not d.decided  # 1 against 1
+
+
+def _uneven_a2a_then_fine(rank, world_size, short):
+    import torch
+    import torch.distributed as dist
+    out = torch.full((2 * world_size,), -1.0)
+    splits = [1] + [2] * (world_size - 1) if (short and rank == 1) else [2] * world_size
+    dist.all_to_all_single(out, torch.ones(sum(splits)), [2] * world_size, splits)
+    return out.tolist()
+
+
+@pytest.mark.slow
+def test_a_call_that_returned_with_diverged_entries_raises_and_the_next_call_is_judged_alone():
+    with pytest.raises(collnb.RankError, match=r"^rank 1: CollectiveMismatch: its collective_seq_id \d+ in the "
+                       r"default group differs") as info:
+        collnb.launch(_uneven_a2a_then_fine, 3, (True,), flight_recorder=50, debug=False)
+    assert info.value.rank == 1 and info.value.results[0][2] == 1.0 and info.value.results[0][3] == -1.0
+    # the same warm ranks, a correct call: the earlier call's entries are not held against it
+    assert collnb.launch(_uneven_a2a_then_fine, 3, (False,), flight_recorder=50, debug=False)[0] == [1.0] * 6

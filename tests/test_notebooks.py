@@ -169,7 +169,7 @@ EXPECTED = {
     ],
     # rank 3 sleeps 0.3 s, the others 0.05 s: they wait ~0.25 s at the second all_reduce. The faults on rank 1
     # (collnb.labs.hangs): a skipped 2nd all_reduce puts its all_to_all at sequence number 3; 6 floats at number 2;
-    # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements and leaves rank 0's 4th value at its -1 fill
+    # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements (collnb raises from the entries) and leaves rank 0's 4th value at its -1 fill
     # (rank s sends rank 0 [100 s, 100 s + 1]; rank 1 only 101); the sleeper leaves no dump
     "18_hangs": [
         ("predict", "collnb raised: rank 1: CollectiveMismatch: its collective_seq_id 3 in the default group"),
@@ -182,7 +182,7 @@ EXPECTED = {
         ("skipped-fr", "COLLECTIVE_TYPE_MISMATCH"),
         ("shape", "collnb's blame: rank(s) [1] at collective 2"),
         ("shape", "missing ranks: {1}"),
-        ("splits", "collnb raised: None"),
+        ("splits", "collnb raised: rank 1: CollectiveMismatch: its collective_seq_id 4 in the default group"),
         ("splits", "rank 0 received [0.0, 1.0, 101.0, -1.0, 200.0, 201.0, 300.0, 301.0]"),
         ("splits", "total input numel: 31"),
         ("sleep", "DidNotJoin: rank 1 never reached"),

@@ -17,10 +17,11 @@ analyser (``fr_trace``) and collnb's blame read from the same structured entries
   ``fr_trace``: "Collective sequence number: 2 has errors ... SIZE_OR_SYNTAX_MISMATCH", then "Not all
   ranks joining collective, sequence number: 3 ... missing ranks: {culprit}".
 * ``wrong_splits``: the culprit sends 1 float instead of 2 to rank 0 (input 7 floats,
-  ``input_split_sizes=[1, 2, 2, 2]``). Nothing hangs and nothing fails: rank 0 silently receives a
-  short message (its last float is stale). Flight Recorder: ``input_sizes`` ``[[7]]`` against
-  ``[[8]]``; ``fr_trace``: "Input/output mismatch in the collective sequence number: 4 ... total
-  input numel: 31, total output numel: 32". (Sending *more* than the receiver expects aborts the
+  ``input_split_sizes=[1, 2, 2, 2]``). Nothing hangs and torch raises nothing: rank 0 silently
+  receives a short message (its last float is stale). Flight Recorder: ``input_sizes`` ``[[7]]``
+  against ``[[8]]``; ``fr_trace``: "Input/output mismatch in the collective sequence number: 4 ...
+  total input numel: 31, total output numel: 32". collnb, reading every rank's entries, raises a
+  ``RankError`` naming the culprit after every rank returned (the results kept on it). (Sending *more* than the receiver expects aborts the
   receiver instead: gloo's ``Received data size doesn't match expected size``, SIGABRT.)
 * ``sleeping_rank``: the culprit sleeps ``collective_timeout + 1.5`` s before its 2nd all_reduce;
   the others time out in it and collnb stops the sleeper before it dumps. Flight Recorder: no dump
@@ -126,7 +127,8 @@ class FaultRun:
         fault, culprit, world_size: what was injected where.
         dump_dir: the folder of the dumps (``rank<r>`` pickles, ``rank<r>.json``).
         error: the :class:`collnb.RankError` (or :class:`collnb.LaunchTimeout`) collnb raised, else ``None``.
-        results: the ranks' all_to_all outputs when no error, else ``None``.
+        results: the ranks' all_to_all outputs when every rank returned (also when collnb raised because
+            their Flight Recorder entries disagree: wrong splits), else ``None``.
         entries: ``{rank: [entry dict, ...]}`` of the default group's entries, for the ranks that dumped.
     """
 
@@ -246,6 +248,7 @@ def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_t
                              timeout=collective_timeout + 30)
     except (RankError, LaunchTimeout) as exc:
         run.error = exc
+        run.results = getattr(exc, "results", None)  # every rank returned, their collectives disagreed
     for r in range(world_size):
         path = os.path.join(dump_dir, f"rank{r}.json")
         if os.path.exists(path):

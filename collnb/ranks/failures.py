@@ -31,7 +31,8 @@ from .serialization import loads
 from .tracebacks import format_frames, where
 
 __all__ = ["Event", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
-           "rebuild_result", "which_timeout", "text_hint", "failed_event", "collective_timeout_name"]
+           "rebuild_result", "which_timeout", "text_hint", "failed_event", "collective_timeout_name",
+           "returned_diverged"]
 
 _MISMATCH = "Detected mismatch between collectives"
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(((?:[^()]|\([^()]*\))*)\)")
@@ -299,6 +300,33 @@ def call_error(ranks, events, failed, pending, stacks, phase):
     root = root_cause(failed, events, pending, stacks)
     outcomes = outcomes_of(ranks, events, stacks, root)
     return rank_error(root, outcomes, phase)
+
+
+def returned_diverged(ranks, events, results):
+    """The :class:`.RankError` of a call whose every rank returned although their Flight Recorder
+    entries (``launch(..., flight_recorder=N)``; ``events[r].flight_recorder``) disagree, e.g. an
+    ``all_to_all`` whose ranks send 31 elements in all but receive 32 (gloo does not check: a rank
+    receives a short message and keeps stale values). ``None`` when the recorder was off, the entries
+    agree or no rank is a strict minority. ``results``: the ranks' results, kept on the error as
+    ``.results`` (rank order) for a learner to look at."""
+    entries = {r: events[r].flight_recorder for r in ranks if events[r].flight_recorder is not None}
+    if len(entries) < 2:
+        return None
+    d = divergence(entries)
+    if d is None or not d.decided:
+        return None
+    culprit = d.ranks[0]
+    group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    text = (f"rank {culprit}: CollectiveMismatch: its collective_seq_id {d.seq} in {group} differs from the other "
+            f"ranks' (read from every rank's Flight Recorder): {d.reason}. Every rank returned, but the "
+            f"collective did not do what its callers asked: their results are likely wrong (kept in this error's "
+            f".results). Every rank must call the same collectives, in the same order, with matching sizes")
+    outcomes = {r: "finished" + (" (its collective differed)" if r in d.ranks else "") for r in ranks}
+    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+    err = RankError(text, culprit, "CollectiveMismatch", "", outcomes)
+    err.results = list(results)
+    err.divergence = d
+    return err
 
 
 def outcomes_of(ranks, events, stacks, root):
