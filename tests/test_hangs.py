@@ -199,6 +199,7 @@ def test_rank_error_names_the_diverged_rank_from_flight_recorder_entries():
     events = {0: _timed_out(0, 10.0, good), 1: _timed_out(1, 11.0, odd)}
     err = call_error([0, 1], events, list(events.values()), [], {}, "run")
     assert "CollectiveMismatch" not in str(err).splitlines()[0]
+    assert "disagree at collective_seq_id 3" in str(err) and "no rank differs from all the others" in str(err)
 
 
 def test_divergence_reads_each_group_and_ignores_entries_lost_to_the_ring_buffer():

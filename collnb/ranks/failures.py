@@ -67,7 +67,7 @@ class Event:
     timeout_name: str = ""  # which timeout fired, in words (communication errors only)
     timeout: Any = None     # the rank's TimeoutReport (communication errors only)
     flight_recorder: Any = None  # the rank's Flight Recorder entries (launch(flight_recorder=N), comm errors)
-    guess: bool = False     # root cause only: blamed from the messages alone (no rank stood out)
+    guess: Any = False      # root cause only: blamed from the messages alone (True, or the words why: str)
 
 
 def timeout_name(text, collective_timeout):
@@ -249,10 +249,17 @@ def root_cause(failed, events, pending, stacks):
         else:
             text = head + state
         return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
-    if any(e.flight_recorder is not None for e in failed):
-        return first  # the Flight Recorder was on and every rank's collectives agree: no guess to flag
+    note = True  # collnb's guess from the messages alone (rank_error words it)
+    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None}
+    if entries:
+        d = divergence(entries) if len(entries) > 1 else None
+        if d is None:
+            return first  # the Flight Recorder was on and every rank's collectives agree: no guess to flag
+        note = (f"collnb's guess: rank {first.rank} raised first. The ranks' Flight Recorders disagree at "
+                f"collective_seq_id {d.seq} ({d.reason}), but no rank differs from all the others, so none "
+                f"of them is named the culprit: compare the sides")
     return Event(first.rank, first.kind, first.t, first.exc_type, first.message, first.frames, first.comm,
-                 timeout_name=first.timeout_name, timeout=first.timeout, guess=True)
+                 timeout_name=first.timeout_name, timeout=first.timeout, guess=note)
 
 
 def _diverged(failed):
@@ -369,7 +376,9 @@ def rank_error(root, outcomes, phase):
         head = f"rank {root.rank}: {root.exc_type}: {_FINGERPRINT_NOISE.sub('', root.message)}"
         tb = format_frames(root.frames)
     text = head
-    if root.guess:
+    if isinstance(root.guess, str):
+        text += "\n\n" + root.guess
+    elif root.guess:
         text += (f"\n\ncollnb's guess, from the messages alone: every rank failed waiting in a collective and rank "
                  f"{root.rank} raised first, so the rank that went wrong may be another one. With "
                  f"collnb.launch(..., flight_recorder=200) collnb reads every rank's recent collectives (torch's "
