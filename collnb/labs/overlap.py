@@ -29,6 +29,7 @@ communication and computation both run, over the time communication runs;
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import warnings
 
@@ -37,8 +38,13 @@ import torch.distributed as dist
 from torch import nn
 
 from ..ranks import launch, region
+from ..views import Binder, timeline_image
 
-__all__ = ["ddp_step", "recording_hook", "bucket_run", "overlap_both_ways", "BucketRun", "HONEST", "NAIVE"]
+__all__ = ["ddp_step", "recording_hook", "bucket_run", "overlap_both_ways", "BucketRun", "HONEST", "NAIVE",
+           "explore_buckets", "bucket_image", "BUCKET_CAPS"]
+
+#: The ``bucket_cap_mb`` settings the explorer offers (MiB); at 8 layers of 1 MiB: 8, 4, 2, 1 and 1 buckets.
+BUCKET_CAPS = (1.0, 2.0, 4.0, 8.0, 25.0)
 
 #: The regions counted as computation, honestly: the forward pass and each layer's gradient computation.
 HONEST = ("forward", "grad")
@@ -149,3 +155,43 @@ def overlap_both_ways(run: BucketRun) -> list:
     """Per rank, ``(rank, honest, naive)``: :meth:`BucketRun.overlap` with :data:`HONEST` and with
     :data:`NAIVE` (the backward's wait for its buckets counted as compute) as compute."""
     return [(r, run.overlap(r, HONEST), run.overlap(r, NAIVE)) for r in range(run.timeline.world_size)]
+
+
+def bucket_image(run: BucketRun, width: int = 1000):
+    """The timed step of ``run`` on the timeline (:func:`collnb.timeline_image`, the ``step`` window
+    only), titled with the setting, the buckets and each rank's exposed communication."""
+    steps = [s for r in range(run.timeline.world_size) for s in run.timeline.regions(r) if s.name == "step"]
+    start, end = min(s.start for s in steps) / 1e6, max(s.end for s in steps) / 1e6
+    exposed = ", ".join(f"rank {r} {run.overlap(r)['exposed'] / 1e6:.0f} ms" for r in range(run.timeline.world_size))
+    return timeline_image(run.timeline, start_ms=start - 2, end_ms=end + 2, width=width,
+                          title=f"DDP, bucket_cap_mb={run.bucket_cap_mb:g}: {run.n_buckets} bucket"
+                                f"{'s' if run.n_buckets > 1 else ''}; exposed communication {exposed}")
+
+
+@dataclasses.dataclass(frozen=True)
+class BucketParams:
+    """The explorer's one control: DDP's ``bucket_cap_mb`` (MiB)."""
+
+    bucket_cap_mb: float = 2.0
+
+
+def explore_buckets(bucket_cap_mb: float = 2.0, wait: bool = True) -> Binder:
+    """A slider over :data:`BUCKET_CAPS`; each setting runs :func:`bucket_run` on 2 real ranks and draws
+    :func:`bucket_image`, with the buckets that fired and HTA's overlap (honest and naive) per rank in
+    the caption. Returns the :class:`collnb.views.Binder` (``.last_result``: the :class:`BucketRun`)."""
+
+    def fix(p):
+        if p.bucket_cap_mb in BUCKET_CAPS:
+            return p, []
+        near = min(BUCKET_CAPS, key=lambda c: abs(c - p.bucket_cap_mb))
+        return BucketParams(near), [f"bucket_cap_mb={p.bucket_cap_mb:g} is not offered; {near:g} is the nearest"]
+
+    def draw(run, p):
+        rows = "; ".join(f"rank {r}: overlap {h['overlap_pct']:.0f} % (naive {n['overlap_pct']:.0f} %)"
+                         for r, h, n in overlap_both_ways(run))
+        fired = ", ".join(f"#{i} {numel * 4 / 2**20:.1f} MiB" for i, numel, _, _ in run.buckets[0])
+        return bucket_image(run).png, f"buckets in firing order: {fired}. HTA's overlap: {rows}"
+
+    return Binder(BucketParams(float(bucket_cap_mb)), lambda p: {"bucket_cap_mb": list(BUCKET_CAPS)}, fix,
+                  lambda p: bucket_run(p.bucket_cap_mb), draw, labels={"bucket_cap_mb": "bucket_cap_mb (MiB)"},
+                  name="bucket-explorer", what="bucket explorer", wait=wait, sliders=("bucket_cap_mb",))

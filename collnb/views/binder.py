@@ -58,11 +58,13 @@ class Binder(WorkerState):
         choices, fix, run, draw: the model's functions (module docstring).
         labels: ``{field: description}`` of the widgets (default: the field name).
         name: the worker thread's name and the CSS class of the panel (``collnb-<name>``).
+        sliders: the fields shown as a ``SelectionSlider`` over their choices (ordered values, e.g. a
+            size) instead of a ``Dropdown`` (``continuous_update=False``: one run when the slider is released).
         what: the word in the saved picture's line ("Static picture of the <what>'s last state").
         wait: block until the first picture is drawn.
 
     Attributes:
-        params: the current parameters. controls: ``{field: Dropdown}``. image: the
+        params: the current parameters. controls: ``{field: Dropdown or SelectionSlider}``. image: the
             ``ipywidgets.Image``. caption, status, note: ``ipywidgets.HTML``. widget: the panel (VBox).
         last_result, last_png, last_params: of the latest run drawn. error: the latest run's
             exception or ``None``. notes: what ``fix`` changed at the latest change.
@@ -71,7 +73,8 @@ class Binder(WorkerState):
     """
 
     def __init__(self, params, choices: Callable, fix: Callable, run: Callable, draw: Callable, *,
-                 labels: dict | None = None, name: str = "explorer", what: str = "explorer", wait: bool = True):
+                 labels: dict | None = None, name: str = "explorer", what: str = "explorer", wait: bool = True,
+                 sliders: tuple = ()):
         if not dataclasses.is_dataclass(params) or isinstance(params, type):
             raise TypeError(f"params must be a dataclass instance; got {params!r}")
         self._choices, self._fix, self._run, self._draw = choices, fix, run, draw
@@ -89,8 +92,13 @@ class Binder(WorkerState):
         style = {"description_width": "initial"}
         self.controls = {}
         for f in dataclasses.fields(self.params):
-            w = widgets.Dropdown(description=labels.get(f.name, f.name), style=style,
-                                 layout=widgets.Layout(width="auto"))
+            if f.name in sliders:  # an ordered choice (a size): a slider over the offered values
+                w = widgets.SelectionSlider(description=labels.get(f.name, f.name), style=style,
+                                            options=_options(choices(self.params).get(f.name, [])) or [("", None)],
+                                            continuous_update=False, layout=widgets.Layout(width="auto"))
+            else:
+                w = widgets.Dropdown(description=labels.get(f.name, f.name), style=style,
+                                     layout=widgets.Layout(width="auto"))
             w.add_class("collnb-control")
             w.add_class(f"collnb-{f.name.replace('_', '-')}")
             self.controls[f.name] = w
