@@ -166,6 +166,11 @@ EXPECTED = {
         ("overlapped", "overlapped: overlap > 0 % on every rank: True"),
         ("overlapped", "exposed + overlapped = communication on every rank: True"),
         ("gpu", "skipped: this cell needs 2 CUDA devices"),
+        # 8 Linear(512, 512) layers of 1.0 MiB (weight + bias) each: DDP closes a bucket once it reaches
+        # bucket_cap_mb, so 2 MiB makes 4 buckets of 2 layers; 1, 2, 4, 8, 25 MiB make 8, 4, 2, 1, 1
+        ("buckets", "bucket_cap_mb=2: 4 buckets, in firing order: #0 (4 parameters, 2.0 MiB)"),
+        ("sweep", "buckets at 1, 2, 4, 8, 25 MiB: [8, 4, 2, 1, 1]"),
+        ("pitfall", "backward() as compute: overlap >= the honest one on every rank and setting: True"),
     ],
     # rank 3 sleeps 0.3 s, the others 0.05 s: they wait ~0.25 s at the second all_reduce. The faults on rank 1
     # (collnb.labs.hangs): a skipped 2nd all_reduce puts its all_to_all at sequence number 3; 6 floats at number 2;
@@ -399,10 +404,17 @@ def _from_book_cache(paths):
 
 
 @pytest.fixture(scope="module")
-def executed():
+def executed(request):
+    # only the notebooks whose tests were selected (``-k 17_overlap`` executes one notebook, not all)
+    wanted = {item.callspec.params["path"].stem for item in request.session.items
+              if getattr(item, "originalname", "") == "test_notebook_runs_top_to_bottom"
+              and "path" in getattr(getattr(item, "callspec", None), "params", {})}
+    others = [item for item in request.session.items if "executed" in getattr(item, "fixturenames", ())
+              and getattr(item, "originalname", "") != "test_notebook_runs_top_to_bottom"]
+    paths = [p for p in NOTEBOOKS if p.stem in wanted] if wanted and not others else NOTEBOOKS
     t0 = time.perf_counter()
-    cached = _from_book_cache(NOTEBOOKS)
-    runs = asyncio.run(_execute_all([p for p in NOTEBOOKS if p.stem not in cached]))
+    cached = _from_book_cache(paths)
+    runs = asyncio.run(_execute_all([p for p in paths if p.stem not in cached]))
     total = time.perf_counter() - t0
     print(f"\nexecuted {len(runs)} notebooks in {total:.1f} s: "
           + ", ".join(f"{stem} {s:.1f} s" for stem, _, s, _ in runs)
