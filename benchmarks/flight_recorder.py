@@ -5,7 +5,9 @@ Two warm pools of ``-n`` ranks (gloo, ``debug=False``), one with ``TORCH_FR_BUFF
 with ``--buffer`` entries, each running the same small function (``--ops`` ``dist.all_reduce`` of 16
 floats), interleaved launch by launch so that load on a shared machine hits them alike. With the
 recorder on, every rank also dumps its entries at the end of the call (``_dump_fr_trace_json``, read
-by the launcher to check that the ranks' collectives agree), which is most of its cost.
+by the launcher to check that the ranks' collectives agree). Measured on the loaded 2-core machine
+(world size 4, 16 all_reduces, 30 rounds): 1.26 with the pickle dumped too, 1.14 with the JSON only
+(what ranks do now): too much for the default path, so the recorder stays off unless asked for.
 
 Printed: the median milliseconds per warm launch of each and the ratio ``flight recorder / off``.
 

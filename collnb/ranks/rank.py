@@ -342,7 +342,7 @@ def _with_flight_recorder(msg):
     if os.environ.get("TORCH_FR_BUFFER_SIZE", "0") in ("", "0"):
         return msg
     try:
-        entries = entries_from_json(internals.flight_recorder_dump()[1])
+        entries = entries_from_json(internals.flight_recorder_json())
         world = dist.group.WORLD.group_name if dist.is_initialized() and dist.group.WORLD is not None else None
     except Exception:  # noqa: BLE001 - no dump: the launcher falls back to what the messages say
         return msg
