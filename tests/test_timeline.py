@@ -246,3 +246,11 @@ def test_ddp_buckets_per_cap_and_the_wait_counted_as_compute_only_raises_overlap
             assert naive["overlapped"] >= honest["overlapped"] and naive["exposed"] <= honest["exposed"]
     with pytest.raises(ValueError, match="bucket_cap_mb must be"):
         overlap.bucket_run(0)
+
+
+def test_the_longest_wait_named_under_a_window_is_one_drawn_in_it():
+    from collnb.views.timeline import _longest_wait
+    tl = _synthetic()  # rank 0 waits 0-50 ms in its all_reduce, which ends at 60 ms
+    assert _longest_wait(tl, 0, 70).rank == 0
+    assert _longest_wait(tl, 61, 70) is None
+    assert collnb.timeline_image(tl, start_ms=61, end_ms=70).png[:4] == b"\x89PNG"

@@ -35,6 +35,12 @@ def _nice_step(span_ms: float, ticks: int = 8) -> float:
     return 10 * p
 
 
+def _longest_wait(timeline, start_ms: float, end_ms: float):
+    """The operation that waited longest among those drawn in the window (ms), or ``None``."""
+    shown = [s for s in timeline.operations() if s.end / 1e6 > start_ms and s.start / 1e6 < end_ms]
+    return max(shown, key=lambda s: s.waiting, default=None)
+
+
 def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: float | None = None,
                    end_ms: float | None = None, labels: bool = True) -> MatrixPicture:
     """Paint ``timeline`` as a Gantt chart.
@@ -136,7 +142,7 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
             name = s.name if s.kind == "collective" else f"{s.name}{'→' if s.name in ('send', 'isend') else '←'}{s.peer}"
             if labels and xe - xs > cv.measure(name, 11)[0] + 6:
                 cv.text(name, (xs + xe) / 2, cy + comm_h / 2, 11, INK)
-    longest = max(timeline.operations(), key=lambda s: s.waiting, default=None)
+    longest = _longest_wait(timeline, t0, t1)
     if longest is not None and longest.waiting:
         cv.text(f"longest wait: rank {longest.rank}, {longest.name} #{longest.index}, "
                 f"{format_seconds(longest.waiting / 1e9)} before its last rank arrived",
