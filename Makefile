@@ -7,7 +7,9 @@
 #   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html
 #   make student  student versions without solutions + nbgrader autograding, into classroom/
 #                 (both from the notebooks as committed: they refuse while notebooks/ differs)
-#   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links)
+#   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links) and
+#                 README's module table (tools/layout.py: each module's docstring's first sentence)
+#   make lint     ruff on the code, tests, tools and benchmarks; mypy --strict on the fully typed modules
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -16,7 +18,7 @@ LAB_ARGS ?=
 # The learner's own copies of the notebooks (git ignores work/; `make lab WORK=dir` for another place).
 WORK ?= work
 
-.PHONY: lab test test-fast venv clean docs student meta
+.PHONY: lab test test-fast venv clean docs student meta lint
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +33,7 @@ $(VENV)/.lab-installed: pyproject.toml constraints.txt | $(BIN)/python
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml constraints.txt | $(BIN)/python
-	$(PIP_INSTALL) -e ".[lab,test,docs,classroom]"
+	$(PIP_INSTALL) -e ".[lab,test,docs,classroom,lint]"
 	touch $@
 
 venv: $(VENV)/.lab-installed
@@ -69,6 +71,11 @@ test: $(VENV)/.test-installed
 test-fast: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# Configured in pyproject.toml: ruff's rules and what they skip, mypy's files (strict).
+lint: $(VENV)/.test-installed
+	$(BIN)/ruff check collnb tests tools benchmarks examples
+	$(BIN)/mypy
+
 # The book: README figures from real ranks, notebook metadata, then Sphinx with MyST-NB executing
 # every notebook (cached in docs/_build/.jupyter_cache, used by nothing else). Output: docs/_build/html.
 # A kernel that failed to start (a port taken between choosing and binding it, on a loaded machine)
@@ -92,6 +99,7 @@ student: $(VENV)/.test-installed
 
 meta: $(BIN)/python
 	$(BIN)/python tools/notebook_meta.py
+	$(BIN)/python tools/layout.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build classroom

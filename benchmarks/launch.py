@@ -17,7 +17,6 @@ import argparse
 import os
 import socket
 import statistics
-import sys
 import time
 
 import psutil

@@ -2,13 +2,15 @@
 
 A move = a dropdown of :func:`collnb.explore_redistribute` changes and the clock stops when the new
 picture is in the ``ipywidgets.Image`` (the explorer's ``last_timing["total_s"]``): the run on
-the ranks (``run_s``: one ``collnb.launch`` that makes the 2x2 ``init_device_mesh``, the source
+the ranks (``run_s``: one ``collnb.launch`` that finds its 2x2 ``DeviceMesh``, makes the source
 DTensor, a barrier and the recorded ``redistribute``) and the drawing (``draw_s``: the picture and
-its PNG). Beside it, in the same run, the floor a move cannot go below on warm ranks (collnb's
-launch discards the groups a call makes, so every move makes its mesh again):
+its PNG). The ranks make each mesh shape once and keep it (``collnb.ranks.keep_groups``), so a
+move after the first does not make its mesh. Beside it, in the same run, what a move is made of
+on warm ranks:
 
 * ``launch``: ``collnb.launch`` of a function that does nothing, world size 4 (``record_calls``);
-* ``mesh``: the same with ``init_device_mesh("cpu", (2, 2))`` inside, the time inside the ranks;
+* ``mesh``: the same with ``init_device_mesh("cpu", (2, 2))`` inside, the time inside the ranks
+  (what every move cost before the mesh was kept);
 * ``barrier``: one ``dist.barrier()`` at world size 4, inside the ranks.
 
 Target (issue 21): a move at mesh 2x2 redraws in <= 150 ms (median); the script prints the

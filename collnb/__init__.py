@@ -17,6 +17,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from .lazy import lazy_attributes
+
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .algorithms import (ALGORITHMS, CostModel, Trace, algbw, busbw, costmodel, predict, run_algorithm,
                              run_algorithms, schedule)
@@ -51,34 +53,15 @@ _WHERE = {
 #: registers the heatmap a result draws itself with (collectives cannot import views: it is above them).
 _DRAWS_RESULTS = (".collectives", ".placements", ".labs", ".labs.script")
 
-__all__ = [
-    "launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
-    "LaunchResults", "CallRecord",
-    "MAX_WORLD_SIZE", "BACKENDS",
-    "run", "run_batch", "RunResult", "PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "backend_support",
-    "BackendSupport", "heatmap_figure", "heatmap_png", "heatmap_image",
-    "explore",
-    "ALGORITHMS", "run_algorithm", "run_algorithms", "schedule", "Trace",
-    "CostModel", "algbw", "busbw", "predict",
-    "replay", "explore_rounds", "compare", "compare_figure", "save_gif", "save_filmstrip",
-    "connect", "disconnect", "to_script",
-    "redistribute", "RedistributeResult", "Placement", "explore_redistribute",
-    "region", "Timeline", "timeline_image", "timeline_png",
-]
+#: Every public name, listed once (in _WHERE); the TYPE_CHECKING imports above repeat them for
+#: type checkers, and tests/test_layers.py checks that the two agree.
+__all__ = list(_WHERE)
 
 
-def __getattr__(name: str):
-    """Load a public name from its layer the first time it is asked for (then it is a plain
-    attribute). Raises AttributeError for any other name."""
-    target = name
-    if target not in _WHERE:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if _WHERE[target] in _DRAWS_RESULTS:
+def _load_views_first(module: str) -> None:
+    if module in _DRAWS_RESULTS:
         importlib.import_module(".views", __name__)  # registers the heatmap that draws a RunResult
-    value = getattr(importlib.import_module(_WHERE[target], __name__), target)
-    globals()[name] = value
-    return value
 
 
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_WHERE))
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE, before=_load_views_first)
+

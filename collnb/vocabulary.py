@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Sequence
+from typing import Any, Sequence
 
 __all__ = ["MAX_WORLD_SIZE", "BACKENDS", "REDUCE_OPS", "BITWISE_OPS", "DTYPE_NAMES", "check_world_size",
            "check_rank", "check_backend", "check_choice", "check_int", "check_real", "dtype_name", "op_name", "op_hint"]
@@ -45,11 +45,11 @@ _DTYPE_ALIASES = {"float": "float32", "fp32": "float32", "half": "float16", "fp1
                   "cfloat": "complex64", "cdouble": "complex128"}
 
 
-def _is_int(value) -> bool:
+def _is_int(value: object) -> bool:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def check_int(name: str, value, lo: int, hi: int | None = None, *, what: str = "") -> int:
+def check_int(name: str, value: Any, lo: int, hi: int | None = None, *, what: str = "") -> int:
     """Check that ``value`` is an int in ``lo..hi`` (``hi=None``: no upper bound) and return it.
 
     Args:
@@ -70,7 +70,7 @@ def check_int(name: str, value, lo: int, hi: int | None = None, *, what: str = "
     return int(value)
 
 
-def check_real(name: str, value, lo: float, hi: float, *, what: str = "") -> float:
+def check_real(name: str, value: Any, lo: float, hi: float, *, what: str = "") -> float:
     """Check that ``value`` is a finite real number in ``lo..hi`` and return it as a float.
 
     Args:
@@ -86,12 +86,13 @@ def check_real(name: str, value, lo: float, hi: float, *, what: str = "") -> flo
     text = f"{name} must be a number from {lo} to {hi}{note}; got {value!r}"
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(text)
-    if not (math.isfinite(value) and lo <= value <= hi):
+    number = float(value)
+    if not (math.isfinite(number) and lo <= number <= hi):
         raise ValueError(text)
-    return float(value)
+    return number
 
 
-def check_world_size(world_size, maximum: int = MAX_WORLD_SIZE, *, why: str = "") -> int:
+def check_world_size(world_size: Any, maximum: int = MAX_WORLD_SIZE, *, why: str = "") -> int:
     """Check a world size (number of ranks) and return it as an int.
 
     Args:
@@ -107,7 +108,7 @@ def check_world_size(world_size, maximum: int = MAX_WORLD_SIZE, *, why: str = ""
     return check_int("world_size", world_size, 1, maximum, what=why)
 
 
-def check_rank(rank, world_size: int, name: str = "root") -> int:
+def check_rank(rank: Any, world_size: int, name: str = "root") -> int:
     """Check a rank argument (``root``, ``src``, ``dst``) against the world size and return it.
 
     Raises:
@@ -122,7 +123,7 @@ def check_rank(rank, world_size: int, name: str = "root") -> int:
     return int(rank)
 
 
-def check_choice(kind: str, value, choices: Sequence[str]) -> str:
+def check_choice(kind: str, value: Any, choices: Sequence[str]) -> str:
     """Check that ``value`` is one of the names in ``choices`` (a primitive, an algorithm, a preset).
 
     Args:
@@ -141,7 +142,7 @@ def check_choice(kind: str, value, choices: Sequence[str]) -> str:
     return value
 
 
-def check_backend(backend) -> str:
+def check_backend(backend: Any) -> str:
     """Check a backend name (``"gloo"`` or ``"nccl"``) and return it.
 
     Whether the backend can run on this machine is a separate question (:func:`collnb.backend_info`).
@@ -152,7 +153,7 @@ def check_backend(backend) -> str:
     return check_choice("backend", backend, BACKENDS)
 
 
-def dtype_name(dtype) -> str:
+def dtype_name(dtype: Any) -> str:
     """``torch.float32``, ``"float32"`` or an alias (``"fp16"``, ``"torch.half"``) -> ``"float16"``-style
     name from :data:`DTYPE_NAMES`.
 
@@ -173,7 +174,7 @@ def dtype_name(dtype) -> str:
     return name
 
 
-def op_name(op) -> str:
+def op_name(op: Any) -> str:
     """``"SUM"``, ``"sum"``, ``"prod"`` or ``torch.distributed.ReduceOp.SUM`` -> ``"sum"``-style name from
     :data:`REDUCE_OPS`; ``None`` -> ``"sum"``.
 

@@ -108,6 +108,19 @@ def test_static_picture_for_saved_notebooks():
     b.close()
 
 
+def test_a_field_named_in_sliders_is_a_selection_slider_over_its_choices():
+    import ipywidgets
+
+    b, m = toy(sliders=("size",))
+    slider = b.controls["size"]
+    assert isinstance(slider, ipywidgets.SelectionSlider) and isinstance(b.controls["kind"], ipywidgets.Dropdown)
+    assert [o[1] for o in slider.options] == [1, 2, 3, 4] and slider.value == 2
+    slider.value = 3                      # a learner drags it: one run, and kind's choices follow
+    b.wait()
+    assert b.last_result == 30 and m.runs[-1] == Toy(3, "a") and [o[1] for o in b.controls["kind"].options] == ["a"]
+    b.close()
+
+
 def test_params_must_be_a_dataclass_instance():
     with pytest.raises(TypeError, match="dataclass instance"):
         B.Binder({"size": 2}, _choices, _fix, print, print)

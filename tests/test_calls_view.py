@@ -106,6 +106,30 @@ def test_picture_joins_each_groups_ranks_in_its_colour_and_keeps_labels_readable
             assert contrast_ratio(fg, np.array(C._tint(rank_color(r))) / 255) >= 4.5, (color, r)
 
 
+def _P(name, peer, ranks=(0, 1)):
+    return CallRecord(name, peer, len(ranks), ((4,),), ("float32",), None, tuple(ranks), 16, "torch.distributed", 0)
+
+
+def test_point_to_point_cells_name_the_peer_and_rooted_ones_the_root():
+    calls = [[_P("send", 1), _P("broadcast", 1)], [_P("recv", 0), _P("broadcast", 1)]]
+    texts = [t for t, _, _ in C.calls_image(calls).labels]
+    assert "16 B  to 1" in texts and "16 B  from 0" in texts and texts.count("16 B  root 1") == 2
+
+
+def test_a_title_wider_than_the_picture_widens_it_then_wraps_and_is_never_cut():
+    one = [[_P("all_reduce", None)], [_P("all_reduce", None)]]
+    narrow = C.calls_image(one)
+    title = "a title of some length, wider than one step's picture"
+    img = C.calls_image(one, title=title)
+    assert narrow.pixels.shape[1] < img.pixels.shape[1] <= C.MAX_WIDTH_PX
+    long = " ".join(["every operation each rank issued, recorded where torch dispatched it"] * 3)
+    img = C.calls_image(one, title=long)
+    lines = [t for t, s, _ in img.labels if s == 14]
+    assert len(lines) >= 2 and " ".join(lines) == long      # wrapped, every word kept
+    for _, _, box in img.labels:
+        assert 0 <= box[0] and box[2] <= img.pixels.shape[1]   # nothing painted past the edge
+
+
 def test_many_steps_wrap_into_bands_no_wider_than_the_output_area():
     many = [[R("all_reduce", (0, 1), ((3,),), 12, "torch.distributed", ("float32",))] * 12 for _ in range(2)]
     img = C.calls_image(many, merge=False)

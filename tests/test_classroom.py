@@ -418,7 +418,7 @@ def test_rise_slides_at_1280x720(tmp_path):
             page.goto(f"http://127.0.0.1:{port}/rise/deck.ipynb?token={token}", timeout=180_000)
             page.wait_for_selector(".reveal .slides > section", timeout=180_000)
             page.wait_for_timeout(1500)
-            for i, (what, name) in enumerate((("explorer", "rise-explorer.png"), ("replay", "rise-replay.png"))):
+            for what, name in (("explorer", "rise-explorer.png"), ("replay", "rise-replay.png")):
                 page.keyboard.press("ArrowRight")
                 page.wait_for_timeout(800)
                 slide = page.locator(".reveal .slides section.present:not(.stack)").last

@@ -95,6 +95,7 @@ CODE = {
     "13_tensor_parallel": "tp_mlp",
     "14_fsdp": "configure",
     "15_context_parallel": "update",
+    "16_pipeline_parallel": "stage_forward",
 }
 
 
@@ -306,7 +307,7 @@ def test_ring_step_sending_the_whole_buffer_fails_on_the_message_size(capsys):
     """Issue 18: sending the whole buffer every step (the right chunk taken from it) passed: message
     shapes were recorded but never checked. A ring step moves one chunk."""
     def my_ring_step(rank, world_size, buf, k):
-        send_chunk, recv_chunk = (rank - k) % world_size, (rank - k - 1) % world_size
+        recv_chunk = (rank - k - 1) % world_size  # sends the whole buffer, not chunk (rank - k)
         incoming = torch.empty_like(buf)
         reqs = [dist.isend(buf.clone(), (rank + 1) % world_size), dist.irecv(incoming, (rank - 1) % world_size)]
         for req in reqs:

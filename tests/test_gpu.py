@@ -4,7 +4,6 @@ Marked ``gpu``: skipped with the reason where torch sees no CUDA (``make test PY
 on a GPU machine runs them). The refusals at the end need no GPU: they run everywhere.
 """
 
-import os
 import subprocess
 import sys
 

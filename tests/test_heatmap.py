@@ -165,15 +165,21 @@ def test_drawing_is_thread_safe_and_deterministic(runs):
 
 
 def test_no_pyplot_state_and_headless():
+    """The views import no matplotlib (0.65 s of a kernel's first picture); heatmap_figure imports
+    it, never pyplot."""
     code = (
         "import sys, torch\n"
         "import collnb.collectives as P\nfrom collnb.collectives.primitives import _finish\nfrom collnb.views import heatmap as H\n"
+        "import collnb.views\n"
+        "assert 'matplotlib' not in sys.modules, 'matplotlib imported by importing the views'\n"
         "case = dict(primitive='all_reduce', dtype='float32', op='sum', root=0, chunk_size=1,\n"
         "            inputs=P.teaching_inputs('all_reduce', 3))\n"
         "exp = P.reference('all_reduce', 3, case['inputs'])[0]\n"
         "before = [P.make_tensor(v, 1, torch.float32) for v in case['inputs']]\n"
         "res = _finish(case, 3, 'gloo', before, exp, 0.0)\n"
-        "fig = H.heatmap_figure(res); png = H.heatmap_png(res)\n"
+        "png = H.heatmap_png(res)\n"
+        "assert 'matplotlib' not in sys.modules, 'matplotlib imported to paint a heatmap'\n"
+        "fig = H.heatmap_figure(res)\n"
         "assert res.ok and png[:4] == b'\\x89PNG'\n"
         "assert 'matplotlib.pyplot' not in sys.modules, 'pyplot imported'\n"
         "import matplotlib; print(matplotlib.get_backend())\n")
@@ -335,3 +341,22 @@ def test_note_under_a_value_on_a_rank_fill_has_a_white_backing():
     fill = np.array(_rgb8(H.rank_color(0)))
     assert not (np.abs(patch.astype(int) - fill).max(axis=1) <= 2).any()  # no rank fill behind the text
     assert (patch == 255).all(axis=1).mean() > 0.4  # mostly white around the glyphs
+
+
+def test_the_static_caption_is_painted_from_pixels_or_png_alike():
+    """views.static.captioned_png takes the pixels the explorer still holds (nothing decoded) or PNG
+    bytes; both give the same picture: the line above, the figure below, unchanged."""
+    import io
+
+    from PIL import Image
+
+    from collnb.views.raster import encode_png
+    from collnb.views.static import captioned_png
+    pixels = np.zeros((40, 300, 3), np.uint8)
+    pixels[:, :150] = (10, 200, 30)
+    a, b = captioned_png(pixels, "Run this cell"), captioned_png(encode_png(pixels), "Run this cell")
+    ia, ib = (np.asarray(Image.open(io.BytesIO(x)).convert("RGB")) for x in (a, b))
+    assert np.array_equal(ia, ib) and ia.shape == (70, 300, 3)
+    assert np.array_equal(ia[30:], pixels)                    # the figure, below a 30 px line
+    assert (ia[5:20, 10:60] != 255).any()                     # the line's ink
+    assert captioned_png(None, "x") is None

@@ -146,7 +146,7 @@ def _dtensor(rank, world_size):
 def test_a_dtensor_redistribute_is_recorded_as_the_collectives_it_runs():
     out = collnb.launch(_dtensor, 2, record_calls=True)
     assert out[1][0].tolist() == torch.arange(8.).reshape(4, 2).tolist() and out[1][1].tolist() == [3.0] * 3
-    for rank, calls in enumerate(out.calls):
+    for calls in out.calls:
         assert [c.source for c in calls] == ["DTensor"] * 3
         scatter, gather, reduce = calls
         assert (scatter.name, scatter.peer, scatter.group_ranks) == ("scatter", 0, (0, 1))
@@ -163,6 +163,27 @@ def _mesh_2x2(rank, world_size):
     mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
     d = distribute_tensor(torch.arange(16.).reshape(4, 4), mesh, [Replicate(), Shard(1)])
     return d.redistribute(mesh, [Replicate(), Replicate()]).to_local()
+
+
+def _shard_dim_alltoall(rank, world_size):
+    import torch.distributed.tensor  # noqa: F401 - DTensor's operators
+    from torch.distributed._functional_collectives import _group_or_group_name
+    x = torch.arange(8.).reshape(4, 2) + 100 * rank
+    return torch.ops._dtensor.shard_dim_alltoall(x, 0, 1, _group_or_group_name(dist.group.WORLD))
+
+
+def test_dtensors_own_all_to_all_operator_is_recorded():
+    """What DTensor issues for Shard(i) -> Shard(j) off the CPU (NCCL): _dtensor.shard_dim_alltoall,
+    C++ on the backend's alltoall_base; it runs on gloo too, so it is tested here."""
+    out = collnb.launch(_shard_dim_alltoall, 2, record_calls=True, timeline=True)
+    # gathered on dim 0 (8 rows), rank r keeps column r
+    assert torch.equal(out[0], torch.tensor([[0.], [2.], [4.], [6.], [100.], [102.], [104.], [106.]]))
+    for rank in range(2):
+        assert out.calls[rank] == [R("all_to_all_single", shapes=((4, 2), (8, 1)), dtypes=("float32",) * 2,
+                                     nbytes=32, source="ProcessGroup")]
+    spans = [s for row in out.timeline.spans for s in row if s.kind == "collective"]
+    assert [(s.rank, s.name, s.nbytes, s.completed) for s in spans] == [(0, "all_to_all_single", 32, True),
+                                                                         (1, "all_to_all_single", 32, True)]
 
 
 def test_group_ranks_say_which_mesh_dimension_an_operation_ran_over():

@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+import torch.distributed as dist
 
 import collnb
 from collnb.cli.main import main
@@ -212,3 +213,30 @@ def test_command_line_bad_input_exits_2(argv, words, capsys, monkeypatch):
     monkeypatch.setattr(collnb.ranks, "launch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
     assert main(["redistribute", *argv]) == 2
     assert words in capsys.readouterr().err
+
+
+def _group_names(rank, world_size):
+    return sorted(dist.distributed_c10d._world.pg_names.values())
+
+
+def _keep_my_group(rank, world_size):
+    import collnb.ranks
+    g = dist.new_group(list(range(world_size)))
+    collnb.ranks.keep_groups([g])
+    return dist.distributed_c10d._world.pg_names[g]
+
+
+def test_a_mesh_is_made_once_on_warm_ranks_and_a_learners_groups_still_end():
+    """collnb.redistribute keeps its DeviceMesh's groups for its next call of the same mesh shape
+    (collnb.ranks.keep_groups); a learner's function cannot keep its own."""
+    collnb.shutdown()
+    first = collnb.redistribute((4, 4), (2, 2), src="S(0),S(1)", dst="R,R", repeats=0)
+    names = collnb.launch(_group_names, 4)[0]
+    second = collnb.redistribute((4, 4), (2, 2), src="S(1),R", dst="R,S(0)", repeats=0)
+    assert first.ok and second.ok
+    assert collnb.launch(_group_names, 4)[0] == names   # no group made by the second call
+    assert len(names) == 3                               # the default group and the mesh's two
+    made = collnb.launch(_keep_my_group, 4)[0]
+    assert made not in collnb.launch(_group_names, 4)[0]  # ended with the learner's call
+    collnb.shutdown()
+    assert collnb.redistribute((4, 4), (2, 2), src="S(0),R", dst="R,R", repeats=0).ok

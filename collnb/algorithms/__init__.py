@@ -13,9 +13,9 @@ Other layers import from this package only, never from its modules.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ..lazy import lazy_attributes
 from . import costmodel
 from .costmodel import (BUILTIN_FORM, DEFAULT_MODEL, CostModel, algbw, busbw, busbw_factor, closed_form, crossovers,
                         fit_each, predict, round_costs)
@@ -29,8 +29,8 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .run import prepare_case, run_algorithm, run_algorithms, teaching_buffers
 
 #: Names that need torch -> the module of this package that defines them (loaded on first use).
-_ON_RANKS = {"execute": "execution", "snapshots": "execution", "all_reduce": "execution",
-             "run_algorithm": "run", "run_algorithms": "run", "prepare_case": "run", "teaching_buffers": "run"}
+_LAZY = {**dict.fromkeys(("execute", "snapshots", "all_reduce"), ".execution"),
+         **dict.fromkeys(("run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers"), ".run")}
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
            "cached_schedule", "check_algorithm", "algorithms_for", "default_algorithm", "chunk_bounds",
@@ -39,15 +39,4 @@ __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "
            "closed_form", "round_costs", "algbw", "busbw", "busbw_factor", "BUILTIN_FORM", "fit_each",
            "crossovers", "costmodel"]
 
-
-def __getattr__(name: str):
-    """Load a name that runs on ranks (and so imports torch) the first time it is asked for."""
-    if name in _ON_RANKS:
-        value = getattr(importlib.import_module(f".{_ON_RANKS[name]}", __name__), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_ON_RANKS))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)  # a name that runs on ranks loads on first use

@@ -22,12 +22,12 @@ from ..algorithms import ALGORITHMS, fit_each
 from ..labs import bench as B
 from ..units import format_bytes, format_seconds
 from ..vocabulary import BACKENDS, DTYPE_NAMES, check_int
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 #: How each timing method is described in the header line of the output.
 _TIMING_WORDS = {"collnb": "time = median over iterations of the slowest rank, each iteration after a barrier",
                  "nccl-tests": "time = as nccl-tests: iterations back to back after one barrier, each rank's "
                                "mean per call, averaged over the ranks"}
-from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 
 def _world_sizes(text: str) -> list:

@@ -17,9 +17,9 @@ Other layers import from this package only, never from its modules.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ..lazy import lazy_attributes
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, dtype_name, op_hint, op_name
 from .display import register_renderer
 from .specs import OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS, PrimitiveSpec, get_spec
@@ -42,19 +42,4 @@ __all__ = ["run", "run_batch", "RunResult", "PRIMITIVES", "ROOTED_PRIMITIVES", "
            "backend_support", "BackendSupport", "dtype_name", "op_name", "op_hint", "teaching_value",
            "teaching_inputs", "make_tensor", "reference", "register_renderer"]
 
-
-def __getattr__(name: str):
-    """Load a torch-side name from its module the first time it is asked for.
-
-    Raises:
-        AttributeError: not a name of this layer.
-    """
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)  # a torch-side name loads on first use

@@ -15,9 +15,9 @@ Other layers import from this package only, never from its modules.
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
+from ..lazy import lazy_attributes
 from .parsing import (DTYPES, MAX_NUMEL, PARTIAL_OPS, Placement, check_shape, mesh_text, parse_mesh, parse_placement,
                       parse_placements, placements_text)
 from .reference import (coordinates, contributions, expected_local, largest_value, local_bounds, owners, partial_dims,
@@ -35,19 +35,4 @@ __all__ = ["Placement", "PARTIAL_OPS", "DTYPES", "MAX_NUMEL", "parse_placement",
            "local_bounds", "contributions", "expected_local", "refusal", "owners", "partial_dims",
            "LocalShard", "RedistributeResult", "register_display", "Request", "check_request", "redistribute"]
 
-
-def __getattr__(name: str):
-    """Load a torch-side name from its module the first time it is asked for.
-
-    Raises:
-        AttributeError: not a name of this layer.
-    """
-    if name not in _LAZY:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_LAZY[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)  # a torch-side name loads on first use

@@ -4,7 +4,10 @@ time it, and hand back the local shards, torch's counts and what torch logged.
 
 Runs inside a rank (``collnb.launch(..., record_calls=True)``), so torch is imported here only.
 
-* The mesh: ``init_device_mesh("cpu", mesh)`` on gloo, ``("cuda", mesh)`` on NCCL.
+* The mesh: ``init_device_mesh("cpu", mesh)`` on gloo, ``("cuda", mesh)`` on NCCL, made once per
+  mesh shape on warm ranks and kept (:func:`collnb.ranks.rank.keep_groups`): its groups outlive the
+  call, and the next call of the same shape on the same group reuses it (a 2x2 mesh costs ~50 ms
+  to make, measured on 2 cores; an explorer move's target is 150 ms).
 * The source DTensor: without a Partial, ``distribute_tensor(teaching tensor, mesh, src,
   src_data_rank=None)`` (each rank slices its shard: torch's slicing, no communication; the parent
   compares it with the hand-sliced reference); with a Partial, ``DTensor.from_local`` of the rank's
@@ -26,6 +29,11 @@ import logging
 import time
 
 __all__ = ["redistribute_on_rank", "import_dtensor", "LOGGER"]
+
+#: Meshes made by earlier calls on this rank: (device, mesh shape) -> (the call's default group,
+#: the DeviceMesh). Every rank of a call of a given world size has run the same calls of that size
+#: since its default group was made, so every rank finds the same entries.
+_MESHES: dict = {}
 
 #: torch's DTensor logger: ``_redistribute`` and ``_collective_utils`` log under it.
 LOGGER = "torch.distributed.tensor"
@@ -69,6 +77,26 @@ def import_dtensor(rank: int, world_size: int) -> bool:
     return had
 
 
+def _mesh(device: str, shape: tuple):
+    """A ``DeviceMesh`` of ``shape`` over this call's ranks: the one an earlier call made on the
+    same default group while its groups are still kept, else a new one, kept for later calls."""
+    import torch.distributed as dist  # noqa: PLC0415
+    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
+    from .. import ranks  # noqa: PLC0415
+
+    world = dist.group.WORLD
+    hit = _MESHES.get((device, shape))
+    if hit is not None and hit[0] is world:
+        kept = ranks.kept_groups()
+        if all(hit[1].get_group(d) in kept for d in range(hit[1].ndim)):
+            return hit[1]
+    mesh = init_device_mesh(device, shape)
+    if len(_MESHES) < 8:  # the explorer offers 5 shapes; past 8, a mesh ends with its call
+        ranks.keep_groups(mesh.get_group(d) for d in range(mesh.ndim))
+        _MESHES[(device, shape)] = (world, mesh)
+    return mesh
+
+
 def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
     """Run one redistribute on this rank (see the module docstring).
 
@@ -85,7 +113,6 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
     """
     import torch  # noqa: PLC0415 - the rank side
     import torch.distributed as dist  # noqa: PLC0415
-    from torch.distributed.device_mesh import init_device_mesh  # noqa: PLC0415
     from torch.distributed.tensor import DTensor, distribute_tensor  # noqa: PLC0415
     from torch.distributed.tensor.debug import CommDebugMode  # noqa: PLC0415
 
@@ -93,7 +120,7 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
     device = request["device"]
     if device == "cuda":
         torch.cuda.set_device(rank)
-    mesh = init_device_mesh(device, tuple(request["mesh"]))
+    mesh = _mesh(device, tuple(request["mesh"]))
     src = [p.to_torch() for p in request["src"]]
     dst = [p.to_torch() for p in request["dst"]]
     if request["before"] is not None:

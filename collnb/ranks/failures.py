@@ -406,7 +406,7 @@ def _mismatch_error(root, outcomes, phase):
         head = (f"{_ranks_text(every)}: {root.exc_type}: {_MISMATCH} on ranks: no rank differs from all "
                 f"the others, so none of them is called the root cause; each side is shown")
         tbs = []  # one traceback per place in the code (the sides often share one line)
-        for (fp, ranks), frames in zip(sides, root.frames):
+        for (_fp, ranks), frames in zip(sides, root.frames):
             same = [i for i, (_, f) in enumerate(tbs) if [x[:3] for x in f] == [x[:3] for x in frames]]
             if same:
                 tbs[same[0]] = (tbs[same[0]][0] + ranks, tbs[same[0]][1])

@@ -38,13 +38,37 @@ from .rank_state import RankState, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-__all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names"]
+__all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups"]
 
 #: This process's rank while it is a rank of a local pool (or a process a rank's function forked),
 #: else ``None``: :func:`collnb.launch` refuses to start ranks of ranks.
 _current_rank = None
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+#: Process groups that calls of collnb's own code made and later calls reuse (:func:`keep_groups`).
+_kept = set()
+
+
+def keep_groups(groups) -> None:
+    """Keep the process groups ``groups`` (an iterable of ``ProcessGroup``) after this call ends.
+
+    Process groups a call makes are destroyed after it, as a fresh script's end with it. A call
+    of collnb's own code only (:func:`collnb.ranks.rank_state.collnb_only`) may keep the groups
+    it made for its later calls to reuse: :func:`collnb.redistribute` keeps its ``DeviceMesh``'s
+    (making a 2x2 mesh costs ~50 ms of a ~150 ms explorer move). Every rank of the call must keep
+    the same groups, so that every rank's next call finds the same ones. Asked by a learner's
+    function, this is ignored: its groups end with its call. Kept groups end when the pool's
+    default group is made again (a pool that grows or is restarted)."""
+    _kept.update(groups)
+
+
+def kept_groups() -> frozenset:
+    """The process groups kept for later calls (:func:`keep_groups`) that still exist (ipyparallel
+    engines destroy every group a call made: there, a kept group is gone by the next call)."""
+    _kept.intersection_update(internals.live_groups())
+    return frozenset(_kept)
 
 
 def current_rank():
@@ -133,7 +157,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         try:
             traceback.print_exc()
             sys.stderr.flush()
-        except Exception:
+        except Exception:  # noqa: BLE001 - stderr gone too: the exit code still says it
             pass
     finally:
         _fflush_c()
@@ -154,6 +178,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
         if isinstance(msg, InitGroup):
             t0 = time.perf_counter()
             internals.destroy_all_groups(base)
+            _kept.clear()
             base, groups = None, {}
             restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
             if rank < msg.world_size:
@@ -204,6 +229,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         fn, args, kwargs, files = loads(msg.task)
         restore_files(fn, files)
         before = internals.live_groups()
+        kept = set(_kept)
         calls = events = collector = None
         try:
             # Groups the function creates keep their rendezvous keys under a prefix of this
@@ -243,15 +269,19 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         live = internals.live_groups()
         intact = dist.is_initialized() and all(g in live for g in groups.values()
                                                if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER)
+        own = collnb_only(fn, args, kwargs)
+        if not own:  # only collnb's own code keeps groups (keep_groups)
+            _kept.intersection_update(kept)
+        _kept.intersection_update(live)
         if intact:  # groups the function made end with the call, as in a fresh script
-            for g in live - before:
+            for g in live - before - _kept:
                 dist.destroy_process_group(g)
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
         send(res_w, _with_flight_recorder(Result(payload, seq, intact, calls, timeline=events)))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
         # the call changed that cannot be put back: the launcher reads it before the next command.
         # A call of collnb's own code only (collnb.run, explore, bench) changes nothing to put back.
-        if not collnb_only(fn, args, kwargs):
+        if not own:
             state.restore()
             send(res_w, Settled(state.retire_reason()))
         else:
@@ -372,5 +402,5 @@ def _fflush_c():
         if _libc is None:
             _libc = ctypes.CDLL(None)
         _libc.fflush(None)
-    except Exception:
+    except Exception:  # noqa: BLE001 - no C library to flush: nothing was buffered there
         pass

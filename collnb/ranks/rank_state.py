@@ -451,7 +451,7 @@ class RankState:
         if values == self.setting_values:
             return
         for _ in range(2):  # twice: the legacy matmul precision, written back, resets the fp32 precisions
-            for (name, read, write), old in zip(self.settings, self.setting_values):
+            for (_, read, write), old in zip(self.settings, self.setting_values):
                 now = _read(read)  # read again: writing one setting can change another
                 if now != old or now is _UNREADABLE:
                     try:

@@ -1,8 +1,8 @@
 """Every communication operation a rank issues, recorded where torch dispatches it.
 
 Inside a rank, :class:`Recorder` is a ``TorchDispatchMode`` (the mechanism of torch's own
-:class:`torch.distributed.tensor.debug.CommDebugMode`): every ``c10d`` and ``_c10d_functional``
-operator passes through it, whichever API issued it. Measured with torch 2.13 on gloo, it sees
+:class:`torch.distributed.tensor.debug.CommDebugMode`): every ``c10d``, ``_c10d_functional`` and
+``_dtensor`` (``shard_dim_alltoall``, DTensor's all_to_all off the CPU) operator passes through it. Measured with torch 2.13 on gloo, it sees
 ``dist.all_reduce`` (``c10d.allreduce_``), ``ProcessGroup`` methods (``dist.group.WORLD.allgather``:
 ``c10d.allgather_``), functional collectives and DTensor (``_c10d_functional.all_gather_into_tensor``
 and its ``wait_tensor``), ``send``/``recv`` (also from ``batch_isend_irecv``), both broadcasts of
@@ -38,7 +38,7 @@ the backend accepted it, with an :class:`Issue`: the record, the :class:`torch.d
 can timestamp completion), the output tensors, and ``issued_ns``/``returned_ns``
 (``time.perf_counter_ns``). For a functional collective, whose completion is its ``wait_tensor``,
 ``obs.waited(issue, ns)`` is called when the output is waited on (if the observer has that
-method). Per-rank timelines are meant to be built on this; nothing here builds them.
+method); :mod:`collnb.ranks.timeline` is built on this.
 """
 
 from __future__ import annotations
@@ -172,6 +172,7 @@ class _Spec:
     functional: bool = False
     placeholder: bool = False   # its tensor is a placeholder (barrier): no shapes, no bytes
     p2p_barrier: bool = False   # built from send/recv by gloo: counted as those (see _backend_count)
+    blocking: bool = False      # functional, but returns when done (no wait_tensor)
 
 
 _C10D = {
@@ -214,17 +215,18 @@ _FUNCTIONAL = {
     "irecv": _Spec("recv", peer="src", peer_is_global=True, functional=True),
     "batch_p2p_ops": _Spec("batch_isend_irecv", functional=True),
 }
+#: DTensor's Shard(i) -> Shard(j) off the CPU: C++ on the backend's alltoall_base (runs on gloo too)
+_DTENSOR = {"shard_dim_alltoall": _Spec("all_to_all_single", functional=True, blocking=True)}
 _WAIT = "wait_tensor"
 
-#: Calls made of several operations: ``op`` says which operation a record is.
-_OBJECT_CALLS = frozenset({"broadcast_object_list", "all_gather_object", "gather_object", "scatter_object_list",
-                           "send_object_list", "recv_object_list"})
+_OBJECT_CALLS = frozenset({"broadcast_object_list", "all_gather_object", "gather_object",  # several operations
+                           "scatter_object_list", "send_object_list", "recv_object_list"})     # each: op says which
 
 
 def _specs() -> dict:
     """``{OpOverload: (_Spec, argument names)}`` for every communication operator torch has."""
     out = {}
-    for namespace, table in (("c10d", _C10D), ("_c10d_functional", _FUNCTIONAL)):
+    for namespace, table in (("c10d", _C10D), ("_c10d_functional", _FUNCTIONAL), ("_dtensor", _DTENSOR)):
         ops = getattr(torch.ops, namespace)
         for packet_name, spec in table.items():
             packet = getattr(ops, packet_name, None)
@@ -288,8 +290,7 @@ class Recorder(TorchDispatchMode):
         self._waiting: dict = {}           # id(output) -> (weakref, Issue), functional outputs
         self._groups: dict = {}            # ProcessGroup -> [group_size, group_ranks, recorded]
         self._start_seq: dict = {}         # ProcessGroup -> sequence number when recording began
-        self._last_outer = None
-        self._call = -1
+        self._last_outer, self._call = None, -1   # the call (outermost torch frame) of the last record
         self.timeline = None  # a timeline.Collector: also handed record_function's operators
         _PROFILER_OPS.update((torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit))
 
@@ -397,10 +398,12 @@ class Recorder(TorchDispatchMode):
             self._records.append(record)
             if self._observers:
                 issue = Issue(record, _work(work), tuple(writes) or tuple(returned_tensors), issued, returned)
-                for t in returned_tensors if spec.functional else ():
+                for t in returned_tensors if spec.functional and not spec.blocking else ():
                     self._waiting[id(t)] = (weakref.ref(t), issue)
                 for observer in list(self._observers):
                     observer.issued(issue)
+                    if spec.blocking and hasattr(observer, "waited"):
+                        observer.waited(issue, returned)
 
     def _wait(self, func, args, kwargs):
         out = func(*args, **kwargs)

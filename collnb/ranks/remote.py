@@ -390,7 +390,7 @@ def _choose_interface(infos):
     if len(hosts) == 1:
         lo = [name for name, ip, _ in infos[0]["addrs"] if ip.startswith("127.")]
         return "127.0.0.1", [lo[0] if lo else "lo"] * len(infos)
-    for ifname, ip, mask in infos[0]["addrs"]:
+    for _, ip, mask in infos[0]["addrs"]:
         if ip.startswith("127."):
             continue
         net = ipaddress.ip_network(f"{ip}/{mask}", strict=False)

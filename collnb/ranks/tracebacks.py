@@ -108,7 +108,7 @@ def ipython_cells() -> dict:
     try:
         ip = sys.modules["IPython"].get_ipython()
         return dict(ip.compile._filename_map)
-    except Exception:
+    except Exception:  # noqa: BLE001 - not IPython, or an IPython without this map: no cells to name
         return {}
 
 

@@ -9,7 +9,8 @@ and thread, the model owns no widget:
   the current one in :attr:`Binder.params` and replaces it (``dataclasses.replace``) on each change.
 * ``choices(params) -> {field: [value, ...] or [(label, value), ...]}``: **pure**: the values each
   field may take given the others (a field it leaves out keeps its widget as is; an empty list
-  hides the widget). Every field gets a ``Dropdown``.
+  hides the widget). Every field gets a ``Dropdown``, or a ``SelectionSlider`` when it is named in
+  ``sliders`` (an ordered choice such as a count).
 * ``fix(params) -> (params, notes)``: **pure**: the nearest valid parameters: each value that is
   not among its choices replaced (by the first choice, or a better one the model knows), and for
   each replacement a note (str) saying what changed and why. ``fix`` is called after every change,
@@ -58,10 +59,10 @@ class Binder(WorkerState):
         choices, fix, run, draw: the model's functions (module docstring).
         labels: ``{field: description}`` of the widgets (default: the field name).
         name: the worker thread's name and the CSS class of the panel (``collnb-<name>``).
-        sliders: the fields shown as a ``SelectionSlider`` over their choices (ordered values, e.g. a
-            size) instead of a ``Dropdown`` (``continuous_update=False``: one run when the slider is released).
         what: the word in the saved picture's line ("Static picture of the <what>'s last state").
         wait: block until the first picture is drawn.
+        sliders: the fields drawn as an ``ipywidgets.SelectionSlider`` over their choices (in order)
+            instead of a ``Dropdown``.
 
     Attributes:
         params: the current parameters. controls: ``{field: Dropdown or SelectionSlider}``. image: the
@@ -91,14 +92,14 @@ class Binder(WorkerState):
         labels = labels or {}
         style = {"description_width": "initial"}
         self.controls = {}
+        offered = choices(self.params) if sliders else {}
         for f in dataclasses.fields(self.params):
-            if f.name in sliders:  # an ordered choice (a size): a slider over the offered values
-                w = widgets.SelectionSlider(description=labels.get(f.name, f.name), style=style,
-                                            options=_options(choices(self.params).get(f.name, [])) or [("", None)],
-                                            continuous_update=False, layout=widgets.Layout(width="auto"))
-            else:
-                w = widgets.Dropdown(description=labels.get(f.name, f.name), style=style,
-                                     layout=widgets.Layout(width="auto"))
+            kind = widgets.SelectionSlider if f.name in sliders else widgets.Dropdown
+            # a SelectionSlider needs its options (and a value among them) when it is made
+            extra = dict(continuous_update=False, options=_options(offered.get(f.name, [])),
+                         value=getattr(self.params, f.name)) if f.name in sliders else {}
+            w = kind(description=labels.get(f.name, f.name), style=style, layout=widgets.Layout(width="auto"),
+                     **extra)
             w.add_class("collnb-control")
             w.add_class(f"collnb-{f.name.replace('_', '-')}")
             self.controls[f.name] = w

@@ -323,15 +323,18 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
     n = len(_per_rank(calls))
     per_band = max(1, (max_width - _LABEL_W - 2 * _PAD) // _COL_W)
     bands = [steps[i:i + per_band] for i in range(0, len(steps), per_band)] or [[]]
-    top = _PAD + (26 if title else 0)
     band_h = _HEAD_H + n * _ROW_H + _PAD
     width = _LABEL_W + 2 * _PAD + _COL_W * (min(per_band, len(steps)) if steps else 3)
+    heading = _wrap(Canvas(1, 1), title, 14, max_width - 2 * _PAD, "bold") if title else []
+    if heading:  # as wide as the title needs, up to max_width; longer titles wrap
+        width = max(width, min(max_width, 2 * _PAD + max(Canvas(1, 1).measure(t, 14, "bold")[0] for t in heading) + 2))
+    top = _PAD + (20 * len(heading) + 6 if heading else 0)
     height = top + band_h * len(bands) + _PAD
     cv = Canvas(width, height)
     cv.labels = []
     cells = {}
-    if title:
-        cv.text(title, _PAD, _PAD + 8, 14, INK, "bold", ha="left")
+    for i, line in enumerate(heading):
+        cv.text(line, _PAD, _PAD + 8 + 20 * i, 14, INK, "bold", ha="left")
     if not steps:
         cv.text("no communication recorded", _PAD, top + 20, 13, GREY_TEXT, ha="left")
     for b, band in enumerate(bands):
@@ -365,7 +368,8 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
                 grp = "[" + ",".join(map(str, rec.group_ranks)) + "]"
                 tx, room = cx0 + 9, x0 + _COL_W - 12 - (cx0 + 9)
                 cv.text(_fit(cv, f"{grp} {where}".strip(), 11, room), tx, y + 13, 11, color, "bold", ha="left")
-                cv.text(_fit(cv, format_bytes(rec.nbytes), 11, room), tx, y + 28, 11, INK, ha="left")
+                cv.text(_fit(cv, format_bytes(rec.nbytes) + _peer_text(rec), 11, room), tx, y + 28, 11, INK,
+                        ha="left")
                 cv.text(_fit(cv, _shapes_text(rec), 10, room), tx, y + 42, 10, INK, ha="left")
             for g, k in lanes.items():  # which ranks exchange: one line per group through its rows
                 rows = sorted(r for r, rec in s.records if rec.group_ranks == g)
@@ -378,6 +382,34 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
                     cv.rect(lx, yy - 1, cx0, yy + 2, color)
                     cv.rect(lx - 2, yy - 3, lx + 5, yy + 4, color)
     return CallsImage(cv.pixels(), steps, cells, cv.labels)
+
+
+def _peer_text(rec) -> str:
+    """Where a point-to-point operation goes (``"  to 1"``, ``"  from 0"``) or a rooted one's root."""
+    if rec.peer is None:
+        return ""
+    op = rec.operation
+    if op in ("send", "isend", "send_object_list"):
+        return f"  to {rec.peer}"
+    if op in ("recv", "irecv", "recv_object_list"):
+        return f"  from {rec.peer}"
+    return f"  root {rec.peer}"
+
+
+def _wrap(cv: Canvas, text: str, size: float, room: float, weight: str = "regular") -> list:
+    """``text`` in lines no wider than ``room`` pixels at ``size`` (words kept whole unless one
+    alone is wider: then it is cut with an ellipsis)."""
+    lines, line = [], ""
+    for word in text.split():
+        cand = f"{line} {word}".strip()
+        if line and cv.measure(cand, size, weight)[0] > room:
+            lines.append(line)
+            line = word
+        else:
+            line = cand
+    if line:
+        lines.append(line)
+    return [_fit(cv, t, size, room) if cv.measure(t, size, weight)[0] > room else t for t in lines]
 
 
 def _tint(color):

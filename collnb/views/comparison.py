@@ -5,13 +5,16 @@ or bandwidth wins). Matplotlib's object API (Agg canvas, no pyplot state).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, predict, round_costs
 from ..units import format_bytes
 from .frames import axis_unit
+
+if TYPE_CHECKING:  # imported by compare_figure only: importing views stays free of matplotlib
+    from matplotlib.figure import Figure
 
 __all__ = ["compare_figure"]
 
@@ -34,6 +37,9 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
                          f"{a.primitive}@{a.world_size} and {b.primitive}@{b.world_size}")
     model = model or DEFAULT_MODEL
     n = a.world_size
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
+    from matplotlib.figure import Figure  # noqa: PLC0415
+
     fig = Figure(figsize=(980 / dpi, 600 / dpi), dpi=dpi)
     pt = 72.0 / dpi  # sizes below in pixels (>= 11), whatever the dpi
     FigureCanvasAgg(fig)

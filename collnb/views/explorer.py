@@ -118,6 +118,7 @@ class Explorer(ControlLogic, WorkerState):
         self.last_result = None
         self.last_params: dict | None = None
         self.last_png: bytes | None = None
+        self.last_pixels = None  # the figure's pixels (uint8 H x W x 3): the static picture is painted from them
         self.last_timing: dict = {}
         self.error: BaseException | None = None
         self.message = ""
@@ -234,7 +235,7 @@ class Explorer(ControlLogic, WorkerState):
         if res is None:
             return static_bundle(None, "explorer", alt=what, caption=self.message or "no run yet")
         if self.static_png is None:
-            self.static_png = captioned_png(self.last_png, RERUN_LINE.format(what="explorer"))
+            self.static_png = captioned_png(self.last_pixels, RERUN_LINE.format(what="explorer"))
         return static_bundle(self.last_png, "explorer", alt=what, png_with_line=self.static_png,
                              attrs=dict(world_size=res.world_size, primitive=res.primitive,
                                         dtype=dtype_name(res.dtype) if res.dtype is not None else ""))
@@ -417,6 +418,7 @@ class Explorer(ControlLogic, WorkerState):
         self.reference.value = ref_html
         self.last_result = result
         self.last_png = png
+        self.last_pixels = him.pixels  # the static picture is painted from these (no PNG decoded)
         self.static_png = None
         self.last_params = {k: v for k, v in p.items() if not k.startswith("_")}
         self.error = None

@@ -18,8 +18,6 @@ from __future__ import annotations
 import textwrap
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, round_costs
 from ..units import format_bytes, format_seconds
@@ -108,6 +106,9 @@ class FrameRenderer:
         self.size = (W, H)
         self.heat_box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
         self.title_box = (pad, 26, W - pad, title_h - 2)
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - on first use only:
+        from matplotlib.figure import Figure  # noqa: PLC0415 - importing views stays free of matplotlib
+
         fig = Figure(figsize=(W / self.dpi, H / self.dpi), dpi=self.dpi)
         FigureCanvasAgg(fig)
         self.fig = fig

@@ -149,7 +149,6 @@ def heatmap_grid(result) -> HeatmapGrid:
                 if kind == "tensor" and len(src) == 1 and not names_its_rank(result, b.asked, *src[0]):
                     a.tag[r][c] = f"r{src[0][0]}"
         if not defined:
-            n = spec.n_out(ws, r, result.root or 0)
             for c in range(len(vals), na):
                 a.state[r][c] = "undefined"
             if not vals:

@@ -27,11 +27,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 from PIL import Image
 
 from ..collectives import register_renderer
@@ -41,6 +39,9 @@ from .palette import (COMBINED_COLOR, EMPTY_COLOR, EXACT_COLOR, GREY_TEXT, HATCH
                       contrast_ratio, rank_color, rank_text_color)
 from .raster import Canvas, encode_png, rgb8
 from .values import format_value
+
+if TYPE_CHECKING:  # matplotlib is imported by heatmap_figure only (~0.65 s of a first picture otherwise)
+    from matplotlib.figure import Figure
 
 __all__ = ["heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "HeatmapImage",
            # what a heatmap is made of, named here for its readers and tests
@@ -239,7 +240,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         if kind == "asked" and not long_subs:
             label = label.replace("asked N:", "orange number under an input:")
         if kind == "stripes" and compact_bands:
-            label += f" (a dark band with a count: too many ranks for stripes)"
+            label += " (a dark band with a count: too many ranks for stripes)"
         legend.append((label, kind))
     sw, sh = int(max(18, 24 * k)), int(max(11, 14 * k))
     entries = [(label, kind, sw + 7 * k + probe.measure(label, leg_px)[0] + 20 * k) for label, kind in legend]
@@ -475,6 +476,10 @@ def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,
     dict: ``image`` (:class:`HeatmapImage`), ``grid``, ``geometry``, ``ax``, ``outlines``
     (the Rectangles). Save it at ``dpi=fig.dpi`` to keep pixels 1:1.
     """
+    from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - see TYPE_CHECKING above
+    from matplotlib.figure import Figure  # noqa: PLC0415
+    from matplotlib.patches import Rectangle  # noqa: PLC0415
+
     him = heatmap_image(result, dpi=dpi, show_exact=show_exact, grid=grid)
     H, W = him.pixels.shape[:2]
     fig = Figure(figsize=(W / dpi, H / dpi), dpi=dpi)

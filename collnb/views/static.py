@@ -11,6 +11,7 @@ import base64
 import html
 import io
 
+import numpy as np
 from PIL import Image
 
 from .raster import Canvas
@@ -53,13 +54,19 @@ def update_static(display_ids, bundle) -> None:
         pass
 
 
-def captioned_png(png: bytes | None, line: str) -> bytes | None:
-    """``png`` with ``line`` painted above it (14 px bold text on light yellow, wrapped to the
-    picture's width so that no word is cut off), for frontends that show only the ``image/png`` of a
-    saved output; ``None`` stays ``None``."""
+def captioned_png(png, line: str) -> bytes | None:
+    """The picture ``png`` with ``line`` painted above it (14 px bold text on light yellow, wrapped
+    to the picture's width so that no word is cut off), as PNG bytes, for frontends that show only
+    the ``image/png`` of a saved output; ``None`` stays ``None``.
+
+    ``png``: PNG bytes, or the picture's pixels (a uint8 H x W x 3 array) when the caller still
+    holds them: then nothing is decoded (the explorer passes its heatmap's pixels)."""
     if png is None:
         return None
-    img = Image.open(io.BytesIO(png)).convert("RGB")
+    if isinstance(png, np.ndarray):
+        img = Image.fromarray(np.ascontiguousarray(png[..., :3], dtype=np.uint8), "RGB")
+    else:
+        img = Image.open(io.BytesIO(png)).convert("RGB")
     w, h = img.size
     probe = Canvas(1, 1)
     lines, cur = [], ""

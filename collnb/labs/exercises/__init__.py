@@ -30,7 +30,7 @@ Example (the check cell of ``01_broadcast``)::
 Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
 learner's calls; ✓, ✗ and "not answered yet"), :mod:`.coding` (checks of code the learner writes),
 :mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
-(notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-15) and
+(notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16) and
 :mod:`.hangs` (notebook 18: the culprit of a hang, read from the Flight Recorder).
 """
 
@@ -40,7 +40,7 @@ from .coding import (check_all_gather, check_broadcast, check_census, check_coun
 from .dtensor import check_collective_prediction, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .hangs import Mystery, check_hang_culprit, hang_mystery
-from .parallel import check_fsdp_prefetch, check_online_softmax, check_tensor_parallel_mlp
+from .parallel import check_fsdp_prefetch, check_online_softmax, check_pipeline_forward, check_tensor_parallel_mlp
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
                           check_reduce_scatter_prediction, check_ring_prediction, check_scatter_prediction,
                           check_time_prediction)
@@ -53,6 +53,6 @@ __all__ = [
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
-    "check_online_softmax", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
+    "check_online_softmax", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
     "check_hang_culprit", "hang_mystery", "Mystery",
 ]

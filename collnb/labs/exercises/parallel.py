@@ -1,4 +1,4 @@
-"""Exercise checks of notebooks 13-15 (tensor parallelism, FSDP2 prefetching, ring attention), on
+"""Exercise checks of notebooks 13-16 (tensor parallelism, FSDP2 prefetching, ring attention, a pipeline stage), on
 real ranks with the calls recorded. Each passes only for the learner's own working answer: the
 data each rank needs from the others is known to that rank only (random per run), the result is
 compared with one process computing the same thing, and the recorded calls must be the ones the
@@ -251,4 +251,105 @@ def check_online_softmax(update: Callable) -> None:
             f"plain order at world size {sizes[1]}", table)
 
 
-__all__ = ["check_tensor_parallel_mlp", "check_fsdp_prefetch", "check_online_softmax"]
+# ----------------------------------------------------------------------------------------------
+# 16 · one pipeline stage's forward, with send/recv
+
+
+def _random_stage(gen, h: int) -> torch.nn.Module:
+    lin = torch.nn.Linear(h, h, dtype=torch.float64)
+    with torch.no_grad():
+        lin.weight.copy_(torch.randn(h, h, generator=gen, dtype=torch.float64) / h ** 0.5)
+        lin.bias.copy_(torch.randn(h, generator=gen, dtype=torch.float64))
+    stage = torch.nn.Sequential(lin, torch.nn.Tanh())
+    stage.requires_grad_(False)
+    return stage
+
+
+def _stage_messages(records) -> list:
+    """``(direction, peer, nbytes)`` per send/recv of a rank's grouped calls (``isend``/``irecv`` and
+    a ``batch_isend_irecv``'s parts count as ``send``/``recv``)."""
+    out = []
+    for c in records:
+        what = c.op if c.name == "batch_isend_irecv" and c.op else c.name
+        out.append((what.lstrip("i"), c.peer, c.nbytes))
+    return out
+
+
+def check_pipeline_forward(stage_forward: Callable) -> None:
+    """Check ``stage_forward(rank, world_size, layer, inputs)`` (notebook 16): the forward half of
+    GPipe on one stage, with send/recv.
+
+    Every rank is one stage; ``layer`` is its stage (``tanh(Linear(h, h))``, random weights known only
+    to this rank). ``inputs`` is a list of ``m`` microbatches, each ``(b, h)`` float64: on rank 0 the
+    real ones (random, known only to rank 0), on every other rank zeros of the same shape to receive
+    into. For each microbatch in order a rank takes its input (rank 0: ``inputs[j]``; others: a
+    ``recv`` from ``rank - 1``), applies ``layer`` and sends the result to ``rank + 1`` (not the last
+    rank). The last rank returns its ``m`` outputs stacked, ``(m, b, h)``; the others return ``None``.
+
+    Passes when the last rank's outputs equal the whole model on one process (within 1e-12) and each
+    rank's calls are, in this order, ``m`` times ``recv`` from ``rank - 1`` (not rank 0) then ``send``
+    to ``rank + 1`` (not the last rank) — ``isend``/``irecv`` and ``batch_isend_irecv`` count as their
+    blocking forms —, every message one microbatch (``b h`` float64 values), and nothing else. Two
+    launches at random world sizes (2-4), random ``m`` (2-5), ``b`` and ``h``.
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(stage_forward, "stage_forward(rank, world_size, layer, inputs)")
+    direction = ("Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every "
+                 "other rank first receives its input from the rank before it (into the buffer it was given). Then "
+                 "the stage runs, and every rank but the last passes its output on to the next rank. What does the "
+                 "last rank return?")
+    if _is_stub(stage_forward):
+        return _unfinished("stage_forward", direction)
+    rng = _rng()
+    sizes = _world_sizes(rng, 2, 4)
+    for ws in sizes:
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
+        layers = [_random_stage(gen, h) for _ in range(ws)]
+        xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
+        with torch.no_grad():
+            want = torch.stack([torch.nn.Sequential(*layers)(x) for x in xs])
+        args = [(layers[r], [x.clone() for x in xs] if r == 0 else [torch.zeros(b, h, dtype=torch.float64)
+                                                                     for _ in range(m)]) for r in range(ws)]
+        what = f"world size {ws}, m={m} microbatches"
+        results, calls = _launch_or_fail(stage_forward, ws, args, hint=direction, what=what)
+        last = results[ws - 1]
+        dev = (float((last - want).abs().max()) if isinstance(last, torch.Tensor) and last.shape == want.shape
+               else None)
+        rows = [(r, _summary(calls[r]), "-" if r < ws - 1 else ("wrong shape" if dev is None else f"{dev:.2e}"))
+                for r in range(ws)]
+        table = _table(rows, ("rank", "calls", "max |last rank's output - one process|"))
+        _check_only(calls, {"send", "recv", "isend", "irecv"},
+                    hint="pass activations with dist.send / dist.recv (or isend / irecv). " + direction)
+        one = b * h * 8
+        for r in range(ws):
+            step = ([("recv", r - 1, one)] if r > 0 else []) + ([("send", r + 1, one)] if r < ws - 1 else [])
+            made = _stage_messages(calls[r])
+            if made != step * m:
+                sizes_off = [n for _, _, n in made if n != one]
+                if sizes_off and [(d, p) for d, p, _ in made] == [(d, p) for d, p, _ in step * m]:
+                    raise _fail(f"{what}: rank {r} moved a message of {sizes_off[0]} bytes; one microbatch is "
+                                f"b x h = {b * h} float64 values ({one} bytes).",
+                                "send and receive one microbatch's activation per message.", table)
+                want_calls = ", ".join(f"{d}({'src' if d == 'recv' else 'dst'}={p})" for d, p, _ in step)
+                raise _fail(f"{what}: rank {r} made {_summary(calls[r])}; each of the {m} microbatches should be "
+                            f"{want_calls}, one microbatch after the other.",
+                            "a stage passes each microbatch on as soon as it is done (that is what makes it a "
+                            "pipeline): receive microbatch j, run the stage, send it, then the next. " + direction,
+                            table)
+        if dev is None or dev > 1e-12:
+            got = 'something other than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model'
+            raise _fail(f"{what}: the last rank returned {got} (one process).",
+                        "on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you "
+                        "received), and on the last rank return torch.stack of the m outputs.", table)
+        if any(results[r] is not None for r in range(ws - 1)):
+            raise _fail(f"{what}: a rank before the last returned something.", "only the last rank has the "
+                        "model's output: return None on the others.", table)
+    _passed(f"each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs "
+            f"equal the whole model on one process (world sizes {sizes[0]} and {sizes[1]}, random weights on each "
+            f"rank and random inputs on rank 0 only)", table)
+
+
+__all__ = ["check_tensor_parallel_mlp", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward"]

@@ -1,5 +1,5 @@
-"""The parallelisms of notebooks 13-15 and the expert-parallel part of 11, on real ranks, each checked
-against one process computing the same thing:
+"""The parallelisms of notebooks 13-16 and the expert-parallel part of 11, on real ranks, each checked
+against one process computing the same thing.
 
 * :mod:`.tensor`: tensor and sequence parallelism by hand (the Megatron MLP, ``f``/``g``,
   all_gather/reduce_scatter, Megatron's regather; activations saved for backward, measured);
@@ -7,6 +7,8 @@ against one process computing the same thing:
 * :mod:`.sharding`: DDP, flat ZeRO-1/2 and FSDP2 (``fully_shard``) on one small model, each block's
   compute marked among the recorded collectives;
 * :mod:`.ring`: context parallelism, ring attention with an online softmax, plain and zig-zag order;
+* :mod:`.pipeline`: pipeline parallelism, GPipe and 1F1B by hand with send/recv and with
+  ``torch.distributed.pipelining``; the bubble and the activations each stage holds, measured;
 * :mod:`.experts`: expert parallelism with a capacity limit (fixed buffers, dropped tokens);
 * :mod:`.accounting`: what a step's recorded collectives add up to (phases, kinds, bytes on the wire).
 
@@ -21,6 +23,9 @@ from .tensor import (ColumnParallelLinearRegather, CopyToTensorParallel, GatherF
                      deviation, gather_from_sequence_parallel, mlp_step, reduce_from_tensor_parallel, reference_step,
                      saved_activation_bytes, scatter_to_sequence_parallel, sequence_shard, shard_columns, shard_rows)
 from .experts import capacity_slots, expert, expert_capacity, moe_capacity_layer, moe_reference, skewed_routes
+from .pipeline import (SCHEDULES, bubble_formula, bubble_measured, max_grad_difference, messages, microbatch_data,
+                       peak_formula, pipeline_model, schedule_text, pipeline_step, reference_grads, schedule_order,
+                       stage_module, torch_pipeline_step, ScheduleParams, explore_schedules)
 from .ring import (LAYOUTS, attention, gather_sequence, online_softmax_update, plain_layout, ring_attention,
                    work_matrix, zigzag_layout)
 from .sharding import (block_of, ddp_train, fsdp_block_bytes, fsdp_train, label, layered_model, max_difference,
@@ -38,5 +43,8 @@ __all__ = [
     "order_text", "max_difference",
     "attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "work_matrix",
     "gather_sequence",
+    "SCHEDULES", "schedule_order", "bubble_formula", "peak_formula", "stage_module", "pipeline_model",
+    "microbatch_data", "reference_grads", "pipeline_step", "torch_pipeline_step", "max_grad_difference",
+    "bubble_measured", "schedule_text", "messages", "ScheduleParams", "explore_schedules",
     "expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference",
 ]
