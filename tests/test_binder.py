@@ -165,15 +165,3 @@ def test_explore_redistribute_redraws_on_real_ranks():
         assert ex.last_timing["total_s"] > 0 and ex.runs_finished >= 4
     finally:
         ex.close()
-
-
-def test_a_field_named_in_sliders_is_a_selection_slider_over_its_choices():
-    import ipywidgets as widgets
-    b, m = toy(sliders=("size",))
-    slider = b.controls["size"]
-    assert isinstance(slider, widgets.SelectionSlider) and isinstance(b.controls["kind"], widgets.Dropdown)
-    assert [o[1] for o in slider.options] == [1, 2, 3, 4] and slider.value == 2 and not slider.continuous_update
-    slider.value = 3  # the learner releases the slider at 3: one run, and kind's choices follow
-    b.wait()
-    assert b.last_result == 30 and m.runs[-1] == Toy(3, "a") and [o[1] for o in b.controls["kind"].options] == ["a"]
-    b.close()
