@@ -55,14 +55,19 @@ def test_every_injected_fault_is_named_by_the_table_and_by_fr_trace(fault, tmp_p
     verdict = hangs.fr_trace_verdict(run.dump_dir)
     for want in FR_TRACE_SAYS[fault]:
         assert want.replace("CULPRIT", str(culprit)) in verdict, verdict
-    if fault == "wrong_splits":  # silent: no error, rank 0 keeps its fill where rank 2's float is missing
-        assert run.error is None
+    assert isinstance(run.error, collnb.RankError)
+    if fault == "wrong_splits":  # torch is silent: rank 0 keeps its fill where rank 2's float is missing
         assert run.results[0][4:6] == [201.0, -1.0]
-    else:
-        assert isinstance(run.error, collnb.RankError)
+        assert "Every rank returned" in str(run.error)
     if fault == "sleeping_rank":
         assert run.missing == [culprit]
         assert f"rank {culprit}: DidNotJoin" in str(run.error)
+    first = str(run.error).splitlines()[0]  # RankError's first line names the culprit (entries, or its stack)
+    assert first.startswith(f"rank {culprit}: "), first
+    assert run.error.rank == culprit
+    if fault != "sleeping_rank":
+        assert first.startswith(f"rank {culprit}: CollectiveMismatch: its collective_seq_id "
+                                f"{hangs.DIVERGES_AT[fault]} in the default group differs"), first
 
 
 def _entry(seq, op="gloo:all_reduce", sizes=((4,),), out=None):
@@ -85,17 +90,78 @@ def test_blame_from_entries_exact():
     assert run.blame().ranks == (0,) and run.blame().seq == 1
 
 
-def test_culprit_exercise(capsys):
-    run = hangs.FaultRun("skipped_collective", 3, 4, "/nonexistent")
-    exercises.check_hang_culprit(run, None, None)
+def _read_table(rows, world_size):
+    """What a learner does with the Flight Recorder table: the first column where one rank's cell
+    (operation, input sizes) differs from all the others' in it, and that rank."""
+    cells = {}
+    for r, seq, op, ins, _outs, _state in rows:
+        cells.setdefault(seq, {})[r] = (op, str(ins))
+    for seq in sorted(cells):
+        col = cells[seq]
+        for r in range(world_size):
+            others = {c for rr, c in col.items() if rr != r}
+            if r in col and len(others) == 1 and col[r] not in others:
+                return r, seq
+    return None, None
+
+
+def _synthetic_mystery(fault, culprit, world_size=4):
+    """A Mystery with hand-written entries of ``fault`` on ``culprit`` (what fault_run records), its truth
+    given to the check as hang_mystery does."""
+    from collnb.labs.exercises import hangs as ex_hangs
+    entries = {}
+    for r in range(world_size):
+        ops = [_entry(1), _entry(2), _entry(3), _entry(4, "gloo:all_to_all", ((8,),))]
+        if r == culprit and fault == "skipped_collective":
+            ops = [_entry(1), _entry(2), _entry(3, "gloo:all_to_all", ((8,),))]
+        if r == culprit and fault == "mismatched_shape":
+            ops = [_entry(1), _entry(2, sizes=((6,),))]
+        entries[r] = ops
+    mystery = ex_hangs.Mystery(world_size, "/nonexistent", entries, True)
+    ex_hangs._remember(mystery, fault, culprit)
+    return mystery
+
+
+@pytest.mark.parametrize("fault", ["skipped_collective", "mismatched_shape"])
+def test_culprit_exercise_passes_only_a_reading_of_the_table(fault, capsys):
+    mystery = _synthetic_mystery(fault, 3)
+    exercises.check_hang_culprit(mystery, None, None)
     out = capsys.readouterr().out
     assert "not answered yet" in out and "✓" not in out
+    # the lazy answers: the truth is not on the object the learner holds
+    for lazy in (lambda: mystery.culprit, lambda: hangs.DIVERGES_AT[mystery.fault], lambda: mystery.blame(),
+                 lambda: mystery.error):
+        with pytest.raises(AttributeError):
+            lazy()
+    assert not {"culprit", "fault", "error"} & set(vars(mystery))
     with pytest.raises(exercises.CheckFailed, match="rank 1 is not"):
-        exercises.check_hang_culprit(run, 1, 3)
-    with pytest.raises(exercises.CheckFailed, match="collective 2 is not"):
-        exercises.check_hang_culprit(run, 3, 2)
-    exercises.check_hang_culprit(run, 3, 3)
-    assert "✓ rank 3 diverged at collective_seq_id 3" in capsys.readouterr().out
+        exercises.check_hang_culprit(mystery, 1, hangs.DIVERGES_AT[fault])
+    with pytest.raises(exercises.CheckFailed, match="collective 1 is not"):
+        exercises.check_hang_culprit(mystery, 3, 1)
+    culprit, seq = _read_table(mystery.rows(), mystery.world_size)
+    assert (culprit, seq) == (3, hangs.DIVERGES_AT[fault])
+    exercises.check_hang_culprit(mystery, culprit, seq)
+    assert f"✓ rank 3 diverged at collective_seq_id {seq}" in capsys.readouterr().out
+
+
+def test_culprit_exercise_refuses_a_fault_run_whose_truth_is_on_it():
+    run = hangs.FaultRun("skipped_collective", 3, 4, "/nonexistent")  # a FaultRun carries .culprit
+    with pytest.raises(exercises.CheckFailed, match="not a mystery this check knows"):
+        exercises.check_hang_culprit(run, run.culprit, hangs.DIVERGES_AT[run.fault])
+    copy = exercises.Mystery(4, "/nonexistent", {}, True)  # a Mystery the check did not make
+    with pytest.raises(exercises.CheckFailed, match="not a mystery this check knows"):
+        exercises.check_hang_culprit(copy, 0, 1)
+
+
+@pytest.mark.slow
+def test_hang_mystery_on_real_ranks_read_from_its_table(tmp_path, capsys):
+    mystery = exercises.hang_mystery(dump_dir=str(tmp_path / "mystery"))
+    assert mystery.failed and sorted(mystery.entries) == [0, 1, 2, 3]
+    assert mystery.image().png[:4] == b"\x89PNG"
+    culprit, seq = _read_table(mystery.rows(), 4)
+    assert culprit is not None, mystery.table()
+    exercises.check_hang_culprit(mystery, culprit, seq)
+    assert "✓" in capsys.readouterr().out
 
 
 def test_bad_requests_refused():
@@ -105,3 +171,62 @@ def test_bad_requests_refused():
         hangs.fault_run("none", world_size=4, culprit=4)
     with pytest.raises(ValueError, match="world_size must be 4 or 8"):
         hangs.fault_run("none", world_size=3)
+
+
+def _timed_out(rank, t, entries):
+    from collnb.ranks.failures import Event
+    return Event(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
+                 [], True, flight_recorder=entries)
+
+
+def test_rank_error_names_the_diverged_rank_from_flight_recorder_entries():
+    from collnb.ranks.failures import call_error
+    a2a = "gloo:all_to_all"
+    good = [_entry(1), _entry(2), _entry(3)]
+    odd = [_entry(1), _entry(2), _entry(3, a2a, ((8,),))]  # rank 2 skipped an all_reduce
+    events = {r: _timed_out(r, 10.0 + r, odd if r == 2 else good) for r in range(4)}
+    err = call_error(list(range(4)), events, list(events.values()), [], {}, "run")
+    first = str(err).splitlines()[0]
+    assert first.startswith("rank 2: CollectiveMismatch: its collective_seq_id 3 in the default group differs"), first
+    assert "all_to_all on rank(s) [2] but all_reduce on the other ranks" in first
+    assert err.rank == 2 and "(follows the root cause)" in err.outcomes[0] and "follows" not in err.outcomes[2]
+    # without the Flight Recorder: today's blame (the first to raise), said to be a guess
+    events = {r: _timed_out(r, 10.0 + r, None) for r in range(4)}
+    err = call_error(list(range(4)), events, list(events.values()), [], {}, "run")
+    assert str(err).startswith("rank 0: RuntimeError: Timed out")
+    assert "collnb's guess, from the messages alone" in str(err) and "flight_recorder=200" in str(err)
+    # with it, but two ranks that disagree: no strict minority, no culprit named from the entries
+    events = {0: _timed_out(0, 10.0, good), 1: _timed_out(1, 11.0, odd)}
+    err = call_error([0, 1], events, list(events.values()), [], {}, "run")
+    assert "CollectiveMismatch" not in str(err).splitlines()[0]
+    assert "disagree at collective_seq_id 3" in str(err) and "no rank differs from all the others" in str(err)
+
+
+def test_divergence_reads_each_group_and_ignores_entries_lost_to_the_ring_buffer():
+    from collnb.ranks import divergence
+    sub = ["1", "undefined"]
+    entries = {0: [_entry(5), _entry(6)], 1: [_entry(4), _entry(5), _entry(6)], 2: [_entry(5), _entry(6)]}
+    assert divergence(entries) is None  # rank 1 kept entry 4, the others lost it: not "never issued"
+    for r in (0, 1):
+        entries[r].append(dict(_entry(1, sizes=((2,),) if r == 1 else ((3,),)), process_group=sub))
+    d = divergence(entries)
+    assert d.group == tuple(sub) and d.seq == 1 and d.kind == "sizes" and not d.decided  # 1 against 1
+
+
+def _uneven_a2a_then_fine(rank, world_size, short):
+    import torch
+    import torch.distributed as dist
+    out = torch.full((2 * world_size,), -1.0)
+    splits = [1] + [2] * (world_size - 1) if (short and rank == 1) else [2] * world_size
+    dist.all_to_all_single(out, torch.ones(sum(splits)), [2] * world_size, splits)
+    return out.tolist()
+
+
+@pytest.mark.slow
+def test_a_call_that_returned_with_diverged_entries_raises_and_the_next_call_is_judged_alone():
+    with pytest.raises(collnb.RankError, match=r"^rank 1: CollectiveMismatch: its collective_seq_id \d+ in the "
+                       r"default group differs") as info:
+        collnb.launch(_uneven_a2a_then_fine, 3, (True,), flight_recorder=50, debug=False)
+    assert info.value.rank == 1 and info.value.results[0][2] == 1.0 and info.value.results[0][3] == -1.0
+    # the same warm ranks, a correct call: the earlier call's entries are not held against it
+    assert collnb.launch(_uneven_a2a_then_fine, 3, (False,), flight_recorder=50, debug=False)[0] == [1.0] * 6

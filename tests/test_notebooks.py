@@ -188,12 +188,19 @@ EXPECTED = {
         ("overlapped", "overlapped: overlap > 0 % on every rank: True"),
         ("overlapped", "exposed + overlapped = communication on every rank: True"),
         ("gpu", "skipped: this cell needs 2 CUDA devices"),
+        # 8 Linear(512, 512) layers of 1.0 MiB (weight + bias) each: DDP closes a bucket once it reaches
+        # bucket_cap_mb, so 2 MiB makes 4 buckets of 2 layers; 1, 2, 4, 8, 25 MiB make 8, 4, 2, 1, 1
+        ("buckets", "bucket_cap_mb=2: 4 buckets, in firing order: #0 (4 parameters, 2.0 MiB)"),
+        ("sweep", "buckets at 1, 2, 4, 8, 25 MiB: [8, 4, 2, 1, 1]"),
+        ("pitfall", "backward() as compute: overlap >= the honest one on every rank and setting: True"),
     ],
     # rank 3 sleeps 0.3 s, the others 0.05 s: they wait ~0.25 s at the second all_reduce. The faults on rank 1
     # (collnb.labs.hangs): a skipped 2nd all_reduce puts its all_to_all at sequence number 3; 6 floats at number 2;
-    # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements and leaves rank 0's 4th value at its -1 fill
+    # a split of 1 instead of 2 for rank 0 sends 31 of 32 elements (collnb raises from the entries) and leaves rank 0's 4th value at its -1 fill
     # (rank s sends rank 0 [100 s, 100 s + 1]; rank 1 only 101); the sleeper leaves no dump
     "18_hangs": [
+        ("predict", "collnb raised: rank 1: CollectiveMismatch: its collective_seq_id 3 in the default group"),
+        ("plain", "collnb's guess, from the messages alone"),
         ("timeline", "rank 3 arrived last at the second all_reduce"),
         ("timeline", "waiting about 0.25 s on ranks 0-2: True"),
         ("skipped-table", "   1    3  all_to_all   [[8]]"),
@@ -202,12 +209,13 @@ EXPECTED = {
         ("skipped-fr", "COLLECTIVE_TYPE_MISMATCH"),
         ("shape", "collnb's blame: rank(s) [1] at collective 2"),
         ("shape", "missing ranks: {1}"),
-        ("splits", "collnb raised: None"),
+        ("splits", "collnb raised: rank 1: CollectiveMismatch: its collective_seq_id 4 in the default group"),
         ("splits", "rank 0 received [0.0, 1.0, 101.0, -1.0, 200.0, 201.0, 300.0, 301.0]"),
         ("splits", "total input numel: 31"),
         ("sleep", "DidNotJoin: rank 1 never reached"),
         ("sleep", "Missing dump files from ranks {1}"),
         ("cli", "SIZE_OR_SYNTAX_MISMATCH"),
+        ("mystery", "the run failed (every rank waited until the timeout): True"),
         ("check", "not answered yet"),
     ],
     "algorithms": [

@@ -194,6 +194,9 @@ def test_gantt_draws_waiting_apart_from_transfer(tmp_path):
     assert not has(column(25), color0)  # the waiting part is hatched, not the rank's colour
     assert has(column(55), color0)      # the transfer is the rank's colour
     assert not has(column(65), color0)  # nothing after completion
+    legend = px[30:52].reshape(-1, 3)  # the legend's row: the transfer swatch holds every rank's colour
+    for r in range(tl.world_size):
+        assert has(legend, np.array(rgb8(rank_color(r)))), r
     collnb.timeline_png(tl, tmp_path / "t.png")
     assert (tmp_path / "t.png").read_bytes() == pic.png
     with pytest.raises(ValueError, match="width"):
@@ -216,3 +219,38 @@ def test_overlap_as_hta_defines_it_exact():
     stepped = dict(data, regions=data["regions"] + [("step", 30 * ms, 80 * ms, 0)])
     assert Timeline([stepped]).overlap(0, within="step") == dict(
         communication=30 * ms, overlapped=20 * ms, exposed=10 * ms, overlap_pct=pytest.approx(200 / 3))
+
+
+@pytest.mark.slow
+def test_ddp_buckets_per_cap_and_the_wait_counted_as_compute_only_raises_overlap():
+    from collnb.labs import overlap
+    # 8 Linear(512, 512): each layer's weight + bias is 262656 float32 (1.0 MiB); DDP fills a bucket
+    # until it reaches bucket_cap_mb, so 1 -> one layer per bucket, 2 -> two, 4 -> four, 25 -> all eight
+    for cap, n in ((1, 8), (2, 4), (4, 2), (25, 1)):
+        run = overlap.bucket_run(cap)
+        assert run.n_buckets == n, (cap, run.buckets[0])
+        for rank in range(2):
+            got = run.buckets[rank]
+            assert sorted(b[0] for b in got) == list(range(n))                 # each bucket's hook fired once
+            assert sum(b[1] for b in got) == 8 * 262656 and sum(b[2] for b in got) == 16
+            assert [b[3] for b in got] == sorted(b[3] for b in got)            # recorded in firing order
+            step = [s for s in run.timeline.operations(rank) if s.name == "all_reduce"][-n:]
+            assert len(step) == n                                               # one all_reduce per bucket
+            window = next(s for s in run.timeline.regions(rank) if s.name == "step")
+            names = [s.name for s in run.timeline.regions(rank) if window.start <= s.start <= window.end]
+            assert sum(name.startswith("bucket ") for name in names) == n and "grad" in names  # the timed step's
+        assert run.grad0[0] == run.grad0[1]                                     # the averaged gradient agrees
+        for rank, honest, naive in overlap.overlap_both_ways(run):
+            assert honest["communication"] == naive["communication"] > 0
+            # the grad regions lie inside backward: counting backward adds only its waits as "compute"
+            assert naive["overlapped"] >= honest["overlapped"] and naive["exposed"] <= honest["exposed"]
+    with pytest.raises(ValueError, match="bucket_cap_mb must be"):
+        overlap.bucket_run(0)
+
+
+def test_the_longest_wait_named_under_a_window_is_one_drawn_in_it():
+    from collnb.views.timeline import _longest_wait
+    tl = _synthetic()  # rank 0 waits 0-50 ms in its all_reduce, which ends at 60 ms
+    assert _longest_wait(tl, 0, 70).rank == 0
+    assert _longest_wait(tl, 61, 70) is None
+    assert collnb.timeline_image(tl, start_ms=61, end_ms=70).png[:4] == b"\x89PNG"

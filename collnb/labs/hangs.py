@@ -17,10 +17,11 @@ analyser (``fr_trace``) and collnb's blame read from the same structured entries
   ``fr_trace``: "Collective sequence number: 2 has errors ... SIZE_OR_SYNTAX_MISMATCH", then "Not all
   ranks joining collective, sequence number: 3 ... missing ranks: {culprit}".
 * ``wrong_splits``: the culprit sends 1 float instead of 2 to rank 0 (input 7 floats,
-  ``input_split_sizes=[1, 2, 2, 2]``). Nothing hangs and nothing fails: rank 0 silently receives a
-  short message (its last float is stale). Flight Recorder: ``input_sizes`` ``[[7]]`` against
-  ``[[8]]``; ``fr_trace``: "Input/output mismatch in the collective sequence number: 4 ... total
-  input numel: 31, total output numel: 32". (Sending *more* than the receiver expects aborts the
+  ``input_split_sizes=[1, 2, 2, 2]``). Nothing hangs and torch raises nothing: rank 0 silently
+  receives a short message (its last float is stale). Flight Recorder: ``input_sizes`` ``[[7]]``
+  against ``[[8]]``; ``fr_trace``: "Input/output mismatch in the collective sequence number: 4 ...
+  total input numel: 31, total output numel: 32". collnb, reading every rank's entries, raises a
+  ``RankError`` naming the culprit after every rank returned (the results kept on it). (Sending *more* than the receiver expects aborts the
   receiver instead: gloo's ``Received data size doesn't match expected size``, SIGABRT.)
 * ``sleeping_rank``: the culprit sleeps ``collective_timeout + 1.5`` s before its 2nd all_reduce;
   the others time out in it and collnb stops the sleeper before it dumps. Flight Recorder: no dump
@@ -33,7 +34,9 @@ with the variable set (warm ranks made their groups already). Each rank dumps in
 (:func:`collnb.ranks.flight_recorder_dump`) to ``rank<r>`` (the pickle ``fr_trace`` reads) and
 ``rank<r>.json``. On gloo, ``fr_trace`` fails with ``KeyError: ('0', 0)``: the dumps key the default
 group's ``pg_config`` ``''`` while its entries say ``('0', 'default_pg')``; :func:`fr_trace_verdict`
-re-keys it to ``'0'`` in a copy, then runs torch's analyser. Sources: torch's
+re-keys it to ``'0'`` in a copy, then runs torch's analyser. With the recorder on, every rank also sends its
+entries with its error or result, and collnb's :class:`collnb.RankError` names the culprit from them
+(``CollectiveMismatch``, :mod:`collnb.ranks.flight_recorder`: the same reading as :meth:`FaultRun.blame`). Sources: torch's
 ``torch/distributed/flight_recorder/fr_trace.py`` and ``components/builder.py`` (read in torch
 2.13.0), https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html.
 """
@@ -49,13 +52,12 @@ import pickle
 import shutil
 import tempfile
 import time
-from collections import Counter
 from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
 
-from ..ranks import LaunchTimeout, RankError, flight_recorder_dump, launch, shutdown
+from ..ranks import LaunchTimeout, RankError, divergence, flight_recorder_dump, launch, shutdown
 from ..views import MatrixPanel, matrix_image
 
 __all__ = ["FAULTS", "DIVERGES_AT", "faulty_step", "fault_run", "FaultRun", "Blame", "fr_trace_verdict", "fr_trace_command"]
@@ -119,20 +121,6 @@ class Blame:
     reason: str
 
 
-def _signature(entry) -> tuple:
-    return (entry["profiling_name"], json.dumps(entry["input_sizes"]), json.dumps(entry["output_sizes"]))
-
-
-def _numel(sizes) -> int:
-    total = 0
-    for shape in sizes:
-        n = 1
-        for d in shape:
-            n *= int(d)
-        total += n
-    return total
-
-
 @dataclass
 class FaultRun:
     """One run of :func:`faulty_step` and what every rank's Flight Recorder said.
@@ -141,7 +129,8 @@ class FaultRun:
         fault, culprit, world_size: what was injected where.
         dump_dir: the folder of the dumps (``rank<r>`` pickles, ``rank<r>.json``).
         error: the :class:`collnb.RankError` (or :class:`collnb.LaunchTimeout`) collnb raised, else ``None``.
-        results: the ranks' all_to_all outputs when no error, else ``None``.
+        results: the ranks' all_to_all outputs when every rank returned (also when collnb raised because
+            their Flight Recorder entries disagree: wrong splits), else ``None``.
         entries: ``{rank: [entry dict, ...]}`` of the default group's entries, for the ranks that dumped.
     """
 
@@ -176,52 +165,23 @@ class FaultRun:
         first sequence number at which the ranks' operations or sizes disagree (for all_to_all, whose
         sizes may differ per rank, where the total elements sent and received differ), the minority
         blamed; else the ranks without a dump; else nothing."""
-        by_seq = {}
-        for r, es in self.entries.items():
-            for e in es:
-                by_seq.setdefault(e["collective_seq_id"], {})[r] = e
-        dumped = sorted(self.entries)
-        for seq in sorted(by_seq):
-            here = by_seq[seq]
-            absent = [r for r in dumped if r not in here]
-            sigs = {r: _signature(e) for r, e in here.items()}
-            ops = Counter(s[0] for s in sigs.values())
-            if absent and len(here) >= len(absent):
-                return Blame(tuple(absent), seq, f"rank(s) {absent} never issued collective {seq}, which "
-                             f"{sorted(here)} issued ({', '.join(ops)})")
-            if len(ops) > 1:
-                common = ops.most_common(1)[0][0]
-                odd = tuple(sorted(r for r, s in sigs.items() if s[0] != common))
-                return Blame(odd, seq, f"collective {seq} is {sigs[odd[0]][0]} on rank(s) {list(odd)} "
-                             f"but {common} on the others")
-            op = next(iter(ops))
-            if op.endswith("all_to_all"):
-                sent = sum(_numel(e["input_sizes"]) for e in here.values())
-                got = sum(_numel(e["output_sizes"]) for e in here.values())
-                if sent != got:
-                    usual = Counter(sigs.values()).most_common(1)[0][0]
-                    odd = tuple(sorted(r for r, s in sigs.items() if s != usual))
-                    return Blame(odd, seq, f"collective {seq} ({op}) sends {sent} elements in all but receives "
-                                 f"{got}: rank(s) {list(odd)} have other sizes")
-                continue
-            if len(set(sigs.values())) > 1:
-                usual = Counter(sigs.values()).most_common(1)[0][0]
-                odd = tuple(sorted(r for r, s in sigs.items() if s != usual))
-                return Blame(odd, seq, f"collective {seq} ({op}) has input sizes "
-                             f"{here[odd[0]]['input_sizes']} on rank(s) {list(odd)}, {usual[1]} on the others")
+        d = divergence(self.entries)
+        if d is not None:
+            return Blame(d.ranks, d.seq, d.reason)
         if self.missing:
-            last = max(by_seq) if by_seq else None
+            seqs = [e["collective_seq_id"] for es in self.entries.values() for e in es]
+            last = max(seqs) if seqs else None
             return Blame(tuple(self.missing), last,
                          f"rank(s) {self.missing} left no dump: still running outside a collective (or dead) "
                          f"when the others failed" + (f" in collective {last}" if last is not None else ""))
         return Blame((), None, "every rank issued the same collectives")
 
-    def image(self, last: int = 6):
+    def image(self, last: int = 6, show_blame: bool = True, title: str | None = None):
         """The table as a rank × sequence-number picture (:func:`collnb.views.matrix_image`): each
-        cell the operation and its input sizes, the blamed cells framed red, ranks without a dump
-        marked. Shows the ``last`` sequence numbers."""
+        cell the operation and its input sizes, the blamed cells framed red (``show_blame``), ranks
+        without a dump marked. Shows the ``last`` sequence numbers; ``title`` defaults to the fault's name."""
         seqs = sorted({e["collective_seq_id"] for es in self.entries.values() for e in es})[-last:] or [1]
-        blame = self.blame()
+        blame = self.blame() if show_blame else Blame((), None, "")
         values, texts, framed = [], [], set()
         for r in range(self.world_size):
             row_v, row_t = [], []
@@ -238,13 +198,14 @@ class FaultRun:
                     framed.add((r, c))
             values.append(row_v)
             texts.append(row_t)
-        return matrix_image([MatrixPanel(f"Flight Recorder: {self.fault}", values, texts, framed)],
+        note = ((f"blamed: rank {', '.join(map(str, blame.ranks))}"
+                 + (f", collective {blame.seq}" if blame.seq is not None else "")) if blame.ranks
+                else "nothing to blame") if show_blame else "compare each column's cells"
+        return matrix_image([MatrixPanel(title or f"Flight Recorder: {self.fault}", values, texts, framed)],
                             row_label="rank", column_label="collective_seq_id",
                             column_names=[str(s) for s in seqs], vmax=1.0,
-                            framed_note="collnb's blame, from these entries",
-                            note=(f"blamed: rank {', '.join(map(str, blame.ranks))}"
-                                  + (f", collective {blame.seq}" if blame.seq is not None else "")) if blame.ranks
-                            else "nothing to blame")
+                            framed_note="collnb's blame, from these entries" if show_blame else "",
+                            note=note)
 
 
 def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_timeout: float = 2.0,
@@ -289,6 +250,7 @@ def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_t
                              timeout=collective_timeout + 30)
     except (RankError, LaunchTimeout) as exc:
         run.error = exc
+        run.results = getattr(exc, "results", None)  # every rank returned, their collectives disagreed
     for r in range(world_size):
         path = os.path.join(dump_dir, f"rank{r}.json")
         if os.path.exists(path):

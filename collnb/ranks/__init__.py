@@ -18,6 +18,7 @@ Other layers import from this package only, never from its modules. Inside it:
 ``processes``               process life: watchdog, no orphans, stale directories
 ``recording``               every communication operation a rank issues (:class:`CallRecord`)
 ``timeline``                per-rank timelines on one clock (:class:`Timeline`, :func:`region`)
+``flight_recorder``         reading torch's Flight Recorder entries: the rank whose collectives diverged
 ``_dist_hooks``             torch.distributed's functions wrapped inside a call: layouts, group timeouts
 ``_torch_internals``        every use of torch's private internals, each saying what public API is missing
 ``remote`` / ``engines``    ranks on ipyparallel engines: the kernel side / the engine side
@@ -29,6 +30,7 @@ from .recording import CallRecord, CallRecords
 from .recording import active as active_recorder
 from .timeline import Span, Timeline, region
 from ._torch_internals import distributed_c10d, flight_recorder_dump
+from .flight_recorder import Divergence, divergence, entries_from_json
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import backend_info, check_ranks, launch, shutdown
 from .pool import LaunchResults, RankPool
@@ -40,4 +42,5 @@ from .serialization import iter_functions
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
-           "Timeline", "Span", "region", "flight_recorder_dump", "keep_groups", "kept_groups"]
+           "Timeline", "Span", "region", "flight_recorder_dump", "keep_groups", "kept_groups", "Divergence",
+           "divergence", "entries_from_json"]

@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as distributed_c10d
 
-__all__ = ["flight_recorder_dump", "distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
+__all__ = ["flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
@@ -286,3 +286,11 @@ def flight_recorder_dump() -> tuple:
 
     return c10d_c._dump_fr_trace(True, False, False), c10d_c._dump_fr_trace_json(True, False)
 
+
+
+def flight_recorder_json() -> bytes:
+    """Only the JSON half of :func:`flight_recorder_dump` (the entries, no pickle): what a rank sends
+    the launcher with ``launch(..., flight_recorder=N)``. Same private API, same missing public one."""
+    from torch._C import _distributed_c10d as c10d_c  # noqa: PLC0415 - private, used here only
+
+    return c10d_c._dump_fr_trace_json(True, False)

@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .errors import LaunchTimeout, RankError
+from .flight_recorder import divergence
 from .protocol import TimeoutReport
 from .serialization import loads
 from .tracebacks import format_frames, where
 
 __all__ = ["Event", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
-           "rebuild_result", "which_timeout", "text_hint", "failed_event", "collective_timeout_name"]
+           "rebuild_result", "which_timeout", "text_hint", "failed_event", "collective_timeout_name",
+           "returned_diverged"]
 
 _MISMATCH = "Detected mismatch between collectives"
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(((?:[^()]|\([^()]*\))*)\)")
@@ -64,6 +66,8 @@ class Event:
     timeline: Any = None
     timeout_name: str = ""  # which timeout fired, in words (communication errors only)
     timeout: Any = None     # the rank's TimeoutReport (communication errors only)
+    flight_recorder: Any = None  # the rank's Flight Recorder entries (launch(flight_recorder=N), comm errors)
+    guess: Any = False      # root cause only: blamed from the messages alone (True, or the words why: str)
 
 
 def timeout_name(text, collective_timeout):
@@ -181,7 +185,8 @@ def failed_event(rank, t, msg, collective_timeout):
         report = which_timeout([(collective_timeout, collective_timeout_name(collective_timeout), None)],
                                msg.message)
     return Event(rank, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
-                 timeout_name=report.timeout if report is not None and report.fired else "", timeout=report)
+                 timeout_name=report.timeout if report is not None and report.fired else "", timeout=report,
+                 flight_recorder=getattr(msg, "flight_recorder", None))
 
 
 def _duration(seconds):
@@ -206,7 +211,11 @@ def root_cause(failed, events, pending, stacks):
     """The :class:`Event` to blame among ``failed`` (see the module's docstring); ``stacks`` says
     where still-running ranks were (``{rank: frames}``, ``{("state", rank): text}``)."""
     primary = [e for e in failed if e.kind == "died" or not e.comm]
-    mismatch = _mismatch(failed) if primary and all(_MISMATCH in e.message for e in primary) else None
+    detail = bool(primary) and all(_MISMATCH in e.message for e in primary)
+    diverged = _diverged(failed) if detail or not primary else None  # structured entries before any text
+    if diverged is not None:
+        return diverged
+    mismatch = _mismatch(failed) if detail else None
     if mismatch is not None:
         return mismatch
     if primary:
@@ -240,7 +249,38 @@ def root_cause(failed, events, pending, stacks):
         else:
             text = head + state
         return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
-    return first
+    note = True  # collnb's guess from the messages alone (rank_error words it)
+    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None}
+    if entries:
+        d = divergence(entries) if len(entries) > 1 else None
+        if d is None:
+            return first  # the Flight Recorder was on and every rank's collectives agree: no guess to flag
+        note = (f"collnb's guess: rank {first.rank} raised first. The ranks' Flight Recorders disagree at "
+                f"collective_seq_id {d.seq} ({d.reason}), but no rank differs from all the others, so none "
+                f"of them is named the culprit: compare the sides")
+    return Event(first.rank, first.kind, first.t, first.exc_type, first.message, first.frames, first.comm,
+                 timeout_name=first.timeout_name, timeout=first.timeout, guess=note)
+
+
+def _diverged(failed):
+    """Root cause read from the failed ranks' Flight Recorder entries (``launch(flight_recorder=N)``):
+    an :class:`Event` of kind ``"diverged"`` for the rank whose collective differs from every other
+    rank's at the first sequence number where they disagree (:func:`.flight_recorder.divergence`), or
+    ``None`` when the recorder was off, the entries agree, or no rank is a strict minority."""
+    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None}
+    if len(entries) < 2:
+        return None
+    d = divergence(entries)
+    if d is None or not d.decided:
+        return None
+    culprit = d.ranks[0]
+    event = next(e for e in failed if e.rank == culprit)
+    group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    text = (f"its collective_seq_id {d.seq} in {group} differs from the other ranks' (read from every rank's "
+            f"Flight Recorder): {d.reason}. The other ranks then waited in a collective that "
+            f"{_ranks_text(d.ranks)} never called the same way, until a timeout ran out. Every rank must call "
+            f"the same collectives, in the same order, with the same shapes")
+    return Event(culprit, "diverged", event.t, "CollectiveMismatch", text, event.frames, True, value=d)
 
 
 def call_error(ranks, events, failed, pending, stacks, phase):
@@ -269,6 +309,33 @@ def call_error(ranks, events, failed, pending, stacks, phase):
     return rank_error(root, outcomes, phase)
 
 
+def returned_diverged(ranks, events, results):
+    """The :class:`.RankError` of a call whose every rank returned although their Flight Recorder
+    entries (``launch(..., flight_recorder=N)``; ``events[r].flight_recorder``) disagree, e.g. an
+    ``all_to_all`` whose ranks send 31 elements in all but receive 32 (gloo does not check: a rank
+    receives a short message and keeps stale values). ``None`` when the recorder was off, the entries
+    agree or no rank is a strict minority. ``results``: the ranks' results, kept on the error as
+    ``.results`` (rank order) for a learner to look at."""
+    entries = {r: events[r].flight_recorder for r in ranks if events[r].flight_recorder is not None}
+    if len(entries) < 2:
+        return None
+    d = divergence(entries)
+    if d is None or not d.decided:
+        return None
+    culprit = d.ranks[0]
+    group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    text = (f"rank {culprit}: CollectiveMismatch: its collective_seq_id {d.seq} in {group} differs from the other "
+            f"ranks' (read from every rank's Flight Recorder): {d.reason}. Every rank returned, but the "
+            f"collective did not do what its callers asked: their results are likely wrong (kept in this error's "
+            f".results). Every rank must call the same collectives, in the same order, with matching sizes")
+    outcomes = {r: "finished" + (" (its collective differed)" if r in d.ranks else "") for r in ranks}
+    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+    err = RankError(text, culprit, "CollectiveMismatch", "", outcomes)
+    err.results = list(results)
+    err.divergence = d
+    return err
+
+
 def outcomes_of(ranks, events, stacks, root):
     """``{rank: what happened to it}`` (str) for every rank number in ``ranks``."""
     out = {}
@@ -285,7 +352,7 @@ def outcomes_of(ranks, events, stacks, root):
             first = _FINGERPRINT_NOISE.sub("", e.message.splitlines()[0] if e.message else "")
             if len(first) > 240:
                 first = first[:240] + " ..."
-            tag = " (follows the root cause)" if root is not None and e is not root and e.comm else ""
+            tag = " (follows the root cause)" if root is not None and e.rank != root.rank and e.comm else ""
             out[rank] = f"{e.exc_type}: {first}{tag}"
     return out
 
@@ -309,6 +376,13 @@ def rank_error(root, outcomes, phase):
         head = f"rank {root.rank}: {root.exc_type}: {_FINGERPRINT_NOISE.sub('', root.message)}"
         tb = format_frames(root.frames)
     text = head
+    if isinstance(root.guess, str):
+        text += "\n\n" + root.guess
+    elif root.guess:
+        text += (f"\n\ncollnb's guess, from the messages alone: every rank failed waiting in a collective and rank "
+                 f"{root.rank} raised first, so the rank that went wrong may be another one. With "
+                 f"collnb.launch(..., flight_recorder=200) collnb reads every rank's recent collectives (torch's "
+                 f"Flight Recorder) and names the rank whose collective differed")
     if tb:
         text += f"\n\nTraceback of rank {root.rank} (most recent call last):\n{tb.rstrip()}"
     if phase == "init":

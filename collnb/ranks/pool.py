@@ -26,7 +26,7 @@ import torch.multiprocessing as tmp
 from ..vocabulary import MAX_WORLD_SIZE
 from .backends import local_backend_info
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, call_error, death_text, failed_event, rebuild_result
+from .failures import Event, call_error, death_text, failed_event, rebuild_result, returned_diverged
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, encode, receive, send
@@ -439,7 +439,8 @@ class RankPool:
                         failure_at = failure_at or t
                     elif isinstance(msg, Result):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact,
-                                               calls=msg.calls, timeline=msg.timeline)
+                                               calls=msg.calls, timeline=msg.timeline,
+                                               flight_recorder=msg.flight_recorder)
                         r.unsettled = True  # a Settled follows (see settle)
                     elif isinstance(msg, Ready):
                         events[r.rank] = Event(r.rank, "ok", t, value=msg.seconds)
@@ -461,6 +462,9 @@ class RankPool:
             elif len({events[r.rank].seq for r in ranks}) > 1:
                 self._retire_group(len(ranks))
             results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]
+            diverged = returned_diverged([r.rank for r in ranks], events, results)
+            if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
+                raise diverged
             if any(events[r.rank].timeline is not None for r in ranks):
                 return LaunchResults(results, [events[r.rank].calls if events[r.rank].calls is not None
                                                else CallRecords() for r in ranks],

@@ -92,6 +92,8 @@ class Result:
         retire: on an ipyparallel engine (:mod:`.engines`), what the call changed in it that cannot
             be put back, in words (``"replaced torch.distributed.all_reduce"``; see
             :mod:`.rank_state`), else ``""``. A local rank says it in :class:`Settled`.
+        flight_recorder: with ``launch(..., flight_recorder=N)``, the Flight Recorder's collective
+            entries this call made (:func:`collnb.ranks.flight_recorder.entries_from_json`), else ``None``.
     """
 
     payload: bytes
@@ -100,6 +102,7 @@ class Result:
     calls: Any = None
     retire: str = ""
     timeline: Any = None
+    flight_recorder: Any = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,9 @@ class Failed:
             another rank's failure, not a root cause).
         timeout: the :class:`TimeoutReport` the rank made for a communication error (``None``
             when the rank measured nothing: the launcher then reads the message's wording).
+        flight_recorder: the Flight Recorder's collective entries of this call
+            (:func:`collnb.ranks.flight_recorder.entries_from_json`'s dicts) when the launch had
+            ``flight_recorder=N``; else ``None``.
     """
 
     exc_type: str
@@ -160,6 +166,7 @@ class Failed:
     frames: list
     comm: bool = False
     timeout: TimeoutReport | None = None
+    flight_recorder: list | None = None
 
     @property
     def timeout_name(self) -> str:

@@ -24,12 +24,14 @@ import sys
 import time
 import traceback
 import ctypes
+import dataclasses
 
 import torch
 import torch.distributed as dist
 
 from . import _dist_hooks, recording, timeline
 from . import _torch_internals as internals
+from .flight_recorder import entries_from_json
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
 from .rank_state import RankState, collnb_only
@@ -224,6 +226,8 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
 def _run(rank, cfg, msg: Run, base, groups, state, res_w):
     """Run the learner's function for one :class:`.Run` and answer :class:`.Result`; on a failure
     answer :class:`.Failed` and idle until the parent stops the rank."""
+    global _call_started_ns
+    _call_started_ns = time.time_ns()
     my_pid = os.getpid()
     # Groups the user's function creates are named from this counter: start every rank of this
     # call at the same value, whatever groups earlier calls made on some ranks.
@@ -292,7 +296,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         if intact:  # groups the function made end with the call, as in a fresh script (_end_groups)
             _ended.extend(live - before - _kept)
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
-        send(res_w, Result(payload, seq, intact, calls, timeline=events))
+        send(res_w, _with_flight_recorder(Result(payload, seq, intact, calls, timeline=events)))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
         # the call changed that cannot be put back: the launcher reads it before the next command.
         # A call of collnb's own code only (collnb.run, explore, bench) changes nothing to put back.
@@ -371,7 +375,33 @@ def _report_error(res_w, exc, rank):
     communication error (a consequence of another rank's failure)."""
     sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
     _dist_hooks.name_unmeasured(exc)  # which timeout ended a wait no wrapper measured
-    send(res_w, Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc)))
+    msg = Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc))
+    send(res_w, _with_flight_recorder(msg))
+
+
+_call_started_ns = 0  # time.time_ns() when the current call began (the Flight Recorder's clock)
+
+
+def _with_flight_recorder(msg):
+    """``msg`` (:class:`Result` or :class:`Failed`) with this call's Flight Recorder entries, when the
+    launch has ``flight_recorder=N``: the launcher names the rank whose collectives diverged. Entries
+    of earlier calls are left out (``time_created_ns`` is wall-clock ns, torch's ``c10::getTime``). The
+    call's default group (at a world size below the pool's, a cached group of ranks 0..k-1 that is
+    ``dist.group.WORLD`` inside the call, described ``"undefined"`` by torch) is described ``"default_pg"``."""
+    if os.environ.get("TORCH_FR_BUFFER_SIZE", "0") in ("", "0"):
+        return msg
+    try:
+        entries = entries_from_json(internals.flight_recorder_json())
+        world = dist.group.WORLD.group_name if dist.is_initialized() and dist.group.WORLD is not None else None
+    except Exception:  # noqa: BLE001 - no dump: the launcher falls back to what the messages say
+        return msg
+    kept = []
+    for e in entries:
+        if (e.get("time_created_ns") or 0) >= _call_started_ns:
+            if world is not None and e["process_group"][0] == world:
+                e["process_group"] = (world, "default_pg")
+            kept.append(e)
+    return dataclasses.replace(msg, flight_recorder=kept)
 
 
 def _idle_forever():

@@ -1,6 +1,7 @@
 """A launch's per-rank timeline as a Gantt chart: one row per rank, each communication operation
-split into its waiting part (until the last rank of the operation arrived, hatched) and its transfer
-(solid, the rank's colour), the learner's regions as bars above, on one time axis in ms.
+split into its waiting part (until the last rank of the operation arrived, hatched grey, the same on
+every rank) and its transfer (solid, in that rank's own colour: the legend's swatch shows every rank's
+colour), the learner's regions as bars above, on one time axis in ms.
 
 Input is the :class:`collnb.ranks.timeline.Timeline` of ``launch(fn, n, timeline=True)`` (its
 spans are in ns from the earliest function start, one clock for every rank: see that module).
@@ -32,6 +33,12 @@ def _nice_step(span_ms: float, ticks: int = 8) -> float:
         if m * p >= raw:
             return m * p
     return 10 * p
+
+
+def _longest_wait(timeline, start_ms: float, end_ms: float):
+    """The operation that waited longest among those drawn in the window (ms), or ``None``."""
+    shown = [s for s in timeline.operations() if s.end / 1e6 > start_ms and s.start / 1e6 < end_ms]
+    return max(shown, key=lambda s: s.waiting, default=None)
 
 
 def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: float | None = None,
@@ -81,8 +88,15 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
     cv.hatch(lx, 34, lx + 26, 48, _WAIT_BG, HATCH_COLOR, period=8, width=2)
     cv.frame(lx, 34, lx + 26, 48, GREY_TEXT, 1)
     lx += 32 + cv.text("waiting for the last rank", lx + 32, 41, 12, INK, ha="left") + 20
-    cv.rect(lx, 34, lx + 26, 48, rank_color(0))
-    lx += 32 + cv.text("transfer (until completed on this rank)", lx + 32, 41, 12, INK, ha="left") + 20
+    # the transfer is solid in each rank's own colour: the swatch shows every rank's colour side by side
+    shown = min(n, 8)
+    stripe = max(4, 26 // shown)
+    for r in range(shown):
+        cv.rect(lx + r * stripe, 34, lx + (r + 1) * stripe, 48, rank_color(r))
+    cv.frame(lx, 34, lx + shown * stripe, 48, GREY_TEXT, 1)
+    lx += shown * stripe + 6
+    lx += 6 + cv.text("transfer, solid in each rank's colour (until completed on that rank)", lx, 41, 12, INK,
+                      ha="left") + 20
     if max_depth:
         cv.rect(lx, 36, lx + 26, 46, _REGION_COLOR)
         cv.frame(lx, 36, lx + 26, 46, _REGION_EDGE, 1)
@@ -128,7 +142,7 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
             name = s.name if s.kind == "collective" else f"{s.name}{'→' if s.name in ('send', 'isend') else '←'}{s.peer}"
             if labels and xe - xs > cv.measure(name, 11)[0] + 6:
                 cv.text(name, (xs + xe) / 2, cy + comm_h / 2, 11, INK)
-    longest = max(timeline.operations(), key=lambda s: s.waiting, default=None)
+    longest = _longest_wait(timeline, t0, t1)
     if longest is not None and longest.waiting:
         cv.text(f"longest wait: rank {longest.rank}, {longest.name} #{longest.index}, "
                 f"{format_seconds(longest.waiting / 1e9)} before its last rank arrived",

@@ -39,7 +39,7 @@ from .coding import (check_all_gather, check_broadcast, check_census, check_coun
                      check_ring_step, check_token_ring)
 from .dtensor import check_collective_prediction, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
-from .hangs import check_hang_culprit
+from .hangs import Mystery, check_hang_culprit, hang_mystery
 from .parallel import check_fsdp_prefetch, check_online_softmax, check_pipeline_forward, check_tensor_parallel_mlp
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
                           check_reduce_scatter_prediction, check_ring_prediction, check_scatter_prediction,
@@ -54,5 +54,5 @@ __all__ = [
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
     "check_online_softmax", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
-    "check_hang_culprit",
+    "check_hang_culprit", "hang_mystery", "Mystery",
 ]

@@ -1,30 +1,114 @@
 """The exercise of notebook 18 (the hang lab): name the culprit rank and the sequence number of the
-first collective at which it diverged, read from the Flight Recorder's per-rank table."""
+first collective at which it diverged, read from the Flight Recorder's per-rank table.
+
+The learner gets a :class:`Mystery` from :func:`hang_mystery`: the evidence only (every rank's Flight
+Recorder entries, the per-rank table and picture without collnb's blame, ``fr_trace``'s verdict). What
+was injected where is kept by this module, keyed by that object, never on it, so an answer read off the
+object (``mystery.culprit``, ``DIVERGES_AT[mystery.fault]``, collnb's blame or ``RankError``, which now
+names the culprit from the same entries) cannot pass: the object has none of them.
+"""
 
 from __future__ import annotations
 
-from ..hangs import DIVERGES_AT, FaultRun
+import random
+import tempfile
+import weakref
+from dataclasses import dataclass, field
+
+from ..hangs import DIVERGES_AT, FaultRun, fault_run, fr_trace_verdict
 from .framework import _fail, _passed, _unfinished
 
-__all__ = ["check_hang_culprit"]
+__all__ = ["check_hang_culprit", "hang_mystery", "Mystery", "MYSTERY_FAULTS"]
+
+#: The faults a mystery draws from: the two that hang every rank until the timeout.
+MYSTERY_FAULTS = ("skipped_collective", "mismatched_shape")
+
+# {Mystery: (fault, culprit)}: the truth, held here and not on the learner's object
+_TRUTH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
-def check_hang_culprit(run: FaultRun, culprit, seq) -> None:
-    """Check the learner's reading of ``run`` (a :func:`collnb.labs.hangs.fault_run` with a fault
-    injected on a rank the notebook did not show).
+@dataclass(eq=False)
+class Mystery:
+    """The evidence of a run with a fault injected on a rank the learner is not told.
+
+    Attributes:
+        world_size: ranks (int).
+        dump_dir: the folder of the ranks' dumps (``rank<r>`` pickles for ``fr_trace``, ``rank<r>.json``).
+        entries: ``{rank: [entry dict, ...]}``, each rank's Flight Recorder entries of the default group
+            (``collective_seq_id``, ``profiling_name``, ``input_sizes``, ``output_sizes``, ``state``).
+        failed: whether the run ended in an error (every rank waited until the timeout).
+    """
+
+    world_size: int
+    dump_dir: str
+    entries: dict = field(default_factory=dict)
+    failed: bool = False
+
+    def _view(self) -> FaultRun:
+        run = FaultRun("mystery", -1, self.world_size, self.dump_dir)
+        run.entries = self.entries
+        return run
+
+    def rows(self) -> list:
+        """``(rank, seq, op, input_sizes, output_sizes, state)`` per entry (:meth:`FaultRun.rows`)."""
+        return self._view().rows()
+
+    def table(self) -> str:
+        """The per-rank table of recent collectives as text (:meth:`FaultRun.table`)."""
+        return self._view().table()
+
+    def image(self, last: int = 6):
+        """The table as a rank × sequence-number picture, nothing framed (:meth:`FaultRun.image`)."""
+        return self._view().image(last, show_blame=False, title="Flight Recorder: the mystery run")
+
+    def fr_trace(self) -> str:
+        """torch's analyser on the dumps (:func:`collnb.labs.hangs.fr_trace_verdict`)."""
+        return fr_trace_verdict(self.dump_dir)
+
+
+def hang_mystery(dump_dir: str | None = None, world_size: int = 4) -> Mystery:
+    """Run :func:`collnb.labs.hangs.fault_run` with one of :data:`MYSTERY_FAULTS` on a rank drawn at
+    random (``random.SystemRandom``: a learner's ``random.seed`` does not fix it) and return the evidence
+    only (:class:`Mystery`); the truth stays with :func:`check_hang_culprit`.
 
     Args:
-        run: the :class:`collnb.labs.hangs.FaultRun` the learner looked at.
+        dump_dir: where the dumps go (default: a new temporary folder whose name says nothing).
+        world_size: 4 or 8.
+    """
+    draw = random.SystemRandom()
+    fault, culprit = draw.choice(MYSTERY_FAULTS), draw.randrange(world_size)
+    run = fault_run(fault, world_size=world_size, culprit=culprit,
+                    dump_dir=dump_dir or tempfile.mkdtemp(prefix="collnb-fr-mystery-"))
+    mystery = Mystery(world_size, run.dump_dir, run.entries, run.error is not None)
+    _TRUTH[mystery] = (fault, culprit)
+    return mystery
+
+
+def _remember(mystery: Mystery, fault: str, culprit: int) -> None:
+    """Record the truth of a :class:`Mystery` built by hand (tests)."""
+    _TRUTH[mystery] = (fault, culprit)
+
+
+def check_hang_culprit(mystery: Mystery, culprit, seq) -> None:
+    """Check the learner's reading of ``mystery`` (from :func:`hang_mystery`).
+
+    Args:
+        mystery: the :class:`Mystery` the learner looked at.
         culprit: the rank (int) the learner blames, or ``None`` while unanswered.
         seq: the ``collective_seq_id`` (int) of the first collective at which that rank's entry
             differs from the others' (or is missing), or ``None`` while unanswered.
 
     Prints "not answered yet" while either is ``None``, ✓ when both are right; raises
-    :class:`collnb.exercises.CheckFailed` (a ✗ with a hint, never the answer) otherwise. The truth
-    is what was injected (``run.culprit``) and where it shows (:data:`collnb.labs.hangs.DIVERGES_AT`),
-    not collnb's blame.
+    :class:`collnb.exercises.CheckFailed` (a ✗ with a hint, never the answer) otherwise, also for an
+    object that is not a mystery :func:`hang_mystery` made. The truth is what was injected and where it
+    shows (:data:`collnb.labs.hangs.DIVERGES_AT`), held by this module, not collnb's blame.
     """
     name = "Find the culprit"
+    truth = _TRUTH.get(mystery) if isinstance(mystery, Mystery) else None
+    if truth is None:
+        raise _fail(f"{type(mystery).__name__} is not a mystery this check knows.",
+                    "pass the object exercises.hang_mystery() returned (run the mystery cell again)")
+    fault, true_culprit = truth
     if culprit is None or seq is None:
         return _unfinished(name, "put the Flight Recorder table's rows side by side: in which column "
                            "(collective_seq_id) does one rank's cell differ from the others', or stop?",
@@ -32,13 +116,13 @@ def check_hang_culprit(run: FaultRun, culprit, seq) -> None:
     if not isinstance(culprit, int) or isinstance(culprit, bool) or not isinstance(seq, int) or isinstance(seq, bool):
         raise _fail(f"culprit and seq must be ints; got {culprit!r} and {seq!r}.",
                     "a rank number and a collective_seq_id, e.g. culprit = 0, seq = 1")
-    if culprit != run.culprit:
+    if culprit != true_culprit:
         raise _fail(f"rank {culprit} is not the rank whose code was changed.",
-                    "the rank collnb's RankError names first may be one that timed out waiting; look for the "
-                    "one cell that differs from its column (operation or sizes), or the rank with no dump")
-    if seq != DIVERGES_AT[run.fault]:
+                    "the rank that raised first may be one that timed out waiting; look for the one cell that "
+                    "differs from its column (operation or sizes)")
+    if seq != DIVERGES_AT[fault]:
         raise _fail(f"rank {culprit} is right, but collective {seq} is not where it first diverged.",
                     "read that rank's row from the left: the first sequence number whose cell differs from "
                     "the other ranks' cells in the same column")
     _passed(f"rank {culprit} diverged at collective_seq_id {seq} "
-            f"({run.fault.replace('_', ' ')}); fr_trace and collnb's blame read the same entries")
+            f"({fault.replace('_', ' ')}); fr_trace and collnb's blame read the same entries")
