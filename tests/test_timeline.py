@@ -240,7 +240,7 @@ def test_ddp_buckets_per_cap_and_the_wait_counted_as_compute_only_raises_overlap
             names = [s.name for s in run.timeline.regions(rank) if window.start <= s.start <= window.end]
             assert sum(name.startswith("bucket ") for name in names) == n and "grad" in names  # the timed step's
         assert run.grad0[0] == run.grad0[1]                                     # the averaged gradient agrees
-        for rank, honest, naive in overlap.overlap_both_ways(run):
+        for _rank, honest, naive in overlap.overlap_both_ways(run):
             assert honest["communication"] == naive["communication"] > 0
             # the grad regions lie inside backward: counting backward adds only its waits as "compute"
             assert naive["overlapped"] >= honest["overlapped"] and naive["exposed"] <= honest["exposed"]
