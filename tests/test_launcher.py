@@ -415,7 +415,8 @@ def _make_a_mesh(rank, world_size):
 def test_a_function_that_only_makes_groups_never_fails_a_slower_peer():
     """A rank whose function returned used to destroy the groups it made at once, closing its side
     of a group a slower peer was still connecting ("Gloo connectFullMesh failed ... Connection
-    closed by peer", 6 launches in 300 measured); groups now end when the next call starts."""
+    closed by peer", 6 launches in 300 measured); now the ranks of a call that made groups wait for
+    each other (in the pool's store) before they destroy them."""
     first = collnb.launch(_make_a_mesh, 4)[0]
     for i in range(150):
         names = collnb.launch(_make_a_mesh, 4)[0]

@@ -168,7 +168,9 @@ def engine_run(token, world_size, group_count, task):
         fn, args, kwargs, files = loads(task)
         restore_files(fn, files)
         # the groups the last call made end now, not when it returned: by now every engine of that
-        # call has answered, so none is still connecting to them (see collnb.ranks.rank._end_groups)
+        # call has answered, so none is still connecting to them (destroyed at once, a returned
+        # engine closed its side of a group a slower peer was still connecting; local ranks wait
+        # for each other in their store instead: collnb.ranks.rank._end_together)
         while _PROCESS["ended"]:
             g = _PROCESS["ended"].pop()
             if g in internals.live_groups():

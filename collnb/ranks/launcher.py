@@ -284,8 +284,8 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
       device, torch-function and dispatch modes left entered, float32 matmul precision and the
       ``torch.backends.*.fp32_precision`` settings, ``torch.backends.cudnn`` and ``mkldnn`` flags,
       autocast (enabled, dtype, cache), ``set_warn_always``, print options, thread count,
-      torch.distributed's debug level; process groups the call made are destroyed (as the next call
-      starts: by then every rank is done with them);
+      torch.distributed's debug level; process groups the call made are destroyed (once every rank of
+      the call is done with them);
     * random numbers: torch's, Python's ``random`` and numpy's global generators are seeded afresh
       from the OS before every call, as a new script's are (so ranks and calls draw different
       numbers; seed inside the function for repeatable ones);

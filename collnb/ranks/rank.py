@@ -7,9 +7,9 @@ subreaper so that processes its function starts cannot escape it), then serves c
 group, create a cached subgroup, or run the learner's function. Each call finds the rank as a
 fresh script would: :class:`.rank_state.RankState` puts back what a call changed (environment,
 streams, torch's global modes, ...; its docstring lists them), process groups the call made are
-destroyed (as the next call starts), and a change that cannot be put back (a replaced torch
-function) is reported in the :class:`.Result` so that the launcher retires the rank. After a failure the rank reports it and
-idles until the parent stops it.
+destroyed (once every rank of the call is done with them), and a change that cannot be put back
+(a replaced torch function) is reported in the :class:`.Result` so that the launcher retires the
+rank. After a failure the rank reports it and idles until the parent stops it.
 """
 
 from __future__ import annotations
@@ -50,9 +50,6 @@ _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 #: Process groups that calls of collnb's own code made and later calls reuse (:func:`keep_groups`).
 _kept = set()
 
-#: Process groups the last call made, destroyed when the next call starts (:func:`_end_groups`).
-_ended: list = []
-
 
 def keep_groups(groups) -> None:
     """Keep the process groups ``groups`` (an iterable of ``ProcessGroup``) after this call ends.
@@ -74,19 +71,23 @@ def kept_groups() -> frozenset:
     return frozenset(_kept)
 
 
-def _end_groups() -> None:
-    """Destroy the process groups the last call made (they end with their call, as a fresh
-    script's do). Not at the end of that call: a rank whose function returned would close its side
-    of a group that a slower peer was still connecting (gloo's ``connectFullMesh``: "Connection
-    closed by peer", 6 launches in 300 of a function that only makes a 2x2 DeviceMesh, measured);
-    by the next call every rank of the last one has answered, so each is done with them."""
-    while _ended:
-        g = _ended.pop()
-        if g in internals.live_groups():
-            try:
-                dist.destroy_process_group(g)
-            except Exception:  # noqa: BLE001 - torch's records disagree: the group is gone either way
-                pass
+def _end_together(store, msg: Run, rank: int, made: set, collective_timeout: float) -> None:
+    """Destroy the process groups ``made`` that this call made, once every rank of the call is done
+    with them: each rank says so in the pool's store (key ``ended<group_count>/<rank>``), and waits
+    for the others' keys for at most half the collective timeout. Destroyed at once, a rank whose
+    function returned closed its side of a group that a slower peer was still connecting (gloo's
+    ``connectFullMesh``: "Connection closed by peer", 6 launches in 300 of a function that only
+    makes a 2x2 DeviceMesh, measured; 0 in 300 with the wait). A peer that never comes (it waits in
+    a collective that this rank skipped) stops waiting when the groups close, well before its
+    collective timeout (issue 25's words name that). Only calls that made groups pay for it."""
+    prefix = f"ended{msg.group_count}/"
+    try:
+        store.set(f"{prefix}{rank}", "1")
+        store.wait([f"{prefix}{r}" for r in range(msg.world_size)], datetime.timedelta(seconds=collective_timeout / 2))
+    except Exception:  # noqa: BLE001 - a peer that never came (or a store that is gone): end them now
+        pass
+    for g in made:
+        dist.destroy_process_group(g)
 
 
 def current_rank():
@@ -197,7 +198,6 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
             t0 = time.perf_counter()
             internals.destroy_all_groups(base)
             _kept.clear()
-            _ended.clear()
             base, groups = None, {}
             restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
             if rank < msg.world_size:
@@ -220,10 +220,10 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
             groups[msg.world_size] = dist.new_group(list(range(msg.world_size)), timeout=timeout)
             send(res_w, Ready(time.perf_counter() - t0))
         elif isinstance(msg, Run):
-            _run(rank, cfg, msg, base, groups, state, res_w)
+            _run(rank, cfg, msg, base, groups, state, res_w, store)
 
 
-def _run(rank, cfg, msg: Run, base, groups, state, res_w):
+def _run(rank, cfg, msg: Run, base, groups, state, res_w, store):
     """Run the learner's function for one :class:`.Run` and answer :class:`.Result`; on a failure
     answer :class:`.Failed` and idle until the parent stops the rank."""
     global _call_started_ns
@@ -247,7 +247,6 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         _dist_hooks.install(check_layout=True, group_timeout=cfg["collective_timeout"])
         fn, args, kwargs, files = loads(msg.task)
         restore_files(fn, files)
-        _end_groups()
         before = internals.live_groups()
         kept = set(_kept)
         calls = events = collector = None
@@ -293,8 +292,9 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w):
         if not own:  # only collnb's own code keeps groups (keep_groups)
             _kept.intersection_update(kept)
         _kept.intersection_update(live)
-        if intact:  # groups the function made end with the call, as in a fresh script (_end_groups)
-            _ended.extend(live - before - _kept)
+        made = live - before - _kept
+        if intact and made:  # groups the function made end with the call, as in a fresh script
+            _end_together(store, msg, rank, made, cfg["collective_timeout"])
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
         send(res_w, _with_flight_recorder(Result(payload, seq, intact, calls, timeline=events)))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
