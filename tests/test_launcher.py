@@ -425,6 +425,24 @@ def test_a_function_that_only_makes_groups_never_fails_a_slower_peer():
         len(first) - 2                                               # ... and ended before this call
 
 
+def _pair_subgroup(rank, world_size):
+    g = dist.new_group([0, 1])          # every rank calls new_group; ranks 2 and 3 are not members
+    t = torch.ones(1)
+    if rank < 2:
+        dist.all_reduce(t, group=g)
+    return t.item()
+
+
+def test_a_subgroup_some_ranks_are_not_in_ends_without_waiting_for_a_timeout():
+    """Ranks that made no group (non-members) still say they are done, so the members never wait
+    for them: a call takes a small part of the half collective timeout members would wait."""
+    collnb.launch(_pair_subgroup, 4, collective_timeout=30)
+    t0 = time.monotonic()
+    assert collnb.launch(_pair_subgroup, 4, collective_timeout=30) == [2.0, 2.0, 1.0, 1.0]
+    assert time.monotonic() - t0 < 0.5 * 15   # the members would wait 15 s for a key that never comes
+    collnb.shutdown()
+
+
 @pytest.mark.parametrize("dtype", [torch.uint16, torch.uint32, torch.uint64, torch.float8_e4m3fn,
                                    torch.bfloat16, torch.complex64, torch.bool])
 def test_every_dtype_comes_back(dtype):

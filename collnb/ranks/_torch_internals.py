@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as distributed_c10d
 
-__all__ = ["flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "live_groups", "call_store",
+__all__ = ["flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
@@ -58,6 +58,14 @@ def set_group_count(count: int) -> None:
     calls made on some ranks only, or their group names (and rendezvous keys) disagree. Uses
     ``c10d._world.group_count``."""
     distributed_c10d._world.group_count = count
+
+
+def group_count() -> int:
+    """Torch's counter that names new groups (see :func:`set_group_count`): ``new_group`` advances it
+    on every rank that calls it, members or not (``use_local_synchronization=True`` does not).
+
+    Missing public API: the same as :func:`set_group_count`'s."""
+    return distributed_c10d._world.group_count
 
 
 def live_groups() -> set:

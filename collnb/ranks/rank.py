@@ -73,19 +73,26 @@ def kept_groups() -> frozenset:
 
 def _end_together(store, msg: Run, rank: int, made: set, collective_timeout: float) -> None:
     """Destroy the process groups ``made`` that this call made, once every rank of the call is done
-    with them: each rank says so in the pool's store (key ``ended<group_count>/<rank>``), and waits
-    for the others' keys for at most half the collective timeout. Destroyed at once, a rank whose
+    with them. A call that made groups with ``new_group`` advanced torch's group counter on every
+    rank of it, members of the groups or not (measured): each such rank says it is done in the
+    pool's store (key ``ended<group_count>/<rank>``), and a rank with groups to destroy waits for
+    every rank's key, for at most half the collective timeout. Destroyed at once, a rank whose
     function returned closed its side of a group that a slower peer was still connecting (gloo's
     ``connectFullMesh``: "Connection closed by peer", 6 launches in 300 of a function that only
     makes a 2x2 DeviceMesh, measured; 0 in 300 with the wait). A peer that never comes (it waits in
-    a collective that this rank skipped) stops waiting when the groups close, well before its
-    collective timeout (issue 25's words name that). Only calls that made groups pay for it."""
+    a collective this rank skipped) stops waiting when the groups close, well before its collective
+    timeout (issue 25's words name that). Groups made with ``use_local_synchronization=True`` (no
+    counter advanced) are destroyed at once; calls that made no groups pay nothing."""
+    together = internals.group_count() != msg.group_count
     prefix = f"ended{msg.group_count}/"
-    try:
-        store.set(f"{prefix}{rank}", "1")
-        store.wait([f"{prefix}{r}" for r in range(msg.world_size)], datetime.timedelta(seconds=collective_timeout / 2))
-    except Exception:  # noqa: BLE001 - a peer that never came (or a store that is gone): end them now
-        pass
+    if together:
+        try:
+            store.set(f"{prefix}{rank}", "1")
+            if made:
+                store.wait([f"{prefix}{r}" for r in range(msg.world_size)],
+                           datetime.timedelta(seconds=collective_timeout / 2))
+        except Exception:  # noqa: BLE001 - a peer that never came (or a store that is gone): end them now
+            pass
     for g in made:
         dist.destroy_process_group(g)
 
@@ -292,9 +299,8 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w, store):
         if not own:  # only collnb's own code keeps groups (keep_groups)
             _kept.intersection_update(kept)
         _kept.intersection_update(live)
-        made = live - before - _kept
-        if intact and made:  # groups the function made end with the call, as in a fresh script
-            _end_together(store, msg, rank, made, cfg["collective_timeout"])
+        if intact:  # groups the function made end with the call, as in a fresh script
+            _end_together(store, msg, rank, live - before - _kept, cfg["collective_timeout"])
         sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
         send(res_w, _with_flight_recorder(Result(payload, seq, intact, calls, timeline=events)))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
