@@ -262,20 +262,29 @@ def root_cause(failed, events, pending, stacks):
                  timeout_name=first.timeout_name, timeout=first.timeout, guess=note)
 
 
-def _diverged(failed):
-    """Root cause read from the failed ranks' Flight Recorder entries (``launch(flight_recorder=N)``):
-    an :class:`Event` of kind ``"diverged"`` for the rank whose collective differs from every other
-    rank's at the first sequence number where they disagree (:func:`.flight_recorder.divergence`), or
-    ``None`` when the recorder was off, the entries agree, or no rank is a strict minority."""
-    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None}
+def _decided(entries):
+    """``(divergence, culprit rank, the group in words)`` of ranks' Flight Recorder entries
+    (``{rank: entries}``), or ``None`` with fewer than two ranks' entries, entries that agree, or no
+    rank in a strict minority (:func:`.flight_recorder.divergence`)."""
     if len(entries) < 2:
         return None
     d = divergence(entries)
     if d is None or not d.decided:
         return None
-    culprit = d.ranks[0]
-    event = next(e for e in failed if e.rank == culprit)
     group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    return d, d.ranks[0], group
+
+
+def _diverged(failed):
+    """Root cause read from the failed ranks' Flight Recorder entries (``launch(flight_recorder=N)``):
+    an :class:`Event` of kind ``"diverged"`` for the rank whose collective differs from every other
+    rank's at the first sequence number where they disagree (:func:`.flight_recorder.divergence`), or
+    ``None`` when the recorder was off, the entries agree, or no rank is a strict minority."""
+    found = _decided({e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None})
+    if found is None:
+        return None
+    d, culprit, group = found
+    event = next(e for e in failed if e.rank == culprit)
     text = (f"its collective_seq_id {d.seq} in {group} differs from the other ranks' (read from every rank's "
             f"Flight Recorder): {d.reason}. The other ranks then waited in a collective that "
             f"{_ranks_text(d.ranks)} never called the same way, until a timeout ran out. Every rank must call "
@@ -316,14 +325,10 @@ def returned_diverged(ranks, events, results):
     receives a short message and keeps stale values). ``None`` when the recorder was off, the entries
     agree or no rank is a strict minority. ``results``: the ranks' results, kept on the error as
     ``.results`` (rank order) for a learner to look at."""
-    entries = {r: events[r].flight_recorder for r in ranks if events[r].flight_recorder is not None}
-    if len(entries) < 2:
+    found = _decided({r: events[r].flight_recorder for r in ranks if events[r].flight_recorder is not None})
+    if found is None:
         return None
-    d = divergence(entries)
-    if d is None or not d.decided:
-        return None
-    culprit = d.ranks[0]
-    group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    d, culprit, group = found
     text = (f"rank {culprit}: CollectiveMismatch: its collective_seq_id {d.seq} in {group} differs from the other "
             f"ranks' (read from every rank's Flight Recorder): {d.reason}. Every rank returned, but the "
             f"collective did not do what its callers asked: their results are likely wrong (kept in this error's "
