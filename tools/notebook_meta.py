@@ -20,6 +20,7 @@ or edited: running it twice changes nothing). Standard library only. For each no
   links) and Colab (a notebook opened from ``colab.research.google.com/github/OWNER/REPO/blob/BRANCH/
   notebooks/x.ipynb`` resolves ``y.ipynb`` to the same path on the same branch), so they are kept;
 
+it syncs every Chinese twin (``notebooks/zh-CN/``, ``tools/twins.py``) with its English notebook;
 and it writes the README's launch-link table (between ``<!-- launch-links:start -->`` and
 ``<!-- launch-links:end -->``): Binder, Colab and book links for every notebook, all from ``[project.urls]``.
 
@@ -260,6 +261,9 @@ def main(argv=None) -> int:
         else:
             README.write_text(new_readme)
             wrote.append("README.md")
+    # the Chinese twins (notebooks/zh-CN/): their code cells and metadata follow the English ones
+    import twins
+    problems += twins.sync_all(check=args.check)
     for line in problems:
         print(line, file=sys.stderr)
     if problems and args.check:
