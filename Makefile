@@ -9,6 +9,8 @@
 #                 (both from the notebooks as committed: they refuse while notebooks/ differs)
 #   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links) and
 #                 README's module table (tools/layout.py: each module's docstring's first sentence)
+#   make i18n     the translation catalogues (tools/catalogues.py, Babel): new messages added to
+#                 collnb/locale/*/LC_MESSAGES/collnb-*.po, the .mo compiled; fails on a missing translation
 #   make lint     ruff on the code, tests, tools and benchmarks; mypy --strict on the fully typed modules
 PYTHON ?= python3
 VENV   := .venv
@@ -18,7 +20,7 @@ LAB_ARGS ?=
 # The learner's own copies of the notebooks (git ignores work/; `make lab WORK=dir` for another place).
 WORK ?= work
 
-.PHONY: lab test test-fast venv clean docs student meta lint
+.PHONY: lab test test-fast venv clean docs student meta lint i18n
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -103,3 +105,6 @@ meta: $(BIN)/python
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build classroom
+
+i18n: $(VENV)/.test-installed
+	$(BIN)/python tools/catalogues.py

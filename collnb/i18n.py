@@ -1,0 +1,133 @@
+"""The language collnb speaks to a learner: English, or Simplified Chinese (``zh``).
+
+Every sentence a learner reads from collnb (widget labels, status lines, picture titles and
+captions, exercise checks, the explanation of a failed launch, the command line) is written in
+English in the code, wrapped in :func:`_`, and translated through gettext catalogues
+(``collnb/locale/zh_CN/LC_MESSAGES/collnb-*.mo``, compiled from the ``.po`` beside each by Babel:
+``make i18n``). torch's own messages are never translated: they are quoted as torch wrote them.
+
+One switch: :func:`set_language` (``collnb.set_language("zh")``, the Chinese notebooks' first
+cell), else the environment variable ``COLLNB_LANG`` (``zh`` or ``en``), else the locale
+(``LANGUAGE``, ``LC_ALL``, ``LC_MESSAGES``, ``LANG``: ``zh_CN.UTF-8`` gives Chinese), else English.
+
+How to write a translatable string (``tests/test_i18n.py`` checks every one has its Chinese):
+
+* call :func:`_` when the text is shown, not at import: ``_("world size")``, so a later
+  :func:`set_language` takes effect; a module-level table marks its strings with :func:`N_` and
+  translates them where they are used (``_(LABELS[key])``);
+* give placeholders names and fill them after translating:
+  ``_("rank {rank} failed").format(rank=r)`` (an f-string cannot be looked up);
+* plurals: ``ngettext("{n} rank", "{n} ranks", n).format(n=n)``.
+"""
+
+from __future__ import annotations
+
+import gettext
+import os
+from functools import lru_cache
+from pathlib import Path
+
+LOCALE_DIR = Path(__file__).resolve().parent / "locale"
+#: The languages collnb speaks: code -> gettext locale directory name.
+LANGUAGES = {"en": "en", "zh": "zh_CN"}
+#: What :func:`set_language` accepts for each language (case- and ``-``/``_``-insensitive).
+ALIASES = {"en": "en", "english": "en", "c": "en", "posix": "en",
+           "zh": "zh", "zh_cn": "zh", "zh_hans": "zh", "zh_sg": "zh", "chinese": "zh", "中文": "zh"}
+ENV = "COLLNB_LANG"
+
+_chosen: str | None = None
+
+
+def _normalise(language: str) -> str | None:
+    key = language.strip().lower().replace("-", "_").split(".", 1)[0].split("@", 1)[0]
+    if key in ALIASES:
+        return ALIASES[key]
+    if key.startswith("zh_hans") or key in ("zh_cn", "zh_sg"):
+        return "zh"
+    if key.startswith("en"):
+        return "en"
+    return None
+
+
+def _from_environment() -> str:
+    chosen = os.environ.get(ENV, "").strip()
+    if chosen:
+        return _normalise(chosen) or "en"
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        value = os.environ.get(name, "")
+        if value:
+            # LANGUAGE may list several ("zh_CN:en"): the first one collnb speaks wins
+            for part in value.split(":"):
+                found = _normalise(part)
+                if found:
+                    return found
+            return "en"
+    return "en"
+
+
+def get_language() -> str:
+    """The language collnb speaks now: ``"en"`` or ``"zh"``."""
+    return _chosen if _chosen is not None else _from_environment()
+
+
+def set_language(language: str | None) -> str:
+    """Speak ``language`` from now on: ``"zh"`` (Simplified Chinese) or ``"en"``.
+
+    Args:
+        language: ``"zh"``, ``"zh-CN"``, ``"zh_CN.UTF-8"``, ``"中文"``, ``"en"`` ... (case does not
+            matter); ``None`` goes back to the default (``COLLNB_LANG``, then the locale).
+
+    Returns:
+        The language now spoken: ``"en"`` or ``"zh"``.
+
+    Raises:
+        ValueError: a language collnb does not speak; the message lists the ones it does.
+
+    It also sets ``COLLNB_LANG`` in this process's environment, so rank processes and command lines
+    started from here speak it too.
+    """
+    global _chosen
+    if language is None:
+        _chosen = None
+        os.environ.pop(ENV, None)
+        return get_language()
+    if not isinstance(language, str) or _normalise(language) is None:
+        raise ValueError(_("collnb speaks {languages}, not {language}: call collnb.set_language(\"zh\") for Chinese "
+                           "or collnb.set_language(\"en\") for English").format(
+                               languages=" / ".join(repr(k) for k in LANGUAGES), language=repr(language)))
+    _chosen = _normalise(language)
+    os.environ[ENV] = _chosen
+    return _chosen
+
+
+@lru_cache(maxsize=None)
+def _catalogue(language: str) -> gettext.NullTranslations:
+    """Every ``collnb-*.mo`` catalogue of ``language``, chained (the first that has a message wins)."""
+    folder = LOCALE_DIR / LANGUAGES[language] / "LC_MESSAGES"
+    chain: gettext.NullTranslations = gettext.NullTranslations()
+    for mo in sorted(folder.glob("collnb-*.mo")) if language != "en" else []:
+        with open(mo, "rb") as f:
+            found = gettext.GNUTranslations(f)
+        found.add_fallback(chain)
+        chain = found
+    return chain
+
+
+def _(message: str) -> str:
+    """``message`` in the language spoken now (the English text itself where no translation exists)."""
+    return _catalogue(get_language()).gettext(message)
+
+
+def ngettext(singular: str, plural: str, n: int) -> str:
+    """The singular or plural form of a message, in the language spoken now."""
+    return _catalogue(get_language()).ngettext(singular, plural, n)
+
+
+def N_(message: str) -> str:
+    """Mark ``message`` for translation without translating it (a module-level table's entry)."""
+    return message
+
+
+def reload_catalogues() -> None:
+    """Read the ``.mo`` files again (after ``make i18n`` in a running kernel)."""
+    _catalogue.cache_clear()

@@ -1,0 +1,87 @@
+"""The Chinese edition's catalogues and the one language switch (collnb.i18n).
+
+Every message wrapped in ``_()`` / ``N_()`` / ``ngettext()`` in collnb has its Chinese, with the
+same ``{placeholders}``, and the compiled ``.mo`` files are the ``.po`` files as committed
+(tools/catalogues.py --check); the switch follows set_language, then COLLNB_LANG, then the locale.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import collnb
+from collnb import i18n
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import catalogues  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _english_after():
+    yield
+    i18n.set_language(None)
+
+
+def test_every_message_has_its_chinese_and_every_catalogue_is_compiled():
+    assert catalogues.problems(write=False) == []
+
+
+def test_the_compiled_catalogues_are_the_committed_po_files():
+    mos = sorted((ROOT / "collnb" / "locale").rglob("*.mo"))
+    assert mos, "no compiled catalogue: run make i18n"
+    for mo in mos:
+        assert catalogues.compiled_matches(mo), f"{mo.name} is not compiled from {mo.with_suffix('.po').name}"
+
+
+def test_a_translation_with_other_placeholders_is_a_problem():
+    assert catalogues._names("rank {rank} of {world_size:d}") == {"rank", "world_size"}
+    assert catalogues._names("{rank} 号 rank") != catalogues._names("rank {rank} of {world_size}")
+
+
+def test_set_language_accepts_the_ways_people_write_chinese_and_refuses_others():
+    for spelling in ("zh", "zh-CN", "zh_CN.UTF-8", "ZH-cn", "zh-Hans", "中文"):
+        assert collnb.set_language(spelling) == "zh"
+        assert collnb.get_language() == "zh"
+        assert os.environ["COLLNB_LANG"] == "zh"
+    assert collnb.set_language("en") == "en"
+    with pytest.raises(ValueError, match=r"not 'fr'.*set_language\(\"zh\"\)"):
+        collnb.set_language("fr")
+
+
+def test_the_refusal_is_in_chinese_when_chinese_is_spoken():
+    collnb.set_language("zh")
+    with pytest.raises(ValueError) as raised:
+        collnb.set_language("klingon")
+    assert "collnb 只会说" in str(raised.value) and "'klingon'" in str(raised.value)
+
+
+@pytest.mark.parametrize("env, expected", [
+    ({"COLLNB_LANG": "zh"}, "zh"),
+    ({"COLLNB_LANG": "en", "LANG": "zh_CN.UTF-8"}, "en"),
+    ({"LANG": "zh_CN.UTF-8"}, "zh"),
+    ({"LANGUAGE": "zh_CN:en", "LANG": "en_US.UTF-8"}, "zh"),
+    ({"LC_ALL": "C.UTF-8", "LANG": "zh_CN.UTF-8"}, "en"),
+    ({"LANG": "de_DE.UTF-8"}, "en"),
+    ({}, "en"),
+])
+def test_the_default_comes_from_collnb_lang_then_the_locale(env, expected):
+    clean = {k: v for k, v in os.environ.items()
+             if k not in ("COLLNB_LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG")}
+    out = subprocess.run([sys.executable, "-c", "import collnb; print(collnb.get_language())"],
+                         env={**clean, **env}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == expected
+
+
+def test_set_language_none_goes_back_to_the_default(monkeypatch):
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    monkeypatch.delenv("LANGUAGE", raising=False)
+    monkeypatch.delenv("LC_ALL", raising=False)
+    monkeypatch.delenv("LC_MESSAGES", raising=False)
+    collnb.set_language("en")
+    assert collnb.set_language(None) == "zh"
