@@ -91,13 +91,14 @@ def set_language(language: str | None) -> str:
         _chosen = None
         os.environ.pop(ENV, None)
         return get_language()
-    if not isinstance(language, str) or _normalise(language) is None:
+    found = _normalise(language) if isinstance(language, str) else None
+    if found is None:
         raise ValueError(_("collnb speaks {languages}, not {language}: call collnb.set_language(\"zh\") for Chinese "
                            "or collnb.set_language(\"en\") for English").format(
                                languages=" / ".join(repr(k) for k in LANGUAGES), language=repr(language)))
-    _chosen = _normalise(language)
-    os.environ[ENV] = _chosen
-    return _chosen
+    _chosen = found
+    os.environ[ENV] = found
+    return found
 
 
 @lru_cache(maxsize=None)
