@@ -37,6 +37,7 @@ LANGUAGE_CELL_ID = "set-language"
 NEEDS = "needs-translation"
 CJK = re.compile(r"[\u4e00-\u9fff]")
 WORD = re.compile(r"[A-Za-z]{3,}")
+LINK = re.compile(r"\]\(([^)#\s]+\.ipynb)(#[^)\s]*)?\)")
 SECTION = re.compile(r"^<!-- cell (\S+) -->\n", re.M)
 
 
@@ -122,6 +123,11 @@ def problems(en: dict, zh: dict, name: str) -> list[str]:
                 out.append(f"zh-CN/{name}: markdown cell {cell['id']} is still to translate")
             elif WORD.search(_strip_code(_source(english))) and not CJK.search(_source(have)):
                 out.append(f"zh-CN/{name}: markdown cell {cell['id']} has no Chinese in it")
+    for cell in zh["cells"]:
+        if cell["cell_type"] == "markdown":
+            for target, _anchor in LINK.findall(_source(cell)):
+                if "://" not in target and not (ZH / target).is_file():
+                    out.append(f"zh-CN/{name}: cell {cell['id']} links to {target}, which is not in notebooks/zh-CN/")
     if zh.get("metadata") != want["metadata"]:
         out.append(f"zh-CN/{name}: notebook metadata differs from the English one's")
     return out
