@@ -119,7 +119,7 @@ def check_broadcast(my_broadcast: Callable) -> None:
         return _unfinished("my_broadcast", direction)
     for i, ws in enumerate(sizes):
         src, data, (results, calls) = first if i == 0 else case(ws)
-        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in calls[r]) or "(none)")
+        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in calls[r]) or _("(none)"))
                 for r in range(ws)]
         table = _table(rows, (_('rank'), _('returned'), _('calls')))
         _check_only(calls, {"broadcast"}, hint=direction)
@@ -167,7 +167,7 @@ def check_gather(my_gather: Callable) -> None:
     for i, ws in enumerate(sizes):
         dst, want, (results, calls) = first if i == 0 else case(ws)
         rows = [(r, "dst" if r == dst else "", results[r],
-                 ", ".join(f"{c.name}(dst={c.peer})" for c in calls[r]) or "(none)") for r in range(ws)]
+                 ", ".join(f"{c.name}(dst={c.peer})" for c in calls[r]) or _("(none)")) for r in range(ws)]
         table = _table(rows, (_('rank'), "", _('returned'), _('calls')))
         _check_only(calls, {"gather"}, hint=direction)
         bad = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("gather", dst)]]
@@ -218,7 +218,7 @@ def check_all_gather(my_all_gather: Callable) -> None:
     for i, ws in enumerate(sizes):
         want, (results, calls) = first if i == 0 else case(ws)
         rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" if c.source == "torch.distributed"
-                                          else _summary([c]) for c in calls[r]) or "(none)") for r in range(ws)]
+                                          else _summary([c]) for c in calls[r]) or _("(none)")) for r in range(ws)]
         table = _table(rows, (_('rank'), _('returned'), _('calls')))
         _check_only(calls, {"broadcast"}, hint=_('this exercise builds all_gather from dist.broadcast only. ') + direction)
         bad = [r for r in range(ws) if sorted(c.peer for c in calls[r]) != list(range(ws))]
@@ -317,7 +317,7 @@ def check_token_ring(token_ring: Callable) -> None:
     for i, ws in enumerate(sizes):
         values, want, (results, calls) = first if i == 0 else case(ws)
         got_calls = [[(c.name, c.peer) for c in calls[r]] for r in range(ws)]
-        rows = [(r, values[r], results[r], want[r], ", ".join(f"{n}({p})" for n, p in got_calls[r]) or "(none)")
+        rows = [(r, values[r], results[r], want[r], ", ".join(f"{n}({p})" for n, p in got_calls[r]) or _("(none)"))
                 for r in range(ws)]
         table = _table(rows, (_('rank'), _('value'), _('returned'), _('expected'), _('calls')))
         _check_only(calls, {"send", "recv", "isend", "irecv"}, hint=direction)

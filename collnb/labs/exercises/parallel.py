@@ -163,9 +163,9 @@ def check_fsdp_prefetch(configure: Callable) -> None:
         want_bwd = list(range(n_blocks - 1, max(i - 2, 0) - 1, -1))
         rows.append((i, fwd, want_fwd, bwd, want_bwd))
         if sorted(fwd) != want_fwd:
-            problems.append(f"block {i}'s forward")
+            problems.append(_("block {i}'s forward").format(i=i))
         if sorted(bwd, reverse=True) != want_bwd:
-            problems.append(f"block {i}'s backward")
+            problems.append(_("block {i}'s backward").format(i=i))
     table = _table(rows, (_('block'), _('gathered when its forward began'), _('want'), _('gathered (backward) when its backward began'), _('want')))
     if problems:
         raise _fail(_('world size {world_size}: the all_gathers were not issued where asked ({problems}{more}).').format(world_size=ws, problems=', '.join(problems[:3]), more='...' if len(problems) > 3 else ''),
@@ -295,7 +295,7 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
         last = results[ws - 1]
         dev = (float((last - want).abs().max()) if isinstance(last, torch.Tensor) and last.shape == want.shape
                else None)
-        rows = [(r, _summary(calls[r]), "-" if r < ws - 1 else ("wrong shape" if dev is None else f"{dev:.2e}"))
+        rows = [(r, _summary(calls[r]), "-" if r < ws - 1 else (_("wrong shape") if dev is None else f"{dev:.2e}"))
                 for r in range(ws)]
         table = _table(rows, (_('rank'), _('calls'), _("max |last rank's output - one process|")))
         _check_only(calls, {"send", "recv", "isend", "irecv"},
