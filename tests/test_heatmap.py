@@ -378,7 +378,7 @@ def test_heatmap_speaks_chinese_and_its_labels_do_not_overlap(runs, chinese):
     for want in ("之前", "之后", "每个 rank 的输入", "每个 rank 的输出", "第 0 块", "第 3 块", "未定义",
                  "rank 2（dst）", "rank 0", "斜线：未定义的输出"):
         assert want in texts, (want, texts)
-    assert him.grid.status == "✓ 每个已定义的输出都与参考值一致（参考值不用 torch.distributed 计算）"
+    assert him.grid.status == "✓ 每个有定义的输出都与参考值一致（参考值不用 torch.distributed 计算）"
     assert him.grid.status in texts
     heads = sorted(box for t, _, box in him.labels if t.startswith("第 ") and t.endswith(" 块"))
     assert len(heads) == 8
