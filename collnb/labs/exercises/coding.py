@@ -45,7 +45,8 @@ def check_count_ready(count_ready: Callable) -> None:
     """
     _check_params(count_ready, "count_ready(rank, world_size, ready)")
     rng = _rng()
-    direction = (_('Each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) to one collective that combines them on every rank: which reduce op turns them into a count?'))
+    direction = (_('Each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) to one '
+                   'collective that combines them on every rank: which reduce op turns them into a count?'))
 
     def run(flags):
         ws = len(flags)
@@ -75,13 +76,16 @@ def check_count_ready(count_ready: Callable) -> None:
                or results[r] != want]
         if bad:
             if all(isinstance(results[r], int) and results[r] == ws for r in bad):
-                raise _fail((_('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the {world_size} ranks was ready (random in every run).') if want == 1 else _('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the {world_size} ranks were ready (random in every run).')).format(world_size=ws, bad=bad, want=want), direction,
+                raise _fail((_('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the '
+                               '{world_size} ranks was ready (random in every run).') if want == 1 else _('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the {world_size} ranks were ready (random in every run).')).format(world_size=ws, bad=bad, want=want), direction,
                             table)
             if any(isinstance(results[r], torch.Tensor) for r in bad):
                 raise _fail(_('world size {world_size}: rank(s) {bad} returned a tensor.').format(world_size=ws, bad=bad),
                             _('return a Python int: int(t.item()) of the tensor you reduced.'), table)
-            raise _fail(_('world size {world_size}: rank(s) {bad} did not return the number of ready ranks ({want} this run).').format(world_size=ws, bad=bad, want=want), direction, table)
-    _passed(_('every rank counted the ready ranks with one all_reduce ({n_runs} runs, world sizes {first_size} and {second_size}, random flags)').format(n_runs=len(runs), first_size=sizes[0], second_size=sizes[1]), table)
+            raise _fail(_('world size {world_size}: rank(s) {bad} did not return the number of ready ranks ({want} this '
+                          'run).').format(world_size=ws, bad=bad, want=want), direction, table)
+    _passed(_('every rank counted the ready ranks with one all_reduce ({n_runs} runs, world sizes {first_size} and '
+              '{second_size}, random flags)').format(n_runs=len(runs), first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -105,7 +109,8 @@ def check_broadcast(my_broadcast: Callable) -> None:
     """
     _check_params(my_broadcast, "my_broadcast(rank, world_size, src, tensor)")
     rng = _rng()
-    direction = (_('One collective, made by every rank with the same src: on src the tensor is what is sent, on every other rank it is overwritten with it.'))
+    direction = (_('One collective, made by every rank with the same src: on src the tensor is what is sent, on every '
+                   'other rank it is overwritten with it.'))
 
     def case(ws):
         src = rng.randrange(ws)
@@ -125,13 +130,16 @@ def check_broadcast(my_broadcast: Callable) -> None:
         _check_only(calls, {"broadcast"}, hint=direction)
         bad_calls = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("broadcast", src)]]
         if bad_calls:
-            raise _fail(_('world size {world_size}, src={src}: rank(s) {bad_calls} did not make exactly one dist.broadcast with src={src}.').format(world_size=ws, src=src, bad_calls=bad_calls), direction, table)
+            raise _fail(_('world size {world_size}, src={src}: rank(s) {bad_calls} did not make exactly one '
+                          'dist.broadcast with src={src}.').format(world_size=ws, src=src, bad_calls=bad_calls), direction, table)
         wrong = [r for r in range(ws) if not (isinstance(results[r], torch.Tensor)
                                               and results[r].shape == data.shape and torch.equal(results[r], data))]
         if wrong:
-            raise _fail(_("world size {world_size}, src={src}: rank(s) {wrong} did not return src's data {data} (random, known only to src).").format(world_size=ws, src=src, wrong=wrong, data=_short(data)), _('return the tensor you broadcast into, on every rank.'),
+            raise _fail(_("world size {world_size}, src={src}: rank(s) {wrong} did not return src's data {data} "
+                          '(random, known only to src).').format(world_size=ws, src=src, wrong=wrong, data=_short(data)), _('return the tensor you broadcast into, on every rank.'),
                         table)
-    _passed(_("every rank received src's random data through one dist.broadcast, at world sizes {first_size} and {second_size}").format(first_size=sizes[0], second_size=sizes[1]), table)
+    _passed(_("every rank received src's random data through one dist.broadcast, at world sizes {first_size} and "
+              '{second_size}').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -151,7 +159,8 @@ def check_gather(my_gather: Callable) -> None:
     """
     _check_params(my_gather, "my_gather(rank, world_size, dst, mine)")
     rng = _rng()
-    direction = (_('Every rank makes one collective with the same dst. Only dst needs somewhere to receive: a list with one tensor per rank (the other ranks pass None); dst then joins that list into one tensor.'))
+    direction = (_('Every rank makes one collective with the same dst. Only dst needs somewhere to receive: a list with '
+                   'one tensor per rank (the other ranks pass None); dst then joins that list into one tensor.'))
 
     def case(ws):
         dst = rng.randrange(ws)
@@ -172,17 +181,21 @@ def check_gather(my_gather: Callable) -> None:
         _check_only(calls, {"gather"}, hint=direction)
         bad = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("gather", dst)]]
         if bad:
-            raise _fail(_('world size {world_size}, dst={dst}: rank(s) {bad} did not make exactly one dist.gather with dst={dst}.').format(world_size=ws, dst=dst, bad=bad), direction, table)
+            raise _fail(_('world size {world_size}, dst={dst}: rank(s) {bad} did not make exactly one dist.gather with '
+                          'dst={dst}.').format(world_size=ws, dst=dst, bad=bad), direction, table)
         got = results[dst]
         if isinstance(got, (list, tuple)) and got and all(isinstance(t, torch.Tensor) for t in got):
             raise _fail(_('world size {world_size}, dst={dst}: dst returned the gather list itself ({n_got} tensors).').format(world_size=ws, dst=dst, n_got=len(got)),
                         _('return one tensor: torch.cat(gather_list).'), table)
         if not (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)):
-            raise _fail(_("world size {world_size}, dst={dst}: dst returned {got}; the ranks' values in rank order are {want_tolist}.").format(world_size=ws, dst=dst, got=_short(got), want_tolist=want.tolist()), direction, table)
+            raise _fail(_("world size {world_size}, dst={dst}: dst returned {got}; the ranks' values in rank order are "
+                          '{want_tolist}.').format(world_size=ws, dst=dst, got=_short(got), want_tolist=want.tolist()), direction, table)
         others = [r for r in range(ws) if r != dst and results[r] is not None]
         if others:
-            raise _fail(_('world size {world_size}, dst={dst}: rank(s) {others} returned something; after gather only dst has a result.').format(world_size=ws, dst=dst, others=others), _('return None on every rank other than dst.'), table)
-    _passed(_("dst received every rank's own value in rank order (world sizes {first_size} and {second_size}, random dst)").format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise _fail(_('world size {world_size}, dst={dst}: rank(s) {others} returned something; after gather only '
+                          'dst has a result.').format(world_size=ws, dst=dst, others=others), _('return None on every rank other than dst.'), table)
+    _passed(_("dst received every rank's own value in rank order (world sizes {first_size} and {second_size}, random "
+              'dst)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -204,7 +217,9 @@ def check_all_gather(my_all_gather: Callable) -> None:
     """
     _check_params(my_all_gather, "my_all_gather(rank, world_size, mine)")
     rng = _rng()
-    direction = (_("Every rank takes a turn as src: for each src, every rank makes one broadcast of a buffer holding src's contribution (on src its own data, elsewhere a buffer to receive into), and keeps it; at the end each rank joins the buffers in rank order."))
+    direction = (_('Every rank takes a turn as src: for each src, every rank makes one broadcast of a buffer holding '
+                   "src's contribution (on src its own data, elsewhere a buffer to receive into), and keeps it; at the "
+                   'end each rank joins the buffers in rank order.'))
 
     def case(ws):
         mine = [_random_tensor(rng, 2) for _ in range(ws)]
@@ -223,17 +238,21 @@ def check_all_gather(my_all_gather: Callable) -> None:
         _check_only(calls, {"broadcast"}, hint=_('this exercise builds all_gather from dist.broadcast only. ') + direction)
         bad = [r for r in range(ws) if sorted(c.peer for c in calls[r]) != list(range(ws))]
         if bad:
-            raise _fail(_('world size {world_size}: rank(s) {bad} did not make one dist.broadcast per source rank 0..{ws_1}.').format(world_size=ws, bad=bad, ws_1=ws - 1), direction, table)
+            raise _fail(_('world size {world_size}: rank(s) {bad} did not make one dist.broadcast per source rank '
+                          '0..{ws_1}.').format(world_size=ws, bad=bad, ws_1=ws - 1), direction, table)
         sizes_bad = [(r, c) for r in range(ws) for c in calls[r] if c.nbytes != 8]
         if sizes_bad:
             r, c = sizes_bad[0]
-            raise _fail(_("world size {world_size}: rank {r}'s broadcast from src={c_peer} moved {c_nbytes} bytes; one rank's contribution is 2 float32 values (8 bytes).").format(world_size=ws, r=r, c_peer=c.peer, c_nbytes=c.nbytes),
+            raise _fail(_("world size {world_size}: rank {r}'s broadcast from src={c_peer} moved {c_nbytes} bytes; one "
+                          "rank's contribution is 2 float32 values (8 bytes).").format(world_size=ws, r=r, c_peer=c.peer, c_nbytes=c.nbytes),
                         _('broadcast a buffer shaped like mine (zeros_like(mine) to receive into).'), table)
         wrong = [r for r in range(ws) if not (isinstance(results[r], torch.Tensor)
                                               and results[r].shape == want.shape and torch.equal(results[r], want))]
         if wrong:
-            raise _fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's contribution in rank order, {want}.").format(world_size=ws, wrong=wrong, want=_short(want)), direction, table)
-    _passed(_("your broadcasts delivered every rank's random contribution to every rank, as all_gather would (world sizes {first_size} and {second_size})").format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise _fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's contribution in rank "
+                          'order, {want}.').format(world_size=ws, wrong=wrong, want=_short(want)), direction, table)
+    _passed(_("your broadcasts delivered every rank's random contribution to every rank, as all_gather would (world "
+              'sizes {first_size} and {second_size})').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -253,7 +272,8 @@ def check_census(my_census: Callable) -> None:
     """
     _check_params(my_census, "my_census(rank, world_size, info)")
     rng = _rng()
-    direction = (_('One object collective gathers a picklable object from every rank onto every rank; it fills a list you give it, with one slot per rank.'))
+    direction = (_('One object collective gathers a picklable object from every rank onto every rank; it fills a list '
+                   'you give it, with one slot per rank.'))
 
     def case(ws):
         infos = [{"rank": r, "token": "%06x" % rng.randrange(1 << 24), "load": round(rng.random(), 3)}
@@ -276,8 +296,10 @@ def check_census(my_census: Callable) -> None:
                         direction, table)
         wrong = [r for r in range(ws) if results[r] != infos]
         if wrong:
-            raise _fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's dict in rank order (rank 0's dict was {infos_0}).").format(world_size=ws, wrong=wrong, infos_0=infos[0]), direction, table)
-    _passed(_("every rank holds every rank's own dict, in rank order, from one all_gather_object (world sizes {first_size} and {second_size})").format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise _fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's dict in rank order "
+                          "(rank 0's dict was {infos_0}).").format(world_size=ws, wrong=wrong, infos_0=infos[0]), direction, table)
+    _passed(_("every rank holds every rank's own dict, in rank order, from one all_gather_object (world sizes "
+              '{first_size} and {second_size})').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -299,7 +321,9 @@ def check_token_ring(token_ring: Callable) -> None:
     """
     _check_params(token_ring, "token_ring(rank, world_size, value)")
     rng = _rng()
-    direction = (_("Rank 0 starts the token with its own value, sends it to rank 1 and finally receives it back from the last rank; every other rank first receives from its left neighbour, remembers what arrived, adds its own value and sends to its right neighbour (the last rank's right neighbour is rank 0)."))
+    direction = (_('Rank 0 starts the token with its own value, sends it to rank 1 and finally receives it back from '
+                   'the last rank; every other rank first receives from its left neighbour, remembers what arrived, '
+                   "adds its own value and sends to its right neighbour (the last rank's right neighbour is rank 0)."))
 
     def case(ws):
         values = [rng.randint(1, 999) for _ in range(ws)]
@@ -325,11 +349,13 @@ def check_token_ring(token_ring: Callable) -> None:
         bad = [r for r in range(ws) if blocking[r] != expected_calls(r, ws)]
         if bad:
             r = bad[0]
-            raise _fail(_('world size {world_size}: rank {r} made {made}; it should make {expected} (names with their peer rank).').format(world_size=ws, r=r, made=blocking[r] or _('no calls'), expected=expected_calls(r, ws)), direction, table)
+            raise _fail(_('world size {world_size}: rank {r} made {made}; it should make {expected} (names with their '
+                          'peer rank).').format(world_size=ws, r=r, made=blocking[r] or _('no calls'), expected=expected_calls(r, ws)), direction, table)
         if results != want:
             raise _fail(_('world size {world_size}: the ranks returned {results}, expected {want}.').format(world_size=ws, results=results, want=want),
                         _('each rank returns the value it received (before adding its own).'), table)
-    _passed(_("the token went round the ring through real send/recv; rank 0 received the sum of every rank's own value (world sizes {first_size} and {second_size})").format(first_size=sizes[0], second_size=sizes[1]), table)
+    _passed(_("the token went round the ring through real send/recv; rank 0 received the sum of every rank's own value "
+              '(world sizes {first_size} and {second_size})').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,7 +378,9 @@ def check_ring_step(my_ring_step: Callable) -> None:
     """
     _check_params(my_ring_step, "my_ring_step(rank, world_size, buf, k)")
     rng = _rng()
-    direction = (_('In step k rank r sends the chunk it last completed, (r - k) % world_size, to its right neighbour and receives chunk (r - k - 1) % world_size from its left neighbour; post both (isend/irecv) before waiting on either, then add what arrived into that chunk of buf. One chunk is one element here.'))
+    direction = (_('In step k rank r sends the chunk it last completed, (r - k) % world_size, to its right neighbour '
+                   'and receives chunk (r - k - 1) % world_size from its left neighbour; post both (isend/irecv) before '
+                   'waiting on either, then add what arrived into that chunk of buf. One chunk is one element here.'))
 
     def case(ws):
         k = rng.randint(1, ws - 1)
@@ -383,13 +411,18 @@ def check_ring_step(my_ring_step: Callable) -> None:
         for r in range(ws):
             made = sorted((c.name.lstrip("i"), c.peer) for c in calls[r])
             if made != [("recv", (r - 1) % ws), ("send", (r + 1) % ws)]:
-                raise _fail(_('world size {world_size}, step k={k}: rank {r} made {made}; it should post one isend to rank {right} and one irecv from rank {left}.').format(world_size=ws, k=k, r=r, made=made or _('no calls'), right=(r + 1) % ws, left=(r - 1) % ws),
+                raise _fail(_('world size {world_size}, step k={k}: rank {r} made {made}; it should post one isend to '
+                              'rank {right} and one irecv from rank {left}.').format(world_size=ws, k=k, r=r, made=made or _('no calls'), right=(r + 1) % ws, left=(r - 1) % ws),
                             direction, table)
             for c in calls[r]:
                 if c.nbytes != chunk_bytes:
                     moved = _('sent') if c.name.lstrip("i") == "send" else _('received')
-                    raise _fail(_('world size {world_size}, step k={k}: rank {r} {moved} {c_nbytes} bytes ({n_values} values) in one step; a ring step moves one chunk ({chunk_bytes} bytes: 1 float64 value).').format(world_size=ws, k=k, r=r, moved=moved, c_nbytes=c.nbytes, n_values=c.nbytes // chunk_bytes, chunk_bytes=chunk_bytes),
-                                _("send a one-chunk slice of buf (buf[i:i + 1], cloned), and receive into a one-chunk tensor: the ring's bandwidth comes from moving 1/world_size of the buffer per step."), table)
+                    raise _fail(_('world size {world_size}, step k={k}: rank {r} {moved} {c_nbytes} bytes ({n_values} '
+                                  'values) in one step; a ring step moves one chunk ({chunk_bytes} bytes: 1 float64 '
+                                  'value).').format(world_size=ws, k=k, r=r, moved=moved, c_nbytes=c.nbytes, n_values=c.nbytes // chunk_bytes, chunk_bytes=chunk_bytes),
+                                _('send a one-chunk slice of buf (buf[i:i + 1], cloned), and receive into a one-chunk '
+                                  "tensor: the ring's bandwidth comes from moving 1/world_size of the buffer per step."), table)
         if "✗" in marks:
             raise _fail(_('world size {world_size}, step k={k}: rank(s) {wrong} hold the wrong buffer.').format(world_size=ws, k=k, wrong=[r for r in range(ws) if marks[r] == '✗']), _('which chunk does rank r send in step k, and which does it receive? ') + direction, table)
-    _passed(_('your step matched the ring on every rank, one chunk per message (world sizes {first_size} and {second_size}, random buffers and steps)').format(first_size=sizes[0], second_size=sizes[1]), table)
+    _passed(_('your step matched the ring on every rank, one chunk per message (world sizes {first_size} and '
+              '{second_size}, random buffers and steps)').format(first_size=sizes[0], second_size=sizes[1]), table)

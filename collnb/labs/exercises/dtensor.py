@@ -59,8 +59,12 @@ def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S
         return steps.pop() if len(steps) == 1 else tuple(sorted(steps, key=str))
 
     _prediction("prediction", prediction, real, normalise=normalise,
-                direction=_("Which mesh dimension does the change touch (compare src and dst dim by dim)? What does that dimension's Shard become: what does every rank of that dimension need from the others?"),
-                hint=_('write a pair such as ("all_reduce", 1): the collective torch issues and the mesh dimension whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that becomes Replicate needs every rank\'s piece.'),
+                direction=_('Which mesh dimension does the change touch (compare src and dst dim by dim)? What does '
+                            "that dimension's Shard become: what does every rank of that dimension need from the "
+                            'others?'),
+                hint=_('write a pair such as ("all_reduce", 1): the collective torch issues and the mesh dimension '
+                       'whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that '
+                       "becomes Replicate needs every rank's piece."),
                 passed=_('right: the collective and the mesh dimension the ranks used'),
                 what=_(' (collective name, mesh dim)'))
 
@@ -94,7 +98,9 @@ def check_dp_tp_placements(dst) -> None:
     Raises:
         CheckFailed: a wrong answer, with a per-rank table and a hint.
     """
-    direction = (_("Go dimension by dimension: along dp (mesh dim 0) every rank needs all the rows; along tp (mesh dim 1) each rank keeps its own columns. Which placement says 'every rank has it all', which 'split along tensor dim 1'?"))
+    direction = (_('Go dimension by dimension: along dp (mesh dim 0) every rank needs all the rows; along tp (mesh dim '
+                   "1) each rank keeps its own columns. Which placement says 'every rank has it all', which 'split "
+                   "along tensor dim 1'?"))
     if dst is None:
         return _unfinished("dst", direction, what=_('Set `dst` in the exercise cell above'))
     try:
@@ -126,8 +132,10 @@ def check_dp_tp_placements(dst) -> None:
         for s in res.shards:
             steps = [(c.operation, _mesh_dim(c.group_ranks, res.mesh_ranks)) for c in res.calls[s.rank]]
             if steps != [("all_gather_into_tensor", 0)]:
-                raise _fail(_('mesh {mesh}: rank {s_rank} issued {steps}; the goal needs one all_gather over the data-parallel dimension.').format(mesh=placements.mesh_text(mesh), s_rank=s.rank, steps=steps), direction, table)
-    _passed(_('every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp (meshes 2×2 and 2×3)'), table)
+                raise _fail(_('mesh {mesh}: rank {s_rank} issued {steps}; the goal needs one all_gather over the '
+                              'data-parallel dimension.').format(mesh=placements.mesh_text(mesh), s_rank=s.rank, steps=steps), direction, table)
+    _passed(_('every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp (meshes 2×2 '
+              'and 2×3)'), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -154,7 +162,8 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
     """
     _check_params(to_row_shards, "to_row_shards(rank, world_size, local)")
     rng = _rng()
-    direction = (_("Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece."))
+    direction = (_('Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D '
+                   "init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece."))
     sizes = _world_sizes(rng, 2, 4)
     table = ""
     for i, ws in enumerate(sizes):
@@ -178,10 +187,14 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
         for r in range(ws):
             names = [(c.name, c.source) for c in calls[r]]
             if any(src != "DTensor" for _, src in names):
-                raise _fail(_('world size {world_size}: rank {r} made {calls_r}; this exercise asks for DTensor to do the communication.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), direction, table)
+                raise _fail(_('world size {world_size}: rank {r} made {calls_r}; this exercise asks for DTensor to do '
+                              'the communication.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), direction, table)
             if [n for n, _ in names] != ["reduce_scatter_tensor"]:
-                raise _fail(_('world size {world_size}: rank {r} issued {calls_r}: every rank needs only its own rows of the sum.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), _('a Partial can become a Shard in one step; going through Replicate sends every row to every rank. ') + direction, table)
+                raise _fail(_('world size {world_size}: rank {r} issued {calls_r}: every rank needs only its own rows '
+                              'of the sum.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), _('a Partial can become a Shard in one step; going through Replicate sends every row to every rank. ') + direction, table)
         bad = [row[0] for row in out if row[-1] == "✗"]
         if bad:
-            raise _fail(_('world size {world_size}, {rows} rows: rank(s) {bad} did not return their rows of the sum (torch.chunk of the rows over the ranks).').format(world_size=ws, rows=rows, bad=bad), direction, table)
-    _passed(_('every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes {first_size} and {second_size}, random contributions, uneven rows included)').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise _fail(_('world size {world_size}, {rows} rows: rank(s) {bad} did not return their rows of the sum '
+                          '(torch.chunk of the rows over the ranks).').format(world_size=ws, rows=rows, bad=bad), direction, table)
+    _passed(_('every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes {first_size} and '
+              '{second_size}, random contributions, uneven rows included)').format(first_size=sizes[0], second_size=sizes[1]), table)

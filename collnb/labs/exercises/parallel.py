@@ -42,7 +42,9 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
     """
     _check_params(tp_mlp, "tp_mlp(rank, world_size, x, w1, b1, w2)")
     rng = _rng()
-    direction = (_('Each rank holds some columns of the first linear and the matching rows of the second: it can compute its own slice of the hidden activations, GeLU included, and its own partial product of the second linear. Which one collective turns the partial products into the output on every rank?'))
+    direction = (_('Each rank holds some columns of the first linear and the matching rows of the second: it can '
+                   'compute its own slice of the hidden activations, GeLU included, and its own partial product of the '
+                   'second linear. Which one collective turns the partial products into the output on every rank?'))
 
     def case(ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
@@ -73,13 +75,18 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
         bad = [r for r in range(ws) if calls[r][0].nbytes != values * 8]
         if bad:
             r = bad[0]
-            raise _fail(_("world size {world_size}: rank {r}'s all_reduce carried {n_values} values; the output is s x h = {values}.").format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8, values=values),
-                        _('all_reduce the partial output of the second linear (s x h), not the hidden activations: GeLU is not linear, so a sum of GeLUs is not the GeLU of a sum.'), table)
+            raise _fail(_("world size {world_size}: rank {r}'s all_reduce carried {n_values} values; the output is s x "
+                          'h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8, values=values),
+                        _('all_reduce the partial output of the second linear (s x h), not the hidden activations: GeLU '
+                          'is not linear, so a sum of GeLUs is not the GeLU of a sum.'), table)
         wrong = [r for r in range(ws) if devs[r] is None or devs[r] > 1e-12]
         if wrong:
-            raise _fail(_("world size {world_size}: rank(s) {wrong} returned something other than the MLP's output (one process, the whole weights).").format(world_size=ws, wrong=wrong),
-                        _('on each rank: x @ w1.T + b1, then GeLU, then @ w2.T gives a partial (s, h) output; their SUM over the ranks is the output. Return the all-reduced tensor.'), table)
-    _passed(_('one all_reduce joined the column- and row-parallel halves into the one-process output at world sizes {first_size} and {second_size} (random weights, each shard known only to its rank)').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise _fail(_("world size {world_size}: rank(s) {wrong} returned something other than the MLP's output (one "
+                          'process, the whole weights).').format(world_size=ws, wrong=wrong),
+                        _('on each rank: x @ w1.T + b1, then GeLU, then @ w2.T gives a partial (s, h) output; their SUM '
+                          'over the ranks is the output. Return the all-reduced tensor.'), table)
+    _passed(_('one all_reduce joined the column- and row-parallel halves into the one-process output at world sizes '
+              '{first_size} and {second_size} (random weights, each shard known only to its rank)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -132,7 +139,9 @@ def check_fsdp_prefetch(configure: Callable) -> None:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(configure, "configure(blocks)")
-    direction = (_('Each fully_shard block has set_modules_to_forward_prefetch(list) and set_modules_to_backward_prefetch(list). Which blocks should block i name in each direction? (Mind the first and last blocks.)'))
+    direction = (_('Each fully_shard block has set_modules_to_forward_prefetch(list) and '
+                   'set_modules_to_backward_prefetch(list). Which blocks should block i name in each direction? (Mind '
+                   'the first and last blocks.)'))
     if _is_stub(configure):
         return _unfinished("configure", direction)
     rng = _rng()
@@ -169,12 +178,15 @@ def check_fsdp_prefetch(configure: Callable) -> None:
     table = _table(rows, (_('block'), _('gathered when its forward began'), _('want'), _('gathered (backward) when its backward began'), _('want')))
     if problems:
         raise _fail(_('world size {world_size}: the all_gathers were not issued where asked ({problems}{more}).').format(world_size=ws, problems=', '.join(problems[:3]), more='...' if len(problems) > 3 else ''),
-                    _('in forward a block should name the block after it; in backward the two blocks before it (backward runs from the last block to the first). The first and last blocks name only blocks that exist.'), table)
+                    _('in forward a block should name the block after it; in backward the two blocks before it '
+                      '(backward runs from the last block to the first). The first and last blocks name only blocks '
+                      'that exist.'), table)
     worst = max(max_difference(p, want) for p, _ in results)
     if worst > 1e-12:
         raise _fail(_("world size {world_size}: the parameters after the step differ from one process's by {worst:.2e}.").format(world_size=ws, worst=worst),
                     _('prefetching changes when FSDP gathers, never what it computes: leave the training alone.'), table)
-    _passed(_("at world size {world_size} every block's all_gather was issued one block ahead in forward and two ahead in backward, and on every rank the step equals one process's").format(world_size=ws), table)
+    _passed(_("at world size {world_size} every block's all_gather was issued one block ahead in forward and two ahead "
+              "in backward, and on every rank the step equals one process's").format(world_size=ws), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -201,7 +213,9 @@ def check_online_softmax(update: Callable) -> None:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(update, "update(o, m, l, scores, v)")
-    direction = (_("A new block can raise a row's largest score from m to a larger m_new. Everything accumulated so far was computed relative to m: what factor brings it to m_new? Then add the new block's terms, relative to m_new."))
+    direction = (_("A new block can raise a row's largest score from m to a larger m_new. Everything accumulated so far "
+                   "was computed relative to m: what factor brings it to m_new? Then add the new block's terms, "
+                   'relative to m_new.'))
     if _is_stub(update):
         return _unfinished("update", direction)
     rng = _rng()
@@ -222,13 +236,17 @@ def check_online_softmax(update: Callable) -> None:
         ring = 2 * (ws - 1)
         extra = [r for r in range(ws) if sorted(_names(calls[r])) != ["irecv"] * ring + ["isend"] * ring]
         if extra:
-            raise _fail(_("{what}: rank {extra_0} made {calls_extra_0}; the ring's own sends and receives are {ring} isend and {ring} irecv, and update must not communicate.").format(what=what, extra_0=extra[0], calls_extra_0=_summary(calls[extra[0]]), ring=ring),
+            raise _fail(_("{what}: rank {extra_0} made {calls_extra_0}; the ring's own sends and receives are {ring} "
+                          'isend and {ring} irecv, and update must not communicate.').format(what=what, extra_0=extra[0], calls_extra_0=_summary(calls[extra[0]]), ring=ring),
                         _("update only computes: it sees one block of one rank's scores at a time."), table)
         bad = [r for r in range(ws) if devs[r] > 1e-10]
         if bad:
             raise _fail(_("{what}: rank(s) {bad} ended with an output other than full attention's (one process).").format(what=what, bad=bad),
-                        _("the terms accumulated so far were computed with exp(score - m); after the block they must be relative to m_new, so BOTH the old o and the old l need rescaling before the new block's terms are added (and return the new m)."), table)
-    _passed(_('your update made ring attention exact: causal in zig-zag order at world size {first_size}, unmasked in plain order at world size {second_size}').format(first_size=sizes[0], second_size=sizes[1]), table)
+                        _('the terms accumulated so far were computed with exp(score - m); after the block they must be '
+                          "relative to m_new, so BOTH the old o and the old l need rescaling before the new block's "
+                          'terms are added (and return the new m).'), table)
+    _passed(_('your update made ring attention exact: causal in zig-zag order at world size {first_size}, unmasked in '
+              'plain order at world size {second_size}').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -276,7 +294,10 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(stage_forward, "stage_forward(rank, world_size, layer, inputs)")
-    direction = (_('Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every other rank first receives its input from the rank before it (into the buffer it was given). Then the stage runs, and every rank but the last passes its output on to the next rank. What does the last rank return?'))
+    direction = (_('Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every '
+                   'other rank first receives its input from the rank before it (into the buffer it was given). Then '
+                   'the stage runs, and every rank but the last passes its output on to the next rank. What does the '
+                   'last rank return?'))
     if _is_stub(stage_forward):
         return _unfinished("stage_forward", direction)
     rng = _rng()
@@ -307,19 +328,25 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
             if made != step * m:
                 sizes_off = [n for _, _, n in made if n != one]
                 if sizes_off and [(d, p) for d, p, _ in made] == [(d, p) for d, p, _ in step * m]:
-                    raise _fail(_('{what}: rank {r} moved a message of {sizes_off_0} bytes; one microbatch is b x h = {b_h} float64 values ({one} bytes).').format(what=what, r=r, sizes_off_0=sizes_off[0], b_h=b * h, one=one),
+                    raise _fail(_('{what}: rank {r} moved a message of {sizes_off_0} bytes; one microbatch is b x h = '
+                                  '{b_h} float64 values ({one} bytes).').format(what=what, r=r, sizes_off_0=sizes_off[0], b_h=b * h, one=one),
                                 _("send and receive one microbatch's activation per message."), table)
                 want_calls = ", ".join(f"{d}({'src' if d == 'recv' else 'dst'}={p})" for d, p, _ in step)
-                raise _fail(_('{what}: rank {r} made {calls_r}; each of the {m} microbatches should be {want_calls}, one microbatch after the other.').format(what=what, r=r, calls_r=_summary(calls[r]), m=m, want_calls=want_calls),
-                            _('a stage passes each microbatch on as soon as it is done (that is what makes it a pipeline): receive microbatch j, run the stage, send it, then the next. ') + direction,
+                raise _fail(_('{what}: rank {r} made {calls_r}; each of the {m} microbatches should be {want_calls}, '
+                              'one microbatch after the other.').format(what=what, r=r, calls_r=_summary(calls[r]), m=m, want_calls=want_calls),
+                            _('a stage passes each microbatch on as soon as it is done (that is what makes it a '
+                              'pipeline): receive microbatch j, run the stage, send it, then the next. ') + direction,
                             table)
         if dev is None or dev > 1e-12:
             got = 'something other than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model'
             raise _fail(_('{what}: the last rank returned {got} (one process).').format(what=what, got=got),
-                        _('on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you received), and on the last rank return torch.stack of the m outputs.'), table)
+                        _('on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you '
+                          'received), and on the last rank return torch.stack of the m outputs.'), table)
         if any(results[r] is not None for r in range(ws - 1)):
             raise _fail(_('{what}: a rank before the last returned something.').format(what=what), _("only the last rank has the model's output: return None on the others."), table)
-    _passed(_("each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs equal the whole model on one process (world sizes {first_size} and {second_size}, random weights on each rank and random inputs on rank 0 only)").format(first_size=sizes[0], second_size=sizes[1]), table)
+    _passed(_("each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs "
+              'equal the whole model on one process (world sizes {first_size} and {second_size}, random weights on each '
+              'rank and random inputs on rank 0 only)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 __all__ = ["check_tensor_parallel_mlp", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward"]

@@ -29,8 +29,10 @@ def check_scatter_prediction(prediction) -> None:
     _prediction("prediction", prediction,
                 lambda: [[float(v) for v in t.tolist()] for t in run("scatter", world_size=4, root=1).after],
                 normalise=_rows,
-                direction=_("Only src (rank 1) has a scatter_list; which of its chunks does rank j receive, and what do the teaching inputs put in rank 1's chunk c?"),
-                hint=_("rank 1 is src: rank j receives chunk j of rank 1's scatter_list (teaching inputs: rank r, chunk c holds 10*r + c). One list per rank."),
+                direction=_('Only src (rank 1) has a scatter_list; which of its chunks does rank j receive, and what do '
+                            "the teaching inputs put in rank 1's chunk c?"),
+                hint=_("rank 1 is src: rank j receives chunk j of rank 1's scatter_list (teaching inputs: rank r, chunk "
+                       'c holds 10*r + c). One list per rank.'),
                 passed=_("right: rank j received chunk j of rank 1's scatter_list"))
 
 
@@ -52,9 +54,12 @@ def check_reduce_prediction(prediction, *, world_size: int = 5, dst: int = 2) ->
         return [[float(v) for v in t.tolist()] if d else None for t, d in zip(result.after, result.defined)]
 
     _prediction("prediction", prediction, real, normalise=_rows,
-                direction=_("After reduce, which rank's output is defined? And which rank's value is the largest in every chunk (teaching inputs: rank r, chunk c holds 10*r + c)? Give {world_size} values for that rank.").format(world_size=world_size),
+                direction=_("After reduce, which rank's output is defined? And which rank's value is the largest in "
+                            'every chunk (teaching inputs: rank r, chunk c holds 10*r + c)? Give {world_size} values '
+                            'for that rank.').format(world_size=world_size),
                 hint=_("MAX over the ranks of 10*r + c: which rank's value wins in every chunk?"),
-                passed=_("right: dst={dst} holds the element-wise MAX (rank {world_size_1}'s values); every other rank is undefined").format(dst=dst, world_size_1=world_size - 1))
+                passed=_("right: dst={dst} holds the element-wise MAX (rank {world_size_1}'s values); every other rank "
+                         'is undefined').format(dst=dst, world_size_1=world_size - 1))
 
 
 def check_reduce_scatter_prediction(prediction, *, world_size: int = 5) -> None:
@@ -68,7 +73,8 @@ def check_reduce_scatter_prediction(prediction, *, world_size: int = 5) -> None:
                 lambda: [[float(v) for v in t.tolist()]
                          for t in run("reduce_scatter", world_size=world_size, op="sum").after],
                 normalise=_rows,
-                direction=_('Rank j ends with one chunk: chunk j, reduced over every rank. Add up column j of the inputs (rank r, chunk c holds 10*r + c).'),
+                direction=_('Rank j ends with one chunk: chunk j, reduced over every rank. Add up column j of the '
+                            'inputs (rank r, chunk c holds 10*r + c).'),
                 hint=_('rank j gets the sum over all ranks r of their chunk j (10*r + j): one column of the inputs.'),
                 passed=_("right: rank j holds the sum of everyone's chunk j"))
 
@@ -86,8 +92,10 @@ def check_int8_prediction(prediction, *, world_size: int = 6, value: int = 50) -
         return values[0] if len(values) == 1 else values
 
     _prediction("prediction", prediction, real, normalise=int,
-                direction=_('The sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of the true sum?'),
-                hint=_('the true sum of {world_size} × {value} does not fit in int8 (-128..127); int8 wraps modulo 256 into that range.').format(world_size=world_size, value=value),
+                direction=_('The sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of the '
+                            'true sum?'),
+                hint=_('the true sum of {world_size} × {value} does not fit in int8 (-128..127); int8 wraps modulo 256 '
+                       'into that range.').format(world_size=world_size, value=value),
                 passed=_('right: the int8 SUM wrapped around (not {world_size_value})').format(world_size_value=world_size * value))
 
 
@@ -115,7 +123,8 @@ def check_ring_prediction(prediction, trace) -> None:
         CheckFailed: a wrong prediction, with a hint.
     """
     real = [[float(v) for v in row] for row in trace.chunk_values(2).tolist()]
-    direction = (_('Step replay(ring3) to round 1; in round 2 each rank receives one chunk from its left neighbour and adds it into its own copy of that chunk.'))
+    direction = (_('Step replay(ring3) to round 1; in round 2 each rank receives one chunk from its left neighbour and '
+                   'adds it into its own copy of that chunk.'))
     if prediction is not None:
         try:
             answer = _rows(prediction)
@@ -124,7 +133,8 @@ def check_ring_prediction(prediction, trace) -> None:
         if answer is not None and len(answer) == len(real):
             rows = [(r, answer[r], "✓" if answer[r] == real[r] else "✗") for r in range(len(real))]
             if answer != real:
-                raise _fail(_('not quite.'), _('replay(ring3) and step to round 2: which chunk did each rank receive, and from whom?'), _table(rows, (_('rank'), _('yours'), "")))
+                raise _fail(_('not quite.'), _('replay(ring3) and step to round 2: which chunk did each rank receive, '
+                                               'and from whom?'), _table(rows, (_('rank'), _('yours'), "")))
     _prediction("prediction", prediction, lambda: real, normalise=_rows, direction=direction,
                 hint=_('give one list of three numbers per rank, e.g. [[a, b, c], [d, e, f], [g, h, i]].'),
                 passed=_('right: after round 2 rank r holds chunk r summed over all three ranks'))
@@ -163,7 +173,9 @@ def check_time_prediction(latency_part, bandwidth_part, *, model, world_size: in
             outside the tolerance of every measurement, with a hint.
     """
     p = world_size
-    direction = (_("Split the ring's formula T = 2(p−1)·α + 2(p−1)/p·m·β + (p−1)/p·m·γ into its two terms: the one that counts messages and the one that counts bytes, with p = {p}, m in bytes and α, β, γ as printed above.").format(p=p))
+    direction = (_("Split the ring's formula T = 2(p−1)·α + 2(p−1)/p·m·β + (p−1)/p·m·γ into its two terms: the one that "
+                   'counts messages and the one that counts bytes, with p = {p}, m in bytes and α, β, γ as printed '
+                   'above.').format(p=p))
     if latency_part is None and bandwidth_part is None:
         return _unfinished("latency_part, bandwidth_part", direction,
                            what=_('Set both in the exercise cell above'))
@@ -194,7 +206,9 @@ def check_time_prediction(latency_part, bandwidth_part, *, model, world_size: in
         rows.append((attempt, f"{got * 1e3:.3f} ms", f"{prediction * 1e3:.3f} ms", f"{ratio:.2f}"))
         if 1 / tolerance <= ratio <= tolerance:
             share = latency_part / prediction
-            _passed((_('both terms right; their sum predicted a size the sweep never measured, within a factor of {tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: latency-bound.') if share > 0.5 else _('both terms right; their sum predicted a size the sweep never measured, within a factor of {tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: bandwidth-bound.')).format(tolerance=tolerance, kib=nbytes // 1024, share=share),
+            _passed((_('both terms right; their sum predicted a size the sweep never measured, within a factor of '
+                       '{tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: '
+                       'latency-bound.') if share > 0.5 else _('both terms right; their sum predicted a size the sweep never measured, within a factor of {tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: bandwidth-bound.')).format(tolerance=tolerance, kib=nbytes // 1024, share=share),
                     _table(rows, (_('measurement'), _('measured'), _('predicted'), _('ratio'))))
             return
     raise _fail(_('every measurement was more than a factor of {tolerance:g} away from your prediction.').format(tolerance=tolerance),

@@ -72,7 +72,9 @@ def check_average_gradients(average_gradients: Callable) -> None:
     rng = _rng()
     steps, lr = 3, 0.1
     n_params = sum(p.numel() for p in tiny_model().parameters())
-    direction = (_('Each rank holds the gradient of its own shard. Every rank must end with the same, averaged gradient: which collective combines a tensor across the ranks in place, and what must follow it to turn a sum into a mean?'))
+    direction = (_('Each rank holds the gradient of its own shard. Every rank must end with the same, averaged '
+                   'gradient: which collective combines a tensor across the ranks in place, and what must follow it to '
+                   'turn a sum into a mean?'))
 
     def case(fn, ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
@@ -100,10 +102,15 @@ def check_average_gradients(average_gradients: Callable) -> None:
         odd = [c for c in calls[r] if c.dtypes != ("float64",) * len(c.dtypes)]
         carried = sum(c.nbytes for c in calls[r]) // 8
         if odd or carried != steps * n_params:
-            raise _fail(_("world size {world_size}: rank {r}'s all_reduce calls carried {carried} values {odd}over {steps} steps; the gradients are {n_params} float64 values per step ({steps_n_params} in all).").format(world_size=ws, r=r, carried=carried, odd=_('(some not float64) ') if odd else '', steps=steps, n_params=n_params, steps_n_params=steps * n_params),
+            raise _fail(_("world size {world_size}: rank {r}'s all_reduce calls carried {carried} values {odd}over "
+                          '{steps} steps; the gradients are {n_params} float64 values per step ({steps_n_params} in '
+                          'all).').format(world_size=ws, r=r, carried=carried, odd=_('(some not float64) ') if odd else '', steps=steps, n_params=n_params, steps_n_params=steps * n_params),
                         _('all_reduce the gradients themselves (each p.grad), nothing else. ') + direction, table)
     bad = [r for r in range(ws) if float(rows[r][1]) > 1e-9]
     if bad:
-        raise _fail(_('world size {world_size}: rank(s) {bad} ended with parameters that differ from the single-process model trained on the concatenated batch.').format(world_size=ws, bad=bad),
-                    _("the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: a SUM over the ranks, then divided by the world size."), table)
-    _passed(_("at world size {world_size}, every rank's model equals the single-process model trained on the concatenated batch, and the all_reduce calls carried exactly the gradients").format(world_size=ws), table)
+        raise _fail(_('world size {world_size}: rank(s) {bad} ended with parameters that differ from the single-process '
+                      'model trained on the concatenated batch.').format(world_size=ws, bad=bad),
+                    _("the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: a SUM "
+                      'over the ranks, then divided by the world size.'), table)
+    _passed(_("at world size {world_size}, every rank's model equals the single-process model trained on the "
+              'concatenated batch, and the all_reduce calls carried exactly the gradients').format(world_size=ws), table)
