@@ -123,6 +123,12 @@ lint: $(VENV)/.test-installed
 # fails the build; the retry re-runs only the notebooks not yet in the cache. -j 2: two notebooks
 # execute at once (2 cores), as tests/test_notebooks.py does.
 SPHINX := $(BIN)/python -m sphinx -b html -q -j 2 -c docs . docs/_build/html
+# The Chinese edition (docs/editions.py): the same conf with COLLNB_BOOK_EDITION=zh, the twins
+# notebooks/zh-CN/ executed (the same jupyter-cache), built in docs/_build/zh (its executed notebooks
+# and failed-notebooks.txt stay there) and copied into the site as docs/_build/html/zh-CN.
+# COLLNB_BOOK_NOTEBOOKS=00_launching_ranks,01_broadcast make docs builds only those notebooks.
+SPHINX_ZH := COLLNB_BOOK_EDITION=zh $(BIN)/python -m sphinx -b html -q -j 2 -c docs -d docs/_build/zh/doctrees \
+	. docs/_build/zh/html
 # The book is built from the notebooks as committed (tools/committed.py refuses, naming each notebook
 # that differs and how to restore it). A notebook whose execution fails is named at the end with the
 # failing cell and its error (docs/conf.py; also in docs/_build/failed-notebooks.txt).
@@ -131,7 +137,9 @@ docs: $(VENV)/.test-installed
 	$(BIN)/python tools/notebook_meta.py
 	$(BIN)/python tools/readme_figures.py
 	$(SPHINX) || { echo "book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX); }
-	@echo "book: docs/_build/html/index.html"
+	$(SPHINX_ZH) || { echo "Chinese book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX_ZH); }
+	rm -rf docs/_build/html/zh-CN && cp -r docs/_build/zh/html docs/_build/html/zh-CN
+	@echo "book: docs/_build/html/index.html; 中文版: docs/_build/html/zh-CN/index.html"
 
 # Student versions (no solutions) and the nbgrader course folder: classroom/, from the notebooks as
 # committed (tools/student.py refuses while notebooks/ differs from the last commit).
