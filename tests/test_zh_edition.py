@@ -370,3 +370,11 @@ def test_every_chinese_notebook_executed_without_an_error():
         if lang.get("execution_count") is None:
             problems.append(f"{twin.stem}: the language cell did not run")
     assert not problems, "\n".join(problems)
+
+
+def test_the_chinese_readme_never_breaks_a_line_between_two_chinese_characters():
+    """A soft line break inside Chinese text renders as a stray space in the book and on GitHub."""
+    text = re.sub(r"```.*?```", "", README_ZH.read_text(), flags=re.S)
+    cjk = r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
+    breaks = re.findall(rf"{cjk}\n{cjk}", text)
+    assert not breaks, f"{len(breaks)} line breaks between two Chinese characters: {breaks[:5]}"
