@@ -94,9 +94,14 @@ def test_the_chinese_readme_says_what_works_where_binder_colab_github_are_hard_t
         assert other == OWNER_REPO, other
 
 
-def test_binder_installs_a_cjk_font():
+def test_binder_installs_a_cjk_font_and_jupyterlabs_chinese_language_pack():
+    import yaml
     lines = [ln.split("#", 1)[0].strip() for ln in (ROOT / "apt.txt").read_text().splitlines()]
     assert "fonts-noto-cjk" in lines
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    extras = next(p for p in pip if p.replace(" ", "").startswith("-e."))
+    assert "zh" in extras.split("[", 1)[1].rstrip("]").split(","), extras
 
 
 # ------------------------------------------------------------------------------------------------
