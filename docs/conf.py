@@ -50,7 +50,7 @@ else:
     html_extra_path = ["root"]  # index.html at the top of the site: a redirect to docs/index.html
 include_patterns += [f"{_notebooks}*.ipynb"] if _only is None else [f"{_notebooks}{s}.ipynb" for s in _only]
 exclude_patterns = [".venv", ".git", "docs/_build", "build", "artifacts", "classroom", "**/.ipynb_checkpoints",
-                    "notebooks/*_output", "jupyter_execute", "work"]
+                    "notebooks/*_output", "notebooks/zh-CN/*_output", "jupyter_execute", "work"]
 
 # ---- notebooks: executed at build time, cached. A cell error fails the build at its end, with the
 # notebook, the cell and the error named in plain words (docs/exec_report.py): every notebook still
