@@ -344,6 +344,10 @@ def test_every_chinese_page_switches_to_its_english_page_and_back():
         assert f"colab.research.google.com/github/{OWNER_REPO}/blob/main/notebooks/zh-CN/{twin.name}" in text
     landing = BOOK_ZH / "docs" / "zh-CN" / "index.html"
     assert _switch_target(landing) == (BOOK / "docs" / "index.html").resolve()
+    # the Chinese book's top (zh-CN/, README.zh-CN.md's link) redirects to its landing page
+    top = (BOOK_ZH / "index.html").read_text()
+    redirect = re.search(r'http-equiv="refresh" content="0; url=([^"]+)"', top)
+    assert redirect and (BOOK_ZH / redirect.group(1)).resolve() == landing.resolve(), top
     if (BOOK / "docs" / "index.html").is_file():
         assert _switch_target(BOOK / "docs" / "index.html") == landing.resolve()
 
