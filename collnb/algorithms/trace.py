@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
+from ..i18n import _
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_choice, check_int, check_rank, check_world_size
 from .rounds import Transfer
 from .schedules import ALGORITHMS
@@ -344,12 +345,17 @@ class Trace:
         op = f", op={self.op}" if self.op else ""
         root = f", root={self.root}" if self.primitive in ROOTED_PRIMITIVES else ""
         p, q = self.meta.get("fold", [0, 0])
-        fold = f"; {q} rank(s) folded onto a power of two ({p})" if q else ""
-        verdict = {None: "not compared", True: "equals the built-in collective ✓",
-                   False: f"DIFFERS from the built-in at {self.mismatches()} ✗"}[self.matches_builtin]
-        return (f"{self.primitive} / {self.algorithm}: world size {self.world_size}, {self.dtype}{op}{root}, "
-                f"{self.n_chunks} chunks x {self.count // max(1, self.n_chunks)} element(s)\n"
-                f"  {self.n_rounds} rounds{fold}; bytes sent per rank: {sent.tolist()}\n  result {verdict}")
+        fold = _("; {q} rank(s) folded onto a power of two ({p})").format(q=q, p=p) if q else ""
+        verdict = (_("not compared") if self.matches_builtin is None else
+                   _("equals the built-in collective ✓") if self.matches_builtin else
+                   _("DIFFERS from the built-in at {where} ✗").format(where=self.mismatches()))
+        return (_("{primitive} / {algorithm}: world size {world_size}, {dtype}{op}{root}, "
+                  "{n_chunks} chunks x {per_chunk} element(s)").format(
+                      primitive=self.primitive, algorithm=self.algorithm, world_size=self.world_size, dtype=self.dtype,
+                      op=op, root=root, n_chunks=self.n_chunks, per_chunk=self.count // max(1, self.n_chunks))
+                + "\n  " + _("{n_rounds} rounds{fold}; bytes sent per rank: {sent}").format(
+                    n_rounds=self.n_rounds, fold=fold, sent=sent.tolist())
+                + "\n  " + _("result {verdict}").format(verdict=verdict))
 
     def __repr__(self) -> str:
         return (f"<Trace {self.primitive}/{self.algorithm} world_size={self.world_size} rounds={self.n_rounds} "
@@ -426,7 +432,7 @@ class Trace:
         """
         try:
             check_choice("primitive", self.primitive, tuple(ALGORITHMS))
-            check_choice(f"algorithm for {self.primitive}", self.algorithm, ALGORITHMS[self.primitive])
+            check_choice(_("algorithm for {primitive}").format(primitive=self.primitive), self.algorithm, ALGORITHMS[self.primitive])
             check_world_size(self.world_size)
             check_rank(self.root, self.world_size, "root")
             check_choice("dtype", self.dtype, DTYPE_NAMES)
@@ -484,7 +490,8 @@ class Trace:
             with open(path, "wb") as f:
                 np.savez_compressed(f, __meta__=meta, **arrays)
         else:
-            raise ValueError(f"cannot tell the format of {path!r}: end the file name with .json or .npz")
+            raise ValueError(_("cannot tell the format of {path}: end the file name with .json or .npz").format(
+                path=repr(path)))
         return path
 
     @classmethod
@@ -512,13 +519,14 @@ class Trace:
             if isinstance(exc, UnicodeDecodeError):
                 why = "neither an .npz file nor UTF-8 JSON text"
             elif isinstance(exc, json.JSONDecodeError):
-                why = f"not JSON ({exc})"
+                why = _("not JSON ({error})").format(error=exc)
             elif isinstance(exc, (zipfile.BadZipFile, EOFError)):
-                why = f"a damaged .npz file ({exc})"
+                why = _("a damaged .npz file ({error})").format(error=exc)
             else:
                 why = str(exc).removeprefix("not a collnb trace: ")
-            raise ValueError(f"cannot read {path} as a collnb trace: {why}. Traces are written by "
-                             f"Trace.save(...) or `python -m collnb replay ... --trace FILE`") from None
+            raise ValueError(_("cannot read {path} as a collnb trace: {why}. Traces are written by "
+                               "Trace.save(...) or `python -m collnb replay ... --trace FILE`").format(
+                                   path=path, why=why)) from None
 
     def equals(self, other: "Trace") -> bool:
         """Same metadata, rounds and arrays (NaN equal to NaN)."""
