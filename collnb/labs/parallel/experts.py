@@ -24,6 +24,8 @@ import math
 import torch
 import torch.distributed as dist
 
+from ...i18n import _
+
 __all__ = ["expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference"]
 
 
@@ -95,9 +97,9 @@ def moe_capacity_layer(rank: int, world_size: int, tokens: torch.Tensor, route: 
         ValueError: a route outside ``0 .. world_size-1`` or a negative capacity.
     """
     if route.numel() and (int(route.min()) < 0 or int(route.max()) >= world_size):
-        raise ValueError(f"routes must name experts 0..{world_size - 1}")
+        raise ValueError(_("routes must name experts 0..{last}").format(last=world_size - 1))
     if capacity < 0:
-        raise ValueError(f"capacity must be >= 0; got {capacity}")
+        raise ValueError(_("capacity must be >= 0; got {value}").format(value=capacity))
     n, d = tokens.shape
     slots = capacity_slots(route, world_size, capacity)
     kept = slots >= 0
