@@ -98,7 +98,7 @@ def test_check_errors_are_chinese_when_chinese_is_spoken_with_the_names_kept(chi
     assert str(raised.value) == "dst 必须是一个 rank，即从 0 到 3 的整数（world size 为 4）；收到的是 5"
     with pytest.raises(ValueError) as raised:
         V.check_choice("primitive", "allreduce", ("broadcast", "all_reduce"))
-    assert str(raised.value) == "未知的通信原语 'allreduce'；请从以下选择：broadcast, all_reduce"
+    assert str(raised.value) == "通信原语 'allreduce' 不存在；请从以下选择：broadcast, all_reduce"
     with pytest.raises(ValueError) as raised:
         V.op_name("mean")
     assert str(raised.value).startswith("未知的规约运算 'mean'；请从以下选择：sum, product")
