@@ -577,3 +577,11 @@ def test_a_chinese_note_wraps_by_display_columns(chinese):
 def U_width(text):
     from collnb.units import display_width
     return display_width(text)
+
+
+def test_bench_argument_errors_are_chinese_when_chinese_is_spoken(chinese, capsys):
+    assert main(["bench", "all_reduce", "--sizes", "64M:1K"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == ("错误：--sizes '64M:1K'：MIN（67108864 B）大于 MAX（1024 B）；"
+                                               "请把较小的大小写在前面，例如 1K:64M")
+    assert main(["bench", "all_reduce", "-a", "tree"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("错误：all_reduce 的算法 'tree' 不存在；请从以下选择：builtin, ring")
