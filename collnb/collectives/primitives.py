@@ -151,22 +151,24 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
         return support
 
     if not isinstance(configs, (list, tuple)):
-        raise TypeError(f"configs must be a list of dicts such as [{{'primitive': 'all_reduce', 'dtype': 'int8'}}] "
-                        f"(for one primitive, collnb.run({configs!r}) if it is a name); got the "
-                        f"{type(configs).__name__} {configs!r}")
+        raise TypeError(_("configs must be a list of dicts such as [{example}] (for one primitive, collnb.run({value}) "
+                          "if it is a name); got the {type} {value}").format(
+                              example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
+                              type=type(configs).__name__))
     cases = []
     for cfg in configs:
         if not isinstance(cfg, dict):
-            raise TypeError(f"run_batch takes a list of dicts such as {{'primitive': 'all_reduce', 'dtype': 'int8'}}; "
-                            f"got {cfg!r} in the list")
+            raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
+                example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
         cfg = dict(cfg)
         try:
             primitive = cfg.pop("primitive")
         except KeyError:
-            raise ValueError(f"each config needs a 'primitive' key; got {cfg!r}") from None
+            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(cfg))) from None
         unknown = set(cfg) - {"dtype", "op", "root", "chunk_size", "inputs"}
         if unknown:
-            raise TypeError(f"unknown config keys {sorted(unknown)}; use dtype, op, root, chunk_size, inputs")
+            raise TypeError(_("unknown config keys {keys}; use dtype, op, root, chunk_size, inputs").format(
+                keys=sorted(unknown)))
         cases.append(_prepare(primitive, world_size, cfg.get("dtype", torch.float32), cfg.get("op", "sum"),
                               cfg.get("root", 0), backend, cfg.get("chunk_size", 1), cfg.get("inputs"),
                               get_support))
