@@ -127,7 +127,8 @@ def phase_range(marks_per_rank, label: str, until: str | None = None) -> dict:
     for marks in marks_per_rank:
         labels = [lab for lab, _ in marks]
         if label not in labels or (until is not None and until not in labels):
-            raise KeyError(f"no mark {label if label not in labels else until!r} among {labels}")
+            raise KeyError(_("no mark {mark} among {labels}").format(
+                mark=repr(label if label not in labels else until), labels=labels))
         i = labels.index(label)
         starts.append(marks[i][1])
         if until is not None:

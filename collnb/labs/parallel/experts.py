@@ -37,8 +37,8 @@ def expert_capacity(tokens_per_rank: int, n_experts: int, capacity_factor: float
         ValueError: a negative token count or factor, or fewer than one expert.
     """
     if tokens_per_rank < 0 or capacity_factor < 0 or n_experts < 1:
-        raise ValueError(f"need tokens_per_rank >= 0, capacity_factor >= 0, n_experts >= 1; got "
-                         f"{tokens_per_rank}, {capacity_factor}, {n_experts}")
+        raise ValueError(_("need tokens_per_rank >= 0, capacity_factor >= 0, n_experts >= 1; got {tokens}, {factor}, "
+                           "{experts}").format(tokens=tokens_per_rank, factor=capacity_factor, experts=n_experts))
     return math.ceil(capacity_factor * tokens_per_rank / n_experts - 1e-12)
 
 

@@ -100,7 +100,7 @@ def bubble_formula(num_stages: int, m: int) -> float:
         ValueError: ``num_stages`` or ``m`` below 1.
     """
     if num_stages < 1 or m < 1:
-        raise ValueError(f"num_stages and m must be >= 1; got {num_stages}, {m}")
+        raise ValueError(_("num_stages and m must be >= 1; got {stages}, {m}").format(stages=num_stages, m=m))
     return (num_stages - 1) / (m + num_stages - 1)
 
 
@@ -193,7 +193,7 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
     p, s = world_size, rank
     order = schedule_order(schedule, s, p, m)
     if x.shape[0] % m:
-        raise ValueError(f"{x.shape[0]} rows do not split into m={m} equal microbatches")
+        raise ValueError(_("{rows} rows do not split into m={m} equal microbatches").format(rows=x.shape[0], m=m))
     rows, b = x.shape[0], x.shape[0] // m
     first, last = s == 0, s == p - 1
     stage = stage_module(s, width, seed)
@@ -322,7 +322,8 @@ def bubble_measured(timeline, step: str = "step", work=None) -> dict:
     for r in range(timeline.world_size):
         found = [sp for sp in timeline.regions(r) if sp.name == step]
         if not found:
-            raise ValueError(f"rank {r} has no {step!r} region: time pipeline_step with launch(..., timeline=True)")
+            raise ValueError(_("rank {rank} has no {step} region: time pipeline_step with launch(..., timeline=True)").format(
+                rank=r, step=repr(step)))
         steps.append(found[0])
     t0, t1 = min(sp.start for sp in steps), max(sp.end for sp in steps)
     span = t1 - t0
