@@ -227,8 +227,8 @@ class Trace:
             return self.buffers[k]
         if k == self.n_rounds:
             return self.final
-        raise ValueError("this trace was recorded with snapshots=False: only the final buffers were kept; "
-                         "run it again with snapshots=True to step through the rounds")
+        raise ValueError(_("this trace was recorded with snapshots=False: only the final buffers were kept; "
+                           "run it again with snapshots=True to step through the rounds"))
 
     def chunk_values(self, k: int) -> np.ndarray:
         """``(world_size, n_chunks)``: the first element of every chunk after round ``k``."""
@@ -383,17 +383,17 @@ class Trace:
             ValueError: not a trace, or a newer format version.
         """
         if not isinstance(d, dict) or "primitive" not in d or "rounds" not in d:
-            raise ValueError("not a collnb trace (expected keys 'primitive', 'rounds', 'arrays')")
+            raise ValueError(_("not a collnb trace (expected keys 'primitive', 'rounds', 'arrays')"))
         check_version(d)
         arrays = d.get("arrays")
         if not isinstance(arrays, dict):
-            raise ValueError("not a collnb trace: 'arrays' is missing or not an object")
+            raise ValueError(_("not a collnb trace: 'arrays' is missing or not an object"))
         shapes = shape_of_arrays(checked_meta(d), d)
         try:
             kw = {name: array_from_json(arrays.get(name), shapes[name], name) for name in _ARRAYS}
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a collnb trace: an array does not load ({type(exc).__name__}: {exc})") \
-                from None
+            raise ValueError(_("not a collnb trace: an array does not load ({error})").format(
+                error=f"{type(exc).__name__}: {exc}")) from None
         return cls._from_parts(d, kw)
 
     @classmethod
@@ -413,9 +413,9 @@ class Trace:
                         provenance=numeric(arrays["provenance"], "provenance", kinds="iu").astype(np.int64),
                         defined=numeric(arrays["defined"], "defined", kinds="b"), meta=meta["meta"])
         except KeyError as exc:
-            raise ValueError(f"not a collnb trace: {exc.args[0]!r} is missing") from None
+            raise ValueError(_("not a collnb trace: {key} is missing").format(key=repr(exc.args[0]))) from None
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise ValueError(f"not a collnb trace: {type(exc).__name__}: {exc}") from None
+            raise ValueError(_("not a collnb trace: {error}").format(error=f"{type(exc).__name__}: {exc}")) from None
         trace.check()
         return trace
 
@@ -443,7 +443,7 @@ class Trace:
             check_int("itemsize", self.itemsize, ITEMSIZE[self.dtype], ITEMSIZE[self.dtype],
                       what=f"bytes per {self.dtype} element")
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"in the trace, {exc}") from None
+            raise ValueError(_("in the trace, {error}").format(error=exc)) from None
         ws, b = self.world_size, self.chunk_bounds
         if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
             raise ValueError(f"trace chunk_bounds {b} must start at 0 and increase")
