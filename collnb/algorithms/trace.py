@@ -342,8 +342,8 @@ class Trace:
     def summary(self) -> str:
         """A few lines: what ran, rounds, bytes, verdict."""
         sent = self.total_bytes_sent()
-        op = f", op={self.op}" if self.op else ""
-        root = f", root={self.root}" if self.primitive in ROOTED_PRIMITIVES else ""
+        op = _(", op={op}").format(op=self.op) if self.op else ""
+        root = _(", root={root}").format(root=self.root) if self.primitive in ROOTED_PRIMITIVES else ""
         p, q = self.meta.get("fold", [0, 0])
         fold = _("; {q} rank(s) folded onto a power of two ({p})").format(q=q, p=p) if q else ""
         verdict = (_("not compared") if self.matches_builtin is None else
