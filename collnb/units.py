@@ -3,14 +3,16 @@
 
 Heatmap captions, replay frames, the explorer's status line, the bandwidth lab's tables and plot
 ticks all format through these functions, so 1 MiB never reads "1.0 MiB" in one place and
-"1048576 B" in another. No torch, no numpy.
+"1048576 B" in another. Text tables are padded by display columns (:func:`pad`), so a column of
+Chinese words (two columns per character) lines up as an English one does. No torch, no numpy.
 """
 
 from __future__ import annotations
 
 import math
+import unicodedata
 
-__all__ = ["BYTE_UNITS", "format_bytes", "format_seconds", "format_rate"]
+__all__ = ["BYTE_UNITS", "format_bytes", "format_seconds", "format_rate", "display_width", "pad"]
 
 #: Binary byte units, largest first: (bytes in one unit, full name, one-letter tick name).
 BYTE_UNITS = ((1 << 30, "GiB", "G"), (1 << 20, "MiB", "M"), (1 << 10, "KiB", "K"))
@@ -67,3 +69,23 @@ def format_rate(bytes_per_second: float, digits: int = 3) -> str:
     """A bandwidth in GB/s, decimal as nccl-tests' algbw/busbw columns are (1 GB/s = 1e9 bytes/s):
     ``format_rate(1.5e9) == "1.5 GB/s"``."""
     return f"{_sig(bytes_per_second / 1e9, digits)} GB/s"
+
+
+def display_width(text: str) -> int:
+    """How many terminal columns ``text`` takes: two for each wide or full-width character (CJK,
+    Unicode's East Asian Width ``W``/``F``), one for any other (ASCII, ✓, α)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in str(text))
+
+
+def pad(text: str, width: int, align: str = "<") -> str:
+    """``text`` padded with spaces to ``width`` display columns (:func:`display_width`), left- (``"<"``)
+    or right-aligned (``">"``): for ASCII the same as ``f"{text:<{width}}"`` / ``f"{text:>{width}}"``;
+    text already wider is returned as is.
+
+    Raises:
+        ValueError: ``align`` other than ``"<"`` and ``">"``.
+    """
+    if align not in ("<", ">"):
+        raise ValueError(f"align must be '<' (left) or '>' (right); got {align!r}")
+    fill = " " * max(0, width - display_width(text))
+    return str(text) + fill if align == "<" else fill + str(text)

@@ -17,6 +17,8 @@ import math
 import numbers
 from typing import Any, Sequence
 
+from .i18n import N_, _
+
 __all__ = ["MAX_WORLD_SIZE", "BACKENDS", "REDUCE_OPS", "BITWISE_OPS", "DTYPE_NAMES", "check_world_size",
            "check_rank", "check_backend", "check_choice", "check_int", "check_real", "dtype_name", "op_name", "op_hint"]
 
@@ -61,12 +63,15 @@ def check_int(name: str, value: Any, lo: int, hi: int | None = None, *, what: st
             (elements per chunk); got 'x'"``.
         ValueError: an int outside the range, with the same words.
     """
-    span = f"from {lo} to {hi}" if hi is not None else f">= {lo}"
-    note = f" ({what})" if what else ""
+    span = (_("from {lo} to {hi}").format(lo=lo, hi=hi) if hi is not None
+            else _(">= {lo}").format(lo=lo))
+    note = _(" ({what})").format(what=_(what)) if what else ""
+    text = _("{name} must be an int {span}{note}; got {value}").format(name=_(name), span=span, note=note,
+                                                                        value=repr(value))
     if not _is_int(value):
-        raise TypeError(f"{name} must be an int {span}{note}; got {value!r}")
+        raise TypeError(text)
     if value < lo or (hi is not None and value > hi):
-        raise ValueError(f"{name} must be an int {span}{note}; got {value!r}")
+        raise ValueError(text)
     return int(value)
 
 
@@ -82,8 +87,9 @@ def check_real(name: str, value: Any, lo: float, hi: float, *, what: str = "") -
             (frames per second); got '2'"``.
         ValueError: NaN, infinite, or outside the range, with the same words.
     """
-    note = f" ({what})" if what else ""
-    text = f"{name} must be a number from {lo} to {hi}{note}; got {value!r}"
+    note = _(" ({what})").format(what=_(what)) if what else ""
+    text = _("{name} must be a number from {lo} to {hi}{note}; got {value}").format(
+        name=name, lo=lo, hi=hi, note=note, value=repr(value))
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(text)
     number = float(value)
@@ -115,7 +121,8 @@ def check_rank(rank: Any, world_size: int, name: str = "root") -> int:
         TypeError: not an int: ``"root must be a rank, an int from 0 to 3 (world size 4); got '1'"``.
         ValueError: an int outside ``0..world_size-1``, with the same words.
     """
-    text = f"{name} must be a rank, an int from 0 to {world_size - 1} (world size {world_size}); got {rank!r}"
+    text = _("{name} must be a rank, an int from 0 to {last} (world size {world_size}); got {rank}").format(
+        name=name, last=world_size - 1, world_size=world_size, rank=repr(rank))
     if not _is_int(rank):
         raise TypeError(text)
     if not 0 <= rank < world_size:
@@ -136,9 +143,11 @@ def check_choice(kind: str, value: Any, choices: Sequence[str]) -> str:
     """
     listed = ", ".join(choices)
     if not isinstance(value, str):
-        raise TypeError(f"{kind} must be a name (str), one of: {listed}; got {value!r}")
+        raise TypeError(_("{kind} must be a name (str), one of: {listed}; got {value}").format(
+            kind=_(kind), listed=listed, value=repr(value)))
     if value not in choices:
-        raise ValueError(f"unknown {kind} {value!r}; choose one of: {listed}")
+        raise ValueError(_("unknown {kind} {value}; choose one of: {listed}").format(
+            kind=_(kind), value=repr(value), listed=listed))
     return value
 
 
@@ -150,7 +159,7 @@ def check_backend(backend: Any) -> str:
     Raises:
         TypeError / ValueError: as :func:`check_choice`.
     """
-    return check_choice("backend", backend, BACKENDS)
+    return check_choice(N_("backend"), backend, BACKENDS)
 
 
 def dtype_name(dtype: Any) -> str:
@@ -167,10 +176,11 @@ def dtype_name(dtype: Any) -> str:
         name = dtype.strip().lower().replace("torch.", "")
         name = _DTYPE_ALIASES.get(name, name)
     else:
-        raise TypeError(f"dtype must be a torch.dtype or its name (str), one of: {', '.join(DTYPE_NAMES)}; "
-                        f"got {dtype!r}")
+        raise TypeError(_("dtype must be a torch.dtype or its name (str), one of: {listed}; got {value}").format(
+            listed=", ".join(DTYPE_NAMES), value=repr(dtype)))
     if name not in DTYPE_NAMES:
-        raise ValueError(f"unknown dtype {dtype!r}; choose one of: {', '.join(DTYPE_NAMES)}")
+        raise ValueError(_("unknown dtype {value}; choose one of: {listed}").format(
+            value=repr(dtype), listed=", ".join(DTYPE_NAMES)))
     return name
 
 
@@ -190,18 +200,21 @@ def op_name(op: Any) -> str:
         name = op.strip().lower()
         name = "product" if name == "prod" else name
         if name not in REDUCE_OPS:
-            raise ValueError(f"unknown reduce op {op!r}; choose one of: {listed}")
+            raise ValueError(_("unknown reduce op {value}; choose one of: {listed}").format(
+                value=repr(op), listed=listed))
         return name
     if isinstance(op, numbers.Number):
-        raise TypeError(f"op must be a name (str) or a torch.distributed.ReduceOp, not the number {op!r}; "
-                        f"choose one of: {listed}")
+        raise TypeError(_("op must be a name (str) or a torch.distributed.ReduceOp, not the number {value}; "
+                          "choose one of: {listed}").format(value=repr(op), listed=listed))
     if type(op).__module__.startswith("torch"):
         import torch.distributed as dist  # noqa: PLC0415 - the caller already holds a torch object
         for n in REDUCE_OPS:
             if op == getattr(dist.ReduceOp, n.upper()):
                 return n
-        raise ValueError(f"unsupported reduce op {op!r}; choose one of: {listed}")
-    raise TypeError(f"op must be a name (str) or a torch.distributed.ReduceOp; got {op!r}; choose one of: {listed}")
+        raise ValueError(_("unsupported reduce op {value}; choose one of: {listed}").format(
+            value=repr(op), listed=listed))
+    raise TypeError(_("op must be a name (str) or a torch.distributed.ReduceOp; got {value}; choose one of: "
+                      "{listed}").format(value=repr(op), listed=listed))
 
 
 def op_hint(op: str, dtype: str) -> str:
@@ -210,7 +223,7 @@ def op_hint(op: str, dtype: str) -> str:
     bool one. ``op`` and ``dtype`` are names (:func:`op_name`, :func:`dtype_name`)."""
     floating = dtype_name(dtype).startswith(("float", "bfloat", "complex"))
     if op == "avg" and not floating:
-        return " AVG divides by the world size, so it needs a floating-point dtype."
+        return _(" AVG divides by the world size, so it needs a floating-point dtype.")
     if op in BITWISE_OPS:
-        return " Bitwise ops need an integer or bool dtype."
+        return _(" Bitwise ops need an integer or bool dtype.")
     return ""

@@ -554,3 +554,60 @@ def test_segmented_messages_give_the_builtin_result(ws):
     for r in range(ws):
         bad = [k for k, ok in res[r].items() if not ok]
         assert not bad, (r, bad)
+
+
+@pytest.fixture
+def chinese():
+    """Speak Chinese for one test, then English again (``collnb.set_language``)."""
+    from collnb import i18n
+    i18n.set_language("zh")
+    yield
+    i18n.set_language("en")
+
+
+def test_the_bandwidth_figure_and_table_speak_chinese_with_nccl_tests_names_kept(chinese):
+    rows = _synthetic(["builtin", "ring"], [2], SIZES)
+    fig = B.plot(rows)
+    titles = [ax.get_title() for ax in fig.axes if ax.get_title()]
+    assert titles[0].startswith("all_reduce，world size 2：时间（2 个 rank 跑在 ")
+    assert titles[1] == "all_reduce，world size 2：总线带宽 busbw（nccl-tests）"
+    assert [ax.get_xlabel() for ax in fig.axes[:2]] == ["每个 rank 的字节数"] * 2
+    labels = [line.get_label() for ax in fig.axes for line in ax.get_lines()]
+    assert any(lab.startswith("ring 拟合：α=35 µs，1/β=") for lab in labels)
+    assert any(lab.startswith("朴素模型（") for lab in labels)
+    notes = " ".join(t.get_text() for ax in fig.axes for t in ax.texts)
+    assert "虚线：对这些点拟合的 α-β-γ 模型" in notes
+    import warnings
+    with warnings.catch_warnings():  # every translated text has its glyphs in the figure's fonts (no tofu)
+        warnings.simplefilter("error")
+        fig.canvas.draw()
+    header, first = B.format_table(rows).splitlines()[:2]
+    # the words translated, right-aligned by display columns; nccl-tests' column names as nccl-tests prints them
+    assert header.startswith(" " * 6 + "通信原语" + " " * 15 + "算法  ws    dtype       size")
+    assert header.endswith("algbw GB/s busbw GB/s  ok")
+    # the columns end where the rows' do, counted in display columns (a CJK character takes two)
+    assert U_width(header[:header.index("ws") + 2]) == U_width(first[:first.index(" 2 ") + 2])
+    assert U_width(header[:header.index("算法") + 2]) == U_width(first[:first.index("builtin") + 7])
+
+
+def test_a_chinese_note_wraps_by_display_columns(chinese):
+    from collnb.labs.bench import figure
+    text = "总线带宽" * 30 + " all_reduce busbw " + "时间" * 20
+    lines = figure._wrap(text, 40, subsequent_indent="   ")
+    assert "".join(line.strip() for line in lines).replace(" ", "") == text.replace(" ", "")
+    assert all(U_width(line) <= 40 for line in lines) and len(lines) >= 5
+    assert [line[0] for line in figure._wrap("一二三四五六七八九，十一二三四五", 18)] == ["一", "十"]
+    assert figure._wrap("plain English words " * 20, 40) == __import__("textwrap").wrap("plain English words " * 20, 40)
+
+
+def U_width(text):
+    from collnb.units import display_width
+    return display_width(text)
+
+
+def test_bench_argument_errors_are_chinese_when_chinese_is_spoken(chinese, capsys):
+    assert main(["bench", "all_reduce", "--sizes", "64M:1K"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == ("错误：--sizes '64M:1K'：MIN（67108864 B）大于 MAX（1024 B）；"
+                                               "请把较小的大小写在前面，例如 1K:64M")
+    assert main(["bench", "all_reduce", "-a", "tree"]) == EXIT_USAGE
+    assert capsys.readouterr().err.startswith("错误：all_reduce 的算法 'tree' 不存在；请从以下选择：builtin, ring")

@@ -171,3 +171,48 @@ def test_the_output_check_leaves_no_file_and_keeps_an_existing_one(tmp_path):
     old = tmp_path / "old.png"
     old.write_bytes(b"keep me")
     assert output_problem(str(old), "--png", (".png",)) is None and old.read_bytes() == b"keep me"
+
+
+@pytest.fixture
+def chinese():
+    """Speak Chinese for one test, then English again (``collnb.set_language``)."""
+    from collnb import i18n
+    i18n.set_language("zh")
+    yield
+    i18n.set_language("en")
+
+
+def test_run_speaks_chinese_under_collnb_lang_zh_and_keeps_the_ranks_lines():
+    import os
+    env = dict(os.environ, COLLNB_LANG="zh")
+    out = subprocess.run([sys.executable, "-m", "collnb", "run", "all_reduce", "--world-size", "2"],
+                         capture_output=True, text=True, timeout=180, env=env)
+    assert out.returncode == EXIT_OK, out.stderr
+    lines = out.stdout.splitlines()
+    assert lines[0] == "all_reduce (SUM) · world size 2 · float32 · gloo"  # API words stay English
+    assert "[rank 1] after : [10.0, 12.0]  ✓" in lines  # the original examples' own format
+    assert lines[-1] == "✓ 每个有定义的输出都与参考值一致"
+
+
+def test_help_and_argument_errors_are_chinese_when_chinese_is_spoken(chinese, capsys):
+    top = build_parser().format_help()
+    assert "在真实的 rank 上运行 PyTorch 集合通信操作" in top
+    assert "在真实 rank 上运行一个通信原语，并打印每个 rank 操作前后的数据" in top
+    with pytest.raises(SystemExit):
+        main(["run", "--help"])
+    run_help = capsys.readouterr().out
+    assert "rank 的个数，1-16（默认 4）" in run_help and "进程组后端（默认 gloo）" in run_help
+    assert "number of ranks" not in run_help
+    assert main(["run", "all_reduce", "--world-size", "40"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == "错误：world_size 必须是 1 到 16 之间的整数；收到的是 40"
+    assert main(["run", "broadcast", "--op", "max"]) == EXIT_USAGE
+    err = capsys.readouterr().err
+    assert err.startswith("错误：broadcast 不合并数值，所以不接受 --op；规约运算只适用于 reduce, ")
+
+
+def test_help_is_english_again_after_chinese(chinese, capsys):
+    from collnb import i18n
+    i18n.set_language("en")
+    assert "number of ranks, 1-16 (default 4)" in build_parser()._subparsers._group_actions[0].choices["run"].format_help()
+    assert main(["run", "all_reduce", "--world-size", "40"]) == EXIT_USAGE
+    assert capsys.readouterr().err.strip() == "error: world_size must be an int from 1 to 16; got 40"

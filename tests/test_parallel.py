@@ -317,6 +317,15 @@ def test_split_by_step_interleave_and_wire_bytes():
     rows = P.summarize(recs[1:3], steps=2)
     assert rows[0] == P.CallSummary("all_reduce", 0.5, 50, 75)
     assert "all_gather" in P.summary_table({"step": recs[1:3]})
+    english = P.summary_table({"step": recs[1:3]}).splitlines()
+    assert english[0] == f"{'phase':<12}{'kind':<16}{'count':>6}{'bytes':>12}{'on the wire':>14}"
+    collnb.set_language("zh")
+    try:  # the header's words in Chinese, padded by display columns so the rows still line up
+        chinese = P.summary_table({"step": recs[1:3]}).splitlines()
+    finally:
+        collnb.set_language("en")
+    assert chinese[0] == "阶段" + " " * 8 + "类型" + " " * 12 + "  次数" + " " * 8 + "字节" + " " * 6 + "线上字节"
+    assert chinese[1:] == english[1:]
     assert P.phase_range([marks], "forward") == {"start": [1], "stop": [2]}
     with pytest.raises(KeyError):
         P.phase_range([marks], "optimizer")

@@ -69,6 +69,18 @@ def test_schedule_text_names_the_held_activations():
     assert "stage 1: F0 B0 F1 B1 F2 B2   (holds at most 1)" in text
 
 
+def test_schedule_text_and_its_errors_speak_chinese_when_chinese_is_spoken():
+    collnb.set_language("zh")
+    try:
+        text = parallel.schedule_text("1f1b", 2, 3)
+        assert "阶段 0：F0 F1 B0 F2 B1 B2   （最多保留 2 份激活）" in text
+        with pytest.raises(ValueError, match="^未知的调度 'zb'；请从以下选择：gpipe, 1f1b$"):
+            parallel.schedule_order("zb", 0, 2, 2)
+    finally:
+        collnb.set_language("en")
+    assert "stage 1: F0 B0 F1 B1 F2 B2   (holds at most 1)" in parallel.schedule_text("1f1b", 2, 3)
+
+
 # --- real ranks ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("p, m", [(2, 3), (4, 5)])

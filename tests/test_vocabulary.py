@@ -78,3 +78,48 @@ def test_layer_zero_imports_no_torch():
                           env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(REPO)})
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["float16", "max", "4", "KiB"]
+
+
+@pytest.fixture
+def chinese():
+    """Speak Chinese for one test, then English again (``collnb.set_language``)."""
+    from collnb import i18n
+    i18n.set_language("zh")
+    yield
+    i18n.set_language("en")
+
+
+def test_check_errors_are_chinese_when_chinese_is_spoken_with_the_names_kept(chinese):
+    with pytest.raises(ValueError) as raised:
+        V.check_world_size(0)
+    assert str(raised.value) == "world_size 必须是 1 到 16 之间的整数；收到的是 0"
+    with pytest.raises(ValueError) as raised:
+        V.check_rank(5, 4, "dst")
+    assert str(raised.value) == "dst 必须是一个 rank，即从 0 到 3 的整数（world size 为 4）；收到的是 5"
+    with pytest.raises(ValueError) as raised:
+        V.check_choice("primitive", "allreduce", ("broadcast", "all_reduce"))
+    assert str(raised.value) == "通信原语 'allreduce' 不存在；请从以下选择：broadcast, all_reduce"
+    with pytest.raises(ValueError) as raised:
+        V.op_name("mean")
+    assert str(raised.value).startswith("未知的规约运算 'mean'；请从以下选择：sum, product")
+    with pytest.raises(TypeError) as raised:
+        V.check_int("chunk_size", "x", 1, 64, what="elements per chunk")
+    assert str(raised.value) == "chunk_size 必须是 1 到 64 之间的整数（每块的元素个数）；收到的是 'x'"
+    assert V.op_hint("avg", "int32") == " AVG 要除以 world size，所以需要浮点 dtype。"
+
+
+def test_check_errors_are_english_again_after_chinese(chinese):
+    from collnb import i18n
+    i18n.set_language("en")
+    with pytest.raises(ValueError, match=r"^world_size must be an int from 1 to 16; got 0$"):
+        V.check_world_size(0)
+    with pytest.raises(ValueError, match=r"^unknown backend 'mpi'; choose one of: gloo, nccl$"):
+        V.check_backend("mpi")
+
+
+def test_pad_aligns_by_display_columns():
+    assert U.display_width("rank") == 4 and U.display_width("通信原语") == 8 and U.display_width("✓ α") == 3
+    assert U.pad("ws", 5, ">") == f"{'ws':>5}" and U.pad("ws", 5) == f"{'ws':<5}"
+    assert U.pad("算法", 6, ">") == "  算法" and U.pad("算法", 6) == "算法  " and U.pad("太长的词", 3) == "太长的词"
+    with pytest.raises(ValueError, match="align must be"):
+        U.pad("x", 3, "^")

@@ -18,6 +18,7 @@ from typing import Sequence
 import torch
 import torch.distributed as dist
 
+from ..i18n import _
 from ..vocabulary import op_name
 from .schedules import Schedule, cached_schedule, chunk_bounds
 
@@ -94,7 +95,7 @@ def _padding_pairs(counts: list) -> list:
         raise ValueError("counts of sends + receives always add up to an even number (each message is "
                          f"counted at both ends); got {counts}")
     target = max(counts)
-    for _ in range(2 * n + 4):  # raising the target by 1 adds n-1 to the others' sum, 1 to the max
+    for _attempt in range(2 * n + 4):  # raising the target by 1 adds n-1 to the others' sum, 1 to the max
         d = [target - c for c in counts]
         if sum(d) % 2 == 0 and 2 * max(d) <= sum(d):
             break
@@ -194,9 +195,10 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     rank = dist.get_rank(group)
     ws = dist.get_world_size(group)
     if ws != sched.world_size:
-        raise ValueError(f"schedule is for world size {sched.world_size} but the process group has {ws} ranks")
+        raise ValueError(_("schedule is for world size {world_size} but the process group has {n} ranks").format(
+            world_size=sched.world_size, n=ws))
     if work.dim() != 1 or not work.is_contiguous():
-        raise ValueError("work must be a contiguous 1-D tensor; pass tensor.view(-1) of a contiguous tensor")
+        raise ValueError(_("work must be a contiguous 1-D tensor; pass tensor.view(-1) of a contiguous tensor"))
     op = op_name(op)
     if bounds is None:
         bounds = chunk_bounds(work.numel(), sched.n_chunks)
@@ -204,10 +206,10 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     src_buf = work if send_from is None else send_from
     # one scratch buffer, as large as the largest round's receives that need one
     need = 0
-    for sends, recvs, _ in plan.rounds:
+    for sends, recvs, _post in plan.rounds:
         tot = 0
         send_spans = [rg for _, rgs in sends for rg in rgs] if send_from is None else []
-        for _, rgs, red in recvs:
+        for _src, rgs, red in recvs:
             n = sum(b - a for a, b in rgs)
             if red or len(rgs) > 1 or any(a < d and c < b for a, b in rgs for c, d in send_spans):
                 tot += n
@@ -289,7 +291,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
                 work[a:b].div_(ws)
         seconds.append(time.perf_counter() - t0)
         if record:
-            for _, rgs, _ in recvs:
+            for _src, rgs, _red in recvs:
                 for a, b in rgs:
                     changes.append((k, a, b, work[a:b].clone()))
     if _detail_mode():
@@ -332,14 +334,14 @@ def snapshots(recording: dict) -> torch.Tensor:
         ValueError: the result was not recorded.
     """
     if recording.get("initial") is None:
-        raise ValueError("nothing recorded: call execute(..., record=True)")
+        raise ValueError(_("nothing recorded: call execute(..., record=True)"))
     cur = recording["initial"].clone()
     rows = [cur.clone()]
     changes = sorted(recording["changes"], key=lambda c: c[0])
     i = 0
     for k in range(1, recording["n_rounds"] + 1):
         while i < len(changes) and changes[i][0] == k:
-            _, a, b, t = changes[i]
+            _kind, a, b, t = changes[i]
             cur[a:b] = t
             i += 1
         rows.append(cur.clone())
@@ -368,7 +370,7 @@ def all_reduce(tensor: torch.Tensor, op: str = "sum", algorithm: str = "ring", *
         TypeError: an algorithm or op of the wrong type.
     """
     if not tensor.is_contiguous():
-        raise ValueError("tensor must be contiguous (call .contiguous() first, then copy the result back)")
+        raise ValueError(_("tensor must be contiguous (call .contiguous() first, then copy the result back)"))
     sched = cached_schedule("all_reduce", algorithm, dist.get_world_size(group))
     return execute(sched, tensor.view(-1), op=op, record=record, group=group)
 

@@ -18,6 +18,7 @@ import torch
 import torch.distributed as dist
 
 from ..collectives import REDUCING_PRIMITIVES, backend_support, make_tensor, teaching_value
+from ..i18n import _
 from ..ranks import launch
 from ..vocabulary import check_backend, check_int, dtype_name, op_hint, op_name
 from .execution import execute, snapshots
@@ -116,8 +117,10 @@ def _dtype(dtype) -> torch.dtype:
 def _op(op, primitive) -> str:
     name = op_name(op)
     if primitive not in REDUCING_PRIMITIVES and name != "sum":
-        raise ValueError(f"{primitive} does not combine values, so it takes no reduce op (got op={op!r}); "
-                         f"ops apply to {', '.join(p for p in REDUCING_PRIMITIVES if p in PRIMITIVES)}")
+        raise ValueError(_("{primitive} does not combine values, so it takes no reduce op (got op={op}); "
+                           "ops apply to {reducing}").format(
+                               primitive=primitive, op=repr(op),
+                               reducing=", ".join(p for p in REDUCING_PRIMITIVES if p in PRIMITIVES)))
     return name
 
 
@@ -172,13 +175,15 @@ def _validate_backend(primitive, dt, op, backend):
         return
     valid_d = sup.dtypes(name)
     if dname not in valid_d:
-        raise ValueError(f"{backend} cannot run {name} on {dname} tensors (detected on real ranks); "
-                         f"dtypes it accepts: {', '.join(valid_d)}")
+        raise ValueError(_("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks); "
+                           "dtypes it accepts: {valid}").format(backend=backend, primitive=name, dtype=dname,
+                                                                valid=", ".join(valid_d)))
     valid_o = sup.ops(name, dname)
     why = op_hint(op, dname)
-    raise ValueError(f"{backend} cannot reduce {dname} with op {op.upper()} (detected on real ranks: "
-                     f"{sup.error(name, dname, o)}).{why} Valid ops for {dname}: "
-                     f"{', '.join(x.upper() for x in valid_o)}")
+    raise ValueError(_("{backend} cannot reduce {dtype} with op {op} (detected on real ranks: "
+                       "{error}).{hint} Valid ops for {dtype}: {valid}").format(
+                           backend=backend, dtype=dname, op=op.upper(), error=sup.error(name, dname, o), hint=why,
+                           valid=", ".join(x.upper() for x in valid_o)))
 
 
 def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, segments, inputs,
@@ -220,9 +225,10 @@ def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, 
             if inp.dtype != dt:
                 inp = inp.to(dt)
         if tuple(inp.shape) != (world_size, count):
-            raise ValueError(f"inputs must have shape (world_size, n_chunks * chunk_size) = ({world_size}, {count}) "
-                             f"for {primitive} at world size {world_size}; got {tuple(inp.shape)}. Or pass a "
-                             f"callable f(rank, chunk) -> value")
+            raise ValueError(_("inputs must have shape (world_size, n_chunks * chunk_size) = ({world_size}, {count}) "
+                               "for {primitive} at world size {world_size}; got {shape}. Or pass a "
+                               "callable f(rank, chunk) -> value").format(
+                                   world_size=world_size, count=count, primitive=primitive, shape=tuple(inp.shape)))
     return dict(schedule=sched, inputs=inp.contiguous(), bounds=chunk_bounds(count, C), op=opn,
                 record=bool(snapshots), compare=bool(compare), dtype=dt, chunk_size=chunk_size)
 

@@ -52,6 +52,7 @@ from __future__ import annotations
 import functools
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
+from ..i18n import _
 from ..vocabulary import check_choice, check_int, check_rank, check_world_size
 from .builders import BUILDERS, pof2_fold
 from .rounds import Round, Schedule, Transfer
@@ -103,7 +104,7 @@ def check_algorithm(primitive: str, algorithm: str) -> str:
             ``"algorithm for <primitive>"``: ``"unknown algorithm for all_reduce 'bruck'; choose
             one of: ring, recursive_doubling, rabenseifner, binomial_tree"``.
     """
-    return check_choice(f"algorithm for {primitive}", algorithm, algorithms_for(primitive))
+    return check_choice(_("algorithm for {primitive}").format(primitive=primitive), algorithm, algorithms_for(primitive))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -181,7 +182,8 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
         if segments is not None:
             C = check_int("segments", segments, 1, 64, what="chunks of the broadcast buffer")
     elif segments is not None:
-        raise ValueError(f"segments applies to broadcast only; {primitive} has one chunk per rank")
+        raise ValueError(_("segments applies to broadcast only; {primitive} has one chunk per rank").format(
+            primitive=primitive))
     rounds = BUILDERS[(primitive, algorithm)](n, root, C)
     prov = [row[:] for row in _initial_provenance(primitive, n, root, C)]
     history = [[row[:] for row in prov]]
@@ -215,7 +217,7 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
                     f"{_members(prov[r][c])}, expected {_members(exp[r][c])}")
     fold = (0, 0)
     if algorithm in ("recursive_doubling", "recursive_halving", "rabenseifner"):
-        p, q, _, _ = pof2_fold(n)
+        p, q, _a, _b = pof2_fold(n)
         fold = (p, q)
     return Schedule(primitive, algorithm, n, root, C, rounds, history, defined, fold)
 

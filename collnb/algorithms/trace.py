@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
+from ..i18n import _
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_choice, check_int, check_rank, check_world_size
 from .rounds import Transfer
 from .schedules import ALGORITHMS
@@ -226,8 +227,8 @@ class Trace:
             return self.buffers[k]
         if k == self.n_rounds:
             return self.final
-        raise ValueError("this trace was recorded with snapshots=False: only the final buffers were kept; "
-                         "run it again with snapshots=True to step through the rounds")
+        raise ValueError(_("this trace was recorded with snapshots=False: only the final buffers were kept; "
+                           "run it again with snapshots=True to step through the rounds"))
 
     def chunk_values(self, k: int) -> np.ndarray:
         """``(world_size, n_chunks)``: the first element of every chunk after round ``k``."""
@@ -341,15 +342,20 @@ class Trace:
     def summary(self) -> str:
         """A few lines: what ran, rounds, bytes, verdict."""
         sent = self.total_bytes_sent()
-        op = f", op={self.op}" if self.op else ""
-        root = f", root={self.root}" if self.primitive in ROOTED_PRIMITIVES else ""
+        op = _(", op={op}").format(op=self.op) if self.op else ""
+        root = _(", root={root}").format(root=self.root) if self.primitive in ROOTED_PRIMITIVES else ""
         p, q = self.meta.get("fold", [0, 0])
-        fold = f"; {q} rank(s) folded onto a power of two ({p})" if q else ""
-        verdict = {None: "not compared", True: "equals the built-in collective ✓",
-                   False: f"DIFFERS from the built-in at {self.mismatches()} ✗"}[self.matches_builtin]
-        return (f"{self.primitive} / {self.algorithm}: world size {self.world_size}, {self.dtype}{op}{root}, "
-                f"{self.n_chunks} chunks x {self.count // max(1, self.n_chunks)} element(s)\n"
-                f"  {self.n_rounds} rounds{fold}; bytes sent per rank: {sent.tolist()}\n  result {verdict}")
+        fold = _("; {q} rank(s) folded onto a power of two ({p})").format(q=q, p=p) if q else ""
+        verdict = (_("not compared") if self.matches_builtin is None else
+                   _("equals the built-in collective ✓") if self.matches_builtin else
+                   _("DIFFERS from the built-in at {where} ✗").format(where=self.mismatches()))
+        return (_("{primitive} / {algorithm}: world size {world_size}, {dtype}{op}{root}, "
+                  "{n_chunks} chunks x {per_chunk} element(s)").format(
+                      primitive=self.primitive, algorithm=self.algorithm, world_size=self.world_size, dtype=self.dtype,
+                      op=op, root=root, n_chunks=self.n_chunks, per_chunk=self.count // max(1, self.n_chunks))
+                + "\n  " + _("{n_rounds} rounds{fold}; bytes sent per rank: {sent}").format(
+                    n_rounds=self.n_rounds, fold=fold, sent=sent.tolist())
+                + "\n  " + _("result {verdict}").format(verdict=verdict))
 
     def __repr__(self) -> str:
         return (f"<Trace {self.primitive}/{self.algorithm} world_size={self.world_size} rounds={self.n_rounds} "
@@ -377,17 +383,17 @@ class Trace:
             ValueError: not a trace, or a newer format version.
         """
         if not isinstance(d, dict) or "primitive" not in d or "rounds" not in d:
-            raise ValueError("not a collnb trace (expected keys 'primitive', 'rounds', 'arrays')")
+            raise ValueError(_("not a collnb trace (expected keys 'primitive', 'rounds', 'arrays')"))
         check_version(d)
         arrays = d.get("arrays")
         if not isinstance(arrays, dict):
-            raise ValueError("not a collnb trace: 'arrays' is missing or not an object")
+            raise ValueError(_("not a collnb trace: 'arrays' is missing or not an object"))
         shapes = shape_of_arrays(checked_meta(d), d)
         try:
             kw = {name: array_from_json(arrays.get(name), shapes[name], name) for name in _ARRAYS}
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"not a collnb trace: an array does not load ({type(exc).__name__}: {exc})") \
-                from None
+            raise ValueError(_("not a collnb trace: an array does not load ({error})").format(
+                error=f"{type(exc).__name__}: {exc}")) from None
         return cls._from_parts(d, kw)
 
     @classmethod
@@ -407,9 +413,9 @@ class Trace:
                         provenance=numeric(arrays["provenance"], "provenance", kinds="iu").astype(np.int64),
                         defined=numeric(arrays["defined"], "defined", kinds="b"), meta=meta["meta"])
         except KeyError as exc:
-            raise ValueError(f"not a collnb trace: {exc.args[0]!r} is missing") from None
+            raise ValueError(_("not a collnb trace: {key} is missing").format(key=repr(exc.args[0]))) from None
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:
-            raise ValueError(f"not a collnb trace: {type(exc).__name__}: {exc}") from None
+            raise ValueError(_("not a collnb trace: {error}").format(error=f"{type(exc).__name__}: {exc}")) from None
         trace.check()
         return trace
 
@@ -426,7 +432,7 @@ class Trace:
         """
         try:
             check_choice("primitive", self.primitive, tuple(ALGORITHMS))
-            check_choice(f"algorithm for {self.primitive}", self.algorithm, ALGORITHMS[self.primitive])
+            check_choice(_("algorithm for {primitive}").format(primitive=self.primitive), self.algorithm, ALGORITHMS[self.primitive])
             check_world_size(self.world_size)
             check_rank(self.root, self.world_size, "root")
             check_choice("dtype", self.dtype, DTYPE_NAMES)
@@ -437,7 +443,7 @@ class Trace:
             check_int("itemsize", self.itemsize, ITEMSIZE[self.dtype], ITEMSIZE[self.dtype],
                       what=f"bytes per {self.dtype} element")
         except (TypeError, ValueError) as exc:
-            raise ValueError(f"in the trace, {exc}") from None
+            raise ValueError(_("in the trace, {error}").format(error=exc)) from None
         ws, b = self.world_size, self.chunk_bounds
         if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
             raise ValueError(f"trace chunk_bounds {b} must start at 0 and increase")
@@ -484,7 +490,8 @@ class Trace:
             with open(path, "wb") as f:
                 np.savez_compressed(f, __meta__=meta, **arrays)
         else:
-            raise ValueError(f"cannot tell the format of {path!r}: end the file name with .json or .npz")
+            raise ValueError(_("cannot tell the format of {path}: end the file name with .json or .npz").format(
+                path=repr(path)))
         return path
 
     @classmethod
@@ -512,13 +519,14 @@ class Trace:
             if isinstance(exc, UnicodeDecodeError):
                 why = "neither an .npz file nor UTF-8 JSON text"
             elif isinstance(exc, json.JSONDecodeError):
-                why = f"not JSON ({exc})"
+                why = _("not JSON ({error})").format(error=exc)
             elif isinstance(exc, (zipfile.BadZipFile, EOFError)):
-                why = f"a damaged .npz file ({exc})"
+                why = _("a damaged .npz file ({error})").format(error=exc)
             else:
                 why = str(exc).removeprefix("not a collnb trace: ")
-            raise ValueError(f"cannot read {path} as a collnb trace: {why}. Traces are written by "
-                             f"Trace.save(...) or `python -m collnb replay ... --trace FILE`") from None
+            raise ValueError(_("cannot read {path} as a collnb trace: {why}. Traces are written by "
+                               "Trace.save(...) or `python -m collnb replay ... --trace FILE`").format(
+                                   path=path, why=why)) from None
 
     def equals(self, other: "Trace") -> bool:
         """Same metadata, rounds and arrays (NaN equal to NaN)."""

@@ -19,15 +19,16 @@ import argparse
 import sys
 
 from ..algorithms import ALGORITHMS, fit_each
+from ..i18n import N_, _
 from ..labs import bench as B
 from ..units import format_bytes, format_seconds
 from ..vocabulary import BACKENDS, DTYPE_NAMES, check_int
 from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
 
 #: How each timing method is described in the header line of the output.
-_TIMING_WORDS = {"collnb": "time = median over iterations of the slowest rank, each iteration after a barrier",
-                 "nccl-tests": "time = as nccl-tests: iterations back to back after one barrier, each rank's "
-                               "mean per call, averaged over the ranks"}
+_TIMING_WORDS = {"collnb": N_("time = median over iterations of the slowest rank, each iteration after a barrier"),
+                 "nccl-tests": N_("time = as nccl-tests: iterations back to back after one barrier, each rank's "
+                                  "mean per call, averaged over the ranks")}
 
 
 def _world_sizes(text: str) -> list:
@@ -39,10 +40,11 @@ def _world_sizes(text: str) -> list:
         try:
             out.append(int(part))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"world size {part!r} is not a whole number (e.g. -n 4 or -n 2,4)") \
+            raise argparse.ArgumentTypeError(
+                _("world size {value} is not a whole number (e.g. -n 4 or -n 2,4)").format(value=repr(part))) \
                 from None
     if not out:
-        raise argparse.ArgumentTypeError("give a world size, e.g. -n 4 or -n 2,4")
+        raise argparse.ArgumentTypeError(_("give a world size, e.g. -n 4 or -n 2,4"))
     return out
 
 
@@ -56,15 +58,18 @@ def _cmd_bench(args) -> int:
     try:  # everything that needs no rank, before any rank starts
         algorithms = B.check_algorithms(args.primitive, args.algorithm or ["builtin"])
         sizes = B.parse_sizes(args.sizes)
-        check_int("iters", args.iters, 1, what="timed iterations per measurement")
-        check_int("warmup", args.warmup, 0, what="untimed iterations before them")
+        check_int("iters", args.iters, 1, what=N_("timed iterations per measurement"))
+        check_int("warmup", args.warmup, 0, what=N_("untimed iterations before them"))
         world_sizes = B.check_world_sizes(world_sizes, args.backend)
     except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: the backend cannot run here
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
         return EXIT_USAGE
-    print(f"{args.primitive} on {args.backend}, world size {', '.join(map(str, world_sizes))}, {args.dtype}, "
-          f"{format_bytes(sizes[0])}..{format_bytes(sizes[-1])} per rank; {args.warmup} warm-up + {args.iters} timed "
-          f"iterations; {_TIMING_WORDS[args.timing]}; debug checks (TORCH_DISTRIBUTED_DEBUG) off while timing",
+    print(_("{primitive} on {backend}, world size {world_sizes}, {dtype}, {smallest}..{largest} per rank; "
+            "{warmup} warm-up + {iters} timed iterations; {timing}; debug checks (TORCH_DISTRIBUTED_DEBUG) off "
+            "while timing").format(primitive=args.primitive, backend=args.backend,
+                                   world_sizes=", ".join(map(str, world_sizes)), dtype=args.dtype,
+                                   smallest=format_bytes(sizes[0]), largest=format_bytes(sizes[-1]),
+                                   warmup=args.warmup, iters=args.iters, timing=_(_TIMING_WORDS[args.timing])),
           flush=True)
     rows, status = on_ranks(lambda: B.bench(
         args.primitive, world_sizes, sizes, args.dtype, iters=args.iters, warmup=args.warmup, algorithms=algorithms,
@@ -75,12 +80,13 @@ def _cmd_bench(args) -> int:
     print(B.format_table(rows))
     fits = fit_each(rows)
     if fits:
-        print("\nα-β(-γ) model fitted per algorithm (collnb.costmodel.fit):")
+        print("\n" + _("α-β(-γ) model fitted per algorithm (collnb.costmodel.fit):"))
         for f in fits.values():
             print("  " + f.summary())
     if args.debug_cost:
         extremes = sorted({sizes[0], sizes[-1]})
-        print(f"\nwhat TORCH_DISTRIBUTED_DEBUG=DETAIL costs ({algorithms[0]}, world size {world_sizes[0]}):")
+        print("\n" + _("what TORCH_DISTRIBUTED_DEBUG=DETAIL costs ({algorithm}, world size {world_size}):").format(
+            algorithm=algorithms[0], world_size=world_sizes[0]))
         for n in extremes:
             cost, status = on_ranks(lambda n=n: B.debug_cost(args.primitive, world_sizes[0], n, args.dtype,
                                                              algorithm=algorithms[0], iters=args.iters,
@@ -89,8 +95,9 @@ def _cmd_bench(args) -> int:
             if status is not None:
                 return status
             extra = ("+" if cost["extra_s"] >= 0 else "") + format_seconds(cost["extra_s"])
-            print(f"  {format_bytes(n):>8}: off {format_seconds(cost['off']['time_s'])}, on "
-                  f"{format_seconds(cost['on']['time_s'])} ({cost['ratio']:.2f}x, {extra} per call)")
+            print(f"  {format_bytes(n):>8}: " + _("off {off}, on {on} ({ratio}x, {extra} per call)").format(
+                off=format_seconds(cost["off"]["time_s"]), on=format_seconds(cost["on"]["time_s"]),
+                ratio=f"{cost['ratio']:.2f}", extra=extra))
     note = f"measured with python -m collnb bench --timing {args.timing} ({_TIMING_WORDS[args.timing]})"
     for flag, path, write in (("--json", args.json, lambda: B.save_json(rows, args.json, note=note)),
                               ("--csv", args.csv, lambda: B.save_csv(rows, args.csv)),
@@ -99,10 +106,11 @@ def _cmd_bench(args) -> int:
             status = write_output(flag, path, write)
             if status is not None:
                 return status
-            print(f"{flag[2:]} written to {path}")
+            print(_("{what} written to {path}").format(what=flag[2:], path=path))
     bad = [r for r in rows if not r["ok"]]
     if bad:
-        print(f"✗ {len(bad)} measurement(s) returned a result that differs from the reference", file=sys.stderr)
+        print(_("✗ {n} measurement(s) returned a result that differs from the reference").format(n=len(bad)),
+              file=sys.stderr)
         return EXIT_MISMATCH
     return EXIT_OK
 
@@ -111,38 +119,38 @@ def add_parser(subparsers) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in B.PRIMITIVES)
     p = subparsers.add_parser(
-        "bench", help="measure time, algbw and busbw of a collective and fit the α-β model",
-        description="Time a collective on real ranks: warm-up, then timed iterations, by default each one alone "
-                    "after a barrier, the slowest rank per iteration, median (min, max), every result checked "
-                    "(--timing collnb), or as nccl-tests does: iterations back to back, the mean over ranks, the "
-                    "result checked in a separate call (--timing nccl-tests); busbw per nccl-tests' PERFORMANCE.md; "
-                    "memcpy, one loopback TCP stream and a local reduction measured in the same run; the "
-                    "α-β(-γ) model fitted per algorithm. Algorithms: " + valid)
+        "bench", help=_("measure time, algbw and busbw of a collective and fit the α-β model"),
+        description=_("Time a collective on real ranks: warm-up, then timed iterations, by default each one alone "
+                      "after a barrier, the slowest rank per iteration, median (min, max), every result checked "
+                      "(--timing collnb), or as nccl-tests does: iterations back to back, the mean over ranks, the "
+                      "result checked in a separate call (--timing nccl-tests); busbw per nccl-tests' "
+                      "PERFORMANCE.md; memcpy, one loopback TCP stream and a local reduction measured in the same "
+                      "run; the α-β(-γ) model fitted per algorithm. Algorithms: {valid}").format(valid=valid))
     p.add_argument("primitive", choices=B.PRIMITIVES, metavar="PRIMITIVE",
-                   help="one of: " + ", ".join(B.PRIMITIVES))
+                   help=_("one of: {names}").format(names=", ".join(B.PRIMITIVES)))
     p.add_argument("--world-size", "-n", type=_world_sizes, action="append", metavar="N",
-                   help="world size(s): repeat (-n 2 -n 4) or a list (-n 2,4); default 2 and 4")
+                   help=_("world size(s): repeat (-n 2 -n 4) or a list (-n 2,4); default 2 and 4"))
     p.add_argument("--sizes", default="1K:64M", metavar="MIN:MAX",
-                   help="bytes per rank, every power of two from MIN to MAX (K, M, G = 1024^k), or one size "
-                        "(default 1K:64M)")
+                   help=_("bytes per rank, every power of two from MIN to MAX (K, M, G = 1024^k), or one size "
+                          "(default 1K:64M)"))
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, metavar="D",
-                   help="element type (default float32): " + ", ".join(DTYPE_NAMES))
-    p.add_argument("--iters", type=int, default=20, help="timed iterations per measurement (default 20)")
-    p.add_argument("--warmup", type=int, default=5, help="untimed iterations before them (default 5)")
+                   help=_("element type (default float32): {names}").format(names=", ".join(DTYPE_NAMES)))
+    p.add_argument("--iters", type=int, default=20, help=_("timed iterations per measurement (default 20)"))
+    p.add_argument("--warmup", type=int, default=5, help=_("untimed iterations before them (default 5)"))
     p.add_argument("--algorithm", "-a", action="append", metavar="NAME",
-                   help="builtin (the backend's collective), a collnb send/recv algorithm for the primitive, or all; "
-                        "repeatable (default builtin)")
-    p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
+                   help=_("builtin (the backend's collective), a collnb send/recv algorithm for the primitive, or "
+                          "all; repeatable (default builtin)"))
+    p.add_argument("--backend", default="gloo", choices=BACKENDS, help=_("process group backend (default gloo)"))
     p.add_argument("--timing", default="collnb", choices=B.TIMINGS,
-                   help="collnb (default): every iteration alone after a barrier, median of the slowest rank, "
-                        "every result checked; nccl-tests: as nccl-tests' BenchTime, iterations back to back after "
-                        "one barrier, each rank's mean, averaged over ranks")
-    p.add_argument("--json", metavar="PATH", help="write the rows as JSON")
-    p.add_argument("--csv", metavar="PATH", help="write the rows as CSV")
-    p.add_argument("--png", metavar="PATH", help="plot measured vs fitted time and busbw per algorithm")
-    p.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    p.add_argument("--no-references", action="store_true", help="skip memcpy / TCP / local-reduction references")
+                   help=_("collnb (default): every iteration alone after a barrier, median of the slowest rank, "
+                          "every result checked; nccl-tests: as nccl-tests' BenchTime, iterations back to back "
+                          "after one barrier, each rank's mean, averaged over ranks"))
+    p.add_argument("--json", metavar="PATH", help=_("write the rows as JSON"))
+    p.add_argument("--csv", metavar="PATH", help=_("write the rows as CSV"))
+    p.add_argument("--png", metavar="PATH", help=_("plot measured vs fitted time and busbw per algorithm"))
+    p.add_argument("--quiet", "-q", action="store_true", help=_("no progress bar"))
+    p.add_argument("--no-references", action="store_true", help=_("skip memcpy / TCP / local-reduction references"))
     p.add_argument("--debug-cost", action="store_true",
-                   help="also measure the smallest and largest size with TORCH_DISTRIBUTED_DEBUG=DETAIL on")
-    p.add_argument("--timeout", type=float, default=600.0, help="seconds each launch may take (default 600)")
+                   help=_("also measure the smallest and largest size with TORCH_DISTRIBUTED_DEBUG=DETAIL on"))
+    p.add_argument("--timeout", type=float, default=600.0, help=_("seconds each launch may take (default 600)"))
     p.set_defaults(func=_cmd_bench)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
+from ..i18n import _
 from ..ranks import LaunchError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
@@ -21,13 +22,13 @@ def on_ranks(call):
     try:
         return call(), None
     except (ValueError, TypeError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
         return None, EXIT_USAGE
     except LaunchError as exc:
-        print(f"error: the ranks failed:\n{exc}", file=sys.stderr)
+        print(_("error: the ranks failed:\n{message}").format(message=exc), file=sys.stderr)
         return None, EXIT_LAUNCH
     except RuntimeError as exc:  # e.g. the backend cannot run on this machine
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
         return None, EXIT_USAGE
 
 
@@ -40,14 +41,18 @@ def output_problem(path, what, suffixes=()):
     if path is None:
         return None
     if os.path.isdir(path):
-        return f"{what} {path!r} is a directory; give a file name, e.g. {os.path.join(path, 'out' + (suffixes[0] if suffixes else ''))}"
+        return _("{what} {path} is a directory; give a file name, e.g. {example}").format(
+            what=what, path=repr(path), example=os.path.join(path, "out" + (suffixes[0] if suffixes else "")))
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        return f"{what} {path!r}: the folder {parent!r} does not exist; create it first"
+        return _("{what} {path}: the folder {folder} does not exist; create it first").format(
+            what=what, path=repr(path), folder=repr(parent))
     if not os.access(parent, os.W_OK):
-        return f"{what} {path!r}: the folder {parent!r} is not writable"
+        return _("{what} {path}: the folder {folder} is not writable").format(
+            what=what, path=repr(path), folder=repr(parent))
     if suffixes and not str(path).lower().endswith(tuple(suffixes)):
-        return f"{what} {path!r} must end with {' or '.join(suffixes)}"
+        return _("{what} {path} must end with {suffixes}").format(
+            what=what, path=repr(path), suffixes=_(" or ").join(suffixes))
     return _open_problem(path, what)
 
 
@@ -59,7 +64,8 @@ def _open_problem(path, what):
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
     except OSError as exc:
-        return f"{what} {path!r} cannot be written: {exc.strerror or exc}"
+        return _("{what} {path} cannot be written: {reason}").format(
+            what=what, path=repr(path), reason=exc.strerror or exc)
     try:
         if not existed:
             os.unlink(path)
@@ -78,7 +84,8 @@ def write_output(what, path, write):
     try:
         write()
     except (OSError, ValueError) as exc:
-        print(f"error: cannot write {what} {path}: {exc}", file=sys.stderr)
+        print(_("error: cannot write {what} {path}: {reason}").format(what=what, path=path, reason=exc),
+              file=sys.stderr)
         return EXIT_USAGE
     return None
 
@@ -88,6 +95,6 @@ def check_outputs(*checks):
     for path, what, suffixes in checks:
         problem = output_problem(path, what, suffixes)
         if problem:
-            print(f"error: {problem}", file=sys.stderr)
+            print(_("error: {message}").format(message=problem), file=sys.stderr)
             return EXIT_USAGE
     return None

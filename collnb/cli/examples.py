@@ -4,6 +4,7 @@ result line with ✓/✗ against the reference."""
 
 from __future__ import annotations
 
+from ..i18n import _
 from ..labs.examples import run_examples
 from .common import EXIT_MISMATCH, EXIT_OK, on_ranks
 
@@ -18,9 +19,9 @@ def _cmd_examples(args) -> int:
 def add_parser(subparsers) -> None:
     """Add the ``examples`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     s = subparsers.add_parser(
-        "examples", help="run every scenario of the two original examples, with check marks",
-        description="Run every scenario of the two original examples collnb reproduces (a Gloo tutorial "
-                    "script and an interactive teaching page; their world sizes, inputs and ops) on real "
-                    "Gloo ranks; print each rank's lines as their scripts do, with ✓/✗ against a reference.")
-    s.add_argument("--timeout", type=float, default=60.0, help="seconds per launch (default 60)")
+        "examples", help=_("run every scenario of the two original examples, with check marks"),
+        description=_("Run every scenario of the two original examples collnb reproduces (a Gloo tutorial "
+                      "script and an interactive teaching page; their world sizes, inputs and ops) on real "
+                      "Gloo ranks; print each rank's lines as their scripts do, with ✓/✗ against a reference."))
+    s.add_argument("--timeout", type=float, default=60.0, help=_("seconds per launch (default 60)"))
     s.set_defaults(func=_cmd_examples)

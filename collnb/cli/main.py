@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ..i18n import _
 from . import bench, examples, present, redistribute, replay, run, script
 
 #: The subcommand modules, in the order ``--help`` lists them.
@@ -23,7 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     each subparser setting ``func(args) -> exit status``."""
     parser = argparse.ArgumentParser(
         prog="python -m collnb",
-        description="Run PyTorch collectives on real ranks and show what each rank holds before and after.")
+        description=_("Run PyTorch collectives on real ranks and show what each rank holds before and after."))
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in SUBCOMMANDS:
         module.add_parser(subparsers)

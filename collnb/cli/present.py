@@ -22,6 +22,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ..i18n import N_, _
 from ..vocabulary import check_int
 
 #: The notebook Voilà serves.
@@ -64,7 +65,7 @@ def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.
         TypeError: ``port`` is not an int; ValueError: outside 1..65535 (the words of
             :func:`collnb.vocabulary.check_int`).
     """
-    check_int("port", port, 1, 65535, what="a TCP port")
+    check_int("port", port, 1, 65535, what=N_("a TCP port"))
     return [sys.executable, "-m", "voila", str(NOTEBOOK), f"--port={port}", f"--Voila.ip={ip}",
             "--strip_sources=True", "--theme=light", "--show_tracebacks=True",
             *([] if open_browser else ["--no-browser"])]
@@ -72,15 +73,15 @@ def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.
 
 def _cmd_present(args) -> int:
     if importlib.util.find_spec("voila") is None:
-        print("error: Voilà is not installed; install the present extra: "
-              "pip install -e '.[present]' (make test installs it)", file=sys.stderr)
+        print(_("error: Voilà is not installed; install the present extra: "
+                "pip install -e '.[present]' (make test installs it)"), file=sys.stderr)
         return 2
     try:
         cmd = voila_command(args.port, open_browser=not args.no_browser, ip=args.ip)
     except (TypeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
         return 2
-    print(f"projector view: http://{args.ip}:{args.port}/  (Ctrl+C stops it)", flush=True)
+    print(_("projector view: {url}  (Ctrl+C stops it)").format(url=f"http://{args.ip}:{args.port}/"), flush=True)
     try:
         return subprocess.call(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     except KeyboardInterrupt:
@@ -90,10 +91,10 @@ def _cmd_present(args) -> int:
 def add_parser(subparsers) -> None:
     """Register ``present`` on the ``python -m collnb`` command line."""
     p = subparsers.add_parser(
-        "present", help="projector view: explorer and replay as a Voilà app, no code, laid out for a room",
-        description="Serve the explorer and the round-by-round replay with Voilà (no code, laid out for a "
-                    "1280 or 1920 px projector).")
-    p.add_argument("--port", type=int, default=8866, help="port to serve on (default 8866)")
-    p.add_argument("--ip", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--no-browser", action="store_true", help="do not open a browser")
+        "present", help=_("projector view: explorer and replay as a Voilà app, no code, laid out for a room"),
+        description=_("Serve the explorer and the round-by-round replay with Voilà (no code, laid out for a "
+                      "1280 or 1920 px projector)."))
+    p.add_argument("--port", type=int, default=8866, help=_("port to serve on (default 8866)"))
+    p.add_argument("--ip", default="127.0.0.1", help=_("address to listen on (default 127.0.0.1)"))
+    p.add_argument("--no-browser", action="store_true", help=_("do not open a browser"))
     p.set_defaults(func=_cmd_present)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 
 from .. import placements
+from ..i18n import _
 from ..views import redistribute_text
 from ..vocabulary import BACKENDS
 from .common import EXIT_MISMATCH, EXIT_OK, check_outputs, on_ranks, write_output
@@ -37,7 +38,7 @@ def _cmd(args) -> int:
             status = write_output(flag, path, write)
             if status is not None:
                 return status
-            print(f"{flag[2:]} written to {path}")
+            print(_("{what} written to {path}").format(what=flag[2:], path=path))
     return EXIT_OK if result.ok else EXIT_MISMATCH
 
 
@@ -49,21 +50,21 @@ def _write_json(result, path):
 def add_parser(subparsers) -> None:
     """Add the ``redistribute`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
-        "redistribute", help="change a DTensor's placements on real ranks and print the collectives it issues",
-        description="Build a DTensor of teaching values (each element names its global index) on a device mesh "
-                    "of real gloo ranks, redistribute it from --src to --dst placements, and print the collectives "
-                    "every rank issued, its local shard before and after, checked against the global tensor sliced "
-                    "by hand.")
-    p.add_argument("--mesh", default="2x2", help="mesh shape, e.g. 4, 2x2, 2x4 (default 2x2; at most 16 ranks)")
-    p.add_argument("--src", required=True, help='placements per mesh dimension, e.g. "S(0),R" or '
-                                                 '"Shard(0),Replicate()"; P = Partial(sum), P(max), ...')
-    p.add_argument("--dst", required=True, help='placements per mesh dimension, e.g. "R,R"')
-    p.add_argument("--shape", default="4x6", help="global tensor shape, 1-D or 2-D, e.g. 8 or 4x6 (default 4x6)")
+        "redistribute", help=_("change a DTensor's placements on real ranks and print the collectives it issues"),
+        description=_("Build a DTensor of teaching values (each element names its global index) on a device mesh "
+                      "of real gloo ranks, redistribute it from --src to --dst placements, and print the "
+                      "collectives every rank issued, its local shard before and after, checked against the global "
+                      "tensor sliced by hand."))
+    p.add_argument("--mesh", default="2x2", help=_("mesh shape, e.g. 4, 2x2, 2x4 (default 2x2; at most 16 ranks)"))
+    p.add_argument("--src", required=True, help=_('placements per mesh dimension, e.g. "S(0),R" or '
+                                                   '"Shard(0),Replicate()"; P = Partial(sum), P(max), ...'))
+    p.add_argument("--dst", required=True, help=_('placements per mesh dimension, e.g. "R,R"'))
+    p.add_argument("--shape", default="4x6", help=_("global tensor shape, 1-D or 2-D, e.g. 8 or 4x6 (default 4x6)"))
     p.add_argument("--dtype", default="float32", metavar="D",
-                   help="dtype, one of: " + ", ".join(placements.DTYPES) + " (default float32)")
-    p.add_argument("--repeats", type=int, default=3, help="timed calls after the recorded one (default 3)")
-    p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
-    p.add_argument("--png", metavar="PATH", help="write the picture to PATH (PNG)")
-    p.add_argument("--json", metavar="PATH", help="write the result to PATH (JSON)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before the launch is stopped (default 60)")
+                   help=_("dtype, one of: {names} (default float32)").format(names=", ".join(placements.DTYPES)))
+    p.add_argument("--repeats", type=int, default=3, help=_("timed calls after the recorded one (default 3)"))
+    p.add_argument("--backend", default="gloo", choices=BACKENDS, help=_("process group backend (default gloo)"))
+    p.add_argument("--png", metavar="PATH", help=_("write the picture to PATH (PNG)"))
+    p.add_argument("--json", metavar="PATH", help=_("write the result to PATH (JSON)"))
+    p.add_argument("--timeout", type=float, default=60.0, help=_("seconds before the launch is stopped (default 60)"))
     p.set_defaults(func=_cmd)

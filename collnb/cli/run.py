@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import sys
 
+from ..i18n import _
 from ..collectives import PRIMITIVES, REDUCING_PRIMITIVES, SPECS, run
 from ..vocabulary import BACKENDS, DTYPE_NAMES, MAX_WORLD_SIZE, REDUCE_OPS
 from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
@@ -17,8 +18,8 @@ from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks,
 def _cmd_run(args) -> int:
     spec = SPECS[args.primitive]
     if args.op is not None and not spec.reduces:
-        print(f"error: {args.primitive} does not combine values, so it takes no --op; ops apply to "
-              f"{', '.join(REDUCING_PRIMITIVES)}", file=sys.stderr)
+        print(_("error: {primitive} does not combine values, so it takes no --op; ops apply to {reducing}").format(
+            primitive=args.primitive, reducing=", ".join(REDUCING_PRIMITIVES)), file=sys.stderr)
         return EXIT_USAGE
     status = check_outputs((args.png, "--png", (".png",)))
     if status is not None:
@@ -33,29 +34,30 @@ def _cmd_run(args) -> int:
         status = write_output("--png", args.png, lambda: result.save(args.png))
         if status is not None:
             return status
-        print(f"heatmap written to {args.png}")
+        print(_("heatmap written to {path}").format(path=args.png))
     return EXIT_OK if result.ok else EXIT_MISMATCH
 
 
 def add_parser(subparsers) -> None:
     """Add the ``run`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
-        "run", help="run one primitive on real ranks and print every rank's before/after",
-        description="Run one torch.distributed primitive on real ranks. Rank r, chunk c starts with "
-                    "10*r + c (100*r + c above world size 10); each rank's before/after is printed with "
-                    "a check mark against a reference computed without torch.distributed.")
+        "run", help=_("run one primitive on real ranks and print every rank's before/after"),
+        description=_("Run one torch.distributed primitive on real ranks. Rank r, chunk c starts with "
+                      "10*r + c (100*r + c above world size 10); each rank's before/after is printed with "
+                      "a check mark against a reference computed without torch.distributed."))
     p.add_argument("primitive", choices=PRIMITIVES, metavar="PRIMITIVE",
-                   help="one of: " + ", ".join(PRIMITIVES))
+                   help=_("one of: {names}").format(names=", ".join(PRIMITIVES)))
     p.add_argument("--world-size", "-n", type=int, default=4,
-                   help=f"number of ranks, 1-{MAX_WORLD_SIZE} (default 4)")
+                   help=_("number of ranks, 1-{most} (default 4)").format(most=MAX_WORLD_SIZE))
     p.add_argument("--dtype", default="float32", choices=DTYPE_NAMES, metavar="D",
-                   help="tensor dtype (default float32); which ones the backend accepts is detected "
-                        "when run. One of: " + ", ".join(DTYPE_NAMES))
+                   help=_("tensor dtype (default float32); which ones the backend accepts is detected "
+                          "when run. One of: {names}").format(names=", ".join(DTYPE_NAMES)))
     p.add_argument("--op", default=None, choices=REDUCE_OPS, metavar="OP",
-                   help=f"reduce op of {', '.join(REDUCING_PRIMITIVES)} (default sum): " + ", ".join(REDUCE_OPS))
-    p.add_argument("--root", type=int, default=0, help="src/dst rank of rooted primitives (default 0)")
-    p.add_argument("--backend", default="gloo", choices=BACKENDS, help="process group backend (default gloo)")
-    p.add_argument("--chunk-size", type=int, default=1, help="elements per chunk (default 1)")
-    p.add_argument("--png", metavar="FILE", help="write the before|after heatmap to FILE (PNG)")
-    p.add_argument("--timeout", type=float, default=60.0, help="seconds before the launch is stopped (default 60)")
+                   help=_("reduce op of {reducing} (default sum): {names}").format(
+                       reducing=", ".join(REDUCING_PRIMITIVES), names=", ".join(REDUCE_OPS)))
+    p.add_argument("--root", type=int, default=0, help=_("src/dst rank of rooted primitives (default 0)"))
+    p.add_argument("--backend", default="gloo", choices=BACKENDS, help=_("process group backend (default gloo)"))
+    p.add_argument("--chunk-size", type=int, default=1, help=_("elements per chunk (default 1)"))
+    p.add_argument("--png", metavar="FILE", help=_("write the before|after heatmap to FILE (PNG)"))
+    p.add_argument("--timeout", type=float, default=60.0, help=_("seconds before the launch is stopped (default 60)"))
     p.set_defaults(func=_cmd_run)

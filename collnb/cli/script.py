@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from ..i18n import _
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
 from ..labs.script import SCRIPT_PRIMITIVES, script_text, write_script
 from ..vocabulary import BACKENDS, REDUCE_OPS
@@ -19,30 +20,31 @@ def _cmd_script(args) -> int:
     try:
         script_text(args.primitive, **kwargs)  # every argument checked before the file is touched
     except (TypeError, ValueError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
         return EXIT_USAGE
     status = write_output("-o", args.output, lambda: write_script(args.primitive, args.output, **kwargs))
     if status is not None:
         return status
-    print(f"wrote {args.output}; run it with: torchrun --nproc-per-node 2 {args.output}")
+    print(_("wrote {path}; run it with: torchrun --nproc-per-node 2 {path}").format(path=args.output))
     return EXIT_OK
 
 
 def add_parser(subparsers) -> None:
     """Add the ``script`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
-        "script", help="write a standalone torchrun script for one primitive",
-        description="Write a standalone script (no collnb needed) that runs one primitive under torchrun: "
-                    "init_process_group from torchrun's environment, LOCAL_RANK's GPU with NCCL, the "
-                    "collective on the teaching input, every rank's before/after printed, "
-                    "destroy_process_group. Run it with: torchrun --nproc-per-node 2 FILE")
+        "script", help=_("write a standalone torchrun script for one primitive"),
+        description=_("Write a standalone script (no collnb needed) that runs one primitive under torchrun: "
+                      "init_process_group from torchrun's environment, LOCAL_RANK's GPU with NCCL, the "
+                      "collective on the teaching input, every rank's before/after printed, "
+                      "destroy_process_group. Run it with: torchrun --nproc-per-node 2 FILE"))
     p.add_argument("primitive", choices=SCRIPT_PRIMITIVES, metavar="PRIMITIVE",
-                   help="one of: " + ", ".join(SCRIPT_PRIMITIVES))
+                   help=_("one of: {names}").format(names=", ".join(SCRIPT_PRIMITIVES)))
     p.add_argument("--backend", default="gloo", choices=BACKENDS,
-                   help="gloo (CPU, default) or nccl (one GPU per rank, cuda:LOCAL_RANK)")
+                   help=_("gloo (CPU, default) or nccl (one GPU per rank, cuda:LOCAL_RANK)"))
     p.add_argument("--op", default=None, choices=REDUCE_OPS, metavar="OP",
-                   help=f"reduce op of {', '.join(REDUCING_PRIMITIVES)} (default sum): " + ", ".join(REDUCE_OPS))
+                   help=_("reduce op of {reducing} (default sum): {names}").format(
+                       reducing=", ".join(REDUCING_PRIMITIVES), names=", ".join(REDUCE_OPS)))
     p.add_argument("--root", type=int, default=0,
-                   help=f"src/dst rank of {', '.join(ROOTED_PRIMITIVES)} (default 0)")
-    p.add_argument("-o", "--output", required=True, metavar="FILE", help="the script to write (.py)")
+                   help=_("src/dst rank of {rooted} (default 0)").format(rooted=", ".join(ROOTED_PRIMITIVES)))
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help=_("the script to write (.py)"))
     p.set_defaults(func=_cmd_script)

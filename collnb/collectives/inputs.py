@@ -16,6 +16,7 @@ import numbers
 import numpy as np
 import torch
 
+from ..i18n import _
 from ..vocabulary import check_rank, check_world_size
 from .specs import PrimitiveSpec, get_spec
 
@@ -85,32 +86,34 @@ def check_inputs(inputs, spec: PrimitiveSpec, world_size: int, root: int) -> lis
     if inputs is None:
         return teaching_inputs(spec.name, world_size, root)
     if spec.kind == "time":
-        raise ValueError("barrier takes no inputs: it measures when each rank arrives and leaves")
+        raise ValueError(_("barrier takes no inputs: it measures when each rank arrives and leaves"))
     want = [spec.n_in(world_size, r, root) for r in range(world_size)]
-    shape_msg = (f"{spec.name} at world size {world_size} needs one list per rank with "
-                 f"{want} chunk values (rank r's list has want[r] values), or a callable f(rank, chunk)")
+    shape_msg = _("{primitive} at world size {world_size} needs one list per rank with {want} chunk values "
+                  "(rank r's list has want[r] values), or a callable f(rank, chunk)").format(
+                      primitive=spec.name, world_size=world_size, want=want)
     if callable(inputs):
         table = [[inputs(r, c) for c in range(want[r])] for r in range(world_size)]
     else:
         try:
             table = [list(row) for row in inputs]
         except TypeError:
-            raise TypeError(f"inputs must be a list of lists or a callable; got {type(inputs).__name__}. "
-                            f"{shape_msg}") from None
+            raise TypeError(_("inputs must be a list of lists or a callable; got {type}. {shape}").format(
+                type=type(inputs).__name__, shape=shape_msg)) from None
     if len(table) != world_size:
-        raise ValueError(f"inputs has {len(table)} rows; {shape_msg}")
+        raise ValueError(_("inputs has {n} rows; {shape}").format(n=len(table), shape=shape_msg))
     for r, row in enumerate(table):
         if want[r] == 0:
             table[r] = []
             continue
         if len(row) != want[r]:
-            raise ValueError(f"inputs[{r}] has {len(row)} values; {shape_msg}")
+            raise ValueError(_("inputs[{r}] has {n} values; {shape}").format(r=r, n=len(row), shape=shape_msg))
         if spec.kind == "tensor":
             for c, v in enumerate(row):
                 row[c] = v = _plain_number(v)
                 if not isinstance(v, (bool, int, float, complex)):
-                    raise ValueError(f"inputs[{r}] holds {v!r}; tensor primitives take numbers "
-                                     f"(Python or numpy ints, floats, complex numbers, bools)")
+                    raise ValueError(_("inputs[{r}] holds {value}; tensor primitives take numbers "
+                                       "(Python or numpy ints, floats, complex numbers, bools)").format(
+                                           r=r, value=repr(v)))
             table[r] = row
     return table
 
@@ -148,11 +151,15 @@ def check_input_values(table: list, dname: str) -> None:
     for r, row in enumerate(table):
         for v in row:
             if isinstance(v, complex) and not dt.is_complex:
-                raise ValueError(f"inputs[{r}] holds the complex number {v!r} but dtype {dname} is not complex; "
-                                 f"use complex64/complex128 or give real numbers")
+                raise ValueError(_("inputs[{r}] holds the complex number {value} but dtype {dtype} is not complex; "
+                                   "use complex64/complex128 or give real numbers").format(
+                                       r=r, value=repr(v), dtype=dname))
             if isinstance(v, float) and not (dt.is_floating_point or dt.is_complex):
-                raise ValueError(f"inputs hold floats but dtype {dname} is not floating point; give integers")
+                raise ValueError(_("inputs hold floats but dtype {dtype} is not floating point; give integers").format(
+                    dtype=dname))
             if isinstance(v, int) and not isinstance(v, bool) and not lo <= v <= hi:
-                raise ValueError(f"inputs[{r}] holds {v}, outside int64 ({lo}..{hi}): integer inputs are made "
-                                 f"as int64 and then cast to {dname}; give a smaller integer"
-                                 + (f", or a float such as {float(v):.3g}" if dt.is_floating_point else ""))
+                raise ValueError(_("inputs[{r}] holds {value}, outside int64 ({lo}..{hi}): integer inputs are made "
+                                   "as int64 and then cast to {dtype}; give a smaller integer").format(
+                                       r=r, value=v, lo=lo, hi=hi, dtype=dname)
+                                 + (_(", or a float such as {value}").format(value=f"{float(v):.3g}")
+                                    if dt.is_floating_point else ""))

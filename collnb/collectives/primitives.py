@@ -17,6 +17,7 @@ from typing import Sequence
 import torch
 
 from .. import ranks
+from ..i18n import N_, _
 from ..vocabulary import check_int, check_rank, dtype_name, op_hint, op_name
 from .inputs import check_input_values, check_inputs
 from .rank_calls import rank_cases
@@ -37,11 +38,12 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
     ranks run (see :mod:`.rank_calls`)."""
     spec = get_spec(primitive)
     check_rank(root, world_size, "root")
-    check_int("chunk_size", chunk_size, 1, MAX_CHUNK_SIZE, what="elements per chunk")
+    check_int("chunk_size", chunk_size, 1, MAX_CHUNK_SIZE, what=N_("elements per chunk"))
     opn = op_name(op)
     if not spec.reduces and opn != "sum":
-        raise ValueError(f"{primitive} does not combine values, so it takes no reduce op (got op={op!r}); "
-                         f"ops apply to {', '.join(REDUCING_PRIMITIVES)}")
+        raise ValueError(_("{primitive} does not combine values, so it takes no reduce op (got op={op}); "
+                           "ops apply to {reducing}").format(primitive=primitive, op=repr(op),
+                                                             reducing=", ".join(REDUCING_PRIMITIVES)))
     dname = dtype_name(dtype if dtype is not None else torch.float32)
     _check_inputs_type(inputs)
     table = check_inputs(inputs, spec, world_size, root)
@@ -52,18 +54,23 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
             if dname not in valid_d:
                 err = sup.error(primitive, dname, opn if spec.reduces else None)
                 raise ValueError(
-                    f"{backend} cannot run {primitive} on {dname} tensors (detected on real ranks, torch "
-                    f"{sup.torch_version}: {err}); dtypes {primitive} accepts on {backend}: {', '.join(valid_d)}")
+                    _("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks, torch "
+                      "{version}: {error}); dtypes {primitive} accepts on {backend}: {valid}").format(
+                          backend=backend, primitive=primitive, dtype=dname, version=sup.torch_version, error=err,
+                          valid=", ".join(valid_d)))
             valid_o = sup.ops(primitive, dname)
             raise ValueError(
-                f"{backend} cannot reduce {dname} with op {opn.upper()} in {primitive} (detected on real ranks, "
-                f"torch {sup.torch_version}: {sup.error(primitive, dname, opn)}).{op_hint(opn, dname)} "
-                f"Valid ops for {dname}: {', '.join(o.upper() for o in valid_o)}")
+                _("{backend} cannot reduce {dtype} with op {op} in {primitive} (detected on real ranks, "
+                  "torch {version}: {error}).{hint} Valid ops for {dtype}: {valid}").format(
+                      backend=backend, dtype=dname, op=opn.upper(), primitive=primitive, version=sup.torch_version,
+                      error=sup.error(primitive, dname, opn), hint=op_hint(opn, dname),
+                      valid=", ".join(o.upper() for o in valid_o)))
         check_input_values(table, dname)
     elif spec.kind == "object":
         sup = support_getter()
         if not sup.supports(primitive):
-            raise ValueError(f"{backend} cannot run {primitive} here (detected: {sup.error(primitive)})")
+            raise ValueError(_("{backend} cannot run {primitive} here (detected: {error})").format(
+                backend=backend, primitive=primitive, error=sup.error(primitive)))
     return dict(primitive=primitive, dtype=dname, op=opn, root=root, chunk_size=chunk_size,
                 inputs=table)
 
@@ -76,15 +83,17 @@ def _check_inputs_type(inputs) -> None:
     Raises:
         TypeError: any other type, or a row of those types, in the vocabulary's words.
     """
-    what = "inputs must be a list of lists or a callable"
-    how = "(one list of chunk values per rank, or f(rank, chunk) -> number)"
     if inputs is None or callable(inputs):
         return
     if isinstance(inputs, (str, bytes, dict, set, frozenset)) or not hasattr(inputs, "__iter__"):
-        raise TypeError(f"{what}; got {type(inputs).__name__} {inputs!r} {how}")
+        raise TypeError(_("inputs must be a list of lists or a callable; got {type} {value} (one list of chunk "
+                          "values per rank, or f(rank, chunk) -> number)").format(
+                              type=type(inputs).__name__, value=repr(inputs)))
     for r, row in enumerate(inputs):
         if isinstance(row, (str, bytes, dict, set, frozenset)) or not hasattr(row, "__iter__"):
-            raise TypeError(f"{what}; got inputs[{r}] = {row!r}, a {type(row).__name__} {how}")
+            raise TypeError(_("inputs must be a list of lists or a callable; got inputs[{r}] = {value}, a {type} "
+                              "(one list of chunk values per rank, or f(rank, chunk) -> number)").format(
+                                  r=r, value=repr(row), type=type(row).__name__))
 
 
 def _finish(case, world_size, backend, before, after, seconds) -> RunResult:
@@ -142,22 +151,24 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
         return support
 
     if not isinstance(configs, (list, tuple)):
-        raise TypeError(f"configs must be a list of dicts such as [{{'primitive': 'all_reduce', 'dtype': 'int8'}}] "
-                        f"(for one primitive, collnb.run({configs!r}) if it is a name); got the "
-                        f"{type(configs).__name__} {configs!r}")
+        raise TypeError(_("configs must be a list of dicts such as [{example}] (for one primitive, collnb.run({value}) "
+                          "if it is a name); got the {type} {value}").format(
+                              example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
+                              type=type(configs).__name__))
     cases = []
     for cfg in configs:
         if not isinstance(cfg, dict):
-            raise TypeError(f"run_batch takes a list of dicts such as {{'primitive': 'all_reduce', 'dtype': 'int8'}}; "
-                            f"got {cfg!r} in the list")
+            raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
+                example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
         cfg = dict(cfg)
         try:
             primitive = cfg.pop("primitive")
         except KeyError:
-            raise ValueError(f"each config needs a 'primitive' key; got {cfg!r}") from None
+            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(cfg))) from None
         unknown = set(cfg) - {"dtype", "op", "root", "chunk_size", "inputs"}
         if unknown:
-            raise TypeError(f"unknown config keys {sorted(unknown)}; use dtype, op, root, chunk_size, inputs")
+            raise TypeError(_("unknown config keys {keys}; use dtype, op, root, chunk_size, inputs").format(
+                keys=sorted(unknown)))
         cases.append(_prepare(primitive, world_size, cfg.get("dtype", torch.float32), cfg.get("op", "sum"),
                               cfg.get("root", 0), backend, cfg.get("chunk_size", 1), cfg.get("inputs"),
                               get_support))

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..i18n import _, ngettext
 from .display import render_figure, render_png
 from .expected import alternatives_fn, canon, chunk_mismatch, f64
 from .specs import SPECS, PrimitiveSpec
@@ -94,11 +95,11 @@ class RunResult:
         parts = [self.primitive + (f" ({self.op.upper()})" if self.op else "")]
         if self.root is not None:
             parts.append(f"{self.spec.root_name}={self.root}")
-        parts.append(f"world size {self.world_size}")
+        parts.append(_("world size {n}").format(n=self.world_size))
         if self.spec.kind == "tensor":
             parts.append(str(self.dtype).replace("torch.", ""))
         elif self.spec.kind == "object":
-            parts.append("Python objects")
+            parts.append(_("Python objects"))
         parts.append(self.backend)
         return " · ".join(parts)
 
@@ -133,18 +134,21 @@ class RunResult:
                 continue
             a64 = f64(canon(a)) if a.dtype != torch.bool else canon(a).to(torch.float64)
             if not bool(torch.isclose(a64, x.to(a64.dtype), rtol=0, atol=0, equal_nan=True).all()):
-                lines.append(f"[rank {r}] exact : {x.tolist()}  (float64 result of the same inputs: "
-                             f"{str(self.dtype).replace('torch.', '')} changed it)")
-        lines.append(("✓ every defined output matches the reference" if self.ok else
-                      f"✗ {self.n_mismatches()} chunk(s) differ from the reference"))
+                lines.append(f"[rank {r}] exact : {x.tolist()}  "
+                             + _("(float64 result of the same inputs: {dtype} changed it)").format(
+                                 dtype=str(self.dtype).replace("torch.", "")))
+        n = self.n_mismatches()
+        lines.append(_("✓ every defined output matches the reference") if self.ok else
+                     ngettext("✗ {n} chunk(s) differ from the reference",
+                              "✗ {n} chunk(s) differ from the reference", n).format(n=n))
         return "\n".join(lines)
 
     def _verdict(self, r) -> str:
         if not self.defined[r]:
-            who = f"{self.spec.root_name}={self.root}" if self.root is not None else "the root"
-            return f"(undefined: only {who}'s output is defined)"
+            who = f"{self.spec.root_name}={self.root}" if self.root is not None else _("the root")
+            return _("(undefined: only {who}'s output is defined)").format(who=who)
         if any(self.mismatch[r]):
-            return f"✗ expected {_as_list(self.expected[r], self)}"
+            return _("✗ expected {values}").format(values=_as_list(self.expected[r], self))
         return "✓"
 
     def __repr__(self):

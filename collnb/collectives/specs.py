@@ -23,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
+from ..i18n import N_
 from ..vocabulary import check_choice
 
 __all__ = ["PrimitiveSpec", "SPECS", "PRIMITIVES", "REDUCING_PRIMITIVES", "ROOTED_PRIMITIVES",
@@ -193,4 +194,4 @@ def get_spec(primitive) -> PrimitiveSpec:
         ValueError: an unknown name: ``"unknown primitive 'allreduce'; choose one of: broadcast, ..."``
             (:func:`collnb.vocabulary.check_choice`).
     """
-    return SPECS[check_choice("primitive", primitive, PRIMITIVES)]
+    return SPECS[check_choice(N_("primitive"), primitive, PRIMITIVES)]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from .. import ranks
+from ..i18n import _
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_backend, dtype_name, op_name
 from . import inputs, rank_calls, specs
 from .inputs import teaching_inputs
@@ -175,7 +176,8 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False, **launch_kw
     """
     info = ranks.backend_info(check_backend(backend))
     if not info["available"]:
-        raise RuntimeError(f"backend {backend!r} cannot run here: {info['reason']}")
+        raise RuntimeError(_("backend {backend} cannot run here: {reason}").format(backend=repr(backend),
+                                                                                  reason=info["reason"]))
     with _support_lock:
         if not refresh and backend in _support_cache:
             return _support_cache[backend]

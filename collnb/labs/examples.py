@@ -32,6 +32,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from ..i18n import N_, _
 from ..collectives import backend_support
 from ..ranks import launch
 
@@ -42,8 +43,8 @@ __all__ = ["EXAMPLE_FILES", "EXAMPLE_TITLES", "SCENARIOS", "Scenario", "run_exam
 EXAMPLE_FILES = ("collectives_gloo_script.txt", "collectives_teaching_page.txt")
 #: A short title per original example, printed above its scenarios.
 EXAMPLE_TITLES = {
-    "collectives_gloo_script.txt": "original example 1: 'PyTorch collective communication' script",
-    "collectives_teaching_page.txt": "original example 2: interactive teaching page, CPU examples",
+    "collectives_gloo_script.txt": N_("original example 1: 'PyTorch collective communication' script"),
+    "collectives_teaching_page.txt": N_("original example 2: interactive teaching page, CPU examples"),
 }
 
 
@@ -57,7 +58,8 @@ def example_text(name: str) -> str:
         FileNotFoundError: another name (the message lists the valid ones).
     """
     if name not in EXAMPLE_FILES + ("README.md",):
-        raise FileNotFoundError(f"no original example {name!r}; choose one of: {', '.join(EXAMPLE_FILES)}")
+        raise FileNotFoundError(_("no original example {name}; choose one of: {names}").format(
+            name=repr(name), names=", ".join(EXAMPLE_FILES)))
     return files("collnb").joinpath("data", "examples", name).read_text(encoding="utf-8")
 
 
@@ -266,15 +268,15 @@ def _rep_p_reduce_scatter(res, ws, native):
         want = [float(sum(s * 10 + r for s in range(ws)))] * 2
         lines.append((f"[rank {r}] reduce_scatter result: {d['emulated']}", d["emulated"] == want))
     if native["reduce_scatter"]:
-        lines.append((f"note: the teaching page emulates reduce_scatter with {ws} reduce calls because Gloo lacked "
-                      f"dist.reduce_scatter; torch {torch.__version__}'s Gloo has it (detected), so it ran "
-                      "natively too:", None))
+        lines.append((_("note: the teaching page emulates reduce_scatter with {n} reduce calls because Gloo lacked "
+                        "dist.reduce_scatter; torch {version}'s Gloo has it (detected), so it ran "
+                        "natively too:").format(n=ws, version=torch.__version__), None))
         for r, d in enumerate(res):
             want = [float(sum(s * 10 + r for s in range(ws)))] * 2
             lines.append((f"[rank {r}] dist.reduce_scatter result: {d['native']}", d["native"] == want))
     else:
-        lines.append((f"note: torch {torch.__version__}'s Gloo has no dist.reduce_scatter (detected); "
-                      "the emulation is needed", None))
+        lines.append((_("note: torch {version}'s Gloo has no dist.reduce_scatter (detected); "
+                        "the emulation is needed").format(version=torch.__version__), None))
     return lines
 
 
@@ -312,13 +314,15 @@ def _rep_p_all_to_all(res, ws, native):
         want = [[float(j * 10 + r)] * 2 for j in range(ws)]
         lines.append((f"[rank {r}] received: {d['received']}", d["received"] == want))
     if native["all_to_all"]:
-        lines.append((f"note: the teaching page uses all_to_all_single because Gloo lacked the list form; torch "
-                      f"{torch.__version__}'s Gloo has dist.all_to_all (detected), so it ran too:", None))
+        lines.append((_("note: the teaching page uses all_to_all_single because Gloo lacked the list form; torch "
+                        "{version}'s Gloo has dist.all_to_all (detected), so it ran too:").format(
+                            version=torch.__version__), None))
         for r, d in enumerate(res):
             want = [[float(j * 10 + r)] * 2 for j in range(ws)]
             lines.append((f"[rank {r}] dist.all_to_all received: {d['native']}", d["native"] == want))
     else:
-        lines.append((f"note: torch {torch.__version__}'s Gloo has no list-form dist.all_to_all (detected)", None))
+        lines.append((_("note: torch {version}'s Gloo has no list-form dist.all_to_all (detected)").format(
+            version=torch.__version__), None))
     return lines
 
 
@@ -368,7 +372,8 @@ def run_examples(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool
         per_rank = launch(_example_rank, ws, args=(idx, native), backend=backend, **launch_kwargs)
         for j, i in enumerate(idx):
             sc = SCENARIOS[i]
-            print_fn(f"== {EXAMPLE_TITLES[sc.example]} · {sc.name} · world size {ws} · {backend} ==")
+            print_fn(f"== {_(EXAMPLE_TITLES[sc.example])} · {sc.name} · "
+                     + _("world size {n}").format(n=ws) + f" · {backend} ==")
             for line, ok in sc.report([per_rank[r][j] for r in range(ws)], ws, native):
                 if ok is not None:
                     n_checked += 1
@@ -377,7 +382,8 @@ def run_examples(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool
                         all_ok = False
                 print_fn(f"{line}  {_mark(ok)}".rstrip())
             print_fn("")
-    print_fn(f"{'✓' if all_ok else '✗'} {n_checked - n_bad}/{n_checked} results of the original examples "
-             f"match the reference ({len(SCENARIOS)} scenarios from {len(EXAMPLE_FILES)} documents)")
+    print_fn(f"{'✓' if all_ok else '✗'} " + _("{good}/{checked} results of the original examples match the "
+                                              "reference ({scenarios} scenarios from {documents} documents)").format(
+        good=n_checked - n_bad, checked=n_checked, scenarios=len(SCENARIOS), documents=len(EXAMPLE_FILES)))
     return all_ok
 

@@ -57,6 +57,7 @@ from dataclasses import dataclass, field
 import torch
 import torch.distributed as dist
 
+from ..i18n import _
 from ..ranks import LaunchTimeout, RankError, divergence, flight_recorder_dump, launch, shutdown
 from ..views import MatrixPanel, matrix_image
 
@@ -157,7 +158,7 @@ class FaultRun:
         lines = [f"{'rank':>4} {'seq':>4}  {'operation':<12} {'input sizes':<12} {'output sizes':<12} state"]
         for r, seq, op, ins, outs, state in self.rows():
             lines.append(f"{r:>4} {seq:>4}  {op:<12} {str(ins):<12} {str(outs):<12} {state}")
-        lines += [f"{r:>4}    -  (no dump)" for r in self.missing]
+        lines += [f"{r:>4}    -  " + _("(no dump)") for r in self.missing]
         return "\n".join(lines)
 
     def blame(self) -> Blame:
@@ -172,9 +173,10 @@ class FaultRun:
             seqs = [e["collective_seq_id"] for es in self.entries.values() for e in es]
             last = max(seqs) if seqs else None
             return Blame(tuple(self.missing), last,
-                         f"rank(s) {self.missing} left no dump: still running outside a collective (or dead) "
-                         f"when the others failed" + (f" in collective {last}" if last is not None else ""))
-        return Blame((), None, "every rank issued the same collectives")
+                         _("rank(s) {ranks} left no dump: still running outside a collective (or dead) "
+                           "when the others failed").format(ranks=self.missing)
+                         + (_(" in collective {seq}").format(seq=last) if last is not None else ""))
+        return Blame((), None, _("every rank issued the same collectives"))
 
     def image(self, last: int = 6, show_blame: bool = True, title: str | None = None):
         """The table as a rank × sequence-number picture (:func:`collnb.views.matrix_image`): each
@@ -190,7 +192,7 @@ class FaultRun:
                 e = got.get(seq)
                 if e is None:
                     row_v.append(0.0)
-                    row_t.append("no dump" if r in self.missing else "—")
+                    row_t.append(_("no dump") if r in self.missing else "—")
                 else:
                     row_v.append(0.35)
                     row_t.append(f"{e['profiling_name'].split(':')[-1]} {e['input_sizes'][0] if e['input_sizes'] else ''}")
@@ -198,13 +200,13 @@ class FaultRun:
                     framed.add((r, c))
             values.append(row_v)
             texts.append(row_t)
-        note = ((f"blamed: rank {', '.join(map(str, blame.ranks))}"
-                 + (f", collective {blame.seq}" if blame.seq is not None else "")) if blame.ranks
-                else "nothing to blame") if show_blame else "compare each column's cells"
+        note = ((_("blamed: rank {ranks}").format(ranks=", ".join(map(str, blame.ranks)))
+                 + (_(", collective {seq}").format(seq=blame.seq) if blame.seq is not None else "")) if blame.ranks
+                else _("nothing to blame")) if show_blame else _("compare each column's cells")
         return matrix_image([MatrixPanel(title or f"Flight Recorder: {self.fault}", values, texts, framed)],
                             row_label="rank", column_label="collective_seq_id",
                             column_names=[str(s) for s in seqs], vmax=1.0,
-                            framed_note="collnb's blame, from these entries" if show_blame else "",
+                            framed_note=_("collnb's blame, from these entries") if show_blame else "",
                             note=note)
 
 
@@ -231,12 +233,14 @@ def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_t
         ValueError: an unknown fault, a world size other than 4 and 8, a culprit outside the ranks.
     """
     if fault not in FAULTS:
-        raise ValueError(f"fault must be one of {FAULTS}; got {fault!r}")
+        raise ValueError(_("fault must be one of {faults}; got {value}").format(faults=FAULTS, value=repr(fault)))
     if world_size not in (4, 8) or isinstance(world_size, bool):
-        raise ValueError(f"world_size must be 4 or 8 for the hang lab (fresh ranks of exactly that many: "
-                         f"the dumps then hold the default group, as a torchrun job's); got {world_size!r}")
+        raise ValueError(_("world_size must be 4 or 8 for the hang lab (fresh ranks of exactly that many: "
+                           "the dumps then hold the default group, as a torchrun job's); got {value}").format(
+                               value=repr(world_size)))
     if not isinstance(culprit, int) or not 0 <= culprit < world_size:
-        raise ValueError(f"culprit must be a rank 0..{world_size - 1}; got {culprit!r}")
+        raise ValueError(_("culprit must be a rank 0..{last}; got {value}").format(
+            last=world_size - 1, value=repr(culprit)))
     dump_dir = dump_dir or tempfile.mkdtemp(prefix=f"collnb-fr-{fault}-")
     os.makedirs(dump_dir, exist_ok=True)
     for name in os.listdir(dump_dir):
@@ -295,7 +299,7 @@ def fr_trace_verdict(dump_dir: str) -> str:
 
     folder = _rekeyed(dump_dir)
     if not os.listdir(folder):
-        return "(no dump files)"
+        return _("(no dump files)")
     logger = logging.getLogger("Flight Recorder")
     text = io.StringIO()
     capture = logging.StreamHandler(text)
@@ -313,4 +317,4 @@ def fr_trace_verdict(dump_dir: str) -> str:
     finally:
         logger.handlers = saved
     out = "\n".join(line.rstrip() for line in text.getvalue().strip().splitlines() if line.strip())
-    return out or "(no errors reported)"
+    return out or _("(no errors reported)")

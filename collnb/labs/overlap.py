@@ -38,6 +38,7 @@ import torch.distributed as dist
 from torch import nn
 
 from ..ranks import launch, region
+from ..i18n import _, ngettext
 from ..views import Binder, timeline_image
 
 __all__ = ["ddp_step", "recording_hook", "bucket_run", "overlap_both_ways", "BucketRun", "HONEST", "NAIVE",
@@ -146,7 +147,8 @@ def bucket_run(bucket_cap_mb: float, world_size: int = 2, **kwargs) -> BucketRun
         ValueError: ``bucket_cap_mb`` not a number > 0.
     """
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or not bucket_cap_mb > 0:
-        raise ValueError(f"bucket_cap_mb must be a number of MiB > 0 (DDP's default is 25); got {bucket_cap_mb!r}")
+        raise ValueError(_("bucket_cap_mb must be a number of MiB > 0 (DDP's default is 25); got {value}").format(
+            value=repr(bucket_cap_mb)))
     out = launch(ddp_step, world_size, (float(bucket_cap_mb),), kwargs, timeline=True, debug=False)
     return BucketRun(float(bucket_cap_mb), out.timeline, list(out))
 
@@ -163,9 +165,10 @@ def bucket_image(run: BucketRun, width: int = 1000):
     steps = [s for r in range(run.timeline.world_size) for s in run.timeline.regions(r) if s.name == "step"]
     start, end = min(s.start for s in steps) / 1e6, max(s.end for s in steps) / 1e6
     exposed = ", ".join(f"rank {r} {run.overlap(r)['exposed'] / 1e6:.0f} ms" for r in range(run.timeline.world_size))
+    title = ngettext("DDP, bucket_cap_mb={cap}: {n} bucket; exposed communication {exposed}",
+                     "DDP, bucket_cap_mb={cap}: {n} buckets; exposed communication {exposed}", run.n_buckets)
     return timeline_image(run.timeline, start_ms=start - 2, end_ms=end + 2, width=width,
-                          title=f"DDP, bucket_cap_mb={run.bucket_cap_mb:g}: {run.n_buckets} bucket"
-                                f"{'s' if run.n_buckets > 1 else ''}; exposed communication {exposed}")
+                          title=title.format(cap=f"{run.bucket_cap_mb:g}", n=run.n_buckets, exposed=exposed))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -184,13 +187,16 @@ def explore_buckets(bucket_cap_mb: float = 2.0, wait: bool = True) -> Binder:
         if p.bucket_cap_mb in BUCKET_CAPS:
             return p, []
         near = min(BUCKET_CAPS, key=lambda c: abs(c - p.bucket_cap_mb))
-        return BucketParams(near), [f"bucket_cap_mb={p.bucket_cap_mb:g} is not offered; {near:g} is the nearest"]
+        return BucketParams(near), [_("bucket_cap_mb={asked} is not offered; {near} is the nearest").format(
+            asked=f"{p.bucket_cap_mb:g}", near=f"{near:g}")]
 
     def draw(run, p):
-        rows = "; ".join(f"rank {r}: overlap {h['overlap_pct']:.0f} % (naive {n['overlap_pct']:.0f} %)"
+        rows = "; ".join(_("rank {rank}: overlap {honest} % (naive {naive} %)").format(
+            rank=r, honest=f"{h['overlap_pct']:.0f}", naive=f"{n['overlap_pct']:.0f}")
                          for r, h, n in overlap_both_ways(run))
-        fired = ", ".join(f"#{i} {numel * 4 / 2**20:.1f} MiB" for i, numel, _, _ in run.buckets[0])
-        return bucket_image(run).png, f"buckets in firing order: {fired}. HTA's overlap: {rows}"
+        fired = ", ".join(f"#{i} {numel * 4 / 2**20:.1f} MiB" for i, numel, _start, _end in run.buckets[0])
+        return bucket_image(run).png, _("buckets in firing order: {fired}. HTA's overlap: {rows}").format(
+            fired=fired, rows=rows)
 
     return Binder(BucketParams(float(bucket_cap_mb)), lambda p: {"bucket_cap_mb": list(BUCKET_CAPS)}, fix,
                   lambda p: bucket_run(p.bucket_cap_mb), draw, labels={"bucket_cap_mb": "bucket_cap_mb (MiB)"},

@@ -30,6 +30,7 @@ import textwrap
 import types
 
 from ..collectives import REDUCING_PRIMITIVES
+from ..i18n import _
 from ..ranks import iter_functions
 from ..vocabulary import check_backend, check_choice, check_int, op_name
 
@@ -291,8 +292,8 @@ def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: in
     check_backend(backend)
     op = op_name(op)
     if op != "sum" and primitive not in REDUCING_PRIMITIVES:
-        raise ValueError(f"{primitive} does not combine values, so it takes no op; ops apply to "
-                         f"{', '.join(REDUCING_PRIMITIVES)}")
+        raise ValueError(_("{primitive} does not combine values, so it takes no op; ops apply to {reducing}").format(
+            primitive=primitive, reducing=", ".join(REDUCING_PRIMITIVES)))
     check_int("root", root, 0, what="a rank, below the world size torchrun starts")
     body = _BODIES[primitive].format(root=root, OP=op.upper())
     head = _HEADER.format(title=f"{primitive} on every rank: each rank prints its buffer before and after.",
@@ -306,9 +307,11 @@ def _write(text, path):
     path = os.fspath(path)
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
-        raise ValueError(f"cannot write {path!r}: the folder {parent!r} does not exist; create it first")
+        raise ValueError(_("cannot write {path}: the folder {folder} does not exist; create it first").format(
+            path=repr(path), folder=repr(parent)))
     if os.path.isdir(path):
-        raise ValueError(f"{path!r} is a directory; give a file name such as {os.path.join(path, 'script.py')}")
+        raise ValueError(_("{path} is a directory; give a file name such as {example}").format(
+            path=repr(path), example=os.path.join(path, "script.py")))
     with open(path, "w") as fh:
         fh.write(text)
     os.chmod(path, 0o755)
@@ -333,8 +336,8 @@ def _source(fn) -> str:
     try:
         return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:
-        raise ValueError(f"the source of {getattr(fn, '__name__', fn)!r} cannot be found ({exc}); define it "
-                         f"with def in a notebook cell or a .py file") from None
+        raise ValueError(_("the source of {name} cannot be found ({error}); define it with def in a notebook cell "
+                           "or a .py file").format(name=repr(getattr(fn, "__name__", fn)), error=exc)) from None
 
 
 def _global_names(code) -> set:
@@ -425,13 +428,14 @@ def to_script(fn, path, backend: str = "gloo") -> str:
             whose value cannot be written as Python source (the message names it).
     """
     if not isinstance(fn, types.FunctionType):
-        raise TypeError(f"fn must be a function defined with def; got {type(fn).__name__}")
+        raise TypeError(_("fn must be a function defined with def; got {type}").format(type=type(fn).__name__))
     check_backend(backend)
     if fn.__name__ == "<lambda>":
-        raise ValueError("a lambda cannot be written as a script: define the function with def")
+        raise ValueError(_("a lambda cannot be written as a script: define the function with def"))
     if fn.__closure__:
-        raise ValueError(f"{fn.__name__} is a closure (it reads variables of an enclosing function: "
-                         f"{', '.join(fn.__code__.co_freevars)}); define it at the top level of a cell")
+        raise ValueError(_("{name} is a closure (it reads variables of an enclosing function: {names}); define it "
+                           "at the top level of a cell").format(name=fn.__name__,
+                                                                 names=", ".join(fn.__code__.co_freevars)))
     funcs = [f for f in iter_functions(fn) if f.__closure__ is None]
     defined = {f.__name__ for f in funcs}
     imports, constants, problems = [], [], []
@@ -461,8 +465,9 @@ def to_script(fn, path, backend: str = "gloo") -> str:
                 else:
                     problems.append(name)
     if problems:
-        raise ValueError(f"{fn.__name__} reads global(s) {', '.join(sorted(set(problems)))} whose value cannot be "
-                         f"written into a script; pass them as arguments or define them inside the function")
+        raise ValueError(_("{name} reads global(s) {names} whose value cannot be written into a script; pass them "
+                           "as arguments or define them inside the function").format(
+                               name=fn.__name__, names=", ".join(sorted(set(problems)))))
     sources = [_source(f) for f in reversed(funcs)]
     head = _HEADER.format(title=f"{fn.__name__}(rank, world_size) on every rank; each rank prints what it returns.",
                           how=f"collnb.to_script({fn.__name__}, ...)", name=os.path.basename(os.fspath(path)),

@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from ..i18n import N_, _
 from ..vocabulary import MAX_WORLD_SIZE, check_choice, check_int, dtype_name
 
 __all__ = ["Placement", "PARTIAL_OPS", "DTYPES", "parse_placement", "parse_placements", "parse_mesh",
@@ -109,11 +110,13 @@ def parse_placement(value, ndim: int | None = None) -> Placement:
     elif type(value).__module__.startswith("torch.distributed"):
         p = _parse_torch(value)
     else:
-        raise TypeError(f"a placement is a str ({_FORMS}) or a torch placement; got {value!r}")
+        raise TypeError(_("a placement is a str ({forms}) or a torch placement; got {value}").format(
+            forms=_FORMS, value=repr(value)))
     if p.kind == "shard" and ndim is not None:
         if not -ndim <= p.dim < ndim:
-            raise ValueError(f"{p.torch_repr} shards tensor dim {p.dim}, but the tensor has {ndim} dim(s) "
-                             f"(dims 0..{ndim - 1}); choose a dim below {ndim}")
+            raise ValueError(_("{placement} shards tensor dim {dim}, but the tensor has {ndim} dim(s) "
+                               "(dims 0..{last}); choose a dim below {ndim}").format(
+                                   placement=p.torch_repr, dim=p.dim, ndim=ndim, last=ndim - 1))
         if p.dim < 0:
             p = Placement("shard", p.dim + ndim)
     return p
@@ -128,9 +131,9 @@ def _parse_text(text: str) -> Placement:
     m = _PARTIAL.match(text)
     if m:
         op = (m.group(1) or "sum").lower()
-        check_choice("reduce op of a Partial placement", op, PARTIAL_OPS)
+        check_choice(N_("reduce op of a Partial placement"), op, PARTIAL_OPS)
         return Placement("partial", op=op)
-    raise ValueError(f"unknown placement {text!r}; write one of: {_FORMS}")
+    raise ValueError(_("unknown placement {value}; write one of: {forms}").format(value=repr(text), forms=_FORMS))
 
 
 def _parse_torch(obj) -> Placement:
@@ -141,9 +144,9 @@ def _parse_torch(obj) -> Placement:
         return Placement("replicate")
     if name == "Partial":
         op = str(obj.reduce_op)
-        check_choice("reduce op of a Partial placement", op, PARTIAL_OPS)
+        check_choice(N_("reduce op of a Partial placement"), op, PARTIAL_OPS)
         return Placement("partial", op=op)
-    raise ValueError(f"collnb shows Shard, Replicate and Partial placements; got {obj!r}")
+    raise ValueError(_("collnb shows Shard, Replicate and Partial placements; got {value}").format(value=repr(obj)))
 
 
 def _split(text: str) -> list:
@@ -193,19 +196,21 @@ def parse_placements(value, mesh_ndim: int, ndim: int | None = None, *, name: st
     else:
         items = [value]
     if len(items) != mesh_ndim:
-        raise ValueError(f"{name} needs one placement per mesh dimension ({mesh_ndim}); got {len(items)}: "
-                         f"{value!r}. Example for a {mesh_ndim}-D mesh: "
-                         f"{', '.join(['S(0)'] + ['R'] * (mesh_ndim - 1))}")
+        raise ValueError(_("{name} needs one placement per mesh dimension ({ndim}); got {n}: {value}. Example for "
+                           "a {ndim}-D mesh: {example}").format(
+                               name=name, ndim=mesh_ndim, n=len(items), value=repr(value),
+                               example=", ".join(["S(0)"] + ["R"] * (mesh_ndim - 1))))
     out = []
     for i, item in enumerate(items):
         try:
             out.append(parse_placement(item, ndim))
         except (TypeError, ValueError) as exc:
-            raise type(exc)(f"{name}, mesh dim {i}: {exc}") from None
+            raise type(exc)(_("{name}, mesh dim {i}: {error}").format(name=name, i=i, error=exc)) from None
     ops = {p.op for p in out if p.kind == "partial"}
     if len(ops) > 1:
-        raise ValueError(f"{name} mixes Partial reduce ops ({', '.join(sorted(ops))}); torch refuses mixed Partial "
-                         "types in one DTensor (assert_no_mixed_partial_types): use one op")
+        raise ValueError(_("{name} mixes Partial reduce ops ({ops}); torch refuses mixed Partial "
+                           "types in one DTensor (assert_no_mixed_partial_types): use one op").format(
+                               name=name, ops=", ".join(sorted(ops))))
     return tuple(out)
 
 
@@ -233,21 +238,22 @@ def parse_mesh(value) -> tuple:
         try:
             shape = tuple(int(p) for p in parts)
         except ValueError:
-            raise ValueError(f"a mesh is written as sizes joined by x, e.g. 2x2 or 8; got {value!r}") from None
+            raise ValueError(_("a mesh is written as sizes joined by x, e.g. 2x2 or 8; got {value}").format(
+                value=repr(value))) from None
     elif isinstance(value, int) and not isinstance(value, bool):
         shape = (value,)
     elif isinstance(value, (tuple, list)):
         shape = tuple(value)
     else:
-        raise TypeError(f"mesh must be a shape such as (2, 2), 4 or '2x2'; got {value!r}")
+        raise TypeError(_("mesh must be a shape such as (2, 2), 4 or '2x2'; got {value}").format(value=repr(value)))
     if not 1 <= len(shape) <= 3:
-        raise ValueError(f"mesh must have 1 to 3 dimensions; got {value!r}")
+        raise ValueError(_("mesh must have 1 to 3 dimensions; got {value}").format(value=repr(value)))
     for s in shape:
-        check_int("each mesh size", s, 2, MAX_WORLD_SIZE)
+        check_int(N_("each mesh size"), s, 2, MAX_WORLD_SIZE)
     n = math.prod(shape)
     if n > MAX_WORLD_SIZE:
-        raise ValueError(f"mesh {mesh_text(shape)} needs {n} ranks; collnb starts at most {MAX_WORLD_SIZE} "
-                         "on one machine: choose a smaller mesh")
+        raise ValueError(_("mesh {mesh} needs {n} ranks; collnb starts at most {most} on one machine: choose a "
+                           "smaller mesh").format(mesh=mesh_text(shape), n=n, most=MAX_WORLD_SIZE))
     return tuple(int(s) for s in shape)
 
 
@@ -266,19 +272,21 @@ def check_shape(shape, dtype="float32") -> tuple:
     if isinstance(shape, str):
         shape = tuple(int(p) for p in re.split(r"[x×,\s]+", shape.strip().strip("()")) if p)
     if not isinstance(shape, (tuple, list)) or not 1 <= len(shape) <= 2:
-        raise ValueError(f"shape must be 1 or 2 sizes, e.g. (4, 6); got {shape!r}")
+        raise ValueError(_("shape must be 1 or 2 sizes, e.g. (4, 6); got {value}").format(value=repr(shape)))
     for s in shape:
-        check_int("each size of shape", s, 1, MAX_NUMEL)
+        check_int(N_("each size of shape"), s, 1, MAX_NUMEL)
     shape = tuple(int(s) for s in shape)
     if math.prod(shape) > MAX_NUMEL:
-        raise ValueError(f"shape {shape} has {math.prod(shape)} elements; at most {MAX_NUMEL} (a few MB per rank)")
+        raise ValueError(_("shape {shape} has {n} elements; at most {most} (a few MB per rank)").format(
+            shape=shape, n=math.prod(shape), most=MAX_NUMEL))
     name = dtype_name(dtype)
-    check_choice("dtype of the teaching tensor", name, DTYPES)
+    check_choice(N_("dtype of the teaching tensor"), name, DTYPES)
     from .reference import exact_limit, largest_value  # noqa: PLC0415 - one module, no cycle at import
     top, limit = largest_value(shape), exact_limit(name)
     if top > limit:
-        raise ValueError(f"the teaching values of shape {shape} go up to {top}, which {name} cannot hold exactly "
-                         f"(its largest exact integer is {limit}); choose a smaller shape or a wider dtype")
+        raise ValueError(_("the teaching values of shape {shape} go up to {top}, which {dtype} cannot hold exactly "
+                           "(its largest exact integer is {limit}); choose a smaller shape or a wider dtype").format(
+                               shape=shape, top=top, dtype=name, limit=limit))
     return shape, name
 
 

@@ -27,6 +27,7 @@ import math
 
 import numpy as np
 
+from ..i18n import _
 
 __all__ = ["teaching_values", "largest_value", "exact_limit", "coordinates", "local_bounds", "contributions",
            "expected_local", "refusal", "owners", "partial_dims"]
@@ -170,6 +171,7 @@ def check_values_fit(shape, mesh: tuple, src, dtype: str) -> None:
     c = contributions(teaching_values(shape), k, op)
     top = float(np.abs(c).max()) * (k if op in ("avg", "sum") else 1)
     if top > exact_limit(dtype):
-        raise ValueError(f"Partial({op!r}) over {k} ranks of shape {tuple(shape)} needs values up to {int(top)}, which "
-                         f"{dtype} cannot hold exactly (largest exact integer {exact_limit(dtype)}); "
-                         "use float32 or a smaller shape")
+        raise ValueError(_("Partial({op}) over {k} ranks of shape {shape} needs values up to {top}, which {dtype} "
+                           "cannot hold exactly (largest exact integer {limit}); use float32 or a smaller shape").format(
+                               op=repr(op), k=k, shape=tuple(shape), top=int(top), dtype=dtype,
+                               limit=exact_limit(dtype)))

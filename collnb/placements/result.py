@@ -13,6 +13,7 @@ from typing import Callable
 
 import numpy as np
 
+from ..i18n import _
 from .parsing import mesh_text, placements_text
 
 __all__ = ["LocalShard", "RedistributeResult", "register_display"]
@@ -136,26 +137,27 @@ class RedistributeResult:
     def verdict(self) -> str:
         """One line: ✓/✗ and what was compared."""
         if self.refused and self.ok:
-            return "✓ torch refused, as the reference says it must"
+            return _("✓ torch refused, as the reference says it must")
         if self.ok:
-            return "✓ every local shard equals the hand-sliced reference"
+            return _("✓ every local shard equals the hand-sliced reference")
         if self.refused or self.expected_refusal:
-            return "✗ torch " + ("refused a change the reference allows" if self.refused else
-                                 "did not refuse a change the reference says it must refuse")
-        return "✗ a local shard differs from the hand-sliced reference"
+            return (_("✗ torch refused a change the reference allows") if self.refused else
+                    _("✗ torch did not refuse a change the reference says it must refuse"))
+        return _("✗ a local shard differs from the hand-sliced reference")
 
     @property
     def title(self) -> str:
-        return (f"redistribute {tuple(self.shape)} {self.dtype} on a {mesh_text(self.mesh)} mesh: "
-                f"{placements_text(self.src)} → {placements_text(self.dst)}")
+        return _("redistribute {shape} {dtype} on a {mesh} mesh: {src} → {dst}").format(
+            shape=tuple(self.shape), dtype=self.dtype, mesh=mesh_text(self.mesh), src=placements_text(self.src),
+            dst=placements_text(self.dst))
 
     def summary(self) -> str:
         """Each rank's local shapes before → after with ✓/✗ (without the drawing layer's steps)."""
         lines = [self.title]
         if self.refused:
-            lines.append(f"torch refused: {self.refused}")
+            lines.append(_("torch refused: {message}").format(message=self.refused))
         for s in self.shards:
-            after = "refused" if s.after is None else str(tuple(s.after.shape))
+            after = _("refused") if s.after is None else str(tuple(s.after.shape))
             mark = "✓" if s.before_ok and s.after_ok else "✗"
             lines.append(f"  rank {s.rank} {s.coord}: {tuple(s.before.shape)} → {after} {mark}")
         lines.append(self.verdict)

@@ -13,6 +13,7 @@ import math
 import time
 
 from .. import ranks
+from ..i18n import N_, _
 from ..vocabulary import check_backend, check_int, op_hint
 from .parsing import check_shape, parse_mesh, parse_placements
 from .rank_side import import_dtensor, redistribute_on_rank
@@ -47,10 +48,11 @@ def check_request(shape, mesh, src, dst, dtype="float32", backend="gloo", repeat
         if p.kind == "partial":
             hint = op_hint(p.op, dtype)
             if p.op == "avg" and hint:
-                raise ValueError(f"src {p.torch_repr} on {dtype}:{hint} Choose a floating-point dtype or another op")
+                raise ValueError(_("src {placement} on {dtype}:{hint} Choose a floating-point dtype or another op").format(
+                    placement=p.torch_repr, dtype=dtype, hint=hint))
     check_values_fit(shape, mesh, src, dtype)
     check_backend(backend)
-    check_int("repeats", repeats, 0, 100, what="timed calls after the recorded one (0: time the recorded one)")
+    check_int("repeats", repeats, 0, 100, what=N_("timed calls after the recorded one (0: time the recorded one)"))
     ranks.check_ranks(math.prod(mesh), backend)
     return Request(shape=shape, dtype=dtype, mesh=mesh, src=src, dst=dst, backend=backend, repeats=int(repeats),
                    refusal=refusal(src, dst))

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...i18n import _
 from ...vocabulary import check_choice
 from .model import CostModel, predict
 
@@ -160,10 +161,11 @@ class Fit:
         primitive = primitive or self.primitive
         algorithm = algorithm or self.algorithm
         if primitive is None or algorithm is None:
-            raise ValueError("this fit mixed several primitives/algorithms: name the one to predict")
+            raise ValueError(_("this fit mixed several primitives/algorithms: name the one to predict"))
         if world_size is None:
             if len(self.world_sizes) != 1:
-                raise ValueError(f"the fit covers world sizes {list(self.world_sizes)}: pass world_size")
+                raise ValueError(_("the fit covers world sizes {sizes}: pass world_size").format(
+                    sizes=list(self.world_sizes)))
             world_size = self.world_sizes[0]
         A, B, G = coefficients(primitive, algorithm, world_size, nbytes)
         m = self.model
@@ -221,9 +223,10 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
            and (ws_keep is None or int(r["world_size"]) in ws_keep) and float(r["nbytes"]) >= min_bytes
            and float(r["time_s"]) > 0]
     if not use:
-        raise ValueError(f"no measured rows with ok=True for primitive={primitive!r}, algorithm={algorithm!r}, "
-                         f"world_size={world_size!r}; primitives in the rows: "
-                         f"{sorted({str(r['primitive']) for r in allrows})}")
+        raise ValueError(_("no measured rows with ok=True for primitive={primitive}, algorithm={algorithm}, "
+                           "world_size={world_size}; primitives in the rows: {found}").format(
+                               primitive=repr(primitive), algorithm=repr(algorithm), world_size=repr(world_size),
+                               found=sorted({str(r["primitive"]) for r in allrows})))
     C = np.array([coefficients(r["primitive"], r["algorithm"], int(r["world_size"]), float(r["nbytes"]))
                   for r in use], dtype=np.float64)
     t = np.array([float(r["time_s"]) for r in use], dtype=np.float64)
@@ -236,7 +239,7 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
             fit_gamma = True
         elif isinstance(gamma, (int, float)) and not isinstance(gamma, bool):
             if gamma < 0:
-                raise ValueError(f"gamma must be >= 0 s/byte; got {gamma}")
+                raise ValueError(_("gamma must be >= 0 s/byte; got {value}").format(value=gamma))
             g_value, gamma_from = float(gamma), "given"
         elif gamma is None:
             lr = [r for r in allrows if r["primitive"] == "local_reduce" and bool(r["ok"]) and float(r["time_s"]) > 0]
@@ -250,10 +253,11 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
                 Wn = W / np.maximum(np.abs(W).max(axis=0), 1e-300)
                 fit_gamma = np.linalg.matrix_rank(Wn, tol=1e-9) == 3
         else:
-            raise ValueError(f"gamma must be None, 'fit' or seconds per byte; got {gamma!r}")
+            raise ValueError(_("gamma must be None, 'fit' or seconds per byte; got {value}").format(value=repr(gamma)))
     cols = [0, 1, 2] if fit_gamma else [0, 1]
     if len(use) < len(cols):
-        raise ValueError(f"{len(use)} row(s) cannot determine {len(cols)} parameters; measure more sizes")
+        raise ValueError(_("{rows} row(s) cannot determine {n} parameters; measure more sizes").format(
+            rows=len(use), n=len(cols)))
     resid_t = t - g_value * C[:, 2]
     X = C[:, cols] / t[:, None]
     y = resid_t / t

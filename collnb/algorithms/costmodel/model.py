@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...i18n import _
 from ...vocabulary import check_choice, check_int
 from ..schedules import check_algorithm, schedule
 
@@ -158,7 +159,7 @@ def _rounds_of(obj, nbytes=None):
     if hasattr(obj, "chunk_bounds"):  # a Trace
         return obj.world_size, [[(t.src, t.dst, t.nbytes, t.reduce) for t in r.transfers] for r in obj.rounds]
     if nbytes is None:
-        raise ValueError("a schedule has no sizes: pass nbytes (bytes of one rank's buffer)")
+        raise ValueError(_("a schedule has no sizes: pass nbytes (bytes of one rank's buffer)"))
     C = obj.n_chunks
     per = float(nbytes) / C
     return obj.world_size, [[(t.src, t.dst, per * len(t.chunks), t.reduce) for t in r.transfers] for r in obj.rounds]
@@ -277,7 +278,7 @@ def predict(primitive: str, algorithm: str, world_size: int, nbytes: float, mode
         ValueError: unknown primitive/algorithm (valid ones listed), bad sizes.
     """
     if nbytes < 0:
-        raise ValueError(f"nbytes must be >= 0; got {nbytes}")
+        raise ValueError(_("nbytes must be >= 0; got {value}").format(value=nbytes))
     model = model or DEFAULT_MODEL
     sched = schedule(primitive, algorithm, world_size, root, segments if primitive == "broadcast" else None)
     ws, rounds = _rounds_of(sched, nbytes)
@@ -325,7 +326,7 @@ def algbw(nbytes: float, seconds: float) -> float:
         ValueError: ``seconds <= 0``.
     """
     if seconds <= 0:
-        raise ValueError(f"seconds must be > 0; got {seconds}")
+        raise ValueError(_("seconds must be > 0; got {value}").format(value=seconds))
     return nbytes / seconds / 1e9
 
 

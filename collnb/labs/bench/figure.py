@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import textwrap
 
 from ...algorithms import BUILTIN_FORM, DEFAULT_MODEL, algbw, busbw_factor, crossovers, fit_each, predict
-from ...units import format_bytes, format_rate, format_seconds
+from ...i18n import N_, _
+from ...units import display_width, format_bytes, format_rate, format_seconds, pad
 from .rows import as_rows
 from .inputs import PRIMITIVES
 
@@ -29,9 +32,9 @@ MIN_TEXT_PX = 10.0
 #: A fit whose relative RMS error exceeds this is flagged.
 POOR_FIT = 0.25
 #: How to get a cleaner measurement (said under every flag).
-CLEANER = ("For a cleaner measurement: let the machine go quiet (close other programs, wait for other "
-           "jobs), use no more ranks than cores, and time more iterations, e.g. "
-           "python -m collnb bench all_reduce -n 2 --sizes 4K:16M --iters 50.")
+CLEANER = N_("For a cleaner measurement: let the machine go quiet (close other programs, wait for other "
+             "jobs), use no more ranks than cores, and time more iterations, e.g. "
+             "python -m collnb bench all_reduce -n 2 --sizes 4K:16M --iters 50.")
 
 
 def _refs_at(rows, name):
@@ -51,28 +54,59 @@ def measurement_flags(rows, fits=None, *, primitive: str | None = None) -> list:
             if mem[n]["busbw_GBps"] < tcp[n]["busbw_GBps"]]
     if slow:
         n, m, t = min(slow, key=lambda x: x[1] / x[2])
-        flags.append(("memcpy<tcp", f"memcpy measured {format_rate(m * 1e9)} at {format_bytes(n)}, below one TCP "
-                      f"stream ({format_rate(t * 1e9)}){f' (and at {len(slow) - 1} more size(s))' if len(slow) > 1 else ''}: "
-                      f"a copy through the kernel's sockets cannot beat a plain copy in memory, so the machine "
-                      f"was busy while memcpy was timed."))
+        more = _(" (and at {n} more size(s))").format(n=len(slow) - 1) if len(slow) > 1 else ""
+        flags.append(("memcpy<tcp", _("memcpy measured {memcpy} at {size}, below one TCP stream ({tcp}){more}: "
+                                      "a copy through the kernel's sockets cannot beat a plain copy in memory, so "
+                                      "the machine was busy while memcpy was timed.").format(
+                                          memcpy=format_rate(m * 1e9), size=format_bytes(n), tcp=format_rate(t * 1e9),
+                                          more=more)))
     coll = [r for r in rows if r["primitive"] in PRIMITIVES and (primitive is None or r["primitive"] == primitive)]
     over = [r for r in coll if r["nbytes"] in mem and r["busbw_GBps"] > mem[r["nbytes"]]["busbw_GBps"]]
     if over:
         r = max(over, key=lambda r: r["busbw_GBps"] / mem[r["nbytes"]]["busbw_GBps"])
-        flags.append(("busbw>memcpy", f"{r['primitive']}/{r['algorithm']} at world size {r['world_size']}, "
-                      f"{format_bytes(r['nbytes'])}: busbw {format_rate(r['busbw_GBps'] * 1e9)} is above memcpy "
-                      f"({format_rate(mem[r['nbytes']]['busbw_GBps'] * 1e9)}) measured beside it"
-                      f"{f' ({len(over) - 1} more point(s) too)' if len(over) > 1 else ''}: every byte a rank "
-                      f"sends is copied at least once by a core, so one of the two was timed while the machine "
-                      f"was busy."))
+        more = _(" ({n} more point(s) too)").format(n=len(over) - 1) if len(over) > 1 else ""
+        flags.append(("busbw>memcpy", _("{primitive}/{algorithm} at world size {world_size}, {size}: busbw {busbw} "
+                                        "is above memcpy ({memcpy}) measured beside it{more}: every byte a rank "
+                                        "sends is copied at least once by a core, so one of the two was timed while "
+                                        "the machine was busy.").format(
+                                            primitive=r["primitive"], algorithm=r["algorithm"],
+                                            world_size=r["world_size"], size=format_bytes(r["nbytes"]),
+                                            busbw=format_rate(r["busbw_GBps"] * 1e9),
+                                            memcpy=format_rate(mem[r["nbytes"]]["busbw_GBps"] * 1e9), more=more)))
     if fits is None:
         fits = fit_each(rows)
     for (p, a), f in sorted(fits.items()):
         if (primitive is None or p == primitive) and f.rel_rms > POOR_FIT:
-            flags.append(("poor fit", f"the α-β fit of {p}/{a} misses its {f.n} points by {f.rel_rms * 100:.0f} % "
-                          f"(relative RMS): the times scatter more than two numbers explain, so its α, β and "
-                          f"predictions are rough."))
+            flags.append(("poor fit", _("the α-β fit of {primitive}/{algorithm} misses its {n} points by {percent} % "
+                                        "(relative RMS): the times scatter more than two numbers explain, so its α, "
+                                        "β and predictions are rough.").format(
+                                            primitive=p, algorithm=a, n=f.n, percent=f"{f.rel_rms * 100:.0f}")))
     return flags
+
+
+#: Chinese punctuation that may not begin a line (it closes what came before it).
+_NO_LINE_START = frozenset("，。；：）、！？”’》」")
+
+
+def _wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
+    """``textwrap.wrap`` by display columns: English text exactly as ``textwrap.wrap`` wraps it;
+    text with wide (CJK) characters broken between any two of them, and between words, so that no
+    line takes more than ``width`` columns (a CJK character is about twice a Latin one's width), but
+    for a closing punctuation mark (:data:`_NO_LINE_START`), which stays at the end of its line."""
+    if display_width(text) == len(text):
+        return textwrap.wrap(text, width, subsequent_indent=subsequent_indent)
+    lines: list[str] = []
+    line = ""
+    for token in re.findall(r"[^\s\u2E80-\uFFEF]+|\s+|.", text):
+        # a line never starts with closing punctuation (，。；：）、): it stays at the end of the line before
+        if display_width(line) + display_width(token) > width and line.strip() and token not in _NO_LINE_START:
+            lines.append(line.rstrip())
+            line = subsequent_indent
+            token = token.lstrip()
+        line += token
+    if line.strip():
+        lines.append(line.rstrip())
+    return lines
 
 
 def _tick(v, _pos=None) -> str:
@@ -83,8 +117,11 @@ def _tick(v, _pos=None) -> str:
 def format_table(rows) -> str:
     """The rows as nccl-tests-like text: size, algorithm, time (us), algbw, busbw, ✓/✗."""
     rows = as_rows(rows)
-    lines = [f"{'primitive':>14} {'algorithm':>18} {'ws':>3} {'dtype':>8} {'size':>10} {'time us':>11} "
-             f"{'min us':>10} {'max us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10}  ok"]
+    # the words translated (right-aligned by display width: a CJK character takes two columns); nccl-tests'
+    # own column names (size, time, algbw, busbw) stay as nccl-tests prints them
+    words = pad(_("primitive"), 14, ">") + " " + pad(_("algorithm"), 18, ">")
+    lines = [f"{words} {'ws':>3} {'dtype':>8} {'size':>10} "
+             f"{'time us':>11} {'min us':>10} {'max us':>10} {'algbw GB/s':>10} {'busbw GB/s':>10}  ok"]
     for r in rows:
         lines.append(f"{r['primitive']:>14} {r['algorithm']:>18} {r['world_size']:>3} {r['dtype']:>8} "
                      f"{format_bytes(r['nbytes']):>10} {r['time_s'] * 1e6:>11.1f} {r['time_min_s'] * 1e6:>10.1f} "
@@ -130,11 +167,11 @@ def _plot(rows, fits, *, primitive, world_sizes, naive, dpi):
     rows = as_rows(rows)
     coll = [r for r in rows if r["primitive"] in PRIMITIVES]
     if not coll:
-        raise ValueError("no collective rows to plot (only references?); measure with bench() first")
+        raise ValueError(_("no collective rows to plot (only references?); measure with bench() first"))
     primitive = primitive or coll[0]["primitive"]
     coll = [r for r in coll if r["primitive"] == primitive]
     if not coll:
-        raise ValueError(f"no rows for {primitive!r}")
+        raise ValueError(_("no rows for {primitive}").format(primitive=repr(primitive)))
     refs = [r for r in rows if r["primitive"] in ("memcpy", "tcp_loopback")]
     if fits is None:
         fits = fit_each(rows)
@@ -166,16 +203,18 @@ def _plot(rows, fits, *, primitive, world_sizes, naive, dpi):
             t = [r["time_s"] for r in pts]
             err = [[r["time_s"] - r["time_min_s"] for r in pts], [r["time_max_s"] - r["time_s"] for r in pts]]
             bad = [r for r in pts if not r["ok"]]
-            ax_t.errorbar(x, t, yerr=err, fmt="o", ms=4, color=c, capsize=2, label=f"{alg} measured")
-            ax_b.plot(x, [r["busbw_GBps"] for r in pts], "o-", ms=4, color=c, label=f"{alg} measured")
+            measured = _("{algorithm} measured").format(algorithm=alg)
+            ax_t.errorbar(x, t, yerr=err, fmt="o", ms=4, color=c, capsize=2, label=measured)
+            ax_b.plot(x, [r["busbw_GBps"] for r in pts], "o-", ms=4, color=c, label=measured)
             for r in bad:
                 ax_t.plot([r["nbytes"]], [r["time_s"]], "x", color="black", ms=10)
             f = fits.get((primitive, alg))
             if f is not None:
                 ft = [f.predict(world_size=ws, nbytes=n) for n in grid]
-                inv_beta = format_rate(1 / f.model.beta) if f.model.beta > 0 else "∞ (β fitted as 0)"
+                inv_beta = format_rate(1 / f.model.beta) if f.model.beta > 0 else _("∞ (β fitted as 0)")
                 ax_t.plot(grid, ft, "--", color=c, lw=1.3,
-                          label=f"{alg} fit: α={format_seconds(f.model.alpha)}, 1/β={inv_beta}")
+                          label=_("{algorithm} fit: α={alpha}, 1/β={inv_beta}").format(
+                              algorithm=alg, alpha=format_seconds(f.model.alpha), inv_beta=inv_beta))
                 ax_b.plot(grid, [algbw(n, s) * busbw_factor(primitive, ws) for n, s in zip(grid, ft)], "--",
                           color=c, lw=1.1)
         # the naive model for the built-in's form
@@ -183,33 +222,38 @@ def _plot(rows, fits, *, primitive, world_sizes, naive, dpi):
         if form:
             nt = [predict(primitive, form, ws, n, naive).seconds for n in grid]
             ax_t.plot(grid, nt, ":", color="#777777", lw=1.5,
-                      label=f"naive model ({form} form, α={format_seconds(naive.alpha)}, "
-                            f"1/β={format_rate(1 / naive.beta)})")
+                      label=_("naive model ({form} form, α={alpha}, 1/β={inv_beta})").format(
+                          form=form, alpha=format_seconds(naive.alpha), inv_beta=format_rate(1 / naive.beta)))
         # crossovers of the fitted models inside the measured range, labels stacked up from the bottom
         fitted = [(a, fits[(primitive, a)]) for a in algs if (primitive, a) in fits]
         k = 0
         for (a1, f1), (a2, f2) in ((p, q) for j, p in enumerate(fitted) for q in fitted[j + 1:]):
             for xc in crossovers(f1, f2, ws, xs_all[0], xs_all[-1]):
                 ax_t.axvline(xc, color="#999999", lw=0.8, ls="-.")
-                ax_t.text(xc, 0.03 + 0.08 * k, f" {a1} = {a2} at {format_bytes(xc)}", fontsize=pt, color="#555555",
+                ax_t.text(xc, 0.03 + 0.08 * k, " " + _("{first} = {second} at {size}").format(
+                    first=a1, second=a2, size=format_bytes(xc)), fontsize=pt, color="#555555",
                           va="bottom", transform=ax_t.get_xaxis_transform())
                 k += 1
         for name, style in (("memcpy", "-"), ("tcp_loopback", "--")):
             rr = sorted((r for r in refs if r["primitive"] == name), key=lambda r: r["nbytes"])
             if rr:
+                label = {"memcpy": N_("memcpy (one core)"), "tcp_loopback": N_("one TCP stream (loopback)")}[name]
                 ax_b.plot([r["nbytes"] for r in rr], [r["busbw_GBps"] for r in rr], style, color="#333333", lw=1,
-                          label={"memcpy": "memcpy (one core)", "tcp_loopback": "one TCP stream (loopback)"}[name])
+                          label=_(label))
         for ax in (ax_t, ax_b):
             ax.set_xscale("log", base=2)
             ax.set_yscale("log")
             ax.xaxis.set_major_formatter(FuncFormatter(_tick))
-        over = f"{ws} ranks on {cpus} cores" + (" (oversubscribed)" if cpus and ws > cpus else "")
-        ax_t.set_title(f"{primitive}, world size {ws}: time ({over})", fontsize=max(10, pt))
-        ax_b.set_title(f"{primitive}, world size {ws}: busbw (nccl-tests)", fontsize=max(10, pt))
-        ax_t.set_xlabel("bytes per rank")
-        ax_b.set_xlabel("bytes per rank")
-        ax_t.set_ylabel("seconds (median of slowest rank; bars min-max)")
-        ax_b.set_ylabel("GB/s (log scale)")
+        over = (_("{ranks} ranks on {cpus} cores").format(ranks=ws, cpus=cpus)
+                + (_(" (oversubscribed)") if cpus and ws > cpus else ""))
+        ax_t.set_title(_("{primitive}, world size {world_size}: time ({over})").format(
+            primitive=primitive, world_size=ws, over=over), fontsize=max(10, pt))
+        ax_b.set_title(_("{primitive}, world size {world_size}: busbw (nccl-tests)").format(
+            primitive=primitive, world_size=ws), fontsize=max(10, pt))
+        ax_t.set_xlabel(_("bytes per rank"))
+        ax_b.set_xlabel(_("bytes per rank"))
+        ax_t.set_ylabel(_("seconds (median of slowest rank; bars min-max)"))
+        ax_b.set_ylabel(_("GB/s (log scale)"))
         # below the axes, never over a data point; >= 10 px
         for ax in (ax_t, ax_b):
             ax.legend(fontsize=pt, loc="upper left", bbox_to_anchor=(0.0, -0.13), borderaxespad=0.0,
@@ -233,17 +277,17 @@ def _notes_text(coll, flags) -> tuple:
     """``(notes, flagged)``: the text under the panels (what the lines are, why measured sits above
     the naive model) and the flags of :func:`measurement_flags` with how to measure more cleanly
     (``""`` when there are none)."""
-    import textwrap
     cpus = os.cpu_count()
     backend = coll[0]["backend"]
-    lines = textwrap.wrap(
-        f"{backend}, {coll[0]['dtype']}; dashed: α-β-γ model fitted to these points; dotted: the naive model. "
-        f"Measured sits above the naive model on a shared CPU: ranks outnumber cores ({cpus} here), every rank's "
-        f"Python adds per-round overhead, loopback TCP copies through the kernel (the debug checks are off "
-        f"while timing). memcpy and TCP: the median of the fastest half of their repetitions.", 170)
+    lines = _wrap(
+        _("{backend}, {dtype}; dashed: α-β-γ model fitted to these points; dotted: the naive model. "
+          "Measured sits above the naive model on a shared CPU: ranks outnumber cores ({cpus} here), every rank's "
+          "Python adds per-round overhead, loopback TCP copies through the kernel (the debug checks are off "
+          "while timing). memcpy and TCP: the median of the fastest half of their repetitions.").format(
+              backend=backend, dtype=coll[0]["dtype"], cpus=cpus), 170)
     warned = []
     for _kind, text in flags:
-        warned += textwrap.wrap("⚠ " + text, 168, subsequent_indent="   ")
+        warned += _wrap("⚠ " + text, 168, subsequent_indent="   ")
     if flags:
-        warned += textwrap.wrap(CLEANER, 168)
+        warned += _wrap(_(CLEANER), 168)
     return "\n".join(lines), "\n".join(warned)

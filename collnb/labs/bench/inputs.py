@@ -11,6 +11,7 @@ import torch.distributed as dist
 
 from ...algorithms import algorithms_for
 from ...collectives import backend_support
+from ...i18n import N_, _
 from ...ranks import check_ranks
 from ...units import format_bytes
 from ...vocabulary import check_backend, check_choice, dtype_name
@@ -43,17 +44,18 @@ def parse_size(text) -> int:
         ValueError: not a size (says what a size looks like), or below 1 byte.
     """
     if isinstance(text, bool) or not isinstance(text, (int, str)):
-        raise TypeError(f"a size must be bytes as an int or a str such as '64M'; got {text!r}")
+        raise TypeError(_("a size must be bytes as an int or a str such as '64M'; got {value}").format(
+            value=repr(text)))
     if isinstance(text, int):
         n = text
     else:
         m = re.fullmatch(r"\s*(\d+)\s*([A-Za-z]*)\s*", str(text))
         if not m or m.group(2).upper() not in _UNITS:
-            raise ValueError(f"not a size: {text!r}; write bytes as a number with an optional K, M or G "
-                             f"(powers of 1024), e.g. 1K, 64M")
+            raise ValueError(_("not a size: {value}; write bytes as a number with an optional K, M or G "
+                               "(powers of 1024), e.g. 1K, 64M").format(value=repr(text)))
         n = int(m.group(1)) * _UNITS[m.group(2).upper()]
     if n < 1:
-        raise ValueError(f"sizes must be at least 1 byte; got {text!r}")
+        raise ValueError(_("sizes must be at least 1 byte; got {value}").format(value=repr(text)))
     return n
 
 
@@ -67,21 +69,22 @@ def parse_sizes(spec) -> list:
     if isinstance(spec, (list, tuple)):
         sizes = [parse_size(s) for s in spec]
         if not sizes:
-            raise ValueError("no sizes given")
+            raise ValueError(_("no sizes given"))
     else:
         text = str(spec)
         if ":" in text:
             parts = text.split(":")
             if len(parts) != 2:
-                raise ValueError(f"--sizes {text!r}: write MIN:MAX, e.g. 1K:64M")
+                raise ValueError(_("--sizes {value}: write MIN:MAX, e.g. 1K:64M").format(value=repr(text)))
             lo, hi = parse_size(parts[0]), parse_size(parts[1])
             if lo > hi:
-                raise ValueError(f"--sizes {text!r}: MIN ({lo} B) is larger than MAX ({hi} B); write the "
-                                 f"smaller size first, e.g. {parts[1]}:{parts[0]}")
+                raise ValueError(_("--sizes {value}: MIN ({lo} B) is larger than MAX ({hi} B); write the "
+                                   "smaller size first, e.g. {example}").format(
+                                       value=repr(text), lo=lo, hi=hi, example=f"{parts[1]}:{parts[0]}"))
             for name, v in (("MIN", lo), ("MAX", hi)):
                 if v & (v - 1):
-                    raise ValueError(f"--sizes {text!r}: {name} ({v} B) is not a power of two; the sweep "
-                                     f"doubles from MIN to MAX (e.g. 1K:64M)")
+                    raise ValueError(_("--sizes {value}: {name} ({n} B) is not a power of two; the sweep "
+                                       "doubles from MIN to MAX (e.g. 1K:64M)").format(value=repr(text), name=name, n=v))
             sizes = []
             n = lo
             while n <= hi:
@@ -91,7 +94,8 @@ def parse_sizes(spec) -> list:
             sizes = [parse_size(text)]
     big = [s for s in sizes if s > MAX_BYTES]
     if big:
-        raise ValueError(f"sizes above {format_bytes(MAX_BYTES)} per rank are not measured here; got {big[0]} B")
+        raise ValueError(_("sizes above {most} per rank are not measured here; got {n} B").format(
+            most=format_bytes(MAX_BYTES), n=big[0]))
     return sorted(set(sizes))
 
 
@@ -107,15 +111,16 @@ def check_algorithms(primitive: str, algorithms) -> tuple:
             algorithm the primitive does not have, with the words of
             :func:`collnb.vocabulary.check_choice` (which list the valid names).
     """
-    check_choice("primitive with a bus bandwidth", primitive, PRIMITIVES)
+    check_choice(N_("primitive with a bus bandwidth"), primitive, PRIMITIVES)
     if isinstance(algorithms, str):
         algorithms = (algorithms,)
     valid = ("builtin",) + algorithms_for(primitive)
     out = []
     for a in algorithms:
-        out.extend(valid if a == "all" else (check_choice(f"algorithm for {primitive}", a, valid),))
+        out.extend(valid if a == "all" else (check_choice(_("algorithm for {primitive}").format(primitive=primitive), a, valid),))
     if not out:
-        raise ValueError(f"no algorithm given; valid for {primitive}: {', '.join(valid)}")
+        raise ValueError(_("no algorithm given; valid for {primitive}: {valid}").format(
+            primitive=primitive, valid=", ".join(valid)))
     return tuple(dict.fromkeys(out))
 
 
@@ -148,7 +153,7 @@ def check_world_sizes(world_sizes, backend: str) -> tuple:
         world_sizes = (world_sizes,)
     world_sizes = tuple(world_sizes)
     if not world_sizes:
-        raise ValueError("no world size given")
+        raise ValueError(_("no world size given"))
     for ws in world_sizes:
         check_ranks(ws, backend)
     return tuple(int(ws) for ws in world_sizes)
@@ -172,5 +177,7 @@ def check_dtype(primitive, algorithms, dt, backend):
     for prim in checks:
         op = "sum" if prim in REDUCING or prim.startswith("reduce_scatter") else None
         if not sup.supports(prim, name, op):
-            raise ValueError(f"{backend} cannot run {prim} on {name} tensors (detected on real ranks: "
-                             f"{sup.error(prim, name, op)}); dtypes it accepts: {', '.join(sup.dtypes(prim))}")
+            raise ValueError(_("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks: "
+                               "{error}); dtypes it accepts: {valid}").format(
+                                   backend=backend, primitive=prim, dtype=name, error=sup.error(prim, name, op),
+                                   valid=", ".join(sup.dtypes(prim))))

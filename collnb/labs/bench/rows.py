@@ -11,6 +11,7 @@ import statistics
 import torch
 
 from ...algorithms import algbw, busbw_factor
+from ...i18n import _
 from .inputs import COLUMNS
 
 _INT_COLS = ("world_size", "nbytes")
@@ -86,8 +87,8 @@ def as_rows(table) -> list:
     if hasattr(table, "to_dict"):
         table = table.to_dict("records")
     if isinstance(table, (dict, str, bytes)) or not hasattr(table, "__iter__"):
-        raise TypeError(f"rows must be a DataFrame, a list of row dicts or a results file's path; got "
-                        f"{type(table).__name__}")
+        raise TypeError(_("rows must be a DataFrame, a list of row dicts or a results file's path; got {type}").format(
+            type=type(table).__name__))
     return _checked_rows(table)
 
 
@@ -102,12 +103,13 @@ def _checked_rows(rows, where: str = "") -> list:
     out = []
     for i, r in enumerate(rows):
         if not isinstance(r, dict):
-            raise ValueError(f"{where}row {i} is not an object (a dict of columns); got {r!r}")
+            raise ValueError(_("{where}row {i} is not an object (a dict of columns); got {value}").format(
+                where=where, i=i, value=repr(r)))
         missing = [c for c in COLUMNS if c not in r]
         if missing:
-            raise ValueError(f"{where}row {i} has no {missing[0]!r} column; bench rows have the columns "
-                             f"{', '.join(COLUMNS)}")
-        out.append(_typed(r, f"{where}row {i}"))
+            raise ValueError(_("{where}row {i} has no {column} column; bench rows have the columns {columns}").format(
+                where=where, i=i, column=repr(missing[0]), columns=", ".join(COLUMNS)))
+        out.append(_typed(r, _("{where}row {i}").format(where=where, i=i)))
     return out
 
 
@@ -141,7 +143,8 @@ def _typed(row, where) -> dict:
             if r[c] < 0:
                 raise ValueError
         except (TypeError, ValueError, OverflowError):
-            raise ValueError(f"{where}: column {c!r} must be an int >= 0; got {v!r}") from None
+            raise ValueError(_("{where}: column {column} must be an int >= 0; got {value}").format(
+                where=where, column=repr(c), value=repr(v))) from None
     for c in _FLOAT_COLS:
         v = r[c].item() if hasattr(r[c], "item") else r[c]
         try:
@@ -151,10 +154,12 @@ def _typed(row, where) -> dict:
             if r[c] < 0:
                 raise ValueError
         except (TypeError, ValueError):
-            raise ValueError(f"{where}: column {c!r} must be a number >= 0; got {v!r}") from None
+            raise ValueError(_("{where}: column {column} must be a number >= 0; got {value}").format(
+                where=where, column=repr(c), value=repr(v))) from None
     for c in ("primitive", "algorithm", "backend", "dtype"):
         if not isinstance(r[c], str):
-            raise ValueError(f"{where}: column {c!r} must be a name (str); got {r[c]!r}")
+            raise ValueError(_("{where}: column {column} must be a name (str); got {value}").format(
+                where=where, column=repr(c), value=repr(r[c])))
     ok = r["ok"].item() if hasattr(r["ok"], "item") else r["ok"]  # numpy's bool_
     r["ok"] = ok
     if isinstance(ok, bool):
@@ -164,7 +169,7 @@ def _typed(row, where) -> dict:
     elif isinstance(ok, int) and ok in (0, 1):
         r["ok"] = bool(ok)
     else:
-        raise ValueError(f"{where}: column 'ok' must be true or false; got {ok!r}")
+        raise ValueError(_("{where}: column 'ok' must be true or false; got {value}").format(where=where, value=repr(ok)))
     return r
 
 
@@ -220,11 +225,11 @@ def load(path, as_frame: bool | None = None):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"{path} is not JSON: {exc}") from None
+            raise ValueError(_("{path} is not JSON: {error}").format(path=path, error=exc)) from None
         except RecursionError:
-            raise ValueError(f"{path} is JSON nested too deeply to be bench results") from None
+            raise ValueError(_("{path} is JSON nested too deeply to be bench results").format(path=path)) from None
         rows = data["rows"] if isinstance(data, dict) and "rows" in data else data
         if not isinstance(rows, list):
-            raise ValueError(f"{path}: expected a list of rows or {{'rows': [...]}}")
+            raise ValueError(_("{path}: expected a list of rows or {example}").format(path=path, example="{'rows': [...]}"))
     out = _checked_rows(rows, f"{path}: ")
     return to_table(out, as_frame)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import warnings
 from typing import Sequence
 
+from ...i18n import _
 from ...ranks import launch
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
@@ -91,8 +92,10 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         # one element per rank at least: a block per rank, or a chunk per rank for the send/recv algorithms
         need = esize * ws if (primitive in BLOCKED or any(a != "builtin" for a in algs)) else esize
         if sizes[0] < need:
-            raise ValueError(f"{sizes[0]} B is too small for {primitive} on {dname} at world size {ws}: it needs "
-                             f"at least {need} B ({need // esize} elements, one per rank); start the sweep there")
+            raise ValueError(_("{n} B is too small for {primitive} on {dtype} at world size {world_size}: it needs "
+                               "at least {need} B ({elements} elements, one per rank); start the sweep there").format(
+                                   n=sizes[0], primitive=primitive, dtype=dname, world_size=ws, need=need,
+                                   elements=need // esize))
     jobs = [(ws, n) for ws in world_sizes for n in sizes]
     bar = _progress(len(jobs) * len(algs) + (len(sizes) if references else 0), progress, f"bench {primitive}")
     rows = []
@@ -157,7 +160,8 @@ def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes=1 << 1
     check_dtype(primitive, algs, dt, backend)
     count, block = counts(primitive, nbytes, world_size, dt.itemsize)
     if count < world_size:
-        raise ValueError(f"{nbytes} B is too small for {primitive} at world size {world_size}")
+        raise ValueError(_("{n} B is too small for {primitive} at world size {world_size}").format(
+            n=nbytes, primitive=primitive, world_size=world_size))
     dname = str(dt).replace("torch.", "")
     job = dict(primitive=primitive, algorithms=[algs[0]], dtype=dname, count=count, block=block, iters=iters,
                warmup=warmup)

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 
 from ...algorithms import busbw_factor
 from ...ranks import active_recorder
-from ...units import format_bytes
+from ...i18n import _
+from ...units import format_bytes, pad
 
 __all__ = ["Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table"]
 
@@ -58,7 +59,8 @@ class Phases:
     def __init__(self):
         recorder = active_recorder()
         if recorder is None:
-            raise RuntimeError("Phases needs the call recorder: launch with collnb.launch(fn, n, record_calls=True)")
+            raise RuntimeError(_("Phases needs the call recorder: launch with collnb.launch(fn, n, "
+                                 "record_calls=True)"))
         self.count = 0
         #: ``[(label, operations issued before it), ...]`` in order.
         self.marks: list = []
@@ -86,7 +88,7 @@ def split(records, marks) -> dict:
     a label used twice collects both stretches), in issue order."""
     out: dict = {}
     bounds = [("setup", 0)] + list(marks) + [(None, len(records))]
-    for (label, start), (_, end) in zip(bounds, bounds[1:]):
+    for (label, start), (_next, end) in zip(bounds, bounds[1:]):
         if label is not None and (label != "setup" or end > start):
             out.setdefault(label, []).extend(records[start:end])
     return out
@@ -99,7 +101,7 @@ def by_step(records, marks, prefix: str = "step ") -> list:
     (the whole parameters gathered after training)."""
     out, current = [], None
     bounds = list(marks) + [(None, len(records))]
-    for (label, start), (_, end) in zip(bounds, bounds[1:]):
+    for (label, start), (_next, end) in zip(bounds, bounds[1:]):
         if label is not None and label.startswith(prefix):
             current = []
             out.append(current)
@@ -125,7 +127,8 @@ def phase_range(marks_per_rank, label: str, until: str | None = None) -> dict:
     for marks in marks_per_rank:
         labels = [lab for lab, _ in marks]
         if label not in labels or (until is not None and until not in labels):
-            raise KeyError(f"no mark {label if label not in labels else until!r} among {labels}")
+            raise KeyError(_("no mark {mark} among {labels}").format(
+                mark=repr(label if label not in labels else until), labels=labels))
         i = labels.index(label)
         starts.append(marks[i][1])
         if until is not None:
@@ -195,7 +198,7 @@ def summarize(records, steps: int = 1) -> list:
         ValueError: ``steps`` < 1.
     """
     if steps < 1:
-        raise ValueError(f"steps must be >= 1; got {steps}")
+        raise ValueError(_("steps must be >= 1; got {steps}").format(steps=steps))
     rows: dict = {}
     for rec in records:
         k = kind(rec)
@@ -211,9 +214,10 @@ def _number(x: float) -> str:
 def summary_table(phases: dict, steps: int = 1) -> str:
     """A text table, one line per phase and kind: count, bytes (nccl-tests) and bytes on the wire
     per rank, for ``{phase: records}`` (e.g. :func:`split` of one rank's calls), per step."""
-    lines = [f"{'phase':<12}{'kind':<16}{'count':>6}{'bytes':>12}{'on the wire':>14}"]
+    lines = [pad(_("phase"), 12) + pad(_("kind"), 16) + pad(_("count"), 6, ">") + pad(_("bytes"), 12, ">")
+             + pad(_("on the wire"), 14, ">")]
     for phase, records in phases.items():
-        for row in summarize(records, steps) or [CallSummary("(none)", 0, 0, 0)]:
-            lines.append(f"{phase:<12}{row.kind:<16}{_number(row.count):>6}{format_bytes(row.nbytes):>12}"
+        for row in summarize(records, steps) or [CallSummary(_("(none)"), 0, 0, 0)]:
+            lines.append(f"{pad(phase, 12)}{pad(row.kind, 16)}{_number(row.count):>6}{format_bytes(row.nbytes):>12}"
                          f"{format_bytes(row.wire_bytes):>14}")
     return "\n".join(lines)

@@ -24,6 +24,8 @@ import math
 import torch
 import torch.distributed as dist
 
+from ...i18n import _
+
 __all__ = ["expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference"]
 
 
@@ -35,8 +37,8 @@ def expert_capacity(tokens_per_rank: int, n_experts: int, capacity_factor: float
         ValueError: a negative token count or factor, or fewer than one expert.
     """
     if tokens_per_rank < 0 or capacity_factor < 0 or n_experts < 1:
-        raise ValueError(f"need tokens_per_rank >= 0, capacity_factor >= 0, n_experts >= 1; got "
-                         f"{tokens_per_rank}, {capacity_factor}, {n_experts}")
+        raise ValueError(_("need tokens_per_rank >= 0, capacity_factor >= 0, n_experts >= 1; got {tokens}, {factor}, "
+                           "{experts}").format(tokens=tokens_per_rank, factor=capacity_factor, experts=n_experts))
     return math.ceil(capacity_factor * tokens_per_rank / n_experts - 1e-12)
 
 
@@ -95,9 +97,9 @@ def moe_capacity_layer(rank: int, world_size: int, tokens: torch.Tensor, route: 
         ValueError: a route outside ``0 .. world_size-1`` or a negative capacity.
     """
     if route.numel() and (int(route.min()) < 0 or int(route.max()) >= world_size):
-        raise ValueError(f"routes must name experts 0..{world_size - 1}")
+        raise ValueError(_("routes must name experts 0..{last}").format(last=world_size - 1))
     if capacity < 0:
-        raise ValueError(f"capacity must be >= 0; got {capacity}")
+        raise ValueError(_("capacity must be >= 0; got {value}").format(value=capacity))
     n, d = tokens.shape
     slots = capacity_slots(route, world_size, capacity)
     kept = slots >= 0

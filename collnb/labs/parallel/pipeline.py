@@ -40,6 +40,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
+from ...i18n import _
 from ...ranks import launch, region
 
 __all__ = ["SCHEDULES", "schedule_order", "bubble_formula", "stage_module", "pipeline_model", "microbatch_data",
@@ -52,13 +53,15 @@ SCHEDULES = ("gpipe", "1f1b")
 
 def _check_schedule(schedule: str, stage: int, num_stages: int, m: int) -> None:
     if schedule not in SCHEDULES:
-        raise ValueError(f"unknown schedule {schedule!r}; choose one of {', '.join(SCHEDULES)}")
+        raise ValueError(_("unknown schedule {value}; choose one of {names}").format(
+            value=repr(schedule), names=", ".join(SCHEDULES)))
     if not isinstance(num_stages, int) or num_stages < 1:
-        raise ValueError(f"num_stages must be an int >= 1; got {num_stages!r}")
+        raise ValueError(_("num_stages must be an int >= 1; got {value}").format(value=repr(num_stages)))
     if not isinstance(stage, int) or not 0 <= stage < num_stages:
-        raise ValueError(f"stage must be an int in 0..{num_stages - 1}; got {stage!r}")
+        raise ValueError(_("stage must be an int in 0..{last}; got {value}").format(
+            last=num_stages - 1, value=repr(stage)))
     if not isinstance(m, int) or m < 1:
-        raise ValueError(f"the number of microbatches m must be an int >= 1; got {m!r}")
+        raise ValueError(_("the number of microbatches m must be an int >= 1; got {value}").format(value=repr(m)))
 
 
 def schedule_order(schedule: str, stage: int, num_stages: int, m: int) -> list:
@@ -97,7 +100,7 @@ def bubble_formula(num_stages: int, m: int) -> float:
         ValueError: ``num_stages`` or ``m`` below 1.
     """
     if num_stages < 1 or m < 1:
-        raise ValueError(f"num_stages and m must be >= 1; got {num_stages}, {m}")
+        raise ValueError(_("num_stages and m must be >= 1; got {stages}, {m}").format(stages=num_stages, m=m))
     return (num_stages - 1) / (m + num_stages - 1)
 
 
@@ -105,7 +108,7 @@ def peak_formula(schedule: str, stage: int, num_stages: int, m: int) -> int:
     """The most microbatches whose activations stage ``stage`` holds at once under ``schedule``:
     ``m`` for GPipe, ``min(p - stage, m)`` for 1F1B (counted from :func:`schedule_order`)."""
     held = peak = 0
-    for kind_, _ in schedule_order(schedule, stage, num_stages, m):
+    for kind_, _micro in schedule_order(schedule, stage, num_stages, m):
         held += 1 if kind_ == "F" else -1
         peak = max(peak, held)
     return peak
@@ -190,7 +193,7 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
     p, s = world_size, rank
     order = schedule_order(schedule, s, p, m)
     if x.shape[0] % m:
-        raise ValueError(f"{x.shape[0]} rows do not split into m={m} equal microbatches")
+        raise ValueError(_("{rows} rows do not split into m={m} equal microbatches").format(rows=x.shape[0], m=m))
     rows, b = x.shape[0], x.shape[0] // m
     first, last = s == 0, s == p - 1
     stage = stage_module(s, width, seed)
@@ -319,7 +322,8 @@ def bubble_measured(timeline, step: str = "step", work=None) -> dict:
     for r in range(timeline.world_size):
         found = [sp for sp in timeline.regions(r) if sp.name == step]
         if not found:
-            raise ValueError(f"rank {r} has no {step!r} region: time pipeline_step with launch(..., timeline=True)")
+            raise ValueError(_("rank {rank} has no {step} region: time pipeline_step with launch(..., timeline=True)").format(
+                rank=r, step=repr(step)))
         steps.append(found[0])
     t0, t1 = min(sp.start for sp in steps), max(sp.end for sp in steps)
     span = t1 - t0
@@ -335,7 +339,8 @@ def schedule_text(schedule: str, num_stages: int, m: int) -> str:
     lines = [f"{schedule}, p={num_stages}, m={m}:"]
     for s in range(num_stages):
         ops = " ".join(f"{k}{j}" for k, j in schedule_order(schedule, s, num_stages, m))
-        lines.append(f"  stage {s}: {ops}   (holds at most {peak_formula(schedule, s, num_stages, m)})")
+        lines.append("  " + _("stage {stage}: {ops}   (holds at most {peak})").format(
+            stage=s, ops=ops, peak=peak_formula(schedule, s, num_stages, m)))
     return "\n".join(lines)
 
 
@@ -371,9 +376,9 @@ def explore_schedules(world_size: int = 4, *, m: int = 8, schedule: str = "1f1b"
     from ...views import Binder, timeline_image
 
     if not 2 <= world_size <= 8:
-        raise ValueError(f"world_size must be 2..8 stages; got {world_size}")
+        raise ValueError(_("world_size must be 2..8 stages; got {value}").format(value=world_size))
     if not 1 <= m <= max_m:
-        raise ValueError(f"m must be in 1..{max_m}; got {m}")
+        raise ValueError(_("m must be in 1..{most}; got {value}").format(most=max_m, value=m))
     _check_schedule(schedule, 0, world_size, m)
     names = {"gpipe": "GPipe", "1f1b": "1F1B"}
 
@@ -398,13 +403,15 @@ def explore_schedules(world_size: int = 4, *, m: int = 8, schedule: str = "1f1b"
     def draw(out, p):
         got, formula = bubble_measured(out.timeline)["bubble"], bubble_formula(world_size, p.m)
         peaks = [r["peak"] for r in out]
-        title = (f"{names[p.schedule]}, p={world_size} stages, m={p.m}: idle {got:.0%} measured, "
-                 f"(p-1)/(m+p-1) = {formula:.0%}")
+        title = _("{schedule}, p={p} stages, m={m}: idle {measured} measured, (p-1)/(m+p-1) = {formula}").format(
+            schedule=names[p.schedule], p=world_size, m=p.m, measured=f"{got:.0%}", formula=f"{formula:.0%}")
         png = timeline_image(out.timeline, title=title).png
-        caption = (f"{names[p.schedule]}, m={p.m}: bubble measured {got:.2f}, formula {formula:.2f}; activations "
-                   f"held at most, per stage: {peaks}")
+        caption = _("{schedule}, m={m}: bubble measured {measured}, formula {formula}; activations "
+                    "held at most, per stage: {peaks}").format(schedule=names[p.schedule], m=p.m,
+                                                               measured=f"{got:.2f}", formula=f"{formula:.2f}",
+                                                               peaks=peaks)
         return png, caption
 
     return Binder(ScheduleParams(schedule, m), choices, fix, run, draw,
-                  labels={"schedule": "schedule", "m": "microbatches m"}, name="pipeline", what="pipeline explorer",
+                  labels={"schedule": _("schedule"), "m": _("microbatches m")}, name="pipeline", what="pipeline explorer",
                   wait=wait, sliders=("m",))

@@ -33,6 +33,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from ...i18n import _
+
 __all__ = ["attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention",
            "work_matrix", "gather_sequence"]
 
@@ -62,7 +64,8 @@ def plain_layout(seq_len: int, world_size: int) -> list:
         ValueError: ``seq_len`` is not a multiple of ``world_size``.
     """
     if seq_len % world_size:
-        raise ValueError(f"the sequence ({seq_len} tokens) does not split evenly over {world_size} ranks")
+        raise ValueError(_("the sequence ({n} tokens) does not split evenly over {world_size} ranks").format(
+            n=seq_len, world_size=world_size))
     return list(torch.arange(seq_len).chunk(world_size))
 
 
@@ -74,8 +77,8 @@ def zigzag_layout(seq_len: int, world_size: int) -> list:
         ValueError: ``seq_len`` is not a multiple of ``2 * world_size``.
     """
     if seq_len % (2 * world_size):
-        raise ValueError(f"zig-zag order needs the sequence ({seq_len} tokens) to be a multiple of "
-                         f"2 x world size ({2 * world_size})")
+        raise ValueError(_("zig-zag order needs the sequence ({n} tokens) to be a multiple of "
+                           "2 x world size ({twice})").format(n=seq_len, twice=2 * world_size))
     chunks = torch.arange(seq_len).chunk(2 * world_size)
     return [torch.cat([chunks[r], chunks[2 * world_size - 1 - r]]) for r in range(world_size)]
 
@@ -136,7 +139,8 @@ def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor,
         ValueError: an unknown layout, or blocks that do not fit it.
     """
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose one of {sorted(LAYOUTS)}")
+        raise ValueError(_("unknown layout {value}; choose one of {names}").format(
+            value=repr(layout), names=sorted(LAYOUTS)))
     n, d = q.shape
     positions = LAYOUTS[layout](n * world_size, world_size)
     mine = positions[rank]
@@ -171,7 +175,8 @@ def gather_sequence(pieces: list, layout: str) -> torch.Tensor:
         ValueError: an unknown layout.
     """
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose one of {sorted(LAYOUTS)}")
+        raise ValueError(_("unknown layout {value}; choose one of {names}").format(
+            value=repr(layout), names=sorted(LAYOUTS)))
     s = sum(p.shape[0] for p in pieces)
     out = torch.empty((s, *pieces[0].shape[1:]), dtype=pieces[0].dtype)
     for rows, where in zip(pieces, LAYOUTS[layout](s, len(pieces))):
@@ -188,7 +193,8 @@ def work_matrix(seq_len: int, world_size: int, layout: str = "plain", causal: bo
         ValueError: an unknown layout, or a sequence that does not fit it.
     """
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose one of {sorted(LAYOUTS)}")
+        raise ValueError(_("unknown layout {value}; choose one of {names}").format(
+            value=repr(layout), names=sorted(LAYOUTS)))
     positions = LAYOUTS[layout](seq_len, world_size)
     rows = []
     for r in range(world_size):

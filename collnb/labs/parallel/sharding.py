@@ -28,6 +28,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from ...i18n import _
 from ...units import format_bytes
 from .accounting import interleave, kind
 
@@ -45,7 +46,7 @@ def layered_model(widths=(8, 12, 16, 4), seed: int = 0) -> torch.nn.Sequential:
         ValueError: fewer than two widths.
     """
     if len(widths) < 2:
-        raise ValueError(f"a layered model needs at least two widths; got {widths!r}")
+        raise ValueError(_("a layered model needs at least two widths; got {value}").format(value=repr(widths)))
     state = torch.random.get_rng_state()
     try:
         torch.manual_seed(seed)
@@ -82,7 +83,7 @@ def sgd_reference(x: torch.Tensor, y: torch.Tensor, steps: int = 1, lr: float = 
     Returns the parameters (detached copies, ``model.parameters()`` order)."""
     model = layered_model(widths)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
-    for _ in range(steps):
+    for _step in range(steps):
         opt.zero_grad()
         _loss(model, x, y).backward()
         opt.step()
@@ -228,7 +229,7 @@ def max_difference(params: list, reference: list) -> float:
         ValueError: the lists differ in length or a pair in shape.
     """
     if len(params) != len(reference) or any(a.shape != b.shape for a, b in zip(params, reference)):
-        raise ValueError("the two parameter lists differ in length or shapes")
+        raise ValueError(_("the two parameter lists differ in length or shapes"))
     return max(float((a - b).abs().max()) for a, b in zip(params, reference))
 
 

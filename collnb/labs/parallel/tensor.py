@@ -39,6 +39,8 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
+from ...i18n import _
+
 __all__ = ["MLPBlock", "TensorParallelMLP", "mlp_step", "reference_step", "deviation", "CopyToTensorParallel", "ReduceFromTensorParallel",
            "GatherFromSequenceParallel", "ScatterToSequenceParallel", "ColumnParallelLinearRegather", "copy_to_tensor_parallel", "reduce_from_tensor_parallel",
            "gather_from_sequence_parallel", "scatter_to_sequence_parallel", "saved_activation_bytes",
@@ -131,7 +133,8 @@ def _gather_seq(x, group):
 def _scatter_seq(x, group):
     _, t = _world(group)
     if x.shape[0] % t:
-        raise ValueError(f"the sequence ({x.shape[0]} tokens) does not split evenly over {t} ranks")
+        raise ValueError(_("the sequence ({n} tokens) does not split evenly over {world_size} ranks").format(
+            n=x.shape[0], world_size=t))
     out = torch.empty((x.shape[0] // t, *x.shape[1:]), dtype=x.dtype)
     _reduce_scatter_flat(out, x.contiguous(), group=group)
     return out
@@ -231,7 +234,8 @@ def sequence_shard(x: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
         ValueError: ``x.shape[0]`` is not a multiple of ``world_size``.
     """
     if x.shape[0] % world_size:
-        raise ValueError(f"the sequence ({x.shape[0]} tokens) does not split evenly over {world_size} ranks")
+        raise ValueError(_("the sequence ({n} tokens) does not split evenly over {world_size} ranks").format(
+            n=x.shape[0], world_size=world_size))
     n = x.shape[0] // world_size
     return x[rank * n:(rank + 1) * n]
 
@@ -243,7 +247,8 @@ def shard_rows(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
         ValueError: dim 0 is not a multiple of ``world_size``.
     """
     if t.shape[0] % world_size:
-        raise ValueError(f"dim 0 ({t.shape[0]}) does not split evenly over {world_size} ranks")
+        raise ValueError(_("dim {dim} ({n}) does not split evenly over {world_size} ranks").format(
+            dim=0, n=t.shape[0], world_size=world_size))
     return t.detach().chunk(world_size, 0)[rank].clone()
 
 
@@ -254,7 +259,8 @@ def shard_columns(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
         ValueError: dim 1 is not a multiple of ``world_size``.
     """
     if t.shape[1] % world_size:
-        raise ValueError(f"dim 1 ({t.shape[1]}) does not split evenly over {world_size} ranks")
+        raise ValueError(_("dim {dim} ({n}) does not split evenly over {world_size} ranks").format(
+            dim=1, n=t.shape[1], world_size=world_size))
     return t.detach().chunk(world_size, 1)[rank].clone()
 
 

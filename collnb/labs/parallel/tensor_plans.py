@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import torch
 
+from ...i18n import _
 from .tensor import MLPBlock, sequence_shard
 
 __all__ = ["tensor_parallel_plan", "dtensor_mlp_step", "assemble", "dtensor_deviation"]
@@ -97,9 +98,9 @@ def assemble(pieces: list, placement: str) -> torch.Tensor:
         return torch.stack(pieces).sum(0)
     if placement in ("R", "Replicate()", "whole"):
         if any(not torch.equal(p, pieces[0]) for p in pieces):
-            raise ValueError(f"a {placement} tensor differs between ranks")
+            raise ValueError(_("a {placement} tensor differs between ranks").format(placement=placement))
         return pieces[0]
-    raise ValueError(f"unknown placement {placement!r}")
+    raise ValueError(_("unknown placement {value}").format(value=repr(placement)))
 
 
 def dtensor_deviation(results: list, reference: dict, sequence_parallel: bool = False) -> float:
