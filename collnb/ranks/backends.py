@@ -6,6 +6,8 @@ needs CUDA GPUs, a torch build with NCCL, and one GPU per rank.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -14,7 +16,7 @@ from ..vocabulary import MAX_WORLD_SIZE, check_backend
 __all__ = ["local_backend_info"]
 
 
-def local_backend_info(backend: str) -> dict:
+def local_backend_info(backend: str) -> dict[str, Any]:
     """Whether ``backend`` can run on this machine (see :func:`collnb.ranks.backend_info`).
 
     Returns:

@@ -8,6 +8,8 @@ process boundary (an ipyparallel engine, a ``multiprocessing`` worker, a saved r
 
 from __future__ import annotations
 
+from typing import Any
+
 __all__ = ["LaunchError", "RankError", "LaunchTimeout"]
 
 
@@ -30,24 +32,31 @@ class RankError(LaunchError):
             calling different collectives (op, shapes, dtypes), else ``None``.
         backend_log: the lines the backend's C++ code logged during the call (list of str,
             ``"[rank r] ..."``), kept out of the cell unless ``launch(..., show_backend_log=True)``.
+        results: only when every rank returned but their Flight Recorders disagree: the ranks' results
+            (list, rank order).
+        divergence: then also the :class:`.flight_recorder.Divergence` found.
     """
 
-    def __init__(self, message, rank, exc_type, rank_traceback, outcomes):
+    results: list[Any]  # set only by failures.returned_diverged
+    divergence: Any     # likewise: a flight_recorder.Divergence
+
+    def __init__(self, message: str, rank: int | None, exc_type: str, rank_traceback: str,
+                 outcomes: dict[int, str]) -> None:
         super().__init__(message)
         self.rank = rank
         self.exc_type = exc_type
         self.rank_traceback = rank_traceback
         self.outcomes = outcomes
-        self.mismatch = None
-        self.backend_log = []
+        self.mismatch: dict[str, list[int]] | None = None
+        self.backend_log: list[str] = []
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         # BaseException's own __reduce__ would call RankError(message) and fail: rebuild from the
         # constructor's arguments, then restore every attribute (mismatch, backend_log, ...).
         return (type(self), (self.args[0], self.rank, self.exc_type, self.rank_traceback, self.outcomes),
                 self.__dict__)
 
-    def _render_traceback_(self):
+    def _render_traceback_(self) -> list[str]:
         # IPython shows this instead of the launcher's own frames: the learner sees their code.
         return str(self).splitlines()
 
@@ -61,14 +70,14 @@ class LaunchTimeout(LaunchError):
         backend_log: the lines the backend's C++ code logged (see :class:`RankError`).
     """
 
-    def __init__(self, message, pending, outcomes):
+    def __init__(self, message: str, pending: list[int], outcomes: dict[int, str]) -> None:
         super().__init__(message)
         self.pending = pending
         self.outcomes = outcomes
-        self.backend_log = []
+        self.backend_log: list[str] = []
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (self.args[0], self.pending, self.outcomes), self.__dict__
 
-    def _render_traceback_(self):
+    def _render_traceback_(self) -> list[str]:
         return str(self).splitlines()

@@ -22,15 +22,18 @@ import math
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterable, Literal, Sequence, Union
 
+from ..i18n import _
 from .errors import LaunchTimeout, RankError
-from .flight_recorder import divergence
-from .protocol import TimeoutReport
+from .flight_recorder import Divergence, divergence
+from .protocol import Failed, Frame, TimeoutReport
+from .rankset import RankEvent, RankExit, RankFailure, RankResult
+from .recording import CallRecords
 from .serialization import loads
 from .tracebacks import format_frames, where
 
-__all__ = ["Event", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
+__all__ = ["Event", "event_of", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
            "rebuild_result", "which_timeout", "text_hint", "failed_event", "collective_timeout_name",
            "returned_diverged"]
 
@@ -47,42 +50,55 @@ _PEER_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken
 _PAIR_CLOSED = "Application timeout caused pair closure"  # gloo: an earlier timeout closed the group's pairs
 
 
+#: How a rank's part of a call ended (``"ok"``, ``"error"``, ``"died"``), or, for a root cause only,
+#: what it was blamed for (``"absent"``: never joined; ``"mismatch"``: the DETAIL check; ``"diverged"``:
+#: the Flight Recorder).
+EventKind = Literal["ok", "error", "died", "absent", "mismatch", "diverged"]
+#: Where still-running ranks were: ``{rank: frames}`` and ``{("state", rank): what their process said}``.
+Stacks = dict[Union[int, tuple[str, int]], Union[list[Frame], str]]
+
+
 @dataclass
 class Event:
-    """How one rank's part of a call ended (``kind``: ``"ok"``, ``"error"``, ``"died"``; the root
-    cause may also be ``"absent"`` or ``"mismatch"``), at monotonic time ``t``."""
+    """How one rank's part of a call ended (:data:`EventKind`), at monotonic time ``t``.
 
-    rank: int
-    kind: str          # "ok", "error", "died"
+    ``value``: an ``"ok"`` rank's result payload (bytes; a set-up step's seconds), a ``"died"`` rank's
+    exit code, a ``"mismatch"``'s sides ``[(fingerprint, [ranks])]``, a ``"diverged"``'s
+    :class:`.Divergence`. ``rank`` is ``None`` only for a mismatch that blames no rank; its frames
+    are then in ``side_frames`` (one list per side)."""
+
+    rank: int | None
+    kind: EventKind
     t: float
     exc_type: str = ""
     message: str = ""
-    frames: list = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
     comm: bool = False
     value: Any = None
-    seq: Any = None
+    seq: int | None = None
     intact: bool = True
-    calls: Any = None
-    timeline: Any = None
+    calls: CallRecords | None = None
+    timeline: dict[str, Any] | None = None
     timeout_name: str = ""  # which timeout fired, in words (communication errors only)
-    timeout: Any = None     # the rank's TimeoutReport (communication errors only)
-    flight_recorder: Any = None  # the rank's Flight Recorder entries (launch(flight_recorder=N), comm errors)
-    guess: Any = False      # root cause only: blamed from the messages alone (True, or the words why: str)
+    timeout: TimeoutReport | None = None  # the rank's report (communication errors only)
+    flight_recorder: list[dict[str, Any]] | None = None  # its Flight Recorder entries (flight_recorder=N)
+    guess: bool | str = False  # root cause only: blamed from the messages alone (True, or the words why)
+    side_frames: list[list[Frame]] = field(default_factory=list)  # a mismatch without a culprit: per side
 
 
-def timeout_name(text, collective_timeout):
+def timeout_name(text: str, collective_timeout: float | None) -> str:
     """Which timeout a communication error's message says ran out, in words, read from its wording
     alone (see :func:`which_timeout`); ``""`` when it names none or says a connection closed."""
     report = which_timeout([(collective_timeout, collective_timeout_name(collective_timeout), None)], text)
     return report.timeout if report.fired else ""
 
 
-def collective_timeout_name(seconds):
+def collective_timeout_name(seconds: float | None) -> str:
     """``"collective_timeout (1.5 s)"``: the launch's timeout for every collective, in words."""
     return "collective_timeout" if seconds is None else f"collective_timeout ({seconds:g} s)"
 
 
-def text_hint(text):
+def text_hint(text: str | None) -> tuple[float | None, str]:
     """What a communication error's wording says about its wait: ``(seconds, cause)``. ``seconds``:
     the length of the timeout it names (``None`` when it names none, or when it says a connection
     closed: then the number is the timeout that was running, not one that ran out); ``cause``:
@@ -105,19 +121,23 @@ def text_hint(text):
 # ranks, two captures at once on the 2-core machine at load average 5 to 9, at most 0.155 s late,
 # 1.17 times the timeout (tests/test_timeout_naming.py captures them). s/2 + 1 s leaves six times
 # that; a wait beyond it is still named, by the text or by the longest timeout below it.
-def _fits(seconds, waited):
+def _fits(seconds: float, waited: float) -> bool:
     return _low(seconds) <= waited <= 1.5 * seconds + 1.0
 
 
-def _low(seconds):
+def _low(seconds: float) -> float:
     return 0.99 * seconds - 0.01
 
 
-def _same(a, b):
+def _same(a: float, b: float) -> bool:
     return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-3)
 
 
-def which_timeout(candidates, text="", at_most=None) -> TimeoutReport:
+#: One timeout that applied to a call: ``(seconds or None, name in words, seconds waited or None)``.
+Candidate = tuple[Union[float, None], str, Union[float, None]]
+
+
+def which_timeout(candidates: Sequence[Candidate], text: str = "", at_most: float | None = None) -> TimeoutReport:
     """Decide which timeout ended a failed communication call.
 
     Args:
@@ -139,14 +159,15 @@ def which_timeout(candidates, text="", at_most=None) -> TimeoutReport:
     """
     hint, cause = text_hint(text)
     cands = [(float(s), n, w) for s, n, w in candidates if s is not None]
-    measured = [c for c in cands if c[2] is not None]
+    measured = [(s, n, w) for s, n, w in cands if w is not None]
+    most = max((c[2] for c in measured), default=None)
 
-    def fired(c, source):
+    def fired(c: tuple[float, str, float | None], source: str) -> TimeoutReport:
         return TimeoutReport(c[1], c[0], c[2], True, "", source)
 
-    def unset(seconds):  # a timeout collnb did not set (e.g. a learner's ProcessGroup options)
+    def unset(seconds: float) -> TimeoutReport:  # a timeout collnb did not set (e.g. a learner's ProcessGroup options)
         return TimeoutReport(f"a timeout of {seconds:g} s set in the function (not collective_timeout)",
-                             seconds, max((c[2] for c in measured), default=None), True, "", "text")
+                             seconds, most, True, "", "text")
 
     fits = [c for c in measured if _fits(c[0], c[2])]
     if len(fits) == 1:
@@ -155,28 +176,29 @@ def which_timeout(candidates, text="", at_most=None) -> TimeoutReport:
         named = [c for c in fits if hint is not None and _same(c[0], hint)]
         return fired(named[0], "text") if named else fired(max(fits, key=lambda c: c[0]), "measured")
     bounds = [(c, c[2] if c[2] is not None else at_most) for c in cands]
-    if cands and all(b is not None and b < _low(c[0]) for c, b in bounds):
+    known = [(c, b) for c, b in bounds if b is not None]
+    if cands and len(known) == len(bounds) and all(b < _low(c[0]) for c, b in known):
         # the wait ended before any timeout collnb set could run out
-        longest = max(b for _, b in bounds)
+        longest = max(b for _, b in known)
         if hint is not None and not any(_same(c[0], hint) for c in cands) and longest >= _low(hint):
             return unset(hint)
         first = min(cands, key=lambda c: c[0])
-        waited = max((c[2] for c in measured), default=None)
-        return TimeoutReport(first[1], first[0], waited, False, cause, "measured")
+        return TimeoutReport(first[1], first[0], most, False, cause, "measured")
     if cause:
-        first = min(cands, key=lambda c: c[0]) if cands else (None, "", None)
-        return TimeoutReport(first[1], first[0], max((c[2] for c in measured), default=None), False, cause,
-                             "text")
+        if cands:
+            low = min(cands, key=lambda c: c[0])
+            return TimeoutReport(low[1], low[0], most, False, cause, "text")
+        return TimeoutReport("", None, most, False, cause, "text")
     if hint is not None:
-        named = [c for c in cands if _same(c[0], hint)]
-        return fired(named[0], "text") if named else unset(hint)
+        said = [c for c in cands if _same(c[0], hint)]
+        return fired(said[0], "text") if said else unset(hint)
     below = [c for c in measured if c[2] >= _low(c[0])]
     if below:
         return fired(max(below, key=lambda c: c[0]), "measured")
-    return TimeoutReport(waited=max((c[2] for c in measured), default=None))
+    return TimeoutReport(waited=most)
 
 
-def failed_event(rank, t, msg, collective_timeout):
+def failed_event(rank: int, t: float, msg: Failed, collective_timeout: float | None) -> Event:
     """The :class:`Event` of a rank's :class:`.Failed` answer at monotonic time ``t``: the rank's
     own :class:`.TimeoutReport`, or, when it measured nothing (an engine, a failed set-up), the one
     the message's wording gives (:func:`which_timeout` without a measurement)."""
@@ -189,25 +211,49 @@ def failed_event(rank, t, msg, collective_timeout):
                  flight_recorder=getattr(msg, "flight_recorder", None))
 
 
-def _duration(seconds):
+def event_of(event: RankEvent, collective_timeout: float | None) -> Event:
+    """How rank ``event.rank``'s part of the call ended, read from one answer of the per-rank event
+    stream that both rank sets (local ranks, engines) yield: a :class:`.RankResult` is ``"ok"`` (its
+    ``value`` the payload, or a set-up step's seconds), a :class:`.RankFailure` ``"error"``
+    (:func:`failed_event`), a :class:`.RankExit` ``"died"`` (its ``value`` the exit code).
+
+    Raises:
+        TypeError: ``event`` is a :class:`.RankOutput` (output says nothing of how a rank ended) or
+            not an event at all.
+    """
+    if isinstance(event, RankResult):
+        return Event(event.rank, "ok", event.t, value=event.payload if event.payload is not None else event.seconds,
+                     seq=event.seq, intact=event.intact, calls=event.calls, timeline=event.timeline,
+                     flight_recorder=event.flight_recorder)
+    if isinstance(event, RankFailure):
+        return failed_event(event.rank, event.t, event.failed, collective_timeout)
+    if isinstance(event, RankExit):
+        return Event(event.rank, "died", event.t, value=event.exitcode, message=event.message)
+    raise TypeError(f"event_of reads a rank's answer (RankResult, RankFailure, RankExit); got {event!r}")
+
+
+def _duration(seconds: float) -> str:
     """``"19 ms"``, ``"1.2 s"``: a measured wait in words."""
     return f"{max(seconds * 1000, 1):.0f} ms" if seconds < 1 else f"{seconds:.2g} s"
 
 
-def _ended_early(first, culprit, report, returned):
+def _ended_early(first: int | None, culprit: int, report: TimeoutReport, returned: bool) -> str:
     """Words for a wait that ended before any timeout ran out (``report.fired`` is False)."""
-    after = f" after {_duration(report.waited)}" if report.waited is not None else ""
-    before = f", before {report.timeout} could run out" if report.timeout else ", before any timeout ran out"
+    after = _(" after {duration}").format(duration=_duration(report.waited)) if report.waited is not None else ""
+    before = (_(", before {timeout} could run out").format(timeout=report.timeout) if report.timeout
+              else _(", before any timeout ran out"))
     if report.cause == "pair closed":
-        return (f"; rank {first}'s wait ended{after}{before}: an earlier timeout in the same group had closed "
-                f"its connections")
+        return _("; rank {rank}'s wait ended{after}{before}: an earlier timeout in the same group had closed "
+                 "its connections").format(rank=first, after=after, before=before)
     if returned:
-        return (f": its function had already returned, and the groups it made closed with it, which ended "
-                f"rank {first}'s wait{after}{before}. Every rank must call the same collectives in the same order")
-    return f"; rank {first}'s wait ended{after}{before}, when its connection to rank {culprit} closed"
+        return _(": its function had already returned, and the groups it made closed with it, which ended "
+                 "rank {rank}'s wait{after}{before}. Every rank must call the same collectives in the same "
+                 "order").format(rank=first, after=after, before=before)
+    return _("; rank {rank}'s wait ended{after}{before}, when its connection to rank {culprit} closed").format(
+        rank=first, after=after, before=before, culprit=culprit)
 
 
-def root_cause(failed, events, pending, stacks):
+def root_cause(failed: Sequence[Event], events: dict[int, Event], pending: Sequence[int], stacks: Stacks) -> Event:
     """The :class:`Event` to blame among ``failed`` (see the module's docstring); ``stacks`` says
     where still-running ranks were (``{rank: frames}``, ``{("state", rank): text}``)."""
     primary = [e for e in failed if e.kind == "died" or not e.comm]
@@ -224,45 +270,59 @@ def root_cause(failed, events, pending, stacks):
     # function returned or one still running elsewhere. A rank still waiting in a collective joined
     # one (when a returned rank's groups close, some peers fail at once and others are still waiting).
     first = min(failed, key=lambda e: e.t)
-    returned = [e.rank for e in events.values() if e.kind == "ok"]
-    elsewhere = [r for r in pending if not where(stacks.get(r)).startswith("waiting in ")]
+    returned = [r for r, e in events.items() if e.kind == "ok"]
+    elsewhere = [r for r in pending if not where(_frames(stacks, r)).startswith("waiting in ")]
     absent = sorted(elsewhere + returned) or list(pending)
     if absent:
         names = ", ".join(map(str, absent))
         culprit = absent[0]
-        frames = (stacks.get(culprit) or []) if culprit in pending else []
-        state = (f"; rank {culprit} was {where(frames)}" if frames else
-                 f"; rank {culprit} {stacks.get(('state', culprit), 'did not say where it was')}"
+        frames = _frames(stacks, culprit) if culprit in pending else []
+        state = (_("; rank {rank} was {where}").format(rank=culprit, where=where(frames)) if frames else
+                 "; " + _("rank {rank} {state}").format(
+                     rank=culprit, state=_state(stacks, culprit) or _("did not say where it was"))
                  if culprit in pending else "")
         reports = [e.timeout or TimeoutReport(e.timeout_name, fired=True if e.timeout_name else None)
                    for e in sorted(failed, key=lambda e: e.t)]
         ran_out = next((r for r in reports if r.fired), None)
         early = next((r for r in reports if r.fired is False), None)
-        head = f"rank {names} never reached the collective that rank {first.rank} was waiting in"
+        head = _("rank {ranks} never reached the collective that rank {rank} was waiting in").format(
+            ranks=names, rank=first.rank)
         if ran_out is not None:
-            head += f" until {ran_out.timeout} ran out"
+            head += _(" until {timeout} ran out").format(timeout=ran_out.timeout)
         if ran_out is None and early is not None:
             text = head + _ended_early(first.rank, culprit, early, culprit in returned) + state
         elif culprit in returned:
-            text = (f"{head}: its function had already returned. Every rank must call the same "
-                    f"collectives in the same order")
+            text = head + _(": its function had already returned. Every rank must call the same "
+                            "collectives in the same order")
         else:
             text = head + state
         return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
-    note = True  # collnb's guess from the messages alone (rank_error words it)
-    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None}
+    note: bool | str = True  # collnb's guess from the messages alone (rank_error words it)
+    entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None and e.rank is not None}
     if entries:
         d = divergence(entries) if len(entries) > 1 else None
         if d is None:
             return first  # the Flight Recorder was on and every rank's collectives agree: no guess to flag
-        note = (f"collnb's guess: rank {first.rank} raised first. The ranks' Flight Recorders disagree at "
-                f"collective_seq_id {d.seq} ({d.reason}), but no rank differs from all the others, so none "
-                f"of them is named the culprit: compare the sides")
+        note = _("collnb's guess: rank {rank} raised first. The ranks' Flight Recorders disagree at "
+                 "collective_seq_id {seq} ({reason}), but no rank differs from all the others, so none "
+                 "of them is named the culprit: compare the sides").format(rank=first.rank, seq=d.seq, reason=d.reason)
     return Event(first.rank, first.kind, first.t, first.exc_type, first.message, first.frames, first.comm,
                  timeout_name=first.timeout_name, timeout=first.timeout, guess=note)
 
 
-def _decided(entries):
+def _frames(stacks: Stacks, rank: int) -> list[Frame]:
+    """Where still-running rank ``rank`` was (its frames; ``[]`` when it did not say)."""
+    frames = stacks.get(rank)
+    return frames if isinstance(frames, list) else []
+
+
+def _state(stacks: Stacks, rank: int) -> str:
+    """What rank ``rank``'s process said when it did not say where it was (``""`` when nothing)."""
+    state = stacks.get(("state", rank))
+    return state if isinstance(state, str) else ""
+
+
+def _decided(entries: dict[int, list[dict[str, Any]]]) -> tuple[Divergence, int, str] | None:
     """``(divergence, culprit rank, the group in words)`` of ranks' Flight Recorder entries
     (``{rank: entries}``), or ``None`` with fewer than two ranks' entries, entries that agree, or no
     rank in a strict minority (:func:`.flight_recorder.divergence`)."""
@@ -271,103 +331,108 @@ def _decided(entries):
     d = divergence(entries)
     if d is None or not d.decided:
         return None
-    group = "the default group" if d.group[1] == "default_pg" else f"group {d.group[0]} ({d.group[1]})"
+    group = (_("the default group") if d.group[1] == "default_pg"
+             else _("group {number} ({name})").format(number=d.group[0], name=d.group[1]))
     return d, d.ranks[0], group
 
 
-def _diverged(failed):
+def _diverged(failed: Sequence[Event]) -> Event | None:
     """Root cause read from the failed ranks' Flight Recorder entries (``launch(flight_recorder=N)``):
     an :class:`Event` of kind ``"diverged"`` for the rank whose collective differs from every other
     rank's at the first sequence number where they disagree (:func:`.flight_recorder.divergence`), or
     ``None`` when the recorder was off, the entries agree, or no rank is a strict minority."""
-    found = _decided({e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None})
+    found = _decided({e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None and e.rank is not None})
     if found is None:
         return None
     d, culprit, group = found
     event = next(e for e in failed if e.rank == culprit)
-    text = (f"its collective_seq_id {d.seq} in {group} differs from the other ranks' (read from every rank's "
-            f"Flight Recorder): {d.reason}. The other ranks then waited in a collective that "
-            f"{_ranks_text(d.ranks)} never called the same way, until a timeout ran out. Every rank must call "
-            f"the same collectives, in the same order, with the same shapes")
+    text = _("its collective_seq_id {seq} in {group} differs from the other ranks' (read from every rank's "
+             "Flight Recorder): {reason}. The other ranks then waited in a collective that "
+             "{ranks} never called the same way, until a timeout ran out. Every rank must call "
+             "the same collectives, in the same order, with the same shapes").format(
+                 seq=d.seq, group=group, reason=d.reason, ranks=_ranks_text(d.ranks))
     return Event(culprit, "diverged", event.t, "CollectiveMismatch", text, event.frames, True, value=d)
 
 
-def call_error(ranks, events, failed, pending, stacks, phase):
+def call_error(ranks: Sequence[int], events: dict[int, Event], failed: Sequence[Event], pending: Sequence[int],
+               stacks: Stacks, phase: str) -> RankError | LaunchTimeout:
     """The error of a call that did not end with every rank's answer: :class:`.LaunchTimeout`
     naming the ``pending`` ranks when none ``failed``, else the :class:`.RankError` of the root
     cause. ``ranks``: the call's rank numbers; ``events``: ``{rank: Event}``; ``stacks``: where
     still-running ranks were (see :func:`root_cause`); ``phase``: ``"init"`` or ``"run"``."""
     if not failed:
         outcomes = outcomes_of(ranks, events, stacks, None)
-        waiting = [r for r in pending if where(stacks.get(r)).startswith("waiting in ")]
+        waiting = [r for r in pending if where(_frames(stacks, r)).startswith("waiting in ")]
         finished = [r for r in ranks if r in events]
         if waiting and finished:
             # a group with a timeout= longer than the launch's: more time would not help
-            advice = (f"rank(s) {', '.join(map(str, waiting))} were waiting in a collective that rank(s) "
-                      f"{', '.join(map(str, finished))} never called (their functions had returned); every "
-                      f"rank of a group must call the same collectives in the same order. A longer timeout "
-                      f"will not help: the group's own timeout= was longer than the launch's")
+            advice = _("rank(s) {waiting} were waiting in a collective that rank(s) {finished} never called "
+                       "(their functions had returned); every rank of a group must call the same collectives in "
+                       "the same order. A longer timeout will not help: the group's own timeout= was longer than "
+                       "the launch's").format(waiting=", ".join(map(str, waiting)),
+                                               finished=", ".join(map(str, finished)))
         else:
-            advice = "raise the limit with launch(..., timeout=SECONDS)"
+            advice = _("raise the limit with launch(..., timeout=SECONDS)")
         return LaunchTimeout(
-            f"timed out during {phase}: rank(s) {', '.join(map(str, pending))} had not finished "
-            f"({advice})\n" + outcome_text(outcomes),
-            pending, outcomes)
+            _("timed out during {phase}: rank(s) {ranks} had not finished ({advice})").format(
+                phase=phase, ranks=", ".join(map(str, pending)), advice=advice) + "\n" + outcome_text(outcomes),
+            list(pending), outcomes)
     root = root_cause(failed, events, pending, stacks)
     outcomes = outcomes_of(ranks, events, stacks, root)
     return rank_error(root, outcomes, phase)
 
 
-def returned_diverged(ranks, events, results):
+def returned_diverged(ranks: Sequence[int], events: dict[int, Event], results: Sequence[Any]) -> RankError | None:
     """The :class:`.RankError` of a call whose every rank returned although their Flight Recorder
     entries (``launch(..., flight_recorder=N)``; ``events[r].flight_recorder``) disagree, e.g. an
     ``all_to_all`` whose ranks send 31 elements in all but receive 32 (gloo does not check: a rank
     receives a short message and keeps stale values). ``None`` when the recorder was off, the entries
     agree or no rank is a strict minority. ``results``: the ranks' results, kept on the error as
     ``.results`` (rank order) for a learner to look at."""
-    found = _decided({r: events[r].flight_recorder for r in ranks if events[r].flight_recorder is not None})
+    found = _decided({r: fr for r in ranks if (fr := events[r].flight_recorder) is not None})
     if found is None:
         return None
     d, culprit, group = found
-    text = (f"rank {culprit}: CollectiveMismatch: its collective_seq_id {d.seq} in {group} differs from the other "
-            f"ranks' (read from every rank's Flight Recorder): {d.reason}. Every rank returned, but the "
-            f"collective did not do what its callers asked: their results are likely wrong (kept in this error's "
-            f".results). Every rank must call the same collectives, in the same order, with matching sizes")
-    outcomes = {r: "finished" + (" (its collective differed)" if r in d.ranks else "") for r in ranks}
-    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+    text = f"rank {culprit}: CollectiveMismatch: " + _(
+        "its collective_seq_id {seq} in {group} differs from the other ranks' (read from every rank's Flight "
+        "Recorder): {reason}. Every rank returned, but the collective did not do what its callers asked: their "
+        "results are likely wrong (kept in this error's .results). Every rank must call the same collectives, "
+        "in the same order, with matching sizes").format(seq=d.seq, group=group, reason=d.reason)
+    outcomes = {r: _("finished") + (_(" (its collective differed)") if r in d.ranks else "") for r in ranks}
+    text += "\n\n" + _("What happened to every rank:") + "\n" + outcome_text(outcomes)
     err = RankError(text, culprit, "CollectiveMismatch", "", outcomes)
     err.results = list(results)
     err.divergence = d
     return err
 
 
-def outcomes_of(ranks, events, stacks, root):
+def outcomes_of(ranks: Iterable[int], events: dict[int, Event], stacks: Stacks, root: Event | None) -> dict[int, str]:
     """``{rank: what happened to it}`` (str) for every rank number in ``ranks``."""
     out = {}
     for rank in ranks:
         e = events.get(rank)
         if e is None:
-            at = where(stacks.get(rank)) or stacks.get(("state", rank), "")
-            out[rank] = "still running, stopped by collnb" + (f" ({at})" if at else "")
+            at = where(_frames(stacks, rank)) or _state(stacks, rank)
+            out[rank] = _("still running, stopped by collnb") + (f" ({at})" if at else "")
         elif e.kind == "ok":
-            out[rank] = "finished"
+            out[rank] = _("finished")
         elif e.kind == "died":
             out[rank] = death_text(e.value)
         else:
             first = _FINGERPRINT_NOISE.sub("", e.message.splitlines()[0] if e.message else "")
             if len(first) > 240:
                 first = first[:240] + " ..."
-            tag = " (follows the root cause)" if root is not None and e.rank != root.rank and e.comm else ""
+            tag = _(" (follows the root cause)") if root is not None and e.rank != root.rank and e.comm else ""
             out[rank] = f"{e.exc_type}: {first}{tag}"
     return out
 
 
-def outcome_text(outcomes):
+def outcome_text(outcomes: dict[int, str]) -> str:
     """``outcomes`` as indented lines ``"  rank r: ..."``, in rank order."""
     return "\n".join(f"  rank {k}: {v}" for k, v in sorted(outcomes.items()))
 
 
-def rank_error(root, outcomes, phase):
+def rank_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
     """The :class:`.RankError` for root cause ``root`` (an :class:`Event`) of a call in ``phase``
     (``"init"`` or ``"run"``)."""
     if root.kind == "mismatch":
@@ -384,34 +449,36 @@ def rank_error(root, outcomes, phase):
     if isinstance(root.guess, str):
         text += "\n\n" + root.guess
     elif root.guess:
-        text += (f"\n\ncollnb's guess, from the messages alone: every rank failed waiting in a collective and rank "
-                 f"{root.rank} raised first, so the rank that went wrong may be another one. With "
-                 f"collnb.launch(..., flight_recorder=200) collnb reads every rank's recent collectives (torch's "
-                 f"Flight Recorder) and names the rank whose collective differed")
+        text += "\n\n" + _(
+            "collnb's guess, from the messages alone: every rank failed waiting in a collective and rank "
+            "{rank} raised first, so the rank that went wrong may be another one. With "
+            "collnb.launch(..., flight_recorder=200) collnb reads every rank's recent collectives (torch's "
+            "Flight Recorder) and names the rank whose collective differed").format(rank=root.rank)
     if tb:
-        text += f"\n\nTraceback of rank {root.rank} (most recent call last):\n{tb.rstrip()}"
+        text += "\n\n" + _traceback_of(_ranks_text([root.rank] if root.rank is not None else [])) + "\n" + tb.rstrip()
     if phase == "init":
-        text += "\n\n(while initialising the process group)"
-    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+        text += "\n\n" + _("(while initialising the process group)")
+    text += "\n\n" + _("What happened to every rank:") + "\n" + outcome_text(outcomes)
     return RankError(text, root.rank, exc_type, tb, outcomes)
 
 
-def _mismatch_error(root, outcomes, phase):
+def _mismatch_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
     """The TORCH_DISTRIBUTED_DEBUG=DETAIL check found ranks calling different collectives
     (op, shapes or dtypes). Blame one rank only when it differs from all the others."""
-    sides = root.value  # [(fingerprint, [ranks])], largest side first
+    sides: list[tuple[str, list[int]]] = root.value  # [(fingerprint, [ranks])], largest side first
     lines = [f"  {_ranks_text(ranks)}: {fp}" for fp, ranks in sides]
     if root.rank is not None:
         others = sorted(r for fp, ranks in sides for r in ranks if r != root.rank)
-        head = (f"rank {root.rank}: {root.exc_type}: {_MISMATCH} on ranks: rank {root.rank} called a "
-                f"different collective from every other rank ({_ranks_text(others)} agree)")
-        tbs = [([root.rank], root.frames)]
+        head = f"rank {root.rank}: {root.exc_type}: {_MISMATCH} on ranks: " + _(
+            "rank {rank} called a different collective from every other rank ({others} agree)").format(
+                rank=root.rank, others=_ranks_text(others))
+        tbs: list[tuple[list[int], list[Frame]]] = [([root.rank], root.frames)]
     else:
         every = sorted(r for _, ranks in sides for r in ranks)
-        head = (f"{_ranks_text(every)}: {root.exc_type}: {_MISMATCH} on ranks: no rank differs from all "
-                f"the others, so none of them is called the root cause; each side is shown")
+        head = f"{_ranks_text(every)}: {root.exc_type}: {_MISMATCH} on ranks: " + _(
+            "no rank differs from all the others, so none of them is called the root cause; each side is shown")
         tbs = []  # one traceback per place in the code (the sides often share one line)
-        for (_fp, ranks), frames in zip(sides, root.frames):
+        for (_fp, ranks), frames in zip(sides, root.side_frames):
             same = [i for i, (_, f) in enumerate(tbs) if [x[:3] for x in f] == [x[:3] for x in frames]]
             if same:
                 tbs[same[0]] = (tbs[same[0]][0] + ranks, tbs[same[0]][1])
@@ -420,45 +487,53 @@ def _mismatch_error(root, outcomes, phase):
     text = head + ":\n" + "\n".join(lines)
     if root.message:
         text += f"\n{root.message}"
-    text += ("\nEvery rank of a group must call the same collectives, in the same order, with the same "
-             "shapes and dtypes.")
+    text += "\n" + _("Every rank of a group must call the same collectives, in the same order, with the same "
+                     "shapes and dtypes.")
     tb = ""
     for ranks, frames in tbs:
         part = format_frames(frames).rstrip()
         if part:
-            tb += f"\n\nTraceback of {_ranks_text(ranks)} (most recent call last):\n{part}"
+            tb += "\n\n" + _traceback_of(_ranks_text(ranks)) + "\n" + part
     text += tb
     if phase == "init":
-        text += "\n\n(while initialising the process group)"
-    text += "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
+        text += "\n\n" + _("(while initialising the process group)")
+    text += "\n\n" + _("What happened to every rank:") + "\n" + outcome_text(outcomes)
     err = RankError(text, root.rank, root.exc_type, tb.strip(), outcomes)
     err.mismatch = {fp: ranks for fp, ranks in sides}
     return err
 
 
-def _ranks_text(ranks):
-    ranks = sorted(ranks)
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + (", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}")
+def _ranks_text(ranks: Iterable[int]) -> str:
+    """``"rank 2"``, ``"ranks 0, 1 and 3"``."""
+    ordered = sorted(ranks)
+    if len(ordered) == 1:
+        return _("rank {rank}").format(rank=ordered[0])
+    return _("ranks {ranks} and {last}").format(ranks=", ".join(map(str, ordered[:-1])), last=ordered[-1])
 
 
-def _mismatch(failed):
+def _traceback_of(who: str) -> str:
+    """``"Traceback of rank 1 (most recent call last):"`` (``who``: :func:`_ranks_text`'s words)."""
+    return _("Traceback of {who} (most recent call last):").format(who=who)
+
+
+def _mismatch(failed: Sequence[Event]) -> Event | None:
     """Root cause of a DETAIL-check mismatch: an :class:`Event` of kind ``"mismatch"`` whose ``rank``
     is the one rank that differs from all the others (``None`` when no rank does, e.g. two ranks,
     or three sides), ``value`` the sides ``[(fingerprint, [ranks])]`` and ``message`` what
     differs. ``None`` when the messages cannot be read."""
-    fps, frames = {}, {}
+    fps: dict[int, str] = {}
+    frames: dict[int, list[Frame]] = {}
     for e in sorted(failed, key=lambda e: e.t):
         for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message)):
             fps.setdefault(int(rank), fp.strip())
-        frames.setdefault(e.rank, e.frames)
+        if e.rank is not None:
+            frames.setdefault(e.rank, e.frames)
     if len(set(fps.values())) < 2:
         return None
     seqs = {m.group(1) for fp in fps.values() for m in [re.search(r"SequenceNumber=(\d+)", fp)] if m}
     if len(seqs) == 1:  # the same operation number everywhere: leave it out
         fps = {r: re.sub(r"SequenceNumber=\d+,\s*", "", fp) for r, fp in fps.items()}
-    by_fp = {}
+    by_fp: dict[str, list[int]] = {}
     for rank, fp in sorted(fps.items()):
         by_fp.setdefault(fp, []).append(rank)
     sides = sorted(by_fp.items(), key=lambda kv: (-len(kv[1]), kv[1]))
@@ -475,30 +550,32 @@ def _mismatch(failed):
             break
     if odd is not None:
         return Event(odd, "mismatch", first.t, first.exc_type, differ, frames.get(odd, []), value=sides)
-    return Event(None, "mismatch", first.t, first.exc_type, differ,
-                  [frames.get(ranks[0], []) for _, ranks in sides], value=sides)
+    return Event(None, "mismatch", first.t, first.exc_type, differ, value=sides,
+                 side_frames=[frames.get(ranks[0], []) for _, ranks in sides])
 
 
-def death_text(exitcode):
+def death_text(exitcode: int | None) -> str:
+    """How a rank process ended, in words: ``"killed by SIGKILL"``, ``"exited with code 3 ..."``,
+    ``"died"`` (``exitcode`` unknown)."""
     if exitcode is None:
-        return "died"
+        return _("died")
     if exitcode < 0:
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
-            name = f"signal {-exitcode}"
-        return f"killed by {name}"
-    return f"exited with code {exitcode} without returning (os._exit or a crash)"
+            name = _("signal {number}").format(number=-exitcode)
+        return _("killed by {signal}").format(signal=name)
+    return _("exited with code {code} without returning (os._exit or a crash)").format(code=exitcode)
 
 
-def rebuild_result(rank, payload):
+def rebuild_result(rank: int, payload: bytes) -> Any:
     """Rank ``rank``'s return value from its :class:`.Result` payload, or :class:`.RankError` when it
     cannot be rebuilt here."""
     try:
         return loads(payload)
     except Exception as exc:  # noqa: BLE001 - e.g. a class whose __setstate__ fails here
         raise RankError(
-            f"rank {rank}: {type(exc).__name__}: rank {rank}'s return value was sent but could not be "
-            f"rebuilt in the launcher ({exc}). Return tensors, numbers, strings, or lists/tuples/dicts "
-            f"of them", rank, type(exc).__name__, "", {rank: "finished; its result could not be rebuilt"}) \
-            from exc
+            f"rank {rank}: {type(exc).__name__}: " + _(
+                "rank {rank}'s return value was sent but could not be rebuilt in the launcher ({error}). Return "
+                "tensors, numbers, strings, or lists/tuples/dicts of them").format(rank=rank, error=exc),
+            rank, type(exc).__name__, "", {rank: _("finished; its result could not be rebuilt")}) from exc

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 __all__ = ["Divergence", "divergence", "entries_from_json", "FIELDS"]
 
@@ -43,21 +44,25 @@ class Divergence:
             minority); with two ranks, or two equal sides, no rank can be told from the other.
     """
 
-    ranks: tuple
+    ranks: tuple[int, ...]
     seq: int
-    group: tuple
+    group: tuple[str, ...]
     kind: str
     reason: str
     decided: bool
 
 
-def entries_from_json(data) -> list:
+#: One kept Flight Recorder entry: :data:`FIELDS` -> its value as the dump gives it.
+Entry = dict[str, Any]
+
+
+def entries_from_json(data: bytes | str | dict[str, Any]) -> list[Entry]:
     """The collective entries of a Flight Recorder JSON dump (``_dump_fr_trace_json``'s bytes or str,
     or the parsed dict), each reduced to :data:`FIELDS` (``process_group`` as a tuple); point-to-point
     entries (``is_p2p``) are left out: they have no ``collective_seq_id`` of their own."""
     if isinstance(data, (bytes, str)):
         data = json.loads(data)
-    out = []
+    out: list[Entry] = []
     for e in data.get("entries", []) if isinstance(data, dict) else []:
         if e.get("is_p2p") or "collective_seq_id" not in e:
             continue
@@ -67,11 +72,11 @@ def entries_from_json(data) -> list:
     return out
 
 
-def _signature(entry) -> tuple:
-    return (entry["profiling_name"], json.dumps(entry["input_sizes"]), json.dumps(entry["output_sizes"]))
+def _signature(entry: Entry) -> tuple[str, str, str]:
+    return (str(entry["profiling_name"]), json.dumps(entry["input_sizes"]), json.dumps(entry["output_sizes"]))
 
 
-def _numel(sizes) -> int:
+def _numel(sizes: list[list[int]] | None) -> int:
     total = 0
     for shape in sizes or []:
         n = 1
@@ -81,11 +86,11 @@ def _numel(sizes) -> int:
     return total
 
 
-def _op(entry) -> str:
+def _op(entry: Entry) -> str:
     return str(entry["profiling_name"]).split(":")[-1]
 
 
-def _group_divergence(group, by_rank) -> Divergence | None:
+def _group_divergence(group: tuple[str, ...], by_rank: dict[int, dict[int, Entry]]) -> Divergence | None:
     """The first divergence among ``by_rank`` (``{rank: {seq: entry}}``) in one group, or ``None``."""
     last = {r: max(es) for r, es in by_rank.items()}
     first = {r: min(es) for r, es in by_rank.items()}
@@ -132,7 +137,7 @@ def _group_divergence(group, by_rank) -> Divergence | None:
     return None
 
 
-def divergence(entries: dict) -> Divergence | None:
+def divergence(entries: dict[int, list[Entry]]) -> Divergence | None:
     """The first divergence among the ranks' Flight Recorder entries.
 
     Args:
@@ -145,7 +150,7 @@ def divergence(entries: dict) -> Divergence | None:
         of several groups' divergences, the one whose collective was issued first
         (``time_created_ns``, one clock for the processes of one machine) is returned.
     """
-    groups = {}
+    groups: dict[tuple[str, ...], dict[int, dict[int, Entry]]] = {}
     for r, es in entries.items():
         for e in es:
             if e.get("collective_seq_id") is None:

@@ -33,7 +33,8 @@ How it works (and why):
   DETAIL check finds mismatched collectives, a rank is blamed only if it differs from all the
   others; a timeout error names the timeout that fired; the backend's C++ log lines are attached
   to the error instead of printed.
-* **Where each part lives.** The warm pool in :mod:`.pool`, the rank's loop in :mod:`.rank`,
+* **Where each part lives.** The interface of a set of ranks (local, or engines) in :mod:`.rankset`,
+  the warm pool in :mod:`.pool` and the parts of its wait for answers in :mod:`.answers`, the rank's loop in :mod:`.rank`,
   the messages between them in :mod:`.protocol`, how functions and tensors travel in
   :mod:`.serialization`, output lines in :mod:`.output`, the error a learner reads in
   :mod:`.failures`, process life in :mod:`.processes`, torch's private internals in
@@ -59,17 +60,19 @@ import math
 import os
 import sys
 import threading
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
+from ..i18n import _
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_size
 from .backends import local_backend_info
 from .pool import RankPool
 from .rank import current_rank
+from .rankset import BackendFacts, LaunchRequest, RankSet
 
 __all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
-           "MAX_WORLD_SIZE", "BACKENDS"]
+           "check_request", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS"]
 
 
 def backend_info(backend: str) -> dict:
@@ -87,12 +90,12 @@ def backend_info(backend: str) -> dict:
     return {k: v for k, v in _backend_facts(backend).items() if k != "limit"}
 
 
-def _backend_facts(backend: str) -> dict:
+def _backend_facts(backend: str) -> BackendFacts:
     """:func:`backend_info`'s dict plus ``"limit"``: why ``max_world_size`` is below
-    :data:`MAX_WORLD_SIZE`, in the words world-size errors use ("" when it is not)."""
-    if _remote is not None:  # collnb.connect(): the engines' answer
-        return _remote.backend_info(backend)
-    return local_backend_info(backend)
+    :data:`MAX_WORLD_SIZE`, in the words world-size errors use ("" when it is not), from the active
+    rank set (the engines' answer while :func:`collnb.connect` is in force)."""
+    check_backend(backend)
+    return _rank_set.backend_info(backend)
 
 
 def check_ranks(world_size, backend: str = "gloo") -> dict:
@@ -113,26 +116,33 @@ def check_ranks(world_size, backend: str = "gloo") -> dict:
         check_world_size(world_size, info["max_world_size"], why=info.pop("limit"))
         return info
     check_world_size(world_size)  # a wrong world size is named before the backend that cannot run
-    where = "on the connected engines" if _remote is not None else "here"
-    raise RuntimeError(f"backend {backend!r} cannot run {where}: {info['reason']}")
+    where = _("here") if _rank_set.where == "here" else _("on the connected engines")
+    raise RuntimeError(_("backend {backend} cannot run {where}: {reason}").format(
+        backend=repr(backend), where=where, reason=info["reason"]))
 
 
-def _check_request(fn, world_size, backend, start_method):
-    """Check a launch request before any rank starts (raises as :func:`launch` says)."""
+def _check_request(fn: object, world_size: int, backend: str, start_method: str | None) -> None:
+    """Check where and how a launch request would start ranks (raises as :func:`launch` says)."""
     if current_rank() is not None:
-        raise RuntimeError(
-            f"collnb.launch was called inside rank {current_rank()} of a launch: ranks cannot start ranks of "
-            f"their own (each would leave a pool behind). The function already runs in a process group: use "
-            f"it (dist.new_group(ranks) for a subgroup), or call collnb.launch from the notebook")
+        raise RuntimeError(_(
+            "collnb.launch was called inside rank {rank} of a launch: ranks cannot start ranks of "
+            "their own (each would leave a pool behind). The function already runs in a process group: use "
+            "it (dist.new_group(ranks) for a subgroup), or call collnb.launch from the notebook").format(
+                rank=current_rank()))
     if not callable(fn):
-        raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
+        raise TypeError(_("fn must be a function fn(rank, world_size, *args); got {type} {value}").format(
+            type=type(fn).__name__, value=repr(fn)))
     check_ranks(world_size, backend)
+    if start_method is None:
+        if _rank_set is not LOCAL:
+            return  # the engines' own way of starting ranks
+        start_method = _default_start_method()
     if start_method not in ("fork", "spawn"):
-        raise ValueError(f"start_method must be 'fork' or 'spawn' (ranks must be children of this "
-                         f"process, which forkserver's are not); got {start_method!r}")
-    if start_method == "fork" and backend == "nccl" and torch.cuda.is_initialized():
-        raise RuntimeError("CUDA is already initialised in this process, and forked ranks cannot use it. "
-                           "Restart the kernel and launch before touching CUDA, or pass start_method='spawn'")
+        raise ValueError(_("start_method must be 'fork' or 'spawn' (ranks must be children of this "
+                           "process, which forkserver's are not); got {value}").format(value=repr(start_method)))
+    if start_method == "fork" and backend == "nccl" and _rank_set is LOCAL and torch.cuda.is_initialized():
+        raise RuntimeError(_("CUDA is already initialised in this process, and forked ranks cannot use it. "
+                             "Restart the kernel and launch before touching CUDA, or pass start_method='spawn'"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -140,8 +150,6 @@ def _check_request(fn, world_size, backend, start_method):
 
 _pool: RankPool | None = None
 _pool_guard = threading.Lock()
-#: :mod:`collnb.ranks.remote` while ``collnb.connect()`` is in force (launch and backend_info go there).
-_remote = None
 
 
 def _forget_pool():
@@ -164,7 +172,8 @@ def _check_seconds(**values):
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or value <= 0:
-            raise ValueError(f"{name} must be a positive, finite number of seconds; got {value!r}")
+            raise ValueError(_("{name} must be a positive, finite number of seconds; got {value}").format(
+                name=name, value=repr(value)))
 
 
 def check_flag(name: str, value) -> bool:
@@ -175,7 +184,7 @@ def check_flag(name: str, value) -> bool:
             ``"no"`` would otherwise count as true).
     """
     if not isinstance(value, bool):
-        raise TypeError(f"{name} must be True or False; got {value!r}")
+        raise TypeError(_("{name} must be True or False; got {value}").format(name=name, value=repr(value)))
     return value
 
 
@@ -188,10 +197,11 @@ def check_call_arguments(args, kwargs):
             pass ``args=("abc",)``), or ``kwargs`` is not a dict of str keys.
     """
     if not isinstance(args, (tuple, list)):
-        raise TypeError(f"args must be a tuple (or list) of the extra arguments, e.g. args=({args!r},) for one; "
-                        f"got the {type(args).__name__} {args!r}")
+        raise TypeError(_("args must be a tuple (or list) of the extra arguments, e.g. args=({value},) for one; "
+                          "got the {type} {value}").format(value=repr(args), type=type(args).__name__))
     if kwargs is not None and (not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs)):
-        raise TypeError(f"kwargs must be a dict of keyword arguments (str keys) or None; got {kwargs!r}")
+        raise TypeError(_("kwargs must be a dict of keyword arguments (str keys) or None; got {value}").format(
+            value=repr(kwargs)))
 
 
 def _check_signature(fn, args, kwargs):
@@ -204,9 +214,10 @@ def _check_signature(fn, args, kwargs):
     try:
         sig.bind(0, 1, *args, **(kwargs or {}))
     except TypeError as exc:
-        raise TypeError(f"fn cannot be called as fn(rank, world_size, *args, **kwargs) with "
-                        f"{len(args)} extra argument(s) and keywords {sorted(kwargs or {})}: {exc}. "
-                        f"Define it as def {getattr(fn, '__name__', 'fn')}(rank, world_size, ...)") from None
+        raise TypeError(_("fn cannot be called as fn(rank, world_size, *args, **kwargs) with {n} extra "
+                          "argument(s) and keywords {keywords}: {error}. Define it as def {name}(rank, "
+                          "world_size, ...)").format(n=len(args), keywords=sorted(kwargs or {}), error=exc,
+                                                     name=getattr(fn, "__name__", "fn"))) from None
 
 
 def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | None = None,
@@ -317,57 +328,119 @@ def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | No
         LaunchTimeout: the call ran past ``timeout``; every rank has been stopped.
         KeyboardInterrupt: re-raised after every rank has been stopped.
     """
-    global _pool
-    if _remote is not None:  # collnb.connect(cluster): the ranks are ipyparallel engines
-        return _remote.launch(**locals())  # every parameter of this call, as given
-    start_method = start_method or _default_start_method()
+    request = check_request(fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug,
+                            start_method, record_calls=record_calls, show_backend_log=show_backend_log,
+                            timeline=timeline, flight_recorder=flight_recorder)
+    return _rank_set.launch(request)
+
+
+def check_request(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (),
+                  kwargs: dict[str, Any] | None = None, backend: str = "gloo", timeout: float = 60.0,
+                  collective_timeout: float = 5.0, debug: bool = True, start_method: str | None = None, *,
+                  record_calls: bool = False, show_backend_log: bool = False, timeline: bool = False,
+                  flight_recorder: int = 0) -> LaunchRequest:
+    """Check every argument of a :func:`launch` request against the active rank set, before any rank
+    starts, and return it as a :class:`.rankset.LaunchRequest` (seconds as float; ``start_method``
+    ``None`` leaves the choice to the rank set: ``"fork"`` here on Linux). The one check of a request, for local ranks and engines alike.
+
+    Raises:
+        TypeError / ValueError / RuntimeError: as :func:`launch` says.
+        NotImplementedError: an option the active rank set cannot honour (:meth:`.RankSet.refuse`:
+            engines refuse ``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``).
+    """
     _check_request(fn, world_size, backend, start_method)
     check_call_arguments(args, kwargs)
     for name, flag in (("debug", debug), ("record_calls", record_calls), ("show_backend_log", show_backend_log),
                        ("timeline", timeline)):
         check_flag(name, flag)
     if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
-        raise ValueError(f"flight_recorder must be a number of entries >= 0 (e.g. 200; 0 = off); got {flight_recorder!r}")
+        raise ValueError(_("flight_recorder must be a number of entries >= 0 (e.g. 200; 0 = off); got {value}").format(
+            value=repr(flight_recorder)))
     _check_signature(fn, tuple(args), kwargs)
     _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
-    key = (backend, bool(debug), float(collective_timeout), start_method, int(flight_recorder))
-    with _pool_guard:
-        pool = _pool
-        if pool is not None and not pool.broken and pool.lock.acquire(blocking=False):
+    request = LaunchRequest(fn, world_size, tuple(args), dict(kwargs or {}), backend, float(timeout),
+                            float(collective_timeout), debug, start_method, record_calls, show_backend_log,
+                            timeline, int(flight_recorder))
+    _rank_set.refuse(request)
+    return request
+
+
+class LocalRanks:
+    """The local rank set: :func:`launch` on rank processes forked (or spawned) here, kept warm in
+    one module-level :class:`RankPool` between calls (:func:`warm_pool`); a call made while another
+    thread uses the warm pool runs on a private pool of its own."""
+
+    where = "here"
+
+    def backend_info(self, backend: str) -> BackendFacts:
+        """:func:`.backends.local_backend_info`: this machine's answer."""
+        return local_backend_info(backend)
+
+    def refuse(self, request: LaunchRequest) -> None:
+        """Local ranks honour every option of a request: refuses nothing."""
+
+    def launch(self, request: LaunchRequest) -> list[Any]:
+        """Run ``request`` on the warm pool (see :func:`launch`)."""
+        global _pool
+        r = request
+        key = (r.backend, r.debug, r.collective_timeout, r.start_method or _default_start_method(),
+               r.flight_recorder)
+        with _pool_guard:
+            pool = _pool
+            if pool is not None and not pool.broken and pool.lock.acquire(blocking=False):
+                try:
+                    retired = pool.settle()  # each rank's word on the last call: back as it started?
+                    dead = pool.dead_ranks()
+                finally:
+                    pool.lock.release()
+                if retired:
+                    # The last call changed these ranks for good (a replaced torch function): never reuse them.
+                    sys.stderr.write("[collnb] " + _("{why}; starting fresh ranks").format(why=retired) + "\n")
+                    pool.close()
+                elif dead and pool.key == key:
+                    # A warm rank that died while the pool was idle (OOM killer, a stray kill) is replaced:
+                    # the pool starts over instead of failing the next call with a BrokenPipeError.
+                    sys.stderr.write("[collnb] " + _("warm rank(s) had died while idle ({ranks}); starting fresh "
+                                                     "ranks").format(ranks="; ".join(
+                                                         f"rank {k}: {why}" for k, why in sorted(dead.items())))
+                                     + "\n")
+                    pool.close()
+            if pool is None or pool.broken or pool.key != key:
+                if pool is not None:
+                    pool.close()
+                pool = _pool = RankPool(*key)
+            private = not pool.lock.acquire(blocking=False)
+        if private:
+            # Another thread is using the warm pool: run on a private pool of our own.
+            own = RankPool(*key)
             try:
-                retired = pool.settle()  # each rank's word on the last call: back as it started?
-                dead = pool.dead_ranks()
+                return own.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout, record_calls=r.record_calls,
+                               show_backend_log=r.show_backend_log, timeline=r.timeline)
             finally:
-                pool.lock.release()
-            if retired:
-                # The last call changed these ranks for good (a replaced torch function): never reuse them.
-                sys.stderr.write(f"[collnb] {retired}; starting fresh ranks\n")
-                pool.close()
-            elif dead and pool.key == key:
-                # A warm rank that died while the pool was idle (OOM killer, a stray kill) is replaced:
-                # the pool starts over instead of failing the next call with a BrokenPipeError.
-                sys.stderr.write("[collnb] warm rank(s) had died while idle (" +
-                                 "; ".join(f"rank {r}: {why}" for r, why in sorted(dead.items())) +
-                                 "); starting fresh ranks\n")
-                pool.close()
-        if pool is None or pool.broken or pool.key != key:
-            if pool is not None:
-                pool.close()
-            pool = _pool = RankPool(backend, debug, collective_timeout, start_method, flight_recorder)
-        private = not pool.lock.acquire(blocking=False)
-    if private:
-        # Another thread is using the warm pool: run on a private pool of our own.
-        own = RankPool(backend, debug, collective_timeout, start_method, flight_recorder)
+                own.close()
         try:
-            return own.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls,
-                           show_backend_log=show_backend_log, timeline=timeline)
+            return pool.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout, record_calls=r.record_calls,
+                            show_backend_log=r.show_backend_log, timeline=r.timeline)
         finally:
-            own.close()
-    try:
-        return pool.run(fn, world_size, args, kwargs, timeout, record_calls=record_calls,
-                        show_backend_log=show_backend_log, timeline=timeline)
-    finally:
-        pool.lock.release()
+            pool.lock.release()
+
+
+#: The local rank set (one per process).
+LOCAL = LocalRanks()
+#: The active rank set: :data:`LOCAL`, or the engines while :func:`collnb.connect` is in force.
+_rank_set: RankSet = LOCAL
+
+
+def use_rank_set(rank_set: RankSet | None) -> None:
+    """Make ``rank_set`` the one :func:`launch`, :func:`backend_info` and :func:`check_ranks` use;
+    ``None`` makes the local ranks active again (:func:`collnb.connect` / :func:`collnb.disconnect`)."""
+    global _rank_set
+    _rank_set = LOCAL if rank_set is None else rank_set
+
+
+def active_rank_set() -> RankSet:
+    """The active rank set (:data:`LOCAL` unless :func:`collnb.connect` is in force)."""
+    return _rank_set
 
 
 def shutdown():

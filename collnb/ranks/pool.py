@@ -10,32 +10,32 @@ lines, its death, and turns a failure into one :class:`.RankError` or :class:`.L
 
 from __future__ import annotations
 
-import collections
 import gc
 import os
 import signal
 import threading
 import time
-from dataclasses import dataclass, field
 from multiprocessing.connection import wait as _mp_wait
-from typing import Any
 
 import psutil
 import torch.multiprocessing as tmp
 
+from ..i18n import N_, _
 from ..vocabulary import MAX_WORLD_SIZE
 from .backends import local_backend_info
+from .answers import RankProcess, answer_event, exited, group_verdict, lost, wait_limit, waitables
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, call_error, death_text, failed_event, rebuild_result, returned_diverged
+from .failures import Event, call_error, death_text, event_of, rebuild_result, returned_diverged
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
-from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, encode, receive, send
+from .protocol import InitGroup, NewGroup, Run, Settled, encode, receive, send
 from .rank import rank_main, resolve_rank_names
 from .rank_state import Watch
 from .recording import CallRecords
 from .timeline import Timeline
 from .serialization import Unsendable, code_files, dumps
-from .tracebacks import ipython_cells, parse_stack
+from .rankset import RankEvent, RankResult
+from .tracebacks import named_cells, parse_stack
 
 __all__ = ["RankPool", "LaunchResults"]
 
@@ -58,33 +58,16 @@ class LaunchResults(list):
         self.timeline = timeline
 
 
-@dataclass
-class _Rank:
-    rank: int
-    proc: Any
-    cmd_w: Any
-    res_r: Any
-    out_r: Any
-    err_r: Any
-    partial: dict = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
-    in_log: bool = False  # the last stderr line was a C++ log line (its continuation lines follow)
-    last: collections.deque = field(default_factory=lambda: collections.deque(maxlen=_LAST_WORDS))
-    lost_at: float | None = None  # when its result pipe closed while it was still alive
-    closed: set = field(default_factory=set)  # 1, 2: its stdout / stderr pipe reached its end
-    report: list = field(default_factory=list)  # the first lines of a crash report (faulthandler's)
-    unsettled: bool = False  # it answered a Run, and its Settled has not been read yet
-
-
-#: How many of a rank's last output lines a :class:`RankError` about its death quotes.
-_LAST_WORDS = 12
-#: Seconds a rank whose result pipe closed may stay alive before it counts as failed.
-_LOST_GRACE = 1.0
+#: One rank process of the pool (kept under its old name for the pool's own code).
+_Rank = RankProcess
 #: Seconds a rank may take, after answering a call, to put itself back (:class:`.Settled`).
 _SETTLE_S = 30.0
+#: Seconds the launcher still waits for the other ranks' answers after the first failure.
+_GRACE = 0.5
 _CRASH_SIGNALS = {int(getattr(signal, n)) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")}
-_CLOSED_FDS = ("it closed its pipes to the launcher while it ran: the function closed file descriptors it had "
-               "not opened (os.closerange, os.close on a number it did not get from open): collnb, torch and "
-               "gloo use them. Close only the files your function opened")
+_CLOSED_FDS = N_("it closed its pipes to the launcher while it ran: the function closed file descriptors it had "
+                 "not opened (os.closerange, os.close on a number it did not get from open): collnb, torch and "
+                 "gloo use them. Close only the files your function opened")
 
 
 class RankPool:
@@ -309,9 +292,13 @@ class RankPool:
         exc.backend_log = self.output.take_backend_log()
         if exc.backend_log:
             n = len(exc.backend_log)
-            note = (f"\n\n({n} line{'s' if n > 1 else ''} logged by {self.backend}'s C++ code kept out of "
-                    f"the output: print(*err.backend_log, sep='\\n') shows them; "
-                    f"launch(..., show_backend_log=True) prints them as they come)")
+            # two messages, not ngettext: tools/catalogues.py's compiled_matches cannot compare plural entries
+            note = "\n\n" + (_(
+                "({n} line logged by {backend}'s C++ code kept out of the output: print(*err.backend_log, "
+                "sep='\\n') shows them; launch(..., show_backend_log=True) prints them as they come)") if n == 1 else _(
+                "({n} lines logged by {backend}'s C++ code kept out of the output: print(*err.backend_log, "
+                "sep='\\n') shows them; launch(..., show_backend_log=True) prints them as they come)")).format(
+                n=n, backend=self.backend)
             exc.args = (exc.args[0] + note,) + exc.args[1:]
 
     def _retire_group(self, world_size):
@@ -376,110 +363,90 @@ class RankPool:
                 if r.proc.exitcode is not None or (1 if conn is r.out_r else 2) in r.closed:
                     conns.remove(conn)  # a dead rank's pipe stays readable (EOF): done with it
 
-    def _collect(self, ranks, deadline, phase):
-        """Wait for the answer of every rank of ``ranks`` (copying their output meanwhile) until all
-        answered, ``deadline`` passed, or 0.5 s after the first failure. Returns the results (run),
-        ``None`` (init), or raises :func:`.failures.call_error`'s error."""
-        events: dict[int, Event] = {}
+    def _answers(self, ranks, deadline):
+        """Yield each rank's answer to the command just sent (:data:`.rankset.RankEvent`: its result,
+        its failure or its end), copying the ranks' output meanwhile, until every rank answered,
+        ``deadline`` passed, or :data:`_GRACE` seconds after the first failure."""
         by_conn = {}
         for r in ranks:
             by_conn[id(r.res_r)] = ("res", r)
             by_conn[id(r.out_r)] = ("out", r)
             by_conn[id(r.err_r)] = ("err", r)
             by_conn[r.proc.sentinel] = ("dead", r)
+        answered = set()
         failure_at = None
-        grace = 0.5
         polled = time.monotonic()
         while True:
-            pending = [r for r in ranks if r.rank not in events]
+            pending = [r for r in ranks if r.rank not in answered]
             now = time.monotonic()
-            if not pending:
-                break
-            if failure_at is not None and now - failure_at > grace:
-                break
-            if now > deadline:
-                break
-            for r in pending:  # a rank that closed its result pipe and did not die of it
-                if r.lost_at is not None and now - r.lost_at > _LOST_GRACE:
-                    events[r.rank] = Event(r.rank, "died", now, value=r.proc.exitcode)
-                    failure_at = failure_at or now
-            pending = [r for r in pending if r.rank not in events]
-            waitables = [r.res_r for r in pending if r.lost_at is None] + [r.proc.sentinel for r in pending]
-            waitables += [c for r in ranks for k, c in ((1, r.out_r), (2, r.err_r)) if k not in r.closed]
-            limit = min(deadline, failure_at + grace if failure_at else deadline) - now
-            ready = _mp_wait(waitables, timeout=max(0.0, min(limit, 0.25)))
+            if not pending or now > deadline or (failure_at is not None and now - failure_at > _GRACE):
+                return
+            for event in lost(pending, now):  # a rank that closed its result pipe and did not die of it
+                answered.add(event.rank)
+                failure_at = failure_at or now
+                yield event
+            pending = [r for r in pending if r.rank not in answered]
+            ready = _mp_wait(waitables(ranks, pending), timeout=wait_limit(now, deadline, failure_at, _GRACE))
             if not ready or time.monotonic() - polled > 0.25:
-                # A process the rank forked may hold a copy of its sentinel (no EOF when the
-                # rank dies): ask waitpid too, at most 4 times a second (off the fast path).
-                polled = time.monotonic()
-                for r in pending:
-                    if r.proc.sentinel not in ready and r.proc.exitcode is not None:
-                        ready.append(r.proc.sentinel)
+                polled = time.monotonic()  # waitpid at most 4 times a second (off the fast path)
+                ready += exited(pending, ready)
             for obj in ready:
-                key = obj if isinstance(obj, int) else id(obj)
-                what, r = by_conn[key]
+                what, r = by_conn[obj if isinstance(obj, int) else id(obj)]
                 if what in ("out", "err"):
                     self.output.pump(r, obj)
-                elif what in ("res", "dead"):
-                    if r.rank in events:
+                elif r.rank not in answered:
+                    event = answer_event(r, what, time.monotonic())
+                    if event is None:
                         continue
-                    msg = None
-                    try:
-                        if r.res_r.poll():
-                            msg = receive(r.res_r)
-                    except (EOFError, OSError):
-                        msg = None
-                    t = time.monotonic()
-                    if msg is None:
-                        if what == "res" and r.proc.is_alive():
-                            r.lost_at = r.lost_at or t  # EOF from a live rank: it closed the pipe
-                            continue
-                        r.proc.join(timeout=1)
-                        events[r.rank] = Event(r.rank, "died", t, value=r.proc.exitcode)
-                        failure_at = failure_at or t
-                    elif isinstance(msg, Result):
-                        events[r.rank] = Event(r.rank, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact,
-                                               calls=msg.calls, timeline=msg.timeline,
-                                               flight_recorder=msg.flight_recorder)
-                        r.unsettled = True  # a Settled follows (see settle)
-                    elif isinstance(msg, Ready):
-                        events[r.rank] = Event(r.rank, "ok", t, value=msg.seconds)
-                    elif isinstance(msg, Failed):
-                        events[r.rank] = failed_event(r.rank, t, msg, self.collective_timeout)
-                        failure_at = failure_at or t
-        if failure_at is not None:
-            self._settle_output(ranks, failure_at + grace)
-        self.output.drain(ranks, final=True)
+                    answered.add(r.rank)
+                    if not isinstance(event, RankResult):
+                        failure_at = failure_at or event.t
+                    yield event
+
+    def _collect(self, ranks, deadline, phase):
+        """Wait for the answer of every rank of ``ranks`` (:meth:`_answers`) and read them
+        (:func:`.failures.event_of`). Returns the results (run), ``None`` (init), or raises
+        :func:`.failures.call_error`'s error."""
+        answers: dict[int, RankEvent] = {}
+        events: dict[int, Event] = {}
+        for answer in self._answers(ranks, deadline):
+            answers[answer.rank] = answer
+            events[answer.rank] = event_of(answer, self.collective_timeout)
         failed = [e for e in events.values() if e.kind != "ok"]
+        if failed:
+            self._settle_output(ranks, min(e.t for e in failed) + _GRACE)
+        self.output.drain(ranks, final=True)
         pending = [r.rank for r in ranks if r.rank not in events]
         if not failed and not pending:
-            if phase == "init":
-                return None
-            if not all(events[r.rank].intact for r in ranks):
-                # the function destroyed process groups (dist.destroy_process_group()):
-                # the next call re-initialises the pool's groups
-                self.base_size, self.groups = 0, set()
-            elif len({events[r.rank].seq for r in ranks}) > 1:
-                self._retire_group(len(ranks))
-            results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]
-            diverged = returned_diverged([r.rank for r in ranks], events, results)
-            if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
-                raise diverged
-            if any(events[r.rank].timeline is not None for r in ranks):
-                return LaunchResults(results, [events[r.rank].calls if events[r.rank].calls is not None
-                                               else CallRecords() for r in ranks],
-                                     Timeline([events[r.rank].timeline for r in ranks]))
-            if any(events[r.rank].calls is not None for r in ranks):
-                return LaunchResults(results, [events[r.rank].calls if events[r.rank].calls is not None
-                                               else CallRecords() for r in ranks])
-            return results
+            return None if phase == "init" else self._results(ranks, answers, events)
         stacks = self._stacks([r for r in ranks if r.rank in pending])
-        cells = ipython_cells()
-        stacks = {k: ([(f"Cell In[{cells[f[0]]}]" if f[0] in cells else f[0],) + tuple(f[1:]) for f in v]
-                      if isinstance(k, int) else v) for k, v in stacks.items()}
+        stacks = {k: named_cells(v) if isinstance(k, int) else v for k, v in stacks.items()}
         err = call_error([r.rank for r in ranks], events, failed, pending, stacks, phase)
         self._add_last_words(err, events)
         raise err
+
+    def _results(self, ranks, answers, events):
+        """The per-rank results of a call every rank of ``ranks`` answered (list, or
+        :class:`LaunchResults` with what was recorded), after updating the cached groups
+        (:func:`.answers.group_verdict`); raises the :class:`.RankError` of ranks whose Flight
+        Recorders disagree (:func:`.failures.returned_diverged`)."""
+        verdict = group_verdict([answers[r.rank] for r in ranks])
+        if verdict == "reinit":
+            # the function destroyed process groups (dist.destroy_process_group()):
+            # the next call re-initialises the pool's groups
+            self.base_size, self.groups = 0, set()
+        elif verdict == "retire":
+            self._retire_group(len(ranks))
+        results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]
+        diverged = returned_diverged([r.rank for r in ranks], events, results)
+        if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
+            raise diverged
+        calls = [events[r.rank].calls if events[r.rank].calls is not None else CallRecords() for r in ranks]
+        if any(events[r.rank].timeline is not None for r in ranks):
+            return LaunchResults(results, calls, Timeline([events[r.rank].timeline for r in ranks]))
+        if any(events[r.rank].calls is not None for r in ranks):
+            return LaunchResults(results, calls)
+        return results
 
     def _add_last_words(self, err, events):
         """A rank that died (at its start: a full disk, a removed pool directory; or later) is named
@@ -489,16 +456,17 @@ class RankPool:
                 or events[err.rank].kind != "died":
             return
         r = self.ranks[err.rank]
-        head, _, rest = err.args[0].partition("\n")
+        head, _sep, rest = err.args[0].partition("\n")
         code = events[err.rank].value
         # faulthandler writes every crash's report to the rank's stderr: a crash without one had it closed
         silent_crash = isinstance(code, int) and -code in _CRASH_SIGNALS and not r.report
         if r.lost_at is not None or silent_crash:
-            head += f"; {_CLOSED_FDS}"
+            head += "; " + _(_CLOSED_FDS)
         words = r.report or list(r.last)
         if words:
-            what = "Its crash report" if r.report else "Last output"
-            head += f"\n\n{what} (rank {r.rank}):\n" + "\n".join("  " + line for line in words)
+            what = (_("Its crash report (rank {rank}):") if r.report else _("Last output (rank {rank}):")).format(
+                rank=r.rank)
+            head += f"\n\n{what}\n" + "\n".join("  " + line for line in words)
         err.args = (head + ("\n" + rest if rest else ""),) + err.args[1:]
         if not err.rank_traceback and words:
             err.rank_traceback = "\n".join(words)

@@ -27,10 +27,17 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from typing import Any
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, Union, cast
 
-__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Settled", "Failed", "TimeoutReport", "encode",
-           "send", "receive"]
+if TYPE_CHECKING:  # the rank side's records; importing them here would import torch
+    from .recording import CallRecords
+
+__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Settled", "Failed", "TimeoutReport", "Message",
+           "Frame", "encode", "send", "receive"]
+
+#: One frame of a traceback as it travels: ``(filename, lineno, function name, source line or None)``.
+Frame = tuple[str, int, str, Union[str, None]]
 
 
 @dataclass(frozen=True)
@@ -97,12 +104,12 @@ class Result:
     """
 
     payload: bytes
-    seq: Any = None
+    seq: int | None = None
     intact: bool = True
-    calls: Any = None
+    calls: CallRecords | None = None
     retire: str = ""
-    timeline: Any = None
-    flight_recorder: Any = None
+    timeline: dict[str, Any] | None = None
+    flight_recorder: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
@@ -163,10 +170,10 @@ class Failed:
 
     exc_type: str
     message: str
-    frames: list
+    frames: list[Frame]
     comm: bool = False
     timeout: TimeoutReport | None = None
-    flight_recorder: list | None = None
+    flight_recorder: list[dict[str, Any]] | None = None
 
     @property
     def timeout_name(self) -> str:
@@ -174,7 +181,7 @@ class Failed:
         return self.timeout.timeout if self.timeout is not None and self.timeout.fired else ""
 
     @classmethod
-    def from_exception(cls, exc: BaseException, rank, frames: list, comm: bool) -> "Failed":
+    def from_exception(cls, exc: BaseException, rank: int, frames: list[Frame], comm: bool) -> "Failed":
         """The message a rank sends for ``exc`` (``SystemExit`` is named as the call it was)."""
         if isinstance(exc, SystemExit):
             text = f"sys.exit({exc.code!r}) called in rank {rank}"
@@ -187,17 +194,21 @@ class Failed:
         return cls(type(exc).__name__, text, frames, comm, report if isinstance(report, TimeoutReport) else None)
 
 
-def encode(msg) -> bytes:
+#: Every message the launcher and a rank exchange.
+Message = Union[InitGroup, NewGroup, Run, Ready, Result, Settled, Failed]
+
+
+def encode(msg: Message) -> bytes:
     """One message as bytes (encode a :class:`Run` once and send the bytes to every rank)."""
     return pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL)
 
 
-def send(conn, msg) -> None:
+def send(conn: Connection, msg: Message | bytes) -> None:
     """Send one message (or the bytes :func:`encode` made of it) on a ``multiprocessing``
     connection."""
     conn.send_bytes(msg if isinstance(msg, bytes) else encode(msg))
 
 
-def receive(conn):
+def receive(conn: Connection) -> Message:
     """Receive one message (blocks; raises ``EOFError`` when the other end is closed)."""
-    return pickle.loads(conn.recv_bytes())
+    return cast(Message, pickle.loads(conn.recv_bytes()))

@@ -3,8 +3,8 @@
 ``collnb.connect(cluster)`` takes an :class:`ipyparallel.Cluster` or :class:`ipyparallel.Client`;
 afterwards every collnb entry point that starts ranks (``launch``, ``run``, ``run_batch``,
 ``explore``, ``run_algorithm``, ``explore_rounds``, the bandwidth tools) runs on the cluster's
-engines, one rank per engine (engine order = rank order), through the one dispatch at the top of
-:func:`collnb.ranks.launcher.launch`. The functions that run on the engines are in :mod:`.engines`. ``collnb.disconnect()`` returns to local forked ranks and leaves
+engines, one rank per engine (engine order = rank order): :func:`connect` makes the connection the
+launcher's active rank set (:mod:`.rankset`), :func:`disconnect` makes the local ranks active again. The functions that run on the engines are in :mod:`.engines`. ``collnb.disconnect()`` returns to local forked ranks and leaves
 the engines as they were before, usable for other work.
 
 How (and why):
@@ -40,7 +40,8 @@ Limits: world sizes up to the number of engines and at most :data:`collnb.vocabu
 an engine stuck outside Python (in C code that ignores SIGINT) stays busy after a timeout, so
 restart it (``cluster.restart_engines_sync()``) and connect again; ``barrier``'s arrival and
 leave times come from each host's own monotonic clock, so across hosts they are not comparable;
-``launch(..., record_calls=True)`` is not supported on engines yet.
+``launch(..., record_calls=True)``, ``timeline=True``, ``flight_recorder=N``, ``show_backend_log=True``
+and ``start_method=`` are not supported on engines yet (refused by name, before anything runs).
 
 Requires ``pip install collnb[cluster]`` (ipyparallel) here, and collnb with the same torch on
 every engine.
@@ -67,8 +68,9 @@ from . import launcher as _launcher
 from .engines import (engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
                       engine_teardown)
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, failed_event, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
+from .failures import event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
 from .protocol import Result
+from .rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult
 from .serialization import code_files, dumps
 
 __all__ = ["connect", "disconnect", "connected"]
@@ -76,7 +78,10 @@ __all__ = ["connect", "disconnect", "connected"]
 
 class _Connection:
     """The kernel's side of ``collnb.connect()``: the engines (rank ``r`` = the ``r``-th engine id),
-    their one default process group kept warm between calls, and one call run on them."""
+    their one default process group kept warm between calls, and one call run on them: the
+    :class:`.rankset.RankSet` that :func:`connect` makes active."""
+
+    where = "on the connected engines"
 
     def __init__(self, client, cluster, timeout):
         self.client = client
@@ -111,7 +116,8 @@ class _Connection:
                      interface=self.ifnames[r], gpus=i["cuda"])
                 for r, (e, i) in enumerate(zip(self.ids, self.infos))]
 
-    def backend_info(self, backend):
+    def backend_info(self, backend: str) -> BackendFacts:
+        """:func:`collnb.ranks.launcher.backend_info` for these engines (one rank per engine)."""
         n = len(self.ids)
         limit = min(n, MAX_WORLD_SIZE)
         if backend == "gloo":
@@ -185,7 +191,25 @@ class _Connection:
         return out
 
     # -- running -----------------------------------------------------------------------------
-    def launch(self, fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug):
+    def refuse(self, request: LaunchRequest) -> None:
+        """Refuse (:class:`NotImplementedError`) the options of local ranks that engines cannot honour:
+        ``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log`` (an engine's C++ log
+        lines go to the engine's own log, not to ipyparallel's output capture) and ``start_method``
+        (ipyparallel starts the engines)."""
+        for option in ("record_calls", "timeline", "flight_recorder", "show_backend_log", "start_method"):
+            value = getattr(request, option)
+            if value:
+                raise NotImplementedError(
+                    f"{option}={value!r} is not supported on ipyparallel engines yet "
+                    f"({_WHY_NOT[option]}); collnb.disconnect() and use local ranks")
+
+    def launch(self, request: LaunchRequest) -> list:
+        """Run a checked request on the engines (see :func:`launch`)."""
+        with self.lock:
+            return self._launch(request.fn, request.world_size, request.args, request.kwargs, request.backend,
+                                request.timeout, request.collective_timeout, request.debug)
+
+    def _launch(self, fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug):
         if self.broken:
             raise LaunchError("the connection to the engines was closed; call collnb.connect() again")
         gone = [e for e in self.ids if e not in self.client.ids]
@@ -234,46 +258,23 @@ class _Connection:
         after_signal = collective_timeout + 10.0
 
         def pump(final=False):
-            for r, ar in enumerate(ars):
-                for k, attr in enumerate(("stdout", "stderr")):
-                    try:
-                        text = getattr(ar, attr) or ""
-                    except Exception:  # noqa: BLE001
-                        text = ""
-                    if isinstance(text, list):
-                        text = text[0] if text else ""
-                    new = text[shown[r][k]:]
-                    shown[r][k] = len(text)
-                    buf = partial[r][k] + new
-                    lines = buf.split("\n")
-                    partial[r][k] = lines.pop()
-                    if final and partial[r][k]:
-                        lines.append(partial[r][k])
-                        partial[r][k] = ""
-                    if lines:
-                        stream = sys.stdout if k == 0 else sys.stderr
-                        stream.write("".join(f"[rank {r}] {ln}\n" for ln in lines))
-                        stream.flush()
+            for event in _output_events(ars, shown, partial, final):
+                stream = sys.stdout if event.stream == "stdout" else sys.stderr
+                stream.write("".join(f"[rank {event.rank}] {ln}\n" for ln in event.lines))
+                stream.flush()
 
         def poll():
             nonlocal failure_at
             for r, ar in enumerate(ars):
                 if r in events or not ar.ready():
                     continue
-                t = time.monotonic()
-                try:
-                    msg = ar.get(timeout=0)
-                except Exception as exc:  # noqa: BLE001 - the engine died or ipyparallel lost it
-                    events[r] = Event(r, "died", t, value=None, message=f"{type(exc).__name__}: {exc}")
-                    failure_at = failure_at or t
-                    continue
-                if isinstance(msg, Result):
-                    events[r] = Event(r, "ok", t, value=msg.payload, seq=msg.seq, intact=msg.intact)
-                    if getattr(msg, "retire", ""):
-                        changed.setdefault(msg.retire, []).append(r)
-                else:  # Failed
-                    events[r] = failed_event(r, t, msg, collective_timeout)
-                    failure_at = failure_at or t
+                answer = _answer_event(r, ar)
+                event = event_of(answer, collective_timeout)
+                events[r] = event
+                if event.kind != "ok":
+                    failure_at = failure_at or event.t
+                elif isinstance(answer, RankResult) and answer.retire:
+                    changed.setdefault(answer.retire, []).append(r)
 
         changed = {}  # what a call changed for good in an engine -> its ranks
         user_interrupt = False
@@ -356,6 +357,53 @@ class _Connection:
             text = head + "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
             raise RankError(text, r, "Killed", "", outcomes)
         raise rank_error(root, outcomes, "run")  # the local pool's own wording
+
+
+#: Why an option of local ranks is refused on engines (:meth:`_Connection.refuse`).
+_WHY_NOT = {
+    "record_calls": "their clocks and process groups are not collnb's",
+    "timeline": "their clocks and process groups are not collnb's",
+    "flight_recorder": "their clocks and process groups are not collnb's",
+    "show_backend_log": "an engine's C++ log lines go to the engine's own log, which collnb does not read",
+    "start_method": "ipyparallel started the engines; collnb starts no process there",
+}
+
+
+def _answer_event(rank: int, ar) -> RankEvent:
+    """The event of engine ``rank``'s finished call ``ar`` (an :class:`ipyparallel.AsyncResult` that
+    is ready): :class:`.RankResult` for a :class:`.Result`, :class:`.RankFailure` for a :class:`.Failed`,
+    :class:`.RankExit` when ipyparallel lost the engine."""
+    t = time.monotonic()
+    try:
+        msg = ar.get(timeout=0)
+    except Exception as exc:  # noqa: BLE001 - the engine died or ipyparallel lost it
+        return RankExit(rank, t, None, f"{type(exc).__name__}: {exc}")
+    if isinstance(msg, Result):
+        return RankResult(rank, t, msg.payload, seq=msg.seq, intact=msg.intact, retire=getattr(msg, "retire", ""))
+    return RankFailure(rank, t, msg)
+
+
+def _output_events(ars, shown, partial, final=False):
+    """The lines each engine printed since the last look (:class:`.RankOutput`, stdout and stderr),
+    read from ipyparallel's output capture; ``shown[r][k]`` counts the characters read of stream
+    ``k`` of rank ``r``, ``partial[r][k]`` holds its unfinished line (ended when ``final``)."""
+    for r, ar in enumerate(ars):
+        for k, attr in enumerate(("stdout", "stderr")):
+            try:
+                text = getattr(ar, attr) or ""
+            except Exception:  # noqa: BLE001 - ipyparallel lost the engine's output: nothing to show
+                text = ""
+            if isinstance(text, list):
+                text = text[0] if text else ""
+            new = text[shown[r][k]:]
+            shown[r][k] = len(text)
+            lines = (partial[r][k] + new).split("\n")
+            partial[r][k] = lines.pop()
+            if final and partial[r][k]:
+                lines.append(partial[r][k])
+                partial[r][k] = ""
+            if lines:
+                yield RankOutput(r, time.monotonic(), attr, tuple(lines))
 
 
 @contextlib.contextmanager
@@ -460,7 +508,7 @@ def connect(cluster_or_client, timeout: float = 60.0):
     disconnect()
     conn = _Connection(client, cluster, timeout)
     _connection = conn
-    _launcher._remote = sys.modules[__name__]
+    _launcher.use_rank_set(conn)
     return conn.describe()
 
 
@@ -470,7 +518,7 @@ def disconnect():
     client is not closed). Does nothing when not connected."""
     global _connection
     conn, _connection = _connection, None
-    _launcher._remote = None
+    _launcher.use_rank_set(None)
     if conn is None:
         return
     conn.broken = True
@@ -491,28 +539,17 @@ def connected() -> bool:
 
 
 def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, collective_timeout=5.0,
-           debug=True, start_method=None, **extra):
+           debug=True, start_method=None, **options):
     """:func:`collnb.ranks.launcher.launch` on the connected engines (same arguments, results and
-    errors). ``start_method`` and other options of local ranks (``extra``) do not apply and are
-    ignored, except ``record_calls=True``, ``timeline=True`` and ``flight_recorder``, which raise
-    :class:`NotImplementedError`."""
+    errors, the same checks: :func:`.launcher.check_request`). The options of local ranks that
+    engines cannot honour (``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``,
+    ``start_method``) raise :class:`NotImplementedError` (:meth:`_Connection.refuse`)."""
     conn = _connection
     if conn is None:
         raise LaunchError("not connected; call collnb.connect(cluster) first")
-    for option in ("record_calls", "timeline", "flight_recorder"):
-        if extra.get(option):
-            raise NotImplementedError(f"{option}={extra[option]!r} is not supported on ipyparallel engines yet "
-                                      f"(their clocks and process groups are not collnb's); "
-                                      f"collnb.disconnect() and use local ranks")
-    if not callable(fn):
-        raise TypeError(f"fn must be a function fn(rank, world_size, *args); got {type(fn).__name__} {fn!r}")
-    _launcher.check_ranks(world_size, backend)
-    _launcher.check_call_arguments(args, kwargs)
-    _launcher.check_flag("debug", debug)
-    _launcher._check_signature(fn, tuple(args), kwargs)
-    _launcher._check_seconds(timeout=timeout, collective_timeout=collective_timeout)
-    with conn.lock:
-        return conn.launch(fn, world_size, args, kwargs, backend, float(timeout), float(collective_timeout), debug)
+    request = _launcher.check_request(fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug,
+                                      start_method, **options)
+    return conn.launch(request)
 
 
 def backend_info(backend):

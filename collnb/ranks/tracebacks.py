@@ -14,10 +14,14 @@ import os
 import re
 import sys
 import traceback
+from types import TracebackType
+from typing import Sequence
 
 import torch
 
-__all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "where", "parse_stack",
+from .protocol import Frame
+
+__all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "named_cells", "where", "parse_stack",
            "is_comm_error", "RANK_FILE"]
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
@@ -48,7 +52,7 @@ def is_comm_error(exc: BaseException) -> bool:
     return any(m in str(exc) for m in _COMM_MARKERS)
 
 
-def where(frames) -> str:
+def where(frames: Sequence[Frame] | None) -> str:
     """One line saying where a stack is: the collective it waits in and the user's frame."""
     if not frames:
         return ""
@@ -62,19 +66,19 @@ def where(frames) -> str:
     return f"at {place}"
 
 
-def frames_of(tb, entry: str = RANK_FILE) -> list:
+def frames_of(tb: TracebackType | None, entry: str = RANK_FILE) -> list[Frame]:
     """The traceback's frames as plain tuples, without the launcher's own frames."""
-    return user_frames([(f.filename, f.lineno, f.name, f.line) for f in traceback.extract_tb(tb)], entry)
+    return user_frames([(f.filename, f.lineno or 0, f.name, f.line) for f in traceback.extract_tb(tb)], entry)
 
 
-def user_frames(frames, entry: str = RANK_FILE):
+def user_frames(frames: Sequence[Frame], entry: str = RANK_FILE) -> list[Frame]:
     """Drop every frame up to the launcher's call of the user's function (outermost first), the
     frames of collnb's wrappers of torch.distributed (the learner called torch, not us), and the
     recorder's frame with the dispatch machinery below it (``launch(..., record_calls=True)``:
     the stack then ends where it would without recording, in torch's function).
     A forked rank's stack still holds the parent's frames that forked it."""
     mine = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == entry]
-    frames = frames[mine[-1] + 1:] if mine else frames
+    frames = list(frames[mine[-1] + 1:] if mine else frames)
     recorder = [i for i, f in enumerate(frames) if os.path.abspath(f[0]) == _RECORDER_FILE]
     if recorder:
         end = recorder[0]
@@ -84,26 +88,29 @@ def user_frames(frames, entry: str = RANK_FILE):
     return [f for f in frames if os.path.abspath(f[0]) != _HOOKS_FILE]
 
 
-def _dispatch_machinery(filename) -> bool:
+def _dispatch_machinery(filename: str) -> bool:
     path = os.path.abspath(filename)
     return path.startswith(_TORCH_DIR) and not path.startswith(os.path.join(_TORCH_DIR, "distributed"))
 
 
-def format_frames(frames) -> str:
+def format_frames(frames: Sequence[Frame]) -> str:
     """Format frames as Python does, filling source lines from this process's linecache
     (IPython registers notebook cells there, so a rank's traceback shows the cell's code)."""
-    cells = ipython_cells()
-    filled = []
-    for filename, lineno, name, line in frames:
-        if not line:
-            line = linecache.getline(filename, lineno).strip()
-        if filename in cells:  # IPython's own way of naming a cell: "Cell In[7]"
-            filename = f"Cell In[{cells[filename]}]"
-        filled.append((filename, lineno, name, line))
-    return "".join(traceback.StackSummary.from_list(filled).format())
+    filled = [(filename, lineno, name, line or linecache.getline(filename, lineno).strip())
+              for filename, lineno, name, line in frames]
+    return "".join(traceback.StackSummary.from_list(named_cells(filled)).format())
 
 
-def ipython_cells() -> dict:
+def named_cells(frames: Sequence[Frame], cells: dict[str, int] | None = None) -> list[Frame]:
+    """``frames`` (tuples whose first item is a filename) with each notebook cell's filename named
+    the way IPython names it, ``"Cell In[7]"`` (``cells``: :func:`ipython_cells`, read when ``None``)."""
+    cells = ipython_cells() if cells is None else cells
+    if not cells:
+        return list(frames)
+    return [(f"Cell In[{cells[f[0]]}]", f[1], f[2], f[3]) if f[0] in cells else f for f in frames]
+
+
+def ipython_cells() -> dict[str, int]:
     """``{filename: execution count}`` of the cells IPython compiled, or ``{}`` outside IPython."""
     try:
         ip = sys.modules["IPython"].get_ipython()
@@ -112,9 +119,9 @@ def ipython_cells() -> dict:
         return {}
 
 
-def parse_stack(text: str, entry: str = RANK_FILE) -> list:
+def parse_stack(text: str, entry: str = RANK_FILE) -> list[Frame]:
     """The frames of a :mod:`faulthandler` dump (``File "x.py", line 3 in f`` lines, innermost
     first) as ``[(filename, lineno, name, None)]``, outermost first, without the launcher's."""
-    frames = [(m.group(1), int(m.group(2)), m.group(3), None) for m in _FAULT_LINE.finditer(text)]
+    frames: list[Frame] = [(m.group(1), int(m.group(2)), m.group(3), None) for m in _FAULT_LINE.finditer(text)]
     frames.reverse()
     return user_frames(frames, entry)

@@ -1,0 +1,195 @@
+"""The rank-set interface (collnb.ranks.rankset): the launcher's explicit choice of local ranks or
+engines, the per-rank event stream both yield, and the parts of the local pool's wait
+(collnb.ranks.answers), each on its own."""
+
+import multiprocessing as mp
+import time
+
+import pytest
+
+import collnb
+from collnb.ranks import answers, launcher, remote
+from collnb.ranks.failures import event_of
+from collnb.ranks.protocol import Failed, Ready, Result, TimeoutReport, send
+from collnb.ranks.rankset import EventKind, LaunchRequest, RankExit, RankFailure, RankOutput, RankResult
+from collnb.ranks.tracebacks import named_cells
+
+
+def _fn(rank, world_size, *args):
+    return rank
+
+
+class _Recorder:
+    """A rank set that records the requests it is given."""
+
+    where = "on the recorder"
+
+    def __init__(self, refuse=None):
+        self.requests, self.refused = [], refuse
+
+    def backend_info(self, backend):
+        return dict(backend=backend, available=True, max_world_size=3, reason="", limit="the recorder has 3 ranks")
+
+    def refuse(self, request):
+        if self.refused and getattr(request, self.refused):
+            raise NotImplementedError(f"{self.refused} refused by the recorder")
+
+    def launch(self, request):
+        self.requests.append(request)
+        return [request.world_size] * request.world_size
+
+
+@pytest.fixture
+def recorder():
+    rs = _Recorder(refuse="timeline")
+    launcher.use_rank_set(rs)
+    try:
+        yield rs
+    finally:
+        launcher.use_rank_set(None)
+
+
+def test_launch_hands_the_checked_request_to_the_active_rank_set(recorder):
+    assert collnb.launch(_fn, 2, args=[1], timeout=3, show_backend_log=True, flight_recorder=7) == [2, 2]
+    (req,) = recorder.requests
+    assert req == LaunchRequest(_fn, 2, (1,), {}, "gloo", 3.0, 5.0, True, None, False, True, False, 7)
+    assert collnb.backend_info("gloo")["max_world_size"] == 3
+    with pytest.raises(ValueError, match="the recorder has 3 ranks"):  # the world size checked by the rank set's facts
+        collnb.launch(_fn, 4)
+    with pytest.raises(NotImplementedError, match="timeline refused by the recorder"):
+        collnb.launch(_fn, 2, timeline=True)
+    with pytest.raises(TypeError, match="show_backend_log must be True or False"):
+        collnb.launch(_fn, 2, show_backend_log="yes")
+    assert len(recorder.requests) == 1
+
+
+def test_disconnecting_restores_the_local_rank_set(recorder):
+    assert launcher.active_rank_set() is recorder
+    launcher.use_rank_set(None)
+    assert launcher.active_rank_set() is launcher.LOCAL
+    assert launcher.LOCAL.where == "here"
+
+
+@pytest.mark.parametrize("option, value, why", [
+    ("show_backend_log", True, "C\\+\\+ log lines go to the engine's own log"),
+    ("start_method", "spawn", "ipyparallel started the engines"),
+    ("record_calls", True, "clocks and process groups"),
+    ("timeline", True, "clocks and process groups"),
+    ("flight_recorder", 200, "clocks and process groups"),
+])
+def test_engines_refuse_what_they_cannot_do_by_name(option, value, why):
+    conn = object.__new__(remote._Connection)  # refuse() reads the request only
+    with pytest.raises(NotImplementedError, match=f"{option}={value!r} is not supported on ipyparallel engines yet "
+                                                  f"\\(.*{why}.*\\); collnb.disconnect\\(\\)"):
+        conn.refuse(LaunchRequest(_fn, 2, **{option: value}))
+    conn.refuse(LaunchRequest(_fn, 2))  # the defaults pass
+
+
+def test_event_of_reads_each_answer():
+    ok = event_of(RankResult(1, 2.0, b"x", seq=4, intact=False), 1.5)
+    assert (ok.rank, ok.kind, ok.t, ok.value, ok.seq, ok.intact) == (1, "ok", 2.0, b"x", 4, False)
+    assert event_of(RankResult(0, 1.0, seconds=0.25), 1.5).value == 0.25
+    died = event_of(RankExit(2, 3.0, -9, "lost"), 1.5)
+    assert (died.kind, died.value, died.message) == ("died", -9, "lost")
+    report = TimeoutReport("collective_timeout (1.5 s)", 1.5, 1.52, True, "", "measured")
+    err = event_of(RankFailure(3, 4.0, Failed("DistBackendError", "boom", [], comm=True, timeout=report)), 1.5)
+    assert (err.kind, err.exc_type, err.comm, err.timeout_name) == ("error", "DistBackendError", True,
+                                                                    "collective_timeout (1.5 s)")
+    with pytest.raises(TypeError, match="RankResult, RankFailure, RankExit"):
+        event_of(RankOutput(0, 1.0, "stdout", ("hi",)), 1.5)
+    assert [e.kind for e in (RankOutput(0, 0, "stdout", ()), RankResult(0, 0), RankFailure(0, 0, None),
+                             RankExit(0, 0))] == [EventKind.OUTPUT, EventKind.RESULT, EventKind.FAILURE, EventKind.EXIT]
+
+
+class _Proc:
+    def __init__(self, sentinel, exitcode=None, alive=True):
+        self.pid, self.sentinel, self.exitcode, self.alive = 100 + sentinel, sentinel, exitcode, alive
+
+    def is_alive(self):
+        return self.alive
+
+    def join(self, timeout=None):
+        pass
+
+
+def _rank(rank, proc=None):
+    cmd_r, cmd_w = mp.Pipe(duplex=False)
+    res_r, res_w = mp.Pipe(duplex=False)
+    out_r, _ = mp.Pipe(duplex=False)
+    err_r, _ = mp.Pipe(duplex=False)
+    return answers.RankProcess(rank, proc or _Proc(1000 + rank), cmd_w, res_r, out_r, err_r), res_w
+
+
+def test_waitables_wait_on_pending_answers_and_every_open_output_pipe():
+    (a, _), (b, _) = _rank(0), _rank(1)
+    b.lost_at, a.closed = 1.0, {2}
+    got = answers.waitables([a, b], [b])
+    assert got == [b.proc.sentinel, a.out_r, b.out_r, b.err_r]  # b's closed result pipe is not waited on
+
+
+def test_exited_names_ranks_waitpid_saw_end():
+    (a, _), (b, _), (c, _) = _rank(0, _Proc(7, exitcode=-9)), _rank(1, _Proc(8)), _rank(2, _Proc(9, exitcode=0))
+    assert answers.exited([a, b, c], [9]) == [7]  # c's sentinel is ready already, b still runs
+
+
+def test_answer_event_reads_each_message_kind():
+    r, w = _rank(0)
+    send(w, Result(b"payload", seq=3, intact=True))
+    e = answers.answer_event(r, "res", 5.0)
+    assert e == RankResult(0, 5.0, b"payload", seq=3, intact=True) and r.unsettled
+    send(w, Ready(0.5))
+    assert answers.answer_event(r, "res", 6.0) == RankResult(0, 6.0, seconds=0.5)
+    fail = Failed("ValueError", "boom", [("f.py", 1, "f", "")])
+    send(w, fail)
+    assert answers.answer_event(r, "res", 7.0) == RankFailure(0, 7.0, fail)
+    w.close()  # the pipe's end from a live rank: not an answer yet, the rank counts as lost
+    assert answers.answer_event(r, "res", 8.0) is None and r.lost_at == 8.0
+    r.proc.alive, r.proc.exitcode = False, -11
+    assert answers.answer_event(r, "dead", 9.0) == RankExit(0, 9.0, -11)
+
+
+def test_lost_ranks_end_after_the_grace():
+    (a, _), (b, _) = _rank(0), _rank(1)
+    a.lost_at = 10.0
+    assert answers.lost([a, b], 10.0 + answers.LOST_GRACE / 2) == []
+    assert answers.lost([a, b], 10.0 + answers.LOST_GRACE + 0.01) == [RankExit(0, 10.0 + answers.LOST_GRACE + 0.01)]
+
+
+def test_wait_limit():
+    assert answers.wait_limit(0.0, 10.0, None, 0.5) == 0.25
+    assert answers.wait_limit(0.0, 0.1, None, 0.5) == pytest.approx(0.1)
+    assert answers.wait_limit(1.0, 10.0, 0.6, 0.5) == pytest.approx(0.1)  # the grace window's end
+    assert answers.wait_limit(2.0, 1.0, None, 0.5) == 0.0
+
+
+def test_group_verdict():
+    ok = [RankResult(0, 0, b"", seq=5), RankResult(1, 0, b"", seq=5)]
+    assert answers.group_verdict(ok) == "keep"
+    assert answers.group_verdict([ok[0], RankResult(1, 0, b"", seq=6)]) == "retire"
+    assert answers.group_verdict([ok[0], RankResult(1, 0, b"", seq=6, intact=False)]) == "reinit"
+
+
+def test_named_cells_names_cells_as_ipython_does():
+    frames = [("/tmp/ipykernel_1/123.py", 3, "f", "x"), ("lib.py", 9, "g", "")]
+    assert named_cells(frames, {"/tmp/ipykernel_1/123.py": 7}) == [("Cell In[7]", 3, "f", "x"), ("lib.py", 9, "g", "")]
+    assert named_cells(frames, {}) == frames
+
+
+def test_a_warm_call_goes_through_the_event_stream():
+    """The real pool: every rank's answer is one RankResult of the stream, in the time the call took."""
+    pool = launcher.RankPool(debug=False)
+    try:
+        t0 = time.monotonic()
+        pool._prepare(2, t0 + 60)
+        pool._send_all(pool.ranks[:2], _run_message(pool))
+        got = list(pool._answers(pool.ranks[:2], t0 + 60))
+        assert sorted(e.rank for e in got) == [0, 1] and all(isinstance(e, RankResult) for e in got)
+        assert all(t0 <= e.t <= time.monotonic() for e in got)
+    finally:
+        pool.close()
+
+
+def _run_message(pool):
+    from collnb.ranks.protocol import Run, encode
+    from collnb.ranks.serialization import code_files, dumps
+    return encode(Run(2, pool._next_count(), dumps((_fn, (), {}, code_files(_fn)))))
