@@ -78,6 +78,7 @@ def _clean_module():
 def test_controls_values_and_dtype_lesson():
     ex = explore("all_reduce", world_size=4)
     try:
+        ex.wait()  # the backend probe behind the first picture, if nothing was saved (see the next tests)
         c = ex.controls
         sup = P.backend_support("gloo")
         # dropdowns offer what detection found, and ops valid for the dtype only
@@ -101,7 +102,7 @@ def test_controls_values_and_dtype_lesson():
         assert isinstance(ex.figure, ipywidgets.Image) and "collnb-heatmap" in ex.figure._dom_classes
         assert ex.figure.value == ex.last_png == ex.last_result.png(dpi=ex.dpi)
         # its description reaches screen readers: the text beside it, visually hidden, not display:none
-        assert "After: rank 0: [60, 64, 68, 72]" in ex.alt and ex.alt.startswith(ex.figure.tooltip)
+        assert "After: rank 0: [60, 64, 68, 72]" in ex.alt and ex.alt.startswith(ex.last_result.title())
         assert esc_in(ex.alt, ex.figure_text.value)
         assert "clip:rect(0,0,0,0)" in ex.figure_text.value and "display:none" not in ex.figure_text.value
 
@@ -471,5 +472,37 @@ def test_a_chinese_explorer_speaks_chinese_and_english_stays_as_it_was():
         assert "cannot run reduce on int16 tensors" in ex.note.value
         assert ex.message.startswith("✓ matches the reference (computed without torch.distributed) · ")
         assert "After: rank 0: [" in ex.alt
+    finally:
+        ex.close()
+
+
+def test_first_picture_comes_before_the_backend_probe(monkeypatch):
+    """Issue 20: with nothing known about the backend (no saved probe: the first explorer after an
+    install), the first picture is drawn before the probe, the controls offer only float32 SUM (which
+    that picture ran) until it answers, then everything the probe found; set() waits for it."""
+    from collnb.collectives import support
+    monkeypatch.setenv("COLLNB_SUPPORT_CACHE", "0")  # the saved probe is not used
+    monkeypatch.setattr(support, "_support_cache", {})
+    assert P.known_support("gloo") is None
+    ex = explore("all_reduce", world_size=3)
+    try:
+        assert ex.first_before_probe and ex.first_picture_s > 0
+        assert rows(ex) == sum_table(3) and ex.last_params["dtype"] == "float32"
+        ex.wait()  # the probe behind the first picture
+        sup = P.known_support("gloo")
+        assert sup is not None and sup.source == "probe"
+        assert list(ex.controls["dtype"].options) == list(sup.dtypes("all_reduce")) != ["float32"]
+        assert list(ex.controls["op"].options) == list(sup.ops("all_reduce", "float32"))
+        assert "fill in once gloo has been tried" not in ex.note.value
+        assert ex.runs_started == 1  # float32 SUM stays valid: not drawn again
+        ex.set(dtype="int8")
+        ex.wait()
+        assert rows(ex) == sum_table(3, wrap_int8)
+    finally:
+        ex.close()
+    # a second explorer finds the answer kept in memory: no provisional first picture
+    ex = explore("broadcast", world_size=2)
+    try:
+        assert not ex.first_before_probe
     finally:
         ex.close()

@@ -1,4 +1,4 @@
-"""The primitive explorer's parameter model: :class:`ExplorerParams` (every value a learner can set,
+"""The primitive explorer's control logic, as a parameter model: :class:`ExplorerParams` (every value a learner can set,
 one frozen dataclass), :class:`Facts` (what the choices depend on besides it: the primitives shown,
 which backends can run here, what each backend accepted on real ranks), and two pure functions of
 them: :func:`choices` (the values each control offers) and :func:`update` (a change applied in a
@@ -18,7 +18,7 @@ from ..i18n import _
 from ..vocabulary import MAX_WORLD_SIZE, check_rank, dtype_name, op_hint, op_name
 from .presets import CHUNK_SIZES, INPUT_PRESETS, preset_label, presets_for
 
-__all__ = ["ExplorerParams", "Facts", "choices", "update", "fix", "ORDER"]
+__all__ = ["ExplorerParams", "Facts", "choices", "update", "fix", "normalised", "ORDER"]
 
 #: The order in which :func:`update` applies several changes (so that a value given explicitly
 #: wins over the one an inputs preset would choose).
@@ -70,6 +70,9 @@ class Facts:
     infos: Mapping[str, dict]
     support: Callable[[str], Any]
     known: dict = field(default_factory=dict)  # support(backend) and the dtypes/ops worked out from it
+    #: Before the backend's first probe: ``{"dtype": name, "op": name}``, the only dtype and op offered
+    #: (those of the first picture, which the backend itself ran); ``None`` once support is known.
+    provisional: dict | None = None
 
     @property
     def usable(self) -> list:
@@ -89,6 +92,8 @@ class Facts:
     def dtypes(self, backend: str, primitive: str) -> tuple:
         """The dtype names ``backend`` accepts for ``primitive`` (``BackendSupport.dtypes``, which
         scans every probe result: worked out once per pair, not at each slider move)."""
+        if self.provisional is not None:
+            return (self.provisional["dtype"],)
         key = ("dtypes", backend, primitive)
         if key not in self.known:
             self.known[key] = tuple(self.backend_support(backend).dtypes(primitive))
@@ -96,6 +101,8 @@ class Facts:
 
     def ops(self, backend: str, primitive: str, dtype: str) -> tuple:
         """The reduce op names ``backend`` accepts for ``primitive`` on ``dtype`` (once per triple)."""
+        if self.provisional is not None:
+            return (self.provisional["op"],) if dtype == self.provisional["dtype"] else ()
         key = ("ops", backend, primitive, dtype)
         if key not in self.known:
             self.known[key] = tuple(self.backend_support(backend).ops(primitive, dtype))
@@ -132,7 +139,7 @@ def choices(p: ExplorerParams, facts: Facts) -> dict:
     return out
 
 
-def _normalised(name: str, value, notes: list):
+def normalised(name: str, value, notes: list):
     """``value`` as the name a control offers (a dtype alias or ``torch.dtype`` -> its name, a
     ``ReduceOp`` or any case -> the op's name); a value that does not normalise adds the error
     to ``notes`` and comes back as ``None``."""
@@ -161,11 +168,11 @@ def _fix(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info
     if p.world_size > ws_max:
         p = dataclasses.replace(p, world_size=ws_max)
     if spec.kind == "tensor":
-        sup = facts.backend_support(p.backend)
         dtypes = list(facts.dtypes(p.backend, spec.name))
         if p.dtype not in dtypes:
             cur = "float32" if "float32" in dtypes else dtypes[0]
             if "dtype" in explicit and p.dtype is not None:
+                sup = facts.backend_support(p.backend)
                 notes.append(_("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks of "
                                "torch {version}); dtypes it accepts: {valid}. Showing {shown}.").format(
                     backend=p.backend, primitive=spec.name, dtype=p.dtype, version=sup.torch_version,
@@ -262,7 +269,7 @@ def update(p: ExplorerParams, changes: Mapping[str, Any], facts: Facts) -> tuple
             names=sorted(unknown), valid=", ".join(ORDER)))
     notes: list = []
     info: list = []
-    values = {k: _normalised(k, v, notes) for k, v in changes.items()}
+    values = {k: normalised(k, v, notes) for k, v in changes.items()}
     explicit = frozenset(k for k, v in values.items() if v is not None)
     q = dataclasses.replace(p, **{k: v for k, v in values.items() if v is not None})
     if "inputs" in explicit:

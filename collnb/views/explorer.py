@@ -35,11 +35,11 @@ A slider move checks the world size once (against :func:`collnb.ranks.backend_in
 explorer is made) and asks :func:`collnb.collectives.backend_support` once (the run's own check:
 what the backend accepts does not depend on the world size, so the explorer keeps its answer).
 
-The heatmap is an ``ipywidgets.Image`` (PNG bytes sent as a binary buffer, no base64 HTML).
-``Image`` has no alt attribute, so its description (title, every rank's output, the verdict)
-is an ``ipywidgets.HTML`` right after it in the page, visually hidden with the usual
-"screen-reader only" CSS (clipped to 1 px, not ``display: none``, which screen readers skip), and
-the title is the picture's tooltip (``title`` attribute).
+The heatmap is an ``ipywidgets.Image`` (PNG bytes sent as a binary buffer, no base64 HTML). It has
+no alt attribute: its description (title, every rank's output, the verdict) is an
+``ipywidgets.HTML`` right after it, visually hidden by the usual "screen-reader only" CSS (clipped
+to 1 px, not ``display: none``, which screen readers skip). No ``tooltip`` on it: ipywidgets 8's
+view reads a ``description`` an Image lacks, and the picture fails to render.
 
 Every change runs the primitive through :func:`collnb.collectives.run` (the warm pool of
 :mod:`collnb.ranks`) and redraws the before | after heatmap with the same drawing path a
@@ -60,6 +60,7 @@ the next run).
 from __future__ import annotations
 
 import dataclasses
+import threading
 import time
 import traceback
 from typing import Any, Sequence
@@ -69,11 +70,11 @@ import ipywidgets as widgets
 from .. import collectives
 from .. import ranks
 from ..i18n import _
-from ..units import format_bytes
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_choice, check_world_size, dtype_name
 from .binder import show_choices
-from .controls import ORDER, ExplorerParams, Facts, choices, fix, update
-from .explorer_text import drawn_values, figure_alt, reference_html, dtype_effect_text
+from .controls import ORDER, ExplorerParams, Facts, choices, fix, normalised, update
+from .explorer_text import (backend_note_html, drawn_values, dtype_effect_text, error_head, figure_alt, length_html,
+                            notes_html, reference_html, status_html, status_text)
 from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, about_text, presets_for
 from .raster import encode_png
@@ -126,6 +127,9 @@ class Explorer(WorkerState):
         in_flight: runs executing now (0 or 1).
         last_timing: ``{"run_s", "draw_s", "total_s"}`` of the latest run drawn (seconds;
             total = from the change that asked for it to the figure being set).
+        first_picture_s: seconds from the explorer being made to its first picture in the widget.
+        first_before_probe: whether that picture came before the backend's first probe (nothing
+            was known about the backend yet: the probe ran right after it, see :meth:`wait`).
     """
 
     def __init__(self, primitive: str | Sequence[str] = "all_reduce", *, world_size: int = 4,
@@ -160,8 +164,13 @@ class Explorer(WorkerState):
         self.message = ""
         self.alt = ""
         self.drawn: dict = {}
+        self._t_made = time.perf_counter()
+        self.first_picture_s: float | None = None
+        self.first_before_probe = False
         self.draws_skipped = 0
         self._worker = LatestWorker(self._execute, "collnb-explorer", on_error=self._show_error)
+        self._lock = threading.RLock()  # the state and the widgets: a learner's change, the probe's answer
+        self._first = threading.Event()  # the first request finished (drawn or failed)
         self._syncing = 0
         self._notes: list = []
         self._info: list = []
@@ -175,19 +184,19 @@ class Explorer(WorkerState):
         if not self.facts.usable:
             raise RuntimeError(_("no backend can run here: {reasons}").format(
                 reasons="; ".join(f"{b}: {i['reason']}" for b, i in self.backend_infos.items())))
-        try:
-            dtype = dtype_name(dtype)
-        except (ValueError, TypeError) as exc:
-            self._notes.append(str(exc))
-            dtype = "float32"
-        try:
-            op = collectives.op_name(op)
-        except (ValueError, TypeError) as exc:
-            self._notes.append(str(exc))
-            op = "sum"
+        dtype = normalised("dtype", dtype, self._notes) or "float32"  # a value that is no dtype: noted
+        op = normalised("op", op, self._notes) or "sum"
         start = ExplorerParams(chosen[0], world_size, dtype, op, root, backend, chunk_size, inputs)
+        # the first picture before the backend's first probe (1-4 s after an install): when nothing is
+        # known yet and the first view is float32 SUM (which every backend runs for every tensor
+        # primitive), the controls offer just that until the probe, run right after the picture, answers
+        first_backend = backend if backend in self.facts.usable else self.facts.usable[0]
+        if (dtype, op) == ("float32", "sum") and collectives.known_support(first_backend) is None:
+            self.facts.provisional = {"dtype": dtype, "op": op}
         self.state, notes, self._info = fix(start, self.facts)
         self._notes += notes
+        if self.facts.provisional is not None:
+            self._info.append(self._probing_line())
 
         style = {"description_width": "initial"}
         lay = widgets.Layout(width="auto")
@@ -253,8 +262,9 @@ class Explorer(WorkerState):
         for name, w in c.items():
             w.observe(self._on_change(name), names="value")
         self._request()
-        if wait:
-            self.wait()
+        if wait:  # the first picture; the probe behind it (if any) goes on in the background
+            if not self._first.wait(120.0):
+                raise TimeoutError(_("the explorer was still running after {seconds} s").format(seconds=120.0))
 
     # -- display -----------------------------------------------------------------------------
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
@@ -312,6 +322,7 @@ class Explorer(WorkerState):
         Raises:
             KeyError: not a control name.
         """
+        self._settle()
         return [v[1] if isinstance(v, tuple) else v for v in choices(self.state, self.facts)[name]]
 
     def set(self, **values) -> "Explorer":
@@ -329,6 +340,11 @@ class Explorer(WorkerState):
         if unknown:
             raise ValueError(_("unknown control(s) {names}; choose from {valid}").format(
                 names=sorted(unknown), valid=", ".join(ORDER)))
+        self._settle()  # every choice known before a value is checked against them
+        with self._lock:
+            return self._set(values)
+
+    def _set(self, values: dict) -> "Explorer":
         state, notes, info = self.state, [], []
         norm = {"dtype": dtype_name, "op": collectives.op_name}
         try:
@@ -354,7 +370,8 @@ class Explorer(WorkerState):
         return self
 
     def wait(self, timeout: float = 120.0):
-        """Block until no run is in flight or waiting; returns :attr:`last_result`.
+        """Block until no run is in flight or waiting (nor the backend probe a first picture went
+        without: then every control offers all its choices); returns :attr:`last_result`.
 
         Raises:
             TimeoutError: still busy after ``timeout`` seconds.
@@ -402,46 +419,55 @@ class Explorer(WorkerState):
             self._syncing -= 1
 
     def _update_length(self):
-        p, spec = self.state, self.spec
-        if spec.kind != "tensor":
-            return
-        import torch  # noqa: PLC0415
-        n = max(spec.n_in(p.world_size, r, p.root if spec.rooted else 0) for r in range(p.world_size))
-        itemsize = getattr(torch, p.dtype).itemsize
-        text = _("{chunks} chunk(s) × {size} = <b>{n}</b> elements ({bytes})").format(
-            chunks=n, size=p.chunk_size, n=n * p.chunk_size, bytes=format_bytes(n * p.chunk_size * itemsize))
-        tip = _("tensor length per rank")
-        self.length_label.value = f"<span title='{esc(tip)}'>{text}</span>"
+        if self.spec.kind == "tensor":
+            self.length_label.value = length_html(self.spec, self.state)
 
     def _update_backend_note(self):
-        down = [_("<b>{backend}</b> unavailable: {reason}").format(backend=b, reason=esc(i["reason"]))
-                for b, i in self.backend_infos.items() if not i["available"]]
-        self.backend_note.value = ("<span style='color:#666;font-size:90%'>" + "<br>".join(down) + "</span>"
-                                   if down else "")
+        self.backend_note.value = backend_note_html(self.backend_infos)
 
     def _update_note(self):
-        parts = []
-        if self._info:
-            parts.append("<div class='collnb-info' style='color:#1F4E79'>" +
-                         "<br>".join("ℹ " + esc(n) for n in self._info) + "</div>")
-        if self._notes:
-            parts.append("<div style='color:#8a5300'>" +
-                         "<br>".join("⚠ " + esc(n) for n in self._notes) + "</div>")
-        self.note.value = "".join(parts)
+        self.note.value = notes_html(self._info, self._notes)
 
     def _on_change(self, name):
         def handler(change):
-            if self._syncing:
-                return
-            try:
-                self.state, self._notes, self._info = update(self.state, {name: change["new"]}, self.facts)
-            except Exception as exc:  # noqa: BLE001 - keep the explorer usable
+            with self._lock:
+                if self._syncing:  # a value the explorer itself is showing (this thread or the probe's)
+                    return
+                try:
+                    self.state, self._notes, self._info = update(self.state, {name: change["new"]}, self.facts)
+                except Exception as exc:  # noqa: BLE001 - keep the explorer usable
+                    self._sync()
+                    self._show_error(exc, self.params())
+                    return
                 self._sync()
-                self._show_error(exc, self.params())
-                return
-            self._sync()
-            self._request()
+                self._request()
         return handler
+
+    def _probing_line(self) -> str:
+        return _("the dtype and op lists fill in once {backend} has been tried on real ranks (a few seconds, "
+                 "once after an install)").format(backend=self.state.backend)
+
+    def _settle(self) -> None:
+        """Ask the backend probe the first picture went without (:attr:`Facts.provisional
+        <collnb.views.controls.Facts>`), then offer every choice it found; the values shown stay
+        unless the probe refuses them (then replaced, with a note, and drawn again). Runs on the worker
+        thread right after the first picture, or in :meth:`set` and :meth:`offered` if they come first
+        (the probe runs once: a second caller waits for it)."""
+        if self.facts.provisional is None:
+            return
+        sup = collectives.backend_support(self.state.backend, **self.launch_kwargs)
+        with self._lock:
+            if self.facts.provisional is None:
+                return
+            self.facts.known[self.state.backend] = sup
+            self.facts.provisional = None
+            before = self.state
+            self.state, notes, info = fix(self.state, self.facts, explicit=("dtype", "op"))
+            self._notes = self._notes + notes
+            self._info = [i for i in self._info if i != self._probing_line()] + info
+            self._sync()
+            if self.state != before:
+                self._request()
 
     # -- running ---------------------------------------------------------------------------------
     def _request(self):
@@ -458,6 +484,17 @@ class Explorer(WorkerState):
         return self._worker.stale()
 
     def _execute(self, params):
+        try:
+            self._run_and_draw(params)
+        finally:
+            self._first.set()
+            if self.facts.provisional is not None and not self._worker.closed:
+                try:
+                    self._settle()
+                except Exception as exc:  # noqa: BLE001 - shown in the panel; set() asks again
+                    self._show_error(exc, params)
+
+    def _run_and_draw(self, params):
         p = params
         preset = INPUT_PRESETS[p["inputs"]]
         t0 = time.perf_counter()
@@ -465,8 +502,8 @@ class Explorer(WorkerState):
             result = collectives.run(p["primitive"], p["world_size"],
                                      dtype=p["dtype"] or "float32", op=p["op"] or "sum",
                                      root=p["root"] if p["root"] is not None else 0,
-                                     backend=p["backend"], chunk_size=p["chunk_size"],
-                                     inputs=preset[1], **self.launch_kwargs)
+                                     backend=p["backend"], chunk_size=p["chunk_size"], inputs=preset[1],
+                                     check_support=self.facts.provisional is None, **self.launch_kwargs)
         except Exception as exc:  # noqa: BLE001 - shown in the panel
             if not self._stale():
                 self._show_error(exc, p)
@@ -488,7 +525,6 @@ class Explorer(WorkerState):
             return
         self.figure.width = str(him.pixels.shape[1])  # its own width, never scaled up (at most the output's)
         self.figure.value = png
-        self.figure.tooltip = grid.title
         self.figure_text.value = f"<span style='{_SR_ONLY}'>{esc(alt)}</span>"
         self.reference.value = ref_html
         self.last_result = result
@@ -500,19 +536,11 @@ class Explorer(WorkerState):
         self.error = None
         t3 = time.perf_counter()
         self.last_timing = dict(run_s=t1 - t0, draw_s=t2 - t1, total_s=t3 - p["_t_request"])
+        if self.first_picture_s is None:
+            self.first_picture_s = t3 - self._t_made
+            self.first_before_probe = self.facts.provisional is not None
         effect = dtype_effect_text(result, grid)
-        dname = dtype_name(result.dtype) if result.dtype is not None else ""
-        if not result.ok:
-            n = result.n_mismatches()
-            verdict = _("✗ {n} chunk(s) differ from the reference").format(n=n)
-        elif effect and result.spec.reduces:
-            verdict = _("✓ {backend} matches the reference: the same {dtype} arithmetic done without "
-                        "torch.distributed (the dtype, not the communication, changed the value)").format(
-                backend=result.backend, dtype=dname)
-        else:
-            verdict = _("✓ matches the reference (computed without torch.distributed)")
-        text = _("{verdict} · {title} · ran in {run_ms:.0f} ms, drawn in {draw_ms:.0f} ms").format(
-            verdict=verdict, title=result.title(), run_ms=1000 * (t1 - t0), draw_ms=1000 * (t2 - t1))
+        text = status_text(result, effect, t1 - t0, t2 - t1)
         self._set_status(text, busy=False, color="#2E7D32" if result.ok else "#C62828", effect=effect)
         if not self._stale():  # during a drag only the last state is worth saving (~10-30 ms a picture)
             self._update_static()
@@ -520,15 +548,7 @@ class Explorer(WorkerState):
     def _show_error(self, exc, params):
         self.error = exc
         self.last_params = {k: v for k, v in params.items() if not k.startswith("_")}
-        if isinstance(exc, (ValueError, TypeError)):
-            head = _("invalid combination")
-        elif isinstance(exc, ranks.RankError):
-            head = _("a rank failed (the ranks were stopped; the next change starts fresh ones)")
-        elif isinstance(exc, ranks.LaunchTimeout):
-            head = _("the run timed out (the ranks were stopped; the next change starts fresh ones)")
-        else:
-            head = _("the run failed with {error} (the next change starts fresh ranks)").format(
-                error=type(exc).__name__)
+        head = error_head(exc, ranks.RankError, ranks.LaunchTimeout)
         text = str(exc) or "".join(traceback.format_exception_only(type(exc), exc)).strip()
         lines = text.splitlines()
         if len(lines) > 40:
@@ -537,20 +557,12 @@ class Explorer(WorkerState):
 
     def _set_status(self, text, busy, color="#444", pre=False, effect=""):
         self.message = text + (f"\n{effect}" if effect else "")
-        body = esc(text)
-        if pre:
-            body = (f"<pre style='white-space:pre-wrap;margin:0;font-size:85%;color:{color}'>{body}</pre>")
-        else:
-            body = f"<span style='color:{color}'>{body.replace(chr(10), '<br>')}</span>"
-        if effect:
-            body += f"<br><span class='collnb-dtype-effect' style='color:#A65400;font-weight:bold'>{esc(effect)}</span>"
-        self.status.value = (f"<div class='collnb-status-box' data-busy='{int(busy)}'>{body}</div>")
-
+        self.status.value = status_html(text, busy, color, pre, effect)
 
 def _try(fn, v):
     try:
         return fn(v)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError):  # the check against what is offered names the valid values
         return v
 
 
