@@ -58,7 +58,7 @@ collnb.shutdown()
 def measure(folder: Path, moves: int) -> dict:
     """One fresh interpreter importing ``collnb`` from ``folder``: the medians of ``moves`` moves (ms)."""
     env = dict(os.environ, PYTHONPATH=str(folder))
-    out = subprocess.run([sys.executable, "-c", _MOVES, str(moves)], env=env, capture_output=True, text=True,
+    out = subprocess.run([sys.executable, "-c", _MOVES, str(moves)], env=env, cwd=folder, capture_output=True, text=True,
                          timeout=600)
     if out.returncode != 0:
         raise SystemExit(f"the run from {folder} failed:\n{out.stderr[-3000:]}")
