@@ -1,10 +1,13 @@
 # Two commands do all the set-up on a fresh Debian / Python 3.11 machine:
 #   make lab    create/refresh .venv, install collnb + JupyterLab, copy the notebooks into work/
 #               (never overwriting your copies) and open JupyterLab there
+#   make lab-zh the Chinese edition (the same as make lab EDITION=zh): JupyterLab's menus in Chinese,
+#               the Chinese notebooks (notebooks/zh-CN/) copied into work/zh-CN/, collnb speaking Chinese
 #   make test   create/refresh .venv with the test extras, run the whole suite
 #   make test-fast  the same venv, only the tests not marked slow (under 2 minutes on 2 cores)
 # More:
-#   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html
+#   make docs     the book (Sphinx + MyST-NB), every notebook executed, into docs/_build/html, and its
+#                 Chinese edition (notebooks/zh-CN/) into docs/_build/html/zh-CN
 #   make student  student versions without solutions + nbgrader autograding, into classroom/
 #                 (both from the notebooks as committed: they refuse while notebooks/ differs)
 #   make meta     re-apply notebook metadata (Colab cell, slides, hidden solutions, README links) and
@@ -20,7 +23,14 @@ LAB_ARGS ?=
 # The learner's own copies of the notebooks (git ignores work/; `make lab WORK=dir` for another place).
 WORK ?= work
 
-.PHONY: lab test test-fast venv clean docs student meta lint i18n
+# The edition `make lab` opens: en (notebooks/) or zh (notebooks/zh-CN/; `make lab-zh`). Not LANG:
+# that is the locale's environment variable.
+EDITION ?= en
+ifeq ($(filter en zh,$(EDITION)),)
+$(error EDITION must be en or zh (make lab, make lab-zh or make lab EDITION=zh), got '$(EDITION)')
+endif
+
+.PHONY: lab lab-zh test test-fast venv clean docs student meta lint i18n
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +42,11 @@ PIP_INSTALL := $(BIN)/python -m pip install --quiet -c constraints.txt
 
 $(VENV)/.lab-installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e ".[lab]"
+	touch $@
+
+# The Chinese edition's JupyterLab: the `zh` extra (JupyterLab's Chinese language pack).
+$(VENV)/.zh-installed: pyproject.toml constraints.txt | $(VENV)/.lab-installed
+	$(PIP_INSTALL) -e ".[lab,zh]"
 	touch $@
 
 $(VENV)/.test-installed: pyproject.toml constraints.txt | $(BIN)/python
@@ -57,12 +72,36 @@ $(LAB_OVERRIDES): etc/jupyterlab-overrides.json | $(VENV)/.lab-installed
 # make test / make student install into this .venv; a reload reads it again, so it holds for
 # extensions installed while the lab runs.
 # --allow-root: containers and CI machines often log in as root, which JupyterLab refuses by default.
-lab: $(VENV)/.lab-installed $(LAB_OVERRIDES)
-	$(BIN)/python tools/lab.py prepare $(WORK)
-	JUPYTER_CONFIG_PATH="$(CURDIR)/etc/lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
+# The Chinese edition (EDITION=zh) starts JupyterLab with a settings folder of its own (the same
+# defaults plus the language pack's locale zh_CN, tools/lab.py overrides), so only that run's menus are
+# Chinese and `make lab` stays English; COLLNB_LANG=zh makes every kernel's collnb speak Chinese.
+LAB_SETTINGS_ZH := $(VENV)/share/jupyter/lab/settings-zh
+LAB_OVERRIDES_ZH := $(LAB_SETTINGS_ZH)/overrides.d/collnb.json
+$(LAB_OVERRIDES_ZH): etc/jupyterlab-overrides.json tools/lab.py | $(VENV)/.lab-installed
+	$(BIN)/python tools/lab.py overrides $@ --edition zh
+
+ifeq ($(EDITION),zh)
+LAB_NEEDS := $(VENV)/.lab-installed $(VENV)/.zh-installed $(LAB_OVERRIDES) $(LAB_OVERRIDES_ZH)
+LAB_ENV := COLLNB_LANG=zh
+LAB_OPEN := zh-CN/$(FIRST_NOTEBOOK)
+LAB_EDITION_ARGS := --LabApp.app_settings_dir="$(CURDIR)/$(LAB_SETTINGS_ZH)"
+else
+LAB_NEEDS := $(VENV)/.lab-installed $(LAB_OVERRIDES)
+LAB_ENV :=
+LAB_OPEN := $(FIRST_NOTEBOOK)
+LAB_EDITION_ARGS :=
+endif
+
+lab: $(LAB_NEEDS)
+	$(BIN)/python tools/lab.py prepare $(WORK) --edition $(EDITION)
+	$(LAB_ENV) JUPYTER_CONFIG_PATH="$(CURDIR)/etc/lab$(if $(JUPYTER_CONFIG_PATH),:$(JUPYTER_CONFIG_PATH))" \
 	$(BIN)/jupyter lab --notebook-dir=$(WORK) --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) \
 		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
-		--LabApp.default_url=/lab/tree/$(FIRST_NOTEBOOK) $(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+		--LabApp.default_url=/lab/tree/$(LAB_OPEN) $(LAB_EDITION_ARGS) \
+		$(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
+
+lab-zh:
+	$(MAKE) lab EDITION=zh
 
 test: $(VENV)/.test-installed
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -84,6 +123,12 @@ lint: $(VENV)/.test-installed
 # fails the build; the retry re-runs only the notebooks not yet in the cache. -j 2: two notebooks
 # execute at once (2 cores), as tests/test_notebooks.py does.
 SPHINX := $(BIN)/python -m sphinx -b html -q -j 2 -c docs . docs/_build/html
+# The Chinese edition (docs/editions.py): the same conf with COLLNB_BOOK_EDITION=zh, the twins
+# notebooks/zh-CN/ executed (the same jupyter-cache), built in docs/_build/zh (its executed notebooks
+# and failed-notebooks.txt stay there) and copied into the site as docs/_build/html/zh-CN.
+# COLLNB_BOOK_NOTEBOOKS=00_launching_ranks,01_broadcast make docs builds only those notebooks.
+SPHINX_ZH := COLLNB_BOOK_EDITION=zh $(BIN)/python -m sphinx -b html -q -j 2 -c docs -d docs/_build/zh/doctrees \
+	. docs/_build/zh/html
 # The book is built from the notebooks as committed (tools/committed.py refuses, naming each notebook
 # that differs and how to restore it). A notebook whose execution fails is named at the end with the
 # failing cell and its error (docs/conf.py; also in docs/_build/failed-notebooks.txt).
@@ -92,7 +137,9 @@ docs: $(VENV)/.test-installed
 	$(BIN)/python tools/notebook_meta.py
 	$(BIN)/python tools/readme_figures.py
 	$(SPHINX) || { echo "book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX); }
-	@echo "book: docs/_build/html/index.html"
+	$(SPHINX_ZH) || { echo "Chinese book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX_ZH); }
+	rm -rf docs/_build/html/zh-CN && cp -r docs/_build/zh/html docs/_build/html/zh-CN
+	@echo "book: docs/_build/html/index.html; 中文版: docs/_build/html/zh-CN/index.html"
 
 # Student versions (no solutions) and the nbgrader course folder: classroom/, from the notebooks as
 # committed (tools/student.py refuses while notebooks/ differs from the last commit).

@@ -7,6 +7,12 @@ read. The notebooks are executed at build time with a cache used by nothing else
 landing page is README.md; the API reference is generated from the docstrings. Launch buttons
 (Binder, Colab, JupyterHub) on every notebook page are made from the one repository URL in
 pyproject.toml's ``[project.urls]``.
+
+The same configuration builds the Chinese edition (``COLLNB_BOOK_EDITION=zh``, ``make docs`` runs both;
+``docs/editions.py``): its landing page ``docs/zh-CN/index.md`` (README.zh-CN.md), the twins
+``notebooks/zh-CN/*.ipynb`` and the glossary, with ``language = "zh_CN"``; every page of either
+edition has a "中文 | English" switch to the same page of the other. ``COLLNB_BOOK_NOTEBOOKS=a,b``
+builds only those notebooks (development).
 """
 import os
 import sys
@@ -18,7 +24,8 @@ ROOT = DOCS.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(DOCS))
-from exec_report import setup  # noqa: E402,F401  (Sphinx calls conf.py's setup: the execution report)
+import editions  # noqa: E402
+import exec_report  # noqa: E402
 from notebook_meta import BRANCH, documentation_url, repository_url  # noqa: E402
 
 _project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -28,11 +35,22 @@ release = _project["version"]
 copyright = "collnb contributors"
 
 extensions = ["myst_nb", "sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode"]
-root_doc = "docs/index"
-include_patterns = ["docs/*.md", "notebooks/*.ipynb"]
+collnb_edition = editions.edition()
+_only = editions.selected_notebooks()
+if collnb_edition == "zh":
+    language = "zh_CN"
+    root_doc = "docs/zh-CN/index"
+    _notebooks = "notebooks/zh-CN/"
+    include_patterns = ["docs/zh-CN/*.md", "docs/glossary.zh-CN.md"]
+    html_extra_path = ["root-zh"]  # zh-CN/index.html: a redirect to the Chinese landing page
+else:
+    root_doc = "docs/index"
+    _notebooks = "notebooks/"
+    include_patterns = ["docs/*.md"]
+    html_extra_path = ["root"]  # index.html at the top of the site: a redirect to docs/index.html
+include_patterns += [f"{_notebooks}*.ipynb"] if _only is None else [f"{_notebooks}{s}.ipynb" for s in _only]
 exclude_patterns = [".venv", ".git", "docs/_build", "build", "artifacts", "classroom", "**/.ipynb_checkpoints",
-                    "notebooks/*_output", "jupyter_execute"]
-html_extra_path = ["root"]  # index.html at the top of the site: a redirect to docs/index.html
+                    "notebooks/*_output", "notebooks/zh-CN/*_output", "jupyter_execute", "work"]
 
 # ---- notebooks: executed at build time, cached. A cell error fails the build at its end, with the
 # notebook, the cell and the error named in plain words (docs/exec_report.py): every notebook still
@@ -64,9 +82,10 @@ napoleon_use_ivar = True  # "Attributes:" as fields, not a second description of
 
 # ---- theme and launch buttons
 html_theme = "sphinx_book_theme"
-html_title = "collnb"
+html_title = "collnb" if collnb_edition == "en" else "collnb 中文版"
 repository = repository_url()
-html_baseurl = documentation_url() + "/"
+collnb_book_url = documentation_url()  # the English edition's root; the Chinese one lies in zh-CN/ under it
+html_baseurl = collnb_book_url + ("/" if collnb_edition == "en" else f"/{editions.SUBDIR}/")
 html_theme_options = {
     "repository_url": repository,
     "repository_branch": BRANCH,
@@ -86,3 +105,10 @@ html_theme_options = {
     "home_page_in_toc": True,
 }
 html_static_path = []
+
+
+def setup(app):
+    """The execution report (docs/exec_report.py) and the language switch (docs/editions.py)."""
+    exec_report.setup(app)
+    editions.setup(app)
+    return {"parallel_read_safe": True, "parallel_write_safe": True}

@@ -449,6 +449,28 @@ def test_plot_marks_fits_crossovers_and_references():
     assert "oversubscribed" in " ".join(ax.get_title() for ax in fig.axes) or os.cpu_count() >= 4
 
 
+
+def test_plot_in_chinese_falls_back_to_the_cjk_font():
+    """The bench figure's texts carry the CJK font after DejaVu Sans in Chinese (so the words the
+    labs area translates are drawn, not tofu); English keeps DejaVu Sans alone."""
+    import collnb
+    from collnb.views import raster
+    rows = _synthetic(["builtin", "ring"], [2, 4], SIZES)
+    assert B.plot(rows).axes[0].title.get_fontfamily() == ["DejaVu Sans"]
+    collnb.set_language("zh")
+    try:
+        fig = B.plot(rows)
+        family = fig.axes[0].title.get_fontfamily()
+        assert family == ["DejaVu Sans", raster.cjk_font(12).getname()[0]], family
+        fig.axes[0].set_title("全规约 带宽")  # a Chinese title draws without a missing-glyph warning
+        import warnings
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            fig.canvas.draw()
+    finally:
+        collnb.set_language("en")
+
+
 # ------------------------------------------------------------------------------------------------
 # The example results file and NCCL
 

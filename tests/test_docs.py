@@ -185,7 +185,9 @@ def test_public_url_is_written_once_and_every_link_agrees():
     for path in NOTEBOOKS:
         assert f"git+{REPO_URL}@main" in _src(_nb(path)["cells"][0])
     # no other copy of a repository URL anywhere in what we publish
-    for f in [ROOT / "docs" / "conf.py", ROOT / "docs" / "index.md", *NOTEBOOKS]:
+    twins = sorted((ROOT / "notebooks" / "zh-CN").glob("*.ipynb"))
+    for f in [ROOT / "docs" / "conf.py", ROOT / "docs" / "index.md", *NOTEBOOKS,
+              ROOT / "README.zh-CN.md", ROOT / "docs" / "zh-CN" / "index.md", ROOT / "docs" / "editions.py", *twins]:
         for other in re.findall(r"github\.com/([\w.-]+/[\w.-]+)", f.read_text()):
             assert other.removesuffix(".git") == OWNER_REPO, f"{f.name} names another repository: {other}"
 
@@ -197,6 +199,31 @@ def test_book_launch_buttons_come_from_pyproject():
     assert opts["repository_url"] == REPO_URL and opts["repository_branch"] == "main"
     assert opts["path_to_docs"] == ""  # pages are notebooks/x -> notebooks/x.ipynb in the repo
     assert set(opts["launch_buttons"]) >= {"binderhub_url", "colab_url", "jupyterhub_url"}
+
+
+def _conf(monkeypatch, edition):
+    monkeypatch.setenv("COLLNB_BOOK_EDITION", edition)
+    monkeypatch.delenv("COLLNB_BOOK_NOTEBOOKS", raising=False)
+    ns = {"__file__": str(ROOT / "docs" / "conf.py")}
+    exec(compile((ROOT / "docs" / "conf.py").read_text(), "conf.py", "exec"), ns)
+    return ns
+
+
+def test_the_chinese_book_is_the_same_conf_on_the_twins_in_chinese(monkeypatch):
+    """COLLNB_BOOK_EDITION=zh: the same launch buttons (pages keep their repository paths, so a
+    Chinese page's buttons open notebooks/zh-CN/x.ipynb), the twins and the Chinese landing page,
+    the theme in Chinese, published under zh-CN/ of the English book."""
+    en, zh = _conf(monkeypatch, "en"), _conf(monkeypatch, "zh")
+    assert zh["html_theme_options"] == en["html_theme_options"]
+    assert zh["language"] == "zh_CN" and zh["root_doc"] == "docs/zh-CN/index"
+    assert "notebooks/zh-CN/*.ipynb" in zh["include_patterns"] and "docs/glossary.zh-CN.md" in zh["include_patterns"]
+    assert not any("zh-CN" in p for p in en["include_patterns"])
+    docs = PYPROJECT["project"]["urls"]["Documentation"].rstrip("/")
+    assert en["html_baseurl"] == docs + "/" and zh["html_baseurl"] == docs + "/zh-CN/"
+    assert zh["nb_execution_cache_path"] == en["nb_execution_cache_path"]
+    makefile = (ROOT / "Makefile").read_text()
+    docs_recipe = makefile.split("\ndocs:", 1)[1].split("\n\n", 1)[0]
+    assert "$(SPHINX_ZH)" in docs_recipe and "docs/_build/html/zh-CN" in docs_recipe
 
 
 def test_link_table_disagreeing_with_pyproject_is_detected(tmp_path):

@@ -658,3 +658,56 @@ def test_time_prediction_check(capsys):
     _fails(capsys, exercises.check_time_prediction, latency, bandwidth, **kw, measure=lambda: far.append(1) or 1.0,
            hint="busy")
     assert len(far) == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# The Chinese edition: the same checks, in Chinese (the English words above stay byte for byte)
+
+
+@pytest.fixture
+def chinese():
+    collnb.set_language("zh")
+    yield
+    collnb.set_language("en")
+
+
+def test_a_wrong_answer_in_chinese(capsys, chinese):
+    def my_gather(rank, world_size, dst, mine):
+        gather_list = [torch.zeros_like(mine) for _ in range(world_size)] if rank == dst else None
+        dist.gather(mine, gather_list=gather_list, dst=dst)
+        return gather_list if rank == dst else mine      # forgets torch.cat
+
+    with pytest.raises(CheckFailed) as info:
+        exercises.check_gather(my_gather)
+    msg = str(info.value)
+    head, hint = msg.split("\n提示：", 1)
+    assert re.match(r"✗ world size \d，dst=\d：dst 返回的是 gather 列表本身（\d 个张量）。$", head.splitlines()[0]), msg
+    assert hint.splitlines()[-1] == "请返回一个张量：torch.cat(gather_list)。", msg
+    assert "Hint" not in msg and "returned" not in msg, msg
+    # the per-rank table: Chinese headings, columns aligned by display width (a CJK character is two)
+    table = head.splitlines()[1:]
+    assert table[0].split() == ["rank", "返回值", "调用"], table
+    from collnb.labs.exercises.framework import _width
+    starts = {_width(line[:line.index(word)]) for line, word in zip(table, ["调用"] + ["gather"] * (len(table) - 1))}
+    assert len(starts) == 1, table
+
+
+def test_an_unanswered_exercise_in_chinese_keeps_the_graded_marker(capsys, chinese):
+    def count_ready(rank, world_size, ready):
+        ...
+
+    exercises.check_count_ready(count_ready)
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == ("count_ready：尚未作答（not answered yet）。请在上方的练习单元格中写出你的答案，"
+                        "然后再次运行这个单元格。"), out
+    assert lines[1].startswith("提示：每个 rank 只知道自己的标志。"), out
+    assert lines[2].startswith("参考答案在练习下方折叠的单元格里"), out
+    # tools/student.py grades by the English words, whatever the language
+    assert NOT_ANSWERED in out and "✓" not in out and "✗" not in out
+
+
+def test_a_right_prediction_in_chinese(capsys, chinese):
+    exercises.check_all_to_all_prediction([[0, 10, 20], [1, 11, 21], [2, 12, 22]])
+    out = capsys.readouterr().out
+    assert out.startswith("✓ 正确：all_to_all 之后，rank i 持有每个 rank 的第 i 块：转置\n  真实的 rank："), out

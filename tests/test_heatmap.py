@@ -360,3 +360,60 @@ def test_the_static_caption_is_painted_from_pixels_or_png_alike():
     assert np.array_equal(ia[30:], pixels)                    # the figure, below a 30 px line
     assert (ia[5:20, 10:60] != 255).any()                     # the line's ink
     assert captioned_png(None, "x") is None
+
+
+@pytest.fixture
+def chinese():
+    import collnb
+    collnb.set_language("zh")
+    yield
+    collnb.set_language("en")
+
+
+def test_heatmap_speaks_chinese_and_its_labels_do_not_overlap(runs, chinese):
+    """The words of a heatmap in Chinese (glossary words: 之前/之后, 第 j 块, 未定义, rank kept),
+    drawn with the CJK font and measured with it: the column headings stay apart."""
+    him = H.heatmap_image(runs["reduce"])
+    texts = [t for t, _, _ in him.labels]
+    for want in ("之前", "之后", "每个 rank 的输入", "每个 rank 的输出", "第 0 块", "第 3 块", "未定义",
+                 "rank 2（dst）", "rank 0", "斜线：未定义的输出"):
+        assert want in texts, (want, texts)
+    assert him.grid.status == "✓ 每个有定义的输出都与参考值一致（参考值不用 torch.distributed 计算）"
+    assert him.grid.status in texts
+    heads = sorted(box for t, _, box in him.labels if t.startswith("第 ") and t.endswith(" 块"))
+    assert len(heads) == 8
+    for left, right in zip(heads, heads[1:]):  # boxes (x0, y0, x1, y1), left to right on one row
+        assert left[2] < right[0] or left[3] < right[1] or right[3] < left[1], heads
+    # the heading is drawn in the CJK font: its ink is an ideograph's, not DejaVu's box
+    from collnb.views import raster
+    f = raster.cjk_font(17, "bold")
+    assert f.getmask("之").getbbox() != raster.font(17, "bold").getmask("之").getbbox()
+
+
+def test_heatmap_int8_legend_in_chinese_keeps_its_swatch_words(runs, chinese):
+    him = H.heatmap_image(runs["int8"])
+    texts = [t for t, _, _ in him.labels]
+    assert any(t.startswith("精确 ") for t in texts), texts  # "exact 280" under a cell
+    assert "✓ 与不用 torch.distributed 做的同样 int8 运算一致；橙色：float64 的结果，int8 改变了它" in texts
+    assert "rank 7" in texts
+
+
+def test_static_picture_caption_in_chinese(runs, chinese):
+    from collnb.views.static import captioned_png, rerun_line, static_bundle
+    png = H.heatmap_png(runs["all_reduce"])
+    line = rerun_line("replay")
+    assert line == "回放最后状态的静态图片：运行这个单元格即可恢复它的控件。"
+    bundle = static_bundle(png, "replay", png_with_line=captioned_png(png, line))
+    assert bundle["text/plain"] == line
+    assert "请在 Binder 或 Colab 上打开这个笔记本" in bundle["text/html"]
+    assert "这些控件失去了内核" in bundle["text/html"]
+    # the line is painted: a strip above the picture, different from the English one
+    import collnb
+    zh = np.asarray(Image.open(io.BytesIO(captioned_png(png, line))).convert("RGB"))
+    collnb.set_language("en")
+    en_line = rerun_line("replay")
+    assert en_line == "Static picture of the replay's last state: run this cell to bring back its controls."
+    en = np.asarray(Image.open(io.BytesIO(captioned_png(png, en_line))).convert("RGB"))
+    strip = zh.shape[0] - np.asarray(Image.open(io.BytesIO(png))).shape[0]
+    assert strip >= 28 and not np.array_equal(zh[:strip], en[:strip])
+    assert (zh[:strip].min(axis=2) < 128).sum() > 200  # dark ink of the Chinese words

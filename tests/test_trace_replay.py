@@ -708,3 +708,32 @@ def test_trace_checks_speak_the_vocabulary(tmp_path):
         with pytest.raises(ValueError) as info:
             Trace.load(path)
         assert f"as a collnb trace: {words}. Traces are written by" in str(info.value)
+
+
+def test_replay_frame_speaks_chinese(ag4):
+    """A replay frame in Chinese: the heading over the heatmap, the axes' titles and labels, drawn
+    with the CJK font as matplotlib's fallback."""
+    import collnb
+    from collnb.views import raster
+    from collnb.views.frames import FrameRenderer
+    collnb.set_language("zh")
+    try:
+        ren = FrameRenderer(ag4)
+        rnd = ag4.rounds[0]
+        assert ren.heading(1) == (f"第 1 轮，共 {ag4.n_rounds} 轮 — {rnd.label}：{len(rnd.transfers)} 条消息，"
+                                  f"最忙的 rank 传输 {ren.data(1)['critical_bytes']} B")
+        assert ren.heading(0) == f"开始（第 0 轮，共 {ag4.n_rounds} 轮）：任何消息之前每个 rank 的缓冲区"
+        assert ren.ax_bytes.get_title() == "本轮字节数：发送（实心），接收（空心）"
+        assert ren.ax_time.get_xlabel() == "轮"
+        family = ren.ax_bytes.title.get_fontfamily()
+        assert family == raster.matplotlib_fonts() and len(family) == 2, family
+        zh = ren.rgb(1)
+    finally:
+        collnb.set_language("en")
+    en_ren = FrameRenderer(ag4)
+    assert en_ren.heading(1).startswith("round 1 of ") and en_ren.ax_bytes.get_title().startswith("bytes this round")
+    en = en_ren.rgb(1)
+    assert zh.shape == en.shape and not np.array_equal(zh, en)
+    # the heatmap itself has no words to translate: the same pixels in both languages
+    x0, y0, x1, y1 = ren.heat_box
+    assert np.array_equal(zh[y0:y1, x0:x1], en[y0:y1, x0:x1])

@@ -159,7 +159,11 @@ def compiled_matches(mo: Path) -> bool:
     with open(mo, "rb") as f:
         have = read_mo(f)
     po = _read(mo.with_suffix(".po"), have.locale or "zh_CN")
-    return {m.id: m.string for m in have if m.id} == {m.id: m.string for m in po if m.id and not m.fuzzy}
+    def key(x):  # a plural message's id and strings: a list from read_mo, a tuple from read_po
+        return tuple(x) if isinstance(x, (list, tuple)) else x
+
+    return ({key(m.id): key(m.string) for m in have if m.id}
+            == {key(m.id): key(m.string) for m in po if m.id and not m.fuzzy})
 
 
 def main(argv=None) -> int:

@@ -22,7 +22,8 @@ or edited: running it twice changes nothing). Standard library only. For each no
 
 it syncs every Chinese twin (``notebooks/zh-CN/``, ``tools/twins.py``) with its English notebook;
 and it writes the README's launch-link table (between ``<!-- launch-links:start -->`` and
-``<!-- launch-links:end -->``): Binder, Colab and book links for every notebook, all from ``[project.urls]``.
+``<!-- launch-links:end -->``): Binder, Colab and book links for every notebook, all from ``[project.urls]``;
+README.zh-CN.md's table the same way for every Chinese twin (its Binder, Colab and Chinese book page).
 
 ``python tools/notebook_meta.py --check`` changes nothing and exits 1 listing what is out of date.
 """
@@ -40,6 +41,10 @@ from urllib.parse import quote
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = ROOT / "notebooks"
 README = ROOT / "README.md"
+#: The Chinese twin of README.md; its launch-link table names the Chinese notebooks (notebooks/zh-CN/).
+README_ZH = ROOT / "README.zh-CN.md"
+#: Where the Chinese book lies under the book's root (``make docs`` builds it into docs/_build/html/zh-CN/).
+BOOK_ZH = "zh-CN"
 BRANCH = "main"
 
 COLAB_CELL_ID = "colab-setup"
@@ -92,6 +97,12 @@ def documentation_url(pyproject: Path = ROOT / "pyproject.toml") -> str:
 def book_url(docs: str, notebook: str) -> str:
     """The book page of ``notebooks/x.ipynb`` (the book's source tree mirrors notebooks/)."""
     return f"{docs}/{notebook.removesuffix('.ipynb')}.html"
+
+
+def book_url_zh(docs: str, notebook: str) -> str:
+    """The Chinese book's page of a twin ``notebooks/zh-CN/x.ipynb``: the Chinese book is built with
+    the same source tree into :data:`BOOK_ZH` under the book's root (docs/conf.py, ``make docs``)."""
+    return f"{docs}/{BOOK_ZH}/{notebook.removesuffix('.ipynb')}.html"
 
 
 def pip_spec(url: str) -> str:
@@ -225,9 +236,36 @@ def readme_links(url: str, notebooks: list[Path], docs: str) -> str:
     return "\n".join(rows)
 
 
-def fix_readme(text: str, block: str) -> str:
-    if LINKS_START not in text:
-        raise ValueError(f"README.md has no {LINKS_START} ... {LINKS_END} block for the launch links")
+def readme_links_zh(url: str, twins: list[Path], docs: str) -> str:
+    """README.zh-CN.md's launch-link block: Binder, Colab and the Chinese book for every twin in
+    ``twins`` (paths of ``notebooks/zh-CN/*.ipynb``), all from ``[project.urls]`` as README.md's."""
+    rows = [LINKS_START,
+            "<!-- 由 tools/notebook_meta.py 根据 pyproject.toml 的 [project.urls] 生成；请勿手工编辑 -->",
+            "",
+            f"[![Binder](https://mybinder.org/badge_logo.svg)]"
+            f"({binder_url(url, 'notebooks/zh-CN/' + twins[0].name) if twins else binder_url(url)}) "
+            f"（在 Binder 上打开 JupyterLab，什么都不用装）",
+            "",
+            f"中文版的书（每个笔记本都已执行，图都在）：{docs}/{BOOK_ZH}/",
+            "",
+            "| 笔记本 | Binder | Colab | 在书中阅读 |",
+            "| --- | --- | --- | --- |"]
+    for path in twins:
+        rel = f"notebooks/zh-CN/{path.name}"
+        rows.append(f"| [`{path.stem}`]({rel}) | [启动]({binder_url(url, rel)}) | "
+                    f"[打开]({colab_url(url, rel)}) | [阅读]({book_url_zh(docs, rel)}) |")
+    rows.append(LINKS_END)
+    return "\n".join(rows)
+
+
+def fix_readme(text: str, block: str, name: str = "README.md") -> str:
+    """``text`` with its launch-link block replaced by ``block``.
+
+    Raises:
+        ValueError: ``text`` has no ``<!-- launch-links:start -->`` ... ``<!-- launch-links:end -->`` block.
+    """
+    if LINKS_START not in text or LINKS_END not in text:
+        raise ValueError(f"{name} has no {LINKS_START} ... {LINKS_END} block for the launch links")
     head, rest = text.split(LINKS_START, 1)
     _, tail = rest.split(LINKS_END, 1)
     return head + block + tail
@@ -261,6 +299,18 @@ def main(argv=None) -> int:
         else:
             README.write_text(new_readme)
             wrote.append("README.md")
+    twins_found = sorted((NOTEBOOKS / "zh-CN").glob("*.ipynb"))
+    if README_ZH.is_file():
+        readme_zh = README_ZH.read_text()
+        new_zh = fix_readme(readme_zh, readme_links_zh(url, twins_found, documentation_url()), README_ZH.name)
+        if new_zh != readme_zh:
+            if args.check:
+                problems.append(f"{README_ZH.name}: the launch-link table is out of date")
+            else:
+                README_ZH.write_text(new_zh)
+                wrote.append(README_ZH.name)
+    elif twins_found:
+        problems.append(f"{README_ZH.name} is missing: the Chinese notebooks need their README")
     # the Chinese twins (notebooks/zh-CN/): their code cells and metadata follow the English ones
     import twins
     problems += twins.sync_all(check=args.check)

@@ -42,10 +42,17 @@ SECTION = re.compile(r"^<!-- cell (\S+) -->\n", re.M)
 
 
 def language_cell() -> dict:
-    source = ("import collnb\n"
+    """The twin's own ``set-language`` cell: on Colab only, a CJK font first (Debian's
+    ``fonts-noto-cjk``, so pictures draw Chinese, not boxes); then collnb speaks Chinese. The book
+    hides it (tag ``remove-cell``, as the Colab cell), slides skip it."""
+    source = ("# Colab 上先装中文字体（图片里的中文才不会变成方框）；在其他地方这一步什么都不做\n"
+              "import sys\n"
+              "if \"google.colab\" in sys.modules:\n"
+              "    get_ipython().system(\"apt-get -qq install -y fonts-noto-cjk > /dev/null\")\n"
+              "import collnb\n"
               "collnb.set_language(\"zh\")  # collnb 的控件、图片、练习检查和错误说明都用中文（English: \"en\"）")
     return {"cell_type": "code", "execution_count": None, "id": LANGUAGE_CELL_ID, "outputs": [],
-            "metadata": {"tags": [LANGUAGE_CELL_ID], "slideshow": {"slide_type": "skip"}},
+            "metadata": {"tags": [LANGUAGE_CELL_ID, "remove-cell"], "slideshow": {"slide_type": "skip"}},
             "source": source.splitlines(keepends=True)}
 
 

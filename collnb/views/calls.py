@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..i18n import _
 from ..units import format_bytes
 from .palette import GREY_TEXT, INK, MAX_WIDTH_PX, MIN_LABEL_PX, rank_color, rank_text_color
-from .raster import Canvas, encode_png
+from .raster import Canvas, encode_png, wrap_text
 
 __all__ = ["Step", "CallsView", "CallsImage", "call_steps", "calls_text", "calls_image", "calls_png",
            "call_counts", "mesh_dims_of", "mesh_ranks"]
@@ -202,7 +203,7 @@ def call_steps(calls, *, mesh=None, start=0, stop=None, merge: bool = False) -> 
     for i in range(max((len(r) for r in per), default=0)):
         records = tuple((r, recs[i]) for r, recs in enumerate(per) if i < len(recs))
         dims = {}
-        for _, rec in records:
+        for _r, rec in records:
             g = rec.group_ranks
             if g not in dims_cache:
                 dims_cache[g] = mesh_dims_of(g, mesh_arr) if mesh_arr is not None else None
@@ -246,12 +247,12 @@ def _dims_text(dims, dim_names=None) -> str:
     if dims is None:
         return ""
     names = [f"{d} ({dim_names[d]!r})" if dim_names and d < len(dim_names) else str(d) for d in dims]
-    return ("mesh dim " if len(dims) == 1 else "mesh dims ") + ", ".join(names)
+    return (_("mesh dim {dims}") if len(dims) == 1 else _("mesh dims {dims}")).format(dims=", ".join(names))
 
 
 def _shapes_text(rec) -> str:
     if not rec.shapes:
-        return "no tensor"
+        return _("no tensor")
     dt = set(rec.dtypes)
     # a functional collective's (DTensor's) shapes are its input(s), then what it returned
     sep = " → " if rec.source in ("functional", "DTensor") and len(rec.shapes) == 2 else " "
@@ -266,27 +267,29 @@ def calls_text(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: b
     steps = call_steps(calls, mesh=mesh, start=start, stop=stop, merge=merge)
     mesh_arr = mesh_ranks(mesh)
     if not steps:
-        return "no communication recorded"
+        return _("no communication recorded")
     lines = []
     for s in steps:
         where = _dims_text(s.mesh_dim, dim_names)
         groups = " ".join("[" + ", ".join(map(str, g)) + "]" for g in s.groups)
         count = f" ×{s.count}" if s.count > 1 else ""
-        lines.append(f"step {s.index + 1}{count}: {s.kind}" + (f" over {where}" if where else "") +
-                     f"; groups {groups}")
+        lines.append(_("step {step}{count}: {kind}").format(step=s.index + 1, count=count, kind=s.kind)
+                     + (_(" over {where}").format(where=where) if where else "")
+                     + _("; groups {groups}").format(groups=groups))
         for r, rec in s.records:
             c = _coord(r, mesh_arr)
             who = f"rank {r}" + (f" {c}" if c is not None else "")
-            peer = f" peer {rec.peer}" if rec.peer is not None else ""
-            lines.append(f"  {who:<14} {rec.operation:<24} group [{', '.join(map(str, rec.group_ranks))}]{peer}  "
-                         f"{_shapes_text(rec)}  {format_bytes(rec.nbytes)}")
+            peer = _(" peer {peer}").format(peer=rec.peer) if rec.peer is not None else ""
+            group = _("group [{ranks}]").format(ranks=", ".join(map(str, rec.group_ranks)))
+            lines.append(f"  {who:<14} {rec.operation:<24} {group}{peer}  {_shapes_text(rec)}  {format_bytes(rec.nbytes)}")
     per = _per_rank(calls)
     starts, stops = _bound(start, len(per), "start"), _bound(stop, len(per), "stop")
-    lines.append("per rank:")
+    lines.append(_("per rank:"))
     for r, (recs, a, b) in enumerate(zip(per, starts, stops)):
         recs = recs[(a or 0):b]
         counts = call_counts([recs])[0]
-        lines.append(f"  rank {r}: {len(recs)} operation(s), {format_bytes(sum(x.nbytes for x in recs))}"
+        lines.append("  " + _("rank {rank}: {n} operation(s), {nbytes}").format(
+            rank=r, n=len(recs), nbytes=format_bytes(sum(x.nbytes for x in recs)))
                      + ("; " + ", ".join(f"{k} ×{v}" for k, v in counts.items()) if counts else ""))
     return "\n".join(lines)
 
@@ -336,7 +339,7 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
     for i, line in enumerate(heading):
         cv.text(line, _PAD, _PAD + 8 + 20 * i, 14, INK, "bold", ha="left")
     if not steps:
-        cv.text("no communication recorded", _PAD, top + 20, 13, GREY_TEXT, ha="left")
+        cv.text(_("no communication recorded"), _PAD, top + 20, 13, GREY_TEXT, ha="left")
     for b, band in enumerate(bands):
         y0 = top + b * band_h
         for r in range(n):
@@ -345,11 +348,12 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
             cv.text(f"rank {r}", _PAD, y + _ROW_H / 2 - (8 if c is not None else 0), 13, rank_text_color(r),
                     "bold", ha="left")
             if c is not None:
-                cv.text("mesh " + str(c), _PAD, y + _ROW_H / 2 + 9, 11, GREY_TEXT, ha="left")
+                cv.text(_("mesh {coordinate}").format(coordinate=c), _PAD, y + _ROW_H / 2 + 9, 11, GREY_TEXT, ha="left")
         for j, s in enumerate(band):
             x0 = _PAD + _LABEL_W + j * _COL_W
             count = f" ×{s.count}" if s.count > 1 else ""
-            cv.text(f"step {s.index + 1}{count}", x0 + 6, y0 + 10, 12, INK, "bold", ha="left")
+            cv.text(_fit(cv, _("step {step}{count}").format(step=s.index + 1, count=count), 12, _COL_W - 12),
+                    x0 + 6, y0 + 10, 12, INK, "bold", ha="left")
             cv.text(_fit(cv, s.kind, 12, _COL_W - 12), x0 + 6, y0 + 27, 12, INK, ha="left")
             cv.rect(x0, y0 + _HEAD_H - 4, x0 + _COL_W - 6, y0 + _HEAD_H - 3, (200, 200, 200))
             lanes = {g: k for k, g in enumerate(s.groups)}
@@ -362,9 +366,9 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
                 color = _GROUP_COLORS[lanes[rec.group_ranks] % len(_GROUP_COLORS)]
                 cv.rect(cx0, y + 3, cx0 + 4, y + _ROW_H - 3, color)
                 dims = s.mesh_dims.get(rec.group_ranks)
-                where = ("dim " + ",".join(map(str, dims))) if dims is not None else ""
+                where = _("dim {dims}").format(dims=",".join(map(str, dims))) if dims is not None else ""
                 if dims is not None and dim_names and len(dims) == 1 and dims[0] < len(dim_names):
-                    where = f"dim {dims[0]} {dim_names[dims[0]]}"
+                    where = _("dim {dims}").format(dims=f"{dims[0]} {dim_names[dims[0]]}")
                 grp = "[" + ",".join(map(str, rec.group_ranks)) + "]"
                 tx, room = cx0 + 9, x0 + _COL_W - 12 - (cx0 + 9)
                 cv.text(_fit(cv, f"{grp} {where}".strip(), 11, room), tx, y + 13, 11, color, "bold", ha="left")
@@ -390,25 +394,16 @@ def _peer_text(rec) -> str:
         return ""
     op = rec.operation
     if op in ("send", "isend", "send_object_list"):
-        return f"  to {rec.peer}"
+        return "  " + _("to {peer}").format(peer=rec.peer)
     if op in ("recv", "irecv", "recv_object_list"):
-        return f"  from {rec.peer}"
-    return f"  root {rec.peer}"
+        return "  " + _("from {peer}").format(peer=rec.peer)
+    return "  " + _("root {peer}").format(peer=rec.peer)
 
 
 def _wrap(cv: Canvas, text: str, size: float, room: float, weight: str = "regular") -> list:
     """``text`` in lines no wider than ``room`` pixels at ``size`` (words kept whole unless one
     alone is wider: then it is cut with an ellipsis)."""
-    lines, line = [], ""
-    for word in text.split():
-        cand = f"{line} {word}".strip()
-        if line and cv.measure(cand, size, weight)[0] > room:
-            lines.append(line)
-            line = word
-        else:
-            line = cand
-    if line:
-        lines.append(line)
+    lines = wrap_text(text, room, lambda t: cv.measure(t, size, weight)[0])
     return [_fit(cv, t, size, room) if cv.measure(t, size, weight)[0] > room else t for t in lines]
 
 

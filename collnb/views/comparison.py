@@ -10,8 +10,10 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, predict, round_costs
+from ..i18n import _
 from ..units import format_bytes
 from .frames import axis_unit
+from .raster import matplotlib_fonts
 
 if TYPE_CHECKING:  # imported by compare_figure only: importing views stays free of matplotlib
     from matplotlib.figure import Figure
@@ -37,6 +39,13 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
                          f"{a.primitive}@{a.world_size} and {b.primitive}@{b.world_size}")
     model = model or DEFAULT_MODEL
     n = a.world_size
+    from matplotlib import rc_context  # noqa: PLC0415
+
+    with rc_context({"font.family": matplotlib_fonts()}):  # a Text keeps the family it is made with
+        return _compare_figure(a, b, model, dpi, n)
+
+
+def _compare_figure(a: Trace, b: Trace, model: CostModel, dpi: int, n: int) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415
     from matplotlib.figure import Figure  # noqa: PLC0415
 
@@ -56,13 +65,15 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
             if rnd.label in ("fold", "unfold"):
                 folds += 1
                 ax.text(k, -0.6, rnd.label, ha="center", va="bottom", fontsize=11 * pt, color="#B85C00")
-        extra = f" ({folds} fold/unfold)" if folds else ""
-        ax.set_title(f"{t.algorithm}: {t.n_rounds} rounds{extra}", fontsize=14 * pt, fontweight="bold", pad=12)
-        ax.set_xlabel("round", fontsize=12 * pt)
+        extra = _(" ({n} fold/unfold)").format(n=folds) if folds else ""
+        ax.set_title(_("{algorithm}: {n_rounds} rounds{extra}").format(algorithm=t.algorithm, n_rounds=t.n_rounds,
+                                                                        extra=extra),
+                     fontsize=14 * pt, fontweight="bold", pad=12)
+        ax.set_xlabel(_("round"), fontsize=12 * pt)
         ax.set_ylabel("rank", fontsize=12 * pt)
         ax.tick_params(labelsize=11.5 * pt)
         cb = fig.colorbar(im, ax=ax, fraction=0.05)
-        cb.set_label(f"{unit} sent", fontsize=12 * pt)
+        cb.set_label(_("{unit} sent").format(unit=unit), fontsize=12 * pt)
         cb.ax.tick_params(labelsize=11.5 * pt)
     ax = fig.add_subplot(gs[1, 0:2])
     ranks = np.arange(n)
@@ -71,9 +82,9 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
     ax.bar(ranks + 0.2, sb, width=0.4, label=f"{b.algorithm}", color=_B)
     ax.set_xticks(ranks)
     ax.set_xlabel("rank", fontsize=12 * pt)
-    ax.set_ylabel(f"{unit} sent in total", fontsize=12 * pt)
+    ax.set_ylabel(_("{unit} sent in total").format(unit=unit), fontsize=12 * pt)
     ax.legend(fontsize=11 * pt)
-    ax.set_title("bytes each rank sends over the whole run", fontsize=13 * pt)
+    ax.set_title(_("bytes each rank sends over the whole run"), fontsize=13 * pt)
     ax.tick_params(labelsize=11.5 * pt)
     ax2 = fig.add_subplot(gs[0, 2])
     ca = np.concatenate([[0], np.cumsum(round_costs(a, model))])
@@ -81,9 +92,10 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
     ts, tu = axis_unit(max(ca[-1], cb[-1], 1e-9), "seconds")
     ax2.plot(np.arange(len(ca)), ca / ts, "-o", ms=3, label=f"{a.algorithm}", color=_A)
     ax2.plot(np.arange(len(cb)), cb / ts, "-o", ms=3, label=f"{b.algorithm}", color=_B)
-    ax2.set_xlabel("round", fontsize=12 * pt)
+    ax2.set_xlabel(_("round"), fontsize=12 * pt)
     ax2.set_ylabel(tu, fontsize=12 * pt)
-    ax2.set_title(f"predicted running total, {format_bytes(a.nbytes)} per rank", fontsize=13 * pt)
+    ax2.set_title(_("predicted running total, {nbytes} per rank").format(nbytes=format_bytes(a.nbytes)),
+                  fontsize=13 * pt)
     ax2.legend(fontsize=11 * pt, loc="upper left")
     ax2.tick_params(labelsize=11.5 * pt)
     # the same two algorithms at other buffer sizes: where latency or bandwidth wins
@@ -96,10 +108,11 @@ def compare_figure(a: Trace, b: Trace, model: CostModel | None = None, dpi: int 
         ax3.loglog(sizes, ys, color=color, label=t.algorithm)
         mine = predict(t.primitive, t.algorithm, n, t.nbytes or 1, model, segments=seg, root=t.root).seconds
         ax3.plot([max(t.nbytes, 1)], [mine], "o", color=color, ms=5)
-    ax3.set_xlabel("bytes per rank (dot = this trace)", fontsize=12 * pt)
-    ax3.set_ylabel("predicted time (s)", fontsize=12 * pt)
-    ax3.set_title(f"α-β-γ model, {format_bytes(lo)} to 256 MiB", fontsize=13 * pt)
+    ax3.set_xlabel(_("bytes per rank (dot = this trace)"), fontsize=12 * pt)
+    ax3.set_ylabel(_("predicted time (s)"), fontsize=12 * pt)
+    ax3.set_title(_("α-β-γ model, {low} to 256 MiB").format(low=format_bytes(lo)), fontsize=13 * pt)
     ax3.legend(fontsize=11 * pt, loc="upper left")
     ax3.tick_params(labelsize=11.5 * pt)
-    fig.suptitle(f"{a.primitive} at world size {n}: {a.algorithm} vs {b.algorithm}", fontsize=16 * pt, fontweight="bold")
+    fig.suptitle(_("{primitive} at world size {world_size}: {left} vs {right}").format(
+        primitive=a.primitive, world_size=n, left=a.algorithm, right=b.algorithm), fontsize=16 * pt, fontweight="bold")
     return fig

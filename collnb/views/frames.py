@@ -20,9 +20,10 @@ import textwrap
 import numpy as np
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, round_costs
+from ..i18n import _
 from ..units import format_bytes, format_seconds
 from .palette import INK, rank_color
-from .raster import Canvas, encode_png
+from .raster import Canvas, encode_png, matplotlib_fonts, wrap_text
 from .round_heatmap import _auto_cell, _layout, _max_lanes, _value_cell, heatmap_origin, paint_heatmap
 
 __all__ = ["FrameRenderer", "axis_unit"]
@@ -107,15 +108,25 @@ class FrameRenderer:
         self.heat_box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
         self.title_box = (pad, 26, W - pad, title_h - 2)
         from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - on first use only:
+        from matplotlib import rc_context  # noqa: PLC0415
         from matplotlib.figure import Figure  # noqa: PLC0415 - importing views stays free of matplotlib
 
+        with rc_context({"font.family": matplotlib_fonts()}):  # a Text keeps the family it is made with
+            self._build_figure(W, H, hh, hw, pad, title_h, side_w, pt, plots_h if self.stacked else 0, Figure,
+                               FigureCanvasAgg)
+
+    def _build_figure(self, W, H, hh, hw, pad, title_h, side_w, pt, plots_h, Figure, FigureCanvasAgg):
+        t = self.trace
         fig = Figure(figsize=(W / self.dpi, H / self.dpi), dpi=self.dpi)
         FigureCanvasAgg(fig)
         self.fig = fig
         op = f" ({t.op})" if t.op else ""
-        root = f", root {t.root}" if t.primitive in ("broadcast", "reduce", "scatter", "gather") else ""
-        fig.text(pad / W, 1 - 8 / H, f"{t.primitive}{op} · {t.algorithm} · world size {t.world_size}{root} · "
-                 f"{t.dtype}, {t.n_chunks} chunks x {t.count // max(1, t.n_chunks)} element(s)",
+        root = _(", root {root}").format(root=t.root) if t.primitive in ("broadcast", "reduce", "scatter",
+                                                                           "gather") else ""
+        fig.text(pad / W, 1 - 8 / H, _("{primitive}{op} · {algorithm} · world size {world_size}{root} · "
+                                       "{dtype}, {n_chunks} chunks x {elements} element(s)").format(
+                     primitive=t.primitive, op=op, algorithm=t.algorithm, world_size=t.world_size, root=root,
+                     dtype=t.dtype, n_chunks=t.n_chunks, elements=t.count // max(1, t.n_chunks)),
                  fontsize=15 * pt, fontweight="bold", va="top", ha="left")
         # bytes per rank, this round
         if self.stacked:
@@ -144,7 +155,7 @@ class FrameRenderer:
         fs = 12 * pt  # 12 px
         ax_b.set_xlabel("rank", fontsize=fs)
         ax_b.set_ylabel(bunit, fontsize=fs)
-        ax_b.set_title("bytes this round: sent (filled), received (outlined)", fontsize=fs)
+        ax_b.set_title(_("bytes this round: sent (filled), received (outlined)"), fontsize=fs)
         ax_b.tick_params(labelsize=11.5 * pt)
         # running total against the model
         ax_t = fig.add_axes(rect_t)
@@ -159,12 +170,13 @@ class FrameRenderer:
         log = R >= 1 and len(positive) == 2 and max(positive) > 10 * min(positive)
         first = 1 if log else 0
         ax_t.plot(xs[first:], self.model_cum[first:] / self._tscale, "-o", ms=3, color="#555555",
-                  label="α-β-γ model")
+                  label=_("α-β-γ model"))
         if self.measured_cum is not None:
             cpus = t.meta.get("cpu_count")
-            where = f" ({t.world_size} ranks on {cpus} CPU cores)" if cpus else ""
+            where = _(" ({world_size} ranks on {cpus} CPU cores)").format(world_size=t.world_size,
+                                                                          cpus=cpus) if cpus else ""
             ax_t.plot(xs[first:], self.measured_cum[first:] / self._tscale, "-s", ms=3, color="#2E7D32",
-                      label="measured" + where)
+                      label=_("measured") + where)
         ax_t.set_xlim(-0.3, max(R, 1) + 0.3)
         if log:
             lows = [c[1] for c in (self.model_cum, self.measured_cum) if c is not None and c[1] > 0]
@@ -172,18 +184,19 @@ class FrameRenderer:
             ax_t.set_ylim(min(lows) / self._tscale / 2, top_t / self._tscale * 3)
         else:
             ax_t.set_ylim(0, top_t / self._tscale * 1.25)
-        ax_t.set_xlabel("round", fontsize=fs)
-        ax_t.set_ylabel(tunit + (" (log scale)" if log else ""), fontsize=fs)
-        ax_t.set_title("running total time", fontsize=fs)
+        ax_t.set_xlabel(_("round"), fontsize=fs)
+        ax_t.set_ylabel(tunit + (_(" (log scale)") if log else ""), fontsize=fs)
+        ax_t.set_title(_("running total time"), fontsize=fs)
         ax_t.tick_params(labelsize=11.5 * pt)
         ax_t.legend(fontsize=11 * pt, loc="center right" if log else "upper left", frameon=False)
         self.vline = ax_t.axvline(0, color="#C0392B", lw=1.2, animated=True)
         self.total_text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
                                     fontsize=11 * pt, animated=True)
         self.ax_bytes, self.ax_time = ax_b, ax_t
-        fig.text(pad / W, 20 / H, "arrows: red = receiver combines, blue = receiver overwrites; "
-                 "framed = received this round", fontsize=11 * pt, color="#444444", ha="left", va="bottom")
-        fig.text(pad / W, 4 / H, "arrows in the right margin: several chunks, or ranks that are not neighbours",
+        fig.text(pad / W, 20 / H, _("arrows: red = receiver combines, blue = receiver overwrites; "
+                                    "framed = received this round"), fontsize=11 * pt, color="#444444", ha="left",
+                 va="bottom")
+        fig.text(pad / W, 4 / H, _("arrows in the right margin: several chunks, or ranks that are not neighbours"),
                  fontsize=11 * pt, color="#444444", ha="left", va="bottom")
         fig.canvas.draw()
         self._bg = fig.canvas.copy_from_bbox(fig.bbox)
@@ -195,28 +208,29 @@ class FrameRenderer:
         x, y = self.heat_box[0] + left + chunk * self.cell, self.heat_box[1] + top + rank * self.cell
         return (x, y, x + self.cell, y + self.cell)
 
+    def heading(self, k: int) -> str:
+        """The first line over frame ``k``, in the language spoken now: ``"round 2 of 6 —
+        reduce-scatter: 4 message(s), busiest rank moves 4 B"`` (``"start (round 0 of 6): ..."``
+        for ``k = 0``)."""
+        t = self.trace
+        k = t.check_round(k)
+        if k == 0:
+            return _("start (round 0 of {n_rounds}): every rank's buffer before any message").format(
+                n_rounds=t.n_rounds)
+        rnd = t.rounds[k - 1]
+        return _("round {round} of {n_rounds} — {label}: {n} message(s), busiest rank moves {nbytes}").format(
+            round=k, n_rounds=t.n_rounds, label=rnd.label, n=len(rnd.transfers), nbytes=format_bytes(self._critical[k]))
+
     def _title_strip(self, k: int) -> np.ndarray:
         t = self.trace
         x0, y0, x1, y1 = self.title_box
         cv = Canvas(x1 - x0, y1 - y0)
-        if k == 0:
-            head = f"start (round 0 of {t.n_rounds}): every rank's buffer before any message"
-            lines = []
-        else:
+        head = self.heading(k)
+        lines: list[str] = []
+        if k:
             rnd = t.rounds[k - 1]
-            head = (f"round {k} of {t.n_rounds} — {rnd.label}: {len(rnd.transfers)} message(s), "
-                    f"busiest rank moves {format_bytes(self._critical[k])}")
-            lines = []
             for para in textwrap.wrap(rnd.detail, 400):
-                cur = ""
-                for w_ in para.split():
-                    trial = (cur + " " + w_).strip()
-                    if cur and cv.measure(trial, 12)[0] > cv.w:
-                        lines.append(cur)
-                        cur = w_
-                    else:
-                        cur = trial
-                lines.append(cur)
+                lines += wrap_text(para, cv.w, lambda s: cv.measure(s, 12)[0]) or [""]
             lines = lines[:2]
         cv.text(head, 0, 5, 15, INK, ha="left", va="top")
         for i, line in enumerate(lines):
@@ -265,8 +279,10 @@ class FrameRenderer:
         for bar, v in zip(self.bars_recv, self._recv[k]):
             bar.set_height(v / self._bscale)
         self.vline.set_xdata([k, k])
-        meas = "" if self.measured_cum is None else f", measured {format_seconds(self.measured_cum[k])}"
-        self.total_text.set_text(f"after round {k}: model {format_seconds(self.model_cum[k])}{meas}")
+        meas = "" if self.measured_cum is None else _(", measured {seconds}").format(
+            seconds=format_seconds(self.measured_cum[k]))
+        self.total_text.set_text(_("after round {round}: model {seconds}{measured}").format(
+            round=k, seconds=format_seconds(self.model_cum[k]), measured=meas))
         for bar in list(self.bars_sent) + list(self.bars_recv):
             self.ax_bytes.draw_artist(bar)
         self.ax_time.draw_artist(self.vline)

@@ -10,9 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .. import collectives
+from ..i18n import N_, _
 from .values import chunk_firsts, differs_exact, format_value
 
-__all__ = ["Panel", "HeatmapGrid", "heatmap_grid"]
+__all__ = ["Panel", "HeatmapGrid", "heatmap_grid", "PANEL_NAMES", "VERDICT_WORDS"]
+
+#: A panel's name (its key) -> the heading drawn over it (translated where drawn: ``_(PANEL_NAMES[n])``).
+PANEL_NAMES = {"before": N_("before"), "after": N_("after")}
+#: A verdict (its key) -> the word drawn for it (the marks ✓ and ✗ are not words).
+VERDICT_WORDS = {"✓": "✓", "✗": "✗", "undefined": N_("undefined")}
 
 @dataclass
 class Panel:
@@ -109,11 +115,11 @@ def heatmap_grid(result) -> HeatmapGrid:
         return [["" for _ in range(n)] for _ in range(ws)]
 
     # before: rank r's own data
-    b = Panel("before", "before: each rank's input", ws, nb, blank(nb),
+    b = Panel("before", _("before: each rank's input"), ws, nb, blank(nb),
               [["empty"] * nb for _ in range(ws)], [[()] * nb for _ in range(ws)],
               [[False] * nb for _ in range(ws)], blank(nb), blank(nb), [""] * ws)
     if kind == "time":
-        b.title = "before: arrival at dist.barrier() (ms)"
+        b.title = _("before: arrival at dist.barrier() (ms)")
     b.tag, b.asked = blank(nb), blank(nb)
     inputs = result.inputs or []
     for r in range(ws):
@@ -128,14 +134,15 @@ def heatmap_grid(result) -> HeatmapGrid:
             if _is_number(x) and differs_exact(v, x) and format_value(x, kind) != b.text[r][c]:
                 b.asked[r][c] = format_value(x, short=True)
         if not vals:
-            b.row_note[r] = (f"no input (not {spec.root_name})" if spec.rooted else "no input")
+            b.row_note[r] = (_("no input (not {root})").format(root=spec.root_name) if spec.rooted
+                             else _("no input"))
 
-    a = Panel("after", "after: each rank's output", ws, na, blank(na),
+    a = Panel("after", _("after: each rank's output"), ws, na, blank(na),
               [["empty"] * na for _ in range(ws)], [[()] * na for _ in range(ws)],
               [[False] * na for _ in range(ws)], blank(na), blank(na), [""] * ws)
     a.tag, a.asked = blank(na), blank(na)
     if kind == "time":
-        a.title = "after: departure from dist.barrier() (ms)"
+        a.title = _("after: departure from dist.barrier() (ms)")
     verdicts = []
     for r in range(ws):
         vals = after_vals[r]
@@ -152,7 +159,8 @@ def heatmap_grid(result) -> HeatmapGrid:
             for c in range(len(vals), na):
                 a.state[r][c] = "undefined"
             if not vals:
-                a.row_note[r] = f"no output (not {spec.root_name})" if spec.rooted else "no output"
+                a.row_note[r] = (_("no output (not {root})").format(root=spec.root_name) if spec.rooted
+                                 else _("no output"))
             verdicts.append("undefined")
             continue
         mism = result.mismatch[r] or []
@@ -177,31 +185,32 @@ def heatmap_grid(result) -> HeatmapGrid:
     dtype_effect = any(x for row in a.exact for x in row)
     if result.ok and dtype_effect:
         dname = str(result.dtype).replace("torch.", "")
-        status = (f"✓ matches the same {dname} arithmetic done without torch.distributed; "
-                  f"orange: float64's result, which {dname} changed")
+        status = _("✓ matches the same {dtype} arithmetic done without torch.distributed; "
+                   "orange: float64's result, which {dtype} changed").format(dtype=dname)
     elif result.ok:
-        status = "✓ every defined output matches the reference (computed without torch.distributed)"
+        status = _("✓ every defined output matches the reference (computed without torch.distributed)")
         if kind == "time":
-            status = "✓ no rank left dist.barrier() before the last rank had arrived"
+            status = _("✓ no rank left dist.barrier() before the last rank had arrived")
     else:
-        status = (f"✗ {n_chunks_bad} chunk(s) on {n_bad} rank(s) differ from the reference "
-                  f"(outlined in red, expected value below)")
-    legend = [(f"rank {r}", "rank") for r in range(ws)]
+        status = _("✗ {chunks} chunk(s) on {ranks} rank(s) differ from the reference "
+                   "(outlined in red, expected value below)").format(chunks=n_chunks_bad, ranks=n_bad)
+    legend = [(_("rank {rank}").format(rank=r), "rank") for r in range(ws)]
     if spec.reduces or kind == "time":
         if result.op:
-            legend.append((f"coloured band: combined with {result.op.upper()} from these ranks", "stripes"))
+            legend.append((_("coloured band: combined with {op} from these ranks").format(op=result.op.upper()),
+                           "stripes"))
         else:
-            legend.append(("coloured band: leaves only after all these ranks arrived", "stripes"))
+            legend.append((_("coloured band: leaves only after all these ranks arrived"), "stripes"))
     if any(s == "undefined" for row in a.state for s in row):
-        legend.append(("hatched: undefined output", "undefined"))
+        legend.append((_("hatched: undefined output"), "undefined"))
     if any(any(row) for row in a.mismatch):
-        legend.append(("red outline: differs from reference", "mismatch"))
+        legend.append((_("red outline: differs from reference"), "mismatch"))
     if any(x for row in a.exact for x in row):
-        legend.append(("exact N: the float64 result, where the dtype changed it", "exact"))
+        legend.append((_("exact N: the float64 result, where the dtype changed it"), "exact"))
     if any(x for row in b.asked for x in row):
         dname = str(result.dtype).replace("torch.", "")
-        legend.append((f"asked N: the input asked for, which {dname} cannot hold", "asked"))
+        legend.append((_("asked N: the input asked for, which {dtype} cannot hold").format(dtype=dname), "asked"))
     if any(x for row in a.tag for x in row):
-        legend.append(("rN in a corner: the rank this chunk came from (its value does not say)", "tag"))
+        legend.append((_("rN in a corner: the rank this chunk came from (its value does not say)"), "tag"))
     return HeatmapGrid(title=result.title(), call=_call_text(result), status=status, ok=result.ok,
                        before=b, after=a, verdicts=verdicts, legend=legend)

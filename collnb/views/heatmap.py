@@ -33,11 +33,12 @@ import numpy as np
 from PIL import Image
 
 from ..collectives import register_renderer
-from .grid import HeatmapGrid, Panel, heatmap_grid
+from ..i18n import _
+from .grid import PANEL_NAMES, VERDICT_WORDS, HeatmapGrid, Panel, heatmap_grid
 from .palette import (COMBINED_COLOR, EMPTY_COLOR, EXACT_COLOR, GREY_TEXT, HATCH_COLOR, INK, MAX_WIDTH_PX,
                       MIN_LABEL_PX, MISMATCH_COLOR, OK_GREEN, RANK_COLORS, RANK_TEXT_COLORS, UNDEFINED_COLOR,
                       contrast_ratio, rank_color, rank_text_color)
-from .raster import Canvas, encode_png, rgb8
+from .raster import Canvas, encode_png, rgb8, wrap_text
 from .values import format_value
 
 if TYPE_CHECKING:  # matplotlib is imported by heatmap_figure only (~0.65 s of a first picture otherwise)
@@ -94,7 +95,7 @@ def _fit_text(text, size_px, max_w, style):
 
 
 def _band_text(n, ws):
-    return f"all {n}" if n == ws else f"{n} ranks"
+    return _("all {n}").format(n=n) if n == ws else _("{n} ranks").format(n=n)
 
 
 def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
@@ -140,14 +141,14 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     for r in range(ws):
         for c in range(a.n_cols):
             if a.expected[r][c]:
-                subs_long.append(f"exp {a.expected[r][c]}")
+                subs_long.append(_("exp {value}").format(value=a.expected[r][c]))
                 subs_short.append(a.expected[r][c])
             elif show_exact and a.exact[r][c]:
-                subs_long.append(f"exact {a.exact[r][c]}")
+                subs_long.append(_("exact {value}").format(value=a.exact[r][c]))
                 subs_short.append(a.exact[r][c])
         for c in range(b.n_cols):
             if b.asked and b.asked[r][c]:
-                subs_long.append(f"asked {b.asked[r][c]}")
+                subs_long.append(_("asked {value}").format(value=b.asked[r][c]))
                 subs_short.append(b.asked[r][c])
     widest = max([probe.measure(t, val_floor, "bold")[0] for t in texts] + [1])
     need = widest / 0.9
@@ -165,14 +166,14 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
 
     row_labels = []
     for r in range(ws):
-        lab = f"rank {r}"
+        lab = _("rank {rank}").format(rank=r)
         if result.root is not None and r == result.root:
-            lab += f" ({result.spec.root_name})"
+            lab = _("rank {rank} ({root})").format(rank=r, root=result.spec.root_name)
         row_labels.append(lab)
     sw_row = int(max(10, 12 * k))
     left = max(probe.measure(t, row_px, "bold")[0] for t in row_labels) + sw_row + int(18 * k) + 8
     verdict_px = {"✓": F(22), "✗": F(22), "undefined": F(12)}
-    right = max(probe.measure(v, verdict_px[v], "italic" if v == "undefined" else "bold")[0]
+    right = max(probe.measure(_(VERDICT_WORDS[v]), verdict_px[v], "italic" if v == "undefined" else "bold")[0]
                 for v in set(g.verdicts) | {"✓"}) + int(24 * k)
     mid = int(76 * k)
 
@@ -196,28 +197,23 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
             cell = max(need, int((max_w - left - right) // max(most, 1)))
     inner = cell - 2 * gap
     col_px = F(13)
-    long_cols = probe.measure("chunk 00", col_px)[0] < cell * 0.96
+    long_cols = probe.measure(_("chunk {chunk}").format(chunk="00"), col_px)[0] < cell * 0.96
     pw_b, pw_a = b.n_cols * cell, a.n_cols * cell
 
     def wrap(text, width):
-        words, lines, cur = text.split(), [], ""
-        for wd in words:
-            t = (cur + " " + wd).strip()
-            if cur and probe.measure(t, desc_px)[0] > width:
-                lines.append(cur)
-                cur = wd
-            else:
-                cur = t
-        return lines + ([cur] if cur else [])
+        return wrap_text(text, width, lambda t: probe.measure(t, desc_px)[0])
+
+    def description(title):  # "before: each rank's input" -> "each rank's input" (or "之前：...")
+        return title.split(": ", 1)[-1].split("：", 1)[-1]
 
     if stacked:
         pw = max(pw_b, pw_a)
-        desc = {"before": wrap(b.title.split(": ", 1)[-1], max(pw, 170 * k)),
-                "after": wrap(a.title.split(": ", 1)[-1], max(pw, 170 * k))}
+        desc = {"before": wrap(description(b.title), max(pw, 170 * k)),
+                "after": wrap(description(a.title), max(pw, 170 * k))}
         content_w = left + pw + right
     else:
-        desc = {"before": wrap(b.title.split(": ", 1)[-1], max(pw_b, 170 * k)),
-                "after": wrap(a.title.split(": ", 1)[-1], max(pw_a, 170 * k))}
+        desc = {"before": wrap(description(b.title), max(pw_b, 170 * k)),
+                "after": wrap(description(a.title), max(pw_a, 170 * k))}
         content_w = side_w
     n_desc = max(len(v) for v in desc.values())
     room = max(content_w, max_w) - 60 * k
@@ -234,13 +230,13 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     legend = []
     for label, kind in g.legend:
         if kind == "exact" and not long_subs:
-            label = "orange number under a value: the float64 result, where the dtype changed it"
+            label = _("orange number under a value: the float64 result, where the dtype changed it")
         if kind == "mismatch" and subs_short and not long_subs:
-            label = "red outline: differs from reference (red number: the expected value)"
+            label = _("red outline: differs from reference (red number: the expected value)")
         if kind == "asked" and not long_subs:
-            label = label.replace("asked N:", "orange number under an input:")
+            label = label.replace(_("asked N:"), _("orange number under an input:"))
         if kind == "stripes" and compact_bands:
-            label += " (a dark band with a count: too many ranks for stripes)"
+            label += _(" (a dark band with a count: too many ranks for stripes)")
         legend.append((label, kind))
     sw, sh = int(max(18, 24 * k)), int(max(11, 14 * k))
     entries = [(label, kind, sw + 7 * k + probe.measure(label, leg_px)[0] + 20 * k) for label, kind in legend]
@@ -288,14 +284,14 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     cs = _CellStyle(cell, gap, inner, int(round(_BAND * inner)), k, ws, val_px, sub_px, show_exact, long_subs)
     for panel in (b, a):
         x0, yh, gtop, pw = heads[panel.name]
-        cv.text(panel.name, x0 + pw / 2, yh, head_px, INK, "bold", va="top")
+        cv.text(_(PANEL_NAMES[panel.name]), x0 + pw / 2, yh, head_px, INK, "bold", va="top")
         for i, line in enumerate(desc[panel.name]):
             cv.text(line, x0 + pw / 2, yh + 26 * k + dstep * i, desc_px, "#444444", va="top")
         for c in range(panel.n_cols):
-            label = "ms" if time_kind else (f"chunk {c}" if long_cols else str(c))
+            label = "ms" if time_kind else (_("chunk {chunk}").format(chunk=c) if long_cols else str(c))
             cv.text(label, x0 + (c + 0.5) * cell, gtop - 7 * k, col_px, "#333333", va="bottom")
         if not long_cols and not time_kind:
-            cv.text("chunk", x0 - 6 * k, gtop - 7 * k, col_px, "#333333", ha="right", va="bottom")
+            cv.text(_("chunk"), x0 - 6 * k, gtop - 7 * k, col_px, "#333333", ha="right", va="bottom")
         for r in range(ws):
             for c in range(panel.n_cols):
                 _paint_cell(cv, panel, r, c, (x0, gtop + r * cell), cs, outlines)
@@ -321,7 +317,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     for r, v in enumerate(g.verdicts):
         yc = top_a + (r + 0.5) * cell
         if v == "undefined":
-            cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], GREY_TEXT, "italic", ha="left")
+            cv.text(_(VERDICT_WORDS[v]), x_a + pw_a + 14 * k, yc, verdict_px[v], GREY_TEXT, "italic", ha="left")
         else:
             cv.text(v, x_a + pw_a + 14 * k, yc, verdict_px[v], OK_GREEN if v == "✓" else MISMATCH_COLOR, "bold", ha="left")
     cv.text(g.status, W / 2, y_status, status_px, OK_GREEN if g.ok else MISMATCH_COLOR, "bold")
@@ -395,11 +391,11 @@ def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _Ce
     asked = panel.asked[r][c] if panel.asked else ""
     tag = panel.tag[r][c] if panel.tag else ""
     if panel.expected[r][c]:
-        sub = f"exp {panel.expected[r][c]}" if long_subs else panel.expected[r][c]
+        sub = _("exp {value}").format(value=panel.expected[r][c]) if long_subs else panel.expected[r][c]
     elif show_exact and panel.exact[r][c]:
-        sub = f"exact {panel.exact[r][c]}" if long_subs else panel.exact[r][c]
+        sub = _("exact {value}").format(value=panel.exact[r][c]) if long_subs else panel.exact[r][c]
     elif asked:
-        sub = f"asked {asked}" if long_subs else asked
+        sub = _("asked {value}").format(value=asked) if long_subs else asked
     else:
         sub = ""
     xc = x0 + (c + 0.5) * cell
@@ -444,7 +440,7 @@ def _paint_legend(cv: Canvas, rows: list, y: float, ws: int, k: float, swatch: t
         for label, kind, ew in row:
             sx0, sy0 = int(x), int(yc - sh / 2)
             if kind == "rank":
-                cv.rect(sx0, sy0, sx0 + sw, sy0 + sh, rank_color(int(label.split()[1])))
+                cv.rect(sx0, sy0, sx0 + sw, sy0 + sh, rank_color(int("".join(ch for ch in label if ch.isdigit()))))
             elif kind == "stripes":
                 cv.rect(sx0, sy0, sx0 + sw, sy0 + sh, COMBINED_COLOR)
                 cv.frame(sx0, sy0, sx0 + sw, sy0 + sh, "#AAAAAA", 1)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .palette import INK, MAX_WIDTH_PX, MIN_LABEL_PX, MISMATCH_COLOR, contrast_ratio, hex_rgb
-from .raster import Canvas, encode_png
+from .raster import Canvas, encode_png, wrap_text
 
 __all__ = ["MatrixPanel", "MatrixPicture", "matrix_image", "ramp_color"]
 
@@ -75,16 +75,9 @@ class MatrixPicture:
 
 
 def _wrap(cv: Canvas, text: str, width: float, size: float) -> list:
-    """``text`` cut at spaces into lines no wider than ``width`` pixels (a word wider stays whole)."""
-    lines, line = [], ""
-    for word in text.split():
-        trial = f"{line} {word}" if line else word
-        if line and cv.measure(trial, size)[0] > width:
-            lines.append(line)
-            line = word
-        else:
-            line = trial
-    return lines + ([line] if line else [])
+    """``text`` cut at spaces (Chinese: between ideographs) into lines no wider than ``width`` pixels
+    (a word wider stays whole; :func:`collnb.views.raster.wrap_text`)."""
+    return wrap_text(text, width, lambda t: cv.measure(t, size)[0])
 
 
 def _cell_text(v) -> str:

@@ -11,10 +11,11 @@ import html
 import io
 
 from ..algorithms import CostModel, Trace
+from ..i18n import _
 from ..units import format_bytes
 from .comparison import compare_figure
 from .frames import FrameRenderer
-from .static import RERUN_LINE, captioned_png, live_bundle, stack_pngs, static_bundle, update_static
+from .static import captioned_png, live_bundle, rerun_line, stack_pngs, static_bundle, update_static
 
 __all__ = ["ReplayWidget", "CompareWidget", "SPEED_RANGE"]
 
@@ -24,16 +25,17 @@ SPEED_RANGE = (0.25, 8.0)  #: the replay's rounds-per-second slider
 def _transfers_html(data: dict, limit: int = 24) -> str:
     ts = data["transfers"]
     if not ts:
-        return "<i>no messages: this is the state before the first round</i>"
+        return "<i>" + html.escape(_("no messages: this is the state before the first round")) + "</i>"
     lines = []
     for t in ts[:limit]:
         ch = ",".join(str(c) for c in t["chunks"])
         dch = ",".join(str(c) for c in t["dst_chunks"])
-        where = f"chunk {ch}" if ch == dch else f"chunk {ch} → chunk {dch}"
-        verb = "combines" if t["reduce"] else "overwrites"
-        lines.append(f"rank {t['src']} → rank {t['dst']}: {where} ({format_bytes(t['nbytes'])}; "
-                     f"rank {t['dst']} {verb})")
-    more = f"<br>… and {len(ts) - limit} more" if len(ts) > limit else ""
+        where = _("chunk {chunk}").format(chunk=ch) if ch == dch else \
+            _("chunk {chunk} → chunk {dst_chunk}").format(chunk=ch, dst_chunk=dch)
+        said = (_("rank {src} → rank {dst}: {where} ({nbytes}; rank {dst} combines)") if t["reduce"] else
+                _("rank {src} → rank {dst}: {where} ({nbytes}; rank {dst} overwrites)"))
+        lines.append(said.format(src=t["src"], dst=t["dst"], where=where, nbytes=format_bytes(t["nbytes"])))
+    more = "<br>" + html.escape(_("… and {n} more").format(n=len(ts) - limit)) if len(ts) > limit else ""
     return "<code style='font-size:12px'>" + "<br>".join(html.escape(x) for x in lines) + "</code>" + more
 
 
@@ -44,8 +46,8 @@ def _step_buttons(w, slider, first_tip: str, last_tip: str) -> tuple:
     """
     bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
     buttons = (w.Button(description="|◀", tooltip=first_tip, layout=bl),
-               w.Button(description="◀ step", tooltip="step back one round", layout=sl),
-               w.Button(description="step ▶", tooltip="step forward one round", layout=sl),
+               w.Button(description=_("◀ step"), tooltip=_("step back one round"), layout=sl),
+               w.Button(description=_("step ▶"), tooltip=_("step forward one round"), layout=sl),
                w.Button(description="▶|", tooltip=last_tip, layout=bl))
     moves = (lambda k: 0, lambda k: k - 1, lambda k: k + 1, lambda k: slider.max)
     for b, name, move in zip(buttons, ("first", "back", "forward", "last"), moves):
@@ -87,26 +89,26 @@ class ReplayWidget:
     def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
         import ipywidgets as w
         if not trace.has_snapshots:
-            raise ValueError("this trace has no per-round snapshots (recorded with snapshots=False); run it "
-                             "with snapshots=True to replay it")
+            raise ValueError(_("this trace has no per-round snapshots (recorded with snapshots=False); run it "
+                               "with snapshots=True to replay it"))
         self.trace = trace
         self.renderer = FrameRenderer(trace, model=model, cell=cell)
         self._display_ids: list = []
         R = trace.n_rounds
         self.play = w.Play(value=0, min=0, max=max(R, 0), step=1, interval=int(1000 / speed),
-                           description="play", show_repeat=True,
-                           tooltip="play / pause the rounds at the speed set on the right")
-        self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description="round",
+                           description=_("play"), show_repeat=True,
+                           tooltip=_("play / pause the rounds at the speed set on the right"))
+        self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description=_("round"),
                                   continuous_update=True, style={"description_width": "initial"},
                                   layout=w.Layout(width="280px"),
-                                  tooltip="drag, or click it and press ← / → to step round by round")
+                                  tooltip=_("drag, or click it and press ← / → to step round by round"))
         self.first, self.back, self.forward, self.last = _step_buttons(
-            w, self.slider, "first: round 0, before any message", f"last: round {R}, the result")
+            w, self.slider, _("first: round 0, before any message"), _("last: round {round}, the result").format(round=R))
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
-                                   description="speed", readout_format=".2f",
-                                   tooltip="rounds per second while playing",
+                                   description=_("speed"), readout_format=".2f",
+                                   tooltip=_("rounds per second while playing"),
                                    style={"description_width": "initial"}, layout=w.Layout(width="240px"))
-        self.speed_unit = w.Label("rounds/s", layout=w.Layout(width="auto", margin="0 0 0 2px"))
+        self.speed_unit = w.Label(_("rounds/s"), layout=w.Layout(width="auto", margin="0 0 0 2px"))
         self.speed_unit.add_class("collnb-speed-unit")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
         W, H = self.renderer.size
@@ -152,9 +154,10 @@ class ReplayWidget:
         d = self.current_data
         R = d["n_rounds"]
         if k == 0:
-            head = f"<b>start</b> (round 0 of {R}): every rank's buffer before any message"
+            head = _("<b>start</b> (round 0 of {n_rounds}): every rank's buffer before any message").format(n_rounds=R)
         else:
-            head = f"<b>round {k}/{R}: {d['label']}</b>" + (f" — {d['detail']}" if d["detail"] else "")
+            head = (_("<b>round {round}/{n_rounds}: {label}</b>").format(round=k, n_rounds=R, label=d["label"])
+                    + (f" — {d['detail']}" if d["detail"] else ""))
         self.info.value = f"<div style='line-height:1.45'>{head}<br>{_transfers_html(d)}</div>"
         if hasattr(self, "first"):
             _enable_steps((self.first, self.back, self.forward, self.last), k, R)
@@ -175,9 +178,11 @@ class ReplayWidget:
         k = self.current_round
         png = self.renderer.png(k)
         t = self.trace
-        return static_bundle(png, "replay", alt=f"{t.primitive} / {t.algorithm} at world size {t.world_size}, "
-                             f"round {k} of {t.n_rounds}",
-                             png_with_line=captioned_png(png, RERUN_LINE.format(what="replay")),
+        return static_bundle(png, "replay", alt=_("{primitive} / {algorithm} at world size {world_size}, "
+                                                  "round {round} of {n_rounds}").format(
+                                 primitive=t.primitive, algorithm=t.algorithm, world_size=t.world_size, round=k,
+                                 n_rounds=t.n_rounds),
+                             png_with_line=captioned_png(png, rerun_line("replay")),
                              attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size))
 
     def _update_static(self):
@@ -189,8 +194,8 @@ class ReplayWidget:
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
         t = self.trace
-        display(live_bundle(self.widget, f"replay of {t.primitive} / {t.algorithm} at world size {t.world_size}"),
-                raw=True)
+        display(live_bundle(self.widget, _("replay of {primitive} / {algorithm} at world size {world_size}").format(
+            primitive=t.primitive, algorithm=t.algorithm, world_size=t.world_size)), raw=True)
 
 
 
@@ -213,19 +218,19 @@ class CompareWidget:
         import ipywidgets as w
         for t in (a, b):
             if not t.has_snapshots:
-                raise ValueError("both traces need snapshots (run with snapshots=True)")
+                raise ValueError(_("both traces need snapshots (run with snapshots=True)"))
         buf = io.BytesIO()
         compare_figure(a, b, model).savefig(buf, format="png")
         self.left = FrameRenderer(a, model)
         self.right = FrameRenderer(b, model)
         R = max(a.n_rounds, b.n_rounds)
         self._display_ids: list = []
-        self.play = w.Play(value=0, min=0, max=R, interval=700, description="play",
-                           tooltip="play / pause both replays")
-        self.slider = w.IntSlider(value=0, min=0, max=R, description="round",
-                                  tooltip="drag, or click it and press ← / → to step round by round")
+        self.play = w.Play(value=0, min=0, max=R, interval=700, description=_("play"),
+                           tooltip=_("play / pause both replays"))
+        self.slider = w.IntSlider(value=0, min=0, max=R, description=_("round"),
+                                  tooltip=_("drag, or click it and press ← / → to step round by round"))
         self.first, self.back, self.forward, self.last = _step_buttons(
-            w, self.slider, "first: round 0", f"last: round {R}")
+            w, self.slider, _("first: round 0"), _("last: round {round}").format(round=R))
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
         self.images = tuple(w.Image(format="png", value=ren.png(0), layout=w.Layout(
             width=f"{ren.size[0]}px", max_width="100%", height="auto")) for ren in (self.left, self.right))
@@ -248,8 +253,9 @@ class CompareWidget:
     def _caption(self, k):
         for cap, ren, kk in zip(self.captions, (self.left, self.right), self.rounds_shown(k)):
             t = ren.trace
-            stay = " (finished: stays on its last round)" if k > t.n_rounds else ""
-            cap.value = (f"<b style='font-size:115%'>{t.algorithm}</b>: round {kk} of {t.n_rounds}{stay}")
+            stay = _(" (finished: stays on its last round)") if k > t.n_rounds else ""
+            cap.value = (f"<b style='font-size:115%'>{t.algorithm}</b>: "
+                         + _("round {round} of {n_rounds}").format(round=kk, n_rounds=t.n_rounds) + stay)
 
     def _on_round(self, change):
         k = int(change["new"])
@@ -264,8 +270,9 @@ class CompareWidget:
         """The summary and both current frames as one static picture (see
         :func:`collnb.views.static.static_bundle`)."""
         png = stack_pngs([self.summary.value, self.images[0].value, self.images[1].value])
-        return static_bundle(png, "comparison", alt=f"{self.left.trace.algorithm} vs {self.right.trace.algorithm}",
-                             png_with_line=captioned_png(png, RERUN_LINE.format(what="comparison")),
+        return static_bundle(png, "comparison", alt=_("{left} vs {right}").format(
+                                 left=self.left.trace.algorithm, right=self.right.trace.algorithm),
+                             png_with_line=captioned_png(png, rerun_line("comparison")),
                              attrs=dict(round=self.slider.value))
 
     def _ipython_display_(self):
@@ -273,6 +280,6 @@ class CompareWidget:
         did = f"collnb-compare-{id(self):x}-{len(self._display_ids)}"
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
-        display(live_bundle(self.widget, f"comparison of {self.left.trace.algorithm} and "
-                                         f"{self.right.trace.algorithm}"), raw=True)
+        display(live_bundle(self.widget, _("comparison of {left} and {right}").format(
+            left=self.left.trace.algorithm, right=self.right.trace.algorithm)), raw=True)
 

@@ -9,6 +9,15 @@ with its PNG, where the float numpy canvas with matplotlib's FreeType text it re
 with its PNG, and a few hundred matplotlib Text artists 250-300 ms (2-core machine,
 ``benchmarks/explorer.py``). Matplotlib stays for charts with axes (bar and line plots).
 
+Chinese text (any string with a CJK character, :func:`has_cjk`) is drawn and measured, the whole
+string, with a CJK font (:func:`cjk_font_file`: ``COLLNB_CJK_FONT``, Debian's ``fonts-noto-cjk``,
+fontconfig, or pip's ``mplfonts``); every other string keeps DejaVu, so English pictures are the
+pixels they were. Choosing per string rather than per language keeps the numbers, API names and
+"rank 2" of a Chinese picture in the font of the English one, needs no font for an English picture
+in a Chinese session, and never draws a tofu box: no CJK font raises :class:`CjkFontMissing`,
+which says what to install. :func:`wrap_text` breaks Chinese lines between ideographs, and
+:func:`matplotlib_fonts` gives matplotlib figures the same font as a fallback.
+
 Coordinates are pixels, origin top-left, y down. Colours are ``"#RRGGBB"``, 0..255 int triples, or
 0..1 float triples/arrays (the palette of :mod:`collnb.views.palette`).
 """
@@ -18,7 +27,9 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
+import re
 import struct
+import subprocess
 import threading
 import zlib
 from functools import lru_cache
@@ -26,7 +37,9 @@ from functools import lru_cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
-__all__ = ["Canvas", "rgb8", "encode_png", "font", "FONT_FILES", "CAP_HEIGHT"]
+__all__ = ["Canvas", "rgb8", "encode_png", "font", "cjk_font", "cjk_font_file", "has_cjk", "matplotlib_fonts",
+           "wrap_text",
+           "FONT_FILES", "CAP_HEIGHT", "CJK_FONT_ENV", "CjkFontMissing"]
 
 #: DejaVu font file of each text style (shipped with matplotlib, so present wherever collnb runs).
 FONT_FILES = {"regular": "DejaVuSans.ttf", "bold": "DejaVuSans-Bold.ttf",
@@ -86,6 +99,159 @@ def _font_dir() -> str:
     return os.path.join(list(spec.submodule_search_locations)[0], "mpl-data", "fonts", "ttf")
 
 
+
+#: The environment variable naming a CJK font file (``.ttf``/``.otf``/``.ttc``) to draw Chinese with.
+CJK_FONT_ENV = "COLLNB_CJK_FONT"
+#: Debian/Ubuntu's ``fonts-noto-cjk`` files of each text style (Noto Sans CJK has no italic).
+_NOTO_CJK = {"regular": "/usr/share/fonts/opentype/noto/NotoSansCJK-Regular.ttc",
+             "bold": "/usr/share/fonts/opentype/noto/NotoSansCJK-Bold.ttc"}
+#: The family names of a Simplified Chinese face, best first (``mono`` looks for its mono face first).
+_SC_FAMILIES = ("Noto Sans CJK SC", "Source Han Sans SC", "Noto Sans SC", "Source Han Sans CN")
+_SC_MONO_FAMILIES = ("Noto Sans Mono CJK SC",)
+# CJK Unified Ideographs (+ extension A, compatibility), CJK punctuation, kana, Hangul, full-width forms
+_CJK_RANGES = ("\u2e80-\u2fdf\u3000-\u30ff\u3100-\u31ff\u3400-\u4dbf\u4e00-\u9fff"
+               "\uac00-\ud7af\uf900-\ufaff\ufe30-\ufe4f\uff00-\uffef")
+_CJK = re.compile(f"[{_CJK_RANGES}]")
+
+
+class CjkFontMissing(RuntimeError):
+    """No font with Chinese glyphs was found, and a picture must draw Chinese text."""
+
+
+def has_cjk(text: str) -> bool:
+    """Whether ``text`` holds a CJK character (ideographs, CJK punctuation such as ``，``/``：``,
+    kana, Hangul, full-width forms), which DejaVu has no glyph for."""
+    return _CJK.search(text) is not None
+
+
+def _sc_index(path: str, style: str) -> int:
+    """The index of the Simplified Chinese face in a font collection (``.ttc``), else 0.
+
+    The face names are read from each face (FreeType through Pillow, a few ms once per file):
+    Noto Sans CJK's ``.ttc`` holds JP, KR, SC, TC, HK (and their mono faces) in an order that is
+    not part of any promise."""
+    if not path.lower().endswith((".ttc", ".otc")):
+        return 0
+    names = []
+    for index in range(64):
+        try:
+            face = ImageFont.truetype(path, 12, index=index)
+        except OSError:
+            break
+        names.append(face.getname()[0] or "")
+    order = (_SC_MONO_FAMILIES + _SC_FAMILIES) if style == "mono" else _SC_FAMILIES
+    for family in order:
+        if family in names:
+            return names.index(family)
+    return 0
+
+
+def _fc_match(style: str) -> tuple[str, int] | None:
+    """fontconfig's Simplified Chinese sans face (``fc-match``), if fontconfig has one."""
+    for family in _SC_FAMILIES:
+        pattern = family + (":bold" if style == "bold" else "")
+        try:
+            out = subprocess.run(["fc-match", "-f", "%{family}|%{file}|%{index}", pattern],
+                                 capture_output=True, text=True, timeout=10, check=False).stdout
+        except (OSError, subprocess.SubprocessError):
+            return None
+        fam, _, rest = out.partition("|")
+        path, _, index = rest.partition("|")
+        # fc-match always answers something: take it only when it is the family asked for
+        if path and os.path.isfile(path) and family in fam.split(","):
+            return path, int(index or 0)
+    return None
+
+
+@lru_cache(maxsize=4)
+def cjk_font_file(style: str = "regular") -> tuple[str, int]:
+    """``(path, face index)`` of the font that draws CJK text of ``style`` (``"regular"``,
+    ``"bold"``, ``"italic"``, ``"mono"``; CJK faces have no italic, so italic is regular).
+
+    Looked for in this order: the file :data:`CJK_FONT_ENV` (``COLLNB_CJK_FONT``) names; Debian's
+    and Ubuntu's ``fonts-noto-cjk`` (``/usr/share/fonts/opentype/noto/NotoSansCJK-*.ttc``, its SC
+    face); fontconfig's Noto Sans CJK SC / Source Han Sans SC (``fc-match``); the
+    ``NotoSansCJKsc-Regular.otf`` of a pip-installed ``mplfonts`` (found, never imported).
+
+    Raises:
+        CjkFontMissing: none of them exists (the message says what to install), or
+            ``COLLNB_CJK_FONT`` names a file that is not there.
+    """
+    chosen = os.environ.get(CJK_FONT_ENV, "").strip()
+    if chosen:
+        if not os.path.isfile(chosen):
+            raise CjkFontMissing(f"{CJK_FONT_ENV}={chosen!r} is not a font file: point it at a .ttf, .otf or "
+                                 f".ttc with Chinese glyphs (e.g. NotoSansCJK-Regular.ttc), or unset it")
+        return chosen, _sc_index(chosen, style)
+    noto = _NOTO_CJK["bold" if style == "bold" else "regular"]
+    if not os.path.isfile(noto) and style == "bold":
+        noto = _NOTO_CJK["regular"]
+    if os.path.isfile(noto):
+        return noto, _sc_index(noto, style)
+    found = _fc_match(style)
+    if found is not None:
+        return found
+    spec = importlib.util.find_spec("mplfonts")
+    if spec is not None and spec.submodule_search_locations:
+        path = os.path.join(list(spec.submodule_search_locations)[0], "fonts", "NotoSansCJKsc-Regular.otf")
+        if os.path.isfile(path):
+            return path, 0
+    raise CjkFontMissing(
+        "collnb's pictures need a font with Chinese glyphs to draw Chinese text, and none was found. "
+        "Install one: Debian/Ubuntu: `apt-get install fonts-noto-cjk`; Binder: add fonts-noto-cjk to "
+        "apt.txt; Colab or no root: `pip install mplfonts`; or set COLLNB_CJK_FONT to a .ttf/.otf/.ttc "
+        "with Chinese glyphs")
+
+
+@lru_cache(maxsize=256)
+def cjk_font(size_px: float, style: str = "regular") -> ImageFont.FreeTypeFont:
+    """The CJK font (:func:`cjk_font_file`) of ``style`` at ``size_px`` pixels per em; cached, so
+    the ~20 MB collection is opened once per size, not once per text.
+
+    Raises:
+        CjkFontMissing: no CJK font is installed (see :func:`cjk_font_file`).
+    """
+    path, index = cjk_font_file("bold" if style == "bold" else ("mono" if style == "mono" else "regular"))
+    return ImageFont.truetype(path, max(1.0, float(size_px)), index=index)
+
+
+def text_font(text: str, size_px: float, style: str = "regular") -> ImageFont.FreeTypeFont:
+    """The font ``text`` is drawn and measured with: DejaVu (:func:`font`), or the CJK font
+    (:func:`cjk_font`) when ``text`` holds a CJK character, for the whole string, so its Latin
+    letters and digits share one baseline with its ideographs (English text never changes font)."""
+    return cjk_font(size_px, style) if has_cjk(text) else font(size_px, style)
+
+
+def matplotlib_fonts() -> list[str]:
+    """The ``font.family`` list for a matplotlib figure in the language spoken now: DejaVu Sans,
+    then (when the language is Chinese) the CJK font of :func:`cjk_font_file`, registered with
+    ``matplotlib.font_manager.fontManager.addfont``, as the fallback for glyphs DejaVu lacks
+    (matplotlib >= 3.6 falls back glyph by glyph through the list).
+
+    Use it where the figure's texts are made: ``with matplotlib.rc_context({"font.family":
+    matplotlib_fonts()}): ...`` (a Text keeps the family it was made with).
+
+    Raises:
+        CjkFontMissing: the language is Chinese and no CJK font is installed.
+    """
+    from .. import i18n  # noqa: PLC0415 - layer 0, no cycle; kept here with the matplotlib import
+
+    if i18n.get_language() != "zh":
+        return ["DejaVu Sans"]
+    return ["DejaVu Sans", _matplotlib_cjk_family()]
+
+
+@lru_cache(maxsize=1)
+def _matplotlib_cjk_family() -> str:
+    from matplotlib import font_manager  # noqa: PLC0415 - only for matplotlib figures in Chinese
+
+    path, _index = cjk_font_file("regular")
+    # matplotlib >= 3.10 registers every face of a collection (.ttc) with its index: the family
+    # name of our face (Noto Sans CJK SC, not the collection's first face, JP) picks it
+    font_manager.fontManager.addfont(path)
+    return str(cjk_font(12).getname()[0])
+
+
 def _mask(text: str, size_px: float, style: str):
     """``(mask, dx, dy)``: the text's anti-aliased ink as an ``"L"`` image (cropped to the ink) and
     the offset of its top-left corner from the pen position (left end of the baseline)."""
@@ -94,7 +260,7 @@ def _mask(text: str, size_px: float, style: str):
     if hit is not None:
         return hit
     with _lock:
-        f = font(key[1], style)
+        f = text_font(text, key[1], style)
         x0, y0, x1, y1 = f.getbbox(text, anchor="ls")
         w, h = max(1, x1 - x0), max(1, y1 - y0)
         m = Image.new("L", (w, h), 0)
@@ -104,6 +270,44 @@ def _mask(text: str, size_px: float, style: str):
         _masks.clear()
     _masks[key] = hit
     return hit
+
+
+# a CJK character may start a line anywhere, but not the punctuation that closes a phrase, and an
+# opening bracket stays with what follows it
+_CLOSING = "，。、：；！？）」』》〉%"
+_OPENING = "（「『《〈“‘"
+_UNITS = re.compile(f"[{_OPENING}]*(?:[{_CJK_RANGES}]|[^\\s{_CJK_RANGES}]+)[{_CLOSING}]*")
+
+
+def wrap_text(text: str, width: float, measure) -> list[str]:
+    """``text`` broken into lines no wider than ``width`` (a line holds at least one unit):
+    English breaks at spaces only; Chinese, which has no spaces, may break before any ideograph
+    (but not before the punctuation that closes a phrase, ``，`` ``。`` ``）`` ..., nor after an
+    opening bracket ``（``).
+
+    Args:
+        text: the text; runs of spaces collapse to one.
+        width: the widest line, in the units ``measure`` returns (pixels).
+        measure: ``measure(line) -> width`` of a candidate line (the font it will be drawn with).
+
+    Returns:
+        The lines (``[]`` for blank text). Text without CJK breaks exactly as ``text.split()`` words
+        joined greedily by spaces.
+    """
+    lines: list[str] = []
+    cur = ""
+    end = 0
+    for m in _UNITS.finditer(text):
+        unit = m.group(0)
+        spaced = m.start() > end  # what lies between two units is white space
+        end = m.end()
+        t = cur + (" " if spaced and cur else "") + unit
+        if cur and measure(t) > width:
+            lines.append(cur)
+            cur = unit
+        else:
+            cur = t
+    return lines + ([cur] if cur else [])
 
 
 def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:

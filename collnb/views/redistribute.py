@@ -31,10 +31,12 @@ import numpy as np
 
 from .. import placements
 from ..algorithms import BUILTIN_FORM, DEFAULT_MODEL, predict
+from ..i18n import _
 from ..units import format_bytes, format_rate, format_seconds
 from .calls import calls_image, calls_text
+from .grid import PANEL_NAMES
 from .palette import GREY_TEXT, HATCH_COLOR, INK, MISMATCH_COLOR, OK_GREEN, rank_color, rank_text_color
-from .raster import Canvas, encode_png, rgb8
+from .raster import Canvas, encode_png, rgb8, wrap_text
 
 __all__ = ["redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "nccl_note", "uneven_note",
            "RedistributeImage", "COLLECTIVE_OF"]
@@ -85,12 +87,13 @@ def nccl_note(result, model=None) -> str:
             continue
         shard = p["nbytes"] // p["group_size"]
         a2a = predict("all_to_all", BUILTIN_FORM["all_to_all"], p["group_size"], shard, model or DEFAULT_MODEL)
-        parts.append(f"step {p['step']}: gloo all_gather of {format_bytes(p['nbytes'])} (α-β "
-                     f"{format_seconds(p['seconds'])}); NCCL all_to_all of {format_bytes(shard)} "
-                     f"(α-β {format_seconds(a2a.seconds)})")
-    return ("On CPU, torch has no all_to_all for a shard-dim change: it gathers the whole dimension and keeps "
-            "its chunk (torch.distributed.tensor._collective_utils.shard_dim_alltoall). With NCCL (CUDA tensors) "
-            "it issues one all_to_all instead: " + "; ".join(parts))
+        parts.append(_("step {step}: gloo all_gather of {nbytes} (α-β {seconds}); NCCL all_to_all of {shard} "
+                       "(α-β {a2a_seconds})").format(step=p["step"], nbytes=format_bytes(p["nbytes"]),
+                                                    seconds=format_seconds(p["seconds"]), shard=format_bytes(shard),
+                                                    a2a_seconds=format_seconds(a2a.seconds)))
+    return (_("On CPU, torch has no all_to_all for a shard-dim change: it gathers the whole dimension and keeps "
+              "its chunk (torch.distributed.tensor._collective_utils.shard_dim_alltoall). With NCCL (CUDA tensors) "
+              "it issues one all_to_all instead: ") + "; ".join(parts))
 
 
 def uneven_note(result) -> str:
@@ -102,12 +105,13 @@ def uneven_note(result) -> str:
                               ("dst", result.dst, [s.bounds_after for s in result.shards])):
         shapes = ["×".join(str(hi - lo) for lo, hi in b) for b in bounds]
         if len(set(shapes)) > 1:
-            out.append(f"{which} {placements.placements_text(pl)}: local shapes {', '.join(shapes)}")
+            out.append(_("{which} {placements}: local shapes {shapes}").format(
+                which=which, placements=placements.placements_text(pl), shapes=", ".join(shapes)))
     if not out:
         return ""
-    return ("Uneven shards (torch.chunk: chunks of ceil(n / k), the last ones short or empty): " + "; ".join(out) +
-            ". Before a collective torch pads every shard to the largest and cuts the padding after, so the "
-            "recorded shapes are the padded ones.")
+    return (_("Uneven shards (torch.chunk: chunks of ceil(n / k), the last ones short or empty): ") + "; ".join(out) +
+            _(". Before a collective torch pads every shard to the largest and cuts the padding after, so the "
+              "recorded shapes are the padded ones."))
 
 
 def _timing_line(result, model=None) -> str:
@@ -116,11 +120,12 @@ def _timing_line(result, model=None) -> str:
     m = model or DEFAULT_MODEL
     measured = result.seconds_measured
     if measured is None:
-        return "nothing timed (torch refused)"
-    return (f"measured {format_seconds(measured)} (median of {len(result.times)} call(s), slowest rank) · α-β "
-            f"prediction {format_seconds(pred)} for {len(steps)} collective(s) (α {format_seconds(m.alpha)}, "
-            f"1/β {format_rate(1 / m.beta)}): the model prices messages and bytes; the rest is per-call software cost "
-            "(gloo's, DTensor's Python)")
+        return _("nothing timed (torch refused)")
+    return _("measured {measured} (median of {n_calls} call(s), slowest rank) · α-β prediction {predicted} for "
+             "{n_collectives} collective(s) (α {alpha}, 1/β {rate}): the model prices messages and bytes; the rest is "
+             "per-call software cost (gloo's, DTensor's Python)").format(
+        measured=format_seconds(measured), n_calls=len(result.times), predicted=format_seconds(pred),
+        n_collectives=len(steps), alpha=format_seconds(m.alpha), rate=format_rate(1 / m.beta))
 
 
 def redistribute_text(result, model=None) -> str:
@@ -128,18 +133,20 @@ def redistribute_text(result, model=None) -> str:
     local shard before → after with ✓/✗, the timing line, torch's notes."""
     lines = [result.title]
     if result.refused:
-        lines.append(f"torch refused: {result.refused}")
+        lines.append(_("torch refused: {message}").format(message=result.refused))
     lines.append(calls_text(result.calls, mesh=result.mesh_ranks or result.mesh))
     if result.unrecorded:
-        lines.append(f"{result.unrecorded} operation(s) the backend counted were not recorded")
+        lines.append(_("{n} operation(s) the backend counted were not recorded").format(n=result.unrecorded))
     for s in result.shards:
         rng = lambda b: ", ".join(f"{lo}:{hi}" for lo, hi in b)  # noqa: E731
-        after = "refused" if s.after is None else f"{tuple(s.after.shape)} [{rng(s.bounds_after)}]"
+        after = _("refused") if s.after is None else f"{tuple(s.after.shape)} [{rng(s.bounds_after)}]"
         mark = "✓" if s.before_ok and s.after_ok else "✗"
-        lines.append(f"rank {s.rank} {s.coord}: before {tuple(s.before.shape)} [{rng(s.bounds_before)}] → after "
-                     f"{after} {mark}")
+        lines.append(_("rank {rank} {coord}: before {shape} [{bounds}] → after {after} {mark}").format(
+            rank=s.rank, coord=s.coord, shape=tuple(s.before.shape), bounds=rng(s.bounds_before), after=after,
+            mark=mark))
         if not s.after_ok and s.after is not None:
-            lines.append(f"    got {s.after.double().tolist()}; expected {np.asarray(s.expected_after).tolist()}")
+            lines.append("    " + _("got {got}; expected {expected}").format(
+                got=s.after.double().tolist(), expected=np.asarray(s.expected_after).tolist()))
     lines.append(_timing_line(result, model))
     for line in result.log:
         lines.append(f"torch: {line}")
@@ -270,15 +277,18 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     steps_h = (steps_img.pixels.shape[0] + 30) if steps_img is not None else 44
     gw = math.ceil(C / stride) * cell
     col_w = max(math.ceil(local_cols / stride) * cell, 190) + 24
-    legend = ["one colour: one rank holds it · band: each rank of the band holds a copy (Replicate)",
-              "hatched: a pending reduction, each rank of the band holds a contribution (Partial)"]
+    legend = [_("one colour: one rank holds it · band: each rank of the band holds a copy (Replicate)"),
+              _("hatched: a pending reduction, each rank of the band holds a contribution (Partial)")]
     probe = Canvas(1, 1)
     width = max(12 + gc * col_w, 12 + 2 * (max(gw, 260) + 40), 24 + probe.measure(result.title, 15, "bold")[0],
                 24 + max(probe.measure(t, 11)[0] for t in legend), 560)
     if steps_img is not None:
         width = max(width, 14 + steps_img.pixels.shape[1])
     max_width = min(max_width, width)
-    notes = [line for chunk in _notes(result, model) for line in _wrap_px(probe, chunk, 11, max_width - 24)]
+    chunks = _notes(result, model)
+    notes = [line for chunk in chunks for line in _wrap_px(probe, chunk, 11, max_width - 24)]
+    # the measured time (the timing chunk's first line) is drawn in ink, the other notes in grey
+    timed = result.seconds_measured is not None and bool(notes)
     height = 44 + 24 + g_h + 100 + 28 + before_h + steps_h + 28 + after_h + 20 * len(notes) + 30 + 40 * gr
     cv = Canvas(max_width, height)
     cv.labels = []
@@ -292,7 +302,8 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     for k, (which, own, partial, pl) in enumerate((("src", owners_src, p_src, result.src),
                                                    ("dst", owners_dst, p_dst, result.dst))):
         x = 12 + k * (max(gw, 300) + 40)
-        cv.text(f"{which} {placements.placements_text(pl)}: held by", x, y + 6, 12, INK, "bold", ha="left")
+        cv.text(_("{which} {placements}: held by").format(which=which, placements=placements.placements_text(pl)),
+                x, y + 6, 12, INK, "bold", ha="left")
         holders = [[tuple(np.nonzero(_as2d_owner(own, i, j))[0].tolist()) for j in range(0, C, stride)]
                    for i in range(0, R, stride)]
         hatch = [[partial] * len(row) for row in holders]
@@ -301,7 +312,8 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
         if show_values:
             _values_text(cv, x, y + 18, _as2d(placements.teaching_values(shape)), cell, font)
     y += 18 + g_h + 10
-    for line in legend + ([f"every {stride}th element drawn in each direction"] if stride > 1 else []):
+    for line in legend + ([_("every {stride}th element drawn in each direction").format(stride=stride)]
+                          if stride > 1 else []):
         cv.text(_cut(cv, line, 11, max_width - 24), 12, y + 6, 11, GREY_TEXT, ha="left")
         y += 17
     y += 8
@@ -309,23 +321,22 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     # before: rows of the mesh layout
     y = _panel_rows(cv, "before", result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst,
                     boxes, col_w)
-    cv.text("steps", 12, y + 8, 14, INK, "bold", ha="left")
+    cv.text(_("steps"), 12, y + 8, 14, INK, "bold", ha="left")
     if steps_img is not None:
         cv.paste(steps_img.pixels, 10, y + 18)
         cv.labels += [(t, size, (b[0] + 10, b[1] + y + 18, b[2] + 10, b[3] + y + 18)) for t, size, b in steps_img.labels]
         y += 18 + steps_img.pixels.shape[0] + 8
     else:
-        msg = (f"torch refused: {result.refused}" if result.refused else
-               "no communication: each rank keeps or cuts its own chunk locally")
+        msg = (_("torch refused: {message}").format(message=result.refused) if result.refused else
+               _("no communication: each rank keeps or cuts its own chunk locally"))
         for line in _wrap_px(cv, msg, 12, max_width - 90):
             cv.text(line, 70, y + 8, 12, INK if not result.refused else rgb8(MISMATCH_COLOR), ha="left")
             y += 18
         y += 16
     y = _panel_rows(cv, "after", result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst,
                     boxes, col_w)
-    for line in notes:
-        cv.text(_cut(cv, line, 11, max_width - 24), 12, y + 8, 11, GREY_TEXT if not line.startswith("measured")
-                else INK, ha="left")
+    for i, line in enumerate(notes):
+        cv.text(_cut(cv, line, 11, max_width - 24), 12, y + 8, 11, INK if timed and i == 0 else GREY_TEXT, ha="left")
         y += 20
     img = cv.image.crop((0, 0, max_width, min(height, y + 12)))
     return RedistributeImage(np.asarray(img, dtype=np.uint8), cv.labels, boxes, cell, stride)
@@ -340,21 +351,13 @@ def _notes(result, model):
     out += [f"torch: {line}" for line in result.log]
     out += [note for note in (uneven_note(result), nccl_note(result, model)) if note]
     if result.unrecorded:
-        out.append(f"{result.unrecorded} operation(s) the backend counted were not recorded")
+        out.append(_("{n} operation(s) the backend counted were not recorded").format(n=result.unrecorded))
     return out
 
 
 def _wrap_px(cv, text, size, room):
     """``text`` in lines no wider than ``room`` pixels at ``size``."""
-    words, lines, cur = text.split(), [], ""
-    for w in words:
-        trial = f"{cur} {w}".strip()
-        if cur and cv.measure(trial, size)[0] > room:
-            lines.append(cur)
-            cur = w
-        else:
-            cur = trial
-    return lines + ([cur] if cur else [])
+    return wrap_text(text, room, lambda t: cv.measure(t, size)[0])
 
 
 def _cut(cv, text, size, room):
@@ -367,7 +370,7 @@ def _cut(cv, text, size, room):
 
 def _panel_rows(cv, kind, result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst, boxes,
                 col_w):
-    cv.text(kind, 12, y + 8, 14, INK, "bold", ha="left")
+    cv.text(_(PANEL_NAMES[kind]), 12, y + 8, 14, INK, "bold", ha="left")
     y += 22
     mesh = result.mesh
     for gi in range(gr):
@@ -392,12 +395,12 @@ def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_va
     head = f"rank {s.rank} {s.coord}"
     if local is None:
         cv.text(head, x, y + 8, 12, rank_text_color(s.rank), "bold", ha="left")
-        cv.text("refused", x, y + 26, 11, rgb8(MISMATCH_COLOR), "bold", ha="left")
+        cv.text(_("refused"), x, y + 26, 11, rgb8(MISMATCH_COLOR), "bold", ha="left")
         return 40
     vals = _as2d(local.double().numpy() if hasattr(local, "double") else local)
-    shape_txt = "×".join(map(str, tuple(local.shape))) or "scalar"
+    shape_txt = "×".join(map(str, tuple(local.shape))) or _("scalar")
     w = cv.text(head, x, y + 8, 12, rank_text_color(s.rank), "bold", ha="left")
-    cv.text(f"{shape_txt}" + ("" if vals.size else " (empty)"), x + w + 6, y + 8, 11, GREY_TEXT, ha="left")
+    cv.text(f"{shape_txt}" + ("" if vals.size else _(" (empty)")), x + w + 6, y + 8, 11, GREY_TEXT, ha="left")
     cv.text("✓" if ok else "✗", x + room - 6, y + 8, 13, OK_GREEN if ok else rgb8(MISMATCH_COLOR), "bold",
             ha="right")
     top = y + 20
@@ -428,7 +431,7 @@ def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_va
         exp = _as2d(expected)
         if exp.shape != vals.shape:
             cv.frame(x - 2, top - 2, x + len(cols) * cell + 2, top + h + 2, MISMATCH_COLOR, 2)
-            cv.text(f"expected {'×'.join(map(str, np.asarray(expected).shape))}", x, top + h + 10, 11,
+            cv.text(_("expected {shape}").format(shape="×".join(map(str, np.asarray(expected).shape))), x, top + h + 10, 11,
                     rgb8(MISMATCH_COLOR), "bold", ha="left")
             h += 16
         else:
@@ -437,7 +440,7 @@ def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_va
                     if vals[i, j] != exp[i, j]:
                         cx, cy = x + (j // stride) * cell, top + (i // stride) * cell
                         cv.frame(cx, cy, cx + cell, cy + cell, MISMATCH_COLOR, 2)
-            cv.text("red: differs from the reference", x, top + h + 10, 11, rgb8(MISMATCH_COLOR), ha="left")
+            cv.text(_("red: differs from the reference"), x, top + h + 10, 11, rgb8(MISMATCH_COLOR), ha="left")
             h += 16
     return h + 24
 

@@ -18,6 +18,7 @@ import os
 from PIL import Image
 
 from ..algorithms import ALGORITHMS, CostModel, Trace, run_algorithms
+from ..i18n import _
 from ..units import format_bytes
 from ..vocabulary import check_choice, check_int, check_real, check_world_size
 from .comparison import compare_figure
@@ -73,8 +74,8 @@ def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = 
     _check_file_args(trace, path, ".gif", "save_gif", cell=cell)
     check_real("fps", fps, *FPS_RANGE, what="frames per second")
     if not trace.has_snapshots:
-        raise ValueError("this trace has no per-round snapshots (recorded with snapshots=False); "
-                         "run it with snapshots=True to animate it")
+        raise ValueError(_("this trace has no per-round snapshots (recorded with snapshots=False); "
+                           "run it with snapshots=True to animate it"))
     path = os.fspath(path)
     ren = FrameRenderer(trace, model=model, cell=cell)
     frames = [Image.fromarray(ren.rgb(k)) for k in range(trace.n_rounds + 1)]  # Pillow's GIF writer
@@ -120,18 +121,20 @@ def save_filmstrip(trace: Trace, path, *, columns: int | None = None, cell: int 
     cv = Canvas(W, H)
     op = f" ({trace.op})" if trace.op else ""
     sent = trace.total_bytes_sent()
-    cv.text(f"{trace.primitive}{op} · {trace.algorithm} · world size {trace.world_size}: {R} rounds, "
-            f"{format_bytes(int(sent.max()) if len(sent) else 0)} sent by the busiest rank",
+    cv.text(_("{primitive}{op} · {algorithm} · world size {world_size}: {n_rounds} rounds, {nbytes} sent by the "
+              "busiest rank").format(primitive=trace.primitive, op=op, algorithm=trace.algorithm,
+                                     world_size=trace.world_size, n_rounds=R,
+                                     nbytes=format_bytes(int(sent.max()) if len(sent) else 0)),
             10, 8, 13 * px, INK, "bold", ha="left", va="top")
-    cv.text("colour = whose data (stripes: combined from several ranks); frame = received this round; "
-            "red arrow = combine, blue = overwrite", 10, 30, max(MIN_LABEL_PX + 1, 9.5 * px), (68, 68, 68),
+    cv.text(_("colour = whose data (stripes: combined from several ranks); frame = received this round; "
+              "red arrow = combine, blue = overwrite"), 10, 30, max(MIN_LABEL_PX + 1, 9.5 * px), (68, 68, 68),
             ha="left", va="top")
     for k, img in enumerate(panels):
         r, c = divmod(k, cols)
         x = 10 + c * (pw + 10)
         ytop = head + r * (ph + title_h + 10)
         cv.paste(img, x, ytop + title_h)
-        label = "start" if k == 0 else f"round {k}: {trace.rounds[k - 1].label}"
+        label = _("start") if k == 0 else _("round {round}: {label}").format(round=k, label=trace.rounds[k - 1].label)
         cv.text(label, x + 4, ytop + 8, 10 * px, INK, "bold" if k else "regular", ha="left", va="top")
     with open(path, "wb") as f:
         f.write(cv.png(dpi))

@@ -14,6 +14,7 @@ import math
 import numbers
 
 from ..algorithms import ALGORITHMS, PRIMITIVES, prepare_case, run_algorithm
+from ..i18n import _
 from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_choice, check_world_size
 from .players import ReplayWidget
 from .static import live_bundle, static_bundle
@@ -25,7 +26,7 @@ __all__ = ["RoundsExplorer", "explore_rounds", "rank_slider_label"]
 def rank_slider_label(backend: str) -> str:
     """What the rank slider is called: on gloo a rank is a process, not a GPU, so it says
     ``"ranks (world size)"``; on NCCL, one rank per GPU, ``"GPUs (world size)"``."""
-    return "GPUs (world size)" if backend == "nccl" else "ranks (world size)"
+    return _("GPUs (world size)") if backend == "nccl" else _("ranks (world size)")
 
 
 class RoundsExplorer(WorkerState):
@@ -43,9 +44,9 @@ class RoundsExplorer(WorkerState):
                  timeout=60.0, wait: bool = True):
         import ipywidgets as w
         self._dtype, self._backend, self._timeout = dtype, backend, timeout
-        self.primitive = w.Dropdown(options=list(PRIMITIVES), value=primitive, description="primitive")
+        self.primitive = w.Dropdown(options=list(PRIMITIVES), value=primitive, description=_("primitive"))
         algs = list(ALGORITHMS[primitive])
-        self.algorithm = w.Dropdown(options=algs, value=algorithm or algs[0], description="algorithm")
+        self.algorithm = w.Dropdown(options=algs, value=algorithm or algs[0], description=_("algorithm"))
         self.world_size = w.IntSlider(value=world_size, min=1, max=MAX_WORLD_SIZE,
                                       description=rank_slider_label(backend),
                                       continuous_update=False, style={"description_width": "initial"})
@@ -83,7 +84,8 @@ class RoundsExplorer(WorkerState):
         """Ask for a run of the chosen algorithm on real ranks; returns at once. The replay appears
         when the run ends (errors go to ``status``); :meth:`wait` blocks until then."""
         p, a, n = self.primitive.value, self.algorithm.value, int(self.world_size.value)
-        self.status.value = f"running {p} / {a} on {n} real rank(s)…"
+        self.status.value = html.escape(_("running {primitive} / {algorithm} on {n} real rank(s)…").format(
+            primitive=p, algorithm=a, n=n))
         self._worker.submit((p, a, n))
 
     def wait(self, timeout: float = 120.0) -> "RoundsExplorer":
@@ -117,11 +119,14 @@ class RoundsExplorer(WorkerState):
         player._display_ids = self._display_ids  # the static picture follows the current player
         player._update_static()
         self.area.children = (player.widget,)
-        verdict = "equals" if tr.matches_builtin else "DIFFERS from"
         p_, q_ = tr.meta.get("fold", [0, 0])
-        fold = f"; {q_} rank(s) fold onto {p_} (see the fold/unfold rounds)" if q_ else ""
-        self.status.value = (f"{p} / {a} on {n} real rank(s): {tr.n_rounds} rounds{fold}; the result {verdict} "
-                             f"torch.distributed's built-in {p}")
+        fold = _("; {folded} rank(s) fold onto {kept} (see the fold/unfold rounds)").format(folded=q_, kept=p_) \
+            if q_ else ""
+        said = (_("{primitive} / {algorithm} on {n} real rank(s): {n_rounds} rounds{fold}; the result equals "
+                  "torch.distributed's built-in {primitive}") if tr.matches_builtin else
+                _("{primitive} / {algorithm} on {n} real rank(s): {n_rounds} rounds{fold}; the result DIFFERS from "
+                  "torch.distributed's built-in {primitive}"))
+        self.status.value = said.format(primitive=p, algorithm=a, n=n, n_rounds=tr.n_rounds, fold=fold)
 
     def _ipython_display_(self):
         from IPython.display import display
@@ -130,8 +135,8 @@ class RoundsExplorer(WorkerState):
         bundle = self.player.static_bundle() if self.player is not None else \
             static_bundle(None, "replay", caption=self.status.value)
         display(bundle, raw=True, display_id=did)
-        display(live_bundle(self.widget, f"rounds explorer: {self.primitive.value} / {self.algorithm.value} "
-                                         f"at world size {self.world_size.value}"), raw=True)
+        display(live_bundle(self.widget, _("rounds explorer: {primitive} / {algorithm} at world size {world_size}").format(
+            primitive=self.primitive.value, algorithm=self.algorithm.value, world_size=self.world_size.value)), raw=True)
 
 
 def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, world_size: int = 4,

@@ -14,21 +14,38 @@ import io
 import numpy as np
 from PIL import Image
 
-from .raster import Canvas
+from ..i18n import N_, _
+from .raster import Canvas, wrap_text
 
 __all__ = ["update_static", "static_bundle", "captioned_png", "stack_pngs", "live_bundle", "RERUN_LINE", "BOOK_LINE",
-           "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc"]
+           "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc", "rerun_line", "WHAT_WORDS"]
 
 #: The line above a saved explorer's or replay's static picture in a notebook (JupyterLab,
 #: Notebook 7, nbviewer) reopened without its kernel.
-RERUN_LINE = "Static picture of the {what}'s last state: run this cell to bring back its controls."
+#: The lines and hints below are English; what is shown is their translation (:func:`rerun_line`,
+#: :func:`static_bundle`, ``_(LIVE_HINT)``).
+RERUN_LINE = N_("Static picture of the {what}'s last state: run this cell to bring back its controls.")
 #: The same line on a page of the book (MyST-NB), where there is no cell to run.
-BOOK_LINE = ("Static picture of the {what}'s last state. Its controls need a running kernel: open this "
-             "notebook on Binder or Colab (the launch button at the top of the page) and run the cell.")
+BOOK_LINE = N_("Static picture of the {what}'s last state. Its controls need a running kernel: open this "
+               "notebook on Binder or Colab (the launch button at the top of the page) and run the cell.")
 #: The same line on RISE slides (jupyterlab-rise 0.43 cannot load the ipywidgets 8 manager:
 #: jupyterlab-contrib/rise#119), where running the cell on the slide redraws this picture.
-SLIDES_LINE = ("Static picture of the {what}: its live controls do not run on RISE slides; run the cell "
-               "here to redraw it, or use the controls in the notebook or in python -m collnb present.")
+SLIDES_LINE = N_("Static picture of the {what}: its live controls do not run on RISE slides; run the cell "
+                 "here to redraw it, or use the controls in the notebook or in python -m collnb present.")
+#: The widgets a static picture stands in for (``what``), named in the lines above.
+WHAT_WORDS = {"explorer": N_("explorer"), "replay": N_("replay"), "comparison": N_("comparison")}
+
+
+def _what(what: str) -> str:
+    return _(WHAT_WORDS.get(what, what))
+
+
+def rerun_line(what: str, line: str = RERUN_LINE) -> str:
+    """The line over a static picture of ``what`` (``"explorer"``, ``"replay"``, ``"comparison"``,
+    or another widget's name) in the language spoken now: ``line`` (:data:`RERUN_LINE`,
+    :data:`BOOK_LINE` or :data:`SLIDES_LINE`) translated, with ``what`` translated in it.
+    In English it is ``line.format(what=what)``."""
+    return _(line).format(what=_what(what))
 
 #: Inline style of every picture: scaled down to the output's width, never up.
 IMG_STYLE = "max-width:100%;height:auto;display:block"
@@ -69,15 +86,7 @@ def captioned_png(png, line: str) -> bytes | None:
         img = Image.open(io.BytesIO(png)).convert("RGB")
     w, h = img.size
     probe = Canvas(1, 1)
-    lines, cur = [], ""
-    for word in line.split():
-        t = f"{cur} {word}".strip()
-        if cur and probe.measure(t, 14, "bold")[0] > w - 20:
-            lines.append(cur)
-            cur = word
-        else:
-            cur = t
-    lines.append(cur)
+    lines = wrap_text(line, w - 20, lambda t: probe.measure(t, 14, "bold")[0]) or [""]
     step, strip = 20, 30 + 20 * (len(lines) - 1)
     cv = Canvas(w, h + strip)
     cv.paste(img, 0, strip)
@@ -123,9 +132,10 @@ STATIC_CSS = ("<style>.collnb-static .collnb-live-hint,.collnb-static .collnb-wh
               ".reveal .collnb-static-img{max-height:62vh;width:auto;max-width:100%}"
               "</style>")
 #: The hint shown above a live panel that lost its kernel (it stays on the page, inert).
-LIVE_HINT = "These controls lost their kernel (it was restarted or stopped): run this cell again to bring them back."
+LIVE_HINT = N_("These controls lost their kernel (it was restarted or stopped): run this cell again to bring "
+               "them back.")
 #: The same hint in a Voilà app (no cells to run).
-APP_HINT = "These controls lost their kernel: reload the page to start them again."
+APP_HINT = N_("These controls lost their kernel: reload the page to start them again.")
 
 
 def live_bundle(widget, text: str) -> dict:
@@ -158,14 +168,14 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
         alt: the image's alt text. caption: text shown when there is no picture.
         attrs: extra ``data-*`` attributes of the ``<img>`` (e.g. world_size).
     """
-    line = RERUN_LINE.format(what=what)
+    line = rerun_line(what)
     data = {"text/plain": line}
     hint = (f"<div class='collnb-live-hint' style='color:#8a5300;font-size:12px;line-height:1.4'>"
-            f"<span class='collnb-hint-notebook'>{esc(LIVE_HINT)}</span>"
-            f"<span class='collnb-hint-app'>{esc(APP_HINT)}</span></div>")
+            f"<span class='collnb-hint-notebook'>{esc(_(LIVE_HINT))}</span>"
+            f"<span class='collnb-hint-app'>{esc(_(APP_HINT))}</span></div>")
     worded = (f"<span class='collnb-where-notebook'>{esc(line)}</span>"
-              f"<span class='collnb-where-book'>{esc(BOOK_LINE.format(what=what))}</span>"
-              f"<span class='collnb-where-slides'>{esc(SLIDES_LINE.format(what=what))}</span>")
+              f"<span class='collnb-where-book'>{esc(rerun_line(what, BOOK_LINE))}</span>"
+              f"<span class='collnb-where-slides'>{esc(rerun_line(what, SLIDES_LINE))}</span>")
     if png is None:
         data["text/html"] = (f"{STATIC_CSS}<div class='collnb-static'><div class='collnb-static-body'>"
                              f"<i>{worded}</i> {esc(caption)}</div>{hint}</div>")

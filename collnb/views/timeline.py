@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from ..i18n import _, ngettext
 from ..units import format_seconds
 from .matrix import MatrixPicture
 from .palette import GREY_TEXT, HATCH_COLOR, INK, rank_color
@@ -60,14 +61,14 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
         ValueError: ``width`` < 500, a timeline with no ranks, or ``end_ms <= start_ms``.
     """
     if width < 500:
-        raise ValueError(f"width must be >= 500 pixels; got {width}")
+        raise ValueError(_("width must be >= 500 pixels; got {width}").format(width=width))
     n = timeline.world_size
     if n < 1:
-        raise ValueError("the timeline has no ranks")
+        raise ValueError(_("the timeline has no ranks"))
     t0 = 0.0 if start_ms is None else float(start_ms)
     t1 = timeline.end / 1e6 if end_ms is None else float(end_ms)
     if t1 <= t0:
-        raise ValueError(f"end_ms ({t1}) must be after start_ms ({t0})")
+        raise ValueError(_("end_ms ({end}) must be after start_ms ({start})").format(end=t1, start=t0))
     max_depth = max((s.depth for s in timeline.regions()), default=-1) + 1
     region_h = 12 if n <= 8 else 8
     comm_h = 26 if n <= 8 else 16
@@ -81,13 +82,14 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
     def x_of(ns):
         return left + (ns / 1e6 - t0) * scale
 
-    cv.text(title or f"timeline of {n} rank{'s' if n > 1 else ''} (one clock: CLOCK_MONOTONIC)", left, 16, 15,
+    cv.text(title or ngettext("timeline of {n} rank (one clock: CLOCK_MONOTONIC)",
+                              "timeline of {n} ranks (one clock: CLOCK_MONOTONIC)", n).format(n=n), left, 16, 15,
             INK, "bold", ha="left")
     # legend
     lx = left
     cv.hatch(lx, 34, lx + 26, 48, _WAIT_BG, HATCH_COLOR, period=8, width=2)
     cv.frame(lx, 34, lx + 26, 48, GREY_TEXT, 1)
-    lx += 32 + cv.text("waiting for the last rank", lx + 32, 41, 12, INK, ha="left") + 20
+    lx += 32 + cv.text(_("waiting for the last rank"), lx + 32, 41, 12, INK, ha="left") + 20
     # the transfer is solid in each rank's own colour: the swatch shows every rank's colour side by side
     shown = min(n, 8)
     stripe = max(4, 26 // shown)
@@ -95,12 +97,12 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
         cv.rect(lx + r * stripe, 34, lx + (r + 1) * stripe, 48, rank_color(r))
     cv.frame(lx, 34, lx + shown * stripe, 48, GREY_TEXT, 1)
     lx += shown * stripe + 6
-    lx += 6 + cv.text("transfer, solid in each rank's colour (until completed on that rank)", lx, 41, 12, INK,
+    lx += 6 + cv.text(_("transfer, solid in each rank's colour (until completed on that rank)"), lx, 41, 12, INK,
                       ha="left") + 20
     if max_depth:
         cv.rect(lx, 36, lx + 26, 46, _REGION_COLOR)
         cv.frame(lx, 36, lx + 26, 46, _REGION_EDGE, 1)
-        cv.text("region (collnb.region / record_function)", lx + 32, 41, 12, INK, ha="left")
+        cv.text(_("region (collnb.region / record_function)"), lx + 32, 41, 12, INK, ha="left")
     # grid and axis
     step = _nice_step(t1 - t0)
     tick = math.ceil(t0 / step) * step
@@ -111,7 +113,7 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
         cv.text(f"{tick:g}", x, axis_y + 12, 12, GREY_TEXT)
         tick += step
     cv.rect(left, axis_y, left + plot_w, axis_y + 1, GREY_TEXT)
-    cv.text("time since the first rank started (ms)", left + plot_w / 2, axis_y + 34, 12, GREY_TEXT)
+    cv.text(_("time since the first rank started (ms)"), left + plot_w / 2, axis_y + 34, 12, GREY_TEXT)
     for rank in range(n):
         y = top + rank * row_h
         cv.text(f"rank {rank}", left - 10, y + region_h * max_depth + comm_h / 2, 13, INK, "bold", ha="right")
@@ -144,8 +146,9 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
                 cv.text(name, (xs + xe) / 2, cy + comm_h / 2, 11, INK)
     longest = _longest_wait(timeline, t0, t1)
     if longest is not None and longest.waiting:
-        cv.text(f"longest wait: rank {longest.rank}, {longest.name} #{longest.index}, "
-                f"{format_seconds(longest.waiting / 1e9)} before its last rank arrived",
+        cv.text(_("longest wait: rank {rank}, {name} #{index}, {seconds} before its last rank arrived").format(
+                    rank=longest.rank, name=longest.name, index=longest.index,
+                    seconds=format_seconds(longest.waiting / 1e9)),
                 left, h - 10, 12, GREY_TEXT, ha="left")
     return MatrixPicture(cv.png(), cv.pixels())
 

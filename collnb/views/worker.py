@@ -15,6 +15,8 @@ import threading
 import time
 from typing import Any, Callable
 
+from ..i18n import _
+
 __all__ = ["LatestWorker", "WorkerState"]
 
 
@@ -95,7 +97,7 @@ class LatestWorker:
             while self._in_flight or self._has_pending:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise TimeoutError(f"still running after {timeout} s")
+                    raise TimeoutError(_("still running after {timeout} s").format(timeout=timeout))
                 self._cv.wait(min(left, 0.5))
 
     def close(self, timeout: float = 30.0) -> None:

@@ -111,7 +111,19 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
 
     Raises:
         ValueError: no collective rows.
+        collnb.views.raster.CjkFontMissing: the language is Chinese and no CJK font is installed.
+
+    In Chinese the figure's texts fall back to the CJK font of the pictures
+    (:func:`collnb.views.matplotlib_fonts`) for glyphs DejaVu Sans lacks.
     """
+    from matplotlib import rc_context
+
+    from ...views import matplotlib_fonts
+    with rc_context({"font.family": matplotlib_fonts()}):  # a Text keeps the family it is made with
+        return _plot(rows, fits, primitive=primitive, world_sizes=world_sizes, naive=naive, dpi=dpi)
+
+
+def _plot(rows, fits, *, primitive, world_sizes, naive, dpi):
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter

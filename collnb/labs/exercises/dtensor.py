@@ -10,6 +10,7 @@ from typing import Callable
 import torch
 
 from ... import placements
+from ...i18n import _
 from .framework import (_check_params, _fail, _launch_or_fail, _no_calls, _passed, _prediction, _rng, _summary,
                         _table, _unfinished, _world_sizes)
 
@@ -58,14 +59,14 @@ def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S
         return steps.pop() if len(steps) == 1 else tuple(sorted(steps, key=str))
 
     _prediction("prediction", prediction, real, normalise=normalise,
-                direction="Which mesh dimension does the change touch (compare src and dst dim by dim)? What "
-                          "does that dimension's Shard become: what does every rank of that dimension need "
-                          "from the others?",
-                hint="write a pair such as (\"all_reduce\", 1): the collective torch issues and the mesh dimension "
-                     "whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that "
-                     "becomes Replicate needs every rank's piece.",
-                passed="right: the collective and the mesh dimension the ranks used",
-                what=" (collective name, mesh dim)")
+                direction=_('Which mesh dimension does the change touch (compare src and dst dim by dim)? What does '
+                            "that dimension's Shard become: what does every rank of that dimension need from the "
+                            'others?'),
+                hint=_('write a pair such as ("all_reduce", 1): the collective torch issues and the mesh dimension '
+                       'whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that '
+                       "becomes Replicate needs every rank's piece."),
+                passed=_('right: the collective and the mesh dimension the ranks used'),
+                what=_(' (collective name, mesh dim)'))
 
 
 def _mesh_dim(group_ranks, mesh_ranks):
@@ -97,22 +98,22 @@ def check_dp_tp_placements(dst) -> None:
     Raises:
         CheckFailed: a wrong answer, with a per-rank table and a hint.
     """
-    direction = ("Go dimension by dimension: along dp (mesh dim 0) every rank needs all the rows; along tp "
-                 "(mesh dim 1) each rank keeps its own columns. Which placement says 'every rank has it all', "
-                 "which 'split along tensor dim 1'?")
+    direction = (_('Go dimension by dimension: along dp (mesh dim 0) every rank needs all the rows; along tp (mesh dim '
+                   "1) each rank keeps its own columns. Which placement says 'every rank has it all', which 'split "
+                   "along tensor dim 1'?"))
     if dst is None:
-        return _unfinished("dst", direction, what="Set `dst` in the exercise cell above")
+        return _unfinished("dst", direction, what=_('Set `dst` in the exercise cell above'))
     try:
         placements.parse_placements(dst, 2, 2, name="dst")
     except (TypeError, ValueError) as exc:
-        raise _fail(f"dst {dst!r} is not two placements: {exc}", "write two placements, e.g. (\"S(0)\", \"R\").") \
+        raise _fail(_('dst {dst!r} is not two placements: {exc}').format(dst=dst, exc=exc), _('write two placements, e.g. ("S(0)", "R").')) \
             from None
     table = ""
     for mesh, shape in (((2, 2), (4, 6)), ((2, 3), (4, 6))):
         try:
             res = placements.redistribute(shape, mesh, src=("S(0)", "S(1)"), dst=dst, repeats=0)
         except (TypeError, ValueError) as exc:
-            raise _fail(f"mesh {placements.mesh_text(mesh)}: {exc}", direction) from None
+            raise _fail(_('mesh {mesh}: {exc}').format(mesh=placements.mesh_text(mesh), exc=exc), direction) from None
         values = placements.teaching_values(shape)
         cols = shape[1] // mesh[1]
         rows, bad = [], []
@@ -123,19 +124,18 @@ def check_dp_tp_placements(dst) -> None:
             bad += [] if ok else [s.rank]
             rows.append((s.rank, s.coord, "refused" if got is None else tuple(got.shape), want.shape,
                          _summary(res.calls[s.rank]) if res.calls[s.rank] else "(none)", "✓" if ok else "✗"))
-        table = _table(rows, ("rank", "mesh (dp, tp)", "holds", "needs", "collectives", ""))
+        table = _table(rows, (_('rank'), _('mesh (dp, tp)'), _('holds'), _('needs'), _('collectives'), ""))
         if res.refused:
-            raise _fail(f"mesh {placements.mesh_text(mesh)}: torch refused: {res.refused}", direction, table)
+            raise _fail(_('mesh {mesh}: torch refused: {res_refused}').format(mesh=placements.mesh_text(mesh), res_refused=res.refused), direction, table)
         if bad:
-            raise _fail(f"mesh {placements.mesh_text(mesh)}: rank(s) {bad} do not hold every row of their column "
-                        "slice.", direction, table)
+            raise _fail(_('mesh {mesh}: rank(s) {bad} do not hold every row of their column slice.').format(mesh=placements.mesh_text(mesh), bad=bad), direction, table)
         for s in res.shards:
             steps = [(c.operation, _mesh_dim(c.group_ranks, res.mesh_ranks)) for c in res.calls[s.rank]]
             if steps != [("all_gather_into_tensor", 0)]:
-                raise _fail(f"mesh {placements.mesh_text(mesh)}: rank {s.rank} issued {steps}; the goal needs one "
-                            "all_gather over the data-parallel dimension.", direction, table)
-    _passed("every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp "
-            "(meshes 2×2 and 2×3)", table)
+                raise _fail(_('mesh {mesh}: rank {s_rank} issued {steps}; the goal needs one all_gather over the '
+                              'data-parallel dimension.').format(mesh=placements.mesh_text(mesh), s_rank=s.rank, steps=steps), direction, table)
+    _passed(_('every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp (meshes 2×2 '
+              'and 2×3)'), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -162,8 +162,8 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
     """
     _check_params(to_row_shards, "to_row_shards(rank, world_size, local)")
     rng = _rng()
-    direction = ("Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D "
-                 "init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece.")
+    direction = (_('Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D '
+                   "init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece."))
     sizes = _world_sizes(rng, 2, 4)
     table = ""
     for i, ws in enumerate(sizes):
@@ -173,7 +173,7 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
         total = torch.stack(parts).sum(0)
         want = list(torch.chunk(total, ws, dim=0)) + [total[:0]] * (ws - len(torch.chunk(total, ws, dim=0)))
         results, calls = _launch_or_fail(to_row_shards, ws, [(p,) for p in parts], hint=direction,
-                                         what=f"world size {ws}")
+                                         what=_('world size {world_size}').format(world_size=ws))
         if i == 0 and _no_calls(results, calls):
             return _unfinished("to_row_shards", direction)
         out = []
@@ -183,19 +183,18 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
                 torch.equal(got.to(torch.float32), want[r])
             out.append((r, tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
                         tuple(want[r].shape), _summary(calls[r]), "✓" if ok else "✗"))
-        table = _table(out, ("rank", "returned", "rows of the sum", "calls", ""))
+        table = _table(out, (_('rank'), _('returned'), _('rows of the sum'), _('calls'), ""))
         for r in range(ws):
             names = [(c.name, c.source) for c in calls[r]]
             if any(src != "DTensor" for _, src in names):
-                raise _fail(f"world size {ws}: rank {r} made {_summary(calls[r])}; this exercise asks for DTensor "
-                            "to do the communication.", direction, table)
+                raise _fail(_('world size {world_size}: rank {r} made {calls_r}; this exercise asks for DTensor to do '
+                              'the communication.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), direction, table)
             if [n for n, _ in names] != ["reduce_scatter_tensor"]:
-                raise _fail(f"world size {ws}: rank {r} issued {_summary(calls[r])}: every rank needs only its "
-                            "own rows of the sum.", "a Partial can become a Shard in one step; going through "
-                            "Replicate sends every row to every rank. " + direction, table)
+                raise _fail(_('world size {world_size}: rank {r} issued {calls_r}: every rank needs only its own rows '
+                              'of the sum.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), _('a Partial can become a Shard in one step; going through Replicate sends every row to every rank. ') + direction, table)
         bad = [row[0] for row in out if row[-1] == "✗"]
         if bad:
-            raise _fail(f"world size {ws}, {rows} rows: rank(s) {bad} did not return their rows of the sum "
-                        "(torch.chunk of the rows over the ranks).", direction, table)
-    _passed(f"every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes "
-            f"{sizes[0]} and {sizes[1]}, random contributions, uneven rows included)", table)
+            raise _fail(_('world size {world_size}, {rows} rows: rank(s) {bad} did not return their rows of the sum '
+                          '(torch.chunk of the rows over the ranks).').format(world_size=ws, rows=rows, bad=bad), direction, table)
+    _passed(_('every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes {first_size} and '
+              '{second_size}, random contributions, uneven rows included)').format(first_size=sizes[0], second_size=sizes[1]), table)

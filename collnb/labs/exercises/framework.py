@@ -7,23 +7,27 @@ from __future__ import annotations
 
 import inspect
 import random
+import unicodedata
 from dataclasses import replace
 from typing import Any, Callable, Sequence
 
 import torch
 
+from ...i18n import N_, _
 from ...ranks import LaunchTimeout, RankError, launch
 
-#: Printed (never with ✓) when the answer cell is still unfinished.
+#: Printed (never with ✓) when the answer cell is still unfinished. In English as here; the Chinese
+#: line keeps these words beside its own ("尚未作答（not answered yet）"), so that a graded check
+#: (tools/student.py) finds them whatever the language.
 NOT_ANSWERED = "not answered yet"
 
 #: Where a solution is, said once the learner has tried (never shown by the check itself).
-WHERE_SOLUTION = ("A solution is in the collapsed cell below the exercise: open it (click its \"…\" or "
-                  "\"Show code\") once you have tried.")
+WHERE_SOLUTION = N_("A solution is in the collapsed cell below the exercise: open it (click its \"…\" or "
+                    "\"Show code\") once you have tried.")
 
 #: How a call's source reads in a message (:attr:`collnb.CallRecord.source`).
-_SOURCE_WORDS = {"ProcessGroup": "a ProcessGroup method", "functional": "a functional collective",
-                 "DTensor": "DTensor", "DeviceMesh": "a DeviceMesh"}
+_SOURCE_WORDS = {"ProcessGroup": N_("a ProcessGroup method"), "functional": N_("a functional collective"),
+                 "DTensor": "DTensor", "DeviceMesh": N_("a DeviceMesh")}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -45,13 +49,20 @@ class CheckFailed(AssertionError):
 
 
 def _fail(what: str, hint: str, table: str = "") -> CheckFailed:
-    return CheckFailed("✗ " + what + ("\n" + table if table else "") + "\nHint: " + hint)
+    return CheckFailed("✗ " + what + ("\n" + table if table else "") + "\n" + _("Hint: ") + hint)
+
+
+def _width(text: str) -> int:
+    """Columns ``text`` takes in a monospaced output: a wide (CJK) character takes two
+    (Unicode's East Asian Width, UAX #11)."""
+    return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
 def _table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
     cells = [[str(x) for x in header]] + [[_short(x) for x in row] for row in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    return "\n".join("  " + "  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells)
+    widths = [max(_width(r[i]) for r in cells) for i in range(len(header))]
+    return "\n".join("  " + "  ".join(c + " " * (w - _width(c)) for c, w in zip(row, widths)).rstrip()
+                      for row in cells)
 
 
 def _short(x: Any) -> str:
@@ -65,12 +76,17 @@ def _short(x: Any) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-def _unfinished(name: str, direction: str, what: str = "Write your answer in the exercise cell above") -> None:
+#: What an unanswered exercise asks for (``what`` of :func:`_unfinished`).
+WRITE_ANSWER = N_("Write your answer in the exercise cell above")
+
+
+def _unfinished(name: str, direction: str, what: str = WRITE_ANSWER) -> None:
     """An unanswered exercise: say so, point a direction, say where a solution is. No solution
-    value, no code, no check mark."""
-    print(f"{name}: {NOT_ANSWERED}. {what} and run this cell again.")
-    print(f"Hint: {direction}")
-    print(WHERE_SOLUTION)
+    value, no code, no check mark. ``direction`` and ``what`` are shown translated (pass them
+    marked, ``N_("...")``, or already translated: English text translates to itself)."""
+    print(_("{name}: not answered yet. {what} and run this cell again.").format(name=name, what=_(what)))
+    print(_("Hint: ") + _(direction))
+    print(_(WHERE_SOLUTION))
 
 
 def _passed(text: str, table: str = "") -> None:
@@ -136,27 +152,27 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
-            raise _fail(f"{what}: the ranks did not meet in the same calls.\n{head}",
-                        "every rank must make the same collective calls in the same order "
-                        "(a send needs a matching recv). " + hint) from None
-        raise _fail(f"{what}: your function raised on a rank.\n{head}\n{err.rank_traceback.strip()}",
-                    hint) from None
+            raise _fail(_("{what}: the ranks did not meet in the same calls.").format(what=what) + f"\n{head}",
+                        _("every rank must make the same collective calls in the same order "
+                          "(a send needs a matching recv). ") + hint) from None
+        raise _fail(_("{what}: your function raised on a rank.").format(what=what)
+                    + f"\n{head}\n{err.rank_traceback.strip()}", hint) from None
     except LaunchTimeout as err:  # a check has no timeout to raise: say what to look for instead
         ranks = ", ".join(map(str, err.pending))
         where = "\n".join(f"  rank {r}: {v}" for r, v in sorted(err.outcomes.items()))
-        raise _fail(f"{what}: your function did not finish within {CHECK_TIMEOUT_S:g} s (rank(s) {ranks} still "
-                    f"running). A check gives it plenty of time, so waiting longer will not help: look for a rank "
-                    f"waiting in a call "
-                    f"its peers never make (a recv without its send, a collective inside an if on the rank), or a "
-                    f"loop that never ends; fix the function, run its cell, then run this check again.\n{where}",
+        raise _fail(_("{what}: your function did not finish within {seconds} s (rank(s) {ranks} still "
+                      "running). A check gives it plenty of time, so waiting longer will not help: look for a rank "
+                      "waiting in a call its peers never make (a recv without its send, a collective inside an if "
+                      "on the rank), or a loop that never ends; fix the function, run its cell, then run this check "
+                      "again.").format(what=what, seconds=f"{CHECK_TIMEOUT_S:g}", ranks=ranks) + f"\n{where}",
                     hint) from None
     hidden = [r for r, c in enumerate(calls) if getattr(c, "unrecorded", 0)]
     if hidden:
         r = hidden[0]
-        raise _fail(f"{what}: rank {r} communicated where the check cannot see: the backend counted "
-                    f"{calls[r].unrecorded} operation(s) that were not recorded (issued from another thread, or "
-                    "with torch's dispatch modes switched off).",
-                    "make every torch.distributed call from your function itself, in its own thread.")
+        raise _fail(_("{what}: rank {rank} communicated where the check cannot see: the backend counted "
+                      "{n} operation(s) that were not recorded (issued from another thread, or "
+                      "with torch's dispatch modes switched off).").format(what=what, rank=r, n=calls[r].unrecorded),
+                    _("make every torch.distributed call from your function itself, in its own thread."))
     return results, [_calls(c) if grouped else list(c) for c in calls]
 
 
@@ -196,7 +212,7 @@ def _label(call) -> str:
     """``"broadcast"``, or ``"all_gather (a ProcessGroup method)"`` for a call not made through a
     ``torch.distributed`` function."""
     where = _SOURCE_WORDS.get(call.source)
-    return f"{call.name} ({where})" if where else call.name
+    return f"{call.name} ({_(where)})" if where else call.name
 
 
 def _names(calls: list) -> list[str]:
@@ -211,7 +227,7 @@ def _summary(calls: list) -> str:
             out[-1][1] += 1
         else:
             out.append([label, 1])
-    return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or "(none)"
+    return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or _("(none)")
 
 
 def _no_calls(results, calls) -> bool:
@@ -226,9 +242,9 @@ def _check_only(calls, allowed: set, hint: str = "") -> None:
         extra = [c for c in rank_calls if c.name not in allowed or c.source != "torch.distributed"]
         if extra:
             names = sorted({"dist." + c.name if c.source == "torch.distributed" else _label(c) for c in extra})
-            raise _fail(f"rank {r} called {', '.join(names)}, which this exercise does not allow (only "
-                        f"{', '.join('dist.' + a for a in sorted(allowed))}).",
-                        hint or "build the result from the allowed calls only.")
+            raise _fail(_("rank {rank} called {names}, which this exercise does not allow (only {allowed}).").format(
+                rank=r, names=", ".join(names), allowed=", ".join("dist." + a for a in sorted(allowed))),
+                        hint or _("build the result from the allowed calls only."))
 
 
 def _rng() -> random.Random:
@@ -245,15 +261,16 @@ def _prediction(name: str, prediction, real: Callable[[], Any], *, normalise=lam
     An unanswered prediction gets "not answered yet" and ``direction``; a wrong one a ✗ with
     ``hint``, never the right value; a right one ✓ and what the ranks did."""
     if prediction is None:
-        return _unfinished(name, direction, what="Set `prediction` in the exercise cell above")
+        return _unfinished(name, direction, what=N_("Set `prediction` in the exercise cell above"))
     try:
         answer = normalise(prediction)
     except Exception:  # noqa: BLE001 - any malformed prediction gets the same message
-        raise _fail(f"your prediction {prediction!r} does not have the expected form{what}.", hint) from None
+        raise _fail(_("your prediction {prediction} does not have the expected form{what}.").format(
+            prediction=repr(prediction), what=what), hint) from None
     value = real()
     if answer != value:
-        raise _fail(f"not quite: you predicted {prediction!r}.", hint)
-    _passed(f"{passed}\n  the real ranks: {value}")
+        raise _fail(_("not quite: you predicted {prediction}.").format(prediction=repr(prediction)), hint)
+    _passed(passed + "\n  " + _("the real ranks: {value}").format(value=value))
 
 
 def solution_code(source: str) -> str:
@@ -290,12 +307,14 @@ def _check_params(fn: Callable, call: str) -> None:
     """Refuse, before any rank starts, a function that cannot be called as ``call`` says
     (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``)."""
     if not callable(fn):
-        raise _fail(f"{call.split('(')[0]} is {fn!r}, not a function.", f"define it as: def {call}: ...")
+        raise _fail(_("{name} is {value}, not a function.").format(name=call.split("(")[0], value=repr(fn)),
+                    _("define it as: def {call}: ...").format(call=call))
     params = call.split("(", 1)[1].rstrip(")").split(", ")
     try:
         inspect.signature(fn).bind(*params)
     except TypeError:
-        raise _fail(f"{call.split('(')[0]} takes {inspect.signature(fn)}, but the check calls it as {call}.",
-                    f"define it as: def {call}: ...") from None
+        raise _fail(_("{name} takes {signature}, but the check calls it as {call}.").format(
+            name=call.split("(")[0], signature=inspect.signature(fn), call=call),
+                    _("define it as: def {call}: ...").format(call=call)) from None
     except ValueError:  # no signature (a builtin): let the call itself fail
         pass

@@ -13,6 +13,7 @@ import torch
 
 from ..parallel import (LAYOUTS, Phases, attention, block_of, fsdp_train, kind, max_difference, ring_attention,
                         sgd_reference, split)
+from ...i18n import _
 from .framework import (_check_only, _check_params, _fail, _is_stub, _launch_or_fail, _names, _passed, _rng, _summary,
                         _table, _unfinished, _world_sizes)
 
@@ -41,9 +42,9 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
     """
     _check_params(tp_mlp, "tp_mlp(rank, world_size, x, w1, b1, w2)")
     rng = _rng()
-    direction = ("Each rank holds some columns of the first linear and the matching rows of the second: it can "
-                 "compute its own slice of the hidden activations, GeLU included, and its own partial product of "
-                 "the second linear. Which one collective turns the partial products into the output on every rank?")
+    direction = (_('Each rank holds some columns of the first linear and the matching rows of the second: it can '
+                   'compute its own slice of the hidden activations, GeLU included, and its own partial product of the '
+                   'second linear. Which one collective turns the partial products into the output on every rank?'))
 
     def case(ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
@@ -53,7 +54,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
         w2 = torch.randn(h, f, generator=gen, dtype=torch.float64)
         args = [(x.clone(), w1.chunk(ws, 0)[r].clone(), b1.chunk(ws)[r].clone(), w2.chunk(ws, 1)[r].clone())
                 for r in range(ws)]
-        return _tp_reference(x, w1, b1, w2), _launch_or_fail(tp_mlp, ws, args, hint=direction, what=f"world size {ws}")
+        return _tp_reference(x, w1, b1, w2), _launch_or_fail(tp_mlp, ws, args, hint=direction, what=_('world size {world_size}').format(world_size=ws))
 
     sizes = _world_sizes(rng, 2, 4)
     first = case(sizes[0])
@@ -65,27 +66,27 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                 for r in results]
         rows = [(r, "-" if devs[r] is None else f"{devs[r]:.2e}", _summary(calls[r]),
                  sum(c.nbytes for c in calls[r]) // 8) for r in range(ws)]
-        table = _table(rows, ("rank", "max |yours - one process|", "calls", "float64 values moved"))
-        _check_only(calls, {"all_reduce"}, hint="join the partial products with dist.all_reduce. " + direction)
+        table = _table(rows, (_('rank'), _('max |yours - one process|'), _('calls'), _('float64 values moved')))
+        _check_only(calls, {"all_reduce"}, hint=_('join the partial products with dist.all_reduce. ') + direction)
         if any(_names(c).count("all_reduce") != 1 for c in calls):
-            raise _fail(f"world size {ws}: every rank must make exactly one dist.all_reduce (the g operator).",
+            raise _fail(_('world size {world_size}: every rank must make exactly one dist.all_reduce (the g operator).').format(world_size=ws),
                         direction, table)
         values = want.numel()
         bad = [r for r in range(ws) if calls[r][0].nbytes != values * 8]
         if bad:
             r = bad[0]
-            raise _fail(f"world size {ws}: rank {r}'s all_reduce carried {calls[r][0].nbytes // 8} values; the "
-                        f"output is s x h = {values}.",
-                        "all_reduce the partial output of the second linear (s x h), not the hidden activations: "
-                        "GeLU is not linear, so a sum of GeLUs is not the GeLU of a sum.", table)
+            raise _fail(_("world size {world_size}: rank {r}'s all_reduce carried {n_values} values; the output is s x "
+                          'h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8, values=values),
+                        _('all_reduce the partial output of the second linear (s x h), not the hidden activations: GeLU '
+                          'is not linear, so a sum of GeLUs is not the GeLU of a sum.'), table)
         wrong = [r for r in range(ws) if devs[r] is None or devs[r] > 1e-12]
         if wrong:
-            raise _fail(f"world size {ws}: rank(s) {wrong} returned something other than the MLP's output (one "
-                        "process, the whole weights).",
-                        "on each rank: x @ w1.T + b1, then GeLU, then @ w2.T gives a partial (s, h) output; their "
-                        "SUM over the ranks is the output. Return the all-reduced tensor.", table)
-    _passed(f"one all_reduce joined the column- and row-parallel halves into the one-process output at world sizes "
-            f"{sizes[0]} and {sizes[1]} (random weights, each shard known only to its rank)", table)
+            raise _fail(_("world size {world_size}: rank(s) {wrong} returned something other than the MLP's output (one "
+                          'process, the whole weights).').format(world_size=ws, wrong=wrong),
+                        _('on each rank: x @ w1.T + b1, then GeLU, then @ w2.T gives a partial (s, h) output; their SUM '
+                          'over the ranks is the output. Return the all-reduced tensor.'), table)
+    _passed(_('one all_reduce joined the column- and row-parallel halves into the one-process output at world sizes '
+              '{first_size} and {second_size} (random weights, each shard known only to its rank)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -138,9 +139,9 @@ def check_fsdp_prefetch(configure: Callable) -> None:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(configure, "configure(blocks)")
-    direction = ("Each fully_shard block has set_modules_to_forward_prefetch(list) and "
-                 "set_modules_to_backward_prefetch(list). Which blocks should block i name in each direction? "
-                 "(Mind the first and last blocks.)")
+    direction = (_('Each fully_shard block has set_modules_to_forward_prefetch(list) and '
+                   'set_modules_to_backward_prefetch(list). Which blocks should block i name in each direction? (Mind '
+                   'the first and last blocks.)'))
     if _is_stub(configure):
         return _unfinished("configure", direction)
     rng = _rng()
@@ -151,18 +152,17 @@ def check_fsdp_prefetch(configure: Callable) -> None:
     y = torch.randn(4 * ws, _WIDTHS[-1], generator=gen, dtype=torch.float64)
     want = sgd_reference(x, y, steps=1, widths=_WIDTHS)
     results, calls = _launch_or_fail(_fsdp_rank, ws, [(configure, x, y, _WIDTHS)] * ws, hint=direction,
-                                     what=f"world size {ws}", collective_timeout=60.0, grouped=False)
+                                     what=_('world size {world_size}').format(world_size=ws), collective_timeout=60.0, grouped=False)
     params, marks = results[0]
     records = calls[0]
     phases = split(records, marks)
     if phases.get("setup"):
-        raise _fail(f"configure made {_summary(phases['setup'])}: it should only set FSDP's prefetching.",
+        raise _fail(_("configure made {phases_setup}: it should only set FSDP's prefetching.").format(phases_setup=_summary(phases['setup'])),
                     direction)
     training = [r for lab, recs in phases.items() if lab != "gather" for r in recs]
     foreign = [r for r in training if block_of(r, _WIDTHS, ws) is None]
     if foreign:
-        raise _fail(f"world size {ws}: the step made {_summary(foreign)} beside FSDP's all_gathers and "
-                    "reduce_scatters.", direction)
+        raise _fail(_("world size {world_size}: the step made {foreign} beside FSDP's all_gathers and reduce_scatters.").format(world_size=ws, foreign=_summary(foreign)), direction)
     rows, problems = [], []
     gathered = _gathered(records, _WIDTHS, ws)
     for i in range(n_blocks):
@@ -172,23 +172,21 @@ def check_fsdp_prefetch(configure: Callable) -> None:
         want_bwd = list(range(n_blocks - 1, max(i - 2, 0) - 1, -1))
         rows.append((i, fwd, want_fwd, bwd, want_bwd))
         if sorted(fwd) != want_fwd:
-            problems.append(f"block {i}'s forward")
+            problems.append(_("block {i}'s forward").format(i=i))
         if sorted(bwd, reverse=True) != want_bwd:
-            problems.append(f"block {i}'s backward")
-    table = _table(rows, ("block", "gathered when its forward began", "want", "gathered (backward) when its "
-                          "backward began", "want"))
+            problems.append(_("block {i}'s backward").format(i=i))
+    table = _table(rows, (_('block'), _('gathered when its forward began'), _('want'), _('gathered (backward) when its backward began'), _('want')))
     if problems:
-        raise _fail(f"world size {ws}: the all_gathers were not issued where asked ({', '.join(problems[:3])}"
-                    f"{'...' if len(problems) > 3 else ''}).",
-                    "in forward a block should name the block after it; in backward the two blocks before it "
-                    "(backward runs from the last block to the first). The first and last blocks name only "
-                    "blocks that exist.", table)
+        raise _fail(_('world size {world_size}: the all_gathers were not issued where asked ({problems}{more}).').format(world_size=ws, problems=', '.join(problems[:3]), more='...' if len(problems) > 3 else ''),
+                    _('in forward a block should name the block after it; in backward the two blocks before it '
+                      '(backward runs from the last block to the first). The first and last blocks name only blocks '
+                      'that exist.'), table)
     worst = max(max_difference(p, want) for p, _ in results)
     if worst > 1e-12:
-        raise _fail(f"world size {ws}: the parameters after the step differ from one process's by {worst:.2e}.",
-                    "prefetching changes when FSDP gathers, never what it computes: leave the training alone.", table)
-    _passed(f"at world size {ws} every block's all_gather was issued one block ahead in forward and two ahead in "
-            "backward, and on every rank the step equals one process's", table)
+        raise _fail(_("world size {world_size}: the parameters after the step differ from one process's by {worst:.2e}.").format(world_size=ws, worst=worst),
+                    _('prefetching changes when FSDP gathers, never what it computes: leave the training alone.'), table)
+    _passed(_("at world size {world_size} every block's all_gather was issued one block ahead in forward and two ahead "
+              "in backward, and on every rank the step equals one process's").format(world_size=ws), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,9 +213,9 @@ def check_online_softmax(update: Callable) -> None:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(update, "update(o, m, l, scores, v)")
-    direction = ("A new block can raise a row's largest score from m to a larger m_new. Everything accumulated "
-                 "so far was computed relative to m: what factor brings it to m_new? Then add the new block's "
-                 "terms, relative to m_new.")
+    direction = (_("A new block can raise a row's largest score from m to a larger m_new. Everything accumulated so far "
+                   "was computed relative to m: what factor brings it to m_new? Then add the new block's terms, "
+                   'relative to m_new.'))
     if _is_stub(update):
         return _unfinished("update", direction)
     rng = _rng()
@@ -228,27 +226,27 @@ def check_online_softmax(update: Callable) -> None:
         q, k, v = (torch.randn(s, d, generator=gen, dtype=torch.float64) * 2 for _ in range(3))
         where = LAYOUTS[layout](s, ws)
         args = [(update, q[where[r]], k[where[r]], v[where[r]], causal, layout) for r in range(ws)]
-        what = f"world size {ws}, {'causal, ' if causal else ''}{layout} order"
+        what = (_('world size {world_size}, causal, {layout} order') if causal else _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
         results, calls = _launch_or_fail(_ring_rank, ws, args, hint=direction, what=what)
         full = attention(q, k, v, causal)
         devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
                 and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(results)]
         rows = [(r, f"{devs[r]:.2e}", _summary(calls[r])) for r in range(ws)]
-        table = _table(rows, ("rank", "max |ring - full attention|", "calls"))
+        table = _table(rows, (_('rank'), _('max |ring - full attention|'), _('calls')))
         ring = 2 * (ws - 1)
         extra = [r for r in range(ws) if sorted(_names(calls[r])) != ["irecv"] * ring + ["isend"] * ring]
         if extra:
-            raise _fail(f"{what}: rank {extra[0]} made {_summary(calls[extra[0]])}; the ring's own sends and "
-                        f"receives are {ring} isend and {ring} irecv, and update must not communicate.",
-                        "update only computes: it sees one block of one rank's scores at a time.", table)
+            raise _fail(_("{what}: rank {extra_0} made {calls_extra_0}; the ring's own sends and receives are {ring} "
+                          'isend and {ring} irecv, and update must not communicate.').format(what=what, extra_0=extra[0], calls_extra_0=_summary(calls[extra[0]]), ring=ring),
+                        _("update only computes: it sees one block of one rank's scores at a time."), table)
         bad = [r for r in range(ws) if devs[r] > 1e-10]
         if bad:
-            raise _fail(f"{what}: rank(s) {bad} ended with an output other than full attention's (one process).",
-                        "the terms accumulated so far were computed with exp(score - m); after the block they must "
-                        "be relative to m_new, so BOTH the old o and the old l need rescaling before the new block's "
-                        "terms are added (and return the new m).", table)
-    _passed(f"your update made ring attention exact: causal in zig-zag order at world size {sizes[0]}, unmasked in "
-            f"plain order at world size {sizes[1]}", table)
+            raise _fail(_("{what}: rank(s) {bad} ended with an output other than full attention's (one process).").format(what=what, bad=bad),
+                        _('the terms accumulated so far were computed with exp(score - m); after the block they must be '
+                          "relative to m_new, so BOTH the old o and the old l need rescaling before the new block's "
+                          'terms are added (and return the new m).'), table)
+    _passed(_('your update made ring attention exact: causal in zig-zag order at world size {first_size}, unmasked in '
+              'plain order at world size {second_size}').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -296,10 +294,10 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
         CheckFailed: a wrong answer, with a hint.
     """
     _check_params(stage_forward, "stage_forward(rank, world_size, layer, inputs)")
-    direction = ("Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every "
-                 "other rank first receives its input from the rank before it (into the buffer it was given). Then "
-                 "the stage runs, and every rank but the last passes its output on to the next rank. What does the "
-                 "last rank return?")
+    direction = (_('Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every '
+                   'other rank first receives its input from the rank before it (into the buffer it was given). Then '
+                   'the stage runs, and every rank but the last passes its output on to the next rank. What does the '
+                   'last rank return?'))
     if _is_stub(stage_forward):
         return _unfinished("stage_forward", direction)
     rng = _rng()
@@ -313,16 +311,16 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
             want = torch.stack([torch.nn.Sequential(*layers)(x) for x in xs])
         args = [(layers[r], [x.clone() for x in xs] if r == 0 else [torch.zeros(b, h, dtype=torch.float64)
                                                                      for _ in range(m)]) for r in range(ws)]
-        what = f"world size {ws}, m={m} microbatches"
+        what = _('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m)
         results, calls = _launch_or_fail(stage_forward, ws, args, hint=direction, what=what)
         last = results[ws - 1]
         dev = (float((last - want).abs().max()) if isinstance(last, torch.Tensor) and last.shape == want.shape
                else None)
-        rows = [(r, _summary(calls[r]), "-" if r < ws - 1 else ("wrong shape" if dev is None else f"{dev:.2e}"))
+        rows = [(r, _summary(calls[r]), "-" if r < ws - 1 else (_("wrong shape") if dev is None else f"{dev:.2e}"))
                 for r in range(ws)]
-        table = _table(rows, ("rank", "calls", "max |last rank's output - one process|"))
+        table = _table(rows, (_('rank'), _('calls'), _("max |last rank's output - one process|")))
         _check_only(calls, {"send", "recv", "isend", "irecv"},
-                    hint="pass activations with dist.send / dist.recv (or isend / irecv). " + direction)
+                    hint=_('pass activations with dist.send / dist.recv (or isend / irecv). ') + direction)
         one = b * h * 8
         for r in range(ws):
             step = ([("recv", r - 1, one)] if r > 0 else []) + ([("send", r + 1, one)] if r < ws - 1 else [])
@@ -330,26 +328,25 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
             if made != step * m:
                 sizes_off = [n for _, _, n in made if n != one]
                 if sizes_off and [(d, p) for d, p, _ in made] == [(d, p) for d, p, _ in step * m]:
-                    raise _fail(f"{what}: rank {r} moved a message of {sizes_off[0]} bytes; one microbatch is "
-                                f"b x h = {b * h} float64 values ({one} bytes).",
-                                "send and receive one microbatch's activation per message.", table)
+                    raise _fail(_('{what}: rank {r} moved a message of {sizes_off_0} bytes; one microbatch is b x h = '
+                                  '{b_h} float64 values ({one} bytes).').format(what=what, r=r, sizes_off_0=sizes_off[0], b_h=b * h, one=one),
+                                _("send and receive one microbatch's activation per message."), table)
                 want_calls = ", ".join(f"{d}({'src' if d == 'recv' else 'dst'}={p})" for d, p, _ in step)
-                raise _fail(f"{what}: rank {r} made {_summary(calls[r])}; each of the {m} microbatches should be "
-                            f"{want_calls}, one microbatch after the other.",
-                            "a stage passes each microbatch on as soon as it is done (that is what makes it a "
-                            "pipeline): receive microbatch j, run the stage, send it, then the next. " + direction,
+                raise _fail(_('{what}: rank {r} made {calls_r}; each of the {m} microbatches should be {want_calls}, '
+                              'one microbatch after the other.').format(what=what, r=r, calls_r=_summary(calls[r]), m=m, want_calls=want_calls),
+                            _('a stage passes each microbatch on as soon as it is done (that is what makes it a '
+                              'pipeline): receive microbatch j, run the stage, send it, then the next. ') + direction,
                             table)
         if dev is None or dev > 1e-12:
             got = 'something other than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model'
-            raise _fail(f"{what}: the last rank returned {got} (one process).",
-                        "on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you "
-                        "received), and on the last rank return torch.stack of the m outputs.", table)
+            raise _fail(_('{what}: the last rank returned {got} (one process).').format(what=what, got=got),
+                        _('on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you '
+                          'received), and on the last rank return torch.stack of the m outputs.'), table)
         if any(results[r] is not None for r in range(ws - 1)):
-            raise _fail(f"{what}: a rank before the last returned something.", "only the last rank has the "
-                        "model's output: return None on the others.", table)
-    _passed(f"each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs "
-            f"equal the whole model on one process (world sizes {sizes[0]} and {sizes[1]}, random weights on each "
-            f"rank and random inputs on rank 0 only)", table)
+            raise _fail(_('{what}: a rank before the last returned something.').format(what=what), _("only the last rank has the model's output: return None on the others."), table)
+    _passed(_("each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs "
+              'equal the whole model on one process (world sizes {first_size} and {second_size}, random weights on each '
+              'rank and random inputs on rank 0 only)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 __all__ = ["check_tensor_parallel_mlp", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward"]

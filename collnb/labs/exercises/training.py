@@ -7,6 +7,7 @@ from typing import Any, Callable
 
 import torch
 
+from ...i18n import _
 from .framework import (_check_only, _check_params, _fail, _is_stub, _launch_or_fail, _names, _passed, _rng,
                         _summary, _table, _unfinished)
 
@@ -35,7 +36,7 @@ def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps:
     data-parallel rank averages its gradients there. Returns the final parameters (detached
     copies, in ``model.parameters()`` order).
     """
-    for _ in range(steps):
+    for _step in range(steps):
         model.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
         loss.backward()
@@ -71,9 +72,9 @@ def check_average_gradients(average_gradients: Callable) -> None:
     rng = _rng()
     steps, lr = 3, 0.1
     n_params = sum(p.numel() for p in tiny_model().parameters())
-    direction = ("Each rank holds the gradient of its own shard. Every rank must end with the same, averaged "
-                 "gradient: which collective combines a tensor across the ranks in place, and what must follow it "
-                 "to turn a sum into a mean?")
+    direction = (_('Each rank holds the gradient of its own shard. Every rank must end with the same, averaged '
+                   'gradient: which collective combines a tensor across the ranks in place, and what must follow it to '
+                   'turn a sum into a mean?'))
 
     def case(fn, ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
@@ -81,7 +82,7 @@ def check_average_gradients(average_gradients: Callable) -> None:
         y = torch.randn(4 * ws, 1, generator=gen, dtype=torch.float64)
         want = train_steps(tiny_model(), x, y, steps, lr)
         args = [(fn, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
-        return want, _launch_or_fail(_ddp_rank, ws, args, hint=direction, what=f"world size {ws}")
+        return want, _launch_or_fail(_ddp_rank, ws, args, hint=direction, what=_('world size {world_size}').format(world_size=ws))
 
     ws = rng.randint(2, 4)
     want, (results, calls) = case(average_gradients, ws)
@@ -92,24 +93,24 @@ def check_average_gradients(average_gradients: Callable) -> None:
         dev = max(float((a - b).abs().max()) for a, b in zip(results[r], want))
         carried = sum(c.nbytes for c in calls[r] if c.name == "all_reduce") // 8
         rows.append((r, f"{dev:.2e}", f"{carried}", _summary(calls[r])))
-    table = _table(rows, ("rank", "max |param - single-process|", "float64 values all_reduced", "calls"))
-    _check_only(calls, {"all_reduce"}, hint="average the gradients with dist.all_reduce. " + direction)
+    table = _table(rows, (_('rank'), _('max |param - single-process|'), _('float64 values all_reduced'), _('calls')))
+    _check_only(calls, {"all_reduce"}, hint=_('average the gradients with dist.all_reduce. ') + direction)
     if not any(_names(c) for c in calls):
-        raise _fail(f"world size {ws}: no rank communicated, so each rank trained on its own shard only.",
+        raise _fail(_('world size {world_size}: no rank communicated, so each rank trained on its own shard only.').format(world_size=ws),
                     direction, table)
     for r in range(ws):
         odd = [c for c in calls[r] if c.dtypes != ("float64",) * len(c.dtypes)]
         carried = sum(c.nbytes for c in calls[r]) // 8
         if odd or carried != steps * n_params:
-            raise _fail(f"world size {ws}: rank {r}'s all_reduce calls carried {carried} values "
-                        f"{'(some not float64) ' if odd else ''}over {steps} steps; the gradients are "
-                        f"{n_params} float64 values per step ({steps * n_params} in all).",
-                        "all_reduce the gradients themselves (each p.grad), nothing else. " + direction, table)
+            raise _fail(_("world size {world_size}: rank {r}'s all_reduce calls carried {carried} values {odd}over "
+                          '{steps} steps; the gradients are {n_params} float64 values per step ({steps_n_params} in '
+                          'all).').format(world_size=ws, r=r, carried=carried, odd=_('(some not float64) ') if odd else '', steps=steps, n_params=n_params, steps_n_params=steps * n_params),
+                        _('all_reduce the gradients themselves (each p.grad), nothing else. ') + direction, table)
     bad = [r for r in range(ws) if float(rows[r][1]) > 1e-9]
     if bad:
-        raise _fail(f"world size {ws}: rank(s) {bad} ended with parameters that differ from the single-process "
-                    "model trained on the concatenated batch.",
-                    "the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: "
-                    "a SUM over the ranks, then divided by the world size.", table)
-    _passed(f"at world size {ws}, every rank's model equals the single-process model trained on the "
-            "concatenated batch, and the all_reduce calls carried exactly the gradients", table)
+        raise _fail(_('world size {world_size}: rank(s) {bad} ended with parameters that differ from the single-process '
+                      'model trained on the concatenated batch.').format(world_size=ws, bad=bad),
+                    _("the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: a SUM "
+                      'over the ranks, then divided by the world size.'), table)
+    _passed(_("at world size {world_size}, every rank's model equals the single-process model trained on the "
+              'concatenated batch, and the all_reduce calls carried exactly the gradients').format(world_size=ws), table)

@@ -1,0 +1,399 @@
+"""The Chinese edition (issue 24): README.zh-CN.md and its launch links, the twins of the English
+notebooks (tools/twins.py), ``make lab-zh``, and the Chinese book beside the English one.
+
+The book tests read ``docs/_build/html/zh-CN`` and the book's jupyter-cache (``make docs`` builds
+both editions; ``.ci/run`` runs it before the tests); without a built Chinese book they skip, naming
+the command that builds it.
+"""
+from __future__ import annotations
+
+import copy
+import shutil
+import json
+import re
+import sys
+import tomllib
+from pathlib import Path
+from urllib.parse import unquote
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+import notebook_meta  # noqa: E402
+import twins  # noqa: E402
+
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+REPO_URL = PYPROJECT["project"]["urls"]["Repository"]
+OWNER_REPO = REPO_URL.removeprefix("https://github.com/")
+DOCS_URL = PYPROJECT["project"]["urls"]["Documentation"].rstrip("/")
+ZH = ROOT / "notebooks" / "zh-CN"
+TWINS = sorted(ZH.glob("*.ipynb"))
+README_ZH = ROOT / "README.zh-CN.md"
+
+
+def _table_rows(text: str) -> list[str]:
+    block = text.split(notebook_meta.LINKS_START, 1)[1].split(notebook_meta.LINKS_END, 1)[0]
+    return [ln for ln in block.splitlines() if ln.startswith("| [`")]
+
+
+# ------------------------------------------------------------------------------------------------
+# README.zh-CN.md
+
+
+def test_the_two_readmes_link_each_other():
+    readme = (ROOT / "README.md").read_text()
+    zh = README_ZH.read_text()
+    top = readme.split("\n## ", 1)[0]
+    assert "中文版：[README.zh-CN.md](README.zh-CN.md)" in top, "README.md's top does not link the Chinese README"
+    assert "(README.md)" in zh.split("\n## ", 1)[0], "README.zh-CN.md's top does not link back to README.md"
+    assert len(re.findall(r"[\u4e00-\u9fff]", zh)) > 1000
+
+
+def test_every_link_of_the_chinese_readme_table_opens_a_real_twin():
+    rows = _table_rows(README_ZH.read_text())
+    assert len(rows) == len(TWINS) and TWINS, (len(rows), len(TWINS))
+    for row, twin in zip(rows, TWINS):
+        rel = f"notebooks/zh-CN/{twin.name}"
+        links = re.findall(r"\]\(([^)\s]+)\)", row)
+        assert len(links) == 4, row
+        local, binder, colab, book = links
+        assert (ROOT / local).resolve() == twin.resolve(), row
+        assert unquote(binder) == f"https://mybinder.org/v2/gh/{OWNER_REPO}/main?urlpath=lab/tree/{rel}", row
+        assert colab == f"https://colab.research.google.com/github/{OWNER_REPO}/blob/main/{rel}", row
+        assert book == f"{DOCS_URL}/zh-CN/notebooks/zh-CN/{twin.stem}.html", row
+        # each names a file that exists: the twin, at the same path on the branch the links name
+        for link in (binder, colab, book):
+            path = unquote(link).split("lab/tree/")[-1].split("/blob/main/")[-1]
+            if link == book:
+                path = "notebooks/zh-CN/" + path.rsplit("/", 1)[1].removesuffix(".html") + ".ipynb"
+            assert (ROOT / path).is_file(), (link, path)
+
+
+def test_the_chinese_readme_table_is_written_from_pyproject():
+    """The check compares for real: the table written for another repository differs, and writing
+    it again from pyproject.toml gives the committed README.zh-CN.md back."""
+    text = README_ZH.read_text()
+    other = notebook_meta.fix_readme(text, notebook_meta.readme_links_zh(
+        "https://github.com/someone/else", TWINS, "https://someone.github.io/else"))
+    assert other != text and "someone/else" in other
+    assert notebook_meta.fix_readme(other, notebook_meta.readme_links_zh(REPO_URL, TWINS, DOCS_URL)) == text
+
+
+def test_a_readme_without_the_link_block_is_refused_by_name():
+    with pytest.raises(ValueError, match=r"README\.zh-CN\.md has no <!-- launch-links:start -->"):
+        notebook_meta.fix_readme("# 没有表格\n", "x", "README.zh-CN.md")
+
+
+def test_the_chinese_readme_says_what_works_where_binder_colab_github_are_hard_to_reach():
+    zh = README_ZH.read_text()
+    assert "PIP_INDEX_URL=https://pypi.tuna.tsinghua.edu.cn/simple" in zh
+    assert "make lab-zh" in zh and "download.pytorch.org/whl/cpu" in zh
+    # no invented URL for collnb itself: the only repository named is pyproject's
+    for other in re.findall(r"(?:github|gitee)\.com/([\w.-]+/[\w.-]+)", zh):
+        assert other == OWNER_REPO, other
+
+
+def test_binder_installs_a_cjk_font_and_jupyterlabs_chinese_language_pack():
+    import yaml
+    lines = [ln.split("#", 1)[0].strip() for ln in (ROOT / "apt.txt").read_text().splitlines()]
+    assert "fonts-noto-cjk" in lines
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    extras = next(p for p in pip if p.replace(" ", "").startswith("-e."))
+    assert "zh" in extras.split("[", 1)[1].rstrip("]").split(","), extras
+
+
+# ------------------------------------------------------------------------------------------------
+# The twins: code identical to the English notebooks, and translated
+
+
+def _check_problems() -> list[str]:
+    import subprocess
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "twins.py"), "--check"],
+                          capture_output=True, text=True)
+    assert (proc.returncode == 0) == (not proc.stderr.strip()), proc.stderr
+    return proc.stderr.splitlines()
+
+
+UNTRANSLATED = re.compile(r"markdown cell \S+ (is still to translate|has no Chinese in it)$")
+
+
+def test_every_twin_exists_and_has_the_english_code():
+    """tools/twins.py --check: every English notebook has its twin, with the same cells in the same
+    order, the code cells, tags and metadata identical, links naming twins (translation aside:
+    the next test)."""
+    problems = [p for p in _check_problems() if not UNTRANSLATED.search(p)]
+    assert not problems, "\n".join(problems)
+
+
+def test_every_twin_is_translated():
+    """tools/twins.py --check passes as a whole: no markdown cell left in English."""
+    problems = _check_problems()
+    assert not problems, f"{len(problems)} problems, e.g.:\n" + "\n".join(problems[:20])
+
+
+def _pair(stem="01_broadcast"):
+    en = twins._load(ROOT / "notebooks" / f"{stem}.ipynb")
+    zh = twins.synced(en, twins._load(ZH / f"{stem}.ipynb"))
+    # a translated copy (throwaway, never saved): every markdown cell in Chinese
+    for cell in zh["cells"]:
+        if cell["cell_type"] == "markdown":
+            cell["source"] = ["# 测试用的中文\n", "这一格已经翻译。"]
+            tags = cell.get("metadata", {}).get("tags", [])
+            if twins.NEEDS in tags:
+                tags.remove(twins.NEEDS)
+                if not tags:
+                    del cell["metadata"]["tags"]
+    return en, zh
+
+
+def test_a_translated_twin_with_the_english_code_has_no_problem():
+    en, zh = _pair()
+    assert twins.problems(en, zh, "01_broadcast.ipynb") == []
+
+
+def test_a_changed_code_cell_in_a_twin_is_named():
+    en, zh = _pair()
+    doctored = copy.deepcopy(zh)
+    cell = next(c for c in doctored["cells"] if c["cell_type"] == "code" and c["id"] != twins.LANGUAGE_CELL_ID
+                and c["id"] != "colab-setup")
+    cell["source"] = twins._source(cell) + "\nprint('changed in the twin only')"
+    assert twins.problems(en, doctored, "01_broadcast.ipynb") == [
+        f"zh-CN/01_broadcast.ipynb: code cell {cell['id']} differs from the English one "
+        f"(code is never edited in a twin: run tools/twins.py)"]
+    # a tag changed is a change too (the exercise checks are found by their tags)
+    tagged = copy.deepcopy(zh)
+    cell = next(c for c in tagged["cells"] if c["cell_type"] == "code" and c.get("metadata", {}).get("tags")
+                and c["id"] not in (twins.LANGUAGE_CELL_ID, "colab-setup"))
+    cell["metadata"]["tags"] = cell["metadata"]["tags"][1:]
+    assert any(f"code cell {cell['id']} differs" in p for p in twins.problems(en, tagged, "01_broadcast.ipynb"))
+
+
+def test_an_untranslated_or_missing_cell_is_named():
+    en, zh = _pair()
+    english = copy.deepcopy(zh)
+    md = next(c for c in english["cells"] if c["cell_type"] == "markdown")
+    md["source"] = next(c for c in en["cells"] if c["id"] == md["id"])["source"]
+    assert twins.problems(en, english, "01_broadcast.ipynb") == [
+        f"zh-CN/01_broadcast.ipynb: markdown cell {md['id']} has no Chinese in it"]
+    short = copy.deepcopy(zh)
+    del short["cells"][-1]
+    assert twins.problems(en, short, "01_broadcast.ipynb") == [
+        "zh-CN/01_broadcast.ipynb: its cells are not the English notebook's, in order (run tools/twins.py to sync)"]
+
+
+def _run_language_cell(in_colab: bool):
+    import types
+    cell = twins.language_cell()
+    calls = []
+    shell = types.SimpleNamespace(system=lambda cmd: calls.append(("system", cmd)))
+    fake_collnb = types.SimpleNamespace(set_language=lambda lang: calls.append(("set_language", lang)))
+    saved = {k: sys.modules.get(k) for k in ("google.colab", "collnb")}
+    sys.modules["collnb"] = fake_collnb  # type: ignore[assignment]
+    if in_colab:
+        sys.modules["google.colab"] = types.ModuleType("google.colab")
+    else:
+        sys.modules.pop("google.colab", None)
+    try:
+        exec(compile(twins._source(cell), "set-language", "exec"), {"get_ipython": lambda: shell})
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    return calls
+
+
+def test_the_language_cell_installs_a_cjk_font_on_colab_only_then_speaks_chinese():
+    assert _run_language_cell(in_colab=False) == [("set_language", "zh")]
+    calls = _run_language_cell(in_colab=True)
+    assert calls[-1] == ("set_language", "zh") and len(calls) == 2
+    assert calls[0][0] == "system" and "apt-get -qq install" in calls[0][1] and "fonts-noto-cjk" in calls[0][1]
+
+
+@pytest.mark.parametrize("twin", TWINS, ids=lambda p: p.stem)
+def test_every_twin_opens_with_the_colab_cell_then_the_language_cell(twin):
+    nb = json.loads(twin.read_text())
+    assert [c["id"] for c in nb["cells"][:2]] == ["colab-setup", twins.LANGUAGE_CELL_ID]
+    assert twins._source(nb["cells"][1]) == twins._source(twins.language_cell())
+
+
+# ------------------------------------------------------------------------------------------------
+# make lab-zh
+
+
+def test_make_lab_zh_copies_the_twins_into_work_zh_cn_and_never_overwrites(tmp_path):
+    import lab
+    notebooks, work = lab.edition_folders("zh", tmp_path / "work")
+    assert notebooks == ZH and work == tmp_path / "work" / "zh-CN"
+    course = tmp_path / "zh-CN"
+    course.mkdir()
+    for p in TWINS[:2]:
+        shutil.copy(p, course / p.name)
+    got = lab.prepare(work, course, extras=ROOT / "notebooks")
+    assert sorted(got["copied"]) == sorted([p.name for p in TWINS[:2]] + ["rise.css"])
+    mine = work / TWINS[0].name
+    mine.write_text(mine.read_text() + " ")  # the learner's answer
+    answer = mine.read_text()
+    got = lab.prepare(work, course, extras=ROOT / "notebooks")
+    assert not got["copied"] and mine.read_text() == answer
+    with pytest.raises(ValueError, match=r"no edition 'fr': choose one of en, zh"):
+        lab.edition_folders("fr", tmp_path)
+
+
+def test_make_lab_zh_opens_a_chinese_jupyterlab_for_that_run_only(tmp_path):
+    import subprocess
+    import lab
+    done = ["-o", ".venv/.lab-installed", "-o", ".venv/.zh-installed"]
+    zh = subprocess.run(["make", "-n", *done, "lab-zh", f"WORK={tmp_path}"], cwd=ROOT, capture_output=True,
+                        text=True, check=True).stdout
+    en = subprocess.run(["make", "-n", *done, "lab", f"WORK={tmp_path}"], cwd=ROOT, capture_output=True,
+                        text=True, check=True).stdout
+    assert f"tools/lab.py prepare {tmp_path} --edition zh" in zh
+    assert "COLLNB_LANG=zh" in zh and "--LabApp.default_url=/lab/tree/zh-CN/00_launching_ranks.ipynb" in zh
+    assert "--LabApp.app_settings_dir=" in zh and "settings-zh" in zh
+    assert "COLLNB_LANG" not in en and "app_settings_dir" not in en and "--edition en" in en
+    out = tmp_path / "overrides.json"
+    assert lab.main(["overrides", str(out), "--edition", "zh"]) == 0
+    settings = json.loads(out.read_text())
+    assert settings["@jupyterlab/translation-extension:plugin"] == {"locale": "zh_CN"}
+    assert settings["@jupyterlab/apputils-extension:notification"]["checkForUpdates"] is False
+    assert lab.main(["overrides", str(out), "--edition", "en"]) == 0
+    assert "@jupyterlab/translation-extension:plugin" not in json.loads(out.read_text())
+    bad = subprocess.run(["make", "-n", "lab", "EDITION=fr"], cwd=ROOT, capture_output=True, text=True)
+    assert bad.returncode != 0 and "EDITION must be en or zh" in bad.stderr
+
+
+def test_the_zh_extra_is_jupyterlabs_chinese_language_pack_pinned():
+    extra = PYPROJECT["project"]["optional-dependencies"]["zh"]
+    assert extra == ["jupyterlab-language-pack-zh-CN>=4.0"]
+    pins = (ROOT / "constraints.txt").read_text().split()
+    assert "jupyterlab-language-pack-zh-CN==4.5.post3" in pins
+
+
+# ------------------------------------------------------------------------------------------------
+# The Chinese book, beside the English one
+
+
+BOOK = ROOT / "docs" / "_build" / "html"
+BOOK_ZH = BOOK / "zh-CN"
+sys.path.insert(0, str(ROOT / "docs"))
+import editions  # noqa: E402
+
+
+def test_the_switch_maps_each_page_to_the_same_page_of_the_other_edition():
+    assert editions.counterpart("notebooks/01_broadcast", "en") == "notebooks/zh-CN/01_broadcast"
+    assert editions.counterpart("notebooks/zh-CN/01_broadcast", "zh") == "notebooks/01_broadcast"
+    assert editions.counterpart("docs/index", "en") == "docs/zh-CN/index"
+    assert editions.counterpart("docs/zh-CN/index", "zh") == "docs/index"
+    assert editions.counterpart("docs/api", "en") == "docs/zh-CN/index"  # no Chinese API reference
+    assert editions.counterpart("docs/glossary.zh-CN", "zh") == "docs/glossary.zh-CN"
+    # relative to the page's own file: en lies at the root, zh in zh-CN/ under it
+    assert editions.switch_href("notebooks/01_broadcast", "en") == "../zh-CN/notebooks/zh-CN/01_broadcast.html"
+    assert editions.switch_href("notebooks/zh-CN/01_broadcast", "zh") == "../../../notebooks/01_broadcast.html"
+    html = editions.switch_html("notebooks/zh-CN/01_broadcast", "zh")
+    assert "<strong>中文</strong> | <a " in html and ">English</a>" in html
+
+
+def test_a_bad_edition_or_notebook_selection_is_refused_by_name(monkeypatch):
+    monkeypatch.setenv("COLLNB_BOOK_EDITION", "fr")
+    with pytest.raises(ValueError, match="the book has the editions 'en' and 'zh'"):
+        editions.edition()
+    monkeypatch.setenv("COLLNB_BOOK_NOTEBOOKS", "01_broadcast,99_nothing")
+    with pytest.raises(ValueError, match="names no notebook of notebooks/: 99_nothing"):
+        editions.selected_notebooks()
+    monkeypatch.setenv("COLLNB_BOOK_NOTEBOOKS", "01_broadcast, 00_launching_ranks.ipynb")
+    assert editions.selected_notebooks() == ["01_broadcast", "00_launching_ranks"]
+
+
+def _switch_target(page: Path) -> Path | None:
+    text = page.read_text(errors="replace")
+    m = re.search(r'<p class="collnb-language-switch">(.*?)</p>', text, re.S)
+    if not m:
+        return None
+    href = re.search(r'href="([^"]+)"', m.group(1))
+    return (page.parent / unquote(href.group(1))).resolve() if href else None
+
+
+def _built_twins() -> list[Path]:
+    if not (BOOK_ZH / "docs" / "zh-CN" / "index.html").is_file():
+        pytest.skip("no Chinese book built: run make docs (or COLLNB_BOOK_NOTEBOOKS=00_launching_ranks make docs)")
+    return [t for t in TWINS if (BOOK_ZH / "notebooks" / "zh-CN" / f"{t.stem}.html").is_file()]
+
+
+def test_every_chinese_page_switches_to_its_english_page_and_back():
+    built = _built_twins()
+    assert built, "the Chinese book has no notebook page"
+    if not editions.selected_notebooks():
+        missing = sorted(set(TWINS) - set(built))
+        assert not missing, f"the Chinese book has no page for {[p.stem for p in missing]}"
+    for twin in built:
+        zh_page = BOOK_ZH / "notebooks" / "zh-CN" / f"{twin.stem}.html"
+        en_page = (BOOK / "notebooks" / f"{twin.stem}.html").resolve()
+        assert _switch_target(zh_page) == en_page, f"{zh_page}: its switch does not open {en_page}"
+        if en_page.is_file():
+            assert _switch_target(en_page) == zh_page.resolve(), f"{en_page}: its switch does not open {zh_page}"
+        text = zh_page.read_text()
+        assert "apt-get -qq install" not in text and "google.colab" not in text, \
+            f"{zh_page}: the Colab or language set-up cell is shown in the book"
+        assert '<html lang="zh-CN"' in text or "lang=\"zh_CN\"" in text, f"{zh_page}: not marked Chinese"
+        # its launch buttons open the Chinese notebook
+        assert f"notebooks%2Fzh-CN%2F{twin.name}" in text or f"notebooks/zh-CN/{twin.name}" in unquote(text)
+        assert f"colab.research.google.com/github/{OWNER_REPO}/blob/main/notebooks/zh-CN/{twin.name}" in text
+    landing = BOOK_ZH / "docs" / "zh-CN" / "index.html"
+    assert _switch_target(landing) == (BOOK / "docs" / "index.html").resolve()
+    # the Chinese book's top (zh-CN/, README.zh-CN.md's link) redirects to its landing page
+    top = (BOOK_ZH / "index.html").read_text()
+    redirect = re.search(r'http-equiv="refresh" content="0; url=([^"]+)"', top)
+    assert redirect and (BOOK_ZH / redirect.group(1)).resolve() == landing.resolve(), top
+    if (BOOK / "docs" / "index.html").is_file():
+        assert _switch_target(BOOK / "docs" / "index.html") == landing.resolve()
+
+
+def test_every_chinese_notebook_executed_without_an_error():
+    """The book's own execution (its jupyter-cache) of each twin it built: no cell raised, nothing
+    printed a traceback, and the language cell ran first with the Chinese it sets."""
+    import nbformat
+    from jupyter_cache import get_cache
+
+    import datetime
+
+    built = _built_twins()
+    cache = get_cache(str(BOOK.parent / ".jupyter_cache"))
+    # an execution older than collnb's code (as tests/test_notebooks.py judges) says nothing of it
+    code = [f for name in ("collnb", "tools") for f in (ROOT / name).rglob("*.py")]
+    newest = max(f.stat().st_mtime for f in code + [ROOT / "pyproject.toml", ROOT / "constraints.txt"])
+    problems = []
+    for twin in built:
+        nb = nbformat.read(twin, as_version=4)
+        try:
+            record = cache.match_cache_notebook(nb)
+            _, ex = cache.merge_match_into_notebook(nb)
+        except KeyError:
+            problems.append(f"{twin.stem}: the book's cache holds no execution of the current twin; run make docs")
+            continue
+        created = record.created.replace(tzinfo=datetime.timezone.utc).timestamp()  # jupyter-cache stores UTC
+        if created <= newest:
+            problems.append(f"{twin.stem}: the book executed it before collnb's code last changed; run make docs")
+            continue
+        for cell in ex.cells:
+            for out in cell.get("outputs", []) if cell.cell_type == "code" else []:
+                if out.get("output_type") == "error":
+                    problems.append(f"{twin.stem}: cell {cell.get('id')} raised {out.get('ename')}: "
+                                    f"{out.get('evalue', '')[:200]}")
+                elif out.get("name") == "stderr" and "Traceback" in out.get("text", ""):
+                    problems.append(f"{twin.stem}: cell {cell.get('id')} printed a traceback")
+        lang = next(c for c in ex.cells if c.get("id") == twins.LANGUAGE_CELL_ID)
+        if lang.get("execution_count") is None:
+            problems.append(f"{twin.stem}: the language cell did not run")
+    assert not problems, "\n".join(problems)
+
+
+def test_the_chinese_readme_never_breaks_a_line_between_two_chinese_characters():
+    """A soft line break inside Chinese text renders as a stray space in the book and on GitHub."""
+    text = re.sub(r"```.*?```", "", README_ZH.read_text(), flags=re.S)
+    cjk = r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
+    breaks = re.findall(rf"{cjk}\n{cjk}", text)
+    assert not breaks, f"{len(breaks)} line breaks between two Chinese characters: {breaks[:5]}"
