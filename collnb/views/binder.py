@@ -43,7 +43,7 @@ from typing import Callable
 import ipywidgets as widgets
 
 from ..i18n import _
-from .static import RERUN_LINE, captioned_png, esc, static_bundle, update_static
+from .static import captioned_png, esc, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["Binder", "show_choices"]
@@ -273,7 +273,7 @@ class Binder(WorkerState):
             return static_bundle(None, self.what, alt=repr(self), caption=_("no run yet"))
         if self._static_png is None:  # from the pixels when draw gave them: no PNG decoded
             picture = self._last_pixels if self._last_pixels is not None else self.last_png
-            self._static_png = captioned_png(picture, RERUN_LINE.format(what=self.what))
+            self._static_png = captioned_png(picture, rerun_line(self.what))
         return static_bundle(self.last_png, self.what, alt=repr(self), png_with_line=self._static_png)
 
     def _update_static(self):
@@ -281,7 +281,7 @@ class Binder(WorkerState):
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         data = self.widget._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = repr(self) + "\n" + RERUN_LINE.format(what=self.what)
+        data["text/plain"] = repr(self) + "\n" + rerun_line(self.what)
         return data
 
     def _ipython_display_(self):

@@ -78,7 +78,7 @@ from .explorer_text import (backend_note_html, drawn_values, dtype_effect_text, 
 from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, about_text, presets_for
 from .raster import encode_png
-from .static import RERUN_LINE, captioned_png, esc, live_bundle, static_bundle, update_static
+from .static import captioned_png, esc, live_bundle, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["explore", "Explorer"]
@@ -290,7 +290,7 @@ class Explorer(WorkerState):
         if res is None:
             return static_bundle(None, "explorer", alt=what, caption=self.message or _("no run yet"))
         if self.static_png is None:
-            self.static_png = captioned_png(self.last_pixels, RERUN_LINE.format(what="explorer"))
+            self.static_png = captioned_png(self.last_pixels, rerun_line("explorer"))
         return static_bundle(self.last_png, "explorer", alt=self.alt or what, png_with_line=self.static_png,
                              attrs=dict(world_size=res.world_size, primitive=res.primitive,
                                         dtype=dtype_name(res.dtype) if res.dtype is not None else ""))
