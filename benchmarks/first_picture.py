@@ -19,7 +19,12 @@ The torch import is printed apart: it is the same for every PyTorch notebook. Ta
 kernel start -> first explorer picture <= 2 s; the script prints the median and its ratio to the
 target. Wall times on a loaded machine inflate every part; the script prints the load average.
 
-Usage: ``python benchmarks/first_picture.py [--repeats 3] [--json FILE]``
+With ``--stale`` the end-to-end interpreters use no saved probe (``COLLNB_SUPPORT_CACHE=0``), as the
+first explorer after an install does: the explorer shows its first picture before the probe and
+runs the probe right after it; ``controls_complete_s`` is when every control offers all its
+choices. ``--tree DIR`` measures the ``collnb`` package of another folder (before/after).
+
+Usage: ``python benchmarks/first_picture.py [--repeats 3] [--stale] [--tree DIR] [--json FILE]``
 """
 import argparse
 import json
@@ -35,10 +40,12 @@ import json, time
 import torch, IPython, ipywidgets
 t0 = time.perf_counter()
 import collnb
-ex = collnb.explore("all_reduce", world_size=8)
-ex.wait()
+ex = collnb.explore("all_reduce", world_size=8)  # returns with the first picture in the widget
 t1 = time.perf_counter()
-print(json.dumps({"first_picture_s": t1 - t0, "explorer_timing": ex.last_timing}))
+ex.wait()  # and the backend probe behind it, if there was one: every control offers all its choices
+t2 = time.perf_counter()
+print(json.dumps({"first_picture_s": t1 - t0, "controls_complete_s": t2 - t0, "explorer_timing": ex.last_timing,
+                  "before_probe": getattr(ex, "first_before_probe", None)}))
 collnb.shutdown()
 """
 
@@ -63,9 +70,10 @@ collnb.shutdown()
 """
 
 
-def _fresh(code: str) -> dict:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+def _fresh(code: str, tree: str, stale: bool = False) -> dict:
+    env = dict(os.environ, COLLNB_SUPPORT_CACHE="0") if stale else None
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tree,
+                          env=env)
     if proc.returncode != 0:
         raise SystemExit(f"the fresh interpreter failed:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -75,14 +83,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--json", metavar="FILE")
+    ap.add_argument("--stale", action="store_true",
+                    help="no saved probe (COLLNB_SUPPORT_CACHE=0): the first explorer after an install of torch or collnb")
+    ap.add_argument("--tree", default=os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                    help="the folder whose collnb package is measured (default: this checkout)")
     args = ap.parse_args(argv)
     print(f"load average {os.getloadavg()[0]:.1f} ({os.cpu_count()} cores)")
     ends, parts = [], []
     for _ in range(args.repeats):
-        ends.append(_fresh(_END_TO_END))
-        parts.append(_fresh(_PARTS))
+        ends.append(_fresh(_END_TO_END, args.tree, args.stale))
+        parts.append(_fresh(_PARTS, args.tree))
     first = statistics.median(e["first_picture_s"] for e in ends)
-    print(f"import collnb -> first explorer picture at world size 8 (median of {args.repeats}): {first:.2f} s")
+    complete = statistics.median(e["controls_complete_s"] for e in ends)
+    print(f"{args.tree}{' (no saved probe)' if args.stale else ''}")
+    print(f"import collnb -> first explorer picture at world size 8 (median of {args.repeats}): {first:.2f} s"
+          f" (every control complete: {complete:.2f} s)")
     print(f"  target {TARGET_S:.1f} s: median / target = {first / TARGET_S:.2f}")
     print("  the parts, each on its own (medians):")
     notes = {"import_torch": "  (not counted: every PyTorch notebook pays it)",

@@ -1,7 +1,8 @@
 """The explorer in a real browser: JupyterLab 4 and Jupyter Notebook 7 from .venv on loopback,
 headless Chromium (Debian's ``chromium`` package) driven by Playwright's Python package, a real
 drag of the world-size slider and a real dtype change, and the values read back from the page
-(the heatmap ``<img>``'s ``data-*`` attributes and ``alt`` text).
+(the heatmap's description beside its ``ipywidgets.Image``, the text a screen reader reads, and
+the reference table).
 
 Screenshots go to a temporary directory; set ``COLLNB_SCREENSHOTS=DIR`` to keep copies.
 """
@@ -88,8 +89,10 @@ def _wrap_int8(v):
 
 
 def _sum_rows(ws, cast=lambda v: v):
-    return ";".join(",".join(str(cast(sum(10 * r + c for r in range(ws)))) for c in range(ws))
-                    for _ in range(ws))
+    """The description's "After: rank 0: [a, b]; rank 1: [...]" of an all_reduce SUM of the
+    teaching inputs at world size ``ws``."""
+    row = ", ".join(str(cast(sum(10 * r + c for r in range(ws)))) for c in range(ws))
+    return "After: " + "; ".join(f"rank {r}: [{row}]" for r in range(ws)) + "."
 
 
 def _api(base, token, path, method="GET"):
@@ -258,15 +261,21 @@ def _img(page):
     return page.locator("img.collnb-heatmap").first
 
 
-def _wait_attr(page, name, value, timeout=60):
+def _described(page):
+    """The heatmap's description (visually hidden, read by screen readers) as the page holds it."""
+    return page.locator(".collnb-explorer .collnb-figure-text").first.text_content() or ""
+
+
+def _wait_described(page, part, timeout=60):
+    """Wait until the heatmap's description contains ``part`` (e.g. "world size 8 · int8")."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:
-        last = _img(page).get_attribute(f"data-{name}")
-        if last == value:
-            return
+        last = _described(page)
+        if part in last:
+            return last
         time.sleep(0.1)
-    raise AssertionError(f"data-{name} stayed {last!r}, wanted {value!r}")
+    raise AssertionError(f"the heatmap's description stayed {last!r}, wanted {part!r} in it")
 
 
 def _open_and_run_all(page, lab, wait_ms, shown="img.collnb-heatmap"):
@@ -295,9 +304,12 @@ def test_explorer_in_the_browser(lab):
             _open_and_run_all(page, lab, wait_ms=60_000)
             img = _img(page)
             img.scroll_into_view_if_needed()
-            assert img.get_attribute("data-world-size") == "4"
-            assert img.get_attribute("data-after") == _sum_rows(4)
-            assert "After: rank 0: [60, 64, 68, 72]" in img.get_attribute("alt")
+            text = _wait_described(page, "world size 4 · float32")
+            assert _sum_rows(4) in text and "After: rank 0: [60, 64, 68, 72]" in text
+            # the description is clipped, not display:none (screen readers skip what is not displayed)
+            box = page.locator(".collnb-explorer .collnb-figure-text span").first.evaluate(
+                "el => [getComputedStyle(el).display, el.getBoundingClientRect().width]")
+            assert box[0] != "none" and box[1] <= 1
             page.screenshot(path=str(shots / f"{lab['name']}_1_initial.png"), full_page=True)
 
             # drag the world-size slider's handle with the mouse to 8 (1..16 along the track)
@@ -320,20 +332,17 @@ def test_explorer_in_the_browser(lab):
                 time.sleep(0.05)
                 got = int(readout.inner_text().strip())
             assert got == 8
-            _wait_attr(page, "world-size", "8")
-            assert img.get_attribute("data-after") == _sum_rows(8)
-            assert img.get_attribute("data-dtype") == "float32"
+            assert _sum_rows(8) in _wait_described(page, "world size 8 · float32")
             page.screenshot(path=str(shots / f"{lab['name']}_2_world_size_8.png"), full_page=True)
 
             # change the dtype through the dropdown: int8 SUM wraps, the float64 reference shows why
             page.locator(".collnb-dtype select").select_option("int8")
-            _wait_attr(page, "dtype", "int8")
-            assert img.get_attribute("data-world-size") == "8"
-            assert img.get_attribute("data-after") == _sum_rows(8, _wrap_int8)
-            assert img.get_attribute("data-exact") == _sum_rows(8)
-            ref = page.locator("table.collnb-reference")
-            assert ref.get_attribute("data-differs") == "64"
-            assert page.locator("table.collnb-reference td.differs").count() == 64
+            assert _sum_rows(8, _wrap_int8) in _wait_described(page, "world size 8 · int8")
+            # every chunk differs from float64: the table highlights each with its exact sum
+            cells = page.locator("table.collnb-reference td.differs")
+            assert cells.count() == 64
+            exact = [sum(10 * r + c for r in range(8)) for c in range(8)] * 8
+            assert [int(t.split()[0]) for t in cells.all_inner_texts()] == exact
             # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
             px = page.locator("table.collnb-reference td.differs span").first.evaluate(
                 "el => parseFloat(getComputedStyle(el).fontSize)")
@@ -455,20 +464,33 @@ def _measure_heatmap(page, img, ws, shot_path):
     img.screenshot(path=str(shot_path))
     arr = np.asarray(Image.open(shot_path).convert("RGB"))
     scale = arr.shape[1] / natural
-    cells = dict(part.split(":") for part in img.get_attribute("data-cells").split(";"))
-    before = [v.split(",") for v in img.get_attribute("data-before").split(";")]
+    him, before = _heatmap_drawn(ws)
+    assert natural == him.pixels.shape[1], "the page shows another picture than the one painted here"
     worst = None
     for r in sorted({0, ws // 2, ws - 1}):
         for c in sorted({0, len(before[r]) - 1}):
-            x0, y0, cell = (float(v) for v in cells["before"].split(","))
+            x0, y0, cell = (float(v) for v in him.geometry["before"])
             box = [(x0 + c * cell) * scale, (y0 + r * cell) * scale, (x0 + (c + 1) * cell) * scale,
                    (y0 + (r + 1) * cell) * scale]
             got, want = _ink_rows(arr, box), _reference_ink(before[r][c])
             assert got >= want, f"world size {ws}: rank {r} chunk {c} '{before[r][c]}' ink {got} px < {want} px (10 px font)"
             worst = got if worst is None else min(worst, got)
     return dict(natural=natural, shown=shown, output_width=out_w, scale=scale, min_ink=worst,
-                min_font_px=float(img.get_attribute("data-min-font-px")) * scale,
-                layout=img.get_attribute("data-layout"))
+                min_font_px=min(s for _, s, _ in him.labels) * scale, layout=him.layout)
+
+
+def _heatmap_drawn(ws):
+    """The explorer's world-size-``ws`` all_reduce heatmap painted here as the explorer paints it
+    (``heatmap_image`` of the same result at its dpi, 80): its geometry, label sizes and layout, and
+    the before panel's values per rank. The teaching inputs make it the same picture as the page's
+    (its width is checked against the page's)."""
+    import collnb
+    from collnb.views.explorer_text import drawn_values
+    from collnb.views.heatmap import heatmap_grid, heatmap_image
+    res = collnb.collectives.run("all_reduce", ws)
+    collnb.shutdown()  # no ranks of this test process left behind
+    grid = heatmap_grid(res)
+    return heatmap_image(res, dpi=80, grid=grid), drawn_values(res, grid)["before"]
 
 
 def _set_world_size(page, target):
@@ -522,7 +544,7 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
             assert not page.locator(".collnb-live-hint").first.is_visible()
             for ws in (8, 16):
                 _set_world_size(page, ws)
-                _wait_attr(page, "world-size", str(ws), timeout=120)
+                _wait_described(page, f"world size {ws} · float32", timeout=120)
                 # a window tall enough for the whole figure (a scrolled-away part is not painted);
                 # the width, which decides the layout, stays 1440 px
                 page.set_viewport_size({"width": 1440, "height": 2600})

@@ -24,7 +24,7 @@ from .rank_calls import rank_cases
 from .expected import reference, tolerance
 from .result import RunResult
 from .specs import REDUCING_PRIMITIVES, SPECS, get_spec
-from .support import backend_support
+from .support import backend_support, known_support
 
 __all__ = ["run", "run_batch", "MAX_CHUNK_SIZE"]
 
@@ -47,8 +47,8 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
     dname = dtype_name(dtype if dtype is not None else torch.float32)
     _check_inputs_type(inputs)
     table = check_inputs(inputs, spec, world_size, root)
-    if spec.kind == "tensor":
-        sup = support_getter()
+    sup = support_getter() if spec.kind in ("tensor", "object") else None  # None: not known, not checked
+    if spec.kind == "tensor" and sup is not None:
         if not sup.supports(primitive, dname, opn if spec.reduces else None):
             valid_d = sup.dtypes(primitive)
             if dname not in valid_d:
@@ -65,9 +65,9 @@ def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs
                       backend=backend, dtype=dname, op=opn.upper(), primitive=primitive, version=sup.torch_version,
                       error=sup.error(primitive, dname, opn), hint=op_hint(opn, dname),
                       valid=", ".join(o.upper() for o in valid_o)))
+    if spec.kind == "tensor":
         check_input_values(table, dname)
-    elif spec.kind == "object":
-        sup = support_getter()
+    elif spec.kind == "object" and sup is not None:
         if not sup.supports(primitive):
             raise ValueError(_("{backend} cannot run {primitive} here (detected: {error})").format(
                 backend=backend, primitive=primitive, error=sup.error(primitive)))
@@ -128,12 +128,17 @@ def _finish(case, world_size, backend, before, after, seconds) -> RunResult:
     return result
 
 
-def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo",
-              **launch_kwargs) -> list:
+def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo", *,
+              check_support: bool = True, **launch_kwargs) -> list:
     """Run several primitives at one world size in ONE launch (they run one after another on the
     same ranks). Each config is a dict of :func:`run` keyword arguments (``primitive`` required;
     ``dtype``, ``op``, ``root``, ``chunk_size``, ``inputs`` optional). Every config is validated
     before anything is launched.
+
+    ``check_support=False`` checks each dtype/op against :func:`~.support.known_support` only (what is
+    known without probing) and, where nothing is known yet, lets the backend itself refuse (its error
+    comes back as a :class:`collnb.ranks.RankError`): the explorer's first picture does not wait for
+    the backend probe (1-4 s after an install), which it runs right after.
 
     Returns:
         list of :class:`~.result.RunResult`, one per config, in order (``seconds`` is the shared launch time).
@@ -147,7 +152,7 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
     def get_support():
         nonlocal support
         if support is None:
-            support = backend_support(backend, **launch_kwargs)
+            support = backend_support(backend, **launch_kwargs) if check_support else known_support(backend)
         return support
 
     if not isinstance(configs, (list, tuple)):
@@ -186,7 +191,8 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
 
 
 def run(primitive: str, world_size: int = 4, dtype=torch.float32, op="sum", root: int = 0,
-        backend: str = "gloo", chunk_size: int = 1, inputs=None, **launch_kwargs) -> RunResult:
+        backend: str = "gloo", chunk_size: int = 1, inputs=None, *, check_support: bool = True,
+        **launch_kwargs) -> RunResult:
     """Run one primitive on ``world_size`` real ranks and check it against the reference.
 
     Each rank builds its own teaching input (rank ``r``, chunk ``c`` holds ``10*r + c``; see
@@ -211,6 +217,7 @@ def run(primitive: str, world_size: int = 4, dtype=torch.float32, op="sum", root
         inputs: optional own values instead of the teaching inputs: per rank a list of chunk
             values (as many as :func:`~.inputs.teaching_inputs` gives that rank), or a callable
             ``f(rank, chunk) -> number`` (e.g. ``lambda r, c: 100`` to see int8 SUM wrap).
+        check_support: ``False``: do not wait for a backend probe (see :func:`run_batch`).
         launch_kwargs: passed to :func:`collnb.ranks.launch` (``timeout`` s,
             ``collective_timeout`` s, ``debug``, ``start_method``).
 
@@ -233,4 +240,4 @@ def run(primitive: str, world_size: int = 4, dtype=torch.float32, op="sum", root
         collnb.ranks.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """
     cfg = dict(primitive=primitive, dtype=dtype, op=op, root=root, chunk_size=chunk_size, inputs=inputs)
-    return run_batch([cfg], world_size, backend, **launch_kwargs)[0]
+    return run_batch([cfg], world_size, backend, check_support=check_support, **launch_kwargs)[0]

@@ -26,7 +26,7 @@ from .inputs import teaching_inputs
 from .rank_calls import rank_probe
 from .specs import PRIMITIVES, SPECS, get_spec
 
-__all__ = ["BackendSupport", "backend_support"]
+__all__ = ["BackendSupport", "backend_support", "known_support"]
 
 
 @dataclass
@@ -84,6 +84,8 @@ class BackendSupport:
 
 _support_cache: dict = {}
 _support_lock = threading.Lock()
+#: One probe at a time per backend: a second caller waits for the probe under way and takes its answer.
+_probe_locks = {b: threading.Lock() for b in ("gloo", "nccl")}
 
 
 #: The modules whose source decides what a probe finds: the table, the inputs, the rank calls, this.
@@ -178,15 +180,41 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False, **launch_kw
     if not info["available"]:
         raise RuntimeError(_("backend {backend} cannot run here: {reason}").format(backend=repr(backend),
                                                                                   reason=info["reason"]))
+    if not refresh:
+        sup = known_support(backend)
+        if sup is not None:
+            return sup
+    with _probe_locks[backend]:
+        if not refresh:  # a probe that ran while this call waited for the lock answers it
+            with _support_lock:
+                if backend in _support_cache:
+                    return _support_cache[backend]
+        return _probe(backend, info, **launch_kwargs)
+
+
+def known_support(backend: str = "gloo") -> BackendSupport | None:
+    """What :func:`backend_support` answers without probing: the answer kept in this process, else the
+    saved probe while it is current (torch and collnb's probing code unchanged); ``None`` when only a
+    probe on real ranks can tell (the first use after an install or upgrade). Never starts a rank.
+
+    Raises:
+        TypeError, ValueError: not a backend name (:func:`collnb.vocabulary.check_backend`).
+    """
+    check_backend(backend)
     with _support_lock:
-        if not refresh and backend in _support_cache:
+        if backend in _support_cache:
             return _support_cache[backend]
-    if not refresh and _disk_enabled():
+    if _disk_enabled():
         sup = _load_disk(backend)
         if sup is not None:
             with _support_lock:
                 _support_cache[backend] = sup
             return sup
+    return None
+
+
+def _probe(backend: str, info: dict, **launch_kwargs) -> BackendSupport:
+    """Every trial of :func:`_probe_trials` on real ranks of ``backend`` (kept in memory and on disk)."""
     ws = min(2, info["max_world_size"])
     trials = _probe_trials()
     cases = []

@@ -19,8 +19,10 @@ and thread, the model owns no widget:
   :class:`~collnb.views.worker.LatestWorker` thread, at most one at a time, only for the latest
   parameters (a superseded request never runs; a result that is stale when it finishes is not drawn).
   It may raise: the error is shown in the panel and the explorer stays usable.
-* ``draw(result, params) -> (png bytes, caption html)``: the picture (shown through an
-  ``ipywidgets.Image``) and one line under it; also on the worker thread.
+* ``draw(result, params) -> (png bytes, caption html)`` or ``(png, caption, pixels)``: the picture
+  (shown through an ``ipywidgets.Image``) and one line under it; also on the worker thread. Given
+  its ``pixels`` (the ``uint8`` H x W x 3 array the PNG was encoded from), the saved notebook's
+  picture is painted from them (:func:`collnb.views.static.captioned_png`) and no PNG is decoded.
 
 What the binder does: builds the widgets (``labels`` names them), keeps every widget's options and
 value equal to ``choices``/``fix`` of the current parameters (while it syncs, widget events are
@@ -40,15 +42,52 @@ from typing import Callable
 
 import ipywidgets as widgets
 
-from .static import RERUN_LINE, captioned_png, esc, static_bundle, update_static
+from ..i18n import _
+from .static import captioned_png, esc, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
-__all__ = ["Binder"]
+__all__ = ["Binder", "show_choices"]
 
 
 def _options(values) -> list:
     """``[(label, value), ...]`` of a choices entry (plain values are their own labels)."""
     return [v if isinstance(v, tuple) else (str(v), v) for v in values]
+
+
+def show_choices(controls: dict, offered: dict, values: dict, keep_shown=()) -> None:
+    """Make each widget of ``controls`` (``{field: widget}``) offer ``offered[field]`` and show
+    ``values[field]``: the one place where a model's choices reach its widgets (the caller ignores
+    the widget events this sends). An ``IntSlider`` takes the choices' first and last value as its
+    ``min``/``max``; a widget with ``options`` (``Dropdown``, ``SelectionSlider``, ``ToggleButtons``)
+    takes them as its options (``(label, value)`` pairs or plain values), set only when they
+    changed; a field whose choices are empty is hidden (unless named in ``keep_shown``) and keeps its options; a field left
+    out of ``offered`` keeps its options. A value not among the options is not set."""
+    for name, w in controls.items():
+        value = values.get(name)
+        if name in offered:
+            opts = _options(offered[name])
+            w.layout.display = None if opts or name in keep_shown else "none"
+            if isinstance(w, widgets.IntSlider):
+                if opts:
+                    lo, hi = int(opts[0][1]), int(opts[-1][1])
+                    if lo > w.max:
+                        w.max, w.min = hi, lo
+                    elif (w.min, w.max) != (lo, hi):
+                        w.min, w.max = lo, hi
+                if isinstance(value, int) and w.min <= value <= w.max and w.value != value:
+                    w.value = value
+                continue
+            if not opts:  # hidden: its options stay (a SelectionSlider cannot have none)
+                continue
+            plain = all(not isinstance(v, tuple) for v in offered[name])
+            current = [o if isinstance(o, tuple) else (str(o), o) for o in w.options]
+            if current != opts:
+                w.options = list(offered[name]) if plain else opts
+        if isinstance(w, widgets.IntSlider):
+            if isinstance(value, int) and w.min <= value <= w.max and w.value != value:
+                w.value = value
+        elif value in [v for _, v in _options(w.options)] and w.value != value:
+            w.value = value
 
 
 class Binder(WorkerState):
@@ -81,6 +120,7 @@ class Binder(WorkerState):
         self._choices, self._fix, self._run, self._draw = choices, fix, run, draw
         self.what = what
         self.last_result = self.last_png = self.last_params = self.error = None
+        self._last_pixels = None
         self.last_timing: dict = {}
         self.draws_skipped = 0
         self.notes: list = []
@@ -126,16 +166,8 @@ class Binder(WorkerState):
         """Make every widget show ``choices``/the value of :attr:`params` (events ignored)."""
         self._syncing += 1
         try:
-            offered = self._choices(self.params)
-            for name, w in self.controls.items():
-                value = getattr(self.params, name)
-                if name in offered:
-                    opts = _options(offered[name])
-                    w.layout.display = None if opts else "none"
-                    if [tuple(o) for o in w.options] != opts:
-                        w.options = opts
-                if value in [v for _, v in _options(w.options)]:
-                    w.value = value
+            offered = {k: _options(vs) for k, vs in self._choices(self.params).items()}
+            show_choices(self.controls, offered, dataclasses.asdict(self.params))
             self.note.value = ("<div style='color:#8a5300'>" + "<br>".join("⚠ " + esc(n) for n in self.notes) +
                                "</div>") if self.notes else ""
         finally:
@@ -179,7 +211,8 @@ class Binder(WorkerState):
     def _request(self):
         if self._worker.closed:
             return
-        self.status.value = "<span style='color:#555'>⏳ running on real ranks…</span>"
+        busy = _("⏳ running on real ranks…")
+        self.status.value = f"<span style='color:#555'>{esc(busy)}</span>"
         self._worker.submit((self.params, time.perf_counter()))
 
     def _execute(self, request):
@@ -195,7 +228,9 @@ class Binder(WorkerState):
         if self._worker.stale():
             self.draws_skipped += 1
             return
-        png, caption = self._draw(result, params)
+        drawn = self._draw(result, params)
+        png, caption = drawn[0], drawn[1]
+        pixels = drawn[2] if len(drawn) > 2 else None
         t2 = time.perf_counter()
         if self._worker.stale():
             self.draws_skipped += 1
@@ -205,7 +240,7 @@ class Binder(WorkerState):
         self.image.value = png
         self.caption.value = caption
         self.last_result, self.last_png, self.last_params, self.error = result, png, params, None
-        self._static_png = None
+        self._static_png, self._last_pixels = None, pixels
         self.last_timing = {"run_s": t1 - t0, "draw_s": t2 - t1, "total_s": time.perf_counter() - t_request}
         self.status.value = ""
         self._update_static()
@@ -235,9 +270,10 @@ class Binder(WorkerState):
     def static_bundle(self) -> dict:
         """The static picture of the current state (see :func:`collnb.views.static.static_bundle`)."""
         if self.last_png is None:
-            return static_bundle(None, self.what, alt=repr(self), caption="no run yet")
-        if self._static_png is None:
-            self._static_png = captioned_png(self.last_png, RERUN_LINE.format(what=self.what))
+            return static_bundle(None, self.what, alt=repr(self), caption=_("no run yet"))
+        if self._static_png is None:  # from the pixels when draw gave them: no PNG decoded
+            picture = self._last_pixels if self._last_pixels is not None else self.last_png
+            self._static_png = captioned_png(picture, rerun_line(self.what))
         return static_bundle(self.last_png, self.what, alt=repr(self), png_with_line=self._static_png)
 
     def _update_static(self):
@@ -245,7 +281,7 @@ class Binder(WorkerState):
 
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
         data = self.widget._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = repr(self) + "\n" + RERUN_LINE.format(what=self.what)
+        data["text/plain"] = repr(self) + "\n" + rerun_line(self.what)
         return data
 
     def _ipython_display_(self):

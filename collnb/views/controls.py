@@ -1,185 +1,290 @@
-"""The primitive explorer's control logic: every control offers only the choices that are valid
-for the current primitive, backend and dtype (what the backend accepted on real ranks, the ranks
-of this world size), an inputs preset sets the dtype/op/world size its lesson needs, and the
-panel's notes say what was changed and why.
+"""The primitive explorer's control logic, as a parameter model: :class:`ExplorerParams` (every value a learner can set,
+one frozen dataclass), :class:`Facts` (what the choices depend on besides it: the primitives shown,
+which backends can run here, what each backend accepted on real ranks), and two pure functions of
+them: :func:`choices` (the values each control offers) and :func:`update` (a change applied in a
+fixed order, every value that stopped being valid replaced, an inputs preset's dtype/op/world size
+set, and the notes saying what was changed and why). No widget and no rank is touched here: the
+explorer (:mod:`collnb.views.explorer`) binds these to its widgets, and tests call them directly.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
 from .. import collectives
-from ..units import format_bytes
-from ..vocabulary import check_rank, dtype_name, op_hint, op_name
-from .presets import INPUT_PRESETS, about_text, preset_label, presets_for
-from .static import esc
+from ..i18n import _
+from ..vocabulary import MAX_WORLD_SIZE, check_rank, dtype_name, op_hint, op_name
+from .presets import CHUNK_SIZES, INPUT_PRESETS, preset_label, presets_for
 
-__all__ = ["ControlLogic"]
+__all__ = ["ExplorerParams", "Facts", "choices", "update", "fix", "normalised", "ORDER"]
+
+#: The order in which :func:`update` applies several changes (so that a value given explicitly
+#: wins over the one an inputs preset would choose).
+ORDER = ("backend", "primitive", "inputs", "world_size", "dtype", "op", "root", "chunk_size")
 
 
-class ControlLogic:
-    """The control logic of :class:`collnb.views.explorer.Explorer` (a base class: it reads and sets
-    the explorer's ``controls``, ``backend_infos``, ``launch_kwargs``, ``_notes``, ``_info`` and its
-    HTML labels)."""
+@dataclass(frozen=True)
+class ExplorerParams:
+    """The whole state of a primitive explorer: one field per control (the field's name is the
+    control's name). ``dtype`` and ``op`` are names (``"float32"``, ``"sum"``); ``root`` is the
+    src/dst rank (an int); ``inputs`` a key of :data:`collnb.views.presets.INPUT_PRESETS`.
+    Fields a primitive does not take (``op`` of broadcast, ``root`` of all_reduce) keep their
+    value, unused, so that moving back to a primitive that takes them restores them."""
 
-    @staticmethod
-    def _preset_label(key, world_size, dtype=None):
-        return preset_label(key, world_size, dtype)
+    primitive: str = "all_reduce"
+    world_size: int = 4
+    dtype: str = "float32"
+    op: str = "sum"
+    root: int = 0
+    backend: str = "gloo"
+    chunk_size: int = 1
+    inputs: str = "teaching"
 
-    def _support(self, backend):
-        return collectives.backend_support(backend, **self.launch_kwargs)
-
-    def _choose(self, wanted, normalise, valid, preferred):
-        """``(value, refused)``: ``wanted`` normalised (a name for an alias, dtype or ReduceOp)
-        when it is in ``valid``; otherwise ``preferred`` (or the first valid value) and the
-        refused name. A value that does not normalise adds its error to the notes and is
-        refused silently (``refused`` is None)."""
-        try:
-            name = normalise(wanted)
-        except (ValueError, TypeError) as exc:
-            self._notes.append(str(exc))
-            name = None
-        if name in valid:
-            return name, None
-        return (preferred if preferred in valid else valid[0]), name
-
-    def _sync_controls(self, want_dtype=None, want_op=None, want_root=None):
-        """Make every control offer only valid choices for the current primitive/backend/dtype,
-        keeping the current values where they stay valid. Called with ``_syncing`` raised."""
-        c = self.controls
-        spec = collectives.SPECS[c["primitive"].value]
-        backend = c["backend"].value
-        info = self.backend_infos[backend]
-        ws_max = info["max_world_size"]
-        if c["world_size"].max != ws_max:
-            if c["world_size"].value > ws_max:
-                c["world_size"].value = ws_max
-            c["world_size"].max = ws_max
-        ws = c["world_size"].value
-
+    def as_dict(self) -> dict:
+        """The values a run uses: ``{"primitive", "world_size", "dtype", "op", "root", "backend",
+        "chunk_size", "inputs"}``, with ``dtype``/``op``/``root`` ``None`` where the primitive takes
+        none (and ``inputs`` ``"teaching"`` where it takes no tensor)."""
+        spec = collectives.SPECS[self.primitive]
         tensor = spec.kind == "tensor"
-        c["dtype"].layout.display = None if tensor else "none"
-        c["inputs"].layout.display = None if tensor else "none"
-        c["chunk_size"].layout.display = None if tensor else "none"
-        self.length_label.layout.display = None if tensor else "none"
-        c["op"].layout.display = None if spec.reduces else "none"
-        c["root"].layout.display = None if spec.rooted else "none"
-        c["root"].description = spec.root_name or "root"
+        return dict(primitive=self.primitive, world_size=self.world_size,
+                    dtype=self.dtype if tensor else None, op=self.op if spec.reduces else None,
+                    root=self.root if spec.rooted else None, backend=self.backend,
+                    chunk_size=self.chunk_size, inputs=self.inputs if tensor else "teaching")
 
-        if tensor:
-            sup = self._support(backend)
-            dtypes = list(sup.dtypes(spec.name))
-            if not dtypes:
-                raise RuntimeError(f"{backend} ran {spec.name} with no dtype here (detected on real ranks)")
-            cur, refused = self._choose(want_dtype if want_dtype is not None else c["dtype"].value,
-                                        dtype_name, dtypes, "float32")
-            if refused is not None and want_dtype is not None:
-                self._notes.append(
-                    f"{backend} cannot run {spec.name} on {refused} tensors (detected on real ranks of torch "
-                    f"{sup.torch_version}); dtypes it accepts: {', '.join(dtypes)}. Showing {cur}.")
-            if list(c["dtype"].options) != dtypes:
-                c["dtype"].options = dtypes
-            c["dtype"].value = cur
-            if spec.reduces:
-                ops = list(sup.ops(spec.name, cur))
-                want, refused = self._choose(want_op if want_op is not None else c["op"].value,
-                                             op_name, ops, "sum")
-                if refused is not None:
-                    self._notes.append(
-                        f"op {refused.upper()} is not valid for {cur} with {backend} in {spec.name} (detected on "
-                        f"real ranks; valid: {', '.join(o.upper() for o in ops)}).{op_hint(refused, cur)} "
-                        f"Showing {want.upper()}.")
-                if list(c["op"].options) != ops:
-                    c["op"].options = ops
-                c["op"].value = want
-        if spec.rooted:
-            r = want_root if want_root is not None else c["root"].value
-            c["root"].max = max(ws - 1, 0)  # clamps the value when the world shrinks
-            try:
-                r = check_rank(r, ws, spec.root_name)
-            except (TypeError, ValueError) as exc:
-                fixed = min(max(r, 0), ws - 1) if isinstance(exc, ValueError) else 0
-                if want_root is not None:
-                    self._notes.append(f"{exc}; showing {spec.root_name}={fixed}")
-                r = fixed
-            c["root"].value = r
-        if tensor:
-            keys = presets_for(spec.name)
-            cur = c["inputs"].value
-            if cur not in keys:
-                self._info.append(f"the inputs preset “{self._preset_label(cur, ws)}” shows nothing for {spec.name}; "
-                                  f"showing the teaching values")
-                cur = "teaching"
-            opts = [(self._preset_label(k, ws, c["dtype"].value), k) for k in keys]
-            if [tuple(o) for o in c["inputs"].options] != opts:
-                c["inputs"].options = opts
-            c["inputs"].value = cur
-        self._update_length()
-        self._update_about()
 
-    def _update_length(self):
-        c = self.controls
-        spec = collectives.SPECS[c["primitive"].value]
-        if spec.kind != "tensor":
-            return
-        import torch
-        ws, cs = c["world_size"].value, c["chunk_size"].value
-        n = max(spec.n_in(ws, r, c["root"].value if spec.rooted else 0) for r in range(ws))
-        itemsize = getattr(torch, c["dtype"].value).itemsize
-        self.length_label.value = (f"<span title='tensor length per rank'>{n} chunk(s) × {cs} = "
-                                   f"<b>{n * cs}</b> elements ({format_bytes(n * cs * itemsize)})</span>")
+@dataclass
+class Facts:
+    """What :func:`choices` and :func:`update` read besides the parameters.
 
-    def _update_backend_note(self):
-        down = [f"<b>{b}</b> unavailable: {esc(i['reason'])}" for b, i in self.backend_infos.items()
-                if not i["available"]]
-        self.backend_note.value = ("<span style='color:#666;font-size:90%'>" + "<br>".join(down) + "</span>"
-                                   if down else "")
+    Args:
+        primitives: the primitives the explorer offers (names, in order).
+        infos: ``{backend: collnb.ranks.backend_info(backend)}`` for every backend.
+        support: called as ``support(backend)`` for a usable backend's
+            :class:`collnb.collectives.BackendSupport`; asked at most once per backend (the answer
+            is kept in :attr:`known`), and only when a tensor primitive's dtypes are needed.
+    """
 
-    def _update_note(self):
-        parts = []
-        if self._info:
-            parts.append("<div class='collnb-info' style='color:#1F4E79'>" +
-                         "<br>".join("ℹ " + esc(n) for n in self._info) + "</div>")
-        if self._notes:
-            parts.append("<div style='color:#8a5300'>" +
-                         "<br>".join("⚠ " + esc(n) for n in self._notes) + "</div>")
-        self.note.value = "".join(parts)
+    primitives: tuple
+    infos: Mapping[str, dict]
+    support: Callable[[str], Any]
+    known: dict = field(default_factory=dict)  # support(backend) and the dtypes/ops worked out from it
+    #: Before the backend's first probe: ``{"dtype": name, "op": name}``, the only dtype and op offered
+    #: (those of the first picture, which the backend itself ran); ``None`` once support is known.
+    provisional: dict | None = None
 
-    def _update_about(self):
-        text = about_text(self.spec, self.controls["op"].value)
-        self.about.value = f"<div style='color:#333;line-height:1.4;max-width:900px'>{text}</div>"
+    @property
+    def usable(self) -> list:
+        """The backends that can run here, in :data:`collnb.vocabulary.BACKENDS` order."""
+        return [b for b, i in self.infos.items() if i["available"]]
 
-    def _after_change(self, name):
-        c = self.controls
-        if name == "inputs":
-            key = c["inputs"].value
-            effect = INPUT_PRESETS[key][2]
-            spec = self.spec
-            if effect and spec.kind == "tensor":
-                dt, op, min_ws = effect
-                before = self.params()
-                sup = self._support(c["backend"].value)
-                ws = c["world_size"].value
-                if ws < min_ws <= c["world_size"].max:
-                    c["world_size"].value = min_ws
-                if dt == "float":
-                    import torch
-                    dt = before["dtype"] if getattr(torch, before["dtype"]).is_floating_point else "float32"
-                if dt in sup.dtypes(spec.name):
-                    self._sync_controls(want_dtype=dt, want_op=op if spec.reduces and op and op in
-                                        sup.ops(spec.name, dt) else None)
-                else:
-                    self._sync_controls()
-                after = self.params()
-                changed = [f"{k.replace('_', ' ')} {before[k]} → {after[k]}" for k in ("dtype", "op", "world_size")
-                           if before[k] != after[k]]
-                if before["world_size"] != after["world_size"]:
-                    changed[-1] += f" (the effect needs at least {min_ws} ranks)"
-                kept = [] if before["world_size"] != after["world_size"] else [f"world size {ws} kept"]
-                if changed:
-                    self._info.append(f"preset “{self._preset_label(key, after['world_size'])}” set " + ", ".join(changed) +
-                                      ("; " + kept[0] if kept else ""))
-                else:
-                    self._info.append(f"preset “{self._preset_label(key, after['world_size'])}”: dtype {after['dtype']} as set; "
-                                      + kept[0])
-                return
-        self._sync_controls()
+    def max_world_size(self, backend: str) -> int:
+        """The largest world size ``backend`` can run here (1..16)."""
+        return max(1, min(MAX_WORLD_SIZE, int(self.infos[backend]["max_world_size"])))
 
+    def backend_support(self, backend: str):
+        """``support(backend)``, asked once per backend."""
+        if backend not in self.known:
+            self.known[backend] = self.support(backend)
+        return self.known[backend]
+
+    def dtypes(self, backend: str, primitive: str) -> tuple:
+        """The dtype names ``backend`` accepts for ``primitive`` (``BackendSupport.dtypes``, which
+        scans every probe result: worked out once per pair, not at each slider move)."""
+        if self.provisional is not None:
+            return (self.provisional["dtype"],)
+        key = ("dtypes", backend, primitive)
+        if key not in self.known:
+            self.known[key] = tuple(self.backend_support(backend).dtypes(primitive))
+        return self.known[key]
+
+    def ops(self, backend: str, primitive: str, dtype: str) -> tuple:
+        """The reduce op names ``backend`` accepts for ``primitive`` on ``dtype`` (once per triple)."""
+        if self.provisional is not None:
+            return (self.provisional["op"],) if dtype == self.provisional["dtype"] else ()
+        key = ("ops", backend, primitive, dtype)
+        if key not in self.known:
+            self.known[key] = tuple(self.backend_support(backend).ops(primitive, dtype))
+        return self.known[key]
+
+
+def choices(p: ExplorerParams, facts: Facts) -> dict:
+    """The values each control offers for ``p`` (pure but for the one support look-up per backend).
+
+    Returns:
+        ``{field: [value, ...]}``; ``"inputs"`` as ``[(label, key), ...]``; an empty list where the
+        primitive takes no such value (the control is hidden).
+
+    Raises:
+        RuntimeError: the backend ran this tensor primitive with no dtype at all.
+    """
+    spec = collectives.SPECS[p.primitive]
+    tensor = spec.kind == "tensor"
+    out: dict = {"primitive": list(facts.primitives), "backend": facts.usable,
+                 "world_size": list(range(1, facts.max_world_size(p.backend) + 1)),
+                 "dtype": [], "op": [], "root": [], "chunk_size": [], "inputs": []}
+    if tensor:
+        dtypes = list(facts.dtypes(p.backend, spec.name))
+        if not dtypes:
+            raise RuntimeError(_("{backend} ran {primitive} with no dtype here (detected on real ranks)").format(
+                backend=p.backend, primitive=spec.name))
+        out["dtype"] = dtypes
+        if spec.reduces:
+            out["op"] = list(facts.ops(p.backend, spec.name, p.dtype)) if p.dtype in dtypes else []
+        out["chunk_size"] = list(CHUNK_SIZES)
+        out["inputs"] = [(preset_label(k, p.world_size, p.dtype), k) for k in presets_for(spec.name)]
+    if spec.rooted:
+        out["root"] = list(range(p.world_size))
+    return out
+
+
+def normalised(name: str, value, notes: list):
+    """``value`` as the name a control offers (a dtype alias or ``torch.dtype`` -> its name, a
+    ``ReduceOp`` or any case -> the op's name); a value that does not normalise adds the error
+    to ``notes`` and comes back as ``None``."""
+    try:
+        if name == "dtype":
+            return dtype_name(value)
+        if name == "op":
+            return op_name(value)
+    except (ValueError, TypeError) as exc:
+        notes.append(str(exc))
+        return None
+    return value
+
+
+def _fix(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info: list) -> ExplorerParams:
+    """``p`` with every value that is not offered replaced, in :data:`ORDER`; a note for each
+    replacement of a value the learner asked for (``explicit`` names those fields) and for an op
+    that stopped being valid."""
+    spec = collectives.SPECS[p.primitive]
+    if p.backend not in facts.usable:
+        b = facts.usable[0]
+        notes.append(_("backend {backend!r} cannot run here ({reason}); showing {other!r}").format(
+            backend=p.backend, reason=facts.infos[p.backend]["reason"], other=b))
+        p = dataclasses.replace(p, backend=b)
+    ws_max = facts.max_world_size(p.backend)
+    if p.world_size > ws_max:
+        p = dataclasses.replace(p, world_size=ws_max)
+    if spec.kind == "tensor":
+        dtypes = list(facts.dtypes(p.backend, spec.name))
+        if p.dtype not in dtypes:
+            cur = "float32" if "float32" in dtypes else dtypes[0]
+            if "dtype" in explicit and p.dtype is not None:
+                sup = facts.backend_support(p.backend)
+                notes.append(_("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks of "
+                               "torch {version}); dtypes it accepts: {valid}. Showing {shown}.").format(
+                    backend=p.backend, primitive=spec.name, dtype=p.dtype, version=sup.torch_version,
+                    valid=", ".join(dtypes), shown=cur))
+            p = dataclasses.replace(p, dtype=cur)
+        if spec.reduces:
+            ops = list(facts.ops(p.backend, spec.name, p.dtype))
+            if p.op not in ops:
+                want = "sum" if "sum" in ops else ops[0]
+                if p.op is not None:
+                    notes.append(_("op {op} is not valid for {dtype} with {backend} in {primitive} (detected on "
+                                   "real ranks; valid: {valid}).{hint} Showing {shown}.").format(
+                        op=p.op.upper(), dtype=p.dtype, backend=p.backend, primitive=spec.name,
+                        valid=", ".join(o.upper() for o in ops), hint=op_hint(p.op, p.dtype),
+                        shown=want.upper()))
+                p = dataclasses.replace(p, op=want)
+        if p.inputs not in presets_for(spec.name):
+            info.append(_("the inputs preset “{preset}” shows nothing for {primitive}; showing the teaching "
+                          "values").format(preset=preset_label(p.inputs, p.world_size), primitive=spec.name))
+            p = dataclasses.replace(p, inputs="teaching")
+        if p.chunk_size not in CHUNK_SIZES:
+            p = dataclasses.replace(p, chunk_size=1)
+    if spec.rooted:
+        r = p.root
+        try:
+            r = check_rank(r, p.world_size, spec.root_name)
+        except (TypeError, ValueError) as exc:
+            fixed = min(max(r, 0), p.world_size - 1) if isinstance(exc, ValueError) else 0
+            if "root" in explicit:
+                notes.append(_("{error}; showing {name}={rank}").format(error=exc, name=spec.root_name, rank=fixed))
+            r = fixed
+        if r != p.root:
+            p = dataclasses.replace(p, root=r)
+    return p
+
+
+def _preset(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info: list) -> ExplorerParams:
+    """The inputs preset of ``p`` just chosen: set the dtype/op/world size its lesson needs (keeping
+    what the learner set in the same change), and say what it changed."""
+    spec = collectives.SPECS[p.primitive]
+    effect = INPUT_PRESETS[p.inputs][2]
+    if not effect or spec.kind != "tensor":
+        return _fix(p, facts, explicit, notes, info)
+    dt, op, min_ws = effect
+    before = p  # the learner's values in this change: what the preset's note compares with
+    ws = p.world_size
+    if ws < min_ws <= facts.max_world_size(p.backend) and "world_size" not in explicit:
+        p = dataclasses.replace(p, world_size=min_ws)
+    if dt == "float":
+        import torch  # noqa: PLC0415 - the model imports torch only where a dtype is asked about
+        dt = before.dtype if getattr(torch, before.dtype).is_floating_point else "float32"
+    if "dtype" not in explicit and dt in facts.dtypes(p.backend, spec.name):
+        p = dataclasses.replace(p, dtype=dt)
+        if "op" not in explicit and spec.reduces and op and op in facts.ops(p.backend, spec.name, dt):
+            p = dataclasses.replace(p, op=op)
+    p = _fix(p, facts, explicit, notes, info)
+    a, b = before.as_dict(), p.as_dict()
+    names = {"dtype": _("dtype"), "op": _("op"), "world_size": _("world size")}
+    changed = [_("{what} {old} → {new}").format(what=names[k], old=a[k], new=b[k])
+               for k in ("dtype", "op", "world_size") if a[k] != b[k]]
+    if a["world_size"] != b["world_size"]:
+        changed[-1] += _(" (the effect needs at least {n} ranks)").format(n=min_ws)
+    label = preset_label(p.inputs, p.world_size)
+    kept = "" if a["world_size"] != b["world_size"] else _("world size {n} kept").format(n=ws)
+    if changed:
+        info.append(_("preset “{preset}” set {changes}").format(preset=label, changes=", ".join(changed)) +
+                    ("; " + kept if kept else ""))
+    else:
+        info.append(_("preset “{preset}”: dtype {dtype} as set; {kept}").format(preset=label, dtype=b["dtype"],
+                                                                                kept=kept))
+    return p
+
+
+def update(p: ExplorerParams, changes: Mapping[str, Any], facts: Facts) -> tuple:
+    """Apply ``changes`` (``{field: value}``, as a learner would, in :data:`ORDER`) to ``p``.
+
+    Each value is normalised (a dtype alias or ``torch.dtype`` -> its name, a ``ReduceOp`` or any
+    case -> the op's name); then every value that stopped being valid is replaced (the world size
+    clamped to what the backend runs, the dtype to float32, the op to SUM, the src/dst to the last
+    rank) and, when ``inputs`` changed to a preset with a lesson, the dtype/op/world size it needs
+    are set (a value given in the same change wins). Pure but for the support look-up of
+    :class:`Facts`.
+
+    Returns:
+        ``(params, notes, info)``: the new :class:`ExplorerParams`; warnings (str) about values the
+        learner asked for that were replaced; information (str) about what a preset changed.
+
+    Raises:
+        ValueError: a name that is not a field (the message lists the fields).
+    """
+    unknown = set(changes) - set(ORDER)
+    if unknown:
+        raise ValueError(_("unknown control(s) {names}; choose from {valid}").format(
+            names=sorted(unknown), valid=", ".join(ORDER)))
+    notes: list = []
+    info: list = []
+    values = {k: normalised(k, v, notes) for k, v in changes.items()}
+    explicit = frozenset(k for k, v in values.items() if v is not None)
+    q = dataclasses.replace(p, **{k: v for k, v in values.items() if v is not None})
+    if "inputs" in explicit:
+        q = _preset(q, facts, explicit - {"inputs"}, notes, info)
+    else:
+        q = _fix(q, facts, explicit, notes, info)
+    return q, notes, info
+
+
+def fix(p: ExplorerParams, facts: Facts, explicit=ORDER) -> tuple:
+    """``(params, notes, info)`` as :func:`update` gives them, for parameters made whole (an
+    explorer's first values): every value not offered replaced, with a note for each field named in
+    ``explicit`` (default: all); an inputs preset's lesson is not applied (the values given win).
+    Idempotent: ``fix(fix(p)[0])[0] == fix(p)[0]``."""
+    notes: list = []
+    info: list = []
+    q = _fix(p, facts, frozenset(explicit), notes, info)
+    return q, notes, info

@@ -26,6 +26,21 @@ ipywidgets marks the panel disconnected (a restarted or stopped kernel leaves it
 inert); a saved notebook reopened without a kernel, nbviewer, a code host or a MyST-NB book shows
 the picture, worded for where it is shown (see :func:`collnb.views.static.static_bundle`).
 
+The explorer's state is one :class:`~collnb.views.controls.ExplorerParams` (primitive, world size,
+backend, dtype, op, src/dst, elements per chunk, inputs preset); the values each control offers and
+what a change does are pure functions of it (:func:`~collnb.views.controls.choices`,
+:func:`~collnb.views.controls.update`), and the widgets only show it
+(:func:`~collnb.views.binder.show_choices`, the same binder as :func:`collnb.explore_redistribute`).
+A slider move checks the world size once (against :func:`collnb.ranks.backend_info`, read when the
+explorer is made) and asks :func:`collnb.collectives.backend_support` once (the run's own check:
+what the backend accepts does not depend on the world size, so the explorer keeps its answer).
+
+The heatmap is an ``ipywidgets.Image`` (PNG bytes sent as a binary buffer, no base64 HTML). It has
+no alt attribute: its description (title, every rank's output, the verdict) is an
+``ipywidgets.HTML`` right after it, visually hidden by the usual "screen-reader only" CSS (clipped
+to 1 px, not ``display: none``, which screen readers skip). No ``tooltip`` on it: ipywidgets 8's
+view reads a ``description`` an Image lacks, and the picture fails to render.
+
 Every change runs the primitive through :func:`collnb.collectives.run` (the warm pool of
 :mod:`collnb.ranks`) and redraws the before | after heatmap with the same drawing path a
 :class:`~collnb.collectives.RunResult` uses when a notebook displays it
@@ -44,6 +59,8 @@ the next run).
 
 from __future__ import annotations
 
+import dataclasses
+import threading
 import time
 import traceback
 from typing import Any, Sequence
@@ -52,34 +69,51 @@ import ipywidgets as widgets
 
 from .. import collectives
 from .. import ranks
-from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_choice, check_world_size, dtype_name, \
-    op_name
-from .controls import ControlLogic
-from .explorer_text import dtype_effect_text, figure_html, reference_html
+from ..i18n import _
+from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_choice, check_world_size, dtype_name
+from .binder import show_choices
+from .controls import ORDER, ExplorerParams, Facts, choices, fix, normalised, update
+from .explorer_text import (backend_note_html, drawn_values, dtype_effect_text, error_head, figure_alt, length_html,
+                            notes_html, reference_html, status_html, status_text)
 from .heatmap import heatmap_grid, heatmap_image
-from .presets import CHUNK_SIZES, INPUT_PRESETS, presets_for
+from .presets import CHUNK_SIZES, INPUT_PRESETS, about_text, presets_for
 from .raster import encode_png
-from .static import RERUN_LINE, captioned_png, esc, live_bundle, static_bundle, update_static
+from .static import captioned_png, esc, live_bundle, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["explore", "Explorer"]
 
+#: Visually hidden, read by screen readers (the usual "sr-only" rule): the picture's description
+#: sits right after the ``ipywidgets.Image`` (which has no alt attribute) in the page's order.
+_SR_ONLY = ("position:absolute;width:1px;height:1px;padding:0;margin:-1px;overflow:hidden;"
+            "clip:rect(0,0,0,0);white-space:nowrap;border:0")
 
-class Explorer(ControlLogic, WorkerState):
+
+class Explorer(WorkerState):
     """An interactive before | after heatmap of one primitive on warm ranks.
 
     Create it with :func:`explore`. Display it (it is the last expression of a cell, or
     ``display(ex)``) to get the panel; :attr:`widget` is the underlying :class:`ipywidgets.VBox`.
 
+    The state is one :class:`~collnb.views.controls.ExplorerParams` (:attr:`state`); the values each
+    control offers are :func:`~collnb.views.controls.choices` of it, and a change is
+    :func:`~collnb.views.controls.update` of it (pure functions, tested without widgets or ranks).
+    The widgets only show the state (every widget event during that is ignored) and report a
+    learner's change back.
+
     State for programs and tests (read-only unless said otherwise):
 
     Attributes:
+        state: the current :class:`~collnb.views.controls.ExplorerParams`.
         widget: the whole panel (``ipywidgets.VBox``).
         controls: ``{"primitive", "world_size", "dtype", "op", "root", "backend", "chunk_size",
             "inputs"}`` -> the control widget (set ``.value`` to change it, as a learner would).
-        figure: ``ipywidgets.HTML`` holding the heatmap as ``<img class="collnb-heatmap">``
-            whose ``alt`` text and ``data-*`` attributes describe what is drawn
-            (``data-after``: each rank's output chunks as drawn, ranks separated by ``;``).
+        figure: ``ipywidgets.Image`` (PNG, class ``collnb-heatmap``) showing the heatmap.
+        figure_text: ``ipywidgets.HTML``: the picture's description for screen readers (visually
+            hidden, right after the picture); :attr:`alt` is its text.
+        drawn: what the picture shows, as text (``{"before", "after", "exact", "after_text"}``: per
+            rank the chunks' values; ``exact``: the float64 value where the dtype gave another,
+            else ``""``; plus ``"cells"``, ``"layout"``, ``"min_font_px"`` of the painted picture).
         reference: ``ipywidgets.HTML`` with the float64 reference table (``class="collnb-reference"``).
         status: ``ipywidgets.HTML``: busy indicator, last run's verdict and timings, or the error.
         last_result: :class:`~collnb.collectives.RunResult` of the latest run drawn (``None`` before).
@@ -93,24 +127,30 @@ class Explorer(ControlLogic, WorkerState):
         in_flight: runs executing now (0 or 1).
         last_timing: ``{"run_s", "draw_s", "total_s"}`` of the latest run drawn (seconds;
             total = from the change that asked for it to the figure being set).
+        first_picture_s: seconds from the explorer being made to its first picture in the widget.
+        first_before_probe: whether that picture came before the backend's first probe (nothing
+            was known about the backend yet: the probe ran right after it, see :meth:`wait`).
     """
 
     def __init__(self, primitive: str | Sequence[str] = "all_reduce", *, world_size: int = 4,
                  dtype="float32", op="sum", root: int = 0, backend: str = "gloo",
                  chunk_size: int = 1, inputs: str = "teaching", dpi: float = 80,
                  wait: bool = True, **launch_kwargs):
-        choices = list(primitive) if isinstance(primitive, (list, tuple)) else [primitive]
-        if not choices:
-            raise ValueError(f"give a primitive; choose one of: {', '.join(collectives.PRIMITIVES)}")
-        for p in choices:
+        chosen = list(primitive) if isinstance(primitive, (list, tuple)) else [primitive]
+        if not chosen:
+            raise ValueError(_("give a primitive; choose one of: {valid}").format(
+                valid=", ".join(collectives.PRIMITIVES)))
+        for p in chosen:
             check_choice("primitive", p, collectives.PRIMITIVES)
         check_backend(backend)
         check_choice("inputs preset", inputs, tuple(INPUT_PRESETS))
-        if inputs not in presets_for(choices[0]):
-            raise ValueError(f"inputs preset {inputs!r} shows nothing for {choices[0]}; choose one of: "
-                             f"{', '.join(presets_for(choices[0]))}")
+        if inputs not in presets_for(chosen[0]):
+            raise ValueError(_("inputs preset {preset!r} shows nothing for {primitive}; choose one of: "
+                               "{valid}").format(preset=inputs, primitive=chosen[0],
+                                                 valid=", ".join(presets_for(chosen[0]))))
         if chunk_size not in CHUNK_SIZES:
-            raise ValueError(f"chunk_size must be one of {', '.join(map(str, CHUNK_SIZES))}; got {chunk_size!r}")
+            raise ValueError(_("chunk_size must be one of {valid}; got {got!r}").format(
+                valid=", ".join(map(str, CHUNK_SIZES)), got=chunk_size))
         check_world_size(world_size)
         self.dpi = dpi
         self.launch_kwargs = dict(launch_kwargs)
@@ -122,51 +162,66 @@ class Explorer(ControlLogic, WorkerState):
         self.last_timing: dict = {}
         self.error: BaseException | None = None
         self.message = ""
+        self.alt = ""
+        self.drawn: dict = {}
+        self._t_made = time.perf_counter()
+        self.first_picture_s: float | None = None
+        self.first_before_probe = False
         self.draws_skipped = 0
         self._worker = LatestWorker(self._execute, "collnb-explorer", on_error=self._show_error)
+        self._lock = threading.RLock()  # the state and the widgets: a learner's change, the probe's answer
+        self._first = threading.Event()  # the first request finished (drawn or failed)
         self._syncing = 0
         self._notes: list = []
         self._info: list = []
         self._display_ids: list = []
         self.static_png: bytes | None = None
 
-        # which backends can run here
+        # which backends can run here (asked once), and what each accepted (asked once per backend)
         self.backend_infos = {b: ranks.backend_info(b) for b in BACKENDS}
-        usable = [b for b, i in self.backend_infos.items() if i["available"]]
-        if not usable:
-            raise RuntimeError("no backend can run here: " +
-                               "; ".join(f"{b}: {i['reason']}" for b, i in self.backend_infos.items()))
-        if backend not in usable:
-            self._notes.append(f"backend {backend!r} cannot run here ({self.backend_infos[backend]['reason']}); "
-                               f"showing {usable[0]!r}")
-            backend = usable[0]
+        self.facts = Facts(tuple(chosen), self.backend_infos,
+                           lambda b: collectives.backend_support(b, **self.launch_kwargs))
+        if not self.facts.usable:
+            raise RuntimeError(_("no backend can run here: {reasons}").format(
+                reasons="; ".join(f"{b}: {i['reason']}" for b, i in self.backend_infos.items())))
+        dtype = normalised("dtype", dtype, self._notes) or "float32"  # a value that is no dtype: noted
+        op = normalised("op", op, self._notes) or "sum"
+        start = ExplorerParams(chosen[0], world_size, dtype, op, root, backend, chunk_size, inputs)
+        # the first picture before the backend's first probe (1-4 s after an install): when nothing is
+        # known yet and the first view is float32 SUM (which every backend runs for every tensor
+        # primitive), the controls offer just that until the probe, run right after the picture, answers
+        first_backend = backend if backend in self.facts.usable else self.facts.usable[0]
+        if (dtype, op) == ("float32", "sum") and collectives.known_support(first_backend) is None:
+            self.facts.provisional = {"dtype": dtype, "op": op}
+        self.state, notes, self._info = fix(start, self.facts)
+        self._notes += notes
+        if self.facts.provisional is not None:
+            self._info.append(self._probing_line())
 
         style = {"description_width": "initial"}
         lay = widgets.Layout(width="auto")
+        usable = self.facts.usable
         c = self.controls = {}
-        c["primitive"] = widgets.Dropdown(options=choices, value=choices[0], description="primitive",
-                                          disabled=len(choices) == 1, style=style, layout=lay)
-        c["backend"] = widgets.ToggleButtons(options=usable, value=backend, tooltips=[
-            f"run on {b} ranks" for b in usable], style={"button_width": "70px"})
+        c["primitive"] = widgets.Dropdown(options=chosen, value=chosen[0], description=_("primitive"),
+                                          disabled=len(chosen) == 1, style=style, layout=lay)
+        c["backend"] = widgets.ToggleButtons(options=usable, value=self.state.backend, tooltips=[
+            _("run on {backend} ranks").format(backend=b) for b in usable], style={"button_width": "70px"})
         c["world_size"] = widgets.IntSlider(value=1, min=1, max=MAX_WORLD_SIZE, step=1,
-                                            description="world size", continuous_update=True,
+                                            description=_("world size"), continuous_update=True,
                                             style=style, layout=widgets.Layout(width="330px"))
-        c["dtype"] = widgets.Dropdown(options=["float32"], value="float32", description="dtype",
+        c["dtype"] = widgets.Dropdown(options=["float32"], value="float32", description=_("dtype"),
                                       style=style, layout=lay)
-        c["op"] = widgets.Dropdown(options=["sum"], value="sum", description="op", style=style, layout=lay)
+        c["op"] = widgets.Dropdown(options=["sum"], value="sum", description=_("op"), style=style, layout=lay)
         c["root"] = widgets.IntSlider(value=0, min=0, max=max(world_size - 1, 0), step=1, description="src",
                                       continuous_update=True, style=style,
                                       layout=widgets.Layout(width="260px"))
         c["chunk_size"] = widgets.SelectionSlider(options=list(CHUNK_SIZES), value=chunk_size,
-                                                  description="elements per chunk", continuous_update=True,
+                                                  description=_("elements per chunk"), continuous_update=True,
                                                   style=style, layout=widgets.Layout(width="330px"))
-        c["inputs"] = widgets.Dropdown(options=[(self._preset_label(k, world_size), k)
-                                                for k in presets_for(choices[0])],
-                                       value=inputs, description="inputs", style=style,
+        c["inputs"] = widgets.Dropdown(options=[("", inputs)], value=inputs, description=_("inputs"), style=style,
                                        layout=widgets.Layout(width="520px"))
-        for w in c.values():
-            w.add_class("collnb-control")
         for name, w in c.items():
+            w.add_class("collnb-control")
             w.add_class(f"collnb-{name.replace('_', '-')}")
         self.backend_note = widgets.HTML(layout=widgets.Layout(margin="0 0 0 8px"))
         self.backend_note.add_class("collnb-backend-note")
@@ -178,39 +233,38 @@ class Explorer(ControlLogic, WorkerState):
         self.note.add_class("collnb-note")
         self.about = widgets.HTML(value="")
         self.about.add_class("collnb-about")
-        self.figure = widgets.HTML(value="<i>no run yet</i>", layout=widgets.Layout(min_width="0"))
+        self.figure = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto",
+                                                                        min_width="0"))
         self.figure.add_class("collnb-figure")
+        self.figure.add_class("collnb-heatmap")
+        none_yet = _("no run yet")
+        self.figure_text = widgets.HTML(value=f"<span style='{_SR_ONLY}'>{esc(none_yet)}</span>")
+        self.figure_text.add_class("collnb-figure-text")
         self.reference = widgets.HTML(value="", layout=widgets.Layout(margin="0 0 0 12px"))
         self.reference.add_class("collnb-reference-box")
 
-        row1 = widgets.HBox([c["primitive"], widgets.Label("backend", layout=widgets.Layout(margin="0 4px 0 12px")),
+        row1 = widgets.HBox([c["primitive"], widgets.Label(_("backend"), layout=widgets.Layout(margin="0 4px 0 12px")),
                              c["backend"], self.backend_note],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
         row2 = widgets.HBox([c["world_size"], c["dtype"], c["op"], c["root"]],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
         row3 = widgets.HBox([c["chunk_size"], self.length_label, c["inputs"]],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
-        body = widgets.HBox([self.figure, self.reference],
+        picture = widgets.VBox([self.figure, self.figure_text], layout=widgets.Layout(min_width="0"))
+        body = widgets.HBox([picture, self.reference],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start"))
         self.widget = widgets.VBox([row1, row2, row3, self.about, self.status, self.note, body])
         self.widget.add_class("collnb-explorer")
         self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
 
-        # initial values, validated against what the backend supports (no run yet)
-        self._syncing += 1
-        try:
-            c["world_size"].value = world_size
-            self._sync_controls(want_dtype=dtype, want_op=op, want_root=root)
-        finally:
-            self._syncing -= 1
+        self._sync()
         self._update_backend_note()
-        self._update_note()
-
         for name, w in c.items():
             w.observe(self._on_change(name), names="value")
         self._request()
-        if wait:
-            self.wait()
+        if wait:  # the first picture; the probe behind it (if any) goes on in the background
+            if not self._first.wait(120.0):
+                raise TimeoutError(_("the explorer was still running after {seconds} s").format(seconds=120.0))
 
     # -- display -----------------------------------------------------------------------------
     def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
@@ -229,14 +283,15 @@ class Explorer(ControlLogic, WorkerState):
 
     def static_bundle(self) -> dict:
         """The static picture of the explorer's current state as a mime bundle (``text/html``,
-        ``image/png``, ``text/plain``): see :func:`static_bundle`."""
+        ``image/png``, ``text/plain``): see :func:`static_bundle`. The picture with its line is
+        painted from the heatmap's pixels (no PNG decoded), once per state."""
         res = self.last_result
         what = repr(self)
         if res is None:
-            return static_bundle(None, "explorer", alt=what, caption=self.message or "no run yet")
+            return static_bundle(None, "explorer", alt=what, caption=self.message or _("no run yet"))
         if self.static_png is None:
-            self.static_png = captioned_png(self.last_pixels, RERUN_LINE.format(what="explorer"))
-        return static_bundle(self.last_png, "explorer", alt=what, png_with_line=self.static_png,
+            self.static_png = captioned_png(self.last_pixels, rerun_line("explorer"))
+        return static_bundle(self.last_png, "explorer", alt=self.alt or what, png_with_line=self.static_png,
                              attrs=dict(world_size=res.world_size, primitive=res.primitive,
                                         dtype=dtype_name(res.dtype) if res.dtype is not None else ""))
 
@@ -251,20 +306,24 @@ class Explorer(ControlLogic, WorkerState):
     # -- state (in_flight, pending, busy, requests, runs_started/finished: WorkerState) ---------
     @property
     def spec(self):
-        return collectives.SPECS[self.controls["primitive"].value]
+        return collectives.SPECS[self.state.primitive]
 
     def params(self) -> dict:
-        """The current control values: ``{"primitive", "world_size", "dtype", "op", "root",
-        "backend", "chunk_size", "inputs"}`` (``dtype``/``op``/``root`` are ``None`` where the
-        primitive takes none)."""
-        c = self.controls
-        spec = collectives.SPECS[c["primitive"].value]
-        return dict(primitive=spec.name, world_size=int(c["world_size"].value),
-                    dtype=c["dtype"].value if spec.kind == "tensor" else None,
-                    op=c["op"].value if spec.reduces else None,
-                    root=int(c["root"].value) if spec.rooted else None,
-                    backend=c["backend"].value, chunk_size=int(c["chunk_size"].value),
-                    inputs=c["inputs"].value if spec.kind == "tensor" else "teaching")
+        """The current values: ``{"primitive", "world_size", "dtype", "op", "root", "backend",
+        "chunk_size", "inputs"}`` (``dtype``/``op``/``root`` are ``None`` where the primitive takes
+        none): :meth:`ExplorerParams.as_dict <collnb.views.controls.ExplorerParams.as_dict>` of
+        :attr:`state`."""
+        return self.state.as_dict()
+
+    def offered(self, name: str) -> list:
+        """The values control ``name`` offers now (:func:`~collnb.views.controls.choices` of
+        :attr:`state`; ``inputs`` as keys).
+
+        Raises:
+            KeyError: not a control name.
+        """
+        self._settle()
+        return [v[1] if isinstance(v, tuple) else v for v in choices(self.state, self.facts)[name]]
 
     def set(self, **values) -> "Explorer":
         """Set several controls at once (names as in :attr:`controls`), asking for ONE run.
@@ -275,52 +334,35 @@ class Explorer(ControlLogic, WorkerState):
 
         Raises:
             ValueError: an unknown control name, or a value the control does not offer (the
-                message lists the offered values).
+                message lists the offered values); the values before it are applied.
         """
-        order = ["backend", "primitive", "inputs", "world_size", "dtype", "op", "root", "chunk_size"]
-        unknown = set(values) - set(order)
+        unknown = set(values) - set(ORDER)
         if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; choose from {', '.join(order)}")
-        self._notes = []
-        self._info = []
-        self._syncing += 1
+            raise ValueError(_("unknown control(s) {names}; choose from {valid}").format(
+                names=sorted(unknown), valid=", ".join(ORDER)))
+        self._settle()  # every choice known before a value is checked against them
+        with self._lock:
+            return self._set(values)
+
+    def _set(self, values: dict) -> "Explorer":
+        state, notes, info = self.state, [], []
+        norm = {"dtype": dtype_name, "op": collectives.op_name}
         try:
-            for name in order:
+            for name in ORDER:
                 if name not in values:
                     continue
-                w = self.controls[name]
-                v = values[name]
-                try:
-                    if name == "dtype":
-                        v = dtype_name(v)
-                    elif name == "op":
-                        v = op_name(v)
-                except (ValueError, TypeError):
-                    pass  # the check below names what is offered
-                offered = self._offered(name)
-                if offered is not None and v not in offered:
-                    raise ValueError(f"{name}={v!r} is not offered here; choose one of "
-                                     f"{', '.join(map(str, offered))}")
-                w.value = v
-                self._after_change(name)
-        except BaseException:
-            self._syncing -= 1
-            self._update_note()
+                v = _try(norm[name], values[name]) if name in norm else values[name]
+                offered = [o[1] if isinstance(o, tuple) else o for o in choices(state, self.facts)[name]]
+                if offered and v not in offered:
+                    raise ValueError(_("{name}={value!r} is not offered here; choose one of {valid}").format(
+                        name=name, value=v, valid=", ".join(map(str, offered))))
+                state, n, i = update(state, {name: v}, self.facts)
+                notes, info = notes + n, info + i
+        finally:
+            self.state, self._notes, self._info = state, notes, info
+            self._sync()
             self._request()  # the figure follows the values that were applied
-            raise
-        self._syncing -= 1
-        self._update_note()
-        self._request()
         return self
-
-    def _offered(self, name):
-        w = self.controls[name]
-        if isinstance(w, widgets.IntSlider):
-            return list(range(w.min, w.max + 1))
-        if hasattr(w, "options"):
-            opts = list(w.options)
-            return [o[1] if isinstance(o, tuple) else o for o in opts]
-        return None
 
     def refresh(self) -> "Explorer":
         """Run again with the current values."""
@@ -328,7 +370,8 @@ class Explorer(ControlLogic, WorkerState):
         return self
 
     def wait(self, timeout: float = 120.0):
-        """Block until no run is in flight or waiting; returns :attr:`last_result`.
+        """Block until no run is in flight or waiting (nor the backend probe a first picture went
+        without: then every control offers all its choices); returns :attr:`last_result`.
 
         Raises:
             TimeoutError: still busy after ``timeout`` seconds.
@@ -336,7 +379,8 @@ class Explorer(ControlLogic, WorkerState):
         try:
             self._worker.wait(timeout)
         except TimeoutError:
-            raise TimeoutError(f"the explorer was still running after {timeout} s") from None
+            raise TimeoutError(_("the explorer was still running after {seconds} s").format(seconds=timeout)) \
+                from None
         return self.last_result
 
     def close(self, timeout: float = 30.0) -> None:
@@ -355,23 +399,75 @@ class Explorer(ControlLogic, WorkerState):
         for w in seen:
             w.close()
 
+    # -- the state in the widgets ----------------------------------------------------------------
+    def _sync(self):
+        """Make every widget show :attr:`state` and offer its choices (widget events ignored)."""
+        self._syncing += 1
+        try:
+            p, spec = self.state, self.spec
+            offered = choices(p, self.facts)
+            show_choices(self.controls, offered, dataclasses.asdict(p),
+                         keep_shown=("primitive", "backend", "world_size"))
+            tensor = spec.kind == "tensor"
+            self.length_label.layout.display = None if tensor else "none"
+            self.controls["root"].description = spec.root_name or "root"
+            self._update_length()
+            self.about.value = (f"<div style='color:#333;line-height:1.4;max-width:900px'>"
+                                f"{about_text(spec, p.op)}</div>")
+            self._update_note()
+        finally:
+            self._syncing -= 1
+
+    def _update_length(self):
+        if self.spec.kind == "tensor":
+            self.length_label.value = length_html(self.spec, self.state)
+
+    def _update_backend_note(self):
+        self.backend_note.value = backend_note_html(self.backend_infos)
+
+    def _update_note(self):
+        self.note.value = notes_html(self._info, self._notes)
+
     def _on_change(self, name):
         def handler(change):
-            if self._syncing:
-                return
-            self._notes = []
-            self._info = []
-            self._syncing += 1
-            try:
-                self._after_change(name)
-            except Exception as exc:  # noqa: BLE001 - keep the explorer usable
-                self._show_error(exc, self.params())
-                return
-            finally:
-                self._syncing -= 1
-            self._update_note()
-            self._request()
+            with self._lock:
+                if self._syncing:  # a value the explorer itself is showing (this thread or the probe's)
+                    return
+                try:
+                    self.state, self._notes, self._info = update(self.state, {name: change["new"]}, self.facts)
+                except Exception as exc:  # noqa: BLE001 - keep the explorer usable
+                    self._sync()
+                    self._show_error(exc, self.params())
+                    return
+                self._sync()
+                self._request()
         return handler
+
+    def _probing_line(self) -> str:
+        return _("the dtype and op lists fill in once {backend} has been tried on real ranks (a few seconds, "
+                 "once after an install)").format(backend=self.state.backend)
+
+    def _settle(self) -> None:
+        """Ask the backend probe the first picture went without (:attr:`Facts.provisional
+        <collnb.views.controls.Facts>`), then offer every choice it found; the values shown stay
+        unless the probe refuses them (then replaced, with a note, and drawn again). Runs on the worker
+        thread right after the first picture, or in :meth:`set` and :meth:`offered` if they come first
+        (the probe runs once: a second caller waits for it)."""
+        if self.facts.provisional is None:
+            return
+        sup = collectives.backend_support(self.state.backend, **self.launch_kwargs)
+        with self._lock:
+            if self.facts.provisional is None:
+                return
+            self.facts.known[self.state.backend] = sup
+            self.facts.provisional = None
+            before = self.state
+            self.state, notes, info = fix(self.state, self.facts, explicit=("dtype", "op"))
+            self._notes = self._notes + notes
+            self._info = [i for i in self._info if i != self._probing_line()] + info
+            self._sync()
+            if self.state != before:
+                self._request()
 
     # -- running ---------------------------------------------------------------------------------
     def _request(self):
@@ -380,22 +476,34 @@ class Explorer(ControlLogic, WorkerState):
         if self._worker.closed:
             return
         # busy first: a run finishing right after the hand-over must not be overwritten by it
-        self._set_status(f"⏳ running {params['primitive']} on {params['world_size']} rank(s)…", busy=True)
+        self._set_status(_("⏳ running {primitive} on {n} rank(s)…").format(
+            primitive=params["primitive"], n=params["world_size"]), busy=True)
         self._worker.submit(params)
 
     def _stale(self) -> bool:
         return self._worker.stale()
 
     def _execute(self, params):
+        try:
+            self._run_and_draw(params)
+        finally:
+            self._first.set()
+            if self.facts.provisional is not None and not self._worker.closed:
+                try:
+                    self._settle()
+                except Exception as exc:  # noqa: BLE001 - shown in the panel; set() asks again
+                    self._show_error(exc, params)
+
+    def _run_and_draw(self, params):
         p = params
         preset = INPUT_PRESETS[p["inputs"]]
         t0 = time.perf_counter()
         try:
             result = collectives.run(p["primitive"], p["world_size"],
-                               dtype=p["dtype"] or "float32", op=p["op"] or "sum",
-                               root=p["root"] if p["root"] is not None else 0,
-                               backend=p["backend"], chunk_size=p["chunk_size"],
-                               inputs=preset[1], **self.launch_kwargs)
+                                     dtype=p["dtype"] or "float32", op=p["op"] or "sum",
+                                     root=p["root"] if p["root"] is not None else 0,
+                                     backend=p["backend"], chunk_size=p["chunk_size"], inputs=preset[1],
+                                     check_support=self.facts.provisional is None, **self.launch_kwargs)
         except Exception as exc:  # noqa: BLE001 - shown in the panel
             if not self._stale():
                 self._show_error(exc, p)
@@ -408,33 +516,31 @@ class Explorer(ControlLogic, WorkerState):
         # the drawing path of RunResult's notebook display (RunResult.png -> heatmap_png)
         him = heatmap_image(result, dpi=self.dpi, grid=grid)
         png = encode_png(him.pixels, self.dpi)
-        fig_html = figure_html(result, grid, png, him)
+        alt = figure_alt(grid)
+        drawn = drawn_values(result, grid, him)
         ref_html = reference_html(result, grid) if result.spec.reduces else ""
         t2 = time.perf_counter()
         if self._stale():
             self.draws_skipped += 1
             return
-        self.figure.value = fig_html
+        self.figure.width = str(him.pixels.shape[1])  # its own width, never scaled up (at most the output's)
+        self.figure.value = png
+        self.figure_text.value = f"<span style='{_SR_ONLY}'>{esc(alt)}</span>"
         self.reference.value = ref_html
         self.last_result = result
         self.last_png = png
         self.last_pixels = him.pixels  # the static picture is painted from these (no PNG decoded)
         self.static_png = None
+        self.alt, self.drawn = alt, drawn
         self.last_params = {k: v for k, v in p.items() if not k.startswith("_")}
         self.error = None
         t3 = time.perf_counter()
         self.last_timing = dict(run_s=t1 - t0, draw_s=t2 - t1, total_s=t3 - p["_t_request"])
+        if self.first_picture_s is None:
+            self.first_picture_s = t3 - self._t_made
+            self.first_before_probe = self.facts.provisional is not None
         effect = dtype_effect_text(result, grid)
-        dname = dtype_name(result.dtype) if result.dtype is not None else ""
-        if not result.ok:
-            verdict = f"✗ {result.n_mismatches()} chunk(s) differ from the reference"
-        elif effect and result.spec.reduces:
-            verdict = (f"✓ {result.backend} matches the reference: the same {dname} arithmetic done without "
-                       f"torch.distributed (the dtype, not the communication, changed the value)")
-        else:
-            verdict = "✓ matches the reference (computed without torch.distributed)"
-        text = (f"{verdict} · {result.title()} · ran in {1000 * (t1 - t0):.0f} ms, "
-                f"drawn in {1000 * (t2 - t1):.0f} ms")
+        text = status_text(result, effect, t1 - t0, t2 - t1)
         self._set_status(text, busy=False, color="#2E7D32" if result.ok else "#C62828", effect=effect)
         if not self._stale():  # during a drag only the last state is worth saving (~10-30 ms a picture)
             self._update_static()
@@ -442,14 +548,7 @@ class Explorer(ControlLogic, WorkerState):
     def _show_error(self, exc, params):
         self.error = exc
         self.last_params = {k: v for k, v in params.items() if not k.startswith("_")}
-        if isinstance(exc, (ValueError, TypeError)):
-            head = "invalid combination"
-        elif isinstance(exc, ranks.RankError):
-            head = "a rank failed (the ranks were stopped; the next change starts fresh ones)"
-        elif isinstance(exc, ranks.LaunchTimeout):
-            head = "the run timed out (the ranks were stopped; the next change starts fresh ones)"
-        else:
-            head = f"the run failed with {type(exc).__name__} (the next change starts fresh ranks)"
+        head = error_head(exc, ranks.RankError, ranks.LaunchTimeout)
         text = str(exc) or "".join(traceback.format_exception_only(type(exc), exc)).strip()
         lines = text.splitlines()
         if len(lines) > 40:
@@ -458,15 +557,13 @@ class Explorer(ControlLogic, WorkerState):
 
     def _set_status(self, text, busy, color="#444", pre=False, effect=""):
         self.message = text + (f"\n{effect}" if effect else "")
-        body = esc(text)
-        if pre:
-            body = (f"<pre style='white-space:pre-wrap;margin:0;font-size:85%;color:{color}'>{body}</pre>")
-        else:
-            body = f"<span style='color:{color}'>{body.replace(chr(10), '<br>')}</span>"
-        if effect:
-            body += f"<br><span class='collnb-dtype-effect' style='color:#A65400;font-weight:bold'>{esc(effect)}</span>"
-        self.status.value = (f"<div class='collnb-status-box' data-busy='{int(busy)}'>{body}</div>")
+        self.status.value = status_html(text, busy, color, pre, effect)
 
+def _try(fn, v):
+    try:
+        return fn(v)
+    except (ValueError, TypeError):  # the check against what is offered names the valid values
+        return v
 
 
 def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Explorer:

@@ -1,50 +1,51 @@
-"""The HTML and text the primitive explorer shows beside its heatmap: the ``<img>`` with alt text and
-``data-*`` attributes describing what is drawn, the float64 reference table, and the line saying
-what the dtype did.
+"""The text the primitive explorer shows beside its heatmap: the picture's description (its alt
+text, for screen readers), the values drawn as text (:func:`drawn_values`, what tests and programs
+read), the float64 reference table, and the line saying what the dtype did.
 """
 
 from __future__ import annotations
 
-import base64
 import math
 
+from ..i18n import _
+from ..units import format_bytes
 from ..vocabulary import dtype_name
-from .static import IMG_STYLE, esc
+from .static import esc
 from .values import chunk_firsts, differs_exact, format_value
 
-__all__ = ["figure_html", "reference_html", "dtype_effect_text"]
+__all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "status_html",
+           "error_head", "notes_html", "length_html", "backend_note_html"]
 
 
-def _rows_attr(rows) -> str:
-    """Per-rank lists of cell texts -> ``"a,b,c;d,e,f"`` (ranks separated by ``;``)."""
-    return ";".join(",".join(str(x) for x in row) for row in rows)
+def figure_alt(grid) -> str:
+    """The description of the heatmap of ``grid`` (a :class:`~collnb.views.heatmap.HeatmapGrid`):
+    its title, every rank's output chunks as drawn and the verdict, e.g. "all_reduce (SUM) ...
+    After: rank 0: [60, 64, 68, 72]; rank 1: [...]. ✓ ..."."""
+    alt_rows = "; ".join(_("rank {rank}: [{chunks}]").format(rank=r, chunks=", ".join(t for t in row if t))
+                         for r, row in enumerate(grid.after.text))
+    return _("{title}. After: {rows}. {status}").format(title=grid.title, rows=alt_rows, status=grid.status)
 
 
-def figure_html(result, grid, png: bytes, him=None) -> str:
-    """The heatmap PNG of ``result`` as ``<img class="collnb-heatmap">``: alt text from ``grid``, and
-    ``data-*`` attributes with the values drawn (ranks separated by ``;``) and, given the painted
-    :class:`~collnb.views.heatmap.HeatmapImage` ``him``, where the cells are and the smallest label."""
-    b64 = base64.b64encode(png).decode("ascii")
+def drawn_values(result, grid, him=None) -> dict:
+    """What the heatmap of ``result`` shows, as text (per rank a list of str, one per chunk):
+
+    * ``"before"``, ``"after"``: each chunk's first element, exactly (``-56``, ``280``, ``inf``,
+      ``nan``, ``0.1``; integral floats without ``.0``);
+    * ``"exact"``: the float64 reference where the dtype gave another value, else ``""``;
+    * ``"after_text"``: the cell labels as painted (:attr:`grid.after.text`);
+    * given the painted :class:`~collnb.views.heatmap.HeatmapImage` ``him``: ``"cells"`` (its
+      ``geometry``: ``{key: (x, y, cell px)}``), ``"layout"`` and ``"min_font_px"`` (the smallest
+      label, px)."""
     after = _values(result, "after")
     exact = _values(result, "expected_f64")
     marks = [[_num(x) if differs_exact(v, x) else "" for v, x in zip(a, e)] if e else ["" for _ in a]
              for a, e in zip(after, exact)]
-    alt_rows = "; ".join(f"rank {r}: [{', '.join(t for t in row if t)}]"
-                         for r, row in enumerate(grid.after.text))
-    alt = f"{grid.title}. After: {alt_rows}. {grid.status}"
-    attrs = dict(primitive=result.primitive, world_size=result.world_size,
-                 dtype=dtype_name(result.dtype) if result.dtype is not None else "",
-                 op=result.op or "", root="" if result.root is None else result.root,
-                 backend=result.backend, chunk_size=result.chunk_size, ok=int(result.ok),
-                 before=_rows_attr([[_num(v) for v in row] for row in _values(result, "before")]),
-                 after=_rows_attr([[_num(v) for v in row] for row in after]),
-                 exact=_rows_attr(marks), after_text=_rows_attr(grid.after.text))
-    if him is not None:  # where the cells are, for tests that measure the drawn labels
-        attrs.update(cells=";".join(f"{k}:{x},{y},{c}" for k, (x, y, c) in him.geometry.items()),
-                     layout=him.layout, min_font_px=f"{min(s_ for _, s_, _ in him.labels):.1f}")
-    data = " ".join(f"data-{k.replace('_', '-')}=\"{esc(v)}\"" for k, v in attrs.items())
-    return (f"<img class=\"collnb-heatmap\" src=\"data:image/png;base64,{b64}\" alt=\"{esc(alt)}\" "
-            f"title=\"{esc(grid.title)}\" {data} style=\"{IMG_STYLE}\">")
+    out = dict(before=[[_num(v) for v in row] for row in _values(result, "before")],
+               after=[[_num(v) for v in row] for row in after], exact=marks,
+               after_text=[list(row) for row in grid.after.text])
+    if him is not None:
+        out.update(cells=dict(him.geometry), layout=him.layout, min_font_px=min(s_ for _l, s_, _c in him.labels))
+    return out
 
 
 def reference_html(result, grid) -> str:
@@ -55,13 +56,12 @@ def reference_html(result, grid) -> str:
     dname = dtype_name(result.dtype)
     after = _values(result, "after")
     exact = _values(result, "expected_f64")
-    rows, exact_rows = [], []
+    rows = []
     n_diff = 0
     for r in range(result.world_size):
         vals = exact[r]
-        exact_rows.append([_num(x) for x in vals] if vals is not None else [])
         if vals is None:
-            cells = ["<td class='undef'>undefined</td>"]
+            cells = ["<td class='undef'>" + esc(_("undefined")) + "</td>"]
         else:
             cells = []
             for c, x in enumerate(vals):
@@ -70,11 +70,12 @@ def reference_html(result, grid) -> str:
                 if differs_exact(got, x):
                     n_diff += 1
                     g = esc(format_value(got))
-                    cells.append(f"<td class='differs' title='{esc(dname)} gives {g}'>{txt}"
+                    tip = esc(_("{dtype} gives {value}").format(dtype=dname, value=format_value(got)))
+                    cells.append(f"<td class='differs' title='{tip}'>{txt}"
                                  f"<span>{esc(dname)}: {g}</span></td>")
                 else:
                     cells.append(f"<td>{txt}</td>")
-        rows.append(f"<tr><th>rank {r}</th>{''.join(cells)}</tr>")
+        rows.append("<tr><th>" + esc(_("rank {rank}").format(rank=r)) + "</th>" + "".join(cells) + "</tr>")
     # sizes: >= 10 px at ipywidgets' 13 px base (90% = 11.7 px, the dtype's value 88% of that)
     style = ("<style>.collnb-reference{border-collapse:collapse;font-size:90%;text-align:center;line-height:1.3}"
              ".collnb-reference th{text-align:right;padding:1px 4px 1px 0;font-weight:normal}"
@@ -83,16 +84,15 @@ def reference_html(result, grid) -> str:
              ".collnb-reference td.differs span{display:block;font-weight:normal;font-size:88%;color:#7A3E00}"
              ".collnb-reference td.undef{color:#888;font-style:italic}</style>")
     if n_diff:
-        what = (f"<span style='background:#FFD8A8'>highlighted</span>: {n_diff} chunk(s) where "
-                f"{dname} gave another value")
+        what = _("<span style='background:#FFD8A8'>highlighted</span>: {n} chunk(s) where {dtype} gave another "
+                 "value").format(n=n_diff, dtype=esc(dname))
     else:
-        what = f"{dname} gave the exact result everywhere"
+        what = _("{dtype} gave the exact result everywhere").format(dtype=esc(dname))
     # line-height: ipywidgets' HTML widget sets a 28 px line height meant for one-line labels
-    head = (f"<div style='font-weight:bold;line-height:1.6'>float64 reference</div>"
-            f"<div style='font-size:85%;color:#555;line-height:1.4;margin-bottom:4px'>the exact "
-            f"result of the same inputs; {what}</div>")
-    table = (f"<table class='collnb-reference' data-differs='{n_diff}' "
-             f"data-exact='{esc(_rows_attr(exact_rows))}'>{''.join(rows)}</table>")
+    head = ("<div style='font-weight:bold;line-height:1.6'>" + esc(_("float64 reference")) + "</div>"
+            "<div style='font-size:85%;color:#555;line-height:1.4;margin-bottom:4px'>" +
+            _("the exact result of the same inputs; {what}").format(what=what) + "</div>")
+    table = f"<table class='collnb-reference' data-differs='{n_diff}'>{''.join(rows)}</table>"
     return style + head + table
 
 
@@ -124,8 +124,9 @@ def dtype_effect_text(result, grid) -> str:
     head = ""
     if asked:
         r, c = asked[0]
-        head = (f"{dname} cannot hold every input asked for: rank {r}, chunk {c} holds {grid.before.text[r][c]} "
-                f"for {grid.before.asked[r][c]} ({len(asked)} input chunk(s), marked in the before panel)")
+        head = _("{dtype} cannot hold every input asked for: rank {rank}, chunk {chunk} holds {held} for {asked} "
+                 "({n} input chunk(s), marked in the before panel)").format(
+            dtype=dname, rank=r, chunk=c, held=grid.before.text[r][c], asked=grid.before.asked[r][c], n=len(asked))
     after = _values(result, "after")
     exact = _values(result, "expected_f64")
     diffs = [(r, c) for r in range(result.world_size) if exact[r] is not None
@@ -134,11 +135,86 @@ def dtype_effect_text(result, grid) -> str:
         return head
     r, c = diffs[0]
     if not result.spec.reduces:
-        body = (f"{dname} cannot hold every input value: the inputs changed when the tensors were made "
-                f"(rank {r}, chunk {c}: {format_value(after[r][c])} for {format_value(exact[r][c])}); "
-                f"{result.primitive} itself copied them unchanged")
+        body = _("{dtype} cannot hold every input value: the inputs changed when the tensors were made "
+                 "(rank {rank}, chunk {chunk}: {got} for {exact}); {primitive} itself copied them unchanged").format(
+            dtype=dname, rank=r, chunk=c, got=format_value(after[r][c]), exact=format_value(exact[r][c]),
+            primitive=result.primitive)
     else:
-        body = (f"dtype effect: {dname} gives {format_value(after[r][c])} where float64 gives "
-                f"{format_value(exact[r][c])} (rank {r}, chunk {c}; {len(diffs)} chunk(s) differ from the "
-                f"float64 result, highlighted)")
+        body = _("dtype effect: {dtype} gives {got} where float64 gives {exact} (rank {rank}, chunk {chunk}; "
+                 "{n} chunk(s) differ from the float64 result, highlighted)").format(
+            dtype=dname, got=format_value(after[r][c]), exact=format_value(exact[r][c]), rank=r, chunk=c,
+            n=len(diffs))
     return f"{head}; {body}" if head else body
+
+
+def status_text(result, effect: str, run_s: float, draw_s: float) -> str:
+    """The status line after a run drawn: the verdict against the reference (✓/✗; with a dtype
+    effect, that the dtype and not the communication changed the value), the run's title and how
+    long it ran and was drawn (``run_s``, ``draw_s`` in seconds, shown in ms)."""
+    dname = dtype_name(result.dtype) if result.dtype is not None else ""
+    if not result.ok:
+        verdict = _("✗ {n} chunk(s) differ from the reference").format(n=result.n_mismatches())
+    elif effect and result.spec.reduces:
+        verdict = _("✓ {backend} matches the reference: the same {dtype} arithmetic done without "
+                    "torch.distributed (the dtype, not the communication, changed the value)").format(
+            backend=result.backend, dtype=dname)
+    else:
+        verdict = _("✓ matches the reference (computed without torch.distributed)")
+    return _("{verdict} · {title} · ran in {run_ms:.0f} ms, drawn in {draw_ms:.0f} ms").format(
+        verdict=verdict, title=result.title(), run_ms=1000 * run_s, draw_ms=1000 * draw_s)
+
+
+def error_head(exc: BaseException, rank_error: type, launch_timeout: type) -> str:
+    """What kind of failure ``exc`` is, in the panel's words (``rank_error``/``launch_timeout``:
+    :class:`collnb.ranks.RankError` and :class:`~collnb.ranks.LaunchTimeout`)."""
+    if isinstance(exc, (ValueError, TypeError)):
+        return _("invalid combination")
+    if isinstance(exc, rank_error):
+        return _("a rank failed (the ranks were stopped; the next change starts fresh ones)")
+    if isinstance(exc, launch_timeout):
+        return _("the run timed out (the ranks were stopped; the next change starts fresh ones)")
+    return _("the run failed with {error} (the next change starts fresh ranks)").format(error=type(exc).__name__)
+
+
+def status_html(text: str, busy: bool, color: str = "#444", pre: bool = False, effect: str = "") -> str:
+    """The status line as HTML: ``text`` in ``color`` (``pre``: kept as written, for an error's
+    lines), the dtype effect below it in bold; ``data-busy`` says whether a run is under way."""
+    body = esc(text)
+    if pre:
+        body = f"<pre style='white-space:pre-wrap;margin:0;font-size:85%;color:{color}'>{body}</pre>"
+    else:
+        body = f"<span style='color:{color}'>{body.replace(chr(10), '<br>')}</span>"
+    if effect:
+        body += f"<br><span class='collnb-dtype-effect' style='color:#A65400;font-weight:bold'>{esc(effect)}</span>"
+    return f"<div class='collnb-status-box' data-busy='{int(busy)}'>{body}</div>"
+
+
+def notes_html(info, notes) -> str:
+    """The panel's notes: information (ℹ, what a preset changed) and warnings (⚠, a value asked
+    for that was replaced), one a line."""
+    parts = []
+    if info:
+        parts.append("<div class='collnb-info' style='color:#1F4E79'>" + "<br>".join("ℹ " + esc(n) for n in info) +
+                     "</div>")
+    if notes:
+        parts.append("<div style='color:#8a5300'>" + "<br>".join("⚠ " + esc(n) for n in notes) + "</div>")
+    return "".join(parts)
+
+
+def length_html(spec, p) -> str:
+    """The tensor length per rank of parameters ``p`` (an ``ExplorerParams`` of a tensor primitive
+    ``spec``): "4 chunk(s) × 1 = 4 elements (16 B)", the longest rank's."""
+    import torch  # noqa: PLC0415
+    n = max(spec.n_in(p.world_size, r, p.root if spec.rooted else 0) for r in range(p.world_size))
+    itemsize = getattr(torch, p.dtype).itemsize
+    text = _("{chunks} chunk(s) × {size} = <b>{n}</b> elements ({bytes})").format(
+        chunks=n, size=p.chunk_size, n=n * p.chunk_size, bytes=format_bytes(n * p.chunk_size * itemsize))
+    tip = _("tensor length per rank")
+    return f"<span title='{esc(tip)}'>{text}</span>"
+
+
+def backend_note_html(infos) -> str:
+    """Why each backend that cannot run here cannot (``infos``: backend -> ``backend_info``), or ``""``."""
+    down = [_("<b>{backend}</b> unavailable: {reason}").format(backend=b, reason=esc(i["reason"]))
+            for b, i in infos.items() if not i["available"]]
+    return "<span style='color:#666;font-size:90%'>" + "<br>".join(down) + "</span>" if down else ""

@@ -16,7 +16,9 @@ from dataclasses import dataclass, replace
 
 from .. import placements
 from .binder import Binder
-from .redistribute import redistribute_png
+from ..i18n import N_, _
+from .raster import encode_png
+from .redistribute import redistribute_image
 from .static import esc
 
 __all__ = ["explore_redistribute", "RedistributeParams", "RedistributeExplorer", "choices", "fix", "MESHES",
@@ -55,8 +57,8 @@ class RedistributeParams:
         return [getattr(self, f"{which}{d}") for d in range(len(self.mesh_shape))]
 
 
-_LABELS = {"mesh": "mesh", "shape": "shape", "dtype": "dtype", "src0": "src dim 0", "src1": "src dim 1",
-           "dst0": "dst dim 0", "dst1": "dst dim 1"}
+_LABELS = {"mesh": N_("mesh"), "shape": N_("shape"), "dtype": N_("dtype"), "src0": N_("src dim 0"),
+           "src1": N_("src dim 1"), "dst0": N_("dst dim 0"), "dst1": N_("dst dim 1")}
 
 
 def _partial_op(values) -> str | None:
@@ -95,13 +97,14 @@ def fix(p: RedistributeParams):
         value = getattr(p, name)
         if offered and value not in offered:
             better = "R" if name.startswith(("src", "dst")) and "R" in offered else offered[0]
-            notes.append(f"{_LABELS[name]} {value} is not offered here; showing {better}")
+            notes.append(_("{control} {value} is not offered here; showing {shown}").format(
+                control=_(_LABELS[name]), value=value, shown=better))
             p = replace(p, **{name: better})
     try:
         placements.check_request(p.shape, p.mesh, p.placements("src"), p.placements("dst"), p.dtype)
     except ValueError as exc:
         if p.dtype != "float32":
-            notes.append(f"{exc}; showing float32")
+            notes.append(_("{error}; showing float32").format(error=exc))
             p = replace(p, dtype="float32")
         else:
             notes.append(str(exc))
@@ -115,19 +118,23 @@ def run(p: RedistributeParams, **launch_kwargs):
 
 
 def draw(result, p: RedistributeParams):
-    """``(png, caption html)`` of a result."""
+    """``(png, caption html, pixels)`` of a result: the picture of
+    :func:`collnb.views.redistribute.redistribute_image` encoded once, and the ``uint8`` H x W x 3
+    pixels it was encoded from (the binder paints the saved notebook's picture from them)."""
     verdict = result.verdict
     kinds = [rec.operation for rec in result.calls[0]] if result.calls else []
-    steps = ", ".join(kinds) if kinds else ("refused by torch" if result.refused else "no communication")
-    return redistribute_png(result), (f"<span class='collnb-verdict'>{esc(verdict)}</span> · "
-                                      f"<span class='collnb-steps'>{esc(steps)}</span>")
+    steps = ", ".join(kinds) if kinds else (_("refused by torch") if result.refused else _("no communication"))
+    pixels = redistribute_image(result).pixels
+    return encode_png(pixels), (f"<span class='collnb-verdict'>{esc(verdict)}</span> · "
+                                f"<span class='collnb-steps'>{esc(steps)}</span>"), pixels
 
 
 class RedistributeExplorer(Binder):
     """The explorer :func:`explore_redistribute` returns (a :class:`~collnb.views.binder.Binder`)."""
 
     def __init__(self, params: RedistributeParams, wait: bool = True, **launch_kwargs):
-        super().__init__(params, choices, fix, lambda q: run(q, **launch_kwargs), draw, labels=_LABELS,
+        super().__init__(params, choices, fix, lambda q: run(q, **launch_kwargs), draw,
+                         labels={k: _(v) for k, v in _LABELS.items()},
                          name="redistribute-explorer", what="explorer", wait=wait)
 
 
