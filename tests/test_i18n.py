@@ -85,3 +85,15 @@ def test_set_language_none_goes_back_to_the_default(monkeypatch):
     monkeypatch.delenv("LC_MESSAGES", raising=False)
     collnb.set_language("en")
     assert collnb.set_language(None) == "zh"
+
+
+def test_a_rounds_description_is_written_in_the_language_spoken_when_its_schedule_is_built():
+    from collnb.algorithms import cached_schedule
+    english = cached_schedule("all_reduce", "ring", 4).rounds[0].detail
+    assert english == ("step 1/3: rank r sends chunk (r-1) mod 4 to rank r+1, which combines it into its own copy")
+    collnb.set_language("zh")
+    chinese = cached_schedule("all_reduce", "ring", 4).rounds[0]
+    assert chinese.detail == "第 1/3 步：rank r 把第 (r-1) mod 4 块发给 rank r+1，后者把它合并进自己的副本"
+    assert chinese.label == "reduce-scatter"  # the phase keeps its API-like name
+    collnb.set_language("en")
+    assert cached_schedule("all_reduce", "ring", 4).rounds[0].detail == english  # not the cached Chinese

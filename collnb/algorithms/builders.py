@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 
+from ..i18n import N_, _
 from .rounds import Round, Transfer
 
 __all__ = ["BUILDERS", "pof2_fold", "rabenseifner_chunks"]
@@ -53,22 +54,29 @@ def _T(src, dst, chunks, reduce=False, dst_chunks=None):
     return Transfer(src, dst, chunks, tuple(dst_chunks) if dst_chunks is not None else chunks, reduce)
 
 
-def _fold_rounds(n, C, reduce, what="their whole buffer"):
+#: Default words of the fold/unfold rounds (translated where a round is built).
+_THEIR_BUFFER = N_("their whole buffer")
+_THE_RESULT = N_("the result")
+
+
+def _fold_rounds(n, C, reduce, what=_THEIR_BUFFER):
     p, q, old, members = pof2_fold(n)
     if q == 0:
         return []
     ts = [_T(2 * i, 2 * i + 1, range(C), reduce) for i in range(q)]
-    verb = "combines it with its own" if reduce else "keeps it"
-    return [Round("fold", f"{n} is not a power of two: ranks 0..{2 * q - 2} (even) send {what} to "
-                  f"rank+1, which {verb}; they sit out until the unfold round, leaving {p} active ranks", ts)]
+    verb = _("combines it with its own") if reduce else _("keeps it")
+    return [Round("fold", _("{n} is not a power of two: ranks 0..{last} (even) send {what} to rank+1, which {verb}; "
+                            "they sit out until the unfold round, leaving {p} active ranks").format(
+                                n=n, last=2 * q - 2, what=_(what), verb=verb, p=p), ts)]
 
 
-def _unfold_round(n, C_of_even, what="the result"):
+def _unfold_round(n, C_of_even, what=_THE_RESULT):
     p, q, old, members = pof2_fold(n)
     if q == 0:
         return []
     ts = [_T(2 * i + 1, 2 * i, C_of_even(2 * i)) for i in range(q)]
-    return [Round("unfold", f"ranks 1..{2 * q - 1} (odd) send {what} back to the ranks that sat out", ts)]
+    return [Round("unfold", _("ranks 1..{last} (odd) send {what} back to the ranks that sat out").format(
+        last=2 * q - 1, what=_(what)), ts)]
 
 
 # -- all_reduce ---------------------------------------------------------------------------------
@@ -77,12 +85,14 @@ def _ar_ring(n, root, C):
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
-        rounds.append(Round("reduce-scatter", f"step {k + 1}/{n - 1}: rank r sends chunk (r-{k + 1}) mod {n} to "
-                            f"rank r+1, which combines it into its own copy", ts))
+        rounds.append(Round("reduce-scatter", _("step {step}/{steps}: rank r sends chunk (r-{step}) mod {n} to "
+                                                "rank r+1, which combines it into its own copy").format(
+                                                    step=k + 1, steps=n - 1, n=n), ts))
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
-        rounds.append(Round("all-gather", f"step {k + 1}/{n - 1}: rank r passes the finished chunk (r-{k}) "
-                            f"mod {n} to rank r+1, which overwrites its copy", ts))
+        rounds.append(Round("all-gather", _("step {step}/{steps}: rank r passes the finished chunk (r-{k}) "
+                                            "mod {n} to rank r+1, which overwrites its copy").format(
+                                                step=k + 1, steps=n - 1, k=k, n=n), ts))
     return rounds
 
 
@@ -92,8 +102,9 @@ def _ar_recursive_doubling(n, root, C):
     m = 1
     while m < p:
         ts = [_T(old[i], old[i ^ m], range(C), True) for i in range(p)]
-        rounds.append(Round("exchange", f"distance {m}: every active rank swaps its whole buffer with the rank "
-                            f"whose new number differs in bit {m.bit_length() - 1}, and both combine", ts))
+        rounds.append(Round("exchange", _("distance {m}: every active rank swaps its whole buffer with the rank "
+                                          "whose new number differs in bit {bit}, and both combine").format(
+                                              m=m, bit=m.bit_length() - 1), ts))
         m <<= 1
     return rounds + _unfold_round(n, lambda r: range(C))
 
@@ -102,7 +113,7 @@ def _rs_halving(p, old, groups_of, reduce_label="reduce-scatter"):
     """Recursive halving over p (power of two) new ranks: distance p/2, p/4, ..., 1. Returns rounds;
     afterwards new rank i holds the complete reduction of groups_of[i]."""
     rounds = []
-    resp = [set(range(p)) for _ in range(p)]  # groups each new rank is still responsible for
+    resp = [set(range(p)) for _rank in range(p)]  # groups each new rank is still responsible for
     m = p // 2
     step = 1
     total = p.bit_length() - 1
@@ -116,8 +127,9 @@ def _rs_halving(p, old, groups_of, reduce_label="reduce-scatter"):
                 ts.append(_T(old[i], old[j], chunks, True))
         for i in range(p):
             resp[i] = {g for g in resp[i] if (g & m) == (i & m)}
-        rounds.append(Round(reduce_label, f"recursive halving step {step}/{total}, distance {m}: each rank sends "
-                            f"the half it is no longer responsible for to its partner, which combines it", ts))
+        rounds.append(Round(reduce_label, _("recursive halving step {step}/{total}, distance {m}: each rank sends "
+                                            "the half it is no longer responsible for to its partner, which "
+                                            "combines it").format(step=step, total=total, m=m), ts))
         m //= 2
         step += 1
     return rounds
@@ -139,8 +151,9 @@ def _ag_doubling(p, old, groups_of, label="all-gather"):
             if chunks:
                 ts.append(_T(old[i], old[j], chunks))
         held = [held[i] | held[i ^ m] for i in range(p)]
-        rounds.append(Round(label, f"recursive doubling step {step}/{total}, distance {m}: each rank sends "
-                            f"everything it has gathered to its partner; the data held doubles", ts))
+        rounds.append(Round(label, _("recursive doubling step {step}/{total}, distance {m}: each rank sends "
+                                     "everything it has gathered to its partner; the data held doubles").format(
+                                         step=step, total=total, m=m), ts))
         m <<= 1
         step += 1
     return rounds
@@ -179,8 +192,9 @@ def _reduce_binomial(n, root, C, label="reduce"):
         for v in range(n):
             if (v & (2 * m - 1)) == m:
                 ts.append(_T((v + root) % n, (v - m + root) % n, range(C), True))
-        rounds.append(Round(label, f"binomial tree step {step}/{total}: ranks at relative position "
-                            f"{m} mod {2 * m} send their partial result {m} ranks down the tree", ts))
+        rounds.append(Round(label, _("binomial tree step {step}/{total}: ranks at relative position "
+                                     "{m} mod {twice} send their partial result {m} ranks down the tree").format(
+                                         step=step, total=total, m=m, twice=2 * m), ts))
         m <<= 1
         step += 1
     return rounds
@@ -197,9 +211,10 @@ def _bcast_binomial(n, root, C, label="broadcast", chunks_for=None):
             if v + m < n:
                 ch = range(C) if chunks_for is None else chunks_for(v + m, min(v + 2 * m, n))
                 ts.append(_T((v + root) % n, (v + m + root) % n, ch))
-        what = "the whole buffer" if chunks_for is None else "the chunks of the receiver's subtree"
-        rounds.append(Round(label, f"binomial tree step {k + 1}/{L}: every rank that has the data sends {what} "
-                            f"{m} ranks further (relative to the root); the ranks holding it double", ts))
+        what = _("the whole buffer") if chunks_for is None else _("the chunks of the receiver's subtree")
+        rounds.append(Round(label, _("binomial tree step {step}/{steps}: every rank that has the data sends {what} "
+                                     "{m} ranks further (relative to the root); the ranks holding it double").format(
+                                         step=k + 1, steps=L, what=what, m=m), ts))
     return rounds
 
 
@@ -213,8 +228,8 @@ def _ag_ring(n, root, C):
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
-        rounds.append(Round("all-gather", f"step {k + 1}/{n - 1}: rank r passes block (r-{k}) mod {n} to rank r+1",
-                            ts))
+        rounds.append(Round("all-gather", _("step {step}/{steps}: rank r passes block (r-{k}) mod {n} to rank r+1").format(
+            step=k + 1, steps=n - 1, k=k, n=n), ts))
     return rounds
 
 
@@ -223,10 +238,11 @@ def _ag_recursive_doubling(n, root, C):
     rounds = []
     if q:
         ts = [_T(2 * i, 2 * i + 1, [2 * i]) for i in range(q)]
-        rounds.append(Round("fold", f"{n} is not a power of two: ranks 0..{2 * q - 2} (even) give their block "
-                            f"to rank+1 and sit out until the unfold round, leaving {p} ranks", ts))
+        rounds.append(Round("fold", _("{n} is not a power of two: ranks 0..{last} (even) give their block "
+                                      "to rank+1 and sit out until the unfold round, leaving {p} ranks").format(
+                                          n=n, last=2 * q - 2, p=p), ts))
     rounds += _ag_doubling(p, old, [list(mm) for mm in members])
-    return rounds + _unfold_round(n, lambda r: [c for c in range(C) if c != r], "every block")
+    return rounds + _unfold_round(n, lambda r: [c for c in range(C) if c != r], N_("every block"))
 
 
 def _ag_bruck(n, root, C):
@@ -237,8 +253,9 @@ def _ag_bruck(n, root, C):
     while d < n:
         cnt = min(d, n - d)
         ts = [_T(r, (r - d) % n, sorted((r + j) % n for j in range(cnt))) for r in range(n)]
-        rounds.append(Round("all-gather", f"Bruck step {step}/{total}: rank r holds blocks r, r+1, ... (mod {n}); it "
-                            f"sends the first {cnt} of them to rank r-{d}", ts))
+        rounds.append(Round("all-gather", _("Bruck step {step}/{total}: rank r holds blocks r, r+1, ... (mod {n}); it "
+                                            "sends the first {count} of them to rank r-{d}").format(
+                                                step=step, total=total, n=n, count=cnt, d=d), ts))
         d <<= 1
         step += 1
     return rounds
@@ -250,8 +267,9 @@ def _rs_ring(n, root, C):
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
-        rounds.append(Round("reduce-scatter", f"step {k + 1}/{n - 1}: rank r sends chunk (r-{k + 1}) mod {n} to "
-                            f"rank r+1, which combines it; after the last step rank r holds chunk r complete", ts))
+        rounds.append(Round("reduce-scatter", _("step {step}/{steps}: rank r sends chunk (r-{step}) mod {n} to "
+                                                "rank r+1, which combines it; after the last step rank r holds chunk r "
+                                                "complete").format(step=k + 1, steps=n - 1, n=n), ts))
     return rounds
 
 
@@ -259,13 +277,14 @@ def _rs_recursive_halving(n, root, C):
     p, q, old, members = pof2_fold(n)
     rounds = _fold_rounds(n, C, True)
     rounds += _rs_halving(p, old, [list(mm) for mm in members])
-    return rounds + _unfold_round(n, lambda r: [r], "the even rank's finished chunk")
+    return rounds + _unfold_round(n, lambda r: [r], N_("the even rank's finished chunk"))
 
 
 # -- broadcast ----------------------------------------------------------------------------------
 
 def _bc_linear(n, root, C):
-    return [Round("send", f"send {k}/{n - 1}: the root sends the whole buffer to rank {(root + k) % n}",
+    return [Round("send", _("send {k}/{last}: the root sends the whole buffer to rank {dst}").format(
+        k=k, last=n - 1, dst=(root + k) % n),
                   [_T(root, (root + k) % n, range(C))]) for k in range(1, n)]
 
 
@@ -279,8 +298,9 @@ def _bc_chain(n, root, C):
             s = t - i
             if 0 <= s < C:
                 ts.append(_T((root + i) % n, (root + i + 1) % n, [s]))
-        rounds.append(Round("pipeline", f"time step {t + 1}/{C + n - 2}: the i-th rank of the chain (from the "
-                            f"root) forwards segment {t}-i to the next rank, all at once", ts))
+        rounds.append(Round("pipeline", _("time step {step}/{steps}: the i-th rank of the chain (from the "
+                                          "root) forwards segment {t}-i to the next rank, all at once").format(
+                                              step=t + 1, steps=C + n - 2, t=t), ts))
     return rounds
 
 
@@ -295,7 +315,8 @@ def _rd_binomial(n, root, C):
 
 
 def _sc_linear(n, root, C):
-    return [Round("send", f"send {k}/{n - 1}: the root sends chunk {(root + k) % n} to rank {(root + k) % n}",
+    return [Round("send", _("send {k}/{last}: the root sends chunk {dst} to rank {dst}").format(
+        k=k, last=n - 1, dst=(root + k) % n),
                   [_T(root, (root + k) % n, [(root + k) % n])]) for k in range(1, n)]
 
 
@@ -305,7 +326,8 @@ def _sc_binomial(n, root, C):
 
 
 def _ga_linear(n, root, C):
-    return [Round("send", f"send {k}/{n - 1}: rank {(root + k) % n} sends its chunk to the root",
+    return [Round("send", _("send {k}/{last}: rank {src} sends its chunk to the root").format(
+        k=k, last=n - 1, src=(root + k) % n),
                   [_T((root + k) % n, root, [(root + k) % n])]) for k in range(1, n)]
 
 
@@ -320,8 +342,9 @@ def _ga_binomial(n, root, C):
             if (v & (2 * m - 1)) == m:
                 ts.append(_T((v + root) % n, (v - m + root) % n,
                              sorted((u + root) % n for u in range(v, min(v + m, n)))))
-        rounds.append(Round("gather", f"binomial tree step {step}/{total}: ranks at relative position {m} mod "
-                            f"{2 * m} send every chunk gathered so far {m} ranks down the tree", ts))
+        rounds.append(Round("gather", _("binomial tree step {step}/{total}: ranks at relative position {m} mod "
+                                        "{twice} send every chunk gathered so far {m} ranks down the tree").format(
+                                            step=step, total=total, m=m, twice=2 * m), ts))
         m <<= 1
         step += 1
     return rounds
@@ -335,11 +358,12 @@ def _a2a_pairwise(n, root, C):
     for k in range(1, n):
         if pof2:
             ts = [_T(r, r ^ k, [r ^ k], dst_chunks=[r]) for r in range(n)]
-            how = f"rank r exchanges with rank r XOR {k}"
+            how = _("rank r exchanges with rank r XOR {k}").format(k=k)
         else:
             ts = [_T(r, (r + k) % n, [(r + k) % n], dst_chunks=[r]) for r in range(n)]
-            how = f"rank r sends to rank r+{k} and receives from rank r-{k}"
-        rounds.append(Round("all-to-all", f"pairwise step {k}/{n - 1}: {how} (one block each way)", ts))
+            how = _("rank r sends to rank r+{k} and receives from rank r-{k}").format(k=k)
+        rounds.append(Round("all-to-all", _("pairwise step {k}/{last}: {how} (one block each way)").format(
+            k=k, last=n - 1, how=how), ts))
     return rounds
 
 
@@ -347,7 +371,8 @@ def _a2a_linear(n, root, C):
     if n == 1:
         return []
     ts = [_T(r, j, [j], dst_chunks=[r]) for r in range(n) for j in range(n) if j != r]
-    return [Round("all-to-all", f"every rank posts all {n - 1} sends and {n - 1} receives at once", ts)]
+    return [Round("all-to-all", _("every rank posts all {count} sends and {count} receives at once").format(
+        count=n - 1), ts)]
 
 
 #: ``(primitive, algorithm)`` -> ``builder(world_size, root, n_chunks)`` returning the list of rounds.

@@ -52,7 +52,7 @@ from __future__ import annotations
 import functools
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
-from ..i18n import _
+from ..i18n import _, get_language
 from ..vocabulary import check_choice, check_int, check_rank, check_world_size
 from .builders import BUILDERS, pof2_fold
 from .rounds import Round, Schedule, Transfer
@@ -238,10 +238,16 @@ def chunk_bounds(count: int, n_chunks: int) -> list:
     return out
 
 
-@functools.lru_cache(maxsize=512)
 def cached_schedule(primitive: str, algorithm: str, world_size: int, root: int = 0,
                     segments: int | None = None) -> Schedule:
     """:func:`schedule` with its arguments given in full, remembered per process (the explorer
-    and the bandwidth lab rebuild the same few schedules on every call). The returned
-    :class:`Schedule` is shared: do not change it. Raises as :func:`schedule`."""
+    and the bandwidth lab rebuild the same few schedules on every call) and per language (each
+    round's description is written in the language spoken when it is built, ``collnb.set_language``).
+    The returned :class:`Schedule` is shared: do not change it. Raises as :func:`schedule`."""
+    return _cached_schedule(primitive, algorithm, world_size, root, segments, get_language())
+
+
+@functools.lru_cache(maxsize=512)
+def _cached_schedule(primitive: str, algorithm: str, world_size: int, root: int, segments: int | None,
+                     language: str) -> Schedule:
     return schedule(primitive, algorithm, world_size, root, segments)
