@@ -226,7 +226,7 @@ def test_replay_widget_slider_play_speed(ag4):
 
 
 def test_explore_rounds_runs_on_real_ranks():
-    from collnb.views.rounds import explore_rounds
+    from collnb.views.rounds_explorer import explore_rounds
     e = explore_rounds("all_reduce", world_size=3)  # returns with the first replay shown
     assert e.trace.algorithm == "ring" and e.trace.world_size == 3 and e.trace.n_rounds == 4
     assert "equals" in e.status.value
@@ -249,7 +249,7 @@ def test_rounds_explorer_callback_returns_at_once_and_the_latest_values_win(ag4,
     """A control change returns before its run ends (the kernel stays responsive); values set
     while a run is in flight replace each other, only the latest runs (a stub stands for the ranks)."""
     import threading
-    from collnb.views import rounds
+    from collnb.views import rounds_explorer as rounds
     release, entered, calls = threading.Event(), threading.Event(), []
 
     def stub(primitive, algorithm, world_size, **kwargs):
@@ -421,7 +421,7 @@ def test_cli_replay_writes_gif_trace_and_filmstrip(tmp_path):
     (("all_reduce",), dict(timeout=-1), ValueError, "timeout must be a positive"),
 ])
 def test_explore_rounds_refuses_bad_input(args, kwargs, exc, text):
-    from collnb.views.rounds import explore_rounds
+    from collnb.views.rounds_explorer import explore_rounds
     with pytest.raises(exc, match=re.escape(text)):
         explore_rounds(*args, **kwargs)
 

@@ -2,7 +2,7 @@
 :mod:`.grid`), round-by-round replays of a :class:`collnb.Trace` (:mod:`.replay`, frames in
 :mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
 :mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
-moves (:mod:`.explorer`, :mod:`.rounds`, both through the latest-request-wins :mod:`.worker`), and the
+moves (:mod:`.explorer`, :mod:`.rounds_explorer`, both through the latest-request-wins :mod:`.worker`), and the
 collectives a launch recorded, step by step (:mod:`.calls`), a launch's per-rank timeline as a
 Gantt chart (:mod:`.timeline`). All
 pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values

@@ -6,7 +6,7 @@ named here, from their own modules, :func:`explore_rounds` (run an algorithm on 
 replay it) and :func:`compare_figure` (the comparison chart). What a
 frame shows: :mod:`collnb.views.frames`; the round's heatmap and arrows:
 :mod:`collnb.views.round_heatmap`; the players: :mod:`collnb.views.players`; the rounds explorer
-that runs algorithms on real ranks: :mod:`collnb.views.rounds`; the comparison chart:
+that runs algorithms on real ranks: :mod:`collnb.views.rounds_explorer`; the comparison chart:
 :mod:`collnb.views.comparison`.
 """
 
@@ -27,7 +27,7 @@ from .palette import INK, MIN_LABEL_PX
 from .players import SPEED_RANGE, CompareWidget, ReplayWidget
 from .raster import Canvas
 from .round_heatmap import paint_heatmap
-from .rounds import explore_rounds
+from .rounds_explorer import explore_rounds
 
 __all__ = ["replay", "compare", "save_gif", "save_filmstrip", "explore_rounds", "compare_figure", "FPS_RANGE",
            "SPEED_RANGE"]
