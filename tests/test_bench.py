@@ -18,7 +18,7 @@ from collnb import bench as B
 from collnb import costmodel as cm
 from collnb.cli import EXIT_OK, EXIT_USAGE, main
 from collnb.labs.bench import rows as bench_rows
-from collnb.labs.bench.inputs import counts
+from collnb.labs.bench.choices import counts
 from collnb.labs.bench.measuring import Case, values
 
 EXAMPLE = B.EXAMPLE_FILE

@@ -84,7 +84,7 @@ Sources:
 from .figure import format_table, measurement_flags, plot
 from .references import reference_rows
 from .rows import as_rows, load, note, save_csv, save_json, to_table
-from .inputs import (COLUMNS, EXAMPLE_FILE, MAX_BYTES, PRIMITIVES, REFERENCES, check_algorithms, check_world_sizes,
+from .choices import (COLUMNS, EXAMPLE_FILE, MAX_BYTES, PRIMITIVES, REFERENCES, check_algorithms, check_world_sizes,
                     parse_size, parse_sizes)
 from .sweep import TIMINGS, bench, debug_cost
 

@@ -23,7 +23,7 @@ from ...algorithms import BUILTIN_FORM, DEFAULT_MODEL, algbw, busbw_factor, cros
 from ...i18n import N_, _
 from ...units import display_width, format_bytes, format_rate, format_seconds, pad
 from .rows import as_rows
-from .inputs import PRIMITIVES
+from .choices import PRIMITIVES
 
 _COLORS = ("#4E79A7", "#E15759", "#59A14F", "#F28E2B", "#B07AA1", "#76B7B2", "#EDC948", "#FF9DA7")
 

@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from ...algorithms import cached_schedule, chunk_bounds, execute
-from .inputs import REDUCING
+from .choices import REDUCING
 
 
 def values(rank, count, reducing, dtype, device, offset=0):

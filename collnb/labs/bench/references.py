@@ -30,7 +30,7 @@ import torch
 from ...vocabulary import check_choice, check_int
 from .measuring import values
 from .rows import reference_row
-from .inputs import REFERENCES, bench_dtype, parse_sizes
+from .choices import REFERENCES, bench_dtype, parse_sizes
 
 __all__ = ["reference_rows", "ReferenceSampler", "best_half_median", "MIN_REPETITIONS"]
 

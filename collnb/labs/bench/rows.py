@@ -12,7 +12,7 @@ import torch
 
 from ...algorithms import algbw, busbw_factor
 from ...i18n import _
-from .inputs import COLUMNS
+from .choices import COLUMNS
 
 _INT_COLS = ("world_size", "nbytes")
 _FLOAT_COLS = ("time_s", "time_min_s", "time_max_s", "algbw_GBps", "busbw_GBps")

@@ -14,7 +14,7 @@ from ...vocabulary import check_choice, check_int
 from .measuring import rank_bench
 from .references import MIN_REPETITIONS, ReferenceSampler
 from .rows import measured_row, to_table
-from .inputs import BLOCKED, bench_dtype, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+from .choices import BLOCKED, bench_dtype, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
 
 
 #: How :func:`bench` times (``timing=``), the first the default:
