@@ -97,3 +97,37 @@ def test_a_rounds_description_is_written_in_the_language_spoken_when_its_schedul
     assert chinese.label == "reduce-scatter"  # the phase keeps its API-like name
     collnb.set_language("en")
     assert cached_schedule("all_reduce", "ring", 4).rounds[0].detail == english  # not the cached Chinese
+
+
+def _raises_on_rank_1(rank, world_size):
+    if rank == 1:
+        raise ValueError("rank 1 cannot continue")
+    return rank
+
+
+@pytest.mark.parametrize("language", ["en", "zh"])
+def test_a_rank_errors_summary_and_guess_are_read_without_parsing_its_words(language, tmp_path):
+    """Notebook code reads err.summary / err.guess / r.change: the same code runs in both editions
+    (the Chinese twins' code cells are the English ones), so it must not parse translated text."""
+    collnb.set_language(language)
+    with pytest.raises(collnb.RankError) as raised:
+        collnb.launch(_raises_on_rank_1, 2)
+    err = raised.value
+    assert err.summary == "rank 1: ValueError: rank 1 cannot continue"
+    assert str(err).startswith(err.summary) and err.guess is None
+    assert "rank 1 cannot continue" not in str(err)[len(err.summary):].split("\n\n", 1)[0]
+    with pytest.raises(collnb.RankError) as raised:
+        from collnb.labs import hangs  # 18_hangs's plain run: every rank times out, the blame is a guess
+        collnb.launch(hangs.faulty_step, 4, ("skipped_collective", 1, str(tmp_path), 3.5), collective_timeout=2,
+                      debug=False)
+    err = raised.value
+    assert err.guess is not None and err.guess in err.summary and err.guess in str(err)
+    assert err.guess.startswith("collnb's guess" if language == "en" else "collnb 仅凭错误信息的推测")
+    assert err.rank_traceback and err.rank_traceback not in err.summary
+
+
+def test_a_redistribute_results_change_is_written_the_same_in_every_language():
+    collnb.set_language("zh")
+    r = collnb.redistribute((4, 6), mesh=(2,), src="S(0)", dst="R")
+    assert r.change == "S(0) → R"
+    assert "S(0) → R" in r.title and r.title != collnb.set_language("en") and r.change == "S(0) → R"

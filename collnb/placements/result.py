@@ -146,6 +146,11 @@ class RedistributeResult:
         return _("✗ a local shard differs from the hand-sliced reference")
 
     @property
+    def change(self) -> str:
+        """The placement change as torch prints placements, in every language: ``"(S(0), S(0)) → (R, S(0))"``."""
+        return f"{placements_text(self.src)} → {placements_text(self.dst)}"
+
+    @property
     def title(self) -> str:
         return _("redistribute {shape} {dtype} on a {mesh} mesh: {src} → {dst}").format(
             shape=tuple(self.shape), dtype=self.dtype, mesh=mesh_text(self.mesh), src=placements_text(self.src),

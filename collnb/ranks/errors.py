@@ -35,6 +35,11 @@ class RankError(LaunchError):
         results: only when every rank returned but their Flight Recorders disagree: the ranks' results
             (list, rank order).
         divergence: then also the :class:`.flight_recorder.Divergence` found.
+        summary: the message without the tracebacks and the per-rank outcomes (str): the first
+            line and collnb's explanation, in the language collnb speaks. Read this (or ``rank``,
+            ``exc_type``, ``guess``) rather than parsing ``str(err)``, whose words are translated.
+        guess: collnb's note that its blame is a guess (str), or ``None`` when the blame is not one
+            (a rank raised by itself, or the Flight Recorder named the rank).
     """
 
     results: list[Any]  # set only by failures.returned_diverged
@@ -49,6 +54,8 @@ class RankError(LaunchError):
         self.outcomes = outcomes
         self.mismatch: dict[str, list[int]] | None = None
         self.backend_log: list[str] = []
+        self.summary: str = message.splitlines()[0] if message else ""
+        self.guess: str | None = None
 
     def __reduce__(self) -> tuple[Any, ...]:
         # BaseException's own __reduce__ would call RankError(message) and fail: rebuild from the

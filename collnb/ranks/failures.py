@@ -399,8 +399,10 @@ def returned_diverged(ranks: Sequence[int], events: dict[int, Event], results: S
         "results are likely wrong (kept in this error's .results). Every rank must call the same collectives, "
         "in the same order, with matching sizes").format(seq=d.seq, group=group, reason=d.reason)
     outcomes = {r: _("finished") + (_(" (its collective differed)") if r in d.ranks else "") for r in ranks}
+    summary = text
     text += "\n\n" + _("What happened to every rank:") + "\n" + outcome_text(outcomes)
     err = RankError(text, culprit, "CollectiveMismatch", "", outcomes)
+    err.summary = summary
     err.results = list(results)
     err.divergence = d
     return err
@@ -446,20 +448,26 @@ def rank_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
         head = f"rank {root.rank}: {root.exc_type}: {_FINGERPRINT_NOISE.sub('', root.message)}"
         tb = format_frames(root.frames)
     text = head
+    guess: str | None = None
     if isinstance(root.guess, str):
-        text += "\n\n" + root.guess
+        guess = root.guess
     elif root.guess:
-        text += "\n\n" + _(
+        guess = _(
             "collnb's guess, from the messages alone: every rank failed waiting in a collective and rank "
             "{rank} raised first, so the rank that went wrong may be another one. With "
             "collnb.launch(..., flight_recorder=200) collnb reads every rank's recent collectives (torch's "
             "Flight Recorder) and names the rank whose collective differed").format(rank=root.rank)
+    if guess:
+        text += "\n\n" + guess
+    summary = text
     if tb:
         text += "\n\n" + _traceback_of(_ranks_text([root.rank] if root.rank is not None else [])) + "\n" + tb.rstrip()
     if phase == "init":
         text += "\n\n" + _("(while initialising the process group)")
     text += "\n\n" + _("What happened to every rank:") + "\n" + outcome_text(outcomes)
-    return RankError(text, root.rank, exc_type, tb, outcomes)
+    err = RankError(text, root.rank, exc_type, tb, outcomes)
+    err.summary, err.guess = summary, guess
+    return err
 
 
 def _mismatch_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
@@ -489,6 +497,7 @@ def _mismatch_error(root: Event, outcomes: dict[int, str], phase: str) -> RankEr
         text += f"\n{root.message}"
     text += "\n" + _("Every rank of a group must call the same collectives, in the same order, with the same "
                      "shapes and dtypes.")
+    summary = text
     tb = ""
     for ranks, frames in tbs:
         part = format_frames(frames).rstrip()
@@ -500,6 +509,7 @@ def _mismatch_error(root: Event, outcomes: dict[int, str], phase: str) -> RankEr
     text += "\n\n" + _("What happened to every rank:") + "\n" + outcome_text(outcomes)
     err = RankError(text, root.rank, root.exc_type, tb.strip(), outcomes)
     err.mismatch = {fp: ranks for fp, ranks in sides}
+    err.summary = summary
     return err
 
 
