@@ -710,4 +710,14 @@ def test_an_unanswered_exercise_in_chinese_keeps_the_graded_marker(capsys, chine
 def test_a_right_prediction_in_chinese(capsys, chinese):
     exercises.check_all_to_all_prediction([[0, 10, 20], [1, 11, 21], [2, 12, 22]])
     out = capsys.readouterr().out
-    assert out.startswith("✓ 正确：all_to_all 之后，rank i 持有每个 rank 的第 i 块：转置\n  真实的 rank："), out
+    assert out.startswith("✓ 正确：all_to_all 之后，rank i 持有每个 rank 的第 i 块：转置\n  在真实的 rank 上实测："), out
+
+
+@pytest.mark.parametrize("answer", ["44", 44.9, True, [44]])
+def test_an_int8_prediction_must_be_an_integer_not_its_text_or_a_float(answer):
+    """notebook 07's int8 exercise: "44" (a str) and 44.9 passed through int(); now a prediction is
+    refused unless it is an integer, before any rank runs."""
+    from collnb.labs.exercises import predictions
+    from collnb.labs.exercises.framework import CheckFailed
+    with pytest.raises(CheckFailed, match="expected form: a single integer"):
+        predictions.check_int8_prediction(answer)

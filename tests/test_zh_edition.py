@@ -397,3 +397,21 @@ def test_the_chinese_readme_never_breaks_a_line_between_two_chinese_characters()
     cjk = r"[\u3000-\u303f\u4e00-\u9fff\uff00-\uffef]"
     breaks = re.findall(rf"{cjk}\n{cjk}", text)
     assert not breaks, f"{len(breaks)} line breaks between two Chinese characters: {breaks[:5]}"
+
+
+def test_no_emphasis_marker_is_left_as_a_literal_asterisk():
+    """CommonMark closes ``*…*`` only where the closing marker is right-flanking: after full-width
+    punctuation and before a Chinese character it is not ("*折叠（fold）*进来" shows its stars), so
+    the Chinese text keeps the punctuation outside the markers ("*折叠*（fold）进来")."""
+    from markdown_it import MarkdownIt
+    md = MarkdownIt("commonmark").enable("table")
+    literal = []
+    for path in sorted(ZH.glob("*.ipynb")) + sorted(ZH.parent.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "markdown":
+                continue
+            for tok in md.parse("".join(cell["source"])):
+                for child in tok.children or []:
+                    if child.type == "text" and "*" in child.content:
+                        literal.append(f"{path.name} {cell['id']}: {child.content[:60]!r}")
+    assert literal == []

@@ -6,6 +6,7 @@ table and a hint, or "not answered yet" with a hint that points a direction)."""
 from __future__ import annotations
 
 import inspect
+import numbers
 import random
 import unicodedata
 from dataclasses import replace
@@ -290,7 +291,22 @@ def solution_code(source: str) -> str:
     return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in lines[start:]) + "\n"
 
 
-def _rows(x, cast=float):
+def _real(v) -> float:
+    """``v`` as a float when it is a number a learner wrote (int, float, a numpy number); a str such as
+    ``"44"``, a bool or anything else raises ``TypeError`` (a prediction is a number, not its text)."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        raise TypeError(f"{v!r} is not a number")
+    return float(v)
+
+
+def _integer(v) -> int:
+    """``v`` when it is an integer (int, a numpy integer): ``44.9``, ``"44"`` and ``True`` raise ``TypeError``."""
+    if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+        raise TypeError(f"{v!r} is not an integer")
+    return int(v)
+
+
+def _rows(x, cast=_real):
     return [None if row is None else [cast(v) for v in row] for row in x]
 
 

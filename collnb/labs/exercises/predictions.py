@@ -11,7 +11,7 @@ import torch
 from ...algorithms import predict
 from ...collectives import run
 from ...i18n import _
-from .framework import _fail, _passed, _prediction, _rows, _table, _unfinished
+from .framework import _fail, _integer, _passed, _prediction, _rows, _table, _unfinished
 
 
 # ----------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ def check_int8_prediction(prediction, *, world_size: int = 6, value: int = 50) -
         values = sorted({int(v) for t in result.after for v in t.tolist()})
         return values[0] if len(values) == 1 else values
 
-    _prediction("prediction", prediction, real, normalise=int,
+    _prediction("prediction", prediction, real, normalise=_integer, what=_(": a single integer, e.g. 12"),
                 direction=_('The sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of the '
                             'true sum?'),
                 hint=_('the true sum of {world_size} × {value} does not fit in int8 (-128..127); int8 wraps modulo 256 '
