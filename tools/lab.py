@@ -138,15 +138,23 @@ def main(argv=None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    zh = args.edition == "zh"  # the Chinese edition's learner reads these lines in Chinese (make lab-zh)
     if got["copied"]:
-        print(f"copied into {work}/: {', '.join(got['copied'])}")
-    print(f"your notebooks: {work}/ (your answers and outputs are saved there; git ignores it; "
-          f"notebooks/ stays as committed)")
+        print((f"已复制到 {work}/：" if zh else f"copied into {work}/: ") + ", ".join(got["copied"]))
+    if zh:
+        print(f"你的笔记本在 {work}/（你的答案和输出都保存在那里；git 忽略它；notebooks/ 保持提交时的样子）")
+    else:
+        print(f"your notebooks: {work}/ (your answers and outputs are saved there; git ignores it; "
+              f"notebooks/ stays as committed)")
     course = notebooks.relative_to(ROOT) if notebooks.is_relative_to(ROOT) else notebooks
     for name in got["newer"]:
-        print(f"note: {course}/{name} changed since your copy {work}/{name} was made; your copy is kept. "
-              f"To get the new version, rename your copy (e.g. to {Path(name).stem}-mine.ipynb) and run "
-              f"make lab again.")
+        if zh:
+            print(f"注意：{course}/{name} 在你复制 {work}/{name} 之后改过了；你的副本保持不变。要拿到新版本，"
+                  f"把你的副本改名（例如改成 {Path(name).stem}-mine.ipynb），再运行一次 make lab-zh。")
+        else:
+            print(f"note: {course}/{name} changed since your copy {work}/{name} was made; your copy is kept. "
+                  f"To get the new version, rename your copy (e.g. to {Path(name).stem}-mine.ipynb) and run "
+                  f"make lab again.")
     return 0
 
 
