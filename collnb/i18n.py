@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import gettext
 import os
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -36,6 +37,15 @@ ALIASES = {"en": "en", "english": "en", "c": "en", "posix": "en",
 ENV = "COLLNB_LANG"
 
 _chosen: str | None = None
+#: ``COLLNB_LANG`` as this process found it: ``set_language(None)`` puts it back.
+_ENV_AT_START = os.environ.get(ENV)
+_warned: set[str] = set()
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _warned:
+        _warned.add(key)
+        warnings.warn(message, stacklevel=3)
 
 
 def _normalise(language: str) -> str | None:
@@ -44,7 +54,7 @@ def _normalise(language: str) -> str | None:
         return ALIASES[key]
     if key.startswith("zh_hans") or key in ("zh_cn", "zh_sg"):
         return "zh"
-    if key.startswith("en"):
+    if key == "en" or key.startswith("en_"):
         return "en"
     return None
 
@@ -52,7 +62,11 @@ def _normalise(language: str) -> str | None:
 def _from_environment() -> str:
     chosen = os.environ.get(ENV, "").strip()
     if chosen:
-        return _normalise(chosen) or "en"
+        found = _normalise(chosen)
+        if found is None:
+            _warn_once("env:" + chosen, f"{ENV}={chosen!r} is not a language collnb speaks ('en' or 'zh'): "
+                       f"speaking English")
+        return found or "en"
     for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
         value = os.environ.get(name, "")
         if value:
@@ -89,7 +103,10 @@ def set_language(language: str | None) -> str:
     global _chosen
     if language is None:
         _chosen = None
-        os.environ.pop(ENV, None)
+        if _ENV_AT_START is None:
+            os.environ.pop(ENV, None)
+        else:
+            os.environ[ENV] = _ENV_AT_START  # the learner's own COLLNB_LANG, as this process found it
         return get_language()
     found = _normalise(language) if isinstance(language, str) else None
     if found is None:
@@ -106,7 +123,11 @@ def _catalogue(language: str) -> gettext.NullTranslations:
     """Every ``collnb-*.mo`` catalogue of ``language``, chained (the first that has a message wins)."""
     folder = LOCALE_DIR / LANGUAGES[language] / "LC_MESSAGES"
     chain: gettext.NullTranslations = gettext.NullTranslations()
-    for mo in sorted(folder.glob("collnb-*.mo")) if language != "en" else []:
+    files = sorted(folder.glob("collnb-*.mo")) if language != "en" else []
+    if language != "en" and not files:
+        _warn_once("mo:" + language, f"collnb's {language} catalogues are missing from {folder}: everything stays "
+                   f"in English. Reinstall collnb (pip install -e . in its repository) to get them back")
+    for mo in files:
         with open(mo, "rb") as f:
             found = gettext.GNUTranslations(f)
         found.add_fallback(chain)

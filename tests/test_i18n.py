@@ -131,3 +131,16 @@ def test_a_redistribute_results_change_is_written_the_same_in_every_language():
     r = collnb.redistribute((4, 6), mesh=(2,), src="S(0)", dst="R")
     assert r.change == "S(0) → R"
     assert "S(0) → R" in r.title and r.title != collnb.set_language("en") and r.change == "S(0) → R"
+
+
+def test_set_language_none_puts_back_the_collnb_lang_this_process_started_with():
+    code = ("import os, collnb; collnb.set_language('en'); print(collnb.set_language(None), os.environ.get('COLLNB_LANG'))")
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "COLLNB_LANG": "zh"},
+                         capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["zh", "zh"]
+
+
+def test_an_unknown_collnb_lang_warns_and_speaks_english():
+    out = subprocess.run([sys.executable, "-W", "always", "-c", "import collnb; print(collnb.get_language())"],
+                         env={**os.environ, "COLLNB_LANG": "klingon"}, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "en" and "COLLNB_LANG='klingon' is not a language collnb speaks" in out.stderr
