@@ -144,3 +144,17 @@ def test_an_unknown_collnb_lang_warns_and_speaks_english():
     out = subprocess.run([sys.executable, "-W", "always", "-c", "import collnb; print(collnb.get_language())"],
                          env={**os.environ, "COLLNB_LANG": "klingon"}, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "en" and "COLLNB_LANG='klingon' is not a language collnb speaks" in out.stderr
+
+
+def test_one_english_message_has_one_chinese_translation_in_every_catalogue():
+    """Catalogues are chained: a msgid translated two ways would read differently depending on load order."""
+    from babel.messages.pofile import read_po
+    seen: dict = {}
+    clash = []
+    for po in sorted((ROOT / "collnb" / "locale").rglob("*.po")):
+        with open(po, "rb") as f:
+            for m in read_po(f):
+                if m.id and m.id in seen and seen[m.id][1] != m.string:
+                    clash.append(f"{m.id!r}: {seen[m.id][0]} {seen[m.id][1]!r} vs {po.name} {m.string!r}")
+                seen.setdefault(m.id, (po.name, m.string))
+    assert clash == []

@@ -104,7 +104,7 @@ def test_check_errors_are_chinese_when_chinese_is_spoken_with_the_names_kept(chi
     assert str(raised.value).startswith("未知的规约运算 'mean'；请从以下选择：sum, product")
     with pytest.raises(TypeError) as raised:
         V.check_int("chunk_size", "x", 1, 64, what="elements per chunk")
-    assert str(raised.value) == "chunk_size 必须是 1 到 64 之间的整数（每块的元素个数）；收到的是 'x'"
+    assert str(raised.value) == "chunk_size 必须是 1 到 64 之间的整数（每块元素数）；收到的是 'x'"
     assert V.op_hint("avg", "int32") == " AVG 要除以 world size，所以需要浮点 dtype。"
 
 

@@ -150,7 +150,12 @@ def _strip_code(markdown: str) -> str:
 
 
 def _load(path: Path) -> dict:
-    nb = json.loads(path.read_text())
+    try:
+        nb = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{path}: cannot read it as a notebook ({exc}); restore it with git checkout") from None
+    if not isinstance(nb, dict) or not isinstance(nb.get("cells"), list):
+        raise SystemExit(f"{path}: not a notebook (no list of cells); restore it with git checkout")
     nb["_name"] = path.name
     return nb
 
@@ -176,6 +181,15 @@ def sync_all(check: bool = False) -> list[str]:
             out.append(f"zh-CN/{name}: missing (python tools/twins.py init {path.stem})")
             continue
         en, zh = _load(path), _load(twins[name])
+        keep = {c.get("id") for c in en["cells"] if c["cell_type"] == "markdown"}
+        lost = [c.get("id") for c in zh["cells"] if c["cell_type"] == "markdown" and CJK.search(_source(c))
+                and c.get("id") not in keep]
+        if lost and not check:
+            # a sync would drop these translations (cell ids lost or changed): never throw work away
+            out.append(f"zh-CN/{name}: not synced: {len(lost)} translated cell(s) have no cell of the same id in "
+                       f"the English notebook ({', '.join(map(str, lost[:3]))}{' ...' if len(lost) > 3 else ''}); "
+                       f"restore their ids (git diff, git checkout) or move the text by hand, then sync")
+            continue
         if check:
             out += problems(en, zh, name)
         else:
