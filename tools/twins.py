@@ -56,13 +56,7 @@ def language_cell() -> dict:
             "source": source.splitlines(keepends=True)}
 
 
-def _source(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def _dumps(nb) -> str:
-    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+from notebook_meta import _dumps, _source  # noqa: E402  (one way of reading and writing notebooks)
 
 
 def twin_path(english: Path) -> Path:
