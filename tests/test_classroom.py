@@ -314,7 +314,7 @@ def test_projector_view_is_laid_out_for_a_room(tmp_path):
                 select.evaluate("s => s.scrollIntoView({block: 'center'})")  # Voila scrolls an inner element
                 select.select_option(prim, force=True)
                 page.wait_for_function(
-                    f"() => document.querySelector('img.collnb-heatmap')?.dataset.primitive === '{prim}'"
+                    f"() => document.querySelector('.collnb-figure-text span')?.dataset.primitive === '{prim}'"
                     " && document.querySelector('.collnb-status-box')?.dataset.busy === '0'", timeout=120_000)
             page.locator(".collnb-explorer").first.evaluate("e => e.scrollIntoView({block: 'start'})")
             page.screenshot(path=str(shots / "projector_barrier_1280x720.png"))

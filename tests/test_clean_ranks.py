@@ -478,6 +478,55 @@ _HOLDER = "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os
           "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)"
 
 
+def test_a_pool_dir_being_made_survives_a_sweep_at_every_step(tmp_path, monkeypatch):
+    """Two launches at once (threads or kernels): one's sweep ran between the other's creating its
+    lock file and locking it, took the unlocked file for a dead pool's and removed the directory
+    (CI: the ranks' ``stack-0.txt`` had no directory). A sweep at each step of make_pool_dir now
+    leaves the directory, and the finished pool is held."""
+    import fcntl as real_fcntl
+    import tempfile
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr(tempfile, "tempdir", None)
+    sweeps = []
+    busy = []
+
+    def sweep_first():
+        if busy:
+            return
+        busy.append(1)
+        try:
+            processes.sweep_stale_dirs()
+            sweeps.append(sorted(p.name for p in tmp_path.iterdir()))
+        finally:
+            busy.clear()
+
+    class Fcntl:
+        LOCK_EX, LOCK_NB, LOCK_UN = real_fcntl.LOCK_EX, real_fcntl.LOCK_NB, real_fcntl.LOCK_UN
+
+        @staticmethod
+        def flock(fd, op):
+            sweep_first()
+            return real_fcntl.flock(fd, op)
+
+    real_rename = os.rename
+
+    def rename(a, b):
+        sweep_first()
+        return real_rename(a, b)
+
+    monkeypatch.setattr(processes, "fcntl", Fcntl)
+    monkeypatch.setattr(processes.os, "rename", rename)
+    path = processes.make_pool_dir()
+    monkeypatch.undo()
+    try:
+        assert len(sweeps) == 2 and all(s == [os.path.basename(path)] for s in sweeps), sweeps
+        assert os.path.isdir(path) and os.path.exists(os.path.join(path, processes.LOCK_NAME))
+        assert processes.pool_dir_is_live(path) == (True, None)
+    finally:
+        processes.remove_pool_dir(path)
+    assert not os.path.exists(path)
+
+
 def test_the_sweep_trusts_the_lock_not_the_pid_in_the_name(tmp_path):
     root = tmp_path
     old_tmp = os.environ.get("TMPDIR")

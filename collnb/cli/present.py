@@ -47,8 +47,8 @@ def projector_css() -> str:
             "body { margin: 0; }"
             ".jp-Cell, .jp-OutputArea-output, #rendered_cells { max-width: none !important; }"
             # the figures fill the width of the page (scaled from their drawn size)
-            ".collnb-explorer .collnb-figure { flex: 1 1 100%; width: 100%; }"
-            ".collnb-explorer .collnb-figure img.collnb-heatmap { width: 100% !important; max-width: 100% !important;"
+            ".collnb-explorer .collnb-picture { flex: 1 1 100%; width: 100%; }"
+            ".collnb-explorer img.collnb-heatmap { width: 100% !important; max-width: 100% !important;"
             " height: auto !important; }"
             ".collnb-explorer .collnb-reference-box { margin-left: 0 !important; }"
             ".collnb-replay .widget-image, .collnb-replay img { width: 100% !important; max-width: 100% !important;"

@@ -59,8 +59,14 @@ def make_pool_dir() -> str:
     exclusive ``flock`` on its lock file for as long as this process keeps the pool
     (:func:`remove_pool_dir`). Returns its path."""
     path = tempfile.mkdtemp(prefix=f"{TMP_PREFIX}{os.getpid()}-")
-    fd = os.open(os.path.join(path, LOCK_NAME), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    # The lock file appears under its name already locked: made and locked as a hidden file, then
+    # renamed (a flock belongs to the open file, so it survives the rename). A sweeper (another
+    # thread or process) sees either no lock file (young: live) or a held one, never a lock file
+    # nobody holds yet, which it would take for a dead pool's and remove.
+    hidden = os.path.join(path, f".{LOCK_NAME}-new")
+    fd = os.open(hidden, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # a fresh file: nobody else can hold it
+    os.rename(hidden, os.path.join(path, LOCK_NAME))
     _held[path] = fd
     return path
 

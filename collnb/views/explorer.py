@@ -251,6 +251,7 @@ class Explorer(WorkerState):
         row3 = widgets.HBox([c["chunk_size"], self.length_label, c["inputs"]],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
         picture = widgets.VBox([self.figure, self.figure_text], layout=widgets.Layout(min_width="0"))
+        picture.add_class("collnb-picture")  # the box the projector view widens to the page
         body = widgets.HBox([picture, self.reference],
                             layout=widgets.Layout(flex_flow="row wrap", align_items="flex-start"))
         self.widget = widgets.VBox([row1, row2, row3, self.about, self.status, self.note, body])
@@ -525,7 +526,9 @@ class Explorer(WorkerState):
             return
         self.figure.width = str(him.pixels.shape[1])  # its own width, never scaled up (at most the output's)
         self.figure.value = png
-        self.figure_text.value = f"<span style='{_SR_ONLY}'>{esc(alt)}</span>"
+        # data-primitive: what the picture beside it shows (a browser test waits on it)
+        self.figure_text.value = (f"<span style='{_SR_ONLY}' data-primitive='{esc(p['primitive'])}'>"
+                                  f"{esc(alt)}</span>")
         self.reference.value = ref_html
         self.last_result = result
         self.last_png = png
