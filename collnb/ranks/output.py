@@ -20,6 +20,9 @@ from __future__ import annotations
 import os
 import re
 import sys
+from collections import deque
+from collections.abc import Iterable
+from typing import Protocol
 
 __all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS"]
 
@@ -38,6 +41,23 @@ _CPP_LOG = re.compile(rb"^(?:(?:\[rank\d+\]:)?\[[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\
 _CPP_LOG_MORE = re.compile(rb"^(?:frame #\d+:|Exception raised from |\s)")
 
 
+class _Readable(Protocol):
+    """A pipe end the relay reads: ``multiprocessing.connection.Connection`` or a file."""
+
+    def fileno(self) -> int: ...
+
+
+class _RelayedRank(Protocol):
+    """What :class:`OutputRelay` needs of a rank (see its docstring); ``last``, ``report`` and
+    ``closed`` are optional and read with ``getattr``."""
+
+    rank: int
+    out_r: _Readable
+    err_r: _Readable
+    partial: dict[int, bytearray]
+    in_log: bool
+
+
 class OutputRelay:
     """Copies the ranks' output lines into this process's streams.
 
@@ -54,23 +74,25 @@ class OutputRelay:
     ``closed`` (a set: the fds, 1 or 2, whose pipe reached its end).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.show_backend_log = False
-        self.backend_log = []
-        self._open = {1: None, 2: None}   # the rank whose unfinished line each stream ends with
-        self._pieces = {}                 # (id(rank), fd) -> the open line is held (True) or shown (False)
+        self.backend_log: list[str] = []
+        # the rank whose unfinished line each stream ends with
+        self._open: dict[int, _RelayedRank | None] = {1: None, 2: None}
+        # (id(rank), fd) -> the open line is held (True) or shown (False)
+        self._pieces: dict[tuple[int, int], bool] = {}
 
-    def start_call(self, show_backend_log: bool):
+    def start_call(self, show_backend_log: bool) -> None:
         """Begin a call: forget held lines; show or hold the C++ log lines of this call."""
         self.show_backend_log, self.backend_log = bool(show_backend_log), []
         self._open, self._pieces = {1: None, 2: None}, {}  # the last call ended every line (drain)
 
-    def take_backend_log(self) -> list:
+    def take_backend_log(self) -> list[str]:
         """The held C++ log lines (list of str), forgotten here."""
         lines, self.backend_log = self.backend_log, []
         return lines
 
-    def pump(self, r, conn, final=False):
+    def pump(self, r: _RelayedRank, conn: _Readable, final: bool = False) -> None:
         """Copy what is waiting on ``conn`` (``r.out_r`` or ``r.err_r``): whole lines, and an
         unfinished line in pieces once it holds :data:`PIECE_BYTES`; with ``final`` also the rest
         of an unfinished line, ended there."""
@@ -82,8 +104,9 @@ class OutputRelay:
                 data = None
             except OSError:
                 data = b""
-            if data == b"" and hasattr(r, "closed"):
-                r.closed.add(fd_kind)
+            closed: set[int] | None = getattr(r, "closed", None)
+            if data == b"" and closed is not None:
+                closed.add(fd_kind)
             if not data:
                 break
             pending = r.partial[fd_kind]
@@ -102,14 +125,14 @@ class OutputRelay:
             self._emit(r, fd_kind, [bytes(r.partial[fd_kind])])
             r.partial[fd_kind] = bytearray()
 
-    def _emit(self, r, fd_kind, lines, ended=True):
+    def _emit(self, r: _RelayedRank, fd_kind: int, lines: list[bytes], ended: bool = True) -> None:
         """Write ``lines`` (bytes, without their newline) of rank ``r``; the last one is a piece of
         an unfinished line unless ``ended``."""
         if not lines:
             return
         stream = sys.stdout if fd_kind == 1 else sys.stderr
-        out = []
-        last = getattr(r, "last", None)
+        out: list[str] = []
+        last: deque[str] | None = getattr(r, "last", None)
         for i, line in enumerate(lines):
             finished = ended or i < len(lines) - 1
             key = (id(r), fd_kind)
@@ -135,11 +158,11 @@ class OutputRelay:
                 self._open[fd_kind] = None if finished else r
             if last is not None and first:
                 last.append(text[:LAST_LINE_CHARS])
-                report = getattr(r, "report", None)  # a crash report (faulthandler's): its first lines
+                report: list[str] | None = getattr(r, "report", None)  # a crash report (faulthandler's): its first lines
                 if report is not None:
                     if text.startswith("Fatal Python error"):
                         report[:] = [text[:LAST_LINE_CHARS]]
-                    elif report and len(report) < last.maxlen:
+                    elif report and (last.maxlen is None or len(report) < last.maxlen):
                         report.append(text[:LAST_LINE_CHARS])
             if not finished:
                 self._pieces[key] = held
@@ -147,7 +170,7 @@ class OutputRelay:
             stream.write("".join(out))
             stream.flush()
 
-    def release(self):
+    def release(self) -> None:
         """Write the held C++ log lines to stderr (a call that ended without an error to attach
         them to, or was interrupted) and forget them."""
         if self.backend_log:
@@ -155,14 +178,14 @@ class OutputRelay:
             sys.stderr.flush()
         self.backend_log = []
 
-    def drain(self, ranks, final=True):
+    def drain(self, ranks: Iterable[_RelayedRank], final: bool = True) -> None:
         """Copy what every rank of ``ranks`` has written so far (see :meth:`pump`)."""
         for r in ranks:
             self.pump(r, r.out_r, final)
             self.pump(r, r.err_r, final)
 
 
-def _utf8_boundary(data) -> int:
+def _utf8_boundary(data: bytes | bytearray) -> int:
     """The length of the longest prefix of ``data`` (bytes) that ends between UTF-8 characters."""
     n = len(data)
     i = n - 1

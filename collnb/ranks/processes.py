@@ -22,6 +22,9 @@ import signal
 import tempfile
 import threading
 import time
+from collections.abc import Iterable, Iterator, Mapping
+from types import FrameType
+from typing import NoReturn
 
 import psutil
 
@@ -37,10 +40,10 @@ LOCK_NAME = "lock"
 #: is left alone this many seconds after its last change.
 _UNLOCKED_GRACE_S = 600.0
 
-_held = {}  # pool directory -> fd of its lock file, held by this process
+_held: dict[str, int] = {}  # pool directory -> fd of its lock file, held by this process
 
 
-def _close_held_locks():
+def _close_held_locks() -> None:
     """In a forked child (a rank): the parent's pool locks are the parent's; holding copies would
     keep a dead kernel's directories "alive"."""
     for fd in _held.values():
@@ -71,7 +74,7 @@ def make_pool_dir() -> str:
     return path
 
 
-def remove_pool_dir(path) -> None:
+def remove_pool_dir(path: str) -> None:
     """Remove a pool directory made by :func:`make_pool_dir`, then let go of its lock."""
     shutil.rmtree(path, ignore_errors=True)
     fd = _held.pop(path, None)
@@ -79,13 +82,14 @@ def remove_pool_dir(path) -> None:
         os.close(fd)
 
 
-def descendants(pids):
+def descendants(pids: Iterable[int]) -> list[psutil.Process]:
     """psutil.Process objects of every live descendant of the processes ``pids`` (also those
     that started a session of their own, which a process-group kill misses). One scan of /proc."""
-    children = {}
+    children: dict[int, list[psutil.Process]] = {}
     for p in psutil.process_iter(["ppid"]):
         children.setdefault(p.info["ppid"], []).append(p)
-    found, todo = [], list(pids)
+    found: list[psutil.Process] = []
+    todo = list(pids)
     while todo:
         for child in children.get(todo.pop(), []):
             found.append(child)
@@ -93,7 +97,8 @@ def descendants(pids):
     return found
 
 
-def kill_all(procs):
+def kill_all(procs: Iterable[psutil.Process]) -> None:
+    """SIGKILL each of ``procs``; one that is gone already (or not ours) is skipped."""
     for p in procs:
         try:
             p.kill()
@@ -101,7 +106,7 @@ def kill_all(procs):
             pass
 
 
-def exit_group():
+def exit_group() -> NoReturn:
     """End this rank and every process it started (its process group, and descendants that
     left it with setsid / start_new_session)."""
     try:
@@ -111,11 +116,11 @@ def exit_group():
         os._exit(0)
 
 
-def on_sigterm(cfg):
+def on_sigterm(cfg: Mapping[str, object]) -> None:
     """SIGTERM in a rank: when the parent is gone, clean up as the watchdog does; otherwise die
     of SIGTERM as usual (so the launcher reports "killed by SIGTERM")."""
     if os.getpid() == cfg["rank_pid"] and os.getppid() != cfg["parent_pid"]:
-        shutil.rmtree(cfg["dir"], ignore_errors=True)
+        shutil.rmtree(str(cfg["dir"]), ignore_errors=True)
         exit_group()
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     os.kill(os.getpid(), signal.SIGTERM)
@@ -124,17 +129,17 @@ def on_sigterm(cfg):
 _fork_mask = threading.local()
 
 
-def _hold_sigterm():
+def _hold_sigterm() -> None:
     old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     _fork_mask.was_blocked = signal.SIGTERM in old
 
 
-def _release_sigterm():
+def _release_sigterm() -> None:
     if not getattr(_fork_mask, "was_blocked", False):
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
 
 
-def _default_sigterm():
+def _default_sigterm() -> None:
     try:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     except ValueError:
@@ -142,11 +147,11 @@ def _default_sigterm():
     _release_sigterm()
 
 
-def watch_parent(parent_pid, pool_dir, period=0.2):
+def watch_parent(parent_pid: int, pool_dir: str, period: float = 0.2) -> None:
     """Rank-side watchdog thread: when the parent (the kernel) is gone, remove the pool's files
     and exit. A thread, not PR_SET_PDEATHSIG=SIGKILL, so the files go too; it runs even while
     the main thread is blocked in a collective (gloo releases the GIL)."""
-    def watch():
+    def watch() -> None:
         while os.getppid() == parent_pid:
             time.sleep(period)
         shutil.rmtree(pool_dir, ignore_errors=True)
@@ -154,7 +159,7 @@ def watch_parent(parent_pid, pool_dir, period=0.2):
     threading.Thread(target=watch, name="collnb-parent-watch", daemon=True).start()
 
 
-def pool_dir_is_live(path):
+def pool_dir_is_live(path: str) -> tuple[bool, int | None]:
     """Whether the pool directory ``path`` belongs to a live pool: its lock file is locked (by the
     process that made it, in any PID namespace). Returns ``(live, fd)``: when not live, ``fd`` holds
     the lock (close it after removing the directory) or is ``None``.
@@ -179,7 +184,7 @@ def pool_dir_is_live(path):
     return False, fd
 
 
-def _pid_runs(name) -> bool:
+def _pid_runs(name: str) -> bool:
     try:
         pid = int(name[len(TMP_PREFIX):].split("-")[0])
     except ValueError:
@@ -193,7 +198,7 @@ def _pid_runs(name) -> bool:
     return True
 
 
-def sweep_stale_dirs():
+def sweep_stale_dirs() -> None:
     """Remove pool directories whose pool is gone (a killed kernel): those whose lock no process
     holds (:func:`pool_dir_is_live`)."""
     root = tempfile.gettempdir()
@@ -214,7 +219,7 @@ def sweep_stale_dirs():
 
 
 @contextlib.contextmanager
-def sigint_deferred():
+def sigint_deferred() -> Iterator[None]:
     """Hold back SIGINT (Kernel -> Interrupt, Ctrl-C) while ranks are forked, then deliver it.
 
     A KeyboardInterrupt raised inside ``os.fork``'s after-fork hooks is printed and dropped by
@@ -225,7 +230,7 @@ def sigint_deferred():
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught = []
+    caught: list[tuple[int, FrameType | None]] = []
     previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
     try:
         yield
@@ -238,7 +243,7 @@ def sigint_deferred():
                 raise KeyboardInterrupt
 
 
-def register_fork_hooks():
+def register_fork_hooks() -> None:
     """In a rank: processes it forks (a ``multiprocessing.Pool`` in the learner's function) die of
     SIGTERM as usual. Inheriting the rank's Python-level handler, a child loses a SIGTERM that lands
     before Python's after-fork clean-up (seen: ``Pool.terminate()`` hung on a worker that had not

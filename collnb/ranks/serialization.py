@@ -14,16 +14,21 @@ import copy
 import io
 import pickle
 import types
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
 
 import cloudpickle
 import torch
 
 from ._torch_internals import MKLDNN_LAYOUT
 
+if TYPE_CHECKING:
+    from _pickle import _ReducedType  # typeshed's name for what a reducer returns (no runtime name)
+
 __all__ = ["dumps", "loads", "to_cpu", "Unsendable", "code_files", "restore_files", "iter_functions"]
 
 
-def to_cpu(obj):
+def to_cpu(obj: object) -> object:
     """Every tensor in a nested list/tuple/dict as a plain, detached CPU tensor; the containers
     keep their types (namedtuple, ``torch.Size``, ``OrderedDict``, ``defaultdict``...). The
     pickler then copies each tensor's bytes, so the launcher gets real snapshots."""
@@ -42,7 +47,8 @@ def to_cpu(obj):
         try:  # a subclass: rebuild the same type
             if isinstance(obj, tuple):
                 values = [to_cpu(x) for x in obj]
-                return type(obj)._make(values) if hasattr(type(obj), "_make") else type(obj)(values)
+                make: Callable[[list[object]], object] | None = getattr(type(obj), "_make", None)  # a namedtuple
+                return make(values) if make is not None else type(obj)(values)
             new = copy.copy(obj)
             if isinstance(obj, list):
                 new[:] = [to_cpu(x) for x in obj]
@@ -55,7 +61,8 @@ def to_cpu(obj):
     return obj
 
 
-def _rebuild_tensor(data, dtype_name, shape, requires_grad=False, parameter=False):
+def _rebuild_tensor(data: bytes, dtype_name: str, shape: tuple[int, ...], requires_grad: bool = False,
+                    parameter: bool = False) -> torch.Tensor:
     flat = torch.frombuffer(bytearray(data), dtype=torch.uint8) if data else torch.empty(0, dtype=torch.uint8)
     t = flat.view(getattr(torch, dtype_name)).reshape(shape)
     if parameter:
@@ -63,16 +70,16 @@ def _rebuild_tensor(data, dtype_name, shape, requires_grad=False, parameter=Fals
     return t.requires_grad_(True) if requires_grad else t
 
 
-def _rebuild_storage(data):
+def _rebuild_storage(data: bytes) -> torch.UntypedStorage:
     return torch.UntypedStorage.from_buffer(bytearray(data), dtype=torch.uint8) if data \
-        else torch.UntypedStorage(0)
+        else torch.UntypedStorage(0)  # type: ignore[no-untyped-call]  # torch's __init__ has no annotations
 
 
 class Unsendable(TypeError):
     """A tensor flavour that cannot leave its process; the message says which and what instead."""
 
 
-def _unsendable_tensor(obj):
+def _unsendable_tensor(obj: torch.Tensor) -> str:
     """Why ``obj`` (a tensor) cannot be serialised and what to send instead, or ``""``."""
     if obj.layout == MKLDNN_LAYOUT:
         return ("an MKL-DNN tensor (layout torch._mkldnn: opaque memory that neither pickle nor torch.save "
@@ -96,7 +103,7 @@ class _Pickler(cloudpickle.Pickler):
     storages as their bytes. MKL-DNN tensors and DTensors raise :class:`Unsendable` saying what
     to send instead."""
 
-    def reducer_override(self, obj):
+    def reducer_override(self, obj: object) -> _ReducedType:
         if isinstance(obj, torch.Tensor):
             kind = type(obj)
             if (kind is torch.Tensor or kind is torch.nn.Parameter) and obj.layout == torch.strided \
@@ -117,7 +124,7 @@ class _Pickler(cloudpickle.Pickler):
         return super().reducer_override(obj)
 
 
-def dumps(obj) -> bytes:
+def dumps(obj: object) -> bytes:
     """``obj`` as bytes that :func:`loads` (here or in another process with collnb) turns back into
     an equal object: cloudpickle, with dense tensors as their raw bytes plus dtype and shape (every
     dtype, ``nn.Parameter`` and a leaf's ``requires_grad`` kept; see :class:`_Pickler`).
@@ -132,7 +139,7 @@ def dumps(obj) -> bytes:
     return buf.getvalue()
 
 
-def loads(data: bytes):
+def loads(data: bytes) -> Any:  # whatever was sent: pickle.loads is typed Any too
     """The object :func:`dumps` serialised (tensors come back as CPU tensors of their own memory).
 
     Raises:
@@ -141,10 +148,12 @@ def loads(data: bytes):
     return pickle.loads(data)
 
 
-def iter_functions(fn, limit=200):
+def iter_functions(fn: object, limit: int = 200) -> list[types.FunctionType]:
     """``fn`` plus the functions it can reach through its globals and closure that cloudpickle
     ships by value (those defined in the same module as ``fn``, e.g. a notebook's ``__main__``)."""
-    seen, todo, out = set(), [fn], []
+    seen: set[int] = set()
+    todo: list[object] = [fn]
+    out: list[types.FunctionType] = []
     while todo and len(out) < limit:
         f = todo.pop()
         f = getattr(f, "__func__", f)
@@ -167,27 +176,29 @@ def iter_functions(fn, limit=200):
     return out
 
 
-def _iter_codes(code):
+def _iter_codes(code: types.CodeType) -> Iterator[types.CodeType]:
     yield code
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
             yield from _iter_codes(const)
 
 
-def code_files(fn) -> dict:
+def code_files(fn: object) -> dict[tuple[str, int], str]:
     """``{(co_name, co_firstlineno): co_filename}`` for code cloudpickle will ship (it erases
     filenames to ``<dynamic-code>``; we put them back so tracebacks show the learner's cell)."""
     return {(c.co_name, c.co_firstlineno): c.co_filename
             for f in iter_functions(fn) for c in _iter_codes(f.__code__)}
 
 
-def _with_files(code, files):
+def _with_files(code: types.CodeType, files: dict[tuple[str, int], str]) -> types.CodeType:
     consts = tuple(_with_files(c, files) if isinstance(c, types.CodeType) else c for c in code.co_consts)
     name = files.get((code.co_name, code.co_firstlineno), code.co_filename)
     return code.replace(co_filename=name, co_consts=consts)
 
 
-def restore_files(fn, files):
+def restore_files(fn: object, files: dict[tuple[str, int], str]) -> None:
+    """Put the filenames of :func:`code_files` back into the code of ``fn`` and the functions it
+    reaches (:func:`iter_functions`); code that refuses the change keeps its own."""
     for f in iter_functions(fn):
         try:
             f.__code__ = _with_files(f.__code__, files)

@@ -26,6 +26,7 @@ import os
 import random
 import sys
 import types
+from collections.abc import Callable, Mapping
 
 import torch
 
@@ -37,14 +38,14 @@ _OWN_DIRS = (_COLLNB_DIR, os.path.dirname(os.path.abspath(torch.__file__)) + os.
 MISSING = object()
 
 
-def _own_code(value) -> bool:
+def _own_code(value: object) -> bool:
     """Whether ``value``'s code is torch's or collnb's (``functools.wraps`` copies ``__module__``, so
     the code's file decides)."""
-    code = getattr(getattr(value, "__func__", value), "__code__", None)
+    code: types.CodeType | None = getattr(getattr(value, "__func__", value), "__code__", None)
     return code is not None and code.co_filename.startswith(_OWN_DIRS)
 
 
-def _own_wrapper(new, old) -> bool:
+def _own_wrapper(new: object, old: object) -> bool:
     """Whether ``new`` is torch's or collnb's own wrapper of ``old``: their code, wrapping it
     (``functools.wraps``'s ``__wrapped__``, or ``old`` among its closure's cells). torch patches
     itself as it imports parts of itself (``torch._dynamo`` wraps ``torch.manual_seed`` and
@@ -62,13 +63,13 @@ def _own_wrapper(new, old) -> bool:
     return False
 
 
-def _watched_kind(value) -> bool:
+def _watched_kind(value: object) -> bool:
     """A function, class or module (looked up on the type: a value's own ``__getattribute__``, such as
     torch's deprecated ``dist.reduce_op``, is never run)."""
     return callable(value) or issubclass(type(value), types.ModuleType)
 
 
-def version_view():
+def version_view() -> Callable[[object], ctypes.c_uint64] | None:
     """``d -> a ctypes view of d's version tag`` where this Python has one that every change of a dict
     moves (CPython's ``ma_version_tag``, PEP 509: 3.11 and 3.12), checked here on a dict of our own;
     else ``None``. Reading it costs 0.1 us and touches one object, where comparing a namespace's
@@ -76,17 +77,20 @@ def version_view():
     if sys.implementation.name != "cpython" or ctypes.sizeof(ctypes.c_void_p) != 8:
         return None
 
-    def view(d):
+    def view(d: object) -> ctypes.c_uint64:
         return ctypes.c_uint64.from_address(id(d) + 24)  # PyObject_HEAD (16 bytes), ma_used (8), the tag
 
     try:
-        probe = {"a": 1}
+        probe: dict[str, object] = {"a": 1}
         if ctypes.c_ssize_t.from_address(id(probe) + 16).value != 1:  # ma_used: the layout is as above
             return None
-        tag, seen = view(probe), []
-        for change in (lambda: probe.__setitem__("b", 2), lambda: probe.__setitem__("a", object()),
-                       lambda: probe.__delitem__("b"), lambda: probe.update(c=3), lambda: probe.pop("c"),
-                       lambda: probe.setdefault("d", 4)):
+        tag = view(probe)
+        seen: list[int] = []
+        changes: tuple[Callable[[], object], ...] = (
+            lambda: probe.__setitem__("b", 2), lambda: probe.__setitem__("a", object()),
+            lambda: probe.__delitem__("b"), lambda: probe.update(c=3), lambda: probe.pop("c"),
+            lambda: probe.setdefault("d", 4))
+        for change in changes:
             seen.append(tag.value)
             change()
         seen.append(tag.value)
@@ -102,8 +106,17 @@ class Namespace:
     """One watched namespace (a module's or a class's ``__dict__``) as the rank started with it."""
 
     __slots__ = ("name", "mapping", "items", "bases", "tag", "version", "size", "get_watched", "watched")
+    name: str
+    mapping: Mapping[str, object]
+    items: dict[str, object]
+    bases: tuple[type, ...]
+    tag: ctypes.c_uint64 | None
+    version: int | None
+    size: int
+    get_watched: Callable[[Mapping[str, object]], object]
+    watched: object
 
-    def __init__(self, name, mapping, cls=None):
+    def __init__(self, name: str, mapping: Mapping[str, object], cls: type | None = None) -> None:
         self.name, self.mapping = name, mapping
         self.bases = cls.__mro__[1:] if cls is not None else ()  # a class's: a name they define is replaced
         real = mapping if type(mapping) is dict else next(
@@ -111,7 +124,8 @@ class Namespace:
         self.tag = VERSION_VIEW(real) if VERSION_VIEW is not None and real is not None else None
         self.rebase()
 
-    def rebase(self):
+    def rebase(self) -> None:
+        """Take the namespace as it is now as the state to compare with."""
         self.version = self.tag.value if self.tag is not None else None
         self.items = dict(self.mapping)
         self.size = len(self.items)
@@ -119,10 +133,12 @@ class Namespace:
         if len(keys) > 1:
             self.get_watched = operator.itemgetter(*keys)  # the functions, classes, modules: one C call
         else:
-            self.get_watched = lambda m, keys=tuple(keys): tuple(m[k] for k in keys)
+            def get_watched(m: Mapping[str, object], keys: tuple[str, ...] = tuple(keys)) -> tuple[object, ...]:
+                return tuple(m[k] for k in keys)
+            self.get_watched = get_watched
         self.watched = self.get_watched(self.items)
 
-    def changes(self) -> list:
+    def changes(self) -> list[str]:
         """``["replaced torch.distributed.all_reduce", ...]``: functions, classes and modules a call
         replaced, deleted or added (empty when none; changed data values do not count)."""
         if self.tag is not None and self.tag.value == self.version:  # the fast path: nothing changed at all
@@ -135,7 +151,7 @@ class Namespace:
             except Exception:  # noqa: BLE001 - a key deleted, or a value whose == raised: look closer
                 pass
         now = dict(self.mapping)
-        out = []
+        out: list[str] = []
         for key, old in self.items.items():
             new = now.get(key, MISSING)
             if new is old or not _watched_kind(old):
@@ -154,17 +170,17 @@ class Namespace:
         return out
 
 
-def file_id(fd) -> tuple:
+def file_id(fd: int) -> tuple[int, int]:
     """What an fd is open on: ``(st_dev, st_ino)`` (OSError when it is closed)."""
     st = os.fstat(fd)
     return st.st_dev, st.st_ino
 
 
-def _mt_reader(index_offset, state_offset):
+def _mt_reader(index_offset: int, state_offset: int) -> Callable[[object], tuple[int, int, int]]:
     """A function ``obj -> (position, state words 1 and 2)`` of a Mersenne Twister in memory at
     ``id(obj)`` (or at an int address), read through ctypes. (Word 0 is 0x80000000 after every seed
     from an array: it tells no seed from another.)"""
-    def mark(obj):
+    def mark(obj: object) -> tuple[int, int, int]:
         base = obj if isinstance(obj, int) else id(obj)
         return (ctypes.c_int.from_address(base + index_offset).value,
                 ctypes.c_uint32.from_address(base + state_offset + 4).value,
@@ -172,7 +188,7 @@ def _mt_reader(index_offset, state_offset):
     return mark
 
 
-def _python_rng_reader():
+def _python_rng_reader() -> Callable[[object], tuple[int, int, int]] | None:
     """:func:`_mt_reader` for Python's ``random.Random`` (CPython: ``{PyObject_HEAD; int index; uint32_t
     state[624]}``), checked against its own ``getstate()`` here; ``None`` where the layout differs
     (then ``random`` is seeded again after every call)."""
@@ -193,11 +209,11 @@ def _python_rng_reader():
 _PY_MARK = _python_rng_reader()
 
 
-def numpy_state(np):
+def numpy_state(np: types.ModuleType) -> int | None:
     """The address of numpy's global MT19937 state, checked once against ``get_state()``; ``None``
     when it cannot be read so. (Call it only once ``numpy.random`` is imported: importing it costs a
     rank 7 MiB.)"""
-    global _NUMPY_CHECKED
+    global _NUMPY_CHECKED, _NUMPY_ADDRESS
     try:
         rs = np.random.mtrand._rand
         if _NUMPY_ADDRESS[0] is rs:  # the same generator object (seed() and set_state() keep it)
@@ -212,17 +228,17 @@ def numpy_state(np):
                 ok = ok and reader(paddr) == (int(st[2]), int(st[1][1]), int(st[1][2]))
                 probe.random_sample()
             _NUMPY_CHECKED = ok
-        _NUMPY_ADDRESS[:] = [rs, address if _NUMPY_CHECKED else None]
+        _NUMPY_ADDRESS = (rs, address if _NUMPY_CHECKED else None)
         return _NUMPY_ADDRESS[1]
     except Exception:  # noqa: BLE001
         return None
 
 
-_NUMPY_CHECKED = None
-_NUMPY_ADDRESS = [None, None]  # numpy's global RandomState and the address of its state
+_NUMPY_CHECKED: bool | None = None
+_NUMPY_ADDRESS: tuple[object, int | None] = (None, None)  # numpy's global RandomState and the address of its state
 
 
-def rng_mark(obj):
+def rng_mark(obj: object) -> tuple[int, int, int] | None:
     """``(position, state words 1 and 2)`` of Python's ``random._inst`` or numpy's state address, or
     ``None`` when it cannot be read (then the generator is seeded again)."""
     if obj is None:
