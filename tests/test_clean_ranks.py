@@ -61,7 +61,10 @@ GLOBAL_CHANGES = {
     "sys.path": ("sys.path.insert(0, '/nowhere'); sys.path.append('/elsewhere')", "sys.path[:1] + sys.path[-1:]"),
     "sys.path replaced": ("sys.path = ['/nowhere']", "sys.path[:1]"),
     "sys.argv": ("sys.argv[:] = ['learner.py', '--flag']", "tuple(sys.argv)"),
-    "recursion limit": ("sys.setrecursionlimit(60)", "sys.getrecursionlimit()"),
+    # low, yet above the depth the function runs at (a rank starts at the depth its kernel forked
+    # it from: a fixed 60 failed for ranks forked deep in a test run)
+    "recursion limit": ("import traceback; sys.setrecursionlimit(len(traceback.extract_stack()) + 40)",
+                        "sys.getrecursionlimit()"),
     "switch interval": ("sys.setswitchinterval(0.5)", "sys.getswitchinterval()"),
     "int digit limit": ("sys.set_int_max_str_digits(640)", "sys.get_int_max_str_digits()"),
     "excepthook": ("sys.excepthook = print", "sys.excepthook is print"),

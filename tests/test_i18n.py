@@ -158,3 +158,24 @@ def test_one_english_message_has_one_chinese_translation_in_every_catalogue():
                     clash.append(f"{m.id!r}: {seen[m.id][0]} {seen[m.id][1]!r} vs {po.name} {m.string!r}")
                 seen.setdefault(m.id, (po.name, m.string))
     assert clash == []
+
+
+def _spoken_on_the_rank(rank, world_size):
+    from collnb.i18n import _, get_language
+    return get_language(), _("elements per chunk"), os.environ.get("COLLNB_LANG")
+
+
+def test_warm_ranks_speak_the_language_the_kernel_speaks_now():
+    """Ranks forked while collnb spoke English, kept warm, then collnb.set_language("zh"): text made
+    on a rank is Chinese from the next call on (it stayed English), and English again after."""
+    from collnb.ranks import launcher
+    i18n.set_language("en")
+    assert collnb.launch(_spoken_on_the_rank, 2) == [("en", "elements per chunk", "en")] * 2
+    pids = launcher.warm_pool().pids()[:2]
+    i18n.set_language("zh")
+    zh = i18n._("elements per chunk")
+    assert zh != "elements per chunk"
+    assert collnb.launch(_spoken_on_the_rank, 2) == [("zh", zh, "zh")] * 2
+    i18n.set_language("en")
+    assert collnb.launch(_spoken_on_the_rank, 2) == [("en", "elements per chunk", "en")] * 2
+    assert launcher.warm_pool().pids()[:2] == pids  # the same warm ranks all along

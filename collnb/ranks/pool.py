@@ -20,7 +20,7 @@ from multiprocessing.connection import wait as _mp_wait
 import psutil
 import torch.multiprocessing as tmp
 
-from ..i18n import N_, _
+from ..i18n import N_, _, get_language
 from ..vocabulary import MAX_WORLD_SIZE
 from .backends import local_backend_info
 from .answers import RankProcess, answer_event, exited, group_verdict, lost, wait_limit, waitables
@@ -248,7 +248,7 @@ class RankPool:
             self._prepare(world_size, deadline)
             self.output.drain(self.ranks, final=False)
             message = encode(Run(world_size, self._next_count(), task, bool(record_calls),
-                                    bool(timeline)))  # once for all
+                                 bool(timeline), get_language()))  # once for all
             self._send_all(self.ranks[:world_size], message)
             results = self._collect(self.ranks[:world_size], deadline, phase="run")
             self.output.release()

@@ -69,6 +69,8 @@ class Run:
         record_calls: record the function's torch.distributed calls (:class:`.CallRecord`).
         timeline: record when each operation was issued and completed, and the regions
             (:mod:`.timeline`).
+        language: the language the kernel speaks at this call (:func:`collnb.get_language`,
+            ``"en"`` or ``"zh"``): a warm rank forked before a ``set_language`` speaks it too.
     """
 
     world_size: int
@@ -76,6 +78,7 @@ class Run:
     task: bytes
     record_calls: bool = False
     timeline: bool = False
+    language: str = "en"
 
 
 @dataclass(frozen=True)

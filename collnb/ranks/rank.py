@@ -29,6 +29,7 @@ import dataclasses
 import torch
 import torch.distributed as dist
 
+from ..i18n import set_language
 from . import _dist_hooks, recording, timeline
 from . import _torch_internals as internals
 from .flight_recorder import entries_from_json
@@ -245,6 +246,9 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w, store):
         internals.set_default_group(groups[msg.world_size])
     elif dist.group.WORLD is not base:
         internals.set_default_group(base)
+    # The kernel's language now, not the one this rank was forked with (warm ranks outlive a
+    # collnb.set_language); this also sets COLLNB_LANG here, for what the function starts.
+    set_language(msg.language)
     fn, args = None, ()  # named in an error even when the task does not load
     try:
         # torch.distributed's functions, wrapped for this call only: layouts gloo misreads are
