@@ -117,13 +117,7 @@ def _lines(text: str) -> list[str]:
     return text.splitlines(keepends=True)
 
 
-def _source(cell) -> str:
-    src = cell.get("source", "")
-    return "".join(src) if isinstance(src, list) else src
-
-
-def _dumps(nb) -> str:
-    return json.dumps(nb, sort_keys=True, indent=1, ensure_ascii=False) + "\n"
+from nbjson import dumps as _dumps, source as _source  # noqa: E402  (shared with twins.py)
 
 
 def colab_cell(url: str) -> dict:

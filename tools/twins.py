@@ -56,7 +56,7 @@ def language_cell() -> dict:
             "source": source.splitlines(keepends=True)}
 
 
-from notebook_meta import _dumps, _source  # noqa: E402  (one way of reading and writing notebooks)
+from nbjson import dumps as _dumps, source as _source  # noqa: E402  (one way of reading and writing notebooks)
 
 
 def twin_path(english: Path) -> Path:
