@@ -12,6 +12,11 @@ build this module
 * fails the build (exit status 1), and marks the failed notebooks outdated so that the next build
   (``make docs`` retries once) executes them again, and only them.
 
+It also makes the execution cache's database before the (parallel, ``-j 2``) read starts: jupyter-cache
+1.0 creates its sqlite tables on first use, in whichever process gets there first, and two forked
+readers that both found no database raced to ``CREATE TABLE nbcache`` (``sqlite3.OperationalError:
+table nbcache already exists``, a Sphinx parallel build error, exit status 2 instead of the report).
+
 ``conf.py`` calls :func:`setup`.
 """
 
@@ -21,7 +26,7 @@ import re
 import sys
 from pathlib import Path
 
-__all__ = ["parse_failure", "failures", "report", "setup"]
+__all__ = ["parse_failure", "failures", "report", "make_cache", "setup"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _CELL = re.compile(r"An error occurred while executing the following cell:\n-+\n(.*?)\n-+\n", re.S)
@@ -128,8 +133,27 @@ def _finished(app, exception):
     app.statuscode = 1
 
 
+def make_cache(app) -> None:
+    """``builder-inited``: with ``nb_execution_mode = "cache"``, create the cache folder and its
+    database (``jupyter_cache.cache.db.create_db``) in the main process, before Sphinx forks its
+    parallel readers, so that no two readers create its tables at once. An existing database is
+    left as it is (``create_db`` only adds tables to a new file)."""
+    if app.config.nb_execution_mode != "cache":
+        return
+    from jupyter_cache.cache.db import create_db
+
+    # MyST-NB's own builder-inited handler (registered first) has resolved the path by now
+    nb_config = getattr(app.env, "mystnb_config", None)
+    path = Path(getattr(nb_config, "execution_cache_path", None) or app.config.nb_execution_cache_path
+                or Path(app.outdir).parent / ".jupyter_cache")
+    path.mkdir(parents=True, exist_ok=True)
+    create_db(path).dispose()
+
+
 def setup(app):
-    """Register the report (``env-get-outdated``, ``build-finished``)."""
+    """Register the cache's creation (``builder-inited``) and the report (``env-get-outdated``,
+    ``build-finished``)."""
+    app.connect("builder-inited", make_cache)
     app.connect("env-get-outdated", _outdated)
     app.connect("build-finished", _finished)
     return {"parallel_read_safe": True, "parallel_write_safe": True}

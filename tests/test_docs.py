@@ -503,6 +503,40 @@ def test_execution_report_names_the_notebook_the_cell_and_the_error():
     assert "\x1b[" not in full and "the whole traceback" in full
 
 
+def test_the_execution_cache_is_made_before_the_parallel_readers_start(tmp_path):
+    """CI, stop 29: with -j 2 two forked readers both found no cache database and both ran
+    CREATE TABLE nbcache (sqlite3.OperationalError: table nbcache already exists; a Sphinx parallel
+    build error, exit 2). exec_report makes the database at builder-inited, in the one main process;
+    an existing cache keeps its records."""
+    import sqlite3
+    sys.path.insert(0, str(ROOT / "docs"))
+    import exec_report
+    from jupyter_cache.cache.db import DB_NAME
+
+    cache = tmp_path / "build" / ".jupyter_cache"
+    app = types.SimpleNamespace(
+        config=types.SimpleNamespace(nb_execution_mode="cache", nb_execution_cache_path=""),
+        env=types.SimpleNamespace(mystnb_config=types.SimpleNamespace(execution_cache_path=str(cache))),
+        outdir=str(tmp_path / "build" / "html"))
+    exec_report.make_cache(app)
+    tables = {r[0] for r in sqlite3.connect(cache / DB_NAME).execute("select name from sqlite_master where type='table'")}
+    assert "nbcache" in tables
+    with sqlite3.connect(cache / DB_NAME) as db:
+        db.execute("insert into nbcache (hashkey, uri, description, created, accessed) "
+                   "values ('k', 'u', '', '2026-01-01', '2026-01-01')")
+    exec_report.make_cache(app)
+    assert sqlite3.connect(cache / DB_NAME).execute("select hashkey from nbcache").fetchall() == [("k",)]
+    other = tmp_path / "off"
+    exec_report.make_cache(types.SimpleNamespace(
+        config=types.SimpleNamespace(nb_execution_mode="off", nb_execution_cache_path=str(other)),
+        env=types.SimpleNamespace(), outdir=str(tmp_path)))
+    assert not other.exists()
+
+    registered = []
+    exec_report.setup(types.SimpleNamespace(connect=lambda event, fn: registered.append((event, fn))))
+    assert ("builder-inited", exec_report.make_cache) in registered
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_failing_notebook_fails_the_book_with_its_cause_printed_last(tmp_path):
