@@ -60,7 +60,7 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeGuard
 
 import torch
 
@@ -69,13 +69,13 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_si
 from .backends import local_backend_info
 from .pool import RankPool
 from .rank import current_rank
-from .rankset import BackendFacts, LaunchRequest, RankSet
+from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod
 
 __all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
            "check_request", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS"]
 
 
-def backend_info(backend: str) -> dict:
+def backend_info(backend: str) -> BackendFacts:
     """Tell whether ``backend`` can run here, without starting any rank.
 
     Returns:
@@ -98,7 +98,7 @@ def _backend_facts(backend: str) -> BackendFacts:
     return _rank_set.backend_info(backend)
 
 
-def check_ranks(world_size, backend: str = "gloo") -> dict:
+def check_ranks(world_size: object, backend: str = "gloo") -> BackendFacts:
     """Check that ``world_size`` ranks of ``backend`` can run here (on this machine, or on the engines
     while :func:`collnb.connect` is in force) and return :func:`backend_info`'s dict. Every entry point
     that starts ranks (:func:`launch`, :func:`collnb.run`, :func:`collnb.bench.bench`, ...) checks
@@ -121,8 +121,9 @@ def check_ranks(world_size, backend: str = "gloo") -> dict:
         backend=repr(backend), where=where, reason=info["reason"]))
 
 
-def _check_request(fn: object, world_size: int, backend: str, start_method: str | None) -> None:
-    """Check where and how a launch request would start ranks (raises as :func:`launch` says)."""
+def _check_request(fn: object, world_size: int, backend: str, start_method: str | None) -> StartMethod | None:
+    """Check where and how a launch request would start ranks (raises as :func:`launch` says) and return
+    ``start_method``, checked."""
     if current_rank() is not None:
         raise RuntimeError(_(
             "collnb.launch was called inside rank {rank} of a launch: ranks cannot start ranks of "
@@ -135,14 +136,23 @@ def _check_request(fn: object, world_size: int, backend: str, start_method: str 
     check_ranks(world_size, backend)
     if start_method is None:
         if _rank_set is not LOCAL:
-            return  # the engines' own way of starting ranks
-        start_method = _default_start_method()
-    if start_method not in ("fork", "spawn"):
+            return None  # the engines' own way of starting ranks
+        method: str = _default_start_method()
+    else:
+        method = start_method
+    if not _is_start_method(method):
         raise ValueError(_("start_method must be 'fork' or 'spawn' (ranks must be children of this "
-                           "process, which forkserver's are not); got {value}").format(value=repr(start_method)))
-    if start_method == "fork" and backend == "nccl" and _rank_set is LOCAL and torch.cuda.is_initialized():
+                           "process, which forkserver's are not); got {value}").format(value=repr(method)))
+    if method == "fork" and backend == "nccl" and _rank_set is LOCAL \
+            and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's is_initialized has no annotations
         raise RuntimeError(_("CUDA is already initialised in this process, and forked ranks cannot use it. "
                              "Restart the kernel and launch before touching CUDA, or pass start_method='spawn'"))
+    return None if start_method is None else method
+
+
+def _is_start_method(value: object) -> TypeGuard[StartMethod]:
+    """Whether ``value`` is one of :data:`.rankset.StartMethod`'s choices."""
+    return value in ("fork", "spawn")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -152,7 +162,7 @@ _pool: RankPool | None = None
 _pool_guard = threading.Lock()
 
 
-def _forget_pool():
+def _forget_pool() -> None:
     """In a forked child (a rank, or a process the kernel's code forks): the parent's warm pool
     is not the child's to use or to shut down."""
     global _pool
@@ -162,12 +172,12 @@ def _forget_pool():
 os.register_at_fork(after_in_child=_forget_pool)
 
 
-def _default_start_method():
+def _default_start_method() -> StartMethod:
     """``"fork"`` on Linux (fast, and a cell's function needs no import), else ``"spawn"``."""
     return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
-def _check_seconds(**values):
+def _check_seconds(**values: object) -> None:
     """Check that each keyword's value is a positive, finite number of seconds."""
     for name, value in values.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
@@ -176,7 +186,7 @@ def _check_seconds(**values):
                 name=name, value=repr(value)))
 
 
-def check_flag(name: str, value) -> bool:
+def check_flag(name: str, value: object) -> bool:
     """Check a yes/no argument (``debug``, ``record_calls``...) and return it.
 
     Raises:
@@ -188,7 +198,7 @@ def check_flag(name: str, value) -> bool:
     return value
 
 
-def check_call_arguments(args, kwargs):
+def check_call_arguments(args: object, kwargs: object) -> None:
     """Check ``launch``'s ``args`` (a tuple or list of the extra arguments) and ``kwargs`` (a dict
     with str keys, or ``None``).
 
@@ -204,7 +214,7 @@ def check_call_arguments(args, kwargs):
             value=repr(kwargs)))
 
 
-def _check_signature(fn, args, kwargs):
+def _check_signature(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
     """Check that ``fn(rank, world_size, *args, **kwargs)`` binds (TypeError saying how to
     define ``fn`` if not); functions without a signature (some builtins) pass."""
     try:
@@ -220,10 +230,10 @@ def _check_signature(fn, args, kwargs):
                                                      name=getattr(fn, "__name__", "fn"))) from None
 
 
-def launch(fn: Callable, world_size: int, args: Sequence = (), kwargs: dict | None = None,
+def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
            backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0,
            debug: bool = True, start_method: str | None = None, *, record_calls: bool = False,
-           show_backend_log: bool = False, timeline: bool = False, flight_recorder: int = 0):
+           show_backend_log: bool = False, timeline: bool = False, flight_recorder: int = 0) -> list[Any]:
     """Run ``fn(rank, world_size, *args, **kwargs)`` on ``world_size`` real ranks.
 
     Each rank is a process started through :mod:`torch.multiprocessing`, already inside an
@@ -348,7 +358,7 @@ def check_request(fn: Callable[..., Any], world_size: int, args: Sequence[Any] =
         NotImplementedError: an option the active rank set cannot honour (:meth:`.RankSet.refuse`:
             engines refuse ``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``).
     """
-    _check_request(fn, world_size, backend, start_method)
+    checked_start = _check_request(fn, world_size, backend, start_method)
     check_call_arguments(args, kwargs)
     for name, flag in (("debug", debug), ("record_calls", record_calls), ("show_backend_log", show_backend_log),
                        ("timeline", timeline)):
@@ -359,7 +369,7 @@ def check_request(fn: Callable[..., Any], world_size: int, args: Sequence[Any] =
     _check_signature(fn, tuple(args), kwargs)
     _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     request = LaunchRequest(fn, world_size, tuple(args), dict(kwargs or {}), backend, float(timeout),
-                            float(collective_timeout), debug, start_method, record_calls, show_backend_log,
+                            float(collective_timeout), debug, checked_start, record_calls, show_backend_log,
                             timeline, int(flight_recorder))
     _rank_set.refuse(request)
     return request
@@ -414,13 +424,16 @@ class LocalRanks:
             # Another thread is using the warm pool: run on a private pool of our own.
             own = RankPool(*key)
             try:
-                return own.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout, record_calls=r.record_calls,
-                               show_backend_log=r.show_backend_log, timeline=r.timeline)
+                results: list[Any] = own.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout,
+                                             record_calls=r.record_calls, show_backend_log=r.show_backend_log,
+                                             timeline=r.timeline)
+                return results
             finally:
                 own.close()
         try:
-            return pool.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout, record_calls=r.record_calls,
-                            show_backend_log=r.show_backend_log, timeline=r.timeline)
+            results = pool.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout, record_calls=r.record_calls,
+                               show_backend_log=r.show_backend_log, timeline=r.timeline)
+            return results
         finally:
             pool.lock.release()
 
@@ -443,7 +456,7 @@ def active_rank_set() -> RankSet:
     return _rank_set
 
 
-def shutdown():
+def shutdown() -> None:
     """Stop the warm ranks and remove their files. The next :func:`launch` starts new ones."""
     global _pool
     with _pool_guard:

@@ -23,12 +23,16 @@ from .protocol import Failed
 from .recording import CallRecords
 
 __all__ = ["EventKind", "LaunchRequest", "RankOutput", "RankResult", "RankFailure", "RankExit", "RankEvent",
-           "RankSet", "BackendFacts"]
+           "RankSet", "BackendFacts", "StartMethod"]
 
 #: :func:`.launcher.backend_info`'s dict: ``backend`` (str), ``available`` (bool), ``max_world_size``
 #: (int), ``reason`` (str) and, from a rank set, ``limit`` (str: why ``max_world_size`` is below
 #: :data:`collnb.vocabulary.MAX_WORLD_SIZE`, in the words a world-size error uses).
 BackendFacts = dict[str, Any]
+
+#: How local ranks are started: :mod:`multiprocessing`'s start methods whose processes are the
+#: launcher's children (forkserver's are not).
+StartMethod = Literal["fork", "spawn"]
 
 
 class EventKind(enum.Enum):
@@ -56,7 +60,7 @@ class LaunchRequest:
     timeout: float = 60.0
     collective_timeout: float = 5.0
     debug: bool = True
-    start_method: str | None = None
+    start_method: StartMethod | None = None
     record_calls: bool = False
     show_backend_log: bool = False
     timeline: bool = False
