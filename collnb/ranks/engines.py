@@ -21,6 +21,7 @@ import os
 import socket
 import sys
 import time
+from typing import TypedDict
 
 import psutil
 import torch
@@ -33,7 +34,7 @@ from .rank_state import RankState
 from .serialization import dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-__all__ = ["engine_info", "engine_setup", "engine_teardown", "engine_listen", "engine_init", "engine_group",
+__all__ = ["EngineInfo", "engine_info", "engine_setup", "engine_teardown", "engine_listen", "engine_init", "engine_group",
            "engine_run"]
 
 _THIS_FILE = os.path.abspath(__file__).rstrip("c")
@@ -45,16 +46,29 @@ _ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
 _PROCESS = {"state": None, "changed": "", "ended": []}  # ended: groups the last call made (see engine_run)
 
 
-def engine_info():
+class EngineInfo(TypedDict):
+    """What :func:`engine_info` says about an engine: its host name, pid, IPv4 addresses
+    ``(interface, address, netmask)``, visible CUDA GPUs, torch version and backends."""
+
+    host: str
+    pid: int
+    addrs: list[tuple[str, str, str]]
+    cuda: int
+    torch: str
+    nccl: bool
+    gloo: bool
+
+
+def engine_info() -> EngineInfo:
     """What the kernel needs to know about this engine (runs on the engine)."""
-    addrs = []
+    addrs: list[tuple[str, str, str]] = []
     for ifname, entries in psutil.net_if_addrs().items():
         for a in entries:
             if a.family == socket.AF_INET:
                 addrs.append((ifname, a.address, a.netmask or "255.255.255.255"))
     cuda = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    return dict(host=socket.gethostname(), pid=os.getpid(), addrs=addrs, cuda=cuda,
-                torch=torch.__version__, nccl=dist.is_nccl_available(), gloo=dist.is_gloo_available())
+    return EngineInfo(host=socket.gethostname(), pid=os.getpid(), addrs=addrs, cuda=cuda,
+                      torch=torch.__version__, nccl=dist.is_nccl_available(), gloo=dist.is_gloo_available())
 
 
 def engine_setup(token, rank, cfg):

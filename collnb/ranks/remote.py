@@ -49,9 +49,6 @@ every engine.
 
 from __future__ import annotations
 
-
-from __future__ import annotations
-
 import contextlib
 import ipaddress
 import os
@@ -60,18 +57,23 @@ import sys
 import threading
 import time
 import uuid
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Sequence
 
 import torch
 
 from ..vocabulary import MAX_WORLD_SIZE, check_backend
 from . import launcher as _launcher
-from .engines import (engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
+from .engines import (EngineInfo, engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
                       engine_teardown)
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
+from .failures import Event, Stacks, event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
 from .protocol import Result
 from .rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult
 from .serialization import code_files, dumps
+
+if TYPE_CHECKING:
+    from ipyparallel import AsyncResult, Client, Cluster
 
 __all__ = ["connect", "disconnect", "connected"]
 
@@ -83,22 +85,22 @@ class _Connection:
 
     where = "on the connected engines"
 
-    def __init__(self, client, cluster, timeout):
+    def __init__(self, client: Client, cluster: Cluster | None, timeout: float) -> None:
         self.client = client
         self.cluster = cluster
         self.token = uuid.uuid4().hex
         self.ids = list(client.ids)
         self.lock = threading.Lock()
         self.generation = 0
-        self.port = None
-        self.key = None         # (backend, debug, collective_timeout) of the engines' process group
-        self.groups = set()
+        self.port: int | None = None
+        self.key: tuple[str, bool, float] | None = None  # (backend, debug, collective_timeout) of the engines' group
+        self.groups: set[int] = set()
         self.base_size = 0
         self._count = 0
         self.broken = False
         views = client[self.ids]
         try:
-            self.infos = views.apply_sync(engine_info)
+            self.infos: list[EngineInfo] = views.apply_sync(engine_info)
         except Exception as exc:
             raise RuntimeError(f"the engines could not run collnb ({type(exc).__name__}: {exc}). Every engine needs "
                                f"collnb and torch installed (pip install collnb) in the Python it runs") from exc
@@ -111,7 +113,8 @@ class _Connection:
         self.local_ranks = [hosts[:r].count(h) for r, h in enumerate(hosts)]
 
     # -- describing --------------------------------------------------------------------------
-    def describe(self):
+    def describe(self) -> list[dict[str, Any]]:
+        """:func:`connect`'s answer: one dict per rank (see there)."""
         return [dict(rank=r, engine=e, host=i["host"], pid=i["pid"], local_rank=self.local_ranks[r],
                      interface=self.ifnames[r], gpus=i["cuda"])
                 for r, (e, i) in enumerate(zip(self.ids, self.infos))]
@@ -144,7 +147,7 @@ class _Connection:
                     limit=f"NCCL puts one rank per GPU: {short or 'one engine per GPU'}")
 
     # -- process groups ----------------------------------------------------------------------
-    def _setup(self, backend, debug, collective_timeout):
+    def _setup(self, backend: str, debug: bool, collective_timeout: float) -> None:
         cfg = dict(address=self.address, backend=backend, debug=bool(debug),
                    collective_timeout=float(collective_timeout), local_ranks=self.local_ranks)
         ars = [self.client[e].apply_async(engine_setup, self.token, r, dict(cfg, ifname=self.ifnames[r]))
@@ -153,7 +156,7 @@ class _Connection:
             ar.get(timeout=60)
         self.key, self.groups, self.base_size, self.port = (backend, bool(debug), float(collective_timeout)), set(), 0, None
 
-    def _prepare(self, world_size, deadline, timeout_each):
+    def _prepare(self, world_size: int, deadline: float, timeout_each: float) -> None:
         n = len(self.ids)
         if self.base_size != n:
             self.generation += 1
@@ -170,7 +173,7 @@ class _Connection:
             self._wait(ars, deadline, "init")
             self.groups.add(world_size)
 
-    def _wait(self, ars, deadline, phase):
+    def _wait(self, ars: Sequence[AsyncResult], deadline: float, phase: str) -> list[Any]:
         """Results of set-up calls (which raise on the engine on failure)."""
         out = []
         for r, ar in enumerate(ars):
@@ -203,13 +206,14 @@ class _Connection:
                     f"{option}={value!r} is not supported on ipyparallel engines yet "
                     f"({_WHY_NOT[option]}); collnb.disconnect() and use local ranks")
 
-    def launch(self, request: LaunchRequest) -> list:
+    def launch(self, request: LaunchRequest) -> list[Any]:
         """Run a checked request on the engines (see :func:`launch`)."""
         with self.lock:
             return self._launch(request.fn, request.world_size, request.args, request.kwargs, request.backend,
                                 request.timeout, request.collective_timeout, request.debug)
 
-    def _launch(self, fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug):
+    def _launch(self, fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any],
+                backend: str, timeout: float, collective_timeout: float, debug: bool) -> list[Any]:
         if self.broken:
             raise LaunchError("the connection to the engines was closed; call collnb.connect() again")
         gone = [e for e in self.ids if e not in self.client.ids]
@@ -238,7 +242,7 @@ class _Connection:
             self.base_size, self.groups = 0, set()
             raise
 
-    def _interrupt(self, ars):
+    def _interrupt(self, ars: Sequence[AsyncResult]) -> None:
         """SIGINT, through ipyparallel, to the engines whose call is still running."""
         targets = [self.ids[r] for r, ar in enumerate(ars) if not ar.ready()]
         if not targets:
@@ -248,22 +252,23 @@ class _Connection:
         except Exception as exc:  # noqa: BLE001 - engines without a nanny cannot be signalled
             sys.stderr.write(f"[collnb] could not interrupt engine(s) {targets}: {exc}\n")
 
-    def _collect(self, ars, world_size, deadline, collective_timeout):
-        events = {}
+    def _collect(self, ars: Sequence[AsyncResult], world_size: int, deadline: float,
+                 collective_timeout: float) -> list[Any]:
+        events: dict[int, Event] = {}
         shown = [[0, 0] for _ in ars]
         partial = [["", ""] for _ in ars]
-        failure_at = None
-        interrupted_at = None
+        failure_at: float | None = None
+        interrupted_at: float | None = None
         grace = 0.5
         after_signal = collective_timeout + 10.0
 
-        def pump(final=False):
+        def pump(final: bool = False) -> None:
             for event in _output_events(ars, shown, partial, final):
                 stream = sys.stdout if event.stream == "stdout" else sys.stderr
                 stream.write("".join(f"[rank {event.rank}] {ln}\n" for ln in event.lines))
                 stream.flush()
 
-        def poll():
+        def poll() -> None:
             nonlocal failure_at
             for r, ar in enumerate(ars):
                 if r in events or not ar.ready():
@@ -276,7 +281,7 @@ class _Connection:
                 elif isinstance(answer, RankResult) and answer.retire:
                     changed.setdefault(answer.retire, []).append(r)
 
-        changed = {}  # what a call changed for good in an engine -> its ranks
+        changed: dict[str, list[int]] = {}  # what a call changed for good in an engine -> its ranks
         user_interrupt = False
         try:
             while len(events) < len(ars):
@@ -322,12 +327,12 @@ class _Connection:
             return [rebuild_result(r, events[r].value) for r in range(len(ars))]
         return self._raise(events, ars, timed_out)
 
-    def _raise(self, events, ars, timed_out):
+    def _raise(self, events: dict[int, Event], ars: Sequence[AsyncResult], timed_out: bool) -> NoReturn:
         """Turn the outcome of a failed call into RankError / LaunchTimeout, as the local pool does."""
         ranks = list(range(len(ars)))
         pending = [r for r in range(len(ars)) if r not in events]
         # Ranks we interrupted answer with KeyboardInterrupt: their frames say where they were.
-        stacks = {}
+        stacks: Stacks = {}
         for r, e in list(events.items()):
             if e.kind == "error" and e.exc_type == "KeyboardInterrupt":
                 stacks[r] = e.frames
@@ -350,7 +355,7 @@ class _Connection:
         for r, e in events.items():
             if e.kind == "died":
                 outcomes[r] = f"engine {self.ids[r]} (host {self.infos[r]['host']}, pid {self.infos[r]['pid']}) died"
-        if root.kind == "died":
+        if root.kind == "died" and root.rank is not None:  # a died event always names its rank
             r = root.rank
             head = (f"rank {r}: Killed: engine {self.ids[r]} (host {self.infos[r]['host']}, pid "
                     f"{self.infos[r]['pid']}) died during the call ({root.message})")
@@ -369,7 +374,7 @@ _WHY_NOT = {
 }
 
 
-def _answer_event(rank: int, ar) -> RankEvent:
+def _answer_event(rank: int, ar: AsyncResult) -> RankEvent:
     """The event of engine ``rank``'s finished call ``ar`` (an :class:`ipyparallel.AsyncResult` that
     is ready): :class:`.RankResult` for a :class:`.Result`, :class:`.RankFailure` for a :class:`.Failed`,
     :class:`.RankExit` when ipyparallel lost the engine."""
@@ -383,12 +388,13 @@ def _answer_event(rank: int, ar) -> RankEvent:
     return RankFailure(rank, t, msg)
 
 
-def _output_events(ars, shown, partial, final=False):
+def _output_events(ars: Sequence[AsyncResult], shown: list[list[int]], partial: list[list[str]],
+                   final: bool = False) -> Iterator[RankOutput]:
     """The lines each engine printed since the last look (:class:`.RankOutput`, stdout and stderr),
     read from ipyparallel's output capture; ``shown[r][k]`` counts the characters read of stream
     ``k`` of rank ``r``, ``partial[r][k]`` holds its unfinished line (ended when ``final``)."""
     for r, ar in enumerate(ars):
-        for k, attr in enumerate(("stdout", "stderr")):
+        for k, attr in enumerate(_STREAMS):
             try:
                 text = getattr(ar, attr) or ""
             except Exception:  # noqa: BLE001 - ipyparallel lost the engine's output: nothing to show
@@ -406,27 +412,31 @@ def _output_events(ars, shown, partial, final=False):
                 yield RankOutput(r, time.monotonic(), attr, tuple(lines))
 
 
+_STREAMS: tuple[Literal["stdout", "stderr"], ...] = ("stdout", "stderr")
+
+
 @contextlib.contextmanager
-def _by_value(fn):
+def _by_value(fn: Callable[..., Any]) -> Iterator[None]:
     """Ship ``fn``'s module by value when the engines may not have it: a learner's own ``.py``
     next to the notebook (or a test module) is not installed on a remote machine. Modules of
     installed packages (site-packages) and collnb itself travel by reference, as usual."""
     import cloudpickle
-    name = getattr(fn, "__module__", None)
+    name: str = getattr(fn, "__module__", None) or ""
     module = sys.modules.get(name) if name else None
     path = os.path.abspath(getattr(module, "__file__", None) or "")
-    own = (module is not None and name != "__main__" and path and "-packages" + os.sep not in path
-           and not name.startswith(("collnb", "torch")) and name not in sys.stdlib_module_names)
-    if own:
-        cloudpickle.register_pickle_by_value(module)
+    own: ModuleType | None = module if (
+        module is not None and name != "__main__" and path and "-packages" + os.sep not in path
+        and not name.startswith(("collnb", "torch")) and name not in sys.stdlib_module_names) else None
+    if own is not None:
+        cloudpickle.register_pickle_by_value(own)
     try:
         yield
     finally:
-        if own:
-            cloudpickle.unregister_pickle_by_value(module)
+        if own is not None:
+            cloudpickle.unregister_pickle_by_value(own)
 
 
-def _choose_interface(infos):
+def _choose_interface(infos: Sequence[EngineInfo]) -> tuple[str, list[str]]:
     """``(address, [ifname per rank])``: where rank 0 hosts the store and which interface each
     engine binds Gloo/NCCL to. Loopback when every engine runs on one host; otherwise rank 0's
     address on an IPv4 network in which every engine has an address.
@@ -459,7 +469,7 @@ def _choose_interface(infos):
 _connection: _Connection | None = None
 
 
-def connect(cluster_or_client, timeout: float = 60.0):
+def connect(cluster_or_client: object, timeout: float = 60.0) -> list[dict[str, Any]]:
     """Run collnb's ranks on the engines of an ipyparallel cluster from now on.
 
     Args:
@@ -512,7 +522,7 @@ def connect(cluster_or_client, timeout: float = 60.0):
     return conn.describe()
 
 
-def disconnect():
+def disconnect() -> None:
     """Return to local forked ranks. The engines' process groups and the rendezvous store are
     closed and their environment is restored; the engines stay up and usable (their ipyparallel
     client is not closed). Does nothing when not connected."""
@@ -538,8 +548,10 @@ def connected() -> bool:
 # -- the two entry points launcher.py dispatches to while connected ----------------------------
 
 
-def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, collective_timeout=5.0,
-           debug=True, start_method=None, **options):
+def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
+           backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0, debug: bool = True,
+           start_method: str | None = None, *, record_calls: bool = False, show_backend_log: bool = False,
+           timeline: bool = False, flight_recorder: int = 0) -> list[Any]:
     """:func:`collnb.ranks.launcher.launch` on the connected engines (same arguments, results and
     errors, the same checks: :func:`.launcher.check_request`). The options of local ranks that
     engines cannot honour (``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``,
@@ -548,11 +560,15 @@ def launch(fn, world_size, args=(), kwargs=None, backend="gloo", timeout=60.0, c
     if conn is None:
         raise LaunchError("not connected; call collnb.connect(cluster) first")
     request = _launcher.check_request(fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug,
-                                      start_method, **options)
+                                      start_method, record_calls=record_calls, show_backend_log=show_backend_log,
+                                      timeline=timeline, flight_recorder=flight_recorder)
     return conn.launch(request)
 
 
-def backend_info(backend):
+def backend_info(backend: str) -> BackendFacts:
     """:func:`collnb.ranks.launcher.backend_info` for the connected engines."""
     check_backend(backend)
-    return _connection.backend_info(backend)
+    conn = _connection
+    if conn is None:
+        raise LaunchError("not connected; call collnb.connect(cluster) first")
+    return conn.backend_info(backend)
