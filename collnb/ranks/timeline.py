@@ -45,17 +45,27 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
 
 from . import _dist_hooks
 
-__all__ = ["region", "Collector", "start", "stop", "stop_quietly", "Timeline", "Span", "CLOCK"]
+if TYPE_CHECKING:
+    from torch._ops import OpOverload
+
+    from .recording import Issue, Recorder
+
+__all__ = ["region", "Collector", "start", "stop", "stop_quietly", "Timeline", "Span", "SpanKind", "CLOCK"]
+
+#: What a :class:`Span` is: a collective, a send/recv (``"p2p"``) or a learner's region.
+SpanKind = Literal["collective", "p2p", "region"]
 
 #: The clock every time is read from (Linux: CLOCK_MONOTONIC, shared by all local ranks).
 CLOCK = "time.perf_counter_ns (CLOCK_MONOTONIC on Linux: one system-wide clock for every local rank)"
 
-_active = None  # the rank's Collector during a timeline=True call, else None
+_active: Collector | None = None  # the rank's Collector during a timeline=True call, else None
 
 _P2P = ("send", "recv", "isend", "irecv")
 
@@ -65,7 +75,7 @@ def _now() -> int:
 
 
 @contextlib.contextmanager
-def region(name: str):
+def region(name: str) -> Iterator[None]:
     """Mark a region of the learner's code on the rank's timeline: ``with collnb.region("forward"):``.
 
     Args:
@@ -90,32 +100,50 @@ def region(name: str):
         collector.regions.append((name, start_ns, _now(), depth))
 
 
+class _Op:
+    """One operation on a rank's timeline: its record's fields, when it was issued and returned and
+    (``None`` until then) when it completed (ns, :data:`CLOCK`)."""
+
+    __slots__ = ("fields", "issued_ns", "returned_ns", "completed_ns")
+
+    def __init__(self, fields: dict[str, Any], issued_ns: int, returned_ns: int) -> None:
+        self.fields = fields
+        self.issued_ns = issued_ns
+        self.returned_ns = returned_ns
+        self.completed_ns: int | None = None
+
+    def complete(self, _future: object = None) -> None:
+        """It completed now (also a ``Future``'s done callback)."""
+        self.completed_ns = _now()
+
+
 class Collector:
     """A rank's timeline while its function runs: an observer of the rank's recorder.
 
     Attributes:
-        ops: one list per operation ``[record fields dict, issued_ns, returned_ns, completed_ns]``
-            (``completed_ns`` is ``None`` until the operation completes).
+        ops: one :class:`_Op` per operation (record fields dict, ``issued_ns``, ``returned_ns``,
+            ``completed_ns``: ``None`` until the operation completes).
         regions: ``(name, start_ns, end_ns, depth)`` per region, in the order they ended.
         start_ns, end_ns: when the function started and returned (ns, :data:`CLOCK`).
     """
 
-    def __init__(self):
-        self.ops: list = []
-        self.regions: list = []
+    def __init__(self) -> None:
+        self.ops: list[_Op] = []
+        self.regions: list[tuple[str, int, int, int]] = []
         self.depth = 0
         self.start_ns = _now()
-        self.end_ns = None
-        self._by_issue = {}
-        self._unfinished = []  # entries of Works without a future (gloo send/recv), not yet complete
-        self._open_functions = []  # (name, start_ns, depth) of record_function regions still open
+        self.end_ns: int | None = None
+        self._by_issue: dict[int, _Op] = {}
+        self._unfinished: list[_Op] = []  # entries of Works without a future (gloo send/recv), not yet complete
+        self._open_functions: list[tuple[str, int, int]] = []  # (name, start_ns, depth) of open record_functions
 
     # -- observer of collnb.ranks.recording ------------------------------------------------------
-    def issued(self, issue) -> None:
+    def issued(self, issue: Issue) -> None:
+        """Observe one operation the rank's backend accepted (see :mod:`.recording`)."""
         r = issue.record
-        entry = [dict(name=r.name, op=r.operation, peer=r.peer, group_ranks=tuple(r.group_ranks),
-                      shapes=tuple(r.shapes), dtypes=tuple(r.dtypes), nbytes=r.nbytes, call=r.call),
-                 issue.issued_ns, issue.returned_ns, None]
+        entry = _Op(dict(name=r.name, op=r.operation, peer=r.peer, group_ranks=tuple(r.group_ranks),
+                         shapes=tuple(r.shapes), dtypes=tuple(r.dtypes), nbytes=r.nbytes, call=r.call),
+                    issue.issued_ns, issue.returned_ns)
         self.ops.append(entry)
         work = issue.work
         if work is not None:
@@ -124,29 +152,30 @@ class Collector:
             except Exception:  # noqa: BLE001 - gloo's send/recv: "Work::getFuture not implemented"
                 self._unfinished.append(entry)  # completed when its call returns or is waited on
                 return
-            future.add_done_callback(lambda _f, e=entry: e.__setitem__(3, _now()))
+            future.add_done_callback(entry.complete)
         else:
             self._by_issue[id(issue)] = entry
 
-    def completed_between(self, began_ns, returned_ns, now_ns) -> None:
+    def completed_between(self, began_ns: int, returned_ns: int, now_ns: int) -> None:
         """The operations without a future issued between ``began_ns`` and ``returned_ns`` (one
         call of a ``torch.distributed`` function) completed by ``now_ns`` (see
         :data:`._dist_hooks.completion_observers`)."""
         keep = []
         for entry in self._unfinished:
-            if began_ns <= entry[1] <= returned_ns:
-                entry[3] = now_ns
+            if began_ns <= entry.issued_ns <= returned_ns:
+                entry.completed_ns = now_ns
             else:
                 keep.append(entry)
         self._unfinished = keep
 
-    def waited(self, issue, ns) -> None:
+    def waited(self, issue: Issue, ns: int) -> None:
+        """A functional collective's ``wait_tensor`` returned at ``ns``: ``issue`` completed then."""
         entry = self._by_issue.pop(id(issue), None)
-        if entry is not None and entry[3] is None:
-            entry[3] = ns
+        if entry is not None and entry.completed_ns is None:
+            entry.completed_ns = ns
 
     # -- torch.profiler.record_function, seen by the dispatch mode -------------------------------
-    def profiler_op(self, func, args, kwargs):
+    def profiler_op(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         """Run one of ``record_function``'s operators (``profiler._record_function_enter_new``:
         a region starts, named by its first argument; ``profiler._record_function_exit``: the
         region of that handle ends) and time it as a region."""
@@ -165,15 +194,16 @@ class Collector:
         self.depth += 1
         return handle
 
-    def result(self) -> dict:
+    def result(self) -> dict[str, Any]:
         """What travels back to the launcher (plain values): ops, regions, start_ns, end_ns."""
         end = self.end_ns or _now()
-        ops = [dict(fields, issued_ns=i, returned_ns=ret, completed_ns=c if c is not None else None)
-               for fields, i, ret, c in self.ops]
+        ops = [dict(op.fields, issued_ns=op.issued_ns, returned_ns=op.returned_ns,
+                    completed_ns=op.completed_ns if op.completed_ns is not None else None)
+               for op in self.ops]
         return dict(ops=ops, regions=list(self.regions), start_ns=self.start_ns, end_ns=end)
 
 
-def start(recorder) -> Collector:
+def start(recorder: Recorder) -> Collector:
     """Start a rank's timeline on ``recorder`` (a started :class:`.recording.Recorder`)."""
     global _active
     collector = Collector()
@@ -192,12 +222,12 @@ def stop_quietly() -> None:
     _active = None
 
 
-def _forget(collector) -> None:
+def _forget(collector: Collector) -> None:
     if collector in _dist_hooks.completion_observers:
         _dist_hooks.completion_observers.remove(collector)
 
 
-def stop(collector) -> dict:
+def stop(collector: Collector) -> dict[str, Any]:
     """Stop the rank's timeline; returns :meth:`Collector.result`. Operations with a future still
     running are given up to 1 s to complete (their callbacks); one that does not, and a send/recv
     never waited on, keeps ``completed_ns=None`` (drawn to the rank's end, framed red)."""
@@ -206,8 +236,8 @@ def stop(collector) -> dict:
     collector.end_ns = _now()
     _forget(collector)
     deadline = time.monotonic() + 1.0
-    waiting = [e for e in collector.ops if e[3] is None and not any(e is u for u in collector._unfinished)]
-    while any(e[3] is None for e in waiting) and time.monotonic() < deadline:
+    waiting = [e for e in collector.ops if e.completed_ns is None and not any(e is u for u in collector._unfinished)]
+    while any(e.completed_ns is None for e in waiting) and time.monotonic() < deadline:
         time.sleep(0.001)
     return collector.result()
 
@@ -222,7 +252,7 @@ class Span:
 
     Attributes:
         rank: the global rank.
-        kind: ``"collective"``, ``"p2p"`` (send/recv) or ``"region"``.
+        kind: ``"collective"``, ``"p2p"`` (send/recv) or ``"region"`` (:data:`SpanKind`).
         name: the operation (``"all_reduce"``) or the region's name.
         start: when it was issued (region: entered), ns.
         end: when it completed (region: left), ns; for an operation that never completed, the
@@ -238,7 +268,7 @@ class Span:
     """
 
     rank: int
-    kind: str
+    kind: SpanKind
     name: str
     start: int
     end: int
@@ -246,7 +276,7 @@ class Span:
     depth: int = 0
     nbytes: int = 0
     index: int = 0
-    group_ranks: tuple = ()
+    group_ranks: tuple[int, ...] = ()
     peer: int | None = None
     completed: bool = True
 
@@ -262,18 +292,19 @@ class Span:
 
     @property
     def duration(self) -> int:
+        """ns from issue (region: entered) to completion (region: left)."""
         return self.end - self.start
 
 
-def _union(spans) -> list:
+def _union(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted, merged ``(start, end)`` intervals (what HTA's ``merge_kernel_intervals`` does)."""
-    out = []
+    out: list[list[int]] = []
     for s, e in sorted(spans):
         if out and s <= out[-1][1]:
             out[-1][1] = max(out[-1][1], e)
         else:
             out.append([s, e])
-    return [tuple(x) for x in out]
+    return [(s, e) for s, e in out]
 
 
 class Timeline:
@@ -291,32 +322,32 @@ class Timeline:
 
     clock = CLOCK
 
-    def __init__(self, per_rank: list):
+    def __init__(self, per_rank: list[dict[str, Any]]) -> None:
         self.raw = list(per_rank)
         self.world_size = len(self.raw)
         self.origin_ns = min(d["start_ns"] for d in self.raw) if self.raw else 0
         self.spans = self._build()
 
     # -- building --------------------------------------------------------------------------------
-    def _build(self) -> list:
+    def _build(self) -> list[list[Span]]:
         o = self.origin_ns
-        keyed = {}  # matching key -> [(rank, op dict)]
-        counters = {}
+        keyed: dict[tuple[Any, ...], list[dict[str, Any]]] = {}  # matching key -> the op dicts of every rank
+        counters: dict[tuple[int, tuple[Any, ...]], int] = {}
         for rank, data in enumerate(self.raw):
             for op in data["ops"]:
                 if op["op"] in _P2P:
                     src, dst = (rank, op["peer"]) if op["op"] in ("send", "isend") else (op["peer"], rank)
-                    base = ("p2p", src, dst)
+                    base: tuple[Any, ...] = ("p2p", src, dst)
                 else:
                     base = ("coll", op["group_ranks"])
                 n = counters.get((rank, base), 0)
                 counters[(rank, base)] = n + 1
                 op["_key"], op["_index"] = base + (n,), n
                 keyed.setdefault(op["_key"], []).append(op)
-        spans = []
+        spans: list[list[Span]] = []
         for rank, data in enumerate(self.raw):
             end_ns = data["end_ns"]
-            row = []
+            row: list[Span] = []
             for op in data["ops"]:
                 peers = keyed[op["_key"]]
                 p2p = op["_key"][0] == "p2p"
@@ -332,12 +363,12 @@ class Timeline:
         return spans
 
     # -- reading ---------------------------------------------------------------------------------
-    def operations(self, rank: int | None = None) -> list:
+    def operations(self, rank: int | None = None) -> list[Span]:
         """The :class:`Span` of every operation (all ranks, or ``rank``'s), in issue order."""
         rows = self.spans if rank is None else [self.spans[rank]]
         return [s for row in rows for s in row if s.kind != "region"]
 
-    def regions(self, rank: int | None = None) -> list:
+    def regions(self, rank: int | None = None) -> list[Span]:
         """The :class:`Span` of every region (all ranks, or ``rank``'s)."""
         rows = self.spans if rank is None else [self.spans[rank]]
         return [s for row in rows for s in row if s.kind == "region"]
@@ -345,9 +376,11 @@ class Timeline:
     @property
     def end(self) -> int:
         """ns from the origin to the last rank's end."""
-        return max((d["end_ns"] for d in self.raw), default=self.origin_ns) - self.origin_ns
+        last: int = max((d["end_ns"] for d in self.raw), default=self.origin_ns)
+        return last - self.origin_ns
 
-    def overlap(self, rank: int, compute=("compute",), within: str | None = None) -> dict:
+    def overlap(self, rank: int, compute: str | Iterable[str] = ("compute",),
+                within: str | None = None) -> dict[str, float]:
         """How much of rank ``rank``'s communication ran while it computed, as HTA defines its
         computation-communication overlap: the time both ran (the union of the communication spans
         intersected with the union of the compute regions) over the time communication ran (the
@@ -392,7 +425,7 @@ class Timeline:
                 f"regions={len(self.regions())}, end={self.end / 1e6:.1f} ms)")
 
     # -- Chrome / Perfetto trace -----------------------------------------------------------------
-    def chrome_trace(self) -> dict:
+    def chrome_trace(self) -> dict[str, Any]:
         """The timeline in the Trace Event Format that chrome://tracing and https://ui.perfetto.dev
         open: ``{"traceEvents": [...], "displayTimeUnit": "ms"}``, one process (``pid``) per rank
         named ``"rank r"``, thread 0 ``communication`` (each operation an ``"X"`` event with its
@@ -400,7 +433,7 @@ class Timeline:
         ``dur`` are µs from the origin (float). Source: Trace Event Format,
         https://docs.google.com/document/d/1CvAClvFfyA5R-PhYUmn5OOQtYMH4h6I0nSsKchNAySU ("X":
         complete events; "M": metadata ``process_name``/``thread_name``)."""
-        events = []
+        events: list[dict[str, Any]] = []
         for rank in range(self.world_size):
             events.append(dict(ph="M", pid=rank, tid=0, name="process_name", args=dict(name=f"rank {rank}")))
             events.append(dict(ph="M", pid=rank, tid=0, name="process_sort_index", args=dict(sort_index=rank)))
@@ -411,7 +444,7 @@ class Timeline:
                     events.append(dict(ph="X", pid=rank, tid=1, name=s.name, cat="region",
                                        ts=s.start / 1e3, dur=s.duration / 1e3, args=dict(depth=s.depth)))
                     continue
-                args = dict(bytes=s.nbytes, k=s.index, group_ranks=list(s.group_ranks),
+                args: dict[str, Any] = dict(bytes=s.nbytes, k=s.index, group_ranks=list(s.group_ranks),
                             waiting_us=s.waiting / 1e3, transfer_us=s.transfer / 1e3, completed=s.completed)
                 if s.peer is not None:
                     args["peer"] = s.peer
@@ -423,7 +456,7 @@ class Timeline:
         return dict(traceEvents=events, displayTimeUnit="ms",
                     otherData=dict(clock=self.clock, origin_ns=self.origin_ns))
 
-    def save_chrome_trace(self, path) -> str:
+    def save_chrome_trace(self, path: str | os.PathLike[str]) -> str:
         """Write :meth:`chrome_trace` as JSON to ``path`` (open it in https://ui.perfetto.dev or
         chrome://tracing); returns the path as str."""
         with open(path, "w", encoding="utf-8") as f:
