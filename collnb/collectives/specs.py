@@ -21,13 +21,27 @@ This module imports no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Literal
 
 from ..i18n import N_
 from ..vocabulary import check_choice
 
-__all__ = ["PrimitiveSpec", "SPECS", "PRIMITIVES", "REDUCING_PRIMITIVES", "ROOTED_PRIMITIVES",
+__all__ = ["PrimitiveSpec", "SpecKind", "RootName", "ChunkCount", "Sources", "SPECS", "PRIMITIVES", "REDUCING_PRIMITIVES", "ROOTED_PRIMITIVES",
            "OBJECT_PRIMITIVES", "get_spec"]
+
+
+#: What a primitive moves: tensors, pickled Python objects, or nothing but time (barrier).
+SpecKind = Literal["tensor", "object", "time"]
+#: The keyword naming a rooted primitive's root rank.
+RootName = Literal["src", "dst"]
+#: ``(world_size, rank, root) -> chunks`` in that rank's buffer.
+ChunkCount = Callable[[int, int, int], int]
+#: ``(world_size, rank, root, out_chunk) -> ((src_rank, src_chunk), ...)``.
+Sources = Callable[[int, int, int, int], tuple[tuple[int, int], ...]]
+
+
+def _everywhere(ws: int, r: int, root: int) -> bool:
+    return True
 
 
 @dataclass(frozen=True)
@@ -39,7 +53,7 @@ class PrimitiveSpec:
             ``send_recv`` is the point-to-point ring shift, see :func:`run`).
         call: the ``torch.distributed`` call(s) a rank makes, as a learner would write them.
         summary: one sentence of semantics.
-        kind: ``"tensor"``, ``"object"`` (pickled Python objects) or ``"time"`` (barrier).
+        kind: ``"tensor"``, ``"object"`` (pickled Python objects) or ``"time"`` (barrier): :data:`SpecKind`.
         reduces: whether it combines values with a reduce op.
         rooted: whether it has a root rank; ``root_name`` is its keyword (``src``/``dst``).
         n_in, n_out: ``(world_size, rank, root) -> int`` chunks in that rank's input/output
@@ -53,45 +67,48 @@ class PrimitiveSpec:
     name: str
     call: str
     summary: str
-    kind: str
+    kind: SpecKind
     reduces: bool
     rooted: bool
-    root_name: str | None
-    n_in: Callable[[int, int, int], int]
-    n_out: Callable[[int, int, int], int]
-    sources: Callable[[int, int, int, int], tuple]
-    defined: Callable[[int, int, int], bool] = lambda ws, r, root: True
+    root_name: RootName | None
+    n_in: ChunkCount
+    n_out: ChunkCount
+    sources: Sources
+    defined: Callable[[int, int, int], bool] = _everywhere
 
 
-def _ws(ws, r, root):
+def _ws(ws: int, r: int, root: int) -> int:
     return ws
 
 
-def _one(ws, r, root):
+def _one(ws: int, r: int, root: int) -> int:
     return 1
 
 
-def _root_ws(ws, r, root):
+def _root_ws(ws: int, r: int, root: int) -> int:
     return ws if r == root else 0
 
 
-def _at_root(ws, r, root):
+def _at_root(ws: int, r: int, root: int) -> bool:
     return r == root
 
 
-def _all_ranks_same_chunk(ws, r, root, k):
+def _all_ranks_same_chunk(ws: int, r: int, root: int, k: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, k) for s in range(ws))
 
 
-def _all_ranks_chunk_r(ws, r, root, k):
+def _all_ranks_chunk_r(ws: int, r: int, root: int, k: int) -> tuple[tuple[int, int], ...]:
     return tuple((s, r) for s in range(ws))
 
 
 SPECS: dict[str, PrimitiveSpec] = {}
 
 
-def _spec(**kw):
-    SPECS[kw["name"]] = PrimitiveSpec(**kw)
+def _spec(*, name: str, call: str, summary: str, kind: SpecKind, reduces: bool, rooted: bool,
+          root_name: RootName | None, n_in: ChunkCount, n_out: ChunkCount, sources: Sources,
+          defined: Callable[[int, int, int], bool] = _everywhere) -> None:
+    SPECS[name] = PrimitiveSpec(name, call, summary, kind, reduces, rooted, root_name, n_in, n_out, sources,
+                                defined)
 
 
 _spec(name="broadcast", call="dist.broadcast(tensor, src=root)",
@@ -186,7 +203,7 @@ ROOTED_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.rooted)
 OBJECT_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.kind == "object")
 
 
-def get_spec(primitive) -> PrimitiveSpec:
+def get_spec(primitive: object) -> PrimitiveSpec:
     """The :class:`PrimitiveSpec` of ``primitive`` (a name from :data:`PRIMITIVES`).
 
     Raises:
