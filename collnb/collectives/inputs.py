@@ -12,6 +12,7 @@ send the Python strings ``"r{rank}c{chunk}"``; ``barrier`` measures time instead
 from __future__ import annotations
 
 import numbers
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -20,7 +21,11 @@ from ..i18n import _
 from ..vocabulary import check_rank, check_world_size
 from .specs import PrimitiveSpec, get_spec
 
-__all__ = ["teaching_value", "teaching_inputs", "make_tensor", "check_inputs", "check_input_values"]
+__all__ = ["teaching_value", "teaching_inputs", "make_tensor", "check_inputs", "check_input_values", "InputTable"]
+
+#: A run's inputs as the ranks build from them: per rank, one value per chunk of its input buffer
+#: (numbers for tensor primitives, any picklable objects for object primitives).
+InputTable = list[list[object]]
 
 
 def teaching_value(rank: int, chunk: int, world_size: int) -> int:
@@ -29,7 +34,7 @@ def teaching_value(rank: int, chunk: int, world_size: int) -> int:
     return (10 if world_size <= 10 else 100) * rank + chunk
 
 
-def teaching_inputs(primitive: str, world_size: int, root: int = 0) -> list:
+def teaching_inputs(primitive: str, world_size: int, root: int = 0) -> InputTable:
     """The per-rank teaching input of ``primitive``: a list (one entry per rank) of lists of chunk
     values (Python ints; strings ``"r{rank}c{chunk}"`` for object primitives). A rank without an
     input buffer (a non-src rank of ``scatter``) has an empty list. ``barrier`` has none: its
@@ -42,7 +47,7 @@ def teaching_inputs(primitive: str, world_size: int, root: int = 0) -> list:
     spec = get_spec(primitive)
     check_world_size(world_size)
     check_rank(root, world_size, "root")
-    out = []
+    out: InputTable = []
     for r in range(world_size):
         n = spec.n_in(world_size, r, root)
         if spec.kind == "object":
@@ -54,7 +59,8 @@ def teaching_inputs(primitive: str, world_size: int, root: int = 0) -> list:
     return out
 
 
-def make_tensor(values, chunk_size: int, dtype, device=None) -> torch.Tensor:
+def make_tensor(values: Sequence[object], chunk_size: int, dtype: torch.dtype | None,
+                device: torch.device | str | None = None) -> torch.Tensor:
     """Chunk values -> flat tensor of ``len(values) * chunk_size`` elements of ``dtype`` (a
     ``torch.dtype``) on ``device`` (default CPU): every element of chunk ``c`` holds ``values[c]``.
 
@@ -73,7 +79,8 @@ def make_tensor(values, chunk_size: int, dtype, device=None) -> torch.Tensor:
     return base.repeat_interleave(chunk_size).to(device=device, dtype=dtype)
 
 
-def check_inputs(inputs, spec: PrimitiveSpec, world_size: int, root: int) -> list:
+def check_inputs(inputs: Iterable[Iterable[object]] | Callable[[int, int], object] | None, spec: PrimitiveSpec,
+                 world_size: int, root: int) -> InputTable:
     """A run's ``inputs`` argument as the table the ranks build from: per rank a list of chunk
     values (``spec.n_in`` of them; numpy scalars become Python numbers). ``None`` gives the
     :func:`teaching_inputs`; a callable ``f(rank, chunk)`` is called once per chunk.
@@ -91,6 +98,7 @@ def check_inputs(inputs, spec: PrimitiveSpec, world_size: int, root: int) -> lis
     shape_msg = _("{primitive} at world size {world_size} needs one list per rank with {want} chunk values "
                   "(rank r's list has want[r] values), or a callable f(rank, chunk)").format(
                       primitive=spec.name, world_size=world_size, want=want)
+    table: InputTable
     if callable(inputs):
         table = [[inputs(r, c) for c in range(want[r])] for r in range(world_size)]
     else:
@@ -118,7 +126,7 @@ def check_inputs(inputs, spec: PrimitiveSpec, world_size: int, root: int) -> lis
     return table
 
 
-def _plain_number(v):
+def _plain_number(v: object) -> object:
     """A numpy scalar as the Python number it holds (np.int64 -> int ...); anything else as is."""
     if isinstance(v, (bool, int, float, complex)):
         return v
@@ -133,7 +141,7 @@ def _plain_number(v):
     return v
 
 
-def check_input_values(table: list, dname: str) -> None:
+def check_input_values(table: InputTable, dname: str) -> None:
     """Refuse, before launch, inputs the ranks could not build as documented in
     :func:`make_tensor`: complex numbers for a real dtype (the imaginary part would be dropped),
     floats for an integer dtype, integers outside int64 (integer inputs are made as int64, then
@@ -146,7 +154,7 @@ def check_input_values(table: list, dname: str) -> None:
     Raises:
         ValueError: the first value the ranks could not build, saying what to give instead.
     """
-    dt = getattr(torch, dname)
+    dt: torch.dtype = getattr(torch, dname)
     lo, hi = -(1 << 63), (1 << 63) - 1
     for r, row in enumerate(table):
         for v in row:
