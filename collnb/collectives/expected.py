@@ -9,13 +9,22 @@ so the comparison also accepts every ring rotation and a pairwise tree (:func:`a
 
 from __future__ import annotations
 
+from typing import Callable, Sequence
+
 import torch
 
 from ..vocabulary import check_int, check_rank, check_world_size, dtype_name, op_name
-from .inputs import make_tensor
+from .inputs import InputTable, make_tensor
 from .specs import PrimitiveSpec, get_spec
 
-__all__ = ["reference", "f64", "canon", "tolerance", "chunk_mismatch", "alternatives_fn"]
+__all__ = ["reference", "f64", "canon", "tolerance", "chunk_mismatch", "alternatives_fn", "Reference",
+           "ChunkSources"]
+
+#: Per output chunk of one rank, the ``(src_rank, src_chunk)`` input chunks it is made from.
+ChunkSources = list[tuple[tuple[int, int], ...]]
+#: :func:`reference`'s ``(expected, expected_f64, defined, sources)``, one entry per rank each.
+Reference = tuple[list[torch.Tensor | list[object] | None], list[torch.Tensor | None], list[bool],
+                  list[ChunkSources]]
 
 
 def _fold(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -36,7 +45,7 @@ def _fold(op: str, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     raise ValueError(op)
 
 
-def _reduce_seq(op: str, vals: list, n: int) -> torch.Tensor:
+def _reduce_seq(op: str, vals: Sequence[torch.Tensor], n: int) -> torch.Tensor:
     """Fold ``vals`` (same dtype) left to right in their own dtype, as one rank after another
     would; ``avg`` is the sum divided by ``n`` in the same dtype."""
     acc = vals[0].clone()
@@ -56,7 +65,7 @@ def f64(t: torch.Tensor) -> torch.Tensor:
     return t.to(torch.float64)
 
 
-def _reduce_exact(op: str, vals: list, n: int) -> torch.Tensor:
+def _reduce_exact(op: str, vals: Sequence[torch.Tensor], n: int) -> torch.Tensor:
     """The mathematically exact (float64) op over ``vals``: sums, products, averages in float64;
     bitwise ops in int64 (bool as 0/1), returned as float64."""
     if op in ("band", "bor", "bxor"):
@@ -69,16 +78,17 @@ def _reduce_exact(op: str, vals: list, n: int) -> torch.Tensor:
     return _reduce_seq(op, f, n)
 
 
-def _input_tensors(inputs, dt, chunk_size):
-    return [make_tensor(v, chunk_size, dt).view(-1, chunk_size) if len(v) else None for v in inputs]
+def _input_tensors(inputs: InputTable, dt: torch.dtype | None, chunk_size: int) -> list[torch.Tensor]:
+    """Each rank's input as ``(chunks, chunk_size)`` (``(0, chunk_size)`` for a rank without one)."""
+    return [make_tensor(v, chunk_size, dt).view(-1, chunk_size) for v in inputs]
 
 
-def _stack_sources(tensors, sources_r) -> torch.Tensor:
+def _stack_sources(tensors: Sequence[torch.Tensor], sources_r: ChunkSources) -> torch.Tensor:
     """``(L, K, chunk_size)``: source ``l`` of output chunk ``k`` (every chunk has L sources)."""
     return torch.stack([torch.stack([tensors[s][j] for (s, j) in srcs]) for srcs in sources_r], dim=1)
 
 
-def _order_candidates(V: torch.Tensor, op: str, n: int) -> list:
+def _order_candidates(V: torch.Tensor, op: str, n: int) -> list[torch.Tensor]:
     """The op over the L sources of ``V`` (``(L, K, cs)``) in every order a backend plausibly
     uses: each rotation of the rank ring in both directions (ring algorithms start the
     accumulation at different ranks per chunk) and a pairwise tree (recursive halving). Returns
@@ -98,8 +108,8 @@ def _order_candidates(V: torch.Tensor, op: str, n: int) -> list:
     return out
 
 
-def reference(primitive: str, world_size: int, inputs: list, dtype=torch.float32, op="sum", root=0,
-              chunk_size: int = 1) -> tuple:
+def reference(primitive: str, world_size: int, inputs: InputTable, dtype: object = torch.float32, op: object = "sum",
+              root: int = 0, chunk_size: int = 1) -> Reference:
     """The expected output of every rank, computed here without ``torch.distributed``.
 
     Args:
@@ -133,11 +143,14 @@ def reference(primitive: str, world_size: int, inputs: list, dtype=torch.float32
     check_world_size(world_size)
     check_rank(root, world_size, "root")
     check_int("chunk_size", chunk_size, 1, what="elements per chunk")
-    op = op_name(op) if spec.reduces else None
-    dt = getattr(torch, dtype_name(dtype)) if spec.kind == "tensor" else None
-    expected, exact, defined, sources = [], [], [], []
-    tensors = _input_tensors(inputs, dt, chunk_size) if spec.kind == "tensor" else None
-    cache = {}
+    op_n = op_name(op) if spec.reduces else ""  # "" (no op) is never folded: only reducing specs fold
+    dt: torch.dtype | None = getattr(torch, dtype_name(dtype)) if spec.kind == "tensor" else None
+    expected: list[torch.Tensor | list[object] | None] = []
+    exact: list[torch.Tensor | None] = []
+    defined: list[bool] = []
+    sources: list[ChunkSources] = []
+    tensors = _input_tensors(inputs, dt, chunk_size) if spec.kind == "tensor" else []
+    cache: dict[tuple[tuple[tuple[int, int], ...], ...], tuple[torch.Tensor, torch.Tensor]] = {}
     for r in range(world_size):
         d = bool(spec.defined(world_size, r, root))
         defined.append(d)
@@ -161,8 +174,8 @@ def reference(primitive: str, world_size: int, inputs: list, dtype=torch.float32
             V = _stack_sources(tensors, src)
             if spec.reduces:
                 vals = list(V)
-                cache[key] = (_reduce_seq(op, vals, world_size).reshape(-1),
-                              _reduce_exact(op, vals, world_size).reshape(-1))
+                cache[key] = (_reduce_seq(op_n, vals, world_size).reshape(-1),
+                              _reduce_exact(op_n, vals, world_size).reshape(-1))
             else:
                 cache[key] = (V[0].reshape(-1).clone(), f64(V[0]).reshape(-1))
         e, x = cache[key]
@@ -188,10 +201,12 @@ def tolerance(spec: PrimitiveSpec, dtype: torch.dtype | None, op: str | None, wo
     return 0.0
 
 
-def chunk_mismatch(after, expected, chunk_size: int, rtol: float, kind: str, alternatives=None) -> list:
+def chunk_mismatch(after: torch.Tensor | list[object], expected: torch.Tensor | list[object], chunk_size: int,
+                   rtol: float, kind: str, alternatives: Callable[[], list[torch.Tensor]] | None = None) -> list[bool]:
     """Per output chunk: True where ``after`` differs from ``expected`` (and, if given, from every
-    tensor ``alternatives()`` returns: other accumulation orders of a floating reduction)."""
-    if kind == "object":
+    tensor ``alternatives()`` returns: other accumulation orders of a floating reduction). ``after``
+    and ``expected`` are lists of objects for ``kind == "object"``, else flat tensors."""
+    if kind == "object" or not isinstance(after, torch.Tensor) or not isinstance(expected, torch.Tensor):
         n = max(len(after), len(expected))
         return [k >= len(after) or k >= len(expected) or after[k] != expected[k] for k in range(n)]
     if after.numel() != expected.numel():
@@ -209,16 +224,18 @@ def chunk_mismatch(after, expected, chunk_size: int, rtol: float, kind: str, alt
                     bad &= ~torch.isclose(a64, f64(alt), rtol=rtol, atol=0.0, equal_nan=True)
         else:
             bad = a != e
-    return bad.view(-1, chunk_size).any(dim=1).tolist()
+    mismatch: list[bool] = bad.view(-1, chunk_size).any(dim=1).tolist()
+    return mismatch
 
 
-def alternatives_fn(spec: PrimitiveSpec, inputs: list, sources_r: list, dt, op, world_size: int, chunk_size: int):
+def alternatives_fn(spec: PrimitiveSpec, inputs: InputTable, sources_r: ChunkSources, dt: torch.dtype | None,
+                    op: str | None, world_size: int, chunk_size: int) -> Callable[[], list[torch.Tensor]] | None:
     """For a floating reduction, a function returning the other-order candidates of one rank."""
     if not (spec.reduces and dt is not None and (dt.is_floating_point or dt.is_complex)
             and op in ("sum", "product", "avg") and sources_r):
         return None
 
-    def alternatives():
+    def alternatives() -> list[torch.Tensor]:
         V = _stack_sources(_input_tensors(inputs, dt, chunk_size), sources_r)
         return _order_candidates(V, op, world_size)
     return alternatives
