@@ -8,14 +8,20 @@ functions here when it is imported (``import collnb`` does that), and the result
 
 from __future__ import annotations
 
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from .result import RunResult
 
 __all__ = ["register_renderer", "render_figure", "render_png"]
 
-_renderer: dict[str, Callable] = {}
+#: ``"figure"`` and ``"png"``: the registered ``fn(result, **kwargs)`` (see :func:`register_renderer`).
+_renderer: dict[str, Callable[..., Any]] = {}
 
 
-def register_renderer(figure_fn: Callable, png_fn: Callable) -> None:
+def register_renderer(figure_fn: Callable[..., Figure], png_fn: Callable[..., bytes]) -> None:
     """Make ``figure_fn(result, **kwargs) -> matplotlib.figure.Figure`` and ``png_fn(result,
     **kwargs) -> bytes`` (PNG) the functions that draw a :class:`~.result.RunResult`; a later call
     replaces them. :mod:`collnb.views.heatmap` registers its heatmap when imported.
@@ -29,7 +35,7 @@ def register_renderer(figure_fn: Callable, png_fn: Callable) -> None:
     _renderer["figure"], _renderer["png"] = figure_fn, png_fn
 
 
-def _registered(kind: str) -> Callable:
+def _registered(kind: str) -> Callable[..., Any]:
     try:
         return _renderer[kind]
     except KeyError:
@@ -37,19 +43,21 @@ def _registered(kind: str) -> Callable:
                            "collnb.views) registers the heatmap") from None
 
 
-def render_figure(result, **kwargs):
+def render_figure(result: RunResult, **kwargs: Any) -> Figure:
     """``result``'s picture as a :class:`matplotlib.figure.Figure`, by the registered renderer.
 
     Raises:
         RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
     """
-    return _registered("figure")(result, **kwargs)
+    figure: Figure = _registered("figure")(result, **kwargs)
+    return figure
 
 
-def render_png(result, **kwargs) -> bytes:
+def render_png(result: RunResult, **kwargs: Any) -> bytes:
     """``result``'s picture as PNG bytes, by the registered renderer.
 
     Raises:
         RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
     """
-    return _registered("png")(result, **kwargs)
+    png: bytes = _registered("png")(result, **kwargs)
+    return png
