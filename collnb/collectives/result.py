@@ -6,14 +6,20 @@ the renderer that :mod:`collnb.views` registers, see :mod:`.display`).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from ..i18n import _, ngettext
 from .display import render_figure, render_png
-from .expected import alternatives_fn, canon, chunk_mismatch, f64
+from .expected import ChunkSources, alternatives_fn, canon, chunk_mismatch, f64
+from .inputs import InputTable
 from .specs import SPECS, PrimitiveSpec
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["RunResult"]
 
@@ -61,28 +67,28 @@ class RunResult:
     root: int | None
     backend: str
     chunk_size: int
-    before: list
-    after: list
-    expected: list
-    expected_f64: list
-    defined: list
-    sources: list
-    mismatch: list
+    before: list[torch.Tensor | list[object]]
+    after: list[torch.Tensor | list[object]]
+    expected: list[torch.Tensor | list[object] | None]
+    expected_f64: list[torch.Tensor | None]
+    defined: list[bool]
+    sources: list[ChunkSources]
+    mismatch: list[list[bool] | None]
     tolerance: float
     ok: bool
     seconds: float = 0.0
-    inputs: list = field(default_factory=list, repr=False)
+    inputs: InputTable = field(default_factory=list, repr=False)
 
     @property
     def spec(self) -> PrimitiveSpec:
         """The :class:`~.specs.PrimitiveSpec` of :attr:`primitive`."""
         return SPECS[self.primitive]
 
-    def chunks(self, which: str = "after") -> list:
+    def chunks(self, which: str = "after") -> list[torch.Tensor | list[object] | None]:
         """``which`` in ``"before"``, ``"after"``, ``"expected"``, ``"expected_f64"`` -> per rank
         a ``(n_chunks, chunk_size)`` tensor (or list of objects; ``None`` where undefined)."""
-        data = getattr(self, which)
-        out = []
+        data: list[torch.Tensor | list[object] | None] = getattr(self, which)
+        out: list[torch.Tensor | list[object] | None] = []
         for t in data:
             if isinstance(t, torch.Tensor):
                 out.append(t.view(-1, self.chunk_size))
@@ -108,7 +114,7 @@ class RunResult:
         result looks like); updates ``mismatch`` and ``ok`` and returns ``ok``."""
         spec = self.spec
         self.mismatch = [
-            None if not d else
+            None if not d or e is None else  # a defined output always has a reference (barrier's: measured)
             chunk_mismatch(a, e, self.chunk_size, self.tolerance, spec.kind,
                             alternatives_fn(spec, self.inputs, src, self.dtype if spec.kind == "tensor" else None,
                                              self.op, self.world_size, self.chunk_size))
@@ -143,20 +149,20 @@ class RunResult:
                               "✗ {n} chunk(s) differ from the reference", n).format(n=n))
         return "\n".join(lines)
 
-    def _verdict(self, r) -> str:
+    def _verdict(self, r: int) -> str:
         if not self.defined[r]:
             who = f"{self.spec.root_name}={self.root}" if self.root is not None else _("the root")
             return _("(undefined: only {who}'s output is defined)").format(who=who)
-        if any(self.mismatch[r]):
+        if any(self.mismatch[r] or ()):
             return _("✗ expected {values}").format(values=_as_list(self.expected[r], self))
         return "✓"
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return (f"RunResult({self.title()}, ok={self.ok}, "
                 f"{self.n_mismatches()} mismatching chunk(s), {self.seconds * 1000:.0f} ms)")
 
     # -- display ---------------------------------------------------------------------------------
-    def figure(self, **kwargs):
+    def figure(self, **kwargs: Any) -> Figure:
         """The before | after heatmap as a :class:`matplotlib.figure.Figure`
         (:func:`collnb.views.heatmap_figure`, registered by :func:`~.display.register_renderer`).
 
@@ -165,7 +171,7 @@ class RunResult:
         """
         return render_figure(self, **kwargs)
 
-    def png(self, **kwargs) -> bytes:
+    def png(self, **kwargs: Any) -> bytes:
         """The heatmap as PNG bytes (:func:`collnb.views.heatmap_png`, registered by
         :func:`~.display.register_renderer`).
 
@@ -174,7 +180,7 @@ class RunResult:
         """
         return render_png(self, **kwargs)
 
-    def save(self, path, **kwargs) -> None:
+    def save(self, path: str | os.PathLike[str], **kwargs: Any) -> None:
         """Write the heatmap PNG to ``path`` (a str or path-like).
 
         Raises:
@@ -183,14 +189,14 @@ class RunResult:
         with open(path, "wb") as f:
             f.write(self.png(**kwargs))
 
-    def _repr_png_(self):
+    def _repr_png_(self) -> bytes:
         return self.png()
 
-    def _repr_mimebundle_(self, include=None, exclude=None):
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None) -> dict[str, bytes | str]:
         return {"image/png": self.png(), "text/plain": self.summary()}
 
 
-def _as_list(t, result):
+def _as_list(t: torch.Tensor | list[object] | None, result: RunResult) -> list[Any] | None:
     if t is None:
         return None
     if isinstance(t, torch.Tensor):
