@@ -15,6 +15,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -26,7 +27,15 @@ from .inputs import teaching_inputs
 from .rank_calls import rank_probe
 from .specs import PRIMITIVES, SPECS, get_spec
 
-__all__ = ["BackendSupport", "backend_support", "known_support"]
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..ranks import BackendFacts, LaunchOptions
+
+__all__ = ["BackendSupport", "backend_support", "known_support", "SupportKey"]
+
+#: One trial of a probe: ``(primitive, dtype name or None, op name or None)``.
+SupportKey = tuple[str, str | None, str | None]
 
 
 @dataclass
@@ -46,26 +55,26 @@ class BackendSupport:
     backend: str
     torch_version: str
     world_size: int
-    results: dict
+    results: dict[SupportKey, str | None]
     seconds: float = 0.0
     source: str = "probe"
 
-    def primitives(self) -> tuple:
+    def primitives(self) -> tuple[str, ...]:
         """Primitives that ran for at least one dtype (and op)."""
         return tuple(p for p in PRIMITIVES if any(k[0] == p and v is None for k, v in self.results.items()))
 
-    def dtypes(self, primitive: str) -> tuple:
+    def dtypes(self, primitive: str) -> tuple[str, ...]:
         """Dtype names ``primitive`` accepts (with at least one op, if it reduces). Object
         primitives and ``barrier`` take no dtype: ``()``."""
         return tuple(d for d in DTYPE_NAMES
                      if any(k[0] == primitive and k[1] == d and v is None for k, v in self.results.items()))
 
-    def ops(self, primitive: str, dtype) -> tuple:
+    def ops(self, primitive: str, dtype: object) -> tuple[str, ...]:
         """Reduce op names ``primitive`` accepts for ``dtype`` (``()`` if it does not reduce)."""
         d = dtype_name(dtype)
         return tuple(o for o in REDUCE_OPS if self.results.get((primitive, d, o), "missing") is None)
 
-    def supports(self, primitive: str, dtype=None, op=None) -> bool:
+    def supports(self, primitive: str, dtype: object = None, op: object = None) -> bool:
         """Whether ``primitive`` ran with that dtype (and op)."""
         spec = get_spec(primitive)
         if spec.kind in ("object", "time"):
@@ -74,7 +83,7 @@ class BackendSupport:
         o = op_name(op) if spec.reduces else None
         return self.results.get((primitive, d, o), "missing") is None
 
-    def error(self, primitive, dtype=None, op=None) -> str | None:
+    def error(self, primitive: str, dtype: object = None, op: object = None) -> str | None:
         """The backend's error for that combination (``None`` if it ran)."""
         spec = get_spec(primitive)
         d = None if spec.kind in ("object", "time") else dtype_name(dtype)
@@ -82,7 +91,7 @@ class BackendSupport:
         return self.results.get((primitive, d, o))
 
 
-_support_cache: dict = {}
+_support_cache: dict[str, BackendSupport] = {}
 _support_lock = threading.Lock()
 #: One probe at a time per backend: a second caller waits for the probe under way and takes its answer.
 _probe_locks = {b: threading.Lock() for b in ("gloo", "nccl")}
@@ -92,7 +101,7 @@ _probe_locks = {b: threading.Lock() for b in ("gloo", "nccl")}
 _PROBE_SOURCES = (specs.__file__, inputs.__file__, rank_calls.__file__, __file__)
 
 
-def _disk_key(backend) -> dict:
+def _disk_key(backend: str) -> dict[str, object]:
     """What a saved probe must match: torch's version and binary, the probing modules' source, the backend."""
     tdir = os.path.dirname(torch.__file__)
     libs = sorted(glob.glob(os.path.join(tdir, "lib", "libtorch_cpu*")) + glob.glob(os.path.join(tdir, "_C*.so")))
@@ -104,7 +113,7 @@ def _disk_key(backend) -> dict:
     return {"torch": torch.__version__, "libs": stamp, "collnb_collectives": digest.hexdigest(), "backend": backend}
 
 
-def _disk_path(backend) -> str:
+def _disk_path(backend: str) -> str:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "collnb", f"support-{backend}.json")
 
@@ -113,20 +122,27 @@ def _disk_enabled() -> bool:
     return os.environ.get("COLLNB_SUPPORT_CACHE", "1") not in ("0", "", "no", "false")
 
 
-def _load_disk(backend):
+def _key_of(text: str) -> SupportKey:
+    """A saved trial's key ``"primitive|dtype|op"`` (``""`` for None) as a :data:`SupportKey`
+    (ValueError when it has not three parts)."""
+    p, d, o = text.split("|")
+    return (p, d or None, o or None)
+
+
+def _load_disk(backend: str) -> BackendSupport | None:
     try:
         with open(_disk_path(backend)) as f:
             data = json.load(f)
         if data.get("key") != json.loads(json.dumps(_disk_key(backend))):
             return None
-        results = {tuple(None if x == "" else x for x in k.split("|")): v for k, v in data["results"].items()}
+        results = {_key_of(k): v for k, v in data["results"].items()}
         return BackendSupport(backend=backend, torch_version=data["key"]["torch"], world_size=data["world_size"],
                               results=results, seconds=0.0, source=f"saved probe ({_disk_path(backend)})")
     except (OSError, ValueError, KeyError, TypeError):
         return None
 
 
-def _save_disk(sup: BackendSupport):
+def _save_disk(sup: BackendSupport) -> None:
     path = _disk_path(sup.backend)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
@@ -139,8 +155,8 @@ def _save_disk(sup: BackendSupport):
         pass  # a read-only home only costs a new probe next time
 
 
-def _probe_trials():
-    trials = []
+def _probe_trials() -> list[SupportKey]:
+    trials: list[SupportKey] = []
     for p, spec in SPECS.items():
         if spec.kind in ("object", "time"):
             trials.append((p, None, None))
@@ -151,7 +167,8 @@ def _probe_trials():
     return trials
 
 
-def backend_support(backend: str = "gloo", *, refresh: bool = False, **launch_kwargs) -> BackendSupport:
+def backend_support(backend: str = "gloo", *, refresh: bool = False,
+                    **launch_kwargs: Unpack[LaunchOptions]) -> BackendSupport:
     """Detect, on real ranks of the installed torch, which primitive x dtype x op combinations
     ``backend`` accepts.
 
@@ -213,18 +230,18 @@ def known_support(backend: str = "gloo") -> BackendSupport | None:
     return None
 
 
-def _probe(backend: str, info: dict, **launch_kwargs) -> BackendSupport:
+def _probe(backend: str, info: BackendFacts, **launch_kwargs: Unpack[LaunchOptions]) -> BackendSupport:
     """Every trial of :func:`_probe_trials` on real ranks of ``backend`` (kept in memory and on disk)."""
     ws = min(2, info["max_world_size"])
     trials = _probe_trials()
-    cases = []
+    cases: list[dict[str, object]] = []
     for p, d, o in trials:
         cases.append(dict(primitive=p, dtype=d or "float32", op=o or "sum", root=0, chunk_size=1,
                           inputs=teaching_inputs(p, ws, 0), stagger_s=0.0))
     t0 = time.perf_counter()
     outcomes = ranks.launch(rank_probe, ws, args=(cases, backend), backend=backend, **launch_kwargs)
     seconds = time.perf_counter() - t0
-    results = {}
+    results: dict[SupportKey, str | None] = {}
     for i, key in enumerate(trials):
         errs = [o[i] for o in outcomes if o[i] is not None]
         results[key] = errs[0] if errs else None

@@ -60,7 +60,7 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence, TypeGuard
+from typing import Any, Callable, Sequence, TypedDict, TypeGuard
 
 import torch
 
@@ -72,7 +72,19 @@ from .rank import current_rank
 from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod
 
 __all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
-           "check_request", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS"]
+           "check_request", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS",
+           "LaunchOptions"]
+
+
+class LaunchOptions(TypedDict, total=False):
+    """The :func:`launch` options that collnb's entry points pass through as ``**launch_kwargs``
+    (:func:`collnb.run`, :func:`collnb.backend_support`, the explorer...): seconds, the DETAIL
+    check and the start method, as :func:`launch` documents them."""
+
+    timeout: float
+    collective_timeout: float
+    debug: bool
+    start_method: str | None
 
 
 def backend_info(backend: str) -> BackendFacts:
