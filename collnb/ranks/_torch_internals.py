@@ -117,7 +117,7 @@ def destroy_all_groups(base) -> None:
         distributed_c10d._update_default_pg(None)
 
 
-def sequence_number(group=None):
+def sequence_number(group: dist.ProcessGroup | None = None) -> int | None:
     """How many collectives and point-to-point operations this rank has issued on ``group``
     (default: its default group) (int), or ``None`` when there is none. Ranks that sent/received
     unevenly disagree, and with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` the next collective on that
@@ -125,7 +125,8 @@ def sequence_number(group=None):
 
     Missing public API: the count is private (``ProcessGroup._get_sequence_number_for_group``)."""
     try:
-        return (dist.group.WORLD if group is None else group)._get_sequence_number_for_group()
+        count: int = (dist.group.WORLD if group is None else group)._get_sequence_number_for_group()  # type: ignore[union-attr]  # no default group raises, caught below
+        return count
     except Exception:  # noqa: BLE001 - no default group (the function destroyed it)
         return None
 

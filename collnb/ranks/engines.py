@@ -39,11 +39,48 @@ __all__ = ["EngineInfo", "engine_info", "engine_setup", "engine_teardown", "engi
 
 _THIS_FILE = os.path.abspath(__file__).rstrip("c")
 
-_ENGINE: dict = {}   # this engine's state: token, rank, store, groups...
+
+class EngineConfig(TypedDict):
+    """What :func:`engine_setup` is told (by :meth:`.remote._Connection._setup`): the address rank 0's
+    store listens on, the backend, ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` or not, the groups' timeout (s),
+    each rank's index among the engines of its host, and the interface Gloo/NCCL bind to here."""
+
+    address: str
+    backend: str
+    debug: bool
+    collective_timeout: float
+    local_ranks: list[int]
+    ifname: str
+
+
+class _EngineState(TypedDict, total=False):
+    """This engine's state while a connection has set it up (empty before :func:`engine_setup`)."""
+
+    token: str
+    rank: int
+    cfg: EngineConfig
+    store: dist.Store | None
+    listen: socket.socket | None
+    port: int
+    base: dist.ProcessGroup | None
+    groups: dict[int, dist.ProcessGroup | None]  # torch types group.WORLD and new_group's group as optional
+    gen: int | None
+    saved_env: dict[str, str | None]
+
+
+class _ProcessState(TypedDict):
+    """The engine process across connections (see :data:`_PROCESS`)."""
+
+    state: RankState | None
+    changed: str
+    ended: list[dist.ProcessGroup]
+
+
+_ENGINE: _EngineState = {}   # this engine's state: token, rank, store, groups...
 #: The engine process as it was before the first call (:class:`.RankState`, made then), and what a call
 #: changed in it for good (``""`` while nothing): an engine cannot be replaced by fresh ranks, so once
 #: changed it refuses every later call, whichever connection asks, until it is restarted.
-_PROCESS = {"state": None, "changed": "", "ended": []}  # ended: groups the last call made (see engine_run)
+_PROCESS: _ProcessState = {"state": None, "changed": "", "ended": []}  # ended: groups the last call made (see engine_run)
 
 
 class EngineInfo(TypedDict):
@@ -71,52 +108,51 @@ def engine_info() -> EngineInfo:
                       torch=torch.__version__, nccl=dist.is_nccl_available(), gloo=dist.is_gloo_available())
 
 
-def engine_setup(token, rank, cfg):
+def engine_setup(token: str, rank: int, cfg: EngineConfig) -> int:
     """Make this engine rank ``rank`` of the connection ``token`` (no process group yet)."""
     engine_teardown()
     saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")}
-    _ENGINE.update(token=token, rank=rank, cfg=cfg, store=None, listen=None, base=None, groups={},
-                   gen=None, saved_env=saved)
+    _ENGINE.update(_EngineState(token=token, rank=rank, cfg=cfg, store=None, listen=None, base=None, groups={},
+                                gen=None, saved_env=saved))
     return os.getpid()
 
 
-def engine_teardown():
+def engine_teardown() -> bool:
     """Leave the engine as before :func:`engine_setup`: no process group, no store, the socket
     environment variables as they were."""
     if not _ENGINE:
         return False
     _destroy_groups()
-    for key in ("store", "listen"):
-        obj = _ENGINE.get(key)
-        if key == "listen" and obj is not None:
-            try:
-                obj.close()
-            except OSError:
-                pass
+    listen = _ENGINE.get("listen")
+    if listen is not None:
+        try:
+            listen.close()
+        except OSError:
+            pass
     for k, v in (_ENGINE.get("saved_env") or {}).items():
         if v is None:
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    _ENGINE.clear()
+    _ENGINE.clear()  # type: ignore[attr-defined]  # mypy gives TypedDicts no clear(); every key here is optional
     return True
 
 
-def _destroy_groups():
+def _destroy_groups() -> None:
     base = _ENGINE.get("base")
     if dist.is_initialized():
         internals.destroy_all_groups(base)
-    _ENGINE.update(base=None, groups={}, gen=None)
+    _ENGINE.update(_EngineState(base=None, groups={}, gen=None))
     _PROCESS["ended"].clear()
 
 
-def _check_token(token):
+def _check_token(token: str) -> None:
     if _ENGINE.get("token") != token:
         raise RuntimeError("this engine was taken over by another collnb.connect() (another notebook?); "
                            "call collnb.connect() again")
 
 
-def engine_listen(token, timeout):
+def engine_listen(token: str, timeout: float) -> int:
     """Rank 0: host the rendezvous store on a socket bound to the chosen address, port 0 (the OS
     picks a free one). Returns the port (int)."""
     _check_token(token)
@@ -126,36 +162,36 @@ def engine_listen(token, timeout):
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind((cfg["address"], 0))
     sock.listen(256)
-    port = sock.getsockname()[1]
+    port: int = sock.getsockname()[1]
     store = dist.TCPStore(cfg["address"], port, None, True, datetime.timedelta(seconds=timeout),
                           wait_for_workers=False, master_listen_fd=sock.fileno())
-    _ENGINE.update(listen=sock, store=store, port=port)
+    _ENGINE.update(_EngineState(listen=sock, store=store, port=port))
     return port
 
 
-def engine_init(token, port, gen, world_size, timeout):
+def engine_init(token: str, port: int, gen: int, world_size: int, timeout: float) -> float:
     """Join (or re-join) the default process group of generation ``gen`` over all engines."""
     _check_token(token)
     cfg, rank = _ENGINE["cfg"], _ENGINE["rank"]
     _destroy_groups()
     restore_environment(cfg)
-    if _ENGINE.get("store") is None:
-        _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))
+    store = _ENGINE.get("store")
+    if store is None:
+        store = _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))
     t0 = time.perf_counter()
-    kwargs = {}
+    device = None  # gloo: init_process_group's default
     if cfg["backend"] == "nccl":
         device = torch.device("cuda", cfg["local_ranks"][rank])
         torch.cuda.set_device(device)
-        kwargs["device_id"] = device
-    dist.init_process_group(cfg["backend"], store=dist.PrefixStore(f"gen{gen}", _ENGINE["store"]), rank=rank,
+    dist.init_process_group(cfg["backend"], store=dist.PrefixStore(f"gen{gen}", store), rank=rank,
                             world_size=world_size,
-                            timeout=datetime.timedelta(seconds=cfg["collective_timeout"]), **kwargs)
+                            timeout=datetime.timedelta(seconds=cfg["collective_timeout"]), device_id=device)
     base = dist.group.WORLD
-    _ENGINE.update(base=base, groups={world_size: base}, gen=gen)
+    _ENGINE.update(_EngineState(base=base, groups={world_size: base}, gen=gen))
     return time.perf_counter() - t0
 
 
-def engine_group(token, k, count):
+def engine_group(token: str, k: int, count: int) -> int:
     """Every engine of the default group: make the cached group of ranks 0..k-1."""
     _check_token(token)
     internals.set_default_group(_ENGINE["base"])
@@ -165,7 +201,7 @@ def engine_group(token, k, count):
     return k
 
 
-def engine_run(token, world_size, group_count, task):
+def engine_run(token: str, world_size: int, group_count: int, task: bytes) -> Result | Failed:
     """Run the shipped function as rank ``_ENGINE['rank']`` of ``world_size``; returns a
     :class:`.Result` or a :class:`.Failed`; never raises (so ipyparallel's own error wrapping
     never hides the rank's traceback)."""

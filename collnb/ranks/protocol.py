@@ -184,8 +184,9 @@ class Failed:
         return self.timeout.timeout if self.timeout is not None and self.timeout.fired else ""
 
     @classmethod
-    def from_exception(cls, exc: BaseException, rank: int, frames: list[Frame], comm: bool) -> "Failed":
-        """The message a rank sends for ``exc`` (``SystemExit`` is named as the call it was)."""
+    def from_exception(cls, exc: BaseException, rank: int | None, frames: list[Frame], comm: bool) -> "Failed":
+        """The message a rank sends for ``exc`` (``SystemExit`` is named as the call it was); ``rank``
+        is ``None`` on an engine that no connection has set up."""
         if isinstance(exc, SystemExit):
             text = f"sys.exit({exc.code!r}) called in rank {rank}"
         else:
