@@ -69,7 +69,7 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_si
 from .backends import local_backend_info
 from .pool import RankPool
 from .rank import current_rank
-from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod
+from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod, Where
 
 __all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
            "check_request", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS",
@@ -392,7 +392,7 @@ class LocalRanks:
     one module-level :class:`RankPool` between calls (:func:`warm_pool`); a call made while another
     thread uses the warm pool runs on a private pool of its own."""
 
-    where = "here"
+    where: Where = "here"
 
     def backend_info(self, backend: str) -> BackendFacts:
         """:func:`.backends.local_backend_info`: this machine's answer."""

@@ -23,7 +23,7 @@ from .protocol import Failed
 from .recording import CallRecords
 
 __all__ = ["EventKind", "LaunchRequest", "RankOutput", "RankResult", "RankFailure", "RankExit", "RankEvent",
-           "RankSet", "BackendFacts", "StartMethod"]
+           "RankSet", "BackendFacts", "StartMethod", "Where"]
 
 #: :func:`.launcher.backend_info`'s dict: ``backend`` (str), ``available`` (bool), ``max_world_size``
 #: (int), ``reason`` (str) and, from a rank set, ``limit`` (str: why ``max_world_size`` is below
@@ -33,6 +33,9 @@ BackendFacts = dict[str, Any]
 #: How local ranks are started: :mod:`multiprocessing`'s start methods whose processes are the
 #: launcher's children (forkserver's are not).
 StartMethod = Literal["fork", "spawn"]
+
+#: Where a rank set's ranks run, in the words of an error (:attr:`RankSet.where`).
+Where = Literal["here", "on the connected engines"]
 
 
 class EventKind(enum.Enum):
@@ -139,7 +142,7 @@ class RankSet(Protocol):
     :func:`collnb.connect` (:class:`.remote._Connection`)."""
 
     #: where the ranks run, in the words of an error: ``"here"``, ``"on the connected engines"``
-    where: str
+    where: Where
 
     def backend_info(self, backend: str) -> BackendFacts:
         """:func:`.launcher.backend_info`'s dict plus ``limit`` for ``backend`` on these ranks."""

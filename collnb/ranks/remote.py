@@ -69,7 +69,7 @@ from .engines import (EngineInfo, engine_group, engine_info, engine_init, engine
 from .errors import LaunchError, LaunchTimeout, RankError
 from .failures import Event, Stacks, event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
 from .protocol import Result
-from .rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult
+from .rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult, Where
 from .serialization import code_files, dumps
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ class _Connection:
     their one default process group kept warm between calls, and one call run on them: the
     :class:`.rankset.RankSet` that :func:`connect` makes active."""
 
-    where = "on the connected engines"
+    where: Where = "on the connected engines"
 
     def __init__(self, client: Client, cluster: Cluster | None, timeout: float) -> None:
         self.client = client
