@@ -15,11 +15,11 @@ from __future__ import annotations
 
 import math
 import numbers
-from typing import Any, Sequence
+from typing import Any, Literal, Sequence
 
 from .i18n import N_, _
 
-__all__ = ["MAX_WORLD_SIZE", "BACKENDS", "REDUCE_OPS", "BITWISE_OPS", "DTYPE_NAMES", "check_world_size",
+__all__ = ["MAX_WORLD_SIZE", "Backend", "BACKENDS", "REDUCE_OPS", "BITWISE_OPS", "DTYPE_NAMES", "check_world_size",
            "check_rank", "check_backend", "check_choice", "check_int", "check_real", "dtype_name", "op_name", "op_hint"]
 
 #: The most ranks collnb starts on one machine: one process per rank, and 16 is what a 2-core
@@ -28,7 +28,10 @@ MAX_WORLD_SIZE = 16
 
 #: Process-group backends collnb launches: ``"gloo"`` (CPU tensors, any machine) and ``"nccl"``
 #: (CUDA tensors, one rank per GPU).
-BACKENDS = ("gloo", "nccl")
+#: A backend name: :func:`check_backend` returns one.
+Backend = Literal["gloo", "nccl"]
+BACKENDS: tuple[Backend, ...] = ("gloo", "nccl")
+_BACKEND_NAMED: dict[str, Backend] = {b: b for b in BACKENDS}
 
 #: Reduce ops, named like ``torch.distributed.ReduceOp`` members (lower case here).
 REDUCE_OPS = ("sum", "product", "min", "max", "avg", "band", "bor", "bxor")
@@ -151,7 +154,7 @@ def check_choice(kind: str, value: Any, choices: Sequence[str]) -> str:
     return value
 
 
-def check_backend(backend: Any) -> str:
+def check_backend(backend: Any) -> Backend:
     """Check a backend name (``"gloo"`` or ``"nccl"``) and return it.
 
     Whether the backend can run on this machine is a separate question (:func:`collnb.backend_info`).
@@ -159,7 +162,7 @@ def check_backend(backend: Any) -> str:
     Raises:
         TypeError / ValueError: as :func:`check_choice`.
     """
-    return check_choice(N_("backend"), backend, BACKENDS)
+    return _BACKEND_NAMED[check_choice(N_("backend"), backend, BACKENDS)]
 
 
 def dtype_name(dtype: Any) -> str:

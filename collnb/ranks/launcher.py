@@ -380,7 +380,7 @@ def check_request(fn: Callable[..., Any], world_size: int, args: Sequence[Any] =
             value=repr(flight_recorder)))
     _check_signature(fn, tuple(args), kwargs)
     _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
-    request = LaunchRequest(fn, world_size, tuple(args), dict(kwargs or {}), backend, float(timeout),
+    request = LaunchRequest(fn, world_size, tuple(args), dict(kwargs or {}), check_backend(backend), float(timeout),
                             float(collective_timeout), debug, checked_start, record_calls, show_backend_log,
                             timeline, int(flight_recorder))
     _rank_set.refuse(request)

@@ -19,6 +19,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal, Protocol, Union
 
+from ..vocabulary import Backend
 from .protocol import Failed
 from .recording import CallRecords
 
@@ -59,7 +60,7 @@ class LaunchRequest:
     world_size: int
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
-    backend: str = "gloo"
+    backend: Backend = "gloo"
     timeout: float = 60.0
     collective_timeout: float = 5.0
     debug: bool = True
