@@ -343,6 +343,34 @@ def test_note_under_a_value_on_a_rank_fill_has_a_white_backing():
     assert (patch == 255).all(axis=1).mean() > 0.4  # mostly white around the glyphs
 
 
+@pytest.mark.parametrize("shape", [(654, 991, 3), (87, 1001, 3), (1, 90000, 3), (10, 10, 3)])
+def test_a_png_deflated_in_two_halves_is_the_picture_and_zlibs_own_stream(shape, tmp_path):
+    """encode_png deflates a picture of 256 KiB or more in two halves at once; the stream inflates to
+    exactly what one zlib.compress would have held, Pillow decodes the pixels back, and a forked
+    child (the kernel's worker thread is not there) still encodes."""
+    import os
+    import zlib
+
+    from collnb.views import raster
+    rng = np.random.default_rng(sum(shape))
+    pixels = (rng.integers(0, 3, shape) * 100).astype(np.uint8)
+    pixels[: shape[0] // 2] = (250, 250, 250)  # a flat half and a noisy half, as a heatmap has
+    rows = np.concatenate([np.zeros((shape[0], 1), np.uint8), pixels.reshape(shape[0], -1)], axis=1)
+    assert zlib.decompress(raster._deflate(np.ascontiguousarray(rows), 2)) == rows.tobytes()
+    png = raster.encode_png(pixels, 100)
+    assert np.array_equal(np.asarray(Image.open(io.BytesIO(png)).convert("RGB")), pixels)
+    raster.encode_png(pixels)  # the worker thread exists in this process now
+    out = tmp_path / "child.png"
+    pid = os.fork()
+    if pid == 0:
+        try:
+            out.write_bytes(raster.encode_png(pixels, 100))
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert status == 0 and out.read_bytes() == png
+
+
 def test_the_static_caption_is_painted_from_pixels_or_png_alike():
     """views.static.captioned_png takes the pixels the explorer still holds (nothing decoded) or PNG
     bytes; both give the same picture: the line above, the figure below, unchanged."""

@@ -17,6 +17,7 @@ import warnings
 import torch
 import torch.distributed as dist
 
+from ..ranks import same_on_every_rank
 from .inputs import make_tensor
 
 __all__ = ["RANK_CALLS", "BARRIER_STAGGER_S", "rank_cases", "rank_probe"]
@@ -242,19 +243,22 @@ def _device(backend):
     return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
 
+@same_on_every_rank
 def rank_cases(rank: int, world_size: int, cases: list, backend: str) -> list:
     """Rank entry of :func:`~.primitives.run_batch`: run every case in order on the default
     process group and return ``[(before, after), ...]``, one pair per case (tensors on the rank's
-    device; the launcher sends them back as raw bytes, so every dtype arrives)."""
+    device; the launcher sends them back as raw bytes, so every dtype arrives). Every rank makes the
+    same calls (:func:`collnb.ranks.same_on_every_rank`), so a warm pool runs them without
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s per-collective check, which has nothing to find here."""
     device = _device(backend)
     return [RANK_CALLS[c["primitive"]](rank, world_size, c, device, None) for c in cases]
 
 
+@same_on_every_rank
 def rank_probe(rank: int, world_size: int, cases: list, backend: str) -> list:
     """Rank entry of :func:`~.support.backend_support`: every case is a trial whose error is caught; returns
     ``None`` (it ran) or ``"ExcType: first line"`` per trial. Trials run on the default group, as
-    :func:`run` does (a private ``new_group`` would be faster without the DETAIL checks, but
-    creating groups on some ranks of a warm pool desynchronises its later group creation)."""
+    :func:`run` does (:func:`collnb.ranks.same_on_every_rank`: without DETAIL's checks, as a run)."""
     device = _device(backend)
     out = []
     for c in cases:

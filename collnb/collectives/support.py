@@ -174,8 +174,8 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False,
 
     One :func:`collnb.ranks.launch` at world size 2 (1 if only one GPU is visible for NCCL)
     runs every combination once with the teaching inputs (barrier without its stagger), catching
-    each trial's error inside the ranks (~840 trials, 1-2 s on 2 CPU cores with the launcher's
-    DETAIL checks). The result is cached per process and backend (thread-safe) and saved to
+    each trial's error inside the ranks (~840 trials, on groups without DETAIL's per-collective
+    check, as :func:`~.primitives.run`'s: :func:`collnb.ranks.same_on_every_rank`). The result is cached per process and backend (thread-safe) and saved to
     ``~/.cache/collnb/support-BACKEND.json``, reused only while torch's version and binary and
     collnb's probing code are unchanged (set ``COLLNB_SUPPORT_CACHE=0`` to never use the file).
     ``refresh=True`` probes again.

@@ -35,7 +35,7 @@ from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import LaunchOptions, backend_info, check_ranks, launch, shutdown
 from .rankset import BackendFacts
 from .pool import LaunchResults, RankPool
-from .rank import keep_groups, kept_groups
+from .rank import keep_groups, kept_groups, same_on_every_rank
 from .remote import connect, disconnect
 from .serialization import dumps, loads
 from .serialization import iter_functions
@@ -43,5 +43,5 @@ from .serialization import iter_functions
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
-           "Timeline", "Span", "region", "flight_recorder_dump", "keep_groups", "kept_groups", "Divergence",
-           "divergence", "entries_from_json", "LaunchOptions", "BackendFacts"]
+           "Timeline", "Span", "region", "flight_recorder_dump", "keep_groups", "kept_groups", "same_on_every_rank",
+           "Divergence", "divergence", "entries_from_json", "LaunchOptions", "BackendFacts"]

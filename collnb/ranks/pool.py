@@ -29,7 +29,7 @@ from .failures import Event, call_error, death_text, event_of, rebuild_result, r
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
 from .protocol import InitGroup, NewGroup, Run, Settled, encode, receive, send
-from .rank import rank_main, resolve_rank_names
+from .rank import rank_main, resolve_rank_names, runs_unchecked
 from .rank_state import Watch
 from .recording import CallRecords
 from .timeline import Timeline
@@ -102,6 +102,7 @@ class RankPool:
         self.ranks: list[_Rank] = []
         self.base_size = 0   # size of the pool's default process group
         self.groups = set()  # world sizes with a cached group of ranks 0..k-1
+        self.unchecked = set()  # and with one for collnb's own primitive runs (rank.same_on_every_rank)
         self._group_count = 0
         self.max_size = local_backend_info(backend)["max_world_size"] or MAX_WORLD_SIZE
         self.generation = 0
@@ -205,7 +206,7 @@ class RankPool:
                 except Exception:  # noqa: BLE001 - closing a pipe of a rank that is gone: nothing to do
                     pass
         self.ranks = []
-        self.base_size, self.groups = 0, set()
+        self.base_size, self.groups, self.unchecked = 0, set(), set()
         self.broken = True
         remove_pool_dir(self.dir)
 
@@ -245,10 +246,11 @@ class RankPool:
         except Exception as exc:
             raise TypeError(f"cannot send {fn!r} and its arguments to the ranks: {exc}") from exc
         try:
-            self._prepare(world_size, deadline)
+            unchecked = self.debug and runs_unchecked(fn, args, kwargs)
+            self._prepare(world_size, deadline, unchecked)
             self.output.drain(self.ranks, final=False)
             message = encode(Run(world_size, self._next_count(), task, bool(record_calls),
-                                 bool(timeline), get_language()))  # once for all
+                                 bool(timeline), get_language(), unchecked))  # once for all
             self._send_all(self.ranks[:world_size], message)
             results = self._collect(self.ranks[:world_size], deadline, phase="run")
             self.output.release()
@@ -306,6 +308,7 @@ class RankPool:
         operations (uneven send/recv), so its next collective would fail the DETAIL check.
         The next call at this world size makes a fresh group (or re-initialises the pool)."""
         self.groups.discard(world_size)
+        self.unchecked.discard(world_size)
         if world_size == self.base_size:
             self.base_size = 0
 
@@ -315,7 +318,7 @@ class RankPool:
         self._group_count += 1000
         return self._group_count
 
-    def _prepare(self, world_size, deadline):
+    def _prepare(self, world_size, deadline, unchecked=False):
         """Make ranks 0..world_size-1 a process group: reuse a cached one, create one with
         ``new_group`` over the pool (a few ms), or grow the pool and initialise a new default
         group (fork + rendezvous) when it has fewer ranks than asked for."""
@@ -327,11 +330,12 @@ class RankPool:
             self.generation += 1
             self._send_all(self.ranks, InitGroup(self.generation, size))
             self._collect(self.ranks, deadline, phase="init")
-            self.base_size, self.groups = size, {size}
-        if world_size not in self.groups:
-            self._send_all(self.ranks[:self.base_size], NewGroup(world_size, self._next_count()))
+            self.base_size, self.groups, self.unchecked = size, {size}, set()
+        made = self.unchecked if unchecked else self.groups
+        if world_size not in made:
+            self._send_all(self.ranks[:self.base_size], NewGroup(world_size, self._next_count(), unchecked))
             self._collect(self.ranks[:self.base_size], deadline, phase="init")
-            self.groups.add(world_size)
+            made.add(world_size)
 
     @staticmethod
     def _send_all(ranks, message):
@@ -434,7 +438,7 @@ class RankPool:
         if verdict == "reinit":
             # the function destroyed process groups (dist.destroy_process_group()):
             # the next call re-initialises the pool's groups
-            self.base_size, self.groups = 0, set()
+            self.base_size, self.groups, self.unchecked = 0, set(), set()
         elif verdict == "retire":
             self._retire_group(len(ranks))
         results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]

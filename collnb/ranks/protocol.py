@@ -52,10 +52,13 @@ class InitGroup:
 @dataclass(frozen=True)
 class NewGroup:
     """Every rank of the default group: create the cached group of ranks ``0..world_size-1``
-    with ``new_group``, torch's group counter set to ``group_count`` (the same on every rank)."""
+    with ``new_group``, torch's group counter set to ``group_count`` (the same on every rank);
+    ``unchecked``: the group for collnb's own primitive runs, made without
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s wrapper (:func:`collnb.ranks.same_on_every_rank`)."""
 
     world_size: int
     group_count: int
+    unchecked: bool = False
 
 
 @dataclass(frozen=True)
@@ -71,6 +74,8 @@ class Run:
             (:mod:`.timeline`).
         language: the language the kernel speaks at this call (:func:`collnb.get_language`,
             ``"en"`` or ``"zh"``): a warm rank forked before a ``set_language`` speaks it too.
+        unchecked: run in the ``unchecked`` group of that size (:class:`NewGroup`): collnb's own
+            code that makes the same calls on every rank (:func:`collnb.ranks.same_on_every_rank`).
     """
 
     world_size: int
@@ -79,6 +84,7 @@ class Run:
     record_calls: bool = False
     timeline: bool = False
     language: str = "en"
+    unchecked: bool = False
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ from .rank_state import RankState, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-__all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups"]
+__all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups",
+           "same_on_every_rank", "runs_unchecked"]
 
 #: This process's rank while it is a rank of a local pool (or a process a rank's function forked),
 #: else ``None``: :func:`collnb.launch` refuses to start ranks of ranks.
@@ -63,6 +64,44 @@ def keep_groups(groups) -> None:
     function, this is ignored: its groups end with its call. Kept groups end when the pool's
     default group is made again (a pool that grows or is restarted)."""
     _kept.update(groups)
+
+
+def same_on_every_rank(fn):
+    """Mark ``fn``, a rank function of collnb's own code, as issuing the same collectives, with the
+    same shapes and dtypes, in the same order on every rank, by construction (the primitive runs of
+    :func:`collnb.run` and the explorer, the backend probe). Returns ``fn``.
+
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (``launch(debug=True)``, the default) wraps every process
+    group in torch's ``ProcessGroupWrapper``, which checks each collective's fingerprint against
+    every peer's before it runs: it turns a learner's mismatched collectives into a clear error, and
+    it costs a second round of communication per collective (a 16-float gloo all_reduce at world
+    size 8 on 2 cores: ~24 ms without it, ~55 ms with it, measured with torch 2.13). A marked
+    function has nothing for the check to find, so a warm rank runs it on a group of the same ranks
+    made without the wrapper (the same backend, a group of its own). The mark is honoured only when
+    the call is collnb's own code throughout (:func:`.rank_state.collnb_only`): a learner's function
+    is always checked, whatever it carries (:func:`runs_unchecked`)."""
+    fn.collnb_same_on_every_rank = True
+    return fn
+
+
+def runs_unchecked(fn, args=(), kwargs=None) -> bool:
+    """Whether a call of ``fn(rank, world_size, *args, **kwargs)`` may run without DETAIL's check:
+    ``fn`` is marked :func:`same_on_every_rank` and the call is collnb's own code throughout
+    (:func:`.rank_state.collnb_only`: no argument holds a learner's function or class)."""
+    return getattr(fn, "collnb_same_on_every_rank", False) is True and collnb_only(fn, args, kwargs)
+
+
+def _unchecked_group(world_size: int, timeout: datetime.timedelta):
+    """A new group of ranks ``0..world_size-1`` made without DETAIL's ``ProcessGroupWrapper``
+    (torch decides when a group is made: ``get_debug_level() == DebugLevel.DETAIL``); every rank of
+    the pool's default group must call it, as ``new_group`` needs. The debug level is the
+    environment's again afterwards. Made on the first call that needs it (:class:`.NewGroup`
+    ``unchecked``), so a pool that runs only learners' functions makes none."""
+    dist.set_debug_level(dist.DebugLevel.OFF)
+    try:
+        return dist.new_group(list(range(world_size)), timeout=timeout)
+    finally:
+        dist.set_debug_level_from_env()
 
 
 def kept_groups() -> frozenset:
@@ -196,6 +235,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
     timeout = datetime.timedelta(seconds=cfg["collective_timeout"])
     base = None      # the pool's default process group (all ranks of the pool)
     groups = {}      # world size k -> cached group of ranks 0..k-1
+    unchecked = {}   # world size k -> the same ranks without DETAIL's wrapper (see same_on_every_rank)
     while True:
         try:
             msg = receive(cmd_r)
@@ -206,7 +246,7 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
             t0 = time.perf_counter()
             internals.destroy_all_groups(base)
             _kept.clear()
-            base, groups = None, {}
+            base, groups, unchecked = None, {}, {}
             restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
             if rank < msg.world_size:
                 try:
@@ -225,27 +265,31 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
             t0 = time.perf_counter()
             internals.set_default_group(base)
             internals.set_group_count(msg.group_count)
-            groups[msg.world_size] = dist.new_group(list(range(msg.world_size)), timeout=timeout)
+            if msg.unchecked:
+                unchecked[msg.world_size] = _unchecked_group(msg.world_size, timeout)
+            else:
+                groups[msg.world_size] = dist.new_group(list(range(msg.world_size)), timeout=timeout)
             send(res_w, Ready(time.perf_counter() - t0))
         elif isinstance(msg, Run):
-            _run(rank, cfg, msg, base, groups, state, res_w, store)
+            _run(rank, cfg, msg, base, groups, unchecked, state, res_w, store)
 
 
-def _run(rank, cfg, msg: Run, base, groups, state, res_w, store):
+def _run(rank, cfg, msg: Run, base, groups, unchecked, state, res_w, store):
     """Run the learner's function for one :class:`.Run` and answer :class:`.Result`; on a failure
-    answer :class:`.Failed` and idle until the parent stops the rank."""
+    answer :class:`.Failed` and idle until the parent stops the rank. ``groups``/``unchecked``: the
+    pool's cached groups by world size, with and without DETAIL's checks (:func:`same_on_every_rank`)."""
     global _call_started_ns
     _call_started_ns = time.time_ns()
     my_pid = os.getpid()
     # Groups the user's function creates are named from this counter: start every rank of this
     # call at the same value, whatever groups earlier calls made on some ranks.
     internals.set_group_count(msg.group_count)
-    if groups.get(msg.world_size) is not base:
-        # Ranks 0..k-1 see the cached group as their default process group, so
-        # dist.get_world_size() == k and collectives without group= use it.
-        internals.set_default_group(groups[msg.world_size])
-    elif dist.group.WORLD is not base:
-        internals.set_default_group(base)
+    # Ranks 0..k-1 see the cached group as their default process group, so
+    # dist.get_world_size() == k and collectives without group= use it; collnb's own primitive
+    # runs use the same ranks without DETAIL's per-collective check (same_on_every_rank).
+    default = (unchecked if msg.unchecked else groups)[msg.world_size]
+    if dist.group.WORLD is not default:
+        internals.set_default_group(default)
     # The kernel's language now, not the one this rank was forked with (warm ranks outlive a
     # collnb.set_language); this also sets COLLNB_LANG here, for what the function starts.
     set_language(msg.language)
@@ -297,7 +341,7 @@ def _run(rank, cfg, msg: Run, base, groups, state, res_w, store):
                 f"function instead of returning them") from exc
         seq = internals.sequence_number()
         live = internals.live_groups()
-        intact = dist.is_initialized() and all(g in live for g in groups.values()
+        intact = dist.is_initialized() and all(g in live for g in (*groups.values(), *unchecked.values())
                                                if g is not None and g != dist.GroupMember.NON_GROUP_MEMBER)
         own = collnb_only(fn, args, kwargs)
         if not own:  # only collnb's own code keeps groups (keep_groups)

@@ -32,6 +32,7 @@ import struct
 import subprocess
 import threading
 import zlib
+from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
@@ -316,7 +317,9 @@ def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
 
     Written here rather than by Pillow's encoder, which tries every row filter: for our flat-coloured
     pictures that costs ~13 ms of CPU for a 935 x 595 heatmap and saves nothing (this writes it in
-    ~6 ms, ~80 KB; Pillow's level 1 gave 84 KB).
+    ~6 ms, ~80 KB; Pillow's level 1 gave 84 KB). A picture of 256 KiB or more is deflated in two
+    halves at once where two CPUs are free (:func:`_deflate`: 6.9 -> 4.6 ms for a 991 x 654
+    heatmap on 2 cores; the same PNG to within a few bytes, decoded to the same pixels).
     """
     a = np.asarray(pixels_or_image.convert("RGB")) if isinstance(pixels_or_image, Image.Image) else \
         np.ascontiguousarray(pixels_or_image, dtype=np.uint8)
@@ -328,8 +331,40 @@ def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
     if dpi:
         ppm = int(round(dpi / 0.0254))  # pixels per metre
         out.append(_chunk(b"pHYs", struct.pack(">IIB", ppm, ppm, 1)))
-    out += [_chunk(b"IDAT", zlib.compress(rows, 2)), _chunk(b"IEND", b"")]
+    out += [_chunk(b"IDAT", _deflate(rows, 2)), _chunk(b"IEND", b"")]
     return b"".join(out)
+
+
+_PARALLEL_DEFLATE_BYTES = 256 * 1024
+_deflater: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, one worker thread)
+_deflater_lock = threading.Lock()
+
+
+def _deflate(data: np.ndarray, level: int) -> bytes:
+    """The zlib stream (RFC 1950) of ``data`` (a C-contiguous ``uint8`` array), as ``zlib.compress``
+    makes it, but from two halves deflated at once (zlib lets go of the GIL while it works): the
+    first half ends in a sync flush (an empty stored block, byte-aligned, not final) and the second
+    half is a raw deflate stream of its own, so their concatenation is one valid deflate stream
+    (RFC 1951, 3.2.3-3.2.4; pigz works so); the zlib header and the Adler-32 of the whole wrap it.
+    Below :data:`_PARALLEL_DEFLATE_BYTES`, or with one CPU, plain ``zlib.compress``."""
+    global _deflater
+    n = data.nbytes
+    if n < _PARALLEL_DEFLATE_BYTES or len(os.sched_getaffinity(0)) < 2:
+        return zlib.compress(data, level)
+    with _deflater_lock:
+        if _deflater is None or _deflater[0] != os.getpid():  # a forked child has no worker thread
+            _deflater = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="collnb-deflate"))
+        pool = _deflater[1]
+    buf = memoryview(data).cast("B")
+    cut = n // 2
+
+    def part(chunk: memoryview, last: bool) -> bytes:
+        c = zlib.compressobj(level, zlib.DEFLATED, -15)
+        return c.compress(chunk) + c.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
+
+    second = pool.submit(part, buf[cut:], True)
+    first = part(buf[:cut], False)
+    return zlib.compress(b"", level)[:2] + first + second.result() + struct.pack(">I", zlib.adler32(buf))
 
 
 def _chunk(tag: bytes, data: bytes) -> bytes:
