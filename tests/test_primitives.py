@@ -185,6 +185,7 @@ def test_float_reductions_accept_other_orders():
 
 
 def test_result_displays_as_png_and_text():
+    import collnb.views  # noqa: F401 - registers the heatmap, as collnb.run does (this file calls collectives.run)
     res = P.run("broadcast", 2, root=1)
     bundle = res._repr_mimebundle_()
     assert bundle["image/png"][:8] == b"\x89PNG\r\n\x1a\n"
@@ -357,8 +358,8 @@ def test_result_without_a_registered_renderer_says_what_to_import(monkeypatch):
     for draw in (res.png, res.figure, res._repr_png_):
         with pytest.raises(RuntimeError) as info:
             draw()
-        assert str(info.value) == ("no renderer is registered to draw a RunResult: `import collnb` (or "
-                                   "collnb.views) registers the heatmap")
+        assert str(info.value) == ("no renderer is registered to draw a RunResult: `import collnb.views` registers "
+                                   "the heatmap (collnb.run and collnb.explore import it for you)")
     assert "[rank 1] after : [0.0, 1.0]  ✓" in res.summary()  # the text needs no renderer
     with pytest.raises(TypeError, match="png_fn must be a function fn"):
         P.register_renderer(lambda r: None, "png")

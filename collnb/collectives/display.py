@@ -39,15 +39,15 @@ def _registered(kind: str) -> Callable[..., Any]:
     try:
         return _renderer[kind]
     except KeyError:
-        raise RuntimeError("no renderer is registered to draw a RunResult: `import collnb` (or "
-                           "collnb.views) registers the heatmap") from None
+        raise RuntimeError("no renderer is registered to draw a RunResult: `import collnb.views` registers "
+                           "the heatmap (collnb.run and collnb.explore import it for you)") from None
 
 
 def render_figure(result: RunResult, **kwargs: Any) -> Figure:
     """``result``'s picture as a :class:`matplotlib.figure.Figure`, by the registered renderer.
 
     Raises:
-        RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
+        RuntimeError: no renderer is registered (``import collnb.views`` registers the heatmap).
     """
     figure: Figure = _registered("figure")(result, **kwargs)
     return figure
@@ -57,7 +57,7 @@ def render_png(result: RunResult, **kwargs: Any) -> bytes:
     """``result``'s picture as PNG bytes, by the registered renderer.
 
     Raises:
-        RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
+        RuntimeError: no renderer is registered (``import collnb.views`` registers the heatmap).
     """
     png: bytes = _registered("png")(result, **kwargs)
     return png

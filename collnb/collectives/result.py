@@ -167,7 +167,7 @@ class RunResult:
         (:func:`collnb.views.heatmap_figure`, registered by :func:`~.display.register_renderer`).
 
         Raises:
-            RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
+            RuntimeError: no renderer is registered (``import collnb.views`` registers the heatmap).
         """
         return render_figure(self, **kwargs)
 
@@ -176,7 +176,7 @@ class RunResult:
         :func:`~.display.register_renderer`).
 
         Raises:
-            RuntimeError: no renderer is registered (``import collnb`` registers the heatmap).
+            RuntimeError: no renderer is registered (``import collnb.views`` registers the heatmap).
         """
         return render_png(self, **kwargs)
 

@@ -266,7 +266,9 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
             fails (the process group's timeout; gloo's own default is 30 minutes).
         debug: ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` in the ranks, so a rank that calls a different
             collective, shape or dtype than its peers fails with a clear message. Costs extra
-            checks per collective: pass ``False`` for benchmarks.
+            checks per collective: pass ``False`` for benchmarks. collnb's own primitive runs
+            (:func:`collnb.run`, the explorer, the backend probe) make the same calls on every
+            rank and skip the check on the same warm ranks (:func:`.rank.same_on_every_rank`).
         start_method: ``"fork"`` (default on Linux) or ``"spawn"`` (each rank imports torch
             afresh; needed when CUDA is already initialised here).
         record_calls: also return every communication operation each rank's function issued
