@@ -52,8 +52,11 @@ class _RelayedRank(Protocol):
     ``closed`` are optional and read with ``getattr``."""
 
     rank: int
-    out_r: _Readable
-    err_r: _Readable
+
+    @property
+    def out_r(self) -> _Readable: ...  # read-only: a rank's pipe may be any _Readable (a Connection)
+    @property
+    def err_r(self) -> _Readable: ...
     partial: dict[int, bytearray]
     in_log: bool
 

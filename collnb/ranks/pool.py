@@ -15,32 +15,35 @@ import os
 import signal
 import threading
 import time
-from multiprocessing.connection import wait as _mp_wait
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from multiprocessing.connection import Connection, wait as _mp_wait
+from multiprocessing.context import ForkContext, SpawnContext
+from typing import Any, Literal, cast, overload
 
 import psutil
 import torch.multiprocessing as tmp
 
 from ..i18n import N_, _, get_language
-from ..vocabulary import MAX_WORLD_SIZE
+from ..vocabulary import MAX_WORLD_SIZE, Backend
 from .backends import local_backend_info
-from .answers import RankProcess, answer_event, exited, group_verdict, lost, wait_limit, waitables
+from .answers import RankProcess, Waitable, answer_event, exited, group_verdict, lost, wait_limit, waitables
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, call_error, death_text, event_of, rebuild_result, returned_diverged
+from .failures import Event, Stacks, call_error, death_text, event_of, rebuild_result, returned_diverged
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
-from .protocol import InitGroup, NewGroup, Run, Settled, encode, receive, send
-from .rank import rank_main, resolve_rank_names, runs_unchecked
+from .protocol import Frame, InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
+from .rank import RankConfig, rank_main, resolve_rank_names, runs_unchecked
 from .rank_state import Watch
-from .recording import CallRecords
+from .recording import CallRecord, CallRecords
 from .timeline import Timeline
 from .serialization import Unsendable, code_files, dumps
-from .rankset import RankEvent, RankResult
+from .rankset import RankEvent, RankResult, StartMethod
 from .tracebacks import named_cells, parse_stack
 
 __all__ = ["RankPool", "LaunchResults"]
 
 
-class LaunchResults(list):
+class LaunchResults(list[Any]):
     """The per-rank results of ``launch(..., record_calls=True)``: a ``list`` (rank order, equal
     to the plain list ``launch`` returns otherwise) with the calls each rank made.
 
@@ -52,9 +55,10 @@ class LaunchResults(list):
             rank's operations and regions on one clock), else ``None``.
     """
 
-    def __init__(self, results=(), calls=None, timeline=None):
+    def __init__(self, results: Iterable[Any] = (), calls: Sequence[list[CallRecord]] | None = None,
+                 timeline: Timeline | None = None) -> None:
         super().__init__(results)
-        self.calls = calls if calls is not None else [[] for _ in self]
+        self.calls: Sequence[list[CallRecord]] = calls if calls is not None else [[] for _ in self]
         self.timeline = timeline
 
 
@@ -92,8 +96,8 @@ class RankPool:
     group instead costs 35–110 ms per change at world size <= 8 (measured on 2 cores).
     """
 
-    def __init__(self, backend="gloo", debug=True, collective_timeout=5.0, start_method="fork",
-                 flight_recorder=0):
+    def __init__(self, backend: Backend = "gloo", debug: bool = True, collective_timeout: float = 5.0,
+                 start_method: StartMethod = "fork", flight_recorder: int = 0) -> None:
         self.backend = backend
         self.flight_recorder = int(flight_recorder)
         self.debug = bool(debug)
@@ -101,8 +105,8 @@ class RankPool:
         self.start_method = start_method
         self.ranks: list[_Rank] = []
         self.base_size = 0   # size of the pool's default process group
-        self.groups = set()  # world sizes with a cached group of ranks 0..k-1
-        self.unchecked = set()  # and with one for collnb's own primitive runs (rank.same_on_every_rank)
+        self.groups: set[int] = set()  # world sizes with a cached group of ranks 0..k-1
+        self.unchecked: set[int] = set()  # and with one for collnb's own primitive runs (rank.same_on_every_rank)
         self._group_count = 0
         self.max_size = local_backend_info(backend)["max_world_size"] or MAX_WORLD_SIZE
         self.generation = 0
@@ -110,25 +114,26 @@ class RankPool:
         self.retired = ""  # what the last call changed in the ranks that cannot be put back (see run)
         self.output = OutputRelay()  # the ranks' output lines, and the C++ log lines held back
         self.lock = threading.Lock()
-        self._ctx = tmp.get_context(start_method)
+        # typeshed types get_context of a str as BaseContext, which names no Process
+        self._ctx = cast("ForkContext | SpawnContext", tmp.get_context(start_method))
         sweep_stale_dirs()
         self.dir = make_pool_dir()  # held (flock) by this process while the pool lives
 
     # -- life cycle --------------------------------------------------------------------------
     @property
-    def key(self):
+    def key(self) -> tuple[Backend, bool, float, StartMethod, int]:
         return (self.backend, self.debug, self.collective_timeout, self.start_method, self.flight_recorder)
 
-    def pids(self) -> list:
+    def pids(self) -> list[int]:
         """PIDs (list of int) of the live rank processes, in rank order."""
-        return [r.proc.pid for r in self.ranks if r.proc.is_alive()]
+        return [cast(int, r.proc.pid) for r in self.ranks if r.proc.is_alive()]  # a live process has one
 
-    def dead_ranks(self) -> dict:
+    def dead_ranks(self) -> dict[int, str]:
         """``{rank: what happened}`` for rank processes that are no longer alive (e.g. killed by
         the OOM killer while the pool was idle); empty when every rank is alive."""
         return {r.rank: death_text(r.proc.exitcode) for r in self.ranks if not r.proc.is_alive()}
 
-    def _grow(self, n):
+    def _grow(self, n: int) -> None:
         with sigint_deferred():
             try:
                 self._fork_ranks(n)
@@ -137,9 +142,9 @@ class RankPool:
                 raise RankError(f"rank {rank}: {type(exc).__name__}: the rank's process could not be started "
                                 f"({exc})", rank, type(exc).__name__, "", {rank: f"could not be started: {exc}"}) from exc
 
-    def _fork_ranks(self, n):
+    def _fork_ranks(self, n: int) -> None:
         resolve_rank_names()  # before Watch(): collnb.region resolved inside a call is no change of it
-        cfg = dict(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
+        cfg = RankConfig(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
                    start_method=self.start_method, flight_recorder=self.flight_recorder,
                    collective_timeout=self.collective_timeout, parent_pid=os.getpid(),
                    # what each rank watches between calls, made here: forked ranks take it over
@@ -176,7 +181,7 @@ class RankPool:
                 os.set_blocking(c.fileno(), False)
             self.ranks.append(_Rank(rank, proc, cmd_w, res_r, out_r, err_r))
 
-    def close(self):
+    def close(self) -> None:
         """Stop every rank and every process it started (SIGKILL), reap them, and remove the
         pool's files."""
         pids = [r.proc.pid for r in self.ranks if r.proc.pid is not None and r.proc.exitcode is None]
@@ -212,8 +217,9 @@ class RankPool:
 
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, fn, world_size, args=(), kwargs=None, timeout=60.0, record_calls=False,
-            show_backend_log=False, timeline=False):
+    def run(self, fn: Callable[..., Any], world_size: int, args: Iterable[Any] = (),
+            kwargs: dict[str, Any] | None = None, timeout: float = 60.0, record_calls: bool = False,
+            show_backend_log: bool = False, timeline: bool = False) -> list[Any]:
         """Run ``fn(rank, world_size, *args, **kwargs)`` on ranks ``0..world_size-1``.
 
         Returns the per-rank results (list, rank order; a :class:`LaunchResults` with ``.calls``
@@ -270,7 +276,7 @@ class RankPool:
         :attr:`retired`: ``""``, or what the last call changed for good and on which ranks. A rank
         that died meanwhile is left to :meth:`dead_ranks`."""
         end = time.monotonic() + _SETTLE_S
-        changed = {}
+        changed: dict[str, list[int]] = {}
         for r in self.ranks:
             if not r.unsettled:
                 continue
@@ -290,7 +296,7 @@ class RankPool:
             self.retired = "the last call " + "; ".join(f"{why} on {_ranks_text(rs)}" for why, rs in changed.items())
         return self.retired
 
-    def _attach_backend_log(self, exc):
+    def _attach_backend_log(self, exc: RankError | LaunchTimeout) -> None:
         exc.backend_log = self.output.take_backend_log()
         if exc.backend_log:
             n = len(exc.backend_log)
@@ -303,7 +309,7 @@ class RankPool:
                 n=n, backend=self.backend)
             exc.args = (exc.args[0] + note,) + exc.args[1:]
 
-    def _retire_group(self, world_size):
+    def _retire_group(self, world_size: int) -> None:
         """Stop using the group of ranks 0..world_size-1: its ranks issued different numbers of
         operations (uneven send/recv), so its next collective would fail the DETAIL check.
         The next call at this world size makes a fresh group (or re-initialises the pool)."""
@@ -312,13 +318,13 @@ class RankPool:
         if world_size == self.base_size:
             self.base_size = 0
 
-    def _next_count(self):
+    def _next_count(self) -> int:
         """A fresh value for torch's group counter, the same on every rank of one call: group
         names stay unique and agree even after calls that created groups on some ranks only."""
         self._group_count += 1000
         return self._group_count
 
-    def _prepare(self, world_size, deadline, unchecked=False):
+    def _prepare(self, world_size: int, deadline: float, unchecked: bool = False) -> None:
         """Make ranks 0..world_size-1 a process group: reuse a cached one, create one with
         ``new_group`` over the pool (a few ms), or grow the pool and initialise a new default
         group (fork + rendezvous) when it has fewer ranks than asked for."""
@@ -338,7 +344,7 @@ class RankPool:
             made.add(world_size)
 
     @staticmethod
-    def _send_all(ranks, message):
+    def _send_all(ranks: Iterable[_Rank], message: Message | bytes) -> None:
         """Send one command to every rank of ``ranks``. A rank that cannot be reached (it died, e.g.
         at its start: a broken pipe) is left to :meth:`_collect`, which reports how it ended."""
         for r in ranks:
@@ -347,7 +353,7 @@ class RankPool:
             except OSError:
                 pass
 
-    def _settle_output(self, ranks, until: float, quiet: float = 0.1) -> None:
+    def _settle_output(self, ranks: Sequence[_Rank], until: float, quiet: float = 0.1) -> None:
         """After a failure, keep copying the ranks' output until none has come for ``quiet`` seconds
         or the clock passes ``until``: a backend logs its error (gloo's ``[E... ProcessGroupGloo.cpp]``
         line) from its own thread, which can write after the rank's :class:`.Failed` has arrived, and
@@ -358,7 +364,7 @@ class RankPool:
             left = until - time.monotonic()
             if left <= 0:
                 return
-            ready = _mp_wait(conns, timeout=min(quiet, left))
+            ready = cast(list[Connection], _mp_wait(conns, timeout=min(quiet, left)))  # some of conns
             if not ready:
                 return
             for conn in ready:
@@ -367,18 +373,19 @@ class RankPool:
                 if r.proc.exitcode is not None or (1 if conn is r.out_r else 2) in r.closed:
                     conns.remove(conn)  # a dead rank's pipe stays readable (EOF): done with it
 
-    def _answers(self, ranks, deadline):
+    def _answers(self, ranks: Sequence[_Rank], deadline: float) -> Iterator[RankEvent]:
         """Yield each rank's answer to the command just sent (:data:`.rankset.RankEvent`: its result,
         its failure or its end), copying the ranks' output meanwhile, until every rank answered,
         ``deadline`` passed, or :data:`_GRACE` seconds after the first failure."""
-        by_conn = {}
+        by_conn: dict[int, tuple[Literal["res", "out", "err", "dead"], _Rank]] = {}
         for r in ranks:
             by_conn[id(r.res_r)] = ("res", r)
             by_conn[id(r.out_r)] = ("out", r)
             by_conn[id(r.err_r)] = ("err", r)
             by_conn[r.proc.sentinel] = ("dead", r)
-        answered = set()
-        failure_at = None
+        answered: set[int] = set()
+        failure_at: float | None = None
+        event: RankEvent | None
         polled = time.monotonic()
         while True:
             pending = [r for r in ranks if r.rank not in answered]
@@ -390,16 +397,17 @@ class RankPool:
                 failure_at = failure_at or now
                 yield event
             pending = [r for r in pending if r.rank not in answered]
-            ready = _mp_wait(waitables(ranks, pending), timeout=wait_limit(now, deadline, failure_at, _GRACE))
+            ready = cast(list[Waitable], _mp_wait(waitables(ranks, pending),  # some of the waitables
+                                                  timeout=wait_limit(now, deadline, failure_at, _GRACE)))
             if not ready or time.monotonic() - polled > 0.25:
                 polled = time.monotonic()  # waitpid at most 4 times a second (off the fast path)
                 ready += exited(pending, ready)
             for obj in ready:
                 what, r = by_conn[obj if isinstance(obj, int) else id(obj)]
                 if what in ("out", "err"):
-                    self.output.pump(r, obj)
+                    self.output.pump(r, cast(Connection, obj))  # an output pipe
                 elif r.rank not in answered:
-                    event = answer_event(r, what, time.monotonic())
+                    event = answer_event(r, cast(Literal["res", "dead"], what), time.monotonic())
                     if event is None:
                         continue
                     answered.add(r.rank)
@@ -407,7 +415,12 @@ class RankPool:
                         failure_at = failure_at or event.t
                     yield event
 
-    def _collect(self, ranks, deadline, phase):
+    @overload
+    def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["init"]) -> None: ...
+    @overload
+    def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["run"]) -> list[Any]: ...
+
+    def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["init", "run"]) -> list[Any] | None:
         """Wait for the answer of every rank of ``ranks`` (:meth:`_answers`) and read them
         (:func:`.failures.event_of`). Returns the results (run), ``None`` (init), or raises
         :func:`.failures.call_error`'s error."""
@@ -424,17 +437,18 @@ class RankPool:
         if not failed and not pending:
             return None if phase == "init" else self._results(ranks, answers, events)
         stacks = self._stacks([r for r in ranks if r.rank in pending])
-        stacks = {k: named_cells(v) if isinstance(k, int) else v for k, v in stacks.items()}
+        # a rank's key (int) holds its frames, a ("state", rank) key words (Stacks)
+        stacks = {k: named_cells(cast(list[Frame], v)) if isinstance(k, int) else v for k, v in stacks.items()}
         err = call_error([r.rank for r in ranks], events, failed, pending, stacks, phase)
         self._add_last_words(err, events)
         raise err
 
-    def _results(self, ranks, answers, events):
+    def _results(self, ranks: Sequence[_Rank], answers: dict[int, RankEvent], events: dict[int, Event]) -> list[Any]:
         """The per-rank results of a call every rank of ``ranks`` answered (list, or
         :class:`LaunchResults` with what was recorded), after updating the cached groups
         (:func:`.answers.group_verdict`); raises the :class:`.RankError` of ranks whose Flight
         Recorders disagree (:func:`.failures.returned_diverged`)."""
-        verdict = group_verdict([answers[r.rank] for r in ranks])
+        verdict = group_verdict([cast(RankResult, answers[r.rank]) for r in ranks])  # every rank answered ok
         if verdict == "reinit":
             # the function destroyed process groups (dist.destroy_process_group()):
             # the next call re-initialises the pool's groups
@@ -445,14 +459,16 @@ class RankPool:
         diverged = returned_diverged([r.rank for r in ranks], events, results)
         if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
             raise diverged
-        calls = [events[r.rank].calls if events[r.rank].calls is not None else CallRecords() for r in ranks]
+        calls = [c if (c := events[r.rank].calls) is not None else CallRecords() for r in ranks]
         if any(events[r.rank].timeline is not None for r in ranks):
-            return LaunchResults(results, calls, Timeline([events[r.rank].timeline for r in ranks]))
+            # every rank records one: the same Run asked each of them (Run.timeline)
+            timelines = cast(list[dict[str, Any]], [events[r.rank].timeline for r in ranks])
+            return LaunchResults(results, calls, Timeline(timelines))
         if any(events[r.rank].calls is not None for r in ranks):
             return LaunchResults(results, calls)
         return results
 
-    def _add_last_words(self, err, events):
+    def _add_last_words(self, err: RankError | LaunchTimeout, events: dict[int, Event]) -> None:
         """A rank that died (at its start: a full disk, a removed pool directory; or later) is named
         with its own last words: the lines it printed last (its traceback, "No space left on
         device"), and why its pipes closed if the function closed them."""
@@ -475,23 +491,24 @@ class RankPool:
         if not err.rank_traceback and words:
             err.rank_traceback = "\n".join(words)
 
-    def _stacks(self, ranks):
+    def _stacks(self, ranks: Sequence[_Rank]) -> Stacks:
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).
 
         Returns ``{rank: [(filename, lineno, name, None), ...]}``, outermost call first, without
         the launcher's own frames.
         """
-        stacks = {}
+        stacks: Stacks = {}
         if not ranks:
             return stacks
         for r in ranks:
             try:
                 os.truncate(os.path.join(self.dir, f"stack-{r.rank}.txt"), 0)
-                os.kill(r.proc.pid, signal.SIGUSR1)
+                os.kill(cast(int, r.proc.pid), signal.SIGUSR1)  # a started process has a pid
             except OSError:
                 pass
         time.sleep(0.15)
         for r in ranks:
+            status: str
             try:
                 status = psutil.Process(r.proc.pid).status()
             except psutil.Error:
@@ -510,7 +527,7 @@ class RankPool:
         return stacks
 
 
-def _ranks_text(ranks) -> str:
+def _ranks_text(ranks: list[int]) -> str:
     ranks = sorted(ranks)
     if len(ranks) == 1:
         return f"rank {ranks[0]}"

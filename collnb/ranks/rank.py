@@ -26,18 +26,24 @@ import traceback
 import ctypes
 import dataclasses
 
+from typing import TYPE_CHECKING, NotRequired, TypedDict
+
 import torch
 import torch.distributed as dist
 
 from ..i18n import set_language
+from ..vocabulary import Backend
 from . import _dist_hooks, recording, timeline
 from . import _torch_internals as internals
 from .flight_recorder import entries_from_json
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
 from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
-from .rank_state import RankState, collnb_only
+from .rank_state import RankState, Watch, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
+
+if TYPE_CHECKING:  # the type only: rank.py does not import the rank-set layer
+    from .rankset import StartMethod
 
 __all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups",
            "same_on_every_rank", "runs_unchecked"]
@@ -47,6 +53,34 @@ __all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_nam
 _current_rank = None
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
+
+
+class RankConfig(TypedDict):
+    """What a rank of a local pool is told when it starts (:meth:`.pool.RankPool._fork_ranks` makes it;
+    :func:`rank_main` adds ``rank_pid``, its own PID, for :func:`.processes.on_sigterm`).
+
+    Attributes:
+        dir: the pool's private directory (its FileStore, the ranks' stack files).
+        backend: ``"gloo"`` or ``"nccl"``.
+        debug: ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (else ``OFF``).
+        ifname: the network interface Gloo and NCCL bind to (``"lo"``).
+        start_method: ``"fork"`` or ``"spawn"``.
+        flight_recorder: ``TORCH_FR_BUFFER_SIZE`` (entries; 0 leaves it unset).
+        collective_timeout: the process groups' timeout, in seconds.
+        parent_pid: the launcher's PID (the rank's watchdog watches it).
+        watch: what the rank watches between calls, made in the launcher for forked ranks, else ``None``.
+    """
+
+    dir: str
+    backend: Backend
+    debug: bool
+    ifname: str
+    start_method: StartMethod
+    flight_recorder: int
+    collective_timeout: float
+    parent_pid: int
+    watch: Watch | None
+    rank_pid: NotRequired[int]
 
 
 #: Process groups that calls of collnb's own code made and later calls reuse (:func:`keep_groups`).
