@@ -128,7 +128,7 @@ def install(check_layout: bool = True, group_timeout: float | None = None):
         _group_timeouts.clear()
 
 
-def pause():
+def pause() -> None:
     """Deactivate the wrappers (they stay in place and pass every call straight to torch)."""
     _state["active"] = False
 
@@ -280,7 +280,7 @@ def _name_timeout(exc, name, sig, args, kwargs, since, wait=None):
         pass
 
 
-def name_unmeasured(exc):
+def name_unmeasured(exc: BaseException) -> None:
     """Attach ``collnb_timeout`` to an error no wrapper measured (a collective torch issued below
     the wrapped functions, e.g. DTensor's): the timeouts of the pool's and the function's groups,
     bounded by the time since :func:`install`; the message's wording decides the rest."""

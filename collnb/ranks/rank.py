@@ -25,8 +25,9 @@ import time
 import traceback
 import ctypes
 import dataclasses
-
-from typing import TYPE_CHECKING, NotRequired, TypedDict
+from collections.abc import Callable, Iterable
+from multiprocessing.connection import Connection
+from typing import TYPE_CHECKING, Any, NoReturn, NotRequired, TypedDict, TypeVar, Union, cast
 
 import torch
 import torch.distributed as dist
@@ -42,7 +43,8 @@ from .rank_state import RankState, Watch, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-if TYPE_CHECKING:  # the type only: rank.py does not import the rank-set layer
+if TYPE_CHECKING:  # types only: engines.py imports this module; rank.py does not import the rank-set layer
+    from .engines import EngineConfig
     from .rankset import StartMethod
 
 __all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups",
@@ -50,7 +52,7 @@ __all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_nam
 
 #: This process's rank while it is a rank of a local pool (or a process a rank's function forked),
 #: else ``None``: :func:`collnb.launch` refuses to start ranks of ranks.
-_current_rank = None
+_current_rank: int | None = None
 
 _PR_SET_CHILD_SUBREAPER = 36  # <linux/prctl.h>
 
@@ -84,10 +86,15 @@ class RankConfig(TypedDict):
 
 
 #: Process groups that calls of collnb's own code made and later calls reuse (:func:`keep_groups`).
-_kept = set()
+_kept: set[dist.ProcessGroup] = set()
+
+_Fn = TypeVar("_Fn", bound=Callable[..., Any])
+#: A cached group as ``new_group`` gives it: a ``ProcessGroup``, or ``GroupMember.NON_GROUP_MEMBER``
+#: (the int -100) on a rank of the pool outside it.
+_Group = Union[dist.ProcessGroup, int]
 
 
-def keep_groups(groups) -> None:
+def keep_groups(groups: Iterable[dist.ProcessGroup]) -> None:
     """Keep the process groups ``groups`` (an iterable of ``ProcessGroup``) after this call ends.
 
     Process groups a call makes are destroyed after it, as a fresh script's end with it. A call
@@ -100,7 +107,7 @@ def keep_groups(groups) -> None:
     _kept.update(groups)
 
 
-def same_on_every_rank(fn):
+def same_on_every_rank(fn: _Fn) -> _Fn:
     """Mark ``fn``, a rank function of collnb's own code, as issuing the same collectives, with the
     same shapes and dtypes, in the same order on every rank, by construction (the primitive runs of
     :func:`collnb.run` and the explorer, the backend probe). Returns ``fn``.
@@ -114,18 +121,18 @@ def same_on_every_rank(fn):
     made without the wrapper (the same backend, a group of its own). The mark is honoured only when
     the call is collnb's own code throughout (:func:`.rank_state.collnb_only`): a learner's function
     is always checked, whatever it carries (:func:`runs_unchecked`)."""
-    fn.collnb_same_on_every_rank = True
+    fn.collnb_same_on_every_rank = True  # type: ignore[attr-defined]  # a mark on the function object; Callable names no attributes
     return fn
 
 
-def runs_unchecked(fn, args=(), kwargs=None) -> bool:
+def runs_unchecked(fn: Callable[..., Any], args: Iterable[Any] = (), kwargs: dict[str, Any] | None = None) -> bool:
     """Whether a call of ``fn(rank, world_size, *args, **kwargs)`` may run without DETAIL's check:
     ``fn`` is marked :func:`same_on_every_rank` and the call is collnb's own code throughout
     (:func:`.rank_state.collnb_only`: no argument holds a learner's function or class)."""
     return getattr(fn, "collnb_same_on_every_rank", False) is True and collnb_only(fn, args, kwargs)
 
 
-def _unchecked_group(world_size: int, timeout: datetime.timedelta):
+def _unchecked_group(world_size: int, timeout: datetime.timedelta) -> _Group:
     """A new group of ranks ``0..world_size-1`` made without DETAIL's ``ProcessGroupWrapper``
     (torch decides when a group is made: ``get_debug_level() == DebugLevel.DETAIL``); every rank of
     the pool's default group must call it, as ``new_group`` needs. The debug level is the
@@ -133,19 +140,20 @@ def _unchecked_group(world_size: int, timeout: datetime.timedelta):
     ``unchecked``), so a pool that runs only learners' functions makes none."""
     dist.set_debug_level(dist.DebugLevel.OFF)
     try:
-        return dist.new_group(list(range(world_size)), timeout=timeout)
+        return cast("_Group", dist.new_group(list(range(world_size)), timeout=timeout))  # torch leaves it untyped
     finally:
         dist.set_debug_level_from_env()
 
 
-def kept_groups() -> frozenset:
+def kept_groups() -> frozenset[dist.ProcessGroup]:
     """The process groups kept for later calls (:func:`keep_groups`) that still exist (ipyparallel
     engines destroy every group a call made: there, a kept group is gone by the next call)."""
     _kept.intersection_update(internals.live_groups())
     return frozenset(_kept)
 
 
-def _end_together(store, msg: Run, rank: int, made: set, collective_timeout: float) -> None:
+def _end_together(store: dist.Store, msg: Run, rank: int, made: set[dist.ProcessGroup],
+                  collective_timeout: float) -> None:
     """Destroy the process groups ``made`` that this call made, once every rank of the call is done
     with them. A call that made groups with ``new_group`` advanced torch's group counter on every
     rank of it, members of the groups or not (measured): each such rank says it is done in the
@@ -171,12 +179,12 @@ def _end_together(store, msg: Run, rank: int, made: set, collective_timeout: flo
         dist.destroy_process_group(g)
 
 
-def current_rank():
+def current_rank() -> int | None:
     """The rank this process serves (int), or ``None`` outside a local rank."""
     return _current_rank
 
 
-def _become_subreaper():
+def _become_subreaper() -> None:
     """Make this rank the reaper of its orphaned descendants (Linux ``PR_SET_CHILD_SUBREAPER``): a
     process its function starts that double-forks and ``setsid()``s (a daemon) is re-parented to the
     rank instead of init, so the pool still finds it, and ends it, at shutdown. Elsewhere nothing."""
@@ -189,7 +197,8 @@ def _become_subreaper():
         pass
 
 
-def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
+def rank_main(rank: int, cfg: RankConfig, cmd_r: Connection, res_w: Connection, out_w: Connection,
+              err_w: Connection, close_fds: list[int]) -> NoReturn:
     """Entry point of a rank process. Never returns: ends with ``os._exit``."""
     global _current_rank
     code = 0
@@ -199,7 +208,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         # would otherwise kill us before we remove our files. The watchdog ends us instead.
         os.setpgid(0, 0)
         watch_parent(cfg["parent_pid"], cfg["dir"])
-        cfg = dict(cfg, rank_pid=os.getpid())
+        cfg = {**cfg, "rank_pid": os.getpid()}
         signal.signal(signal.SIGTERM, lambda *_: on_sigterm(cfg))
         register_fork_hooks()  # processes the rank forks die of SIGTERM as usual
         _become_subreaper()
@@ -209,6 +218,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
             # Jupyter's own). Other pipes stay: multiprocessing's liveness sentinel is one.
             keep = {cmd_r.fileno(), res_w.fileno(), out_w.fileno(), err_w.fileno()}
             inherited = set(close_fds)
+            fd: str | int  # a name in /proc/self/fd, then a descriptor to close
             try:
                 for fd in os.listdir("/proc/self/fd"):
                     try:
@@ -238,7 +248,7 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         stack_file = open(os.path.join(cfg["dir"], f"stack-{rank}.txt"), "w")
         err_stream = sys.stderr
 
-        def arm_faulthandler():
+        def arm_faulthandler() -> None:
             """SIGUSR1 writes the rank's stack for the launcher; a crashing rank shows its stack."""
             faulthandler.unregister(signal.SIGUSR1)
             faulthandler.register(signal.SIGUSR1, file=stack_file, all_threads=False)
@@ -264,12 +274,13 @@ def rank_main(rank, cfg, cmd_r, res_w, out_w, err_w, close_fds):
         os._exit(code)
 
 
-def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
+def _rank_loop(rank: int, cfg: RankConfig, store: dist.Store, cmd_r: Connection, res_w: Connection,
+               state: RankState) -> NoReturn:
     backend = cfg["backend"]
     timeout = datetime.timedelta(seconds=cfg["collective_timeout"])
-    base = None      # the pool's default process group (all ranks of the pool)
-    groups = {}      # world size k -> cached group of ranks 0..k-1
-    unchecked = {}   # world size k -> the same ranks without DETAIL's wrapper (see same_on_every_rank)
+    base: dist.ProcessGroup | None = None  # the pool's default process group (all ranks of the pool)
+    groups: dict[int, _Group | None] = {}  # world size k -> cached group of ranks 0..k-1
+    unchecked: dict[int, _Group] = {}  # world size k -> the same ranks without DETAIL's wrapper (see same_on_every_rank)
     while True:
         try:
             msg = receive(cmd_r)
@@ -308,7 +319,9 @@ def _rank_loop(rank, cfg, store, cmd_r, res_w, state):
             _run(rank, cfg, msg, base, groups, unchecked, state, res_w, store)
 
 
-def _run(rank, cfg, msg: Run, base, groups, unchecked, state, res_w, store):
+def _run(rank: int, cfg: RankConfig, msg: Run, base: dist.ProcessGroup | None,
+         groups: dict[int, _Group | None], unchecked: dict[int, _Group], state: RankState,
+         res_w: Connection, store: dist.Store) -> None:
     """Run the learner's function for one :class:`.Run` and answer :class:`.Result`; on a failure
     answer :class:`.Failed` and idle until the parent stops the rank. ``groups``/``unchecked``: the
     pool's cached groups by world size, with and without DETAIL's checks (:func:`same_on_every_rank`)."""
@@ -383,7 +396,7 @@ def _run(rank, cfg, msg: Run, base, groups, unchecked, state, res_w, store):
         _kept.intersection_update(live)
         if intact:  # groups the function made end with the call, as in a fresh script
             _end_together(store, msg, rank, live - before - _kept, cfg["collective_timeout"])
-        sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
+        sys.stdout.flush(), sys.stderr.flush(), _fflush_c()  # type: ignore[func-returns-value]  # flushed for their effect
         send(res_w, _with_flight_recorder(Result(payload, seq, intact, calls, timeline=events)))
         # The rest of a fresh start, after the answer (the launcher draws it meanwhile), and what
         # the call changed that cannot be put back: the launcher reads it before the next command.
@@ -412,7 +425,7 @@ def _run(rank, cfg, msg: Run, base, groups, unchecked, state, res_w, store):
 _INIT_TWICE = "trying to initialize the default process group twice"
 
 
-def _explain(exc, fn, args, world_size):
+def _explain(exc: BaseException, fn: object, args: Iterable[Any], world_size: int) -> None:
     """Add what to do to an error a learner gets for code written for a plain script: the PyTorch
     tutorial's ``init_process(rank, size, fn)`` calls ``init_process_group``, which collnb has
     already called when the function starts."""
@@ -426,7 +439,7 @@ def _explain(exc, fn, args, world_size):
                     f"collnb.launch({name}, {world_size})",) + exc.args[1:]
 
 
-def resolve_rank_names():
+def resolve_rank_names() -> None:
     """Load the public names of ``collnb`` that a learner's function calls inside a rank
     (``collnb.region``) before the rank's state is watched: ``collnb``'s module ``__getattr__``
     caches a name in the package's namespace the first time it is used, which a call must not be
@@ -437,18 +450,18 @@ def resolve_rank_names():
             getattr(package, name, None)
 
 
-def restore_environment(cfg):
+def restore_environment(cfg: RankConfig | EngineConfig) -> None:
     """Bind Gloo and NCCL to ``cfg["ifname"]``, set the debug level (``cfg["debug"]``) and the
     Flight Recorder's buffer (``cfg["flight_recorder"]`` entries, when not 0)."""
     os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
     os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
     os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
     if cfg.get("flight_recorder"):  # read by torch when a process group is made (launch(flight_recorder=N))
-        os.environ["TORCH_FR_BUFFER_SIZE"] = str(cfg["flight_recorder"])
+        os.environ["TORCH_FR_BUFFER_SIZE"] = str(cfg["flight_recorder"])  # type: ignore[typeddict-item]  # only a RankConfig has one
     dist.set_debug_level_from_env()
 
 
-def _leave_forked_child(code):
+def _leave_forked_child(code: int) -> NoReturn:
     """End a process the learner's function forked that came back into the rank's loop: it must
     not answer the launcher for the rank."""
     try:
@@ -458,19 +471,20 @@ def _leave_forked_child(code):
     os._exit(code)
 
 
-def _report_error(res_w, exc, rank):
+def _report_error(res_w: Connection, exc: BaseException, rank: int) -> None:
     """Send a rank's exception to the launcher: type, message, frames, whether it is a
     communication error (a consequence of another rank's failure)."""
-    sys.stdout.flush(), sys.stderr.flush(), _fflush_c()
+    sys.stdout.flush(), sys.stderr.flush(), _fflush_c()  # type: ignore[func-returns-value]  # flushed for their effect
     _dist_hooks.name_unmeasured(exc)  # which timeout ended a wait no wrapper measured
     msg = Failed.from_exception(exc, rank, frames_of(exc.__traceback__), is_comm_error(exc))
     send(res_w, _with_flight_recorder(msg))
 
 
+_Answer = TypeVar("_Answer", Result, Failed)
 _call_started_ns = 0  # time.time_ns() when the current call began (the Flight Recorder's clock)
 
 
-def _with_flight_recorder(msg):
+def _with_flight_recorder(msg: _Answer) -> _Answer:
     """``msg`` (:class:`Result` or :class:`Failed`) with this call's Flight Recorder entries, when the
     launch has ``flight_recorder=N``: the launcher names the rank whose collectives diverged. Entries
     of earlier calls are left out (``time_created_ns`` is wall-clock ns, torch's ``c10::getTime``). The
@@ -492,17 +506,17 @@ def _with_flight_recorder(msg):
     return dataclasses.replace(msg, flight_recorder=kept)
 
 
-def _idle_forever():
+def _idle_forever() -> NoReturn:
     """Stay alive and idle after a failure: the launcher stops every rank, so peers blocked in a
     collective do not pile "connection closed" errors on top of the root cause."""
     while True:
         time.sleep(3600)
 
 
-_libc = None
+_libc: ctypes.CDLL | None = None
 
 
-def _fflush_c():
+def _fflush_c() -> None:
     """Flush C stdio buffers (output printed by C/C++ code in the rank)."""
     global _libc
     try:
