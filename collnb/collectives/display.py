@@ -13,8 +13,6 @@ from typing import TYPE_CHECKING, Any, Callable
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
-    from .result import RunResult
-
 __all__ = ["register_renderer", "render_figure", "render_png"]
 
 #: ``"figure"`` and ``"png"``: the registered ``fn(result, **kwargs)`` (see :func:`register_renderer`).
@@ -43,8 +41,9 @@ def _registered(kind: str) -> Callable[..., Any]:
                            "the heatmap (collnb.run and collnb.explore import it for you)") from None
 
 
-def render_figure(result: RunResult, **kwargs: Any) -> Figure:
-    """``result``'s picture as a :class:`matplotlib.figure.Figure`, by the registered renderer.
+def render_figure(result: object, **kwargs: Any) -> Figure:
+    """``result``'s picture (a :class:`~.result.RunResult`, handed on as it is) as a
+    :class:`matplotlib.figure.Figure`, by the registered renderer.
 
     Raises:
         RuntimeError: no renderer is registered (``import collnb.views`` registers the heatmap).
@@ -53,8 +52,9 @@ def render_figure(result: RunResult, **kwargs: Any) -> Figure:
     return figure
 
 
-def render_png(result: RunResult, **kwargs: Any) -> bytes:
-    """``result``'s picture as PNG bytes, by the registered renderer.
+def render_png(result: object, **kwargs: Any) -> bytes:
+    """``result``'s picture (a :class:`~.result.RunResult`, handed on as it is) as PNG bytes, by the
+    registered renderer.
 
     Raises:
         RuntimeError: no renderer is registered (``import collnb.views`` registers the heatmap).

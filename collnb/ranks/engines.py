@@ -174,7 +174,7 @@ def engine_init(token: str, port: int, gen: int, world_size: int, timeout: float
     _check_token(token)
     cfg, rank = _ENGINE["cfg"], _ENGINE["rank"]
     _destroy_groups()
-    restore_environment(cfg)
+    restore_environment(cfg["ifname"], cfg["debug"])
     store = _ENGINE.get("store")
     if store is None:
         store = _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))

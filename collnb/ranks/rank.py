@@ -43,8 +43,7 @@ from .rank_state import RankState, Watch, collnb_only
 from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
 from .tracebacks import frames_of, is_comm_error
 
-if TYPE_CHECKING:  # types only: engines.py imports this module; rank.py does not import the rank-set layer
-    from .engines import EngineConfig
+if TYPE_CHECKING:  # types only: rank.py does not import the rank-set layer
     from .rankset import StartMethod
 
 __all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups",
@@ -257,7 +256,7 @@ def rank_main(rank: int, cfg: RankConfig, cmd_r: Connection, res_w: Connection, 
 
         arm_faulthandler()
         torch.set_num_threads(1)
-        restore_environment(cfg)
+        restore_environment(cfg["ifname"], cfg["debug"], cfg["flight_recorder"])
         store = dist.FileStore(os.path.join(cfg["dir"], "store"), -1)
         resolve_rank_names()
         state = RankState(own_process=True, rearm=arm_faulthandler, watch=cfg.get("watch"))  # every call starts so
@@ -292,7 +291,8 @@ def _rank_loop(rank: int, cfg: RankConfig, store: dist.Store, cmd_r: Connection,
             internals.destroy_all_groups(base)
             _kept.clear()
             base, groups, unchecked = None, {}, {}
-            restore_environment(cfg)  # a function may have changed GLOO_SOCKET_IFNAME & co.
+            # a function may have changed GLOO_SOCKET_IFNAME & co.
+            restore_environment(cfg["ifname"], cfg["debug"], cfg["flight_recorder"])
             if rank < msg.world_size:
                 try:
                     if backend == "nccl":
@@ -450,14 +450,16 @@ def resolve_rank_names() -> None:
             getattr(package, name, None)
 
 
-def restore_environment(cfg: RankConfig | EngineConfig) -> None:
-    """Bind Gloo and NCCL to ``cfg["ifname"]``, set the debug level (``cfg["debug"]``) and the
-    Flight Recorder's buffer (``cfg["flight_recorder"]`` entries, when not 0)."""
-    os.environ["GLOO_SOCKET_IFNAME"] = cfg["ifname"]
-    os.environ["NCCL_SOCKET_IFNAME"] = cfg["ifname"]
-    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if cfg["debug"] else "OFF"
-    if cfg.get("flight_recorder"):  # read by torch when a process group is made (launch(flight_recorder=N))
-        os.environ["TORCH_FR_BUFFER_SIZE"] = str(cfg["flight_recorder"])  # type: ignore[typeddict-item]  # only a RankConfig has one
+def restore_environment(ifname: str, debug: bool, flight_recorder: int = 0) -> None:
+    """Bind Gloo and NCCL to the interface ``ifname``, set the debug level (``debug``:
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``, else ``OFF``) and the Flight Recorder's buffer
+    (``flight_recorder`` entries, when not 0). A local rank passes its :class:`RankConfig`'s values,
+    an engine its ``EngineConfig``'s (:mod:`.engines`; an engine has no Flight Recorder setting)."""
+    os.environ["GLOO_SOCKET_IFNAME"] = ifname
+    os.environ["NCCL_SOCKET_IFNAME"] = ifname
+    os.environ["TORCH_DISTRIBUTED_DEBUG"] = "DETAIL" if debug else "OFF"
+    if flight_recorder:  # read by torch when a process group is made (launch(flight_recorder=N))
+        os.environ["TORCH_FR_BUFFER_SIZE"] = str(flight_recorder)
     dist.set_debug_level_from_env()
 
 
