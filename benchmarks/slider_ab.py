@@ -12,9 +12,10 @@ round is printed per side, then the medians over all rounds and the ratio b/a.
 
 Target (issue 20): median <= 40 ms on an idle 2-core machine (48 ms measured before). The load
 average is printed before and after: on a machine shared with others, read the ratio, not the
-absolute numbers. Measured 2026-12-02 at load ~3, 4 rounds x 30 moves against 7594fa7: 42.3 ms
-(run 22.5, draw 17.3) vs 75.5 ms (run 53.5, draw 19.0), ratio 0.56: collnb's own runs no longer pay
-for ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s per-collective check (:func:`collnb.ranks.same_on_every_rank`).
+absolute numbers. Measured 2026-12-02 against 7594fa7, 30 moves a round: nearly idle (load 0.2 -> 1.6,
+3 rounds) 34.8 ms (run 18.9, draw 13.8) vs 58.7 ms (run 41.2, draw 16.5), ratio 0.59; at load ~3
+(4 rounds) 42.3 vs 75.5 ms, ratio 0.56. collnb's own runs no longer pay for
+``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s per-collective check (:func:`collnb.ranks.same_on_every_rank`).
 
 Usage: ``python benchmarks/slider_ab.py [--other DIR] [--rounds 2] [--moves 30] [--json FILE]``
 (``DIR``: a folder holding another ``collnb`` package, e.g. ``git archive main collnb | tar -x
