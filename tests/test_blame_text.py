@@ -5,7 +5,7 @@ these tests instead of silently changing whom a RankError blames.
 Structured sources come first where torch has them (the Flight Recorder's entries,
 ``collnb.ranks.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
 text: the DETAIL check's collective fingerprints and "differ in" line (``failures._mismatch``), the
-timeout and closed-connection wordings (``failures.text_hint``) and torch's communication-error markers
+timeout and closed-connection wordings (``timeouts.text_hint``) and torch's communication-error markers
 (``tracebacks.is_comm_error``).
 """
 from __future__ import annotations
@@ -19,7 +19,8 @@ import torch.distributed as dist
 
 import collnb
 from collnb.ranks import failures
-from collnb.ranks.failures import Event, text_hint
+from collnb.ranks.failures import Event
+from collnb.ranks.timeouts import text_hint
 from collnb.ranks.tracebacks import is_comm_error
 
 pytestmark = pytest.mark.skipif(torch.__version__.split("+")[0] != "2.13.0",

@@ -3,6 +3,7 @@ engines, the per-rank event stream both yield, and the parts of the local pool's
 (collnb.ranks.answers), each on its own."""
 
 import multiprocessing as mp
+import os
 import time
 
 import pytest
@@ -10,6 +11,7 @@ import pytest
 import collnb
 from collnb.ranks import answers, launcher, remote
 from collnb.ranks.failures import event_of
+from collnb.ranks.output import OutputRelay
 from collnb.ranks.protocol import Failed, Ready, Result, TimeoutReport, send
 from collnb.ranks.rankset import EventKind, LaunchRequest, RankExit, RankFailure, RankOutput, RankResult
 from collnb.ranks.tracebacks import named_cells
@@ -148,6 +150,31 @@ def test_answer_event_reads_each_message_kind():
     assert answers.answer_event(r, "dead", 9.0) == RankExit(0, 9.0, -11)
 
 
+class _DyingProc(_Proc):
+    """A process whose descriptors are closed while waitpid still says it runs, for its first ``looks``."""
+
+    def __init__(self, looks):
+        super().__init__(1, exitcode=None)
+        self.looks = looks
+
+    def is_alive(self):
+        self.looks -= 1
+        if self.looks < 0:
+            self.alive, self.exitcode = False, -6
+        return self.alive
+
+
+def test_a_rank_dying_as_its_pipe_ends_is_an_exit_not_a_closed_pipe():
+    r, w = _rank(0, _DyingProc(looks=3))
+    w.close()
+    assert answers.answer_event(r, "res", 8.0) == RankExit(0, 8.0, -6) and r.lost_at is None
+    r, w = _rank(1, _DyingProc(looks=10 ** 6))  # lives on: it closed its pipe
+    w.close()
+    t0 = time.monotonic()
+    assert answers.answer_event(r, "res", 8.0) is None and r.lost_at == 8.0
+    assert time.monotonic() - t0 >= answers.DYING_S
+
+
 def test_lost_ranks_end_after_the_grace():
     (a, _), (b, _) = _rank(0), _rank(1)
     a.lost_at = 10.0
@@ -169,6 +196,77 @@ def test_group_verdict():
     assert answers.group_verdict([ok[0], RankResult(1, 0, b"", seq=6, intact=False)]) == "reinit"
 
 
+class _LiveProc(_Proc):
+    """A rank process that runs until told: its sentinel is a real pipe's end that reads EOF when it ends."""
+
+    def __init__(self):
+        self._r, self._w = os.pipe()
+        super().__init__(self._r)
+
+    def end(self, exitcode):
+        self.alive, self.exitcode = False, exitcode
+        os.close(self._w)
+
+
+def test_gather_returns_every_answer_in_arrival_order_and_copies_output(capfd):
+    (a, wa), (b, wb) = _rank(0, _LiveProc()), _rank(1, _LiveProc())
+    out_r, out_w = mp.Pipe(duplex=False)
+    os.set_blocking(out_r.fileno(), False)  # as the pool's output pipes are
+    b.out_r = out_r
+    os.write(out_w.fileno(), b"hello from 1\nand an unfinished line")
+    send(wb, Result(b"p1", seq=4, intact=True))
+    send(wa, Result(b"p0", seq=4, intact=True))
+    got = answers.gather([a, b], time.monotonic() + 10, OutputRelay())
+    assert set(got.events) == {0, 1} and got.verdict == "keep"
+    assert got.events[0] == RankResult(0, got.events[0].t, b"p0", seq=4, intact=True)
+    assert capfd.readouterr().out == "[rank 1] hello from 1\n[rank 1] and an unfinished line\n"  # drained to the end
+    send(wa, Result(b"p0", seq=4, intact=True))
+    send(wb, Result(b"p1", seq=5, intact=True))  # rank 1 issued one operation more
+    assert answers.gather([a, b], time.monotonic() + 10, OutputRelay()).verdict == "retire"
+
+
+def test_gather_after_a_failure_waits_the_grace_then_stops_with_no_verdict():
+    (a, wa), (b, _) = _rank(0, _LiveProc()), _rank(1, _LiveProc())
+    fail = Failed("ValueError", "boom", [("f.py", 1, "f", "")])
+    send(wa, fail)
+    t0 = time.monotonic()
+    got = answers.gather([a, b], t0 + 30, OutputRelay(), grace=0.3)
+    assert got.events == {0: RankFailure(0, got.events[0].t, fail)} and got.verdict is None  # rank 1 never answered
+    assert 0.3 <= time.monotonic() - t0 < 10  # the grace, not the deadline
+    b.proc.end(-9)
+    got = answers.gather([b], time.monotonic() + 30, OutputRelay())
+    assert got.events == {1: RankExit(1, got.events[1].t, -9)} and got.verdict is None
+
+
+def _payload(value):
+    from collnb.ranks.serialization import dumps
+    return dumps(value)
+
+
+def test_conclude_reads_the_answers_into_results_or_the_error():
+    from collnb.ranks.errors import LaunchTimeout, RankError
+    from collnb.ranks.failures import conclude
+    ok = {1: RankResult(1, 2.0, _payload([2, 3])), 0: RankResult(0, 1.0, _payload("zero"))}
+    assert conclude([0, 1], ok, 5.0, "run", {}) == ["zero", [2, 3]]  # rank order, whatever the arrival order
+    ready = {0: RankResult(0, 1.0, seconds=0.1), 1: RankResult(1, 1.0, seconds=0.2)}
+    assert conclude([0, 1], ready, 5.0, "init", {}) == []
+    with pytest.raises(LaunchTimeout) as timeout:
+        conclude([0, 1], {0: ok[0]}, 5.0, "run", {("state", 1): "did not say where it was"})
+    assert timeout.value.pending == [1] and "timed out during run: rank(s) 1 had not finished" in str(timeout.value)
+    (r1, _) = _rank(1)
+    r1.last.extend(["Traceback (most recent call last):", "OSError: [Errno 28] No space left on device"])
+    died = {0: ok[0], 1: RankExit(1, 3.0, 1)}
+    with pytest.raises(RankError) as err:
+        conclude([0, 1], died, 5.0, "run", {}, {1: r1})
+    head = str(err.value).split("\n\n")
+    assert err.value.rank == 1 and head[1] == ("Last output (rank 1):\n  Traceback (most recent call last):\n"
+                                               "  OSError: [Errno 28] No space left on device")
+    assert err.value.rank_traceback.endswith("No space left on device")
+    with pytest.raises(RankError) as bare:
+        conclude([0, 1], died, 5.0, "run", {})  # engines: no witnesses, no last words
+    assert "Last output" not in str(bare.value) and bare.value.rank == 1
+
+
 def test_named_cells_names_cells_as_ipython_does():
     frames = [("/tmp/ipykernel_1/123.py", 3, "f", "x"), ("lib.py", 9, "g", "")]
     assert named_cells(frames, {"/tmp/ipykernel_1/123.py": 7}) == [("Cell In[7]", 3, "f", "x"), ("lib.py", 9, "g", "")]
@@ -176,15 +274,17 @@ def test_named_cells_names_cells_as_ipython_does():
 
 
 def test_a_warm_call_goes_through_the_event_stream():
-    """The real pool: every rank's answer is one RankResult of the stream, in the time the call took."""
+    """The real pool: every rank's answer is one RankResult of the stream, in the time the call took,
+    and the groups are kept (the ranks issued the same operations)."""
     pool = launcher.RankPool(debug=False)
     try:
         t0 = time.monotonic()
         pool._prepare(2, t0 + 60)
         pool._send_all(pool.ranks[:2], _run_message(pool))
-        got = list(pool._answers(pool.ranks[:2], t0 + 60))
-        assert sorted(e.rank for e in got) == [0, 1] and all(isinstance(e, RankResult) for e in got)
-        assert all(t0 <= e.t <= time.monotonic() for e in got)
+        got = answers.gather(pool.ranks[:2], t0 + 60, pool.output)
+        assert sorted(got.events) == [0, 1] and all(isinstance(e, RankResult) for e in got.events.values())
+        assert all(got.events[r].rank == r and t0 <= got.events[r].t <= time.monotonic() for r in (0, 1))
+        assert got.verdict == "keep"
     finally:
         pool.close()
 

@@ -23,7 +23,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks.failures import Event, failed_event, root_cause, text_hint, which_timeout
+from collnb.ranks.failures import Event, failed_event, root_cause
+from collnb.ranks.timeouts import text_hint, which_timeout
 from collnb.ranks.protocol import Failed, TimeoutReport
 
 DATA = Path(__file__).resolve().parent / "data" / "gloo_timeouts.json"
@@ -204,7 +205,9 @@ def _check(key, case, debug, entry, report):
         assert report.cause == expected_cause, key
         return
     assert (report.fired, report.timeout, report.seconds) == (True, timeout, seconds), (key, report)
-    assert waited >= 0.99 * seconds, f"{key}: a timeout of {seconds} s cannot run out after {waited} s"
+    # below the timeout lie only clock reads and a peer that entered a few ms sooner, whose own timeout
+    # closed the connection first: 1 % + 10 ms (timeouts.py; 0.983 s for 1 s seen at load ~2)
+    assert waited >= 0.99 * seconds - 0.01, f"{key}: a timeout of {seconds} s cannot run out after {waited} s"
 
 
 def _stored():

@@ -21,7 +21,7 @@ that, while active:
   by ``wait()`` on the Work of an ``async_op=True`` call) carries ``collnb_timeout``: a
   :class:`.TimeoutReport` saying which timeout ended the wait (the launch's
   ``collective_timeout``, a ``timeout=`` given to ``new_group`` & co., ``barrier``,
-  ``monitored_barrier`` or ``Work.wait``), chosen by :func:`.failures.which_timeout` from the wait
+  ``monitored_barrier`` or ``Work.wait``), chosen by :func:`.timeouts.which_timeout` from the wait
   measured on the monotonic clock since the outermost call began.
 
 Recording is not done here: :mod:`.recording` records every operation where torch dispatches it,
@@ -45,7 +45,7 @@ import torch
 import torch.distributed as dist
 
 from ._torch_internals import distributed_c10d, has_internal_overlap, patch_default_timeout
-from .failures import collective_timeout_name, which_timeout
+from .timeouts import collective_timeout_name, which_timeout
 
 __all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT", "completion_observers"]
 

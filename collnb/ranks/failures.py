@@ -8,46 +8,39 @@ never reached the collective its peers waited in. A collective mismatch found by
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` blames one rank only when it differs from all the others.
 :func:`rank_error` writes the :class:`.RankError` a learner reads.
 
-Which timeout ended a wait is decided from what collnb set and measured, not from gloo's words:
-:func:`which_timeout` takes the timeouts that applied to the call (``collective_timeout``, a group's
-own ``timeout=``, a call's) and how long the call had waited, and picks the one whose value fits
-the wait; gloo's text ("... in 1500 ms", "Timed out waiting 1500ms") only breaks a tie or stands
-in when nothing was measured. The wording says "in 1500 ms" even when the wait ended after 20 ms
-because a peer closed its connections (measured with torch 2.13), so the text alone cannot tell.
+Which timeout ended a wait is decided by :mod:`.timeouts` from what collnb set and measured (a
+rank's own :class:`.TimeoutReport`), not from gloo's words.
 """
 
 from __future__ import annotations
 
-import math
+import collections
 import re
 import signal
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Literal, Sequence, Union
+from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, Union
 
-from ..i18n import _
+from ..i18n import N_, _
 from .errors import LaunchTimeout, RankError
 from .flight_recorder import Divergence, divergence
 from .protocol import Failed, Frame, TimeoutReport
 from .rankset import RankEvent, RankExit, RankFailure, RankResult
 from .recording import CallRecords
 from .serialization import loads
+from .timeouts import collective_timeout_name, which_timeout
 from .tracebacks import format_frames, where
 
-__all__ = ["Event", "event_of", "call_error", "root_cause", "outcomes_of", "outcome_text", "rank_error", "death_text", "timeout_name",
-           "rebuild_result", "which_timeout", "text_hint", "failed_event", "collective_timeout_name",
-           "returned_diverged"]
+__all__ = ["Event", "Witness", "conclude", "event_of", "call_error", "root_cause", "outcomes_of", "outcome_text",
+           "rank_error", "death_text", "rebuild_result", "failed_event", "returned_diverged", "add_last_words"]
 
 _MISMATCH = "Detected mismatch between collectives"
+_CRASH_SIGNALS = {int(getattr(signal, n)) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")}
+_CLOSED_FDS = N_("it closed its pipes to the launcher while it ran: the function closed file descriptors it had "
+                 "not opened (os.closerange, os.close on a number it did not get from open): collnb, torch and "
+                 "gloo use them. Close only the files your function opened")
 _FINGERPRINT = re.compile(r"Rank (\d+) is running collective: CollectiveFingerPrint\(((?:[^()]|\([^()]*\))*)\)")
 _FINGERPRINT_NOISE = re.compile(r", TensorDeviceTypes=TensorOptions\((?:[^()]|\([^()]*\))*\)")
 _DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)", re.S)
-# gloo's and torch's ways of saying how long a timeout was (torch 2.13; tests/data/gloo_timeouts.json):
-# "Timed out waiting 1500ms for recv operation to complete", "Rank 1 failed to pass monitoredBarrier
-# in 1500 ms", "Rank 0 timed out in monitoredBarrier after 1500 ms.", NCCL's "Timeout(ms)=1500".
-_TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|monitoredBarrier (?:in|after) (\d+) ?ms|Timeout\(ms\)=(\d+)")
-# ... and of saying the wait ended because a connection closed (no timeout ran out on this rank)
-_PEER_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
-_PAIR_CLOSED = "Application timeout caused pair closure"  # gloo: an earlier timeout closed the group's pairs
 
 
 #: How a rank's part of a call ended (``"ok"``, ``"error"``, ``"died"``), or, for a root cause only,
@@ -84,118 +77,6 @@ class Event:
     flight_recorder: list[dict[str, Any]] | None = None  # its Flight Recorder entries (flight_recorder=N)
     guess: bool | str = False  # root cause only: blamed from the messages alone (True, or the words why)
     side_frames: list[list[Frame]] = field(default_factory=list)  # a mismatch without a culprit: per side
-
-
-def timeout_name(text: str, collective_timeout: float | None) -> str:
-    """Which timeout a communication error's message says ran out, in words, read from its wording
-    alone (see :func:`which_timeout`); ``""`` when it names none or says a connection closed."""
-    report = which_timeout([(collective_timeout, collective_timeout_name(collective_timeout), None)], text)
-    return report.timeout if report.fired else ""
-
-
-def collective_timeout_name(seconds: float | None) -> str:
-    """``"collective_timeout (1.5 s)"``: the launch's timeout for every collective, in words."""
-    return "collective_timeout" if seconds is None else f"collective_timeout ({seconds:g} s)"
-
-
-def text_hint(text: str | None) -> tuple[float | None, str]:
-    """What a communication error's wording says about its wait: ``(seconds, cause)``. ``seconds``:
-    the length of the timeout it names (``None`` when it names none, or when it says a connection
-    closed: then the number is the timeout that was running, not one that ran out); ``cause``:
-    ``"peer closed"``, ``"pair closed"`` or ``""``. The one place collnb reads gloo's text."""
-    text = text or ""
-    if any(m in text for m in _PEER_CLOSED):
-        return None, "peer closed"
-    if _PAIR_CLOSED in text:
-        return None, "pair closed"
-    m = _TIMEOUT_MS.search(text)
-    return (int(next(g for g in m.groups() if g)) / 1000 if m else None), ""
-
-
-# Matching a measured wait to a timeout of s seconds. It cannot fire before s has passed since the
-# call began: gloo starts its clock when the operation starts, after the wrapper read the rank's
-# clock (both CLOCK_MONOTONIC). Below s lie only clock reads and a peer that entered a few ms sooner,
-# whose own timeout closed the connection first: 1% + 10 ms (measured: 0.993 s for 1 s). It fires
-# late by the time a loaded machine takes to wake the waiting thread, raise and unwind, and by what
-# ran before the operation in the same call (DETAIL's monitored barrier): over 160 timeouts on real
-# ranks, two captures at once on the 2-core machine at load average 5 to 9, at most 0.155 s late,
-# 1.17 times the timeout (tests/test_timeout_naming.py captures them). s/2 + 1 s leaves six times
-# that; a wait beyond it is still named, by the text or by the longest timeout below it.
-def _fits(seconds: float, waited: float) -> bool:
-    return _low(seconds) <= waited <= 1.5 * seconds + 1.0
-
-
-def _low(seconds: float) -> float:
-    return 0.99 * seconds - 0.01
-
-
-def _same(a: float, b: float) -> bool:
-    return math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-3)
-
-
-#: One timeout that applied to a call: ``(seconds or None, name in words, seconds waited or None)``.
-Candidate = tuple[Union[float, None], str, Union[float, None]]
-
-
-def which_timeout(candidates: Sequence[Candidate], text: str = "", at_most: float | None = None) -> TimeoutReport:
-    """Decide which timeout ended a failed communication call.
-
-    Args:
-        candidates: the timeouts that applied to the call, ``[(seconds, name, waited)]``:
-            ``seconds`` (float or ``None`` when unset), ``name`` in words (``"collective_timeout
-            (1.5 s)"``), ``waited`` the seconds measured on that timeout's own clock (since the
-            call, or since ``Work.wait``, began; ``None`` when not measured).
-        text: the error's message: a hint (:func:`text_hint`) used only when the measurement
-            cannot decide (two timeouts fit, or nothing was measured).
-        at_most: an upper bound on the wait when no call was measured (seconds since the rank's
-            function began): a timeout longer than that cannot have run out.
-
-    Returns:
-        a :class:`.TimeoutReport`. The one timeout whose value fits the measured wait
-        (``source="measured"``); of several, the one the text names, else the longest (a shorter
-        one would have fired first). A wait shorter than every timeout: ``fired=False``, the wait
-        ended early (a peer closed). Nothing fits or nothing measured: the timeout the text names
-        (``source="text"``); else ``fired=None``.
-    """
-    hint, cause = text_hint(text)
-    cands = [(float(s), n, w) for s, n, w in candidates if s is not None]
-    measured = [(s, n, w) for s, n, w in cands if w is not None]
-    most = max((c[2] for c in measured), default=None)
-
-    def fired(c: tuple[float, str, float | None], source: str) -> TimeoutReport:
-        return TimeoutReport(c[1], c[0], c[2], True, "", source)
-
-    def unset(seconds: float) -> TimeoutReport:  # a timeout collnb did not set (e.g. a learner's ProcessGroup options)
-        return TimeoutReport(f"a timeout of {seconds:g} s set in the function (not collective_timeout)",
-                             seconds, most, True, "", "text")
-
-    fits = [c for c in measured if _fits(c[0], c[2])]
-    if len(fits) == 1:
-        return fired(fits[0], "measured")
-    if fits:
-        named = [c for c in fits if hint is not None and _same(c[0], hint)]
-        return fired(named[0], "text") if named else fired(max(fits, key=lambda c: c[0]), "measured")
-    bounds = [(c, c[2] if c[2] is not None else at_most) for c in cands]
-    known = [(c, b) for c, b in bounds if b is not None]
-    if cands and len(known) == len(bounds) and all(b < _low(c[0]) for c, b in known):
-        # the wait ended before any timeout collnb set could run out
-        longest = max(b for _, b in known)
-        if hint is not None and not any(_same(c[0], hint) for c in cands) and longest >= _low(hint):
-            return unset(hint)
-        first = min(cands, key=lambda c: c[0])
-        return TimeoutReport(first[1], first[0], most, False, cause, "measured")
-    if cause:
-        if cands:
-            low = min(cands, key=lambda c: c[0])
-            return TimeoutReport(low[1], low[0], most, False, cause, "text")
-        return TimeoutReport("", None, most, False, cause, "text")
-    if hint is not None:
-        said = [c for c in cands if _same(c[0], hint)]
-        return fired(said[0], "text") if said else unset(hint)
-    below = [c for c in measured if c[2] >= _low(c[0])]
-    if below:
-        return fired(max(below, key=lambda c: c[0]), "measured")
-    return TimeoutReport(waited=most)
 
 
 def failed_event(rank: int, t: float, msg: Failed, collective_timeout: float | None) -> Event:
@@ -406,6 +287,82 @@ def returned_diverged(ranks: Sequence[int], events: dict[int, Event], results: S
     err.results = list(results)
     err.divergence = d
     return err
+
+
+class Witness(Protocol):
+    """What a local rank set saw of one rank besides its answer (:class:`.answers.RankProcess`): its
+    last output lines, the first lines of its crash report, and when its result pipe closed while it
+    lived (monotonic s, or ``None``)."""
+
+    rank: int
+    last: collections.deque[str]
+    report: list[str]
+    lost_at: float | None
+
+
+def conclude(ranks: Sequence[int], answers: Mapping[int, RankEvent], collective_timeout: float | None,
+             phase: Literal["init", "run"], stacks: Stacks, witnesses: Mapping[int, Witness] | None = None) -> list[Any]:
+    """What the answers of one call come to, read from the per-rank event stream both rank sets yield.
+
+    Args:
+        ranks: the call's rank numbers.
+        answers: ``{rank: RankEvent}`` in the order they came (:func:`.answers.gather`); a rank that
+            never answered is absent.
+        collective_timeout: the launch's timeout of every collective (s), to name a timeout.
+        phase: ``"init"`` (a set-up step: nothing to rebuild) or ``"run"``.
+        stacks: where the ranks that never answered were (see :func:`root_cause`).
+        witnesses: what the rank set saw of each rank (local ranks), for the last words of one that
+            died (:func:`add_last_words`); ``None`` when it saw nothing more.
+
+    Returns:
+        every rank's rebuilt return value, rank order (``[]`` for ``"init"``).
+
+    Raises:
+        LaunchTimeout: no rank failed, but some never answered.
+        RankError: the root cause of a failure (:func:`call_error`), a return value that cannot be
+            rebuilt here (:func:`rebuild_result`), or ranks whose Flight Recorders disagree although
+            every rank returned (:func:`returned_diverged`).
+    """
+    events = {r: event_of(a, collective_timeout) for r, a in answers.items()}
+    failed = [e for e in events.values() if e.kind != "ok"]
+    pending = [r for r in ranks if r not in events]
+    if failed or pending:
+        err = call_error(ranks, events, failed, pending, stacks, phase)
+        if witnesses is not None:
+            add_last_words(err, events, witnesses)
+        raise err
+    if phase == "init":
+        return []
+    results = [rebuild_result(r, events[r].value) for r in ranks]
+    diverged = returned_diverged(ranks, events, results)
+    if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
+        raise diverged
+    return results
+
+
+def add_last_words(err: RankError | LaunchTimeout, events: Mapping[int, Event], witnesses: Mapping[int, Witness]) -> None:
+    """Name a rank that died (at its start: a full disk, a removed pool directory; or later) with its
+    own last words, in ``err``'s first paragraph: the lines it printed last (its traceback, "No space
+    left on device"; its crash report when faulthandler wrote one), and why its pipes closed if the
+    function closed them. Nothing changes unless ``err`` blames a rank whose event is ``"died"``."""
+    if not isinstance(err, RankError) or err.rank is None or events.get(err.rank) is None \
+            or events[err.rank].kind != "died" or err.rank not in witnesses:
+        return
+    r = witnesses[err.rank]
+    head, _sep, rest = err.args[0].partition("\n")
+    code = events[err.rank].value
+    # faulthandler writes every crash's report to the rank's stderr: a crash without one had it closed
+    silent_crash = isinstance(code, int) and -code in _CRASH_SIGNALS and not r.report
+    if r.lost_at is not None or silent_crash:
+        head += "; " + _(_CLOSED_FDS)
+    words = r.report or list(r.last)
+    if words:
+        what = (_("Its crash report (rank {rank}):") if r.report else _("Last output (rank {rank}):")).format(
+            rank=r.rank)
+        head += f"\n\n{what}\n" + "\n".join("  " + line for line in words)
+    err.args = (head + ("\n" + rest if rest else ""),) + err.args[1:]
+    if not err.rank_traceback and words:
+        err.rank_traceback = "\n".join(words)
 
 
 def outcomes_of(ranks: Iterable[int], events: dict[int, Event], stacks: Stacks, root: Event | None) -> dict[int, str]:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import re
 import sys
+import time
 from collections import deque
-from collections.abc import Iterable
-from typing import Protocol
+from collections.abc import Iterable, Sequence
+from multiprocessing.connection import Connection, wait as _mp_wait
+from typing import Protocol, cast
 
 __all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS"]
 
@@ -59,6 +61,20 @@ class _RelayedRank(Protocol):
     def err_r(self) -> _Readable: ...
     partial: dict[int, bytearray]
     in_log: bool
+
+
+class _Ending(Protocol):
+    @property
+    def exitcode(self) -> int | None: ...
+
+
+class _SettlingRank(_RelayedRank, Protocol):
+    """A rank :meth:`OutputRelay.settle` waits on: a :class:`_RelayedRank` with its process and the
+    streams whose pipe reached its end."""
+
+    @property
+    def proc(self) -> _Ending: ...
+    closed: set[int]
 
 
 class OutputRelay:
@@ -180,6 +196,27 @@ class OutputRelay:
             sys.stderr.write("".join(line + "\n" for line in self.backend_log))
             sys.stderr.flush()
         self.backend_log = []
+
+    def settle(self, ranks: Sequence[_SettlingRank], until: float, quiet: float = 0.1) -> None:
+        """After a failure, keep copying the ranks' output until none has come for ``quiet`` seconds
+        or the clock (monotonic, s) passes ``until``: a backend logs its error (gloo's ``[E...
+        ProcessGroupGloo.cpp]`` line) from its own thread, which can write after the rank's
+        :class:`.Failed` has arrived, and the ranks are stopped right after."""
+        conns = [c for r in ranks for k, c in ((1, r.out_r), (2, r.err_r)) if k not in r.closed]
+        owner = {id(r.out_r): r for r in ranks} | {id(r.err_r): r for r in ranks}
+        while True:
+            left = until - time.monotonic()
+            if left <= 0:
+                return
+            # wait() takes any object with fileno() and returns some of those it was given
+            ready = cast(list[_Readable], _mp_wait(cast("list[Connection]", conns), timeout=min(quiet, left)))
+            if not ready:
+                return
+            for conn in ready:
+                r = owner[id(conn)]
+                self.pump(r, conn)
+                if r.proc.exitcode is not None or (1 if conn is r.out_r else 2) in r.closed:
+                    conns.remove(conn)  # a dead rank's pipe stays readable (EOF): done with it
 
     def drain(self, ranks: Iterable[_RelayedRank], final: bool = True) -> None:
         """Copy what every rank of ``ranks`` has written so far (see :meth:`pump`)."""

@@ -15,29 +15,28 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from multiprocessing.connection import Connection, wait as _mp_wait
+from collections.abc import Callable, Iterable, Sequence
 from multiprocessing.context import ForkContext, SpawnContext
 from typing import Any, Literal, cast, overload
 
 import psutil
 import torch.multiprocessing as tmp
 
-from ..i18n import N_, _, get_language
+from ..i18n import _, get_language
 from ..vocabulary import MAX_WORLD_SIZE, Backend
 from .backends import local_backend_info
-from .answers import RankProcess, Waitable, answer_event, exited, group_verdict, lost, wait_limit, waitables
+from .answers import RankProcess, gather
 from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, Stacks, call_error, death_text, event_of, rebuild_result, returned_diverged
+from .failures import Stacks, conclude, death_text
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
-from .protocol import Frame, InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
+from .protocol import InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
 from .rank import RankConfig, rank_main, resolve_rank_names, runs_unchecked
 from .rank_state import Watch
 from .recording import CallRecord, CallRecords
 from .timeline import Timeline
 from .serialization import Unsendable, code_files, dumps
-from .rankset import RankEvent, RankResult, StartMethod
+from .rankset import RankResult, StartMethod
 from .tracebacks import named_cells, parse_stack
 
 __all__ = ["RankPool", "LaunchResults"]
@@ -66,12 +65,6 @@ class LaunchResults(list[Any]):
 _Rank = RankProcess
 #: Seconds a rank may take, after answering a call, to put itself back (:class:`.Settled`).
 _SETTLE_S = 30.0
-#: Seconds the launcher still waits for the other ranks' answers after the first failure.
-_GRACE = 0.5
-_CRASH_SIGNALS = {int(getattr(signal, n)) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")}
-_CLOSED_FDS = N_("it closed its pipes to the launcher while it ran: the function closed file descriptors it had "
-                 "not opened (os.closerange, os.close on a number it did not get from open): collnb, torch and "
-                 "gloo use them. Close only the files your function opened")
 
 
 class RankPool:
@@ -353,149 +346,44 @@ class RankPool:
             except OSError:
                 pass
 
-    def _settle_output(self, ranks: Sequence[_Rank], until: float, quiet: float = 0.1) -> None:
-        """After a failure, keep copying the ranks' output until none has come for ``quiet`` seconds
-        or the clock passes ``until``: a backend logs its error (gloo's ``[E... ProcessGroupGloo.cpp]``
-        line) from its own thread, which can write after the rank's :class:`.Failed` has arrived, and
-        the ranks are stopped right after."""
-        conns = [c for r in ranks for k, c in ((1, r.out_r), (2, r.err_r)) if k not in r.closed]
-        owner = {id(r.out_r): r for r in ranks} | {id(r.err_r): r for r in ranks}
-        while True:
-            left = until - time.monotonic()
-            if left <= 0:
-                return
-            ready = cast(list[Connection], _mp_wait(conns, timeout=min(quiet, left)))  # some of conns
-            if not ready:
-                return
-            for conn in ready:
-                r = owner[id(conn)]
-                self.output.pump(r, conn)
-                if r.proc.exitcode is not None or (1 if conn is r.out_r else 2) in r.closed:
-                    conns.remove(conn)  # a dead rank's pipe stays readable (EOF): done with it
-
-    def _answers(self, ranks: Sequence[_Rank], deadline: float) -> Iterator[RankEvent]:
-        """Yield each rank's answer to the command just sent (:data:`.rankset.RankEvent`: its result,
-        its failure or its end), copying the ranks' output meanwhile, until every rank answered,
-        ``deadline`` passed, or :data:`_GRACE` seconds after the first failure."""
-        by_conn: dict[int, tuple[Literal["res", "out", "err", "dead"], _Rank]] = {}
-        for r in ranks:
-            by_conn[id(r.res_r)] = ("res", r)
-            by_conn[id(r.out_r)] = ("out", r)
-            by_conn[id(r.err_r)] = ("err", r)
-            by_conn[r.proc.sentinel] = ("dead", r)
-        answered: set[int] = set()
-        failure_at: float | None = None
-        event: RankEvent | None
-        polled = time.monotonic()
-        while True:
-            pending = [r for r in ranks if r.rank not in answered]
-            now = time.monotonic()
-            if not pending or now > deadline or (failure_at is not None and now - failure_at > _GRACE):
-                return
-            for event in lost(pending, now):  # a rank that closed its result pipe and did not die of it
-                answered.add(event.rank)
-                failure_at = failure_at or now
-                yield event
-            pending = [r for r in pending if r.rank not in answered]
-            ready = cast(list[Waitable], _mp_wait(waitables(ranks, pending),  # some of the waitables
-                                                  timeout=wait_limit(now, deadline, failure_at, _GRACE)))
-            if not ready or time.monotonic() - polled > 0.25:
-                polled = time.monotonic()  # waitpid at most 4 times a second (off the fast path)
-                ready += exited(pending, ready)
-            for obj in ready:
-                what, r = by_conn[obj if isinstance(obj, int) else id(obj)]
-                if what in ("out", "err"):
-                    self.output.pump(r, cast(Connection, obj))  # an output pipe
-                elif r.rank not in answered:
-                    event = answer_event(r, cast(Literal["res", "dead"], what), time.monotonic())
-                    if event is None:
-                        continue
-                    answered.add(r.rank)
-                    if not isinstance(event, RankResult):
-                        failure_at = failure_at or event.t
-                    yield event
-
     @overload
     def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["init"]) -> None: ...
     @overload
     def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["run"]) -> list[Any]: ...
 
     def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["init", "run"]) -> list[Any] | None:
-        """Wait for the answer of every rank of ``ranks`` (:meth:`_answers`) and read them
-        (:func:`.failures.event_of`). Returns the results (run), ``None`` (init), or raises
-        :func:`.failures.call_error`'s error."""
-        answers: dict[int, RankEvent] = {}
-        events: dict[int, Event] = {}
-        for answer in self._answers(ranks, deadline):
-            answers[answer.rank] = answer
-            events[answer.rank] = event_of(answer, self.collective_timeout)
-        failed = [e for e in events.values() if e.kind != "ok"]
-        if failed:
-            self._settle_output(ranks, min(e.t for e in failed) + _GRACE)
-        self.output.drain(ranks, final=True)
-        pending = [r.rank for r in ranks if r.rank not in events]
-        if not failed and not pending:
-            return None if phase == "init" else self._results(ranks, answers, events)
-        stacks = self._stacks([r for r in ranks if r.rank in pending])
-        # a rank's key (int) holds its frames, a ("state", rank) key words (Stacks)
-        stacks = {k: named_cells(cast(list[Frame], v)) if isinstance(k, int) else v for k, v in stacks.items()}
-        err = call_error([r.rank for r in ranks], events, failed, pending, stacks, phase)
-        self._add_last_words(err, events)
-        raise err
-
-    def _results(self, ranks: Sequence[_Rank], answers: dict[int, RankEvent], events: dict[int, Event]) -> list[Any]:
-        """The per-rank results of a call every rank of ``ranks`` answered (list, or
-        :class:`LaunchResults` with what was recorded), after updating the cached groups
-        (:func:`.answers.group_verdict`); raises the :class:`.RankError` of ranks whose Flight
-        Recorders disagree (:func:`.failures.returned_diverged`)."""
-        verdict = group_verdict([cast(RankResult, answers[r.rank]) for r in ranks])  # every rank answered ok
-        if verdict == "reinit":
+        """One command's end, in three steps: wait for every rank of ``ranks`` to answer, copying
+        their output (:func:`.answers.gather`); read what the answers come to (:func:`.failures.conclude`:
+        the results, or the error it raises, with where unanswered ranks were and a dead rank's last
+        words); keep the cached groups the answers allow. Returns the results (run: a list, or
+        :class:`LaunchResults` with what was recorded) or ``None`` (init)."""
+        got = gather(ranks, deadline, self.output)
+        stacks = self._stacks([r for r in ranks if r.rank not in got.events])
+        results = conclude([r.rank for r in ranks], got.events, self.collective_timeout, phase, stacks,
+                           {r.rank: r for r in self.ranks})
+        if phase == "init":
+            return None
+        if got.verdict == "reinit":
             # the function destroyed process groups (dist.destroy_process_group()):
             # the next call re-initialises the pool's groups
             self.base_size, self.groups, self.unchecked = 0, set(), set()
-        elif verdict == "retire":
+        elif got.verdict == "retire":
             self._retire_group(len(ranks))
-        results = [rebuild_result(r.rank, events[r.rank].value) for r in ranks]
-        diverged = returned_diverged([r.rank for r in ranks], events, results)
-        if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
-            raise diverged
-        calls = [c if (c := events[r.rank].calls) is not None else CallRecords() for r in ranks]
-        if any(events[r.rank].timeline is not None for r in ranks):
+        answers = cast(list[RankResult], [got.events[r.rank] for r in ranks])  # every rank answered ok
+        calls = [a.calls if a.calls is not None else CallRecords() for a in answers]
+        if any(a.timeline is not None for a in answers):
             # every rank records one: the same Run asked each of them (Run.timeline)
-            timelines = cast(list[dict[str, Any]], [events[r.rank].timeline for r in ranks])
-            return LaunchResults(results, calls, Timeline(timelines))
-        if any(events[r.rank].calls is not None for r in ranks):
+            return LaunchResults(results, calls, Timeline(cast(list[dict[str, Any]], [a.timeline for a in answers])))
+        if any(a.calls is not None for a in answers):
             return LaunchResults(results, calls)
         return results
-
-    def _add_last_words(self, err: RankError | LaunchTimeout, events: dict[int, Event]) -> None:
-        """A rank that died (at its start: a full disk, a removed pool directory; or later) is named
-        with its own last words: the lines it printed last (its traceback, "No space left on
-        device"), and why its pipes closed if the function closed them."""
-        if not isinstance(err, RankError) or err.rank is None or events.get(err.rank) is None \
-                or events[err.rank].kind != "died":
-            return
-        r = self.ranks[err.rank]
-        head, _sep, rest = err.args[0].partition("\n")
-        code = events[err.rank].value
-        # faulthandler writes every crash's report to the rank's stderr: a crash without one had it closed
-        silent_crash = isinstance(code, int) and -code in _CRASH_SIGNALS and not r.report
-        if r.lost_at is not None or silent_crash:
-            head += "; " + _(_CLOSED_FDS)
-        words = r.report or list(r.last)
-        if words:
-            what = (_("Its crash report (rank {rank}):") if r.report else _("Last output (rank {rank}):")).format(
-                rank=r.rank)
-            head += f"\n\n{what}\n" + "\n".join("  " + line for line in words)
-        err.args = (head + ("\n" + rest if rest else ""),) + err.args[1:]
-        if not err.rank_traceback and words:
-            err.rank_traceback = "\n".join(words)
 
     def _stacks(self, ranks: Sequence[_Rank]) -> Stacks:
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).
 
         Returns ``{rank: [(filename, lineno, name, None), ...]}``, outermost call first, without
-        the launcher's own frames.
+        the launcher's own frames, a kernel cell's file named as the cell (:func:`.tracebacks.named_cells`),
+        and ``{("state", rank): words}`` for a rank whose process could not say.
         """
         stacks: Stacks = {}
         if not ranks:
@@ -523,7 +411,7 @@ class RankPool:
                     text = fh.read()
             except OSError:
                 text = ""
-            stacks[r.rank] = parse_stack(text)
+            stacks[r.rank] = named_cells(parse_stack(text))
         return stacks
 
 

@@ -133,7 +133,7 @@ class Settled:
 @dataclass(frozen=True)
 class TimeoutReport:
     """What ended a rank's wait in a communication call: the timeout that ran out, chosen from the
-    timeouts collnb knows and the wait the rank measured (:func:`.failures.which_timeout`).
+    timeouts collnb knows and the wait the rank measured (:func:`.timeouts.which_timeout`).
 
     Attributes:
         timeout: the timeout, in words: ``"collective_timeout (1.5 s)"``, ``"the timeout=2 s passed
