@@ -20,17 +20,25 @@ public name of the default group).
 from __future__ import annotations
 
 import contextlib
+import datetime
 import functools
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as distributed_c10d
 
+if TYPE_CHECKING:
+    from torch.utils._device import DeviceContext
+    from torch.utils._python_dispatch import TorchDispatchMode
+
 __all__ = ["flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
-           "print_options", "backend_flag_readers"]
+           "print_options", "backend_flag_readers", "DefaultTimeout", "PrintOptions"]
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
 # code calls them through this module, so code that replaces one (the exercises count the learner's
@@ -38,17 +46,33 @@ __all__ = ["flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "
 # Missing public API: a supported way to intercept torch.distributed calls.
 
 #: The layout of MKL-DNN tensors. Missing public API: torch exposes it only as ``torch._mkldnn``.
-MKLDNN_LAYOUT = torch._mkldnn
+MKLDNN_LAYOUT: torch.layout = torch._mkldnn  # type: ignore[attr-defined]  # set from torch._C at import; torch's stubs declare it only there
 
 
-def set_default_group(pg) -> None:
-    """Make ``pg`` (a ``ProcessGroup`` or ``None``) the default group: what ``dist.get_rank()``,
+#: torch's ``_get_default_timeout(backend)``: the timeout of a group made without ``timeout=``.
+DefaultTimeout = Callable[[dist.Backend], datetime.timedelta]
+
+
+class PrintOptions(TypedDict):
+    """The keyword arguments of ``torch.set_printoptions`` that :func:`print_options` reads (the
+    attributes of ``torch._tensor_str.PRINT_OPTS``)."""
+
+    precision: int
+    threshold: float
+    edgeitems: int
+    linewidth: int
+    sci_mode: bool | None
+
+
+def set_default_group(pg: dist.ProcessGroup | int | None) -> None:
+    """Make ``pg`` (a ``ProcessGroup``, ``None``, or the int ``GroupMember.NON_GROUP_MEMBER`` that
+    ``new_group`` gives a rank outside the group) the default group: what ``dist.get_rank()``,
     ``dist.get_world_size()`` and collectives without ``group=`` use.
 
     Missing public API: a way to run with a subgroup as the default group (a warm pool of 16 ranks
     runs a call at world size 4 inside a cached ``new_group`` of ranks 0..3; re-initialising the
     default group instead costs 35-110 ms per change). Uses ``c10d._update_default_pg``."""
-    distributed_c10d._update_default_pg(pg)
+    distributed_c10d._update_default_pg(pg)  # type: ignore[arg-type]  # torch's annotation omits NON_GROUP_MEMBER; its body handles it
 
 
 def set_group_count(count: int) -> None:
@@ -68,7 +92,7 @@ def group_count() -> int:
     return distributed_c10d._world.group_count
 
 
-def live_groups() -> set:
+def live_groups() -> set[dist.ProcessGroup]:
     """The process groups torch currently knows on this rank (a set of ``ProcessGroup``).
 
     Missing public API: a list of existing groups (to destroy, after a call, the groups its
@@ -77,7 +101,7 @@ def live_groups() -> set:
 
 
 @contextlib.contextmanager
-def call_store(prefix: str):
+def call_store(prefix: str) -> Iterator[None]:
     """Within the block, groups created on the default group rendezvous under keys prefixed
     ``prefix`` (a str such as ``"call3000/"``), so a call that makes the same groups as an earlier
     one (group names are hashed from ranks) starts from clean keys.
@@ -85,7 +109,7 @@ def call_store(prefix: str):
     Missing public API: a store argument to ``new_group``. Replaces the default group's store in
     ``c10d._world.pg_map`` by a :class:`torch.distributed.PrefixStore` and puts it back after."""
     pg_map = distributed_c10d._world.pg_map
-    default = dist.group.WORLD
+    default = cast(dist.ProcessGroup, dist.group.WORLD)  # called with a default group; None would fail below as before
     entry = pg_map[default]
     pg_map[default] = (entry[0], dist.PrefixStore(prefix, entry[1]))
     try:
@@ -95,7 +119,7 @@ def call_store(prefix: str):
             distributed_c10d._world.pg_map[default] = entry
 
 
-def destroy_all_groups(base) -> None:
+def destroy_all_groups(base: dist.ProcessGroup | None) -> None:
     """Destroy every process group of this rank: the pool's (``base``, made the default again so
     torch's bookkeeping agrees) and any the function made, even a default group of its own.
 
@@ -131,7 +155,7 @@ def sequence_number(group: dist.ProcessGroup | None = None) -> int | None:
         return None
 
 
-def unbox_group(obj):
+def unbox_group(obj: dist.ProcessGroup | torch.ScriptObject) -> dist.ProcessGroup:
     """The :class:`torch.distributed.ProcessGroup` of a ``c10d`` operator's ``process_group``
     argument (a ``torch.ScriptObject``; a ``ProcessGroup`` is returned as it is).
 
@@ -140,25 +164,25 @@ def unbox_group(obj):
     return obj if isinstance(obj, dist.ProcessGroup) else dist.ProcessGroup.unbox(obj)
 
 
-def resolve_group(name):
+def resolve_group(name: str | dist.ProcessGroup | torch.ScriptObject) -> dist.ProcessGroup:
     """The :class:`torch.distributed.ProcessGroup` a functional collective names (its
     ``group_name`` argument: a group name, or a group).
 
     Missing public API: ``torch._C._distributed_c10d._resolve_process_group``, what the functional
     collectives use themselves."""
     if isinstance(name, str):
-        return torch._C._distributed_c10d._resolve_process_group(name)
+        return torch._C._distributed_c10d._resolve_process_group(cast("distributed_c10d.GroupName", name))  # torch's NewType of str
     return unbox_group(name)
 
 
-def unbox_work(obj):
+def unbox_work(obj: dist.Work | torch.ScriptObject) -> dist.Work:
     """The :class:`torch.distributed.Work` of a ``c10d`` operator's result (a ``torch.ScriptObject``).
 
     Missing public API: the private ``Work.unbox``."""
     return obj if isinstance(obj, dist.Work) else dist.Work.unbox(obj)
 
 
-def dispatch_mode_stack() -> list:
+def dispatch_mode_stack() -> list[TorchDispatchMode]:
     """The ``TorchDispatchMode`` objects active in this thread, innermost (first to run) last.
 
     Missing public API: ``torch.utils._python_dispatch._get_current_dispatch_mode_stack``."""
@@ -167,7 +191,9 @@ def dispatch_mode_stack() -> list:
     return _get_current_dispatch_mode_stack()
 
 
-def patch_default_timeout(timeout_for):
+def patch_default_timeout(
+        timeout_for: Callable[[dist.Backend, DefaultTimeout], datetime.timedelta],
+) -> tuple[ModuleType, str, DefaultTimeout]:
     """Make groups created without ``timeout=`` (also inside ``DeviceMesh``, ``new_subgroups``,
     ``split_group``) and ``monitored_barrier`` without one take their timeout from
     ``timeout_for(backend, previous)``, a function returning a ``datetime.timedelta``
@@ -179,15 +205,15 @@ def patch_default_timeout(timeout_for):
     ``c10d._get_default_timeout``."""
     previous = distributed_c10d._get_default_timeout
 
-    def _get_default_timeout(backend):
+    def _get_default_timeout(backend: dist.Backend) -> datetime.timedelta:
         return timeout_for(backend, previous)
 
-    _get_default_timeout.__wrapped__ = previous
+    _get_default_timeout.__wrapped__ = previous  # type: ignore[attr-defined]  # functools.wraps' mark, set on a plain function
     distributed_c10d._get_default_timeout = _get_default_timeout
     return distributed_c10d, "_get_default_timeout", previous
 
 
-def has_internal_overlap(t) -> bool:
+def has_internal_overlap(t: torch.Tensor) -> bool:
     """Whether several elements of the strided tensor ``t`` share one memory location (an
     expanded view), so that it cannot receive a result.
 
@@ -200,15 +226,16 @@ def has_internal_overlap(t) -> bool:
 # A rank's torch state between calls (collnb.ranks.rank_state)
 
 
-def default_device_context():
+def default_device_context() -> DeviceContext | None:
     """The context ``torch.set_default_device`` entered (``None`` when none is set).
 
     Missing public API: ``torch.get_default_device()`` gives the device but not whether one was set,
     and ``set_default_device`` keeps its context in ``torch._GLOBAL_DEVICE_CONTEXT``."""
-    return getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    context: DeviceContext | None = getattr(torch._GLOBAL_DEVICE_CONTEXT, "device_context", None)
+    return context
 
 
-def set_default_device_context(context) -> None:
+def set_default_device_context(context: DeviceContext | None) -> None:
     """Make ``context`` (from :func:`default_device_context`) ``torch.set_default_device``'s again,
     without entering or leaving any mode (the caller has put the mode stack back already).
 
@@ -217,7 +244,7 @@ def set_default_device_context(context) -> None:
     torch._GLOBAL_DEVICE_CONTEXT.device_context = context
 
 
-def mode_stack_depths() -> tuple:
+def mode_stack_depths() -> tuple[int, int]:
     """``(torch-function modes, dispatch modes)`` entered on this thread (ints).
 
     Missing public API: the depth of the mode stacks (a ``TorchDispatchMode`` entered with
@@ -240,17 +267,17 @@ def pop_modes(function_depth: int, dispatch_depth: int) -> None:
         _pop_mode()
 
 
-def print_options() -> dict:
+def print_options() -> PrintOptions:
     """The keyword arguments of ``torch.set_printoptions`` now in force (``precision``, ``threshold``,
     ``edgeitems``, ``linewidth``, ``sci_mode``).
 
     Missing public API: a public ``torch.get_printoptions``. Reads ``torch._tensor_str.PRINT_OPTS``
     (``torch._tensor_str.get_printoptions()`` gives the same, at 20 times the cost)."""
-    return dict(vars(torch._tensor_str.PRINT_OPTS))
+    return cast(PrintOptions, dict(vars(torch._tensor_str.PRINT_OPTS)))  # vars() is untyped
 
 
 #: ``torch.backends`` settings: (public name, ``torch._C`` getter name, its arguments).
-_BACKEND_FLAGS = (
+_BACKEND_FLAGS: list[tuple[str, str, tuple[str, ...]]] = (
     [(f"torch.backends{'.' + name if name else ''}.fp32_precision", "_get_fp32_precision_getter", args)
      for name, args in (("", ("generic", "all")), ("cuda.matmul", ("cuda", "matmul")), ("cudnn", ("cuda", "all")),
                         ("cudnn.conv", ("cuda", "conv")), ("cudnn.rnn", ("cuda", "rnn")), ("mkldnn", ("mkldnn", "all")),
@@ -262,7 +289,7 @@ _BACKEND_FLAGS = (
        ("torch.backends.mkldnn.enabled", "_get_mkldnn_enabled", ())])
 
 
-def backend_flag_readers() -> list:
+def backend_flag_readers() -> list[tuple[str, Callable[[], bool | str]]]:
     """``[(public name, zero-argument reader)]`` for the ``torch.backends`` settings a rank puts back
     after every call (``torch.backends.cudnn.enabled``, ``torch.backends.mkldnn.matmul.fp32_precision``,
     ...), each reading torch's C getter directly; settings this torch lacks are left out.
@@ -270,7 +297,7 @@ def backend_flag_readers() -> list:
     Missing public API: a cheap read of these settings. The public attributes go through two Python
     calls each (``ContextProp``, ``_FP32Precision``), which after every call in a cold rank cost 5x
     what the C getter they wrap does."""
-    out = []
+    out: list[tuple[str, Callable[[], bool | str]]] = []
     for name, getter, args in _BACKEND_FLAGS:
         fn = getattr(torch._C, getter, None)
         if fn is not None:
@@ -278,7 +305,7 @@ def backend_flag_readers() -> list:
     return out
 
 
-def flight_recorder_dump() -> tuple:
+def flight_recorder_dump() -> tuple[bytes, bytes]:
     """This process's Flight Recorder buffer (``TORCH_FR_BUFFER_SIZE`` entries, set before its
     process groups were made): ``(pickle bytes, JSON bytes)``. The pickle is the per-rank file
     ``torch.distributed.flight_recorder.fr_trace`` reads (a dict: ``version``, ``pg_config``,
@@ -293,7 +320,9 @@ def flight_recorder_dump() -> tuple:
     and ``_dump_fr_trace_json(includeCollectives, onlyActive)``, are the ones torch's own tests use."""
     from torch._C import _distributed_c10d as c10d_c  # noqa: PLC0415 - private, used here only
 
-    return c10d_c._dump_fr_trace(True, False, False), c10d_c._dump_fr_trace_json(True, False)
+    pickled: bytes = c10d_c._dump_fr_trace(True, False, False)  # type: ignore[attr-defined]  # torch's _distributed_c10d.pyi lacks the Flight Recorder dumps
+    as_json: bytes = c10d_c._dump_fr_trace_json(True, False)  # type: ignore[attr-defined]  # as above
+    return pickled, as_json
 
 
 
@@ -302,4 +331,5 @@ def flight_recorder_json() -> bytes:
     the launcher with ``launch(..., flight_recorder=N)``. Same private API, same missing public one."""
     from torch._C import _distributed_c10d as c10d_c  # noqa: PLC0415 - private, used here only
 
-    return c10d_c._dump_fr_trace_json(True, False)
+    as_json: bytes = c10d_c._dump_fr_trace_json(True, False)  # type: ignore[attr-defined]  # torch's _distributed_c10d.pyi lacks the Flight Recorder dumps
+    return as_json

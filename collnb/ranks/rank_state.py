@@ -85,12 +85,16 @@ import threading
 import time
 import types
 import warnings
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import torch
 import torch.distributed as dist
 
 from . import _torch_internals as internals
 from .state_probes import VERSION_VIEW, Namespace, file_id, numpy_state, rng_mark
+
+if TYPE_CHECKING:
+    import ctypes
 
 __all__ = ["RankState", "Watch", "WATCHED_MODULES", "collnb_only"]
 
@@ -108,14 +112,14 @@ _COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.s
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (
     sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p}))
 _UNREADABLE = object()  # a setting whose getter raised (torch refuses to read a mixed matmul precision)
-_RLIMITS = [getattr(resource, n) for n in ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU",
-                                           "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_MEMLOCK")
-            if hasattr(resource, n)]
+_RLIMITS: list[int] = [getattr(resource, n) for n in ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU",
+                                                      "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_MEMLOCK")
+                       if hasattr(resource, n)]
 _PYTHON_HOOKS = ((sys, "excepthook"), (sys, "displayhook"), (sys, "unraisablehook"), (sys, "breakpointhook"),
                  (threading, "excepthook"), (warnings, "showwarning"))
 
 
-def collnb_only(fn, args=(), kwargs=None) -> bool:
+def collnb_only(fn: Callable[..., object], args: Iterable[object] = (), kwargs: Mapping[str, object] | None = None) -> bool:
     """Whether a call runs collnb's own code only: ``fn`` is a function of collnb's files (``run``,
     ``explore``, ``bench``, the algorithms, the examples) and no argument holds a function or class
     of anyone else's (an exercise check passes the learner's function). Such a call leaves the rank
@@ -124,6 +128,7 @@ def collnb_only(fn, args=(), kwargs=None) -> bool:
     code = getattr(getattr(fn, "__func__", fn), "__code__", None)
     if code is None or not code.co_filename.startswith(_COLLNB_DIR):
         return False
+    todo: list[object]
     todo, seen = [args, tuple((kwargs or {}).values())], 0
     while todo:
         value = todo.pop()
@@ -142,7 +147,7 @@ def collnb_only(fn, args=(), kwargs=None) -> bool:
     return True
 
 
-def _learners_own(module) -> bool:
+def _learners_own(module: types.ModuleType | None) -> bool:
     """A module of the learner's own files: Python source outside the standard library,
     site-packages and collnb."""
     path = getattr(module, "__file__", None)
@@ -152,13 +157,17 @@ def _learners_own(module) -> bool:
     return not path.startswith(_COLLNB_DIR) and not path.startswith(_LIBRARY_DIRS)
 
 
-def _settings() -> list:
+#: A torch setting put back after a call: (name, read it, write a value read back).
+_Setting = tuple[str, Callable[[], object], Callable[[Any], object]]
+
+
+def _settings() -> list[_Setting]:
     """``(name, read, write)`` of every torch setting put back after a call, in the order they are
     written back (the fp32 precisions before the legacy matmul precision derived from them)."""
-    out = []
+    out: list[_Setting] = []
     for name, read in internals.backend_flag_readers():  # the fp32 precisions first
         obj, _, attr = name.rpartition(".")
-        out.append((name, read, lambda v, o=obj, a=attr: setattr(_resolve(o), a, v)))
+        out.append((name, read, lambda v, o=obj, a=attr: setattr(_resolve(o), a, v)))  # type: ignore[misc]  # mypy cannot type a lambda with defaults
     out += [
         ("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision,
          torch.set_float32_matmul_precision),
@@ -173,32 +182,33 @@ def _settings() -> list:
         ("torch.is_warn_always_enabled()", torch.is_warn_always_enabled, torch.set_warn_always),
         ("torch.is_autocast_cache_enabled()", torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
         ("torch.get_num_threads()", torch.get_num_threads, torch.set_num_threads),
-        ("torch's print options", internals.print_options, lambda v: torch.set_printoptions(**v)),
+        ("torch's print options", internals.print_options,
+         lambda v: torch.set_printoptions(**v)),  # type: ignore[no-untyped-call]  # torch's set_printoptions has no annotations
         ("torch.distributed's debug level", dist.get_debug_level, dist.set_debug_level),
     ]
     for device in ("cpu", "cuda"):
         out.append((f"autocast on {device}",
-                    lambda d=device: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)),
-                    lambda v, d=device: (torch.set_autocast_enabled(d, v[0]), torch.set_autocast_dtype(d, v[1]))))
+                    lambda d=device: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)),  # type: ignore[misc]  # a lambda with defaults
+                    lambda v, d=device: (torch.set_autocast_enabled(d, v[0]), torch.set_autocast_dtype(d, v[1]))))  # type: ignore[misc, func-returns-value]  # defaults; called for effect
     try:
         import torch.utils.deterministic as deterministic  # noqa: PLC0415
         out.append(("torch.utils.deterministic.fill_uninitialized_memory",
-                    lambda: deterministic.fill_uninitialized_memory,
+                    lambda: deterministic.fill_uninitialized_memory,  # type: ignore[attr-defined]  # a property of its module's class
                     lambda v: setattr(deterministic, "fill_uninitialized_memory", v)))
     except ImportError:
         pass
     return out
 
 
-def _resolve(dotted):
+def _resolve(dotted: str) -> object:
     """``"torch.backends.cudnn.conv"`` -> that object."""
-    obj = torch
+    obj: object = torch
     for part in dotted.split(".")[1:]:
         obj = getattr(obj, part)
     return obj
 
 
-def _read(read):
+def _read(read: Callable[[], object]) -> object:
     try:
         return read()
     except Exception:  # noqa: BLE001
@@ -216,7 +226,8 @@ class RankState:
             got a Python handler in the call: it installs collnb's C handlers again.
     """
 
-    def __init__(self, own_process: bool = True, rearm=None, watch=None):
+    def __init__(self, own_process: bool = True, rearm: Callable[[], object] | None = None,
+                 watch: Watch | None = None) -> None:
         self.streams = self.own = own_process
         self.rearm = rearm
         watch = watch if watch is not None else Watch(own_process)
@@ -241,7 +252,8 @@ class RankState:
         self.rlimit_values = list(self.rlimits.values())
         self.priority = os.getpriority(os.PRIO_PROCESS, 0)
         self.affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
-        self.lists = [(lst, list(lst)) for lst in (sys.path, sys.meta_path, sys.path_hooks, sys.argv)]
+        self.lists: list[tuple[list[Any], list[Any]]] = [  # each: one of sys's lists, and its items
+            (lst, list(lst)) for lst in (sys.path, sys.meta_path, sys.path_hooks, sys.argv)]
         self.list_objects = dict(path=sys.path, meta_path=sys.meta_path, path_hooks=sys.path_hooks, argv=sys.argv)
         self.python = (sys.getrecursionlimit(), sys.getswitchinterval(), sys.get_int_max_str_digits(),
                        sys.gettrace(), sys.getprofile(), threading.gettrace(), threading.getprofile(),
@@ -260,7 +272,9 @@ class RankState:
         self.module_names = watch.module_names
         self.namespaces, self.tags, self.versions = watch.namespaces, watch.tags, watch.versions
         self.untagged, self.c10d = watch.untagged, watch.c10d
-        self.unrestored = []  # what restore() could not put back, for retire_reason()
+        self.unrestored: list[str] = []  # what restore() could not put back, for retire_reason()
+        self.random_mark: tuple[int, int, int] | None
+        self.numpy_mark: tuple[int, int, int] | None
         self.random_mark = self.numpy_mark = None
         self.reseed()
 
@@ -272,7 +286,7 @@ class RankState:
         own code has run since the last :meth:`retire_reason`."""
         if self.c10d is not None:
             ns = self.namespaces[self.c10d]
-            ns.version = self.versions[self.c10d] = ns.tag.value
+            ns.version = self.versions[self.c10d] = ns.tag.value  # type: ignore[union-attr]  # c10d is set for a tagged one only
 
     def restore_essentials(self) -> None:
         """Put back at once what the rank needs to answer the launcher: its streams and fds 1 and 2,
@@ -298,7 +312,7 @@ class RankState:
                 self.unrestored.append(f"left a change collnb could not put back ({part.__name__.strip('_')}: "
                                        f"{type(exc).__name__}: {exc})")
 
-    def _restore_streams(self):
+    def _restore_streams(self) -> None:
         if self.streams:
             sys.stdin, sys.stdout, sys.stderr = self.stdio
             for fd, copy in self.fds.items():
@@ -322,7 +336,7 @@ class RankState:
         as they were seeded (:func:`_rng_mark` reads where they stand: a call that did not draw from
         them cannot have seen or changed anything)."""
         torch.default_generator.seed()
-        if torch.cuda.is_initialized():
+        if torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's is_initialized has no annotations
             torch.cuda.seed_all()
         mark = rng_mark(random._inst)
         if mark is None or mark != self.random_mark:
@@ -336,9 +350,9 @@ class RankState:
                 np.random.seed(int.from_bytes(os.urandom(4), "little"))  # an int seed: 5x cheaper than an array
                 self.numpy_mark = rng_mark(state)
 
-    def _restore_process(self):
+    def _restore_process(self) -> None:
         if (self.env_tag is None or self.env_tag.value != self.env_version) and (
-                self.env_data is None or os.environ._data != self.env_data):
+                self.env_data is None or os.environ._data != self.env_data):  # type: ignore[attr-defined]  # os.environ's private dict
             now = dict(os.environ)
             for key in now.keys() - self.env.keys():
                 del os.environ[key]
@@ -386,7 +400,7 @@ class RankState:
                 self.unrestored.append("changed the rank's CPU affinity (os.sched_setaffinity)")
 
     @staticmethod
-    def _python_now() -> tuple:
+    def _python_now() -> tuple[object, ...]:
         """Everything :meth:`_restore_python` puts back, in one tuple (compared element by element,
         by identity first: one check when nothing changed)."""
         root = logging.root
@@ -398,7 +412,7 @@ class RankState:
                 warnings.showwarning, tuple(warnings.filters), root.level, tuple(root.handlers), tuple(root.filters),
                 root.manager.disable)
 
-    def _restore_python(self):
+    def _restore_python(self) -> None:
         if self._python_now() == self.python_then:
             return
         for name, obj in self.list_objects.items():
@@ -433,7 +447,7 @@ class RankState:
             if getattr(obj, name) is not value:
                 setattr(obj, name, value)
         if warnings.filters != self.filters:
-            warnings.filters[:] = self.filters
+            warnings.filters[:] = self.filters  # type: ignore[index]  # a list at run time; typeshed declares a Sequence
             getattr(warnings, "_filters_mutated", lambda: None)()
         root = logging.getLogger()
         level, handlers, filters, disable = self.logging
@@ -446,7 +460,7 @@ class RankState:
         if logging.root.manager.disable != disable:
             logging.disable(disable)
 
-    def _restore_torch(self):
+    def _restore_torch(self) -> None:
         values = [_read(read) for _, read, _ in self.settings]
         if values == self.setting_values:
             return
@@ -508,7 +522,7 @@ class RankState:
             return "; ".join(reasons[:3]) + f" (and {len(reasons) - 3} more changes)"
         return "; ".join(reasons)
 
-    def _new_modules(self):
+    def _new_modules(self) -> None:
         added = [name for name in sys.modules.keys() - self.module_names]
         dropped = False
         for name in added:
@@ -534,7 +548,13 @@ class Watch:
         own_process: as for :class:`RankState` (``False``: torch's and collnb's namespaces only).
     """
 
-    def __init__(self, own_process: bool = True):
+    namespaces: list[Namespace]  # with a version tag
+    tags: list[ctypes.c_uint64]  # their tags, same order
+    versions: list[int | None]  # the tags' values when last looked at
+    untagged: list[Namespace]  # without a version tag (compared in full)
+    c10d: int | None  # index of torch.distributed.distributed_c10d in namespaces
+
+    def __init__(self, own_process: bool = True) -> None:
         self.own = own_process
         self.settings = _settings()
         self.module_names = set(sys.modules)
@@ -543,7 +563,7 @@ class Watch:
                         + [n for n in sys.modules if n == "collnb" or n.startswith("collnb.")])
 
 
-def _add_namespaces(self, names):
+def _add_namespaces(self: Watch | RankState, names: Iterable[str]) -> None:
     """Watch the namespaces of ``names`` (modules) and the watched classes that ``self`` (a :class:`Watch`
     or :class:`RankState`) does not watch yet."""
     have = {ns.name for ns in self.namespaces + self.untagged}
@@ -566,5 +586,5 @@ def _add_namespaces(self, names):
             self.untagged.append(ns)
 
 
-def _rlimit_name(r) -> str:
+def _rlimit_name(r: int) -> str:
     return next((n for n in dir(resource) if n.startswith("RLIMIT_") and getattr(resource, n) == r), str(r))

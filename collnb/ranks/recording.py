@@ -49,7 +49,8 @@ import sys
 import time
 import weakref
 from dataclasses import dataclass
-from typing import Any
+from types import FrameType
+from typing import Any, Iterable, Literal, Protocol, Sequence, cast
 
 import torch
 import torch.distributed as dist
@@ -57,10 +58,11 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _torch_internals as internals
 
-__all__ = ["CallRecord", "CallRecords", "Issue", "Recorder", "start", "stop", "active", "SOURCES"]
+__all__ = ["CallRecord", "CallRecords", "Issue", "Recorder", "start", "stop", "active", "SOURCES", "Source"]
 
 #: Where an operation can be issued from (:attr:`CallRecord.source`).
-SOURCES = ("torch.distributed", "ProcessGroup", "functional", "DTensor", "DeviceMesh")
+SOURCES: tuple[Source, ...] = ("torch.distributed", "ProcessGroup", "functional", "DTensor", "DeviceMesh")
+Source = Literal["torch.distributed", "ProcessGroup", "functional", "DTensor", "DeviceMesh"]  # one of SOURCES
 
 
 @dataclass(frozen=True)
@@ -106,12 +108,12 @@ class CallRecord:
     name: str
     peer: int | None
     group_size: int
-    shapes: tuple
-    dtypes: tuple
+    shapes: tuple[tuple[int, ...], ...]
+    dtypes: tuple[str, ...]
     op: str | None = None
-    group_ranks: tuple = ()
+    group_ranks: tuple[int, ...] = ()
     nbytes: int = 0
-    source: str = "torch.distributed"
+    source: Source = "torch.distributed"
     call: int = 0
 
     @property
@@ -120,7 +122,7 @@ class CallRecord:
         return self.op or self.name
 
 
-class CallRecords(list):
+class CallRecords(list[CallRecord]):
     """The :class:`CallRecord` list of one rank (call order), plus how complete it is.
 
     Attributes:
@@ -131,7 +133,7 @@ class CallRecords(list):
             NCCL counts collectives only), so it can miss, never invent, an operation.
     """
 
-    def __init__(self, records=(), unrecorded: int = 0):
+    def __init__(self, records: Iterable[CallRecord] = (), unrecorded: int = 0) -> None:
         super().__init__(records)
         self.unrecorded = unrecorded
 
@@ -152,8 +154,8 @@ class Issue:
     """
 
     record: CallRecord
-    work: Any
-    outputs: tuple
+    work: dist.Work | None
+    outputs: tuple[torch.Tensor, ...]
     issued_ns: int
     returned_ns: int
 
@@ -162,11 +164,10 @@ class Issue:
 # The operators: torch.distributed's name, the arguments it writes, the argument holding the root
 # or peer (a group rank for c10d operators, a global rank for functional ones).
 
-
 @dataclass(frozen=True)
 class _Spec:
     name: str
-    outputs: tuple = ()
+    outputs: tuple[str, ...] = ()
     peer: str | None = None
     peer_is_global: bool = False
     functional: bool = False
@@ -185,14 +186,11 @@ _C10D = {
     "reduce_scatter_": _Spec("reduce_scatter", ("output_tensors",)),
     "_reduce_scatter_base_": _Spec("reduce_scatter_tensor", ("output_tensor",)),
     "reduce_scatter_tensor_coalesced_": _Spec("reduce_scatter_tensor_coalesced", ("outputs",)),
-    "alltoall_": _Spec("all_to_all", ("output_tensors",)),
-    "alltoall_base_": _Spec("all_to_all_single", ("output",)),
-    "broadcast_": _Spec("broadcast", peer="root_rank"),
-    "reduce_": _Spec("reduce", peer="root_rank"),
+    "alltoall_": _Spec("all_to_all", ("output_tensors",)), "alltoall_base_": _Spec("all_to_all_single", ("output",)),
+    "broadcast_": _Spec("broadcast", peer="root_rank"), "reduce_": _Spec("reduce", peer="root_rank"),
     "gather_": _Spec("gather", ("output_tensors",), peer="root_rank"),
     "scatter_": _Spec("scatter", ("output_tensors",), peer="root_rank"),
-    "send": _Spec("send", peer="dst"),
-    "recv_": _Spec("recv", ("tensors",), peer="src"),
+    "send": _Spec("send", peer="dst"), "recv_": _Spec("recv", ("tensors",), peer="src"),
     "recv_any_source_": _Spec("recv", ("tensors",)),
     "barrier": _Spec("barrier", placeholder=True),
     "monitored_barrier_": _Spec("monitored_barrier", placeholder=True, p2p_barrier=True),
@@ -201,13 +199,11 @@ _FUNCTIONAL = {
     "all_gather_into_tensor": _Spec("all_gather_into_tensor", functional=True),
     "all_gather_into_tensor_out": _Spec("all_gather_into_tensor", ("out",), functional=True),
     "all_gather_into_tensor_coalesced": _Spec("all_gather_into_tensor_coalesced", functional=True),
-    "all_reduce": _Spec("all_reduce", functional=True),
-    "all_reduce_": _Spec("all_reduce", functional=True),
+    "all_reduce": _Spec("all_reduce", functional=True), "all_reduce_": _Spec("all_reduce", functional=True),
     "all_reduce_coalesced": _Spec("all_reduce_coalesced", functional=True),
     "all_reduce_coalesced_": _Spec("all_reduce_coalesced", functional=True),
     "all_to_all_single": _Spec("all_to_all_single", functional=True),
-    "broadcast": _Spec("broadcast", peer="src", functional=True),
-    "broadcast_": _Spec("broadcast", peer="src", functional=True),
+    "broadcast": _Spec("broadcast", peer="src", functional=True), "broadcast_": _Spec("broadcast", peer="src", functional=True),
     "reduce_scatter_tensor": _Spec("reduce_scatter_tensor", functional=True),
     "reduce_scatter_tensor_out": _Spec("reduce_scatter_tensor", ("out",), functional=True),
     "reduce_scatter_tensor_coalesced": _Spec("reduce_scatter_tensor_coalesced", functional=True),
@@ -223,9 +219,9 @@ _OBJECT_CALLS = frozenset({"broadcast_object_list", "all_gather_object", "gather
                            "scatter_object_list", "send_object_list", "recv_object_list"})     # each: op says which
 
 
-def _specs() -> dict:
+def _specs() -> dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]]:
     """``{OpOverload: (_Spec, argument names)}`` for every communication operator torch has."""
-    out = {}
+    out: dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]] = {}
     for namespace, table in (("c10d", _C10D), ("_c10d_functional", _FUNCTIONAL), ("_dtensor", _DTENSOR)):
         ops = getattr(torch.ops, namespace)
         for packet_name, spec in table.items():
@@ -238,9 +234,11 @@ def _specs() -> dict:
     return out
 
 
-_SPEC_TABLE: dict = {}
-_WAIT_OP = None
-_PROFILER_OPS: set = set()  # torch.profiler.record_function's enter/exit (they pass dispatch modes)
+_SPEC_TABLE: dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]] = {}
+_WAIT_OP: torch._ops.OpOverload | None = None
+_PROFILER_OPS: set[torch._ops.OpOverloadPacket] = set()  # torch.profiler.record_function's enter/exit (they pass dispatch modes)
+_LETS_THROUGH: dict[type, bool] = {}  # tensor type -> whether it dispatches first (_dispatches)
+_DTYPE_NAMES: dict[torch.dtype, str] = {}  # torch.float32 -> "float32" (_dtype)
 
 # Where the Python stack says an operation came from.
 _TD = os.path.dirname(os.path.abspath(dist.__file__)) + os.sep
@@ -255,8 +253,15 @@ _PUBLIC = frozenset(getattr(internals.distributed_c10d, "__all__", ()))
 # ----------------------------------------------------------------------------------------------
 # The recorder
 
+class _Observer(Protocol):  # what a Recorder calls: issued(issue), and waited(issue, ns) where it has one
+    def issued(self, issue: Issue) -> None: ...
 
-class Recorder(TorchDispatchMode):
+
+class _Timeline(Protocol):  # Recorder.timeline, a timeline.Collector
+    def profiler_op(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object: ...
+
+
+class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ has no annotations
     """Records every communication operation issued in this thread while it is active.
 
     Use as a context manager inside a rank (``with Recorder() as rec: ...; rec.records()``), or
@@ -277,29 +282,30 @@ class Recorder(TorchDispatchMode):
         fresh rank). The recorder's own frames hold no tensor code for dynamo to compile."""
         return False
 
-    def __init__(self, observers=()):
-        super().__init__()
+    def __init__(self, observers: Iterable[_Observer] = ()) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]  # torch's TorchDispatchMode.__init__ has no annotations
         self.supports_higher_order_operators = True
         global _WAIT_OP
         if not _SPEC_TABLE:
             _SPEC_TABLE.update(_specs())
             _WAIT_OP = getattr(torch.ops._c10d_functional, _WAIT).default
-        self._records: list = []
-        self._pending_peer: list = []      # (index, work, group_ranks): recv from any source
+        self._records: list[CallRecord] = []
+        self._pending_peer: list[tuple[int, dist.Work, tuple[int, ...]]] = []  # (index, work, group_ranks): recv from any source
         self._observers = list(observers)
-        self._waiting: dict = {}           # id(output) -> (weakref, Issue), functional outputs
-        self._groups: dict = {}            # ProcessGroup -> [group_size, group_ranks, recorded]
-        self._start_seq: dict = {}         # ProcessGroup -> sequence number when recording began
-        self._last_outer, self._call = None, -1   # the call (outermost torch frame) of the last record
-        self.timeline = None  # a timeline.Collector: also handed record_function's operators
+        self._waiting: dict[int, tuple[weakref.ref[torch.Tensor], Issue]] = {}  # id(output) -> (weakref, Issue), functional outputs
+        self._groups: dict[dist.ProcessGroup, list[Any]] = {}  # ProcessGroup -> [group_size, group_ranks, recorded]
+        self._start_seq: dict[dist.ProcessGroup, int] = {}  # ProcessGroup -> sequence number when recording began
+        self._last_outer: FrameType | None = None  # the call (outermost torch frame) of the last record
+        self._call = -1
+        self.timeline: _Timeline | None = None  # a timeline.Collector: also handed record_function's operators
         _PROFILER_OPS.update((torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit))
 
     # -- observers -------------------------------------------------------------------------------
-    def add_observer(self, observer) -> None:
+    def add_observer(self, observer: _Observer) -> None:
         """Call ``observer.issued(issue)`` for every operation from now on (see :class:`Issue`)."""
         self._observers.append(observer)
 
-    def remove_observer(self, observer) -> None:
+    def remove_observer(self, observer: _Observer) -> None:
         """Stop calling ``observer``."""
         self._observers.remove(observer)
 
@@ -329,12 +335,12 @@ class Recorder(TorchDispatchMode):
         return missing
 
     # -- the mode --------------------------------------------------------------------------------
-    def __enter__(self):
-        self._start_seq = {pg: s for pg in internals.live_groups()
-                           if (s := internals.sequence_number(pg)) is not None}
-        return super().__enter__()
+    def __enter__(self) -> Recorder:
+        self._start_seq = {pg: s for pg in internals.live_groups() if (s := internals.sequence_number(pg)) is not None}
+        return super().__enter__()  # type: ignore[no-any-return, no-untyped-call]  # torch's has no annotations; it returns self
 
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...], args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> object:
         kwargs = kwargs or {}
         if any(_dispatches(t) for t in types):
             return NotImplemented  # DTensor runs first; the collectives it issues come back here
@@ -356,7 +362,7 @@ class Recorder(TorchDispatchMode):
         self._record(spec, bound, out, pg, info, issued, returned)
         return out
 
-    def _group_info(self, pg):
+    def _group_info(self, pg: dist.ProcessGroup) -> list[Any]:
         info = self._groups.get(pg)
         if info is None:
             try:
@@ -366,7 +372,8 @@ class Recorder(TorchDispatchMode):
             info = self._groups[pg] = [pg.size(), ranks, 0]
         return info
 
-    def _record(self, spec, bound, out, pg, info, issued, returned):
+    def _record(self, spec: _Spec, bound: dict[str, Any], out: object, pg: dist.ProcessGroup, info: list[Any],
+                issued: int, returned: int) -> None:
         name, op, source, outer = _caller(spec)
         if outer is None or outer is not self._last_outer:
             self._call += 1
@@ -375,8 +382,8 @@ class Recorder(TorchDispatchMode):
         info[2] += _backend_count(spec, pg, size)
         work, returned_tensors = _split_result(out, spec)
         if spec.name == "batch_isend_irecv":  # one functional operator, several operations
-            entries = [(kind, peer, (t,)) for kind, peer, t in
-                       zip(bound["op_list"], bound["peer_list"], bound["tensors"])]
+            entries: list[tuple[str | None, int | None, tuple[torch.Tensor, ...] | None]] = [
+                (kind, peer, (t,)) for kind, peer, t in zip(bound["op_list"], bound["peer_list"], bound["tensors"])]
             info[2] += len(entries) - 1
         else:
             entries = [(op, None, None)]
@@ -385,16 +392,15 @@ class Recorder(TorchDispatchMode):
                 every, reads, writes = _tensor_roles(spec, bound, returned_tensors)
                 peer = _peer(spec, bound, ranks)
             else:
-                every, reads, writes = tensors, *(((tensors, ()) if kind == "isend" else ((), tensors)))
+                every, reads, writes = tensors, *(((tensors, ()) if kind == "isend" else ((), tensors)))  # type: ignore[misc]  # a starred conditional mypy cannot unpack
             if spec.placeholder:
                 every = []
             record = CallRecord(
-                name=name if tensors is None else "batch_isend_irecv", peer=peer, group_size=size,
-                shapes=tuple(tuple(t.shape) for t in every), dtypes=tuple(_dtype(t) for t in every),
-                op=kind, group_ranks=ranks, source=source, call=self._call,
-                nbytes=0 if spec.placeholder else max(_bytes(reads), _bytes(writes)))
-            if spec.name == "recv" and spec.peer is None:
-                self._pending_peer.append((len(self._records), _work(work), ranks))
+                name=name if tensors is None else "batch_isend_irecv", peer=peer, group_size=size, op=kind,
+                shapes=tuple(tuple(t.shape) for t in every), dtypes=tuple(_dtype(t) for t in every), call=self._call,
+                group_ranks=ranks, source=source, nbytes=0 if spec.placeholder else max(_bytes(reads), _bytes(writes)))
+            if spec.name == "recv" and spec.peer is None:  # a c10d operator: its result is a Work
+                self._pending_peer.append((len(self._records), cast("dist.Work", _work(work)), ranks))
             self._records.append(record)
             if self._observers:
                 issue = Issue(record, _work(work), tuple(writes) or tuple(returned_tensors), issued, returned)
@@ -405,7 +411,7 @@ class Recorder(TorchDispatchMode):
                     if spec.blocking and hasattr(observer, "waited"):
                         observer.waited(issue, returned)
 
-    def _wait(self, func, args, kwargs):
+    def _wait(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         out = func(*args, **kwargs)
         t = args[0] if args else kwargs.get("tensor")
         ref, issue = self._waiting.pop(id(t), (None, None))
@@ -421,11 +427,7 @@ class Recorder(TorchDispatchMode):
 # ----------------------------------------------------------------------------------------------
 # One operation's fields
 
-
-_LETS_THROUGH: dict = {}
-
-
-def _dispatches(cls) -> bool:
+def _dispatches(cls: type) -> bool:
     """Whether to let tensors of ``cls`` dispatch first (return ``NotImplemented``): the tensor
     subclasses of torch.distributed, whose operations become collectives or waits the recorder must
     see: DTensor and its subclasses (``nn.Parameter`` of a DTensor, as FSDP2 makes; as
@@ -440,7 +442,7 @@ def _dispatches(cls) -> bool:
     return through
 
 
-def _backend_count(spec, pg, size) -> int:
+def _backend_count(spec: _Spec, pg: dist.ProcessGroup, size: int) -> int:
     """How far one operation advances the backend's sequence number. gloo builds
     ``monitored_barrier`` from a send and a recv per peer: group rank 0 counts ``2(size - 1)``, every
     other rank 2 (measured with torch 2.13 at world sizes 2-5); every other operation counts 1."""
@@ -449,16 +451,16 @@ def _backend_count(spec, pg, size) -> int:
     return 1
 
 
-def _group_of(bound):
+def _group_of(bound: dict[str, Any]) -> dist.ProcessGroup:
     if "process_group" in bound:
         return internals.unbox_group(bound["process_group"])
     return internals.resolve_group(bound["group_name"])
 
 
-def _caller(spec):
+def _caller(spec: _Spec) -> tuple[str, str | None, Source, FrameType | None]:
     """``(name, op, source, outer frame)`` of the operation being dispatched, from the stack."""
     public, funcol, dtensor, mesh, outer = [], False, False, False, None
-    frame = sys._getframe(2)
+    frame: FrameType | None = sys._getframe(2)
     while frame is not None:
         filename = frame.f_code.co_filename
         if filename.startswith(_TD) and not filename.startswith(_DEBUG_DIR):
@@ -480,7 +482,7 @@ def _caller(spec):
     elif name in _OBJECT_CALLS:
         op = spec.name
     if dtensor:
-        source = "DTensor"
+        source: Source = "DTensor"
     elif mesh:
         source = "DeviceMesh"
     elif funcol:
@@ -492,7 +494,7 @@ def _caller(spec):
     return name, op, source, outer
 
 
-def _split_result(out, spec):
+def _split_result(out: Any, spec: _Spec) -> tuple[dist.Work | torch.ScriptObject | None, tuple[torch.Tensor, ...]]:
     """``(work, returned tensors)`` of an operator's result."""
     if spec.functional:
         return None, tuple(_flat(out, []))
@@ -501,16 +503,16 @@ def _split_result(out, spec):
     return out, ()
 
 
-def _work(work):
+def _work(work: dist.Work | torch.ScriptObject | None) -> dist.Work | None:
     if work is None:
         return None
     try:
         return internals.unbox_work(work)
     except Exception:  # noqa: BLE001 - already a Work
-        return work
+        return cast("dist.Work", work)
 
 
-def _flat(value, out: list) -> list:
+def _flat(value: object, out: list[torch.Tensor]) -> list[torch.Tensor]:
     """Append every tensor of ``value`` (a tensor, or nested lists/tuples of them) to ``out``."""
     if isinstance(value, torch.Tensor):
         out.append(value)
@@ -523,10 +525,12 @@ def _flat(value, out: list) -> list:
     return out
 
 
-def _tensor_roles(spec, bound, returned):
+def _tensor_roles(spec: _Spec, bound: dict[str, Any], returned: tuple[torch.Tensor, ...]) -> tuple[Sequence[torch.Tensor], ...]:
     """``(every, read, written)``: the operation's tensors on this rank in argument order (a
     functional collective's returned tensors last), those it reads and those it writes."""
-    every, reads, writes = [], [], []
+    every: list[torch.Tensor] = []
+    reads: list[torch.Tensor] = []
+    writes: list[torch.Tensor] = []
     for arg, value in bound.items():
         n = len(every)
         _flat(value, every)
@@ -540,7 +544,7 @@ def _tensor_roles(spec, bound, returned):
     return every, reads, writes
 
 
-def _peer(spec, bound, ranks):
+def _peer(spec: _Spec, bound: dict[str, Any], ranks: tuple[int, ...]) -> int | None:
     if spec.peer is None or bound.get(spec.peer) is None:
         return None
     value = int(bound[spec.peer])
@@ -549,14 +553,11 @@ def _peer(spec, bound, ranks):
     return ranks[value] if 0 <= value < len(ranks) else value
 
 
-def _bytes(tensors) -> int:
+def _bytes(tensors: Iterable[torch.Tensor]) -> int:
     return sum(t.numel() * t.element_size() for t in tensors)
 
 
-_DTYPE_NAMES: dict = {}
-
-
-def _dtype(t) -> str:
+def _dtype(t: torch.Tensor) -> str:
     name = _DTYPE_NAMES.get(t.dtype)
     if name is None:
         name = _DTYPE_NAMES[t.dtype] = str(t.dtype).removeprefix("torch.")
@@ -566,11 +567,10 @@ def _dtype(t) -> str:
 # ----------------------------------------------------------------------------------------------
 # The recorder of one launch on this rank
 
+_current: list[Recorder] = []
 
-_current: list = []
 
-
-def start(observers=()) -> Recorder:
+def start(observers: Iterable[_Observer] = ()) -> Recorder:
     """Begin recording this thread's operations (a rank, for ``launch(..., record_calls=True)``);
     returns the :class:`Recorder` (also :func:`active`)."""
     recorder = Recorder(observers)
@@ -594,7 +594,7 @@ def stop() -> CallRecords:
     stack = internals.dispatch_mode_stack()
     if any(m is recorder for m in stack):
         for mode in reversed(stack[[i for i, m in enumerate(stack) if m is recorder][-1]:]):
-            mode.__exit__(None, None, None)
+            mode.__exit__(None, None, None)  # type: ignore[no-untyped-call]  # torch's __exit__ has no annotations
     records = recorder.records()
     recorder._last_outer = None
     return records
