@@ -40,12 +40,15 @@ import functools
 import inspect
 import threading
 import time
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any, Final, Literal, ParamSpec, Protocol, TypeAlias, TypedDict, TypeVar, cast
 
 import torch
 import torch.distributed as dist
 
-from ._torch_internals import distributed_c10d, has_internal_overlap, patch_default_timeout
-from .timeouts import collective_timeout_name, which_timeout
+from ._torch_internals import DefaultTimeout, distributed_c10d, has_internal_overlap, patch_default_timeout
+from .timeouts import Candidate, collective_timeout_name, which_timeout
 
 __all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT", "completion_observers"]
 
@@ -57,12 +60,15 @@ LAYOUT_HINT = "non-contiguous; call .contiguous() and copy back"
 # What each function takes: argument names whose tensors the call reads (in), writes (out), or
 # both (inout); and the group constructors.
 
-_IN, _OUT, _INOUT = "in", "out", "inout"
+_Role = Literal["in", "out", "inout"]
+_IN: Final = "in"
+_OUT: Final = "out"
+_INOUT: Final = "inout"
 
 # ``_all_gather_base`` and ``_reduce_scatter_base`` are torch's deprecated (private) names of
 # ``all_gather_into_tensor`` / ``reduce_scatter_tensor``, still called by older code a learner may
 # copy; they are wrapped by name like the public functions (nothing else of them is used).
-_TENSOR_ARGS = {
+_TENSOR_ARGS: dict[str, dict[str, _Role]] = {
     "broadcast": {"tensor": _INOUT},
     "all_reduce": {"tensor": _INOUT},
     "all_reduce_coalesced": {"tensors": _INOUT},
@@ -96,14 +102,38 @@ _TENSOR_ARGS = {
 }
 _CONSTRUCTORS = ("new_group", "new_subgroups", "new_subgroups_by_enumeration", "split_group")
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+_T = TypeVar("_T")
+
+#: A wrapped call, kept to name the timeout that ends it: (function name, its signature, the
+#: positional and keyword arguments as the learner passed them, ``time.monotonic()`` at its start).
+_Timing: TypeAlias = tuple[str, inspect.Signature, tuple[Any, ...], dict[str, Any], float]
+#: ``(learner's tensor, dense stand-in)`` pairs whose results are copied back.
+_Copies: TypeAlias = list[tuple[torch.Tensor, torch.Tensor]]
+
+
+class _State(TypedDict):
+    active: bool
+    check_layout: bool
+    group_timeout: float | None  # seconds
+    since: float | None  # time.monotonic() at install()
+
+
+class _CompletionObserver(Protocol):
+    """What :data:`completion_observers` holds (``collnb.ranks.timeline``'s collector)."""
+
+    def completed_between(self, began_ns: int, returned_ns: int, now_ns: int) -> None: ...
+
+
 _tls = threading.local()      # .depth: >0 while inside a wrapped call on this thread
 _lock = threading.Lock()
-_state = dict(active=False, check_layout=False, group_timeout=None, since=None)
-_originals: dict = {}         # name -> torch's own function
-_wrappers: dict = {}          # name -> our wrapper
-_patched: list = []           # (module, name, previous value) to undo
-_signatures: dict = {}
-_group_timeouts: dict = {}    # ProcessGroup -> (seconds, phrase naming the timeout the learner gave it)
+_state: _State = dict(active=False, check_layout=False, group_timeout=None, since=None)
+_originals: dict[str, Callable[..., Any]] = {}  # name -> torch's own function
+_wrappers: dict[str, Callable[..., Any]] = {}   # name -> our wrapper
+_patched: list[tuple[ModuleType, str, object]] = []  # (module, name, previous value) to undo
+_signatures: dict[str, inspect.Signature] = {}
+_group_timeouts: dict[dist.ProcessGroup, tuple[float, str]] = {}  # group -> (seconds, phrase naming the timeout the learner gave it)
 
 
 def installed() -> bool:
@@ -111,7 +141,7 @@ def installed() -> bool:
     return bool(_patched) and _state["active"]
 
 
-def install(check_layout: bool = True, group_timeout: float | None = None):
+def install(check_layout: bool = True, group_timeout: float | None = None) -> None:
     """Put the wrappers in place (once per process) and activate them with these options.
 
     Args:
@@ -123,7 +153,7 @@ def install(check_layout: bool = True, group_timeout: float | None = None):
     with _lock:
         if not _patched:
             _patch()
-        _state.update(active=True, check_layout=bool(check_layout), group_timeout=group_timeout,
+        _state.update(active=True, check_layout=bool(check_layout), group_timeout=group_timeout,  # type: ignore[call-arg]  # mypy's TypedDict.update takes no keywords
                       since=time.monotonic())
         _group_timeouts.clear()
 
@@ -133,7 +163,7 @@ def pause() -> None:
     _state["active"] = False
 
 
-def uninstall():
+def uninstall() -> None:
     """Deactivate and restore torch's own functions."""
     with _lock:
         _state["active"] = False
@@ -143,7 +173,7 @@ def uninstall():
         _group_timeouts.clear()
 
 
-def _patch():
+def _patch() -> None:
     c10d = distributed_c10d
     for name in list(_TENSOR_ARGS) + list(_CONSTRUCTORS):
         orig = getattr(c10d, name, None)
@@ -165,7 +195,7 @@ def _patch():
     _patched.append(patch_default_timeout(_default_timeout))
 
 
-def _default_timeout(backend, previous):
+def _default_timeout(backend: dist.Backend, previous: DefaultTimeout) -> datetime.timedelta:
     seconds = _state["group_timeout"]
     if _state["active"] and seconds is not None:
         return datetime.timedelta(seconds=seconds)
@@ -176,32 +206,33 @@ def _default_timeout(backend, previous):
 # Wrappers
 
 
-def _enter():
-    depth = getattr(_tls, "depth", 0)
+def _enter() -> int:
+    depth: int = getattr(_tls, "depth", 0)
     _tls.depth = depth + 1
     if depth == 0:  # the outermost call's start: what a timeout that ends it is measured against
         _tls.since = time.monotonic()
     return depth
 
 
-def _leave(depth):
+def _leave(depth: int) -> None:
     _tls.depth = depth
 
 
-def _make_wrapper(name, orig):
+def _make_wrapper(name: str, orig: Callable[_P, _R]) -> Callable[_P, _R]:
     sig = _signatures[name]
     roles = _TENSOR_ARGS[name]
 
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
-        if not _state["active"] or getattr(_tls, "depth", 0):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        if not _state["active"] or getattr(_tls, "depth", 0):  # type: ignore[arg-type]  # mypy takes getattr's bool overload from `or`; 0 is the depth's default
             return orig(*args, **kwargs)
         depth = _enter()
-        timing = (name, sig, args, kwargs, _tls.since)
+        timing: _Timing = (name, sig, args, kwargs, _tls.since)
         began = time.perf_counter_ns() if completion_observers else 0
         try:
-            if name == "batch_isend_irecv":
-                return _spanned([_timed(w, timing) for w in _batch(orig, args, kwargs)], began)
+            if name == "batch_isend_irecv":  # orig is torch's batch_isend_irecv: it returns list[Work]
+                return cast(_R, _spanned([_timed(w, timing) for w in _batch(
+                    cast("Callable[..., list[dist.Work]]", orig), args, kwargs)], began))
             if _state["check_layout"] and roles and _any_odd(args, kwargs):
                 result = _call_with_dense(orig, name, sig.bind(*args, **kwargs), roles)
             else:
@@ -216,11 +247,11 @@ def _make_wrapper(name, orig):
     return wrapper
 
 
-def _make_constructor(name, orig):
+def _make_constructor(name: str, orig: Callable[_P, _R]) -> Callable[_P, _R]:
     sig = _signatures[name]
 
     @functools.wraps(orig)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         if not _state["active"]:
             return orig(*args, **kwargs)
         depth = _enter()
@@ -245,11 +276,12 @@ def _make_constructor(name, orig):
     return wrapper
 
 
-def _seconds(timeout):
+def _seconds(timeout: datetime.timedelta | float) -> float:
     return timeout.total_seconds() if isinstance(timeout, datetime.timedelta) else float(timeout)
 
 
-def _name_timeout(exc, name, sig, args, kwargs, since, wait=None):
+def _name_timeout(exc: BaseException, name: str, sig: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  since: float, wait: tuple[float, datetime.timedelta] | None = None) -> None:
     """Attach ``collnb_timeout`` to an error of a wrapped call: a :class:`.TimeoutReport` of which
     timeout ended the wait. The timeouts that applied: the call's own ``timeout=`` (``barrier``,
     ``monitored_barrier``; ``wait=(start, timeout)`` for ``Work.wait(timeout=)``), its group's
@@ -260,14 +292,14 @@ def _name_timeout(exc, name, sig, args, kwargs, since, wait=None):
             return
         now = time.monotonic()
         arguments = sig.bind(*args, **kwargs).arguments
-        candidates = []
+        candidates: list[Candidate] = []
         if wait is not None and wait[1]:
-            seconds = _seconds(wait[1])
+            seconds: float | None = _seconds(wait[1])
             candidates.append((seconds, f"the timeout={seconds:g} s passed to Work.wait", now - wait[0]))
         if name in ("monitored_barrier", "barrier") and arguments.get("timeout") is not None:
             seconds = _seconds(arguments["timeout"])
             candidates.append((seconds, f"the timeout={seconds:g} s passed to {name}", now - since))
-        group = arguments.get("group")
+        group: Any = arguments.get("group")  # whatever the learner passed as group=
         if group is None and name == "batch_isend_irecv":
             ops = arguments.get("p2p_op_list") or []
             group = getattr(ops[0], "group", None) if ops else None
@@ -275,7 +307,7 @@ def _name_timeout(exc, name, sig, args, kwargs, since, wait=None):
         seconds, phrase = _group_timeouts.get(group) or (_state["group_timeout"],
                                                          collective_timeout_name(_state["group_timeout"]))
         candidates.append((seconds, phrase, now - since))
-        exc.collnb_timeout = which_timeout(candidates, str(exc))
+        exc.collnb_timeout = which_timeout(candidates, str(exc))  # type: ignore[attr-defined]  # collnb's mark on the error; protocol.py reads it with getattr
     except Exception:  # noqa: BLE001 - naming is a courtesy; never hide the real error
         pass
 
@@ -290,7 +322,7 @@ def name_unmeasured(exc: BaseException) -> None:
         seconds = _state["group_timeout"]
         candidates = [(seconds, collective_timeout_name(seconds), None)] + [
             (s, phrase, None) for s, phrase in set(_group_timeouts.values())]
-        exc.collnb_timeout = which_timeout(candidates, str(exc), at_most=time.monotonic() - _state["since"])
+        exc.collnb_timeout = which_timeout(candidates, str(exc), at_most=time.monotonic() - _state["since"])  # type: ignore[attr-defined]  # as above
     except Exception:  # noqa: BLE001 - as above
         pass
 
@@ -301,10 +333,10 @@ def name_unmeasured(exc: BaseException) -> None:
 #: send/recv Work has no future (``Work::getFuture not implemented``) and reports itself completed
 #: only once waited on, so this is the only moment a timeline (:mod:`.timeline`) can see. Empty
 #: unless ``launch(..., timeline=True)``: then the wrappers read the clock.
-completion_observers: list = []
+completion_observers: list[_CompletionObserver] = []
 
 
-def _spanned(result, began):
+def _spanned(result: _T, began: int) -> _T:
     """Tell :data:`completion_observers` that a blocking call's operations completed, or keep the
     call's span on its Work(s) for their ``wait()``; returns ``result``."""
     if not completion_observers:
@@ -320,19 +352,19 @@ def _spanned(result, began):
     return result
 
 
-def _timed(result, timing):
+def _timed(result: _T, timing: _Timing) -> _T:
     """The Work(s) of an ``async_op=True`` call, whose ``wait()`` names the timeout it raises for."""
     if isinstance(result, _CopyBackWork):
         result._timing = timing
         return result
-    return _CopyBackWork(result, [], timing) if isinstance(result, dist.Work) else result
+    return cast(_T, _CopyBackWork(result, [], timing)) if isinstance(result, dist.Work) else result  # a Work stays a Work
 
 
 # ----------------------------------------------------------------------------------------------
 # batch_isend_irecv
 
 
-def _tensors(value):
+def _tensors(value: object) -> Iterator[torch.Tensor]:
     if isinstance(value, torch.Tensor):
         yield value
     elif isinstance(value, (list, tuple)):
@@ -340,8 +372,8 @@ def _tensors(value):
             yield from _tensors(v)
 
 
-def _batch(orig, args, kwargs):
-    ops = list(args[0] if args else kwargs.get("p2p_op_list", []))
+def _batch(orig: Callable[..., list[dist.Work]], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[dist.Work]:
+    ops: list[dist.P2POp] = list(args[0] if args else kwargs.get("p2p_op_list", []))
     for op in ops:  # an op built with torch's own isend/irecv (captured before install)
         for which in ("isend", "irecv"):
             if getattr(op, "op", None) is _originals.get(which):
@@ -349,7 +381,7 @@ def _batch(orig, args, kwargs):
     if not (_state["check_layout"] and any(_odd(op.tensor) for op in ops if isinstance(op.tensor, torch.Tensor))):
         return orig(*args, **kwargs)
     # Dense stand-ins for odd tensors; results copied back when each Work is waited on.
-    swapped = {}  # index of the op -> (its tensor, the dense stand-in or None for a send)
+    swapped: dict[int, tuple[torch.Tensor, torch.Tensor | None]] = {}  # index of the op -> (its tensor, the dense stand-in or None for a send)
     for i, op in enumerate(ops):
         t = op.tensor
         if isinstance(t, torch.Tensor) and _odd(t):
@@ -376,7 +408,7 @@ def _batch(orig, args, kwargs):
 # Layouts
 
 
-def _odd(t) -> bool:
+def _odd(t: torch.Tensor) -> bool:
     """Whether gloo would misread this tensor: strided but not dense, or a pending conj/neg."""
     try:
         return (t.layout == torch.strided and not t.is_nested and not t.is_contiguous()) \
@@ -385,7 +417,7 @@ def _odd(t) -> bool:
         return False
 
 
-def _any_odd(args, kwargs) -> bool:
+def _any_odd(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
     for value in (*args, *kwargs.values()):
         if isinstance(value, torch.Tensor):
             if _odd(value):
@@ -397,11 +429,11 @@ def _any_odd(args, kwargs) -> bool:
     return False
 
 
-def _dense(t):
+def _dense(t: torch.Tensor) -> torch.Tensor:
     return t.resolve_conj().resolve_neg().contiguous().clone(memory_format=torch.contiguous_format)
 
 
-def _check_writable(t, name):
+def _check_writable(t: torch.Tensor, name: str) -> None:
     if t.layout == torch.strided and has_internal_overlap(t):
         raise ValueError(
             f"{name}: an output tensor of shape {tuple(t.shape)} with strides {t.stride()} is an expanded "
@@ -409,7 +441,7 @@ def _check_writable(t, name):
             f"tensor of its own: out = t.clone() (or {LAYOUT_HINT})")
 
 
-def _swap(value, role, name, copies):
+def _swap(value: object, role: _Role, name: str, copies: _Copies) -> object:
     """``value`` with every odd tensor replaced by a dense copy; ``copies`` collects
     ``(original, dense)`` pairs whose results must be copied back."""
     if isinstance(value, torch.Tensor):
@@ -428,13 +460,13 @@ def _swap(value, role, name, copies):
     return value
 
 
-def _copy_back(copies):
+def _copy_back(copies: _Copies) -> None:
     for original, dense in copies:
         original.copy_(dense)
 
 
-def _call_with_dense(orig, name, bound, roles):
-    copies = []
+def _call_with_dense(orig: Callable[..., _R], name: str, bound: inspect.BoundArguments, roles: dict[str, _Role]) -> _R:
+    copies: _Copies = []
     arguments = bound.arguments
     for arg, role in roles.items():
         if arg in arguments:
@@ -443,7 +475,8 @@ def _call_with_dense(orig, name, bound, roles):
     if not copies:
         return result
     if arguments.get("async_op") or name in ("isend", "irecv"):  # results land when waited on
-        return _CopyBackWork(result, copies) if result is not None else result
+        # torch's Work here (None on a rank outside the group), and a Work stays a Work
+        return cast(_R, _CopyBackWork(cast(dist.Work, result), copies)) if result is not None else result
     _copy_back(copies)
     return result
 
@@ -452,20 +485,20 @@ class _CopyBackWork(dist.Work):
     """A :class:`torch.distributed.Work` that, once the operation is done, copies its results
     from the dense stand-ins back into the learner's tensors (non-contiguous or conj/neg views)."""
 
-    def __init__(self, work, copies, timing=None):
+    def __init__(self, work: dist.Work, copies: _Copies, timing: _Timing | None = None) -> None:
         super().__init__()
         self._work = work
         self._copies = copies
         self._copied = False
         self._timing = timing  # the call's (name, sig, args, kwargs, start): to name a timeout wait() raises
-        self._span = None      # (began_ns, returned_ns) of the call, for completion_observers
+        self._span: tuple[int, int] | None = None  # (began_ns, returned_ns) of the call, for completion_observers
 
-    def _finish(self):
+    def _finish(self) -> None:
         if not self._copied:
             self._copied = True
             _copy_back(self._copies)
 
-    def wait(self, timeout=datetime.timedelta(0)):
+    def wait(self, timeout: datetime.timedelta = datetime.timedelta(0)) -> bool:
         start = time.monotonic()
         try:
             done = self._work.wait(timeout) if timeout else self._work.wait()
@@ -480,30 +513,30 @@ class _CopyBackWork(dist.Work):
                 obs.completed_between(*self._span, now)
         return done
 
-    def is_completed(self):
+    def is_completed(self) -> bool:
         return self._work.is_completed()
 
-    def is_success(self):
+    def is_success(self) -> bool:
         return self._work.is_success()
 
-    def exception(self):
+    def exception(self) -> Any:  # torch's own stub leaves it Any
         return self._work.exception()
 
-    def source_rank(self):
+    def source_rank(self) -> int:
         return self._work.source_rank()
 
-    def result(self):
+    def result(self) -> list[torch.Tensor]:
         return self._work.result()
 
-    def synchronize(self):
+    def synchronize(self) -> None:
         self._work.synchronize()
         self._finish()
 
-    def get_future(self):
-        def done(fut):
+    def get_future(self) -> torch.futures.Future[list[torch.Tensor]]:
+        def done(fut: torch.futures.Future[list[torch.Tensor]]) -> list[torch.Tensor]:
             self._finish()
             return fut.value()
         return self._work.get_future().then(done)
 
-    def __getattr__(self, item):
+    def __getattr__(self, item: str) -> Any:  # the wrapped Work's, whatever it is
         return getattr(self._work, item)
