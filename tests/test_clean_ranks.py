@@ -96,6 +96,7 @@ GLOBAL_CHANGES = {
 def test_a_global_change_is_gone_in_the_next_call(change, capfd):
     code, probe = GLOBAL_CHANGES[change]
     fresh = collnb.launch(_probe, 2, args=(probe,))
+    capfd.readouterr()  # an earlier test's ranks, retired, may have been replaced by this first call: not ours
     changed = collnb.launch(_change_then_probe, 2, args=(code, probe))
     assert changed != fresh, f"{change}: the change did not take effect in its own call ({changed})"
     pids = launcher.warm_pool().pids()[:2]
