@@ -12,7 +12,8 @@ defines and whether they agree. Which dtypes and ops a backend accepts is detect
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -20,93 +21,111 @@ from .. import ranks
 from ..i18n import N_, _
 from ..vocabulary import check_int, check_rank, dtype_name, op_hint, op_name
 from .inputs import check_input_values, check_inputs
-from .rank_calls import rank_cases
+from .rank_calls import Case, rank_cases
 from .expected import reference, tolerance
 from .result import RunResult
 from .specs import REDUCING_PRIMITIVES, SPECS, get_spec
-from .support import backend_support, known_support
+from .support import BackendSupport, backend_support, known_support
+
+if TYPE_CHECKING:
+    import torch.distributed as dist
+    from typing_extensions import Unpack
+
+    from ..ranks import LaunchOptions
 
 __all__ = ["run", "run_batch", "MAX_CHUNK_SIZE"]
 
 #: The most elements one chunk may hold (4 Mi: 16 MiB of float32 per chunk and rank).
 MAX_CHUNK_SIZE = 1 << 22
 
+#: A run's ``inputs``: ``None`` (the teaching inputs), per rank a sequence of chunk values, or
+#: ``f(rank, chunk) -> number`` (:func:`~.inputs.check_inputs`).
+Inputs = Iterable[Iterable[object]] | Callable[[int, int], object] | None
 
-def _prepare(primitive, world_size, dtype, op, root, backend, chunk_size, inputs, support_getter) -> dict:
+#: One buffer of a rank as :func:`~.rank_calls.rank_cases` returns it (on the CPU once launched).
+_Buffer = torch.Tensor | list[object]
+
+
+def _prepare(primitive: object, world_size: int, dtype: object, op: object, root: object, backend: str,
+             chunk_size: object, inputs: object, support_getter: Callable[[], BackendSupport | None]) -> Case:
     """Validate one request before anything is launched (``world_size`` and ``backend`` are
-    checked already; every check in :mod:`collnb.vocabulary` words); returns the case dict the
-    ranks run (see :mod:`.rank_calls`)."""
+    checked already; the other arguments are as a learner gave them, every check in
+    :mod:`collnb.vocabulary` words); returns the case the ranks run (see :mod:`.rank_calls`)."""
     spec = get_spec(primitive)
-    check_rank(root, world_size, "root")
-    check_int("chunk_size", chunk_size, 1, MAX_CHUNK_SIZE, what=N_("elements per chunk"))
+    name = spec.name
+    root = check_rank(root, world_size, "root")
+    chunk_size = check_int("chunk_size", chunk_size, 1, MAX_CHUNK_SIZE, what=N_("elements per chunk"))
     opn = op_name(op)
     if not spec.reduces and opn != "sum":
         raise ValueError(_("{primitive} does not combine values, so it takes no reduce op (got op={op}); "
-                           "ops apply to {reducing}").format(primitive=primitive, op=repr(op),
+                           "ops apply to {reducing}").format(primitive=name, op=repr(op),
                                                              reducing=", ".join(REDUCING_PRIMITIVES)))
     dname = dtype_name(dtype if dtype is not None else torch.float32)
-    _check_inputs_type(inputs)
-    table = check_inputs(inputs, spec, world_size, root)
+    table = check_inputs(_checked_inputs_type(inputs), spec, world_size, root)
     sup = support_getter() if spec.kind in ("tensor", "object") else None  # None: not known, not checked
     if spec.kind == "tensor" and sup is not None:
-        if not sup.supports(primitive, dname, opn if spec.reduces else None):
-            valid_d = sup.dtypes(primitive)
+        if not sup.supports(name, dname, opn if spec.reduces else None):
+            valid_d = sup.dtypes(name)
             if dname not in valid_d:
-                err = sup.error(primitive, dname, opn if spec.reduces else None)
+                err = sup.error(name, dname, opn if spec.reduces else None)
                 raise ValueError(
                     _("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks, torch "
                       "{version}: {error}); dtypes {primitive} accepts on {backend}: {valid}").format(
-                          backend=backend, primitive=primitive, dtype=dname, version=sup.torch_version, error=err,
+                          backend=backend, primitive=name, dtype=dname, version=sup.torch_version, error=err,
                           valid=", ".join(valid_d)))
-            valid_o = sup.ops(primitive, dname)
+            valid_o = sup.ops(name, dname)
             raise ValueError(
                 _("{backend} cannot reduce {dtype} with op {op} in {primitive} (detected on real ranks, "
                   "torch {version}: {error}).{hint} Valid ops for {dtype}: {valid}").format(
-                      backend=backend, dtype=dname, op=opn.upper(), primitive=primitive, version=sup.torch_version,
-                      error=sup.error(primitive, dname, opn), hint=op_hint(opn, dname),
+                      backend=backend, dtype=dname, op=opn.upper(), primitive=name, version=sup.torch_version,
+                      error=sup.error(name, dname, opn), hint=op_hint(opn, dname),
                       valid=", ".join(o.upper() for o in valid_o)))
     if spec.kind == "tensor":
         check_input_values(table, dname)
     elif spec.kind == "object" and sup is not None:
-        if not sup.supports(primitive):
+        if not sup.supports(name):
             raise ValueError(_("{backend} cannot run {primitive} here (detected: {error})").format(
-                backend=backend, primitive=primitive, error=sup.error(primitive)))
-    return dict(primitive=primitive, dtype=dname, op=opn, root=root, chunk_size=chunk_size,
-                inputs=table)
+                backend=backend, primitive=name, error=sup.error(name)))
+    return Case(primitive=spec.name, dtype=dname, op=opn, root=root, chunk_size=chunk_size, inputs=table)
 
 
-def _check_inputs_type(inputs) -> None:
-    """``inputs`` is ``None``, a callable ``f(rank, chunk)`` or a sequence (list, tuple, array) of
-    per-rank sequences of chunk values; a str, bytes, dict or set is none of these (iterating it
-    would give characters or keys).
+def _checked_inputs_type(inputs: object) -> Inputs:
+    """``inputs`` if it is ``None``, a callable ``f(rank, chunk)`` or an iterable (list, tuple,
+    array) of per-rank iterables of chunk values; a str, bytes, dict or set is none of these
+    (iterating it would give characters or keys).
 
     Raises:
         TypeError: any other type, or a row of those types, in the vocabulary's words.
     """
     if inputs is None or callable(inputs):
-        return
-    if isinstance(inputs, (str, bytes, dict, set, frozenset)) or not hasattr(inputs, "__iter__"):
+        return inputs
+    if isinstance(inputs, (str, bytes, dict, set, frozenset)) or not isinstance(inputs, Iterable):
         raise TypeError(_("inputs must be a list of lists or a callable; got {type} {value} (one list of chunk "
                           "values per rank, or f(rank, chunk) -> number)").format(
                               type=type(inputs).__name__, value=repr(inputs)))
     for r, row in enumerate(inputs):
-        if isinstance(row, (str, bytes, dict, set, frozenset)) or not hasattr(row, "__iter__"):
+        if isinstance(row, (str, bytes, dict, set, frozenset)) or not isinstance(row, Iterable):
             raise TypeError(_("inputs must be a list of lists or a callable; got inputs[{r}] = {value}, a {type} "
                               "(one list of chunk values per rank, or f(rank, chunk) -> number)").format(
                                   r=r, value=repr(row), type=type(row).__name__))
+    return inputs
 
 
-def _finish(case, world_size, backend, before, after, seconds) -> RunResult:
+def _finish(case: Case, world_size: int, backend: str, before: list[_Buffer], after: list[_Buffer],
+            seconds: float) -> RunResult:
     """The :class:`~.result.RunResult` of one case from the ranks' ``before``/``after`` buffers:
     reference, tolerance and verdict (``barrier``: times made relative, in ms)."""
     spec = SPECS[case["primitive"]]
     cs, root, op = case["chunk_size"], case["root"], case["op"]
-    dt = getattr(torch, case["dtype"])
-    if spec.kind == "time":
-        t0 = min(float(b[0]) for b in before)
-        before = [(b - t0) * 1000.0 for b in before]
-        after = [(a - t0) * 1000.0 for a in after]
-        last = max(float(b[0]) for b in before)
+    dt: torch.dtype = getattr(torch, case["dtype"])
+    expected: list[torch.Tensor | list[object] | None]
+    exact: list[torch.Tensor | None]
+    if spec.kind == "time":  # barrier: float64 tensors of seconds (rank_calls._r_barrier)
+        arrive, leave = cast(list[torch.Tensor], before), cast(list[torch.Tensor], after)
+        t0 = min(float(b[0]) for b in arrive)
+        before = [(b - t0) * 1000.0 for b in arrive]
+        after = [(a - t0) * 1000.0 for a in leave]
+        last = max(float(b[0]) for b in cast(list[torch.Tensor], before))
         expected = [torch.tensor([last], dtype=torch.float64) for _ in range(world_size)]
         exact = [None] * world_size
         defined = [True] * world_size
@@ -128,8 +147,8 @@ def _finish(case, world_size, backend, before, after, seconds) -> RunResult:
     return result
 
 
-def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo", *,
-              check_support: bool = True, **launch_kwargs) -> list:
+def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, backend: str = "gloo", *,
+              check_support: bool = True, **launch_kwargs: Unpack[LaunchOptions]) -> list[RunResult]:
     """Run several primitives at one world size in ONE launch (they run one after another on the
     same ranks). Each config is a dict of :func:`run` keyword arguments (``primitive`` required;
     ``dtype``, ``op``, ``root``, ``chunk_size``, ``inputs`` optional). Every config is validated
@@ -147,9 +166,9 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
         as :func:`run`.
     """
     ranks.check_ranks(world_size, backend)
-    support = None
+    support: BackendSupport | None = None
 
-    def get_support():
+    def get_support() -> BackendSupport | None:
         nonlocal support
         if support is None:
             support = backend_support(backend, **launch_kwargs) if check_support else known_support(backend)
@@ -160,29 +179,29 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
                           "if it is a name); got the {type} {value}").format(
                               example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
                               type=type(configs).__name__))
-    cases = []
+    cases: list[Case] = []
     for cfg in configs:
         if not isinstance(cfg, dict):
             raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
                 example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
-        cfg = dict(cfg)
+        given = dict(cfg)
         try:
-            primitive = cfg.pop("primitive")
+            primitive = given.pop("primitive")
         except KeyError:
-            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(cfg))) from None
-        unknown = set(cfg) - {"dtype", "op", "root", "chunk_size", "inputs"}
+            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(given))) from None
+        unknown = set(given) - {"dtype", "op", "root", "chunk_size", "inputs"}
         if unknown:
             raise TypeError(_("unknown config keys {keys}; use dtype, op, root, chunk_size, inputs").format(
                 keys=sorted(unknown)))
-        cases.append(_prepare(primitive, world_size, cfg.get("dtype", torch.float32), cfg.get("op", "sum"),
-                              cfg.get("root", 0), backend, cfg.get("chunk_size", 1), cfg.get("inputs"),
+        cases.append(_prepare(primitive, world_size, given.get("dtype", torch.float32), given.get("op", "sum"),
+                              given.get("root", 0), backend, given.get("chunk_size", 1), given.get("inputs"),
                               get_support))
     if not cases:
         return []
     t0 = time.perf_counter()
     per_rank = ranks.launch(rank_cases, world_size, args=(cases, backend), backend=backend, **launch_kwargs)
     seconds = time.perf_counter() - t0
-    results = []
+    results: list[RunResult] = []
     for i, case in enumerate(cases):
         before = [per_rank[r][i][0] for r in range(world_size)]
         after = [per_rank[r][i][1] for r in range(world_size)]
@@ -190,9 +209,10 @@ def run_batch(configs: Sequence[dict], world_size: int = 4, backend: str = "gloo
     return results
 
 
-def run(primitive: str, world_size: int = 4, dtype=torch.float32, op="sum", root: int = 0,
-        backend: str = "gloo", chunk_size: int = 1, inputs=None, *, check_support: bool = True,
-        **launch_kwargs) -> RunResult:
+def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.float32,
+        op: str | dist.ReduceOp | dist.ReduceOp.RedOpType = "sum", root: int = 0, backend: str = "gloo",
+        chunk_size: int = 1, inputs: Inputs = None, *, check_support: bool = True,
+        **launch_kwargs: Unpack[LaunchOptions]) -> RunResult:
     """Run one primitive on ``world_size`` real ranks and check it against the reference.
 
     Each rank builds its own teaching input (rank ``r``, chunk ``c`` holds ``10*r + c``; see

@@ -13,56 +13,85 @@ from __future__ import annotations
 
 import time
 import warnings
+from typing import Callable, NotRequired, ParamSpec, TypedDict, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from ..ranks import same_on_every_rank
-from .inputs import make_tensor
+from .inputs import InputTable, make_tensor
 
-__all__ = ["RANK_CALLS", "BARRIER_STAGGER_S", "rank_cases", "rank_probe"]
+__all__ = ["RANK_CALLS", "BARRIER_STAGGER_S", "Case", "Buffers", "RankCall", "rank_cases", "rank_probe"]
+
+
+class Case(TypedDict):
+    """One primitive call as every rank makes it (:func:`~.primitives.run_batch` and the support probe
+    build them; every field is checked before a rank starts)."""
+
+    primitive: str  #: a name of :data:`~.specs.PRIMITIVES`
+    dtype: str  #: a name of :data:`collnb.vocabulary.DTYPE_NAMES` (``"float32"``)
+    op: str  #: a name of :data:`collnb.vocabulary.REDUCE_OPS` (``"sum"``; unused where nothing reduces)
+    root: int  #: the src/dst rank (unused where the primitive has none)
+    chunk_size: int  #: elements per chunk
+    inputs: InputTable  #: per rank, the chunk values (:func:`~.inputs.check_inputs`)
+    stagger_s: NotRequired[float]  #: barrier only: seconds rank r waits, times r (default BARRIER_STAGGER_S)
+
+
+#: A rank's ``(before, after)``: flat tensors on the rank's device for the tensor primitives and
+#: ``barrier`` (float64 arrival/departure times, s), lists of Python objects for the object primitives.
+Buffers = tuple[torch.Tensor, torch.Tensor] | tuple[list[object], list[object]]
+
+#: A rank function: ``fn(rank, world_size, case, device, group) -> (before, after)``; ``group=None``
+#: is the default process group.
+RankCall = Callable[[int, int, Case, torch.device, dist.ProcessGroup | None], Buffers]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 #: Seconds rank ``r`` of ``barrier`` waits (times ``r``) before it arrives: well above the
 #: scheduling jitter of 16 ranks on 2 cores.
 BARRIER_STAGGER_S = 0.030
 
 
-def _zeros(n, case, device):
-    return torch.zeros(n * case["chunk_size"], dtype=getattr(torch, case["dtype"]), device=device)
+def _dtype(case: Case) -> torch.dtype:
+    dtype: torch.dtype = getattr(torch, case["dtype"])
+    return dtype
 
 
-def _input(rank, case, device):
-    return make_tensor(case["inputs"][rank], case["chunk_size"], getattr(torch, case["dtype"]), device)
+def _zeros(n: int, case: Case, device: torch.device) -> torch.Tensor:
+    return torch.zeros(n * case["chunk_size"], dtype=_dtype(case), device=device)
 
 
-def _rop(case):
-    return getattr(dist.ReduceOp, case["op"].upper())
+def _input(rank: int, case: Case, device: torch.device) -> torch.Tensor:
+    return make_tensor(case["inputs"][rank], case["chunk_size"], _dtype(case), device)
 
 
-# Every rank function takes (rank, world_size, case, device, group) and returns (before, after);
-# group=None is the default process group.
+def _rop(case: Case) -> dist.ReduceOp.RedOpType:
+    op: dist.ReduceOp.RedOpType = getattr(dist.ReduceOp, case["op"].upper())
+    return op
 
-def _r_broadcast(rank, ws, case, device, g):
+
+def _r_broadcast(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     dist.broadcast(t, src=case["root"], group=g)
     return before, t
 
 
-def _r_scatter(rank, ws, case, device, g):
+def _r_scatter(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     cs, root = case["chunk_size"], case["root"]
     out = _zeros(1, case, device)
     if rank == root:
         full = _input(rank, case, device)
         before = full.clone()
-        dist.scatter(out, list(full.split(cs)), src=root, group=g)
+        dist.scatter(out, list(torch.split(full, cs)), src=root, group=g)
     else:
         before = _zeros(0, case, device)
         dist.scatter(out, None, src=root, group=g)
     return before, out
 
 
-def _r_gather(rank, ws, case, device, g):
+def _r_gather(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     root = case["root"]
     t = _input(rank, case, device)
     before = t.clone()
@@ -74,14 +103,14 @@ def _r_gather(rank, ws, case, device, g):
     return before, _zeros(0, case, device)
 
 
-def _r_reduce(rank, ws, case, device, g):
+def _r_reduce(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     dist.reduce(t, dst=case["root"], op=_rop(case), group=g)
     return before, t
 
 
-def _r_all_gather(rank, ws, case, device, g):
+def _r_all_gather(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     lst = [_zeros(1, case, device) for _ in range(ws)]
@@ -89,30 +118,30 @@ def _r_all_gather(rank, ws, case, device, g):
     return before, torch.cat(lst)
 
 
-def _r_reduce_scatter(rank, ws, case, device, g):
+def _r_reduce_scatter(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = _zeros(1, case, device)
-    dist.reduce_scatter(out, list(t.split(case["chunk_size"])), op=_rop(case), group=g)
+    dist.reduce_scatter(out, list(torch.split(t, case["chunk_size"])), op=_rop(case), group=g)
     return before, out
 
 
-def _r_all_reduce(rank, ws, case, device, g):
+def _r_all_reduce(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     dist.all_reduce(t, op=_rop(case), group=g)
     return before, t
 
 
-def _r_all_to_all(rank, ws, case, device, g):
+def _r_all_to_all(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = [_zeros(1, case, device) for _ in range(ws)]
-    dist.all_to_all(out, [x.clone() for x in t.split(case["chunk_size"])], group=g)
+    dist.all_to_all(out, [x.clone() for x in torch.split(t, case["chunk_size"])], group=g)
     return before, torch.cat(out)
 
 
-def _r_all_to_all_single(rank, ws, case, device, g):
+def _r_all_to_all_single(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = torch.zeros_like(t)
@@ -120,7 +149,7 @@ def _r_all_to_all_single(rank, ws, case, device, g):
     return before, out
 
 
-def _quiet(call, *args, **kwargs):
+def _quiet(call: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
     # all_gather_into_tensor / reduce_scatter_tensor print a FutureWarning (deprecated in favour
     # of the *_single names) in every rank; the spec's summary says so once instead.
     with warnings.catch_warnings():
@@ -128,7 +157,7 @@ def _quiet(call, *args, **kwargs):
         return call(*args, **kwargs)
 
 
-def _r_all_gather_into_tensor(rank, ws, case, device, g):
+def _r_all_gather_into_tensor(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = _zeros(ws, case, device)
@@ -136,7 +165,7 @@ def _r_all_gather_into_tensor(rank, ws, case, device, g):
     return before, out
 
 
-def _r_all_gather_single(rank, ws, case, device, g):
+def _r_all_gather_single(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = _zeros(ws, case, device)
@@ -144,7 +173,7 @@ def _r_all_gather_single(rank, ws, case, device, g):
     return before, out
 
 
-def _r_reduce_scatter_tensor(rank, ws, case, device, g):
+def _r_reduce_scatter_tensor(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = _zeros(1, case, device)
@@ -152,7 +181,7 @@ def _r_reduce_scatter_tensor(rank, ws, case, device, g):
     return before, out
 
 
-def _r_reduce_scatter_single(rank, ws, case, device, g):
+def _r_reduce_scatter_single(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     out = _zeros(1, case, device)
@@ -160,37 +189,37 @@ def _r_reduce_scatter_single(rank, ws, case, device, g):
     return before, out
 
 
-def _r_broadcast_object_list(rank, ws, case, device, g):
+def _r_broadcast_object_list(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     objs = list(case["inputs"][rank])
     before = list(objs)
     dist.broadcast_object_list(objs, src=case["root"], group=g, device=device)
     return before, objs
 
 
-def _r_scatter_object_list(rank, ws, case, device, g):
+def _r_scatter_object_list(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     root = case["root"]
-    out = [None]
+    out: list[object] = [None]
     before = list(case["inputs"][rank]) if rank == root else []
     dist.scatter_object_list(out, list(before) if rank == root else None, src=root, group=g)
     return before, out
 
 
-def _r_gather_object(rank, ws, case, device, g):
+def _r_gather_object(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     root = case["root"]
     obj = case["inputs"][rank][0]
-    lst = [None] * ws if rank == root else None
+    lst: list[object] | None = [None] * ws if rank == root else None
     dist.gather_object(obj, lst, dst=root, group=g)
-    return [obj], (lst if rank == root else [])
+    return [obj], (lst if lst is not None else [])
 
 
-def _r_all_gather_object(rank, ws, case, device, g):
+def _r_all_gather_object(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     obj = case["inputs"][rank][0]
-    lst = [None] * ws
+    lst: list[object] = [None] * ws
     dist.all_gather_object(lst, obj, group=g)
     return [obj], lst
 
 
-def _r_send_recv(rank, ws, case, device, g):
+def _r_send_recv(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     t = _input(rank, case, device)
     before = t.clone()
     if ws == 1:  # a ring of one: torch refuses to send to yourself, and nothing has to move
@@ -203,7 +232,7 @@ def _r_send_recv(rank, ws, case, device, g):
     return before, out
 
 
-def _r_barrier(rank, ws, case, device, g):
+def _r_barrier(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
     dist.barrier(group=g)  # line everyone up, then arrive staggered
     time.sleep(case.get("stagger_s", BARRIER_STAGGER_S) * rank)
     arrive = time.monotonic()  # CLOCK_MONOTONIC: one clock for every process on this machine
@@ -214,7 +243,7 @@ def _r_barrier(rank, ws, case, device, g):
 
 #: The rank function of every primitive in :data:`~.specs.SPECS`, by name: ``fn(rank, world_size,
 #: case, device, group) -> (before, after)``.
-RANK_CALLS = {
+RANK_CALLS: dict[str, RankCall] = {
     "broadcast": _r_broadcast,
     "scatter": _r_scatter,
     "gather": _r_gather,
@@ -237,14 +266,14 @@ RANK_CALLS = {
 }
 
 
-def _device(backend):
+def _device(backend: str) -> torch.device:
     # NCCL: the device the launcher made current (cuda:rank for local ranks, cuda:LOCAL_RANK on
     # ipyparallel engines, see collnb.ranks.remote)
     return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
 
 @same_on_every_rank
-def rank_cases(rank: int, world_size: int, cases: list, backend: str) -> list:
+def rank_cases(rank: int, world_size: int, cases: list[Case], backend: str) -> list[Buffers]:
     """Rank entry of :func:`~.primitives.run_batch`: run every case in order on the default
     process group and return ``[(before, after), ...]``, one pair per case (tensors on the rank's
     device; the launcher sends them back as raw bytes, so every dtype arrives). Every rank makes the
@@ -255,12 +284,12 @@ def rank_cases(rank: int, world_size: int, cases: list, backend: str) -> list:
 
 
 @same_on_every_rank
-def rank_probe(rank: int, world_size: int, cases: list, backend: str) -> list:
+def rank_probe(rank: int, world_size: int, cases: list[Case], backend: str) -> list[str | None]:
     """Rank entry of :func:`~.support.backend_support`: every case is a trial whose error is caught; returns
     ``None`` (it ran) or ``"ExcType: first line"`` per trial. Trials run on the default group, as
     :func:`run` does (:func:`collnb.ranks.same_on_every_rank`: without DETAIL's checks, as a run)."""
     device = _device(backend)
-    out = []
+    out: list[str | None] = []
     for c in cases:
         try:
             RANK_CALLS[c["primitive"]](rank, world_size, c, device, None)

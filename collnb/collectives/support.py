@@ -24,7 +24,7 @@ from ..i18n import _
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_backend, dtype_name, op_name
 from . import inputs, rank_calls, specs
 from .inputs import teaching_inputs
-from .rank_calls import rank_probe
+from .rank_calls import Case, rank_probe
 from .specs import PRIMITIVES, SPECS, get_spec
 
 if TYPE_CHECKING:
@@ -234,10 +234,8 @@ def _probe(backend: str, info: BackendFacts, **launch_kwargs: Unpack[LaunchOptio
     """Every trial of :func:`_probe_trials` on real ranks of ``backend`` (kept in memory and on disk)."""
     ws = min(2, info["max_world_size"])
     trials = _probe_trials()
-    cases: list[dict[str, object]] = []
-    for p, d, o in trials:
-        cases.append(dict(primitive=p, dtype=d or "float32", op=o or "sum", root=0, chunk_size=1,
-                          inputs=teaching_inputs(p, ws, 0), stagger_s=0.0))
+    cases = [Case(primitive=p, dtype=d or "float32", op=o or "sum", root=0, chunk_size=1,
+                  inputs=teaching_inputs(p, ws, 0), stagger_s=0.0) for p, d, o in trials]
     t0 = time.perf_counter()
     outcomes = ranks.launch(rank_probe, ws, args=(cases, backend), backend=backend, **launch_kwargs)
     seconds = time.perf_counter() - t0
