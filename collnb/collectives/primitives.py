@@ -86,7 +86,7 @@ def _prepare(primitive: object, world_size: int, dtype: object, op: object, root
         if not sup.supports(name):
             raise ValueError(_("{backend} cannot run {primitive} here (detected: {error})").format(
                 backend=backend, primitive=name, error=sup.error(name)))
-    return Case(primitive=spec.name, dtype=dname, op=opn, root=root, chunk_size=chunk_size, inputs=table)
+    return Case(primitive=name, dtype=dname, op=opn, root=root, chunk_size=chunk_size, inputs=table)
 
 
 def _checked_inputs_type(inputs: object) -> Inputs:
@@ -125,7 +125,7 @@ def _finish(case: Case, world_size: int, backend: str, before: list[_Buffer], af
         t0 = min(float(b[0]) for b in arrive)
         before = [(b - t0) * 1000.0 for b in arrive]
         after = [(a - t0) * 1000.0 for a in leave]
-        last = max(float(b[0]) for b in cast(list[torch.Tensor], before))
+        last = (max(float(b[0]) for b in arrive) - t0) * 1000.0
         expected = [torch.tensor([last], dtype=torch.float64) for _ in range(world_size)]
         exact = [None] * world_size
         defined = [True] * world_size
