@@ -375,3 +375,27 @@ def test_run_batch_refuses_configs_that_are_not_a_list(configs, text):
     with pytest.raises(TypeError) as info:
         collnb.run_batch(configs, world_size=2)
     assert text in str(info.value)
+
+
+@pytest.mark.parametrize("where, call", [
+    ("collnb.run", lambda **kw: collnb.run("all_reduce", 2, **kw)),
+    ("collnb.run_batch", lambda **kw: collnb.run_batch([{"primitive": "all_reduce"}], 2, **kw)),
+    ("collnb.backend_support", lambda **kw: collnb.backend_support("gloo", **kw)),  # cached: never launches
+    ("collnb.explore", lambda **kw: collnb.explore("all_reduce", world_size=2, **kw)),
+])
+def test_an_unknown_launch_option_is_refused_by_name_before_anything_runs(where, call, support, monkeypatch):
+    def no_launch(*args, **kwargs):
+        raise AssertionError("launched although a launch option was unknown")
+    monkeypatch.setattr(collnb.ranks, "launch", no_launch)
+    with pytest.raises(TypeError) as err:
+        call(timeout=30, timout=30, bogus=1)
+    assert str(err.value) == (f"{where}() got unknown launch options 'bogus', 'timout'; the options it passes on "
+                              "to collnb.launch are timeout, collective_timeout, debug, start_method")
+
+
+def test_known_launch_options_pass_the_check_unchanged():
+    given = {"timeout": 30.0, "collective_timeout": 2.0, "debug": False, "start_method": None}
+    assert launcher.check_launch_options(given, "collnb.run") == given
+    assert launcher.check_launch_options({}, "collnb.run") == {}
+    r = collnb.run("all_reduce", 2, timeout=30.0, debug=False)
+    assert r.ok and [t.tolist() for t in r.after] == [[10.0, 12.0]] * 2

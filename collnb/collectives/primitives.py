@@ -165,6 +165,7 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
     Raises:
         as :func:`run`.
     """
+    ranks.check_launch_options(launch_kwargs, "collnb.run_batch")
     ranks.check_ranks(world_size, backend)
     support: BackendSupport | None = None
 
@@ -248,7 +249,8 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.fl
         TypeError: before anything is launched, for an argument of the wrong type (a primitive,
             backend or dtype that is not a name, an op given as a number, a world size, root or
             chunk size that is not an int, ``inputs`` neither a list of lists nor a callable, a
-            ``run_batch`` ``configs`` that is not a list of dicts); the
+            ``run_batch`` ``configs`` that is not a list of dicts, a launch option that is not one of
+            :class:`collnb.ranks.LaunchOptions`: :func:`collnb.ranks.check_launch_options`); the
             words are :mod:`collnb.vocabulary`'s, as everywhere in collnb.
         ValueError: before anything is launched, for an unknown primitive/dtype/op/backend, a
             world size outside 1..16 (for NCCL: the visible GPUs), a root outside
@@ -259,5 +261,6 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.fl
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
         collnb.ranks.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """
+    ranks.check_launch_options(launch_kwargs, "collnb.run")
     cfg = dict(primitive=primitive, dtype=dtype, op=op, root=root, chunk_size=chunk_size, inputs=inputs)
     return run_batch([cfg], world_size, backend, check_support=check_support, **launch_kwargs)[0]

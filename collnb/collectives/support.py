@@ -190,9 +190,12 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False,
 
     Raises:
         TypeError, ValueError: not a backend name (:func:`collnb.vocabulary.check_backend`).
+        TypeError: a launch option that is not one of :class:`collnb.ranks.LaunchOptions`
+            (:func:`collnb.ranks.check_launch_options`), even when the answer is cached.
         RuntimeError: the backend cannot run here (the launcher's reason, e.g. NCCL without CUDA).
         collnb.ranks.LaunchError: the probe itself failed.
     """
+    ranks.check_launch_options(launch_kwargs, "collnb.backend_support")
     info = ranks.backend_info(check_backend(backend))
     if not info["available"]:
         raise RuntimeError(_("backend {backend} cannot run here: {reason}").format(backend=repr(backend),
@@ -216,6 +219,8 @@ def known_support(backend: str = "gloo") -> BackendSupport | None:
 
     Raises:
         TypeError, ValueError: not a backend name (:func:`collnb.vocabulary.check_backend`).
+        TypeError: a launch option that is not one of :class:`collnb.ranks.LaunchOptions`
+            (:func:`collnb.ranks.check_launch_options`), even when the answer is cached.
     """
     check_backend(backend)
     with _support_lock:

@@ -60,7 +60,7 @@ import math
 import os
 import sys
 import threading
-from typing import Any, Callable, Sequence, TypedDict, TypeGuard
+from typing import Any, Callable, Mapping, Sequence, TypedDict, TypeGuard, cast
 
 import torch
 
@@ -72,7 +72,7 @@ from .rank import current_rank
 from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod, Where
 
 __all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
-           "check_request", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS",
+           "check_request", "check_launch_options", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS",
            "LaunchOptions"]
 
 
@@ -85,6 +85,27 @@ class LaunchOptions(TypedDict, total=False):
     collective_timeout: float
     debug: bool
     start_method: str | None
+
+
+def check_launch_options(options: Mapping[str, object], where: str) -> LaunchOptions:
+    """``options`` as :class:`LaunchOptions`, checked by name before anything is launched.
+
+    ``where`` is the entry point that was given them (``"collnb.run"``) and is named in the error.
+    The values are checked by :func:`launch` when it runs. This check stops a mistyped option from
+    being dropped (an entry point that has a cached answer never launches) or from surfacing later
+    as Python's ``launch() got an unexpected keyword argument``.
+
+    Raises:
+        TypeError: a name that is not a field of :class:`LaunchOptions`. The message names it and
+            lists the options that are passed on.
+    """
+    unknown = sorted(set(options) - set(LaunchOptions.__annotations__))
+    if unknown:
+        raise TypeError(_("{where}() got unknown launch options {names}; the options it passes on to "
+                          "collnb.launch are {valid}").format(
+                              where=where, names=", ".join(map(repr, unknown)),
+                              valid=", ".join(LaunchOptions.__annotations__)))
+    return cast(LaunchOptions, dict(options))
 
 
 def backend_info(backend: str) -> BackendFacts:

@@ -153,7 +153,7 @@ class Explorer(WorkerState):
                 valid=", ".join(map(str, CHUNK_SIZES)), got=chunk_size))
         check_world_size(world_size)
         self.dpi = dpi
-        self.launch_kwargs = dict(launch_kwargs)
+        self.launch_kwargs = dict(ranks.check_launch_options(launch_kwargs, "collnb.explore"))
 
         self.last_result = None
         self.last_params: dict | None = None
@@ -592,7 +592,7 @@ def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Exp
         :class:`Explorer` (displays as its panel when it is the last expression of a cell).
 
     Raises:
-        TypeError: a primitive that is not a name, a world size that is not an int.
+        TypeError: a primitive not a name, a world size not an int, an unknown launch option.
         ValueError: unknown primitive, backend, inputs preset, chunk_size or a world size outside
             1..16 (the words of :mod:`collnb.vocabulary`; the message lists the valid choices).
         RuntimeError: no backend can run here.
