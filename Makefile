@@ -30,7 +30,7 @@ ifeq ($(filter en zh,$(EDITION)),)
 $(error EDITION must be en or zh (make lab, make lab-zh or make lab EDITION=zh), got '$(EDITION)')
 endif
 
-.PHONY: lab lab-zh test test-fast venv clean docs student meta lint i18n
+.PHONY: lab lab-zh test test-fast compat venv clean docs student meta lint i18n
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,10 @@ $(BIN)/python:
 
 # Re-install when pyproject.toml or constraints.txt changes. pyproject.toml gives torch a range;
 # constraints.txt pins the tested release (2.13.0, its CPU wheel), so pip never picks another.
-PIP_INSTALL := $(BIN)/python -m pip install --quiet -c constraints.txt
+# PYTHONWARNINGS: setuptools' boxed "Editable installation" warning (printed on every editable install,
+# about folders named like the package in the working directory; here that folder is the package) made a
+# successful `make lab` look failed. Only that one message is silenced.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/python -m pip install --quiet -c constraints.txt
 
 $(VENV)/.lab-installed: pyproject.toml constraints.txt | $(BIN)/python
 	$(PIP_INSTALL) -e ".[lab]"
@@ -112,6 +115,15 @@ test: $(VENV)/.test-installed
 test-fast: $(VENV)/.test-installed
 	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
 
+# The torch-compatibility run on another release: `make compat TORCH=2.15.0` builds .venv-torch-2.15.0
+# (that torch, every other package as constraints.txt pins it) and runs the fast tests and every English
+# notebook there (tools/compat.sh). .ci/run does it for the newest tested release and the floor
+# (collnb/torch_versions.py's TESTED).
+TORCH ?=
+compat:
+	@test -n "$(TORCH)" || { echo "make compat needs a torch release: make compat TORCH=2.15.0"; exit 2; }
+	PYTHON=$(PYTHON) tools/compat.sh $(TORCH)
+
 # Configured in pyproject.toml: ruff's rules and what they skip, mypy's files (strict).
 lint: $(VENV)/.test-installed
 	$(BIN)/ruff check collnb tests tools benchmarks examples
@@ -151,7 +163,7 @@ meta: $(BIN)/python
 	$(BIN)/python tools/layout.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache docs/_build classroom
+	rm -rf $(VENV) .venv-torch-* build *.egg-info .pytest_cache docs/_build classroom
 
 i18n: $(VENV)/.test-installed
 	$(BIN)/python tools/catalogues.py

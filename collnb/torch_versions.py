@@ -17,8 +17,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
-
 from .i18n import N_, _
 
 __all__ = ["TESTED", "TestedRange", "Behaviour", "BEHAVIOURS", "applies", "describe", "behaviour",
@@ -115,7 +113,11 @@ _BY_KEY = {b.key: b for b in BEHAVIOURS}
 
 
 def installed() -> str:
-    """The installed torch's release without a local build tag (``"2.15.0"`` for ``2.15.0+cu132``)."""
+    """The installed torch's release without a local build tag (``"2.15.0"`` for ``2.15.0+cu132``).
+    (torch is imported here, not with this module: ``.ci/run`` and ``collnb doctor`` read :data:`TESTED`
+    without it.)"""
+    import torch  # noqa: PLC0415
+
     return str(torch.__version__).split("+", 1)[0]
 
 
