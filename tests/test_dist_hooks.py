@@ -143,8 +143,12 @@ def _layout_case(rank, world_size, call, kind):
 @pytest.mark.parametrize("call", CALLS)
 def test_every_call_gets_right_values_from_odd_layouts(call):
     for kind in LAYOUTS:
-        if call == "reduce_scatter_single" and kind == "channels_last":
-            continue  # a (1, 2, 2, 1) output cannot be the 2-element chunk
+        if call in ("reduce_scatter_single", "all_to_all_single") and kind == "channels_last":
+            # a (1, 2, 2, 1) tensor's dim 0 (1) does not split over 2 ranks: reduce_scatter_single's output
+            # cannot be the 2-element chunk, and all_to_all_single without split sizes needs dim 0
+            # divisible by the world size (its docstring; torch 2.15's gloo enforces it: "Tensor's dim 0
+            # does not divide equally across group size", 2.13's split the flat buffer)
+            continue
         if call == "gather" and kind == "conj":
             continue  # gloo's gather has no complex dtypes ("Invalid scalar type"), whatever the layout
         out = collnb.launch(_layout_case, 2, args=(call, kind))
