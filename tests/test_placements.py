@@ -132,11 +132,43 @@ def test_expected_local_reduces_the_partial_dims_dst_drops_and_slices_the_rest()
 def test_torch_refuses_a_partial_that_the_source_does_not_hold_on_that_mesh_dim():
     R, S0, Ps, Pm = Placement("replicate"), Placement("shard", 0), Placement("partial", op="sum"), \
         Placement("partial", op="max")
-    assert "redistributing to Partial is for internal use only" in P.refusal((R,), (Ps,))
-    assert P.refusal((S0,), (Ps,)).startswith("mesh dim 0: Shard(0) -> Partial()")
-    assert P.refusal((Ps, R), (R, Ps)).startswith("mesh dim 1")
-    assert P.refusal((Ps,), (Ps,)) is None and P.refusal((Ps, Ps), (R, Ps)) is None
-    assert P.refusal((Pm,), (Ps,)) is not None
+    # torch 2.13's rule (and every release before 2.14): no change into a Partial
+    assert "redistributing to Partial is for internal use only!" in P.refusal((R,), (Ps,), "2.13.0")
+    assert P.refusal((S0,), (Ps,), "2.13.0").startswith("mesh dim 0: Shard(0) -> Partial()")
+    assert P.refusal((Ps, R), (R, Ps), "2.12.1").startswith("mesh dim 1")
+    # torch 2.14's and later: Shard -> Partial(sum) is a local zero-fill; every other change into a
+    # Partial is refused with torch's new words (DTensor.redistribute in 2.15's _api.py)
+    assert P.refusal((S0,), (Ps,), "2.14.1") is None and P.refusal((S0, S0), (Ps, Ps), "2.15.0") is None
+    assert P.refusal((R,), (Ps,), "2.15.0") == (
+        "mesh dim 0: Can not redistribute from R to P(sum), only Shard to Partial(sum) redistribution is supported!")
+    assert P.refusal((S0,), (Pm,), "2.15.0").startswith("mesh dim 0: Can not redistribute from S(0) to P(max)")
+    assert P.refusal((Ps, R), (R, Ps), "2.15.0").startswith("mesh dim 1: Can not redistribute from R to P(sum)")
+    for v in ("2.13.0", "2.15.0"):
+        assert P.refusal((Ps,), (Ps,), v) is None and P.refusal((Ps, Ps), (R, Ps), v) is None
+        assert P.refusal((Pm,), (Ps,), v) is not None
+
+
+def test_shard_to_partial_sum_zero_fills_around_each_rank_s_shard():
+    """torch 2.14+'s Shard -> Partial("sum") (Shard._to_partial_tensor): each rank keeps its shard's
+    values and holds 0 elsewhere in a tensor of the logical shape; the sum over the ranks is the
+    tensor. Where data moves on another mesh dimension first, the layout is torch's plan's, and only
+    the sums are the reference's (zero_fill_is_exact)."""
+    S0, S1, R, Ps = Placement("shard", 0), Placement("shard", 1), Placement("replicate"), Placement("partial", op="sum")
+    v = P.teaching_values((4, 6))
+    got = [P.expected_local(v, (2,), (S0,), (Ps,), (r,)) for r in range(2)]
+    assert got[0].tolist() == [v[0].tolist(), v[1].tolist(), [0.0] * 6, [0.0] * 6]
+    assert got[1].tolist() == [[0.0] * 6, [0.0] * 6, v[2].tolist(), v[3].tolist()]
+    assert np.array_equal(got[0] + got[1], v)
+    # 2-D: (S(0), R) -> (P, S(1)): rank (i, j) holds columns 3j..3j+3 of rows 2i..2i+2, zeros in the other rows
+    loc = P.expected_local(v, (2, 2), (S0, R), (Ps, S1), (1, 0))
+    assert loc.tolist() == [[0.0] * 3, [0.0] * 3, v[2, :3].tolist(), v[3, :3].tolist()]
+    assert P.zero_fill_is_exact((4, 6), (2,), (S0,), (Ps,))
+    assert P.zero_fill_is_exact((4, 6), (2, 2), (S0, R), (Ps, S1))
+    assert P.zero_fill_is_exact((4, 6), (2, 2), (S0, S1), (Ps, S1))
+    assert not P.zero_fill_is_exact((4, 6), (2, 2), (S0, S0), (Ps, S0))   # data moves on mesh dim 1 first
+    assert not P.zero_fill_is_exact((4, 6), (2, 2), (S0, S1), (R, Ps))
+    locs = [P.expected_local(v, (2, 2), (S0, R), (Ps, S1), P.coordinates(r, (2, 2))) for r in range(4)]
+    assert np.array_equal(P.partial_sums(locs, (2, 2), (0,), (0, 1)), v[:, 3:])
 
 
 def test_owners_of_every_element():
@@ -176,6 +208,9 @@ def test_bad_input_is_refused_before_any_rank_starts(no_ranks, kwargs, exc, word
 
 
 def test_check_request_says_when_torch_must_refuse():
+    from collnb.torch_versions import applies
     req = P.check_request((4, 6), (2, 2), "P,R", "R,P")
-    assert req["refusal"].startswith("mesh dim 1: Replicate() -> Partial()") and math.prod(req["mesh"]) == 4
+    words = ("mesh dim 1: Can not redistribute from R to P(sum)" if applies("dtensor_shard_to_partial")
+             else "mesh dim 1: Replicate() -> Partial()")
+    assert req["refusal"].startswith(words) and math.prod(req["mesh"]) == 4
     assert P.check_request(8, 4, "S(0)", "R")["refusal"] is None

@@ -11,12 +11,16 @@ import torch.distributed as dist
 
 import collnb
 from collnb.cli.main import main
+from collnb.torch_versions import applies
 from collnb.views import predict_steps, redistribute_image, redistribute_text
 from collnb.views.palette import MIN_LABEL_PX
 
 PLACEMENTS = ("S(0)", "S(1)", "R", "P")
 AG, AR, RS = "all_gather_into_tensor", "all_reduce", "reduce_scatter_tensor"
 FALLBACK = "CPU process group does not support alltoall yet, falling back with allgather + chunk!"
+# torch's words for a change into a Partial it refuses, per release (collnb.torch_versions)
+REFUSAL = ("only Shard to Partial(sum) redistribution is supported!" if applies("dtensor_shard_to_partial")
+           else "redistributing to Partial is for internal use only!")
 
 
 def expected_1d(src, dst):
@@ -24,9 +28,11 @@ def expected_1d(src, dst):
     gathered (S -> R) is an all_gather, a partial resolved is an all_reduce (-> R) or a
     reduce_scatter (-> S), R -> S cuts a local chunk, no change issues nothing, and a Partial that
     the source does not hold is refused. S(i) -> S(j) is an all_to_all in principle; torch 2.13 on
-    CPU issues an all_gather and keeps a chunk (logged; torch/distributed/tensor/_collective_utils.py)."""
+    CPU issues an all_gather and keeps a chunk (logged; torch/distributed/tensor/_collective_utils.py).
+    From torch 2.14, S -> P(sum) is accepted: a local zero-fill, no communication."""
     if dst == "P" and src != "P":
-        return "refused"
+        # torch 2.14+: Shard -> Partial(sum) is a local zero-fill (collnb.torch_versions)
+        return [] if src.startswith("S") and applies("dtensor_shard_to_partial") else "refused"
     if src == dst or src == "R":
         return []
     if src == "P":
@@ -55,7 +61,7 @@ def _run_pairs(world_size):
         want = expected_1d(src, dst)
         _check_common(res, world_size)
         if want == "refused":
-            assert res.refused and "redistributing to Partial is for internal use only" in res.refused
+            assert res.refused and REFUSAL in res.refused
             assert res.calls == [[]] * world_size and res.times == []
             assert res.verdict == "✓ torch refused, as the reference says it must"
             continue
@@ -104,7 +110,7 @@ def test_2d_pairs(src, dst, steps, log):
     res = collnb.redistribute((4, 6), (2, 2), src=src, dst=dst, repeats=1)
     _check_common(res, 4)
     if steps == "refused":
-        assert "redistributing to Partial is for internal use only" in res.refused
+        assert REFUSAL in res.refused
         return
     rows, cols = {0: (0, 2), 1: (1, 3), 2: (0, 2), 3: (1, 3)}, {0: (0, 1), 1: (0, 1), 2: (2, 3), 3: (2, 3)}
     for r in range(4):
@@ -240,3 +246,20 @@ def test_a_mesh_is_made_once_on_warm_ranks_and_a_learners_groups_still_end():
     assert made not in collnb.launch(_group_names, 4)[0]  # ended with the learner's call
     collnb.shutdown()
     assert collnb.redistribute((4, 4), (2, 2), src="S(0),R", dst="R,R", repeats=0).ok
+
+
+def test_shard_to_partial_sum_is_the_installed_torch_s_rule():
+    """torch 2.14+ accepts S(0) -> P(sum) (a zero-fill, no communication; every local checked) and,
+    after data moved on another mesh dimension, a layout of its own plan (the sums checked); before
+    2.14 both are refused with 2.13's words."""
+    one = collnb.redistribute((4, 6), 2, src="S(0)", dst="P", repeats=0)
+    two = collnb.redistribute((4, 6), (2, 2), src="S(0),S(0)", dst="P,S(0)", repeats=0)
+    assert one.ok and two.ok, (one.text(), two.text())
+    if not applies("dtensor_shard_to_partial"):
+        assert REFUSAL in one.refused and REFUSAL in two.refused
+        return
+    assert one.refused is None and one.calls == [[], []] and one.summed_over == ()
+    assert one.shards[1].after.tolist()[:2] == [[0.0] * 6] * 2
+    assert two.refused is None and two.summed_over == (0,)
+    assert two.verdict.startswith("✓ every local shard's sum over mesh dim 0 equals the hand-sliced reference")
+    assert all(s.expected_after is None and s.group_sum is not None for s in two.shards)

@@ -2,7 +2,8 @@
 # The torch-compatibility run (`make compat TORCH=2.15.0`; .ci/run runs it for the newest tested release
 # and the floor, collnb/torch_versions.py's TESTED): the fast tests and every English notebook executed,
 # on another torch release, in a venv of its own (.venv-torch-VERSION), with every other package pinned
-# as constraints.txt pins it.
+# as constraints.txt pins it. The extras are the pinned run's (make test) less lint: the tests of the book,
+# the classroom and the Chinese edition need them.
 #
 #   tools/compat.sh VERSION [--notebooks-only | --tests-only]
 #
@@ -45,7 +46,7 @@ if ! "$venv/bin/python" -c "import torch, sys; sys.exit(torch.__version__.split(
   PIP_CONSTRAINT=/dev/null "$venv/bin/python" -m pip install --quiet "${index[@]}" "torch==$version"
 fi
 PYTHONWARNINGS="ignore:Editable installation" PIP_CONSTRAINT=/dev/null \
-  "$venv/bin/python" -m pip install --quiet -c "$venv/constraints.txt" -e ".[lab,test]"
+  "$venv/bin/python" -m pip install --quiet -c "$venv/constraints.txt" -e ".[lab,test,docs,classroom]"
 "$venv/bin/python" -c "import torch; print('torch', torch.__version__, 'in $venv, installed in', $(date +%s) - $start, 's')"
 
 export COLLNB_TORCH_COMPAT="$version"  # tests/test_docs.py then checks this release is the one installed

@@ -20,7 +20,7 @@ Runs inside a rank (``collnb.launch(..., record_calls=True)``), so torch is impo
 * torch's log lines during the call (the CPU all_to_all fallback, the flattening advice) are
   caught, not printed: torch logs them once per process (``torch._logging.warning_once``'s cache,
   ``_redistribute._warned_flatten_issues``), and warm ranks run many calls, so both are cleared
-  first: the only private torch names this package touches; without them the lines are just missing.
+  first (:func:`collnb.ranks.forget_logged_once`, beside collnb's other private torch names).
 """
 
 from __future__ import annotations
@@ -49,18 +49,6 @@ class _Lines(logging.Handler):
             self.lines.append(record.getMessage())
         except Exception:  # noqa: BLE001 - a malformed record: keep its template
             self.lines.append(str(record.msg))
-
-
-def _forget_logged_once():
-    import torch  # noqa: PLC0415
-    once = getattr(getattr(torch, "_logging", None), "warning_once", None)
-    if hasattr(once, "cache_clear"):
-        once.cache_clear()
-    try:
-        from torch.distributed.tensor import _redistribute  # noqa: PLC0415
-        getattr(_redistribute, "_warned_flatten_issues", set()).clear()
-    except ImportError:
-        pass
 
 
 def import_dtensor(rank: int, world_size: int) -> bool:
@@ -137,7 +125,8 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
     propagate, handlers = log.propagate, list(log.handlers)
     log.handlers = [caught]   # torch._logging gives this logger a stderr handler of its own
     log.propagate = False
-    _forget_logged_once()
+    from ..ranks import forget_logged_once  # noqa: PLC0415 - torch's private caches, kept in collnb.ranks
+    forget_logged_once()
     refused, after, counts, times = None, None, {}, []
     try:
         dist.barrier()

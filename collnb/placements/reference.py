@@ -18,7 +18,8 @@ with numpy as torch's placements define it, without DTensor or torch.distributed
 * **Expected locals** (:func:`expected_local`): a rank's local tensor for a placement: the
   contributions reduced over the Partial mesh dimensions the placement no longer has, then sliced
   by its shards. A Partial that the source does not hold on the same mesh dimension is refused
-  (:func:`refusal`: torch's rule in ``DTensor.redistribute``).
+  (:func:`refusal`: torch's rule in ``DTensor.redistribute``), except, from torch 2.14, a
+  ``Shard(d) -> Partial("sum")``: each rank zero-fills around its shard.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ import math
 import numpy as np
 
 from ..i18n import _
+from .parsing import Placement
 
 __all__ = ["teaching_values", "largest_value", "exact_limit", "coordinates", "local_bounds", "contributions",
-           "expected_local", "refusal", "owners", "partial_dims"]
+           "expected_local", "refusal", "owners", "partial_dims", "new_partial_dims", "zero_fill_is_exact",
+           "partial_sums"]
 
 _EXACT = {"float32": 2 ** 24, "float64": 2 ** 53, "float16": 2 ** 11, "bfloat16": 2 ** 8,
           "int64": 2 ** 63 - 1, "int32": 2 ** 31 - 1, "int16": 2 ** 15 - 1, "int8": 2 ** 7 - 1}
@@ -115,11 +118,21 @@ def _reduce(a: np.ndarray, axes: tuple, op: str) -> np.ndarray:
     return {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "product": np.prod}[op](a, axis=axes)
 
 
+def new_partial_dims(src, dst) -> tuple:
+    """The mesh dimensions where ``dst`` asks for a Partial that ``src`` does not hold there."""
+    return tuple(d for d, (a, b) in enumerate(zip(src, dst)) if b.kind == "partial" and a != b)
+
+
 def expected_local(values: np.ndarray, mesh: tuple, src, placements, coord) -> np.ndarray:
     """The local tensor (float64) a rank at ``coord`` holds under ``placements`` for a DTensor whose
     source placements ``src`` made each Partial rank hold its :func:`contributions`: reduced over
     ``src``'s Partial mesh dimensions that ``placements`` does not keep, then sliced by its shards.
-    ``placements`` may keep a Partial only where ``src`` has it (see :func:`refusal`)."""
+
+    A Partial that ``placements`` asks for where ``src`` holds a Shard (``Shard(d) -> Partial("sum")``,
+    which torch accepts from 2.14, see :func:`refusal`) is torch's local zero-fill: the rank keeps the
+    values of its source shard and holds 0 everywhere else in its local tensor
+    (``Shard._to_partial_tensor`` in torch 2.14+'s ``placement_types.py``), so that the sum over that
+    mesh dimension is the tensor. Any other Partial ``placements`` asks for is refused by torch."""
     pdims = partial_dims(src)
     if pdims:
         op = src[pdims[0]].op
@@ -130,19 +143,72 @@ def expected_local(values: np.ndarray, mesh: tuple, src, placements, coord) -> n
         full = c[tuple(coord[pdims[i]] for i in keep)] if keep else c
     else:
         full = values
+    if new_partial_dims(src, placements):
+        mask = np.zeros(values.shape, dtype=bool)
+        mask[tuple(slice(lo, hi) for lo, hi in local_bounds(values.shape, mesh, src, coord))] = True
+        full = np.where(mask, full, 0.0)
     bounds = local_bounds(values.shape, mesh, placements, coord)
     return np.ascontiguousarray(full[tuple(slice(lo, hi) for lo, hi in bounds)])
 
 
-def refusal(src, dst) -> str | None:
-    """Why torch refuses ``src -> dst`` (``None`` when it does not): a Partial in ``dst`` on a mesh
-    dimension where ``src`` holds anything else. torch's words (``DTensor.redistribute``,
-    ``torch/distributed/tensor/_api.py``): "redistributing to Partial is for internal use only"."""
+def zero_fill_is_exact(shape, mesh: tuple, src, dst) -> bool:
+    """Whether :func:`expected_local`'s zero-fill for ``src -> dst`` is a layout torch can reach without
+    moving data: summed over the new Partial mesh dimensions, the ranks' locals give every rank's
+    local under ``dst`` with those dimensions replicated. It is not where a changed Shard on another
+    mesh dimension moves the data first (``(S(0), S(0)) -> (P, S(0))``): the values summed are then
+    still right, but which rank holds which part depends on the steps torch plans, so
+    :func:`collnb.redistribute` checks the sums there (:func:`partial_sums`)."""
+    new = new_partial_dims(src, dst)
+    if not new:
+        return True
+    values = teaching_values(shape)
+    replicated = tuple(Placement("replicate") if d in new else p for d, p in enumerate(dst))
+    for coord in np.ndindex(*mesh):
+        summed = partial_sums([expected_local(values, mesh, src, dst, c) for c in np.ndindex(*mesh)],
+                              mesh, new, coord)
+        if not np.array_equal(summed, expected_local(values, mesh, src, replicated, coord)):
+            return False
+    return True
+
+
+def partial_sums(locals_: list, mesh: tuple, dims: tuple, coord) -> np.ndarray:
+    """The sum of the ranks' local tensors (``locals_`` in rank order, float64) over mesh dimensions
+    ``dims``, for the group of the rank at ``coord``: what a Partial(sum) on ``dims`` stands for."""
+    group = [r for r in range(math.prod(mesh))
+             if all(coordinates(r, mesh)[e] == coord[e] for e in range(len(mesh)) if e not in dims)]
+    return np.sum([np.asarray(locals_[r], dtype=np.float64) for r in group], axis=0)
+
+
+def refusal(src, dst, version: str | None = None) -> str | None:
+    """Why torch refuses ``src -> dst`` (``None`` when it does not), by the rule of the installed torch
+    (or release ``version``), ``DTensor.redistribute`` in ``torch/distributed/tensor/_api.py``:
+
+    * before 2.14: a Partial in ``dst`` on a mesh dimension where ``src`` holds anything else:
+      "redistributing to Partial is for internal use only!";
+    * 2.14 and later: the same, except ``Shard(d) -> Partial("sum")`` (a local zero-fill): "Can not
+      redistribute from S(0) to P(max), only Shard to Partial(sum) redistribution is supported!".
+
+    The words are torch's, so a lesson can show the refusal it will see (:mod:`collnb.torch_versions`).
+    """
+    from ..torch_versions import applies  # noqa: PLC0415
+
+    shard_to_sum = applies("dtensor_shard_to_partial", version)
     for d, (a, b) in enumerate(zip(src, dst)):
-        if b.kind == "partial" and a != b:
-            return (f"mesh dim {d}: {a.torch_repr} -> {b.torch_repr}: redistributing to Partial is for internal "
-                    "use only (a Partial comes from an op, e.g. a matmul of Shard(1) x Shard(0))")
+        if b.kind != "partial" or a == b:
+            continue
+        if shard_to_sum:
+            if a.kind == "shard" and b.op == "sum":
+                continue
+            return (f"mesh dim {d}: Can not redistribute from {_torch_str(a)} to {_torch_str(b)}, only Shard to "
+                    "Partial(sum) redistribution is supported!")
+        return (f"mesh dim {d}: {a.torch_repr} -> {b.torch_repr}: redistributing to Partial is for internal "
+                "use only! (a Partial comes from an op, e.g. a matmul of Shard(1) x Shard(0))")
     return None
+
+
+def _torch_str(p) -> str:
+    """A placement as torch's ``str()`` writes it: ``S(0)``, ``R``, ``P(sum)``."""
+    return f"P({p.op})" if p.kind == "partial" else p.short
 
 
 def owners(shape, mesh: tuple, placements) -> np.ndarray:

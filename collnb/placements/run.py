@@ -17,7 +17,9 @@ from ..i18n import N_, _
 from ..vocabulary import check_backend, check_int, op_hint
 from .parsing import check_shape, parse_mesh, parse_placements
 from .rank_side import import_dtensor, redistribute_on_rank
-from .reference import check_values_fit, coordinates, expected_local, local_bounds, refusal, teaching_values
+from .parsing import Placement
+from .reference import (check_values_fit, coordinates, expected_local, local_bounds, new_partial_dims, partial_sums,
+                        refusal, teaching_values, zero_fill_is_exact)
 from .result import LocalShard, RedistributeResult
 
 __all__ = ["redistribute", "check_request", "Request"]
@@ -128,12 +130,23 @@ def redistribute(shape=(4, 6), mesh=(2, 2), *, src, dst, dtype="float32", backen
         marks = [i for i, rec in enumerate(recs) if rec.operation == "barrier"] + [len(recs)]
         calls.append(recs[marks[0] + 1:marks[1]])
         unrecorded = max(unrecorded, getattr(res.calls[r], "unrecorded", 0))
+    # From torch 2.14 a Shard -> Partial("sum") is a local zero-fill; where data moves on another mesh
+    # dimension first, which rank holds which part depends on torch's plan: the sums are checked there.
+    summed_over = () if req["refusal"] or zero_fill_is_exact(shape, mesh, src, dst) else new_partial_dims(src, dst)
+    replicated = tuple(Placement("replicate") if d in summed_over else p for d, p in enumerate(dst))
+    afters = [None if res[r]["after"] is None else res[r]["after"].double().numpy() for r in range(n)]
     shards = []
     for r in range(n):
         c = tuple(res[r]["coord"])
-        expected_after = None if req["refusal"] else expected_local(values, mesh, src, dst, c)
+        expected_after = None if req["refusal"] or summed_over else expected_local(values, mesh, src, dst, c)
+        expected_sum = group_sum = None
+        if summed_over:
+            expected_sum = expected_local(values, mesh, src, replicated, c)
+            if all(a is not None and a.shape == expected_sum.shape for a in afters):
+                group_sum = partial_sums(afters, mesh, summed_over, c)
         shards.append(LocalShard(r, c, res[r]["before"], res[r]["after"], before[r], expected_after,
-                                 local_bounds(shape, mesh, src, c), local_bounds(shape, mesh, dst, c)))
+                                 local_bounds(shape, mesh, src, c), local_bounds(shape, mesh, dst, c),
+                                 expected_sum, group_sum))
     times = [max(res[r]["times"][i] for r in range(n)) for i in range(len(res[0]["times"]))]
     refused = next((res[r]["refused"] for r in range(n) if res[r]["refused"]), None)
     log = list(dict.fromkeys(line for r in range(n) for line in res[r]["log"]))
@@ -141,4 +154,4 @@ def redistribute(shape=(4, 6), mesh=(2, 2), *, src, dst, dtype="float32", backen
                               shards=shards, calls=calls, unrecorded=unrecorded,
                               comm_counts=[res[r]["comm_counts"] for r in range(n)], times=times, log=log,
                               refused=refused, expected_refusal=req["refusal"], mesh_ranks=res[0]["mesh_ranks"],
-                              seconds=seconds)
+                              summed_over=summed_over, seconds=seconds)

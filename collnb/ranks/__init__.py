@@ -29,7 +29,7 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from .recording import CallRecord, CallRecords
 from .recording import active as active_recorder
 from .timeline import Span, Timeline, region
-from ._torch_internals import distributed_c10d, flight_recorder_dump
+from ._torch_internals import distributed_c10d, flight_recorder_dump, forget_logged_once
 from .flight_recorder import Divergence, divergence, entries_from_json
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import LaunchOptions, backend_info, check_launch_options, check_ranks, launch, shutdown
@@ -43,5 +43,5 @@ from .serialization import iter_functions
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
-           "Timeline", "Span", "region", "flight_recorder_dump", "keep_groups", "kept_groups", "same_on_every_rank",
+           "Timeline", "Span", "region", "flight_recorder_dump", "forget_logged_once", "keep_groups", "kept_groups", "same_on_every_rank",
            "Divergence", "divergence", "entries_from_json", "LaunchOptions", "check_launch_options", "BackendFacts"]

@@ -9,12 +9,16 @@ Each function below says which public API is missing. What they use (``c10d._wor
 ``torch._mkldnn``; for the recorder ``ProcessGroup.unbox``, ``Work.unbox``,
 ``_resolve_process_group`` and the dispatch-mode stack; for a rank's clean state between calls
 ``torch._GLOBAL_DEVICE_CONTEXT``, the torch-function and dispatch mode stacks of ``torch._C``,
-``torch._tensor_str.PRINT_OPTS``) is present in the torch releases collnb accepts (``torch>=2.4``) and tested with
-2.13, so nothing here checks for it with ``hasattr``. When torch changes one of them, this is the
-only module to change.
+``torch._tensor_str.PRINT_OPTS``) is listed, name by name, in :data:`PRIVATE_NAMES`: the feature that
+needs it, the public API torch lacks, and the releases where it was checked (every one is present in
+2.13.0 and 2.15.0, the floor and the newest of :data:`collnb.torch_versions.TESTED`). :func:`missing`
+resolves each on the installed torch; a feature whose name is missing says so in one line
+(:func:`require`) and the rest of collnb works. When torch changes one of them, this is the only
+module to change.
 
-The other modules of collnb use torch.distributed's public API only (``dist.group.WORLD`` is the
-public name of the default group).
+The other modules of collnb use torch's public API only (``dist.group.WORLD`` is the public name of
+the default group); ``tests/test_torch_internals.py`` fails when one of them imports, reads or names
+a private torch module or attribute.
 """
 
 from __future__ import annotations
@@ -24,21 +28,175 @@ import datetime
 import functools
 from collections.abc import Callable, Iterator
 from types import ModuleType
-from typing import TYPE_CHECKING, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 import torch.distributed.distributed_c10d as distributed_c10d
+from torch._ops import OpOverload, OpOverloadPacket
+from torch.utils._python_dispatch import TorchDispatchMode
 
 if TYPE_CHECKING:
     from torch.utils._device import DeviceContext
-    from torch.utils._python_dispatch import TorchDispatchMode
 
-__all__ = ["flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
+__all__ = ["PRIVATE_NAMES", "PrivateName", "missing", "require", "OpOverload", "OpOverloadPacket",
+           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once",
+           "FUNCTIONAL_COLLECTIVES_MODULE", "flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
            "print_options", "backend_flag_readers", "DefaultTimeout", "PrintOptions"]
+
+class PrivateName(NamedTuple):
+    """One private torch name collnb relies on.
+
+    Attributes:
+        name: its dotted path (``"torch.distributed.distributed_c10d._world.pg_map"``).
+        feature: what of collnb needs it (English, for the one-line message of :func:`require`).
+        missing_api: the public API torch does not have that would replace it.
+        checked: the torch releases where it was seen present.
+    """
+
+    name: str
+    feature: str
+    missing_api: str
+    checked: str
+
+
+_BOTH = "2.13.0, 2.15.0"
+_C10D = "torch.distributed.distributed_c10d"
+#: Every private torch name collnb uses, each used in this module only.
+PRIVATE_NAMES: tuple[PrivateName, ...] = (
+    PrivateName(f"{_C10D}._world.pg_map", "warm ranks (reusing groups between calls)",
+                "a list of the live process groups", _BOTH),
+    PrivateName(f"{_C10D}._world.group_count", "warm ranks (group names every rank agrees on)",
+                "setting the next group's number", _BOTH),
+    PrivateName(f"{_C10D}._update_default_pg", "warm ranks at a smaller world size",
+                "making an existing group the default one", _BOTH),
+    PrivateName(f"{_C10D}._get_default_timeout", "the launch's collective timeout for groups made without timeout=",
+                "a default timeout per process", _BOTH),
+    PrivateName("torch.distributed.ProcessGroup._get_sequence_number_for_group", "recorded calls and hang reports",
+                "a group's collective sequence number", _BOTH),
+    PrivateName("torch.distributed.ProcessGroup.unbox", "recording calls (record_calls=True)",
+                "the ProcessGroup behind a dispatched operator's ScriptObject", _BOTH),
+    PrivateName("torch.distributed.Work.unbox", "recording calls (record_calls=True)",
+                "the Work behind a dispatched operator's ScriptObject", _BOTH),
+    PrivateName("torch._C._distributed_c10d._resolve_process_group", "recording functional collectives",
+                "a group from its name", _BOTH),
+    PrivateName("torch._ops.OpOverload", "recording calls (record_calls=True)",
+                "a public type of dispatched operators", _BOTH),
+    PrivateName("torch._ops.OpOverloadPacket", "the timeline (timeline=True)",
+                "a public type of operator packets", _BOTH),
+    PrivateName("torch.utils._python_dispatch.TorchDispatchMode", "recording calls (record_calls=True)",
+                "a public dispatch-mode base class", _BOTH),
+    PrivateName("torch.utils._python_dispatch._get_current_dispatch_mode_stack", "recording beside CommDebugMode",
+                "the active dispatch modes", _BOTH),
+    PrivateName("torch.utils._python_dispatch._pop_mode", "a rank's clean state between calls",
+                "leaving a mode a call entered and never left", _BOTH),
+    PrivateName("torch.ops._c10d_functional.wait_tensor", "recording functional collectives",
+                "the functional collectives' wait operator", _BOTH),
+    PrivateName("torch.ops.profiler._record_function_enter_new", "the timeline (timeline=True)",
+                "torch.profiler.record_function's operators", _BOTH),
+    PrivateName("torch.ops.profiler._record_function_exit", "the timeline (timeline=True)",
+                "torch.profiler.record_function's operators", _BOTH),
+    PrivateName("torch._debug_has_internal_overlap", "gloo's odd layouts fixed (check_layout)",
+                "whether a tensor's elements share memory", _BOTH),
+    PrivateName("torch._mkldnn", "returning an MKL-DNN tensor from a rank", "the MKL-DNN layout's name", _BOTH),
+    PrivateName("torch._GLOBAL_DEVICE_CONTEXT", "a rank's clean state between calls",
+                "reading and restoring torch.set_default_device", _BOTH),
+    PrivateName("torch._C._len_torch_function_stack", "a rank's clean state between calls",
+                "the depth of the torch-function mode stack", _BOTH),
+    PrivateName("torch._C._len_torch_dispatch_stack", "a rank's clean state between calls",
+                "the depth of the dispatch mode stack", _BOTH),
+    PrivateName("torch._C._pop_torch_function_stack", "a rank's clean state between calls",
+                "leaving a torch-function mode a call entered", _BOTH),
+    PrivateName("torch._tensor_str.PRINT_OPTS", "a rank's clean state between calls", "torch.get_printoptions", _BOTH),
+    PrivateName("torch._logging.warning_once", "torch's log lines shown for every redistribute",
+                "forgetting a warning logged once", _BOTH),
+    PrivateName("torch.distributed.tensor._redistribute", "torch's log lines shown for every redistribute",
+                "forgetting DTensor's flattening warning", _BOTH),
+    PrivateName("torch.distributed._functional_collectives", "a rank's clean state between calls (watched module)",
+                "a public module of the functional collectives", _BOTH),
+    PrivateName("torch._C._distributed_c10d._dump_fr_trace", "the Flight Recorder dump of gloo ranks (notebook 18)",
+                "dumping a gloo process's Flight Recorder", _BOTH + " (backend= from 2.15)"),
+    PrivateName("torch._C._distributed_c10d._dump_fr_trace_json", "launch(flight_recorder=N)",
+                "dumping a gloo process's Flight Recorder", _BOTH + " (backend= from 2.15)"),
+)
+_BY_NAME = {p.name: p for p in PRIVATE_NAMES}
+
+
+def _resolve(name: str) -> bool:
+    """Whether dotted ``name`` exists on the installed torch (modules imported as needed)."""
+    import importlib  # noqa: PLC0415
+
+    parts = name.split(".")
+    obj: object = None
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ImportError:
+            continue
+        rest = parts[i:]
+        break
+    else:
+        return False
+    for attr in rest:
+        try:
+            obj = getattr(obj, attr)
+        except (AttributeError, RuntimeError):  # torch.ops raises RuntimeError for an unknown operator
+            return False
+    return True
+
+
+def missing() -> list[PrivateName]:
+    """The entries of :data:`PRIVATE_NAMES` the installed torch does not have (``[]`` on every tested release)."""
+    return [p for p in PRIVATE_NAMES if not _resolve(p.name)]
+
+
+def require(name: str) -> None:
+    """Raise, in one line, when the installed torch lacks private ``name`` (an entry of :data:`PRIVATE_NAMES`).
+
+    Raises:
+        RuntimeError: "collnb's FEATURE needs torch's NAME, which torch VERSION does not have (it has no
+            public API for MISSING); tested releases: ...".
+        KeyError: ``name`` is not in :data:`PRIVATE_NAMES`.
+    """
+    p = _BY_NAME[name]
+    if not _resolve(name):
+        raise RuntimeError(f"collnb's {p.feature} needs torch's {name}, which torch {torch.__version__} does not "
+                           f"have (torch has no public API for {p.missing_api}); checked on torch {p.checked}")
+
+
+#: The functional collectives' module, a private one that a rank watches (a call must leave it as it found it).
+FUNCTIONAL_COLLECTIVES_MODULE = "torch.distributed._functional_collectives"
+
+
+def functional_op(name: str) -> OpOverload:
+    """``torch.ops._c10d_functional.<name>.default`` (``"wait_tensor"``): a functional collective's operator.
+    Missing public API: the functional collectives' operators have no public namespace."""
+    op: OpOverload = getattr(torch.ops._c10d_functional, name).default
+    return op
+
+
+def profiler_ops() -> tuple[OpOverloadPacket, OpOverloadPacket]:
+    """The operators ``torch.profiler.record_function`` dispatches on enter and exit (they pass dispatch modes).
+    Missing public API: they are ``torch.ops.profiler``'s private operators."""
+    return torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit
+
+
+def forget_logged_once() -> None:
+    """Forget the warnings torch logs once per process (``torch._logging.warning_once``'s cache and DTensor's
+    "2 sequential all_gathers" set), so that each redistribute shows the lines torch logs for it.
+    Missing public API: resetting torch's once-per-process warnings."""
+    once: Any = getattr(getattr(torch, "_logging", None), "warning_once", None)
+    if once is not None and hasattr(once, "cache_clear"):
+        once.cache_clear()
+    try:
+        from torch.distributed.tensor import _redistribute  # noqa: PLC0415
+        getattr(_redistribute, "_warned_flatten_issues", set()).clear()
+    except ImportError:
+        pass
+
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
 # code calls them through this module, so code that replaces one (the exercises count the learner's
@@ -305,31 +463,45 @@ def backend_flag_readers() -> list[tuple[str, Callable[[], bool | str]]]:
     return out
 
 
-def flight_recorder_dump() -> tuple[bytes, bytes]:
+def flight_recorder_dump(backend: str | None = None) -> tuple[bytes, bytes]:
     """This process's Flight Recorder buffer (``TORCH_FR_BUFFER_SIZE`` entries, set before its
-    process groups were made): ``(pickle bytes, JSON bytes)``. The pickle is the per-rank file
-    ``torch.distributed.flight_recorder.fr_trace`` reads (a dict: ``version``, ``pg_config``,
-    ``pg_status``, ``entries``); the JSON holds the same entries (``collective_seq_id``,
-    ``profiling_name`` such as ``"gloo:all_reduce"``, ``input_sizes``, ``state``, ...). Stack traces
-    are left out (symbolising them imports ``torch._inductor``, seconds in a fresh rank) and every
-    entry is kept, completed or not.
+    process groups were made; 2000 by default since pytorch#142260, Dec 2024): ``(pickle bytes, JSON bytes)``. The
+    pickle is the per-rank file ``torch.distributed.flight_recorder.fr_trace`` reads (a dict:
+    ``version``, ``pg_config``, ``pg_status``, ``entries``); the JSON holds the same entries
+    (``collective_seq_id``, ``profiling_name`` such as ``"gloo:all_reduce"``, ``input_sizes``,
+    ``state``, ...). Stack traces are left out (symbolising them imports ``torch._inductor``, seconds in
+    a fresh rank) and every entry is kept, completed or not.
+
+    ``backend``: whose recorder (``"gloo"``, ``"nccl"``; default: the default group's backend, else
+    gloo). From torch 2.15 each backend keeps a recorder of its own and the dump takes ``backend=``;
+    before, one recorder holds every backend's entries.
 
     Missing public API: torch has no public way to dump the Flight Recorder of a gloo process
     (NCCL's watchdog dumps it itself on a timeout, ``TORCH_NCCL_DUMP_ON_TIMEOUT``); the functions used,
     ``torch._C._distributed_c10d._dump_fr_trace(includeCollectives, includeStackTraces, onlyActive)``
-    and ``_dump_fr_trace_json(includeCollectives, onlyActive)``, are the ones torch's own tests use."""
-    from torch._C import _distributed_c10d as c10d_c  # noqa: PLC0415 - private, used here only
+    and ``_dump_fr_trace_json(includeCollectives, onlyActive)``, are the ones torch's own tests use.
 
-    pickled: bytes = c10d_c._dump_fr_trace(True, False, False)  # type: ignore[attr-defined]  # torch's _distributed_c10d.pyi lacks the Flight Recorder dumps
-    as_json: bytes = c10d_c._dump_fr_trace_json(True, False)  # type: ignore[attr-defined]  # as above
-    return pickled, as_json
+    Raises:
+        RuntimeError: the installed torch has no Flight Recorder dump (:func:`require`'s line).
+    """
+    return _dump("_dump_fr_trace", (True, False, False), backend), _dump("_dump_fr_trace_json", (True, False), backend)
 
 
-
-def flight_recorder_json() -> bytes:
+def flight_recorder_json(backend: str | None = None) -> bytes:
     """Only the JSON half of :func:`flight_recorder_dump` (the entries, no pickle): what a rank sends
     the launcher with ``launch(..., flight_recorder=N)``. Same private API, same missing public one."""
+    return _dump("_dump_fr_trace_json", (True, False), backend)
+
+
+def _dump(name: str, args: tuple[bool, ...], backend: str | None) -> bytes:
+    require(f"torch._C._distributed_c10d.{name}")
     from torch._C import _distributed_c10d as c10d_c  # noqa: PLC0415 - private, used here only
 
-    as_json: bytes = c10d_c._dump_fr_trace_json(True, False)  # type: ignore[attr-defined]  # torch's _distributed_c10d.pyi lacks the Flight Recorder dumps
-    return as_json
+    fn = getattr(c10d_c, name)
+    if backend is None:
+        backend = str(dist.get_backend()) if dist.is_initialized() else "gloo"
+    if "backend" in (fn.__doc__ or ""):  # torch 2.15+: one recorder per backend (pybind: no inspect.signature)
+        out: bytes = fn(*args, backend=backend.split(":")[-1])
+    else:
+        out = fn(*args)
+    return out

@@ -102,7 +102,7 @@ __all__ = ["RankState", "Watch", "WATCHED_MODULES", "collnb_only"]
 #: imported yet are watched from the call that imports them on).
 WATCHED_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.nn.init", "torch.autograd", "torch.optim",
                    "torch.distributed", "torch.distributed.distributed_c10d", "torch.distributed.device_mesh",
-                   "torch.distributed.tensor", "torch.distributed._functional_collectives",
+                   "torch.distributed.tensor", internals.FUNCTIONAL_COLLECTIVES_MODULE,
                    "torch.distributed.fsdp", "torch.distributed.pipelining", "numpy", "builtins", "os", "sys",
                    "time", "signal", "threading", "io", "pickle", "cloudpickle", "multiprocessing.connection",
                    "socket", "math", "random", "functools")

@@ -54,9 +54,9 @@ from typing import Any, Iterable, Literal, Protocol, Sequence, cast
 
 import torch
 import torch.distributed as dist
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import _torch_internals as internals
+from ._torch_internals import OpOverload, OpOverloadPacket, TorchDispatchMode
 
 __all__ = ["CallRecord", "CallRecords", "Issue", "Recorder", "start", "stop", "active", "SOURCES", "Source"]
 
@@ -219,9 +219,9 @@ _OBJECT_CALLS = frozenset({"broadcast_object_list", "all_gather_object", "gather
                            "scatter_object_list", "send_object_list", "recv_object_list"})     # each: op says which
 
 
-def _specs() -> dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]]:
+def _specs() -> dict[OpOverload, tuple[_Spec, tuple[str, ...]]]:
     """``{OpOverload: (_Spec, argument names)}`` for every communication operator torch has."""
-    out: dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]] = {}
+    out: dict[OpOverload, tuple[_Spec, tuple[str, ...]]] = {}
     for namespace, table in (("c10d", _C10D), ("_c10d_functional", _FUNCTIONAL), ("_dtensor", _DTENSOR)):
         ops = getattr(torch.ops, namespace)
         for packet_name, spec in table.items():
@@ -234,9 +234,9 @@ def _specs() -> dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]]:
     return out
 
 
-_SPEC_TABLE: dict[torch._ops.OpOverload, tuple[_Spec, tuple[str, ...]]] = {}
-_WAIT_OP: torch._ops.OpOverload | None = None
-_PROFILER_OPS: set[torch._ops.OpOverloadPacket] = set()  # torch.profiler.record_function's enter/exit (they pass dispatch modes)
+_SPEC_TABLE: dict[OpOverload, tuple[_Spec, tuple[str, ...]]] = {}
+_WAIT_OP: OpOverload | None = None
+_PROFILER_OPS: set[OpOverloadPacket] = set()  # torch.profiler.record_function's enter/exit (they pass dispatch modes)
 _LETS_THROUGH: dict[type, bool] = {}  # tensor type -> whether it dispatches first (_dispatches)
 _DTYPE_NAMES: dict[torch.dtype, str] = {}  # torch.float32 -> "float32" (_dtype)
 
@@ -258,7 +258,7 @@ class _Observer(Protocol):  # what a Recorder calls: issued(issue), and waited(i
 
 
 class _Timeline(Protocol):  # Recorder.timeline, a timeline.Collector
-    def profiler_op(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object: ...
+    def profiler_op(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object: ...
 
 
 class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's __init_subclass__ has no annotations
@@ -288,7 +288,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
         global _WAIT_OP
         if not _SPEC_TABLE:
             _SPEC_TABLE.update(_specs())
-            _WAIT_OP = getattr(torch.ops._c10d_functional, _WAIT).default
+            _WAIT_OP = internals.functional_op(_WAIT)
         self._records: list[CallRecord] = []
         self._pending_peer: list[tuple[int, dist.Work, tuple[int, ...]]] = []  # (index, work, group_ranks): recv from any source
         self._observers = list(observers)
@@ -298,7 +298,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
         self._last_outer: FrameType | None = None  # the call (outermost torch frame) of the last record
         self._call = -1
         self.timeline: _Timeline | None = None  # a timeline.Collector: also handed record_function's operators
-        _PROFILER_OPS.update((torch.ops.profiler._record_function_enter_new, torch.ops.profiler._record_function_exit))
+        _PROFILER_OPS.update(internals.profiler_ops())
 
     # -- observers -------------------------------------------------------------------------------
     def add_observer(self, observer: _Observer) -> None:
@@ -339,7 +339,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
         self._start_seq = {pg: s for pg in internals.live_groups() if (s := internals.sequence_number(pg)) is not None}
         return super().__enter__()  # type: ignore[no-any-return, no-untyped-call]  # torch's has no annotations; it returns self
 
-    def __torch_dispatch__(self, func: torch._ops.OpOverload, types: tuple[type, ...], args: tuple[Any, ...] = (),
+    def __torch_dispatch__(self, func: OpOverload, types: tuple[type, ...], args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> object:
         kwargs = kwargs or {}
         if any(_dispatches(t) for t in types):
@@ -411,7 +411,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
                     if spec.blocking and hasattr(observer, "waited"):
                         observer.waited(issue, returned)
 
-    def _wait(self, func: torch._ops.OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
+    def _wait(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         out = func(*args, **kwargs)
         t = args[0] if args else kwargs.get("tensor")
         ref, issue = self._waiting.pop(id(t), (None, None))

@@ -144,7 +144,11 @@ def redistribute_text(result, model=None) -> str:
         lines.append(_("rank {rank} {coord}: before {shape} [{bounds}] → after {after} {mark}").format(
             rank=s.rank, coord=s.coord, shape=tuple(s.before.shape), bounds=rng(s.bounds_before), after=after,
             mark=mark))
-        if not s.after_ok and s.after is not None:
+        if not s.after_ok and s.after is not None and s.expected_sum is not None:
+            lines.append("    " + _("summed over mesh dim {dims}: got {got}; expected {expected}").format(
+                dims=", ".join(map(str, result.summed_over)),
+                got=None if s.group_sum is None else s.group_sum.tolist(), expected=s.expected_sum.tolist()))
+        elif not s.after_ok and s.after is not None:
             lines.append("    " + _("got {got}; expected {expected}").format(
                 got=s.after.double().tolist(), expected=np.asarray(s.expected_after).tolist()))
     lines.append(_timing_line(result, model))

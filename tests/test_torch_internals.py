@@ -1,0 +1,103 @@
+"""torch's private names live in collnb/ranks/_torch_internals.py only: every one is listed in its
+PRIVATE_NAMES (feature, missing public API, releases checked) and present on the installed torch; no
+other module imports, reads or names a private torch module or attribute; a missing one is reported
+in one line that names the feature and the torch release."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+from collnb.ranks import _torch_internals as internals
+
+ROOT = Path(__file__).resolve().parent.parent
+HOME = ROOT / "collnb" / "ranks" / "_torch_internals.py"
+_MODULE_PATH = re.compile(r"torch(\.\w+)+")
+
+
+def _private(part: str) -> bool:
+    return part.startswith("_") and not part.startswith("__")
+
+
+def private_uses(source: str) -> list[tuple[int, str]]:
+    """(line, what) for each private torch name the code imports, reads, or names as a module path."""
+    tree = ast.parse(source)
+    roots: dict[str, str] = {}
+    hits = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] == "torch":
+                    roots[a.asname or "torch"] = a.name if a.asname else "torch"
+                    if any(map(_private, a.name.split("."))):
+                        hits.append((node.lineno, f"import {a.name}"))
+        elif isinstance(node, ast.ImportFrom) and node.module and node.module.split(".")[0] == "torch":
+            for a in node.names:
+                roots[a.asname or a.name] = f"{node.module}.{a.name}"
+                if any(map(_private, f"{node.module}.{a.name}".split("."))):
+                    hits.append((node.lineno, f"from {node.module} import {a.name}"))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and _private(node.attr):
+            base = node.value
+            while isinstance(base, ast.Attribute):
+                base = base.value
+            if isinstance(base, ast.Name) and base.id in roots:
+                hits.append((node.lineno, f"{roots[base.id]}...{node.attr}"))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_PATH.fullmatch(node.value):
+            if any(map(_private, node.value.split("."))):
+                hits.append((node.lineno, repr(node.value)))
+    return hits
+
+
+def test_the_guard_finds_each_kind_of_use():
+    code = ("import torch\nimport torch.distributed as dist\nfrom torch._ops import OpOverload\n"
+            "from torch.distributed import _functional_collectives\nx = dist._world\ny = torch.ops._c10d_functional\n"
+            "z = 'torch.distributed._functional_collectives'\nok = torch.distributed.all_reduce\n"
+            "prose = 'torch._mkldnn is opaque memory'\n")
+    found = [what for _, what in private_uses(code)]
+    assert len(found) == 5, found
+    assert not private_uses("import torch\nt = torch.zeros(2).__class__\nmsg = 'see torch._foo in a sentence'\n")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "collnb").rglob("*.py") if p != HOME),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_other_module_uses_a_private_torch_name(path):
+    hits = private_uses(path.read_text(encoding="utf-8"))
+    assert not hits, (f"{path.relative_to(ROOT)} uses torch's private names {hits}: move each into "
+                      "collnb/ranks/_torch_internals.py with a PRIVATE_NAMES entry (feature, missing public API, "
+                      "releases checked)")
+
+
+def test_every_private_name_is_listed_once_with_its_reasons():
+    names = [p.name for p in internals.PRIVATE_NAMES]
+    assert len(names) == len(set(names))
+    for p in internals.PRIVATE_NAMES:
+        # private by name (an underscore) or by torch's docs (``ProcessGroup.unbox``, undocumented)
+        assert p.name.startswith("torch."), p
+        assert p.feature and p.missing_api and "2.13.0" in p.checked and "2.15.0" in p.checked, p
+
+
+def test_every_private_name_exists_on_the_installed_torch():
+    assert internals.missing() == [], f"torch {torch.__version__} lacks {internals.missing()}"
+
+
+def test_a_missing_name_says_which_feature_and_which_torch(monkeypatch):
+    monkeypatch.setattr(internals, "_resolve", lambda name: False)
+    with pytest.raises(RuntimeError) as err:
+        internals.require("torch._C._distributed_c10d._dump_fr_trace_json")
+    msg = str(err.value)
+    assert msg.startswith("collnb's launch(flight_recorder=N) needs torch's torch._C._distributed_c10d._dump_fr_trace_json")
+    assert f"which torch {torch.__version__} does not have" in msg and "\n" not in msg
+    with pytest.raises(RuntimeError, match="Flight Recorder dump of gloo ranks"):
+        internals.flight_recorder_dump("gloo")
+    with pytest.raises(KeyError):
+        internals.require("torch._not_listed")
+
+
+def test_the_flight_recorder_dump_names_the_backend_where_torch_takes_it():
+    """torch 2.15's dumps take backend= (one recorder per backend); 2.13's do not: both give bytes here."""
+    pickled, as_json = internals.flight_recorder_dump("gloo")
+    assert isinstance(pickled, bytes) and as_json.startswith(b"{")
