@@ -265,9 +265,12 @@ _WRITES_WITHOUT_NEWLINE = textwrap.dedent("""
 
 
 def test_output_without_a_newline_keeps_the_launchers_memory_bounded(tmp_path):
-    """A rank writes 128 MiB without a newline. The launcher passes it on in pieces: its peak RSS
-    grows by a small fraction of the bytes written (it held them whole before: 276 MB -> 2.3 GB
-    for 512 MiB)."""
+    """A rank writes 128 MiB without a newline. The launcher passes it on in pieces (its peak RSS
+    grows by a small fraction of the bytes written; it held them whole before: 276 MB -> 2.3 GB for
+    512 MiB) and the cell shows SHOWN_BYTES of it (4 MiB), then one line saying how much was cut, so
+    the kernel and the notebook do not grow by 128 MiB either."""
+    from collnb.ranks.output import PIECE_BYTES, SHOWN_BYTES
+
     mib = 128
     out = tmp_path / "out.txt"
     with open(out, "wb") as sink:
@@ -278,10 +281,32 @@ def test_output_without_a_newline_keeps_the_launchers_memory_bounded(tmp_path):
     ratio = growth / (mib << 20)
     print(done.stderr.strip(), f"growth / bytes written = {ratio:.3f}")
     assert ratio < 0.1, done.stderr
-    size = out.stat().st_size
-    assert size >= (mib + 1) << 20  # every byte arrived, behind the [rank 0] prefixes
-    with open(out, "rb") as fh:
-        assert fh.read(9) == b"[rank 0] "
+    data = out.read_bytes()
+    assert data.startswith(b"[rank 0] ")
+    shown = data.count(b"x") - (1 << 20)  # the first call's 1 MiB, all shown; then this one's
+    assert SHOWN_BYTES - PIECE_BYTES < shown <= SHOWN_BYTES
+    cut_mib = (mib * (1 << 20) - shown) / 2 ** 20
+    notice = f"[rank 0] … {cut_mib:.1f} MiB more of stdout cut: collnb shows at most 4 MiB of each rank's stdout per call"
+    assert notice.encode() in data, data[-400:]
+
+
+def test_a_long_output_is_cut_per_call_and_the_next_call_shows_again(capfd):
+    from collnb.ranks.output import SHOWN_BYTES
+
+    def writer(rank, world_size, lines):
+        for i in range(lines):
+            print(f"{rank}:{i:07d}" + "y" * 1000)
+        return rank
+
+    many = SHOWN_BYTES // 1000 + 500
+    assert collnb.launch(writer, 2, args=(many,)) == [0, 1]
+    out = capfd.readouterr().out
+    assert out.count("[rank 0] 0:0000000y") == 1 and "[rank 1] 1:0000000y" in out
+    assert f"0:{many - 1:07d}" not in out  # the end of rank 0's output was cut ...
+    assert "[rank 0] … " in out and "[rank 1] … " in out and "MiB more of stdout cut" in out  # ... and said so
+    assert collnb.launch(writer, 1, args=(3,)) == [0]
+    again = capfd.readouterr().out
+    assert "[rank 0] 0:0000002y" in again and "cut" not in again
 
 
 def test_pieces_of_a_long_line_stay_behind_one_prefix_and_split_no_character(capfd):

@@ -13,6 +13,11 @@ on in pieces of at most :data:`PIECE_BYTES` (cut between UTF-8 characters) as th
 whole: the launcher's memory stays bounded however much a rank writes. The pieces of one line are
 written one after another behind one ``[rank r]`` prefix; another rank's output in between ends
 the line there, and its rest follows behind a new prefix.
+
+What reaches the cell is bounded too: of each rank's stdout and of its stderr, one call shows at
+most :data:`SHOWN_BYTES`; the rest is counted, not written, and when the call's output is drained one
+line says how much was cut (a rank that prints 512 MiB would otherwise grow the kernel and the
+notebook by as much). The rank's last lines (quoted when it dies) are kept whatever was cut.
 """
 
 from __future__ import annotations
@@ -26,10 +31,14 @@ from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection, wait as _mp_wait
 from typing import Protocol, cast
 
-__all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS"]
+from ..i18n import _
+
+__all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS", "SHOWN_BYTES"]
 
 #: The most bytes of an unfinished line held before they are passed on as a piece.
 PIECE_BYTES = 64 * 1024
+#: The most bytes (UTF-8) of one rank's stdout, and of its stderr, written to the cell in one call.
+SHOWN_BYTES = 4 * 1024 * 1024
 #: The most characters of one line kept among a rank's last words (:attr:`OutputRelay` ``r.last``).
 LAST_LINE_CHARS = 500
 
@@ -100,11 +109,15 @@ class OutputRelay:
         self._open: dict[int, _RelayedRank | None] = {1: None, 2: None}
         # (id(rank), fd) -> the open line is held (True) or shown (False)
         self._pieces: dict[tuple[int, int], bool] = {}
+        # (rank number, fd) -> bytes shown in this call, and bytes cut once SHOWN_BYTES was reached
+        self._shown: dict[tuple[int, int], int] = {}
+        self._cut: dict[tuple[int, int], int] = {}
 
     def start_call(self, show_backend_log: bool) -> None:
         """Begin a call: forget held lines; show or hold the C++ log lines of this call."""
         self.show_backend_log, self.backend_log = bool(show_backend_log), []
         self._open, self._pieces = {1: None, 2: None}, {}  # the last call ended every line (drain)
+        self._shown, self._cut = {}, {}
 
     def take_backend_log(self) -> list[str]:
         """The held C++ log lines (list of str), forgotten here."""
@@ -169,12 +182,19 @@ class OutputRelay:
                 if first:
                     self.backend_log.append(f"[rank {r.rank}] {text}"[:PIECE_BYTES])
             else:
-                owner = self._open[fd_kind]
-                if owner is not None and owner is not r:  # another rank's unfinished line: end it here
-                    out.append("\n")
-                    owner = None
-                out.append(("" if owner is r else f"[rank {r.rank}] ") + text + ("\n" if finished else ""))
-                self._open[fd_kind] = None if finished else r
+                budget = (r.rank, fd_kind)
+                size = len(line) + finished
+                shown = self._shown.get(budget, 0)
+                if shown + size > SHOWN_BYTES:  # this call showed enough of this stream: count, do not write
+                    self._cut[budget] = self._cut.get(budget, 0) + size
+                else:
+                    self._shown[budget] = shown + size
+                    owner = self._open[fd_kind]
+                    if owner is not None and owner is not r:  # another rank's unfinished line: end it here
+                        out.append("\n")
+                        owner = None
+                    out.append(("" if owner is r else f"[rank {r.rank}] ") + text + ("\n" if finished else ""))
+                    self._open[fd_kind] = None if finished else r
             if last is not None and first:
                 last.append(text[:LAST_LINE_CHARS])
                 report: list[str] | None = getattr(r, "report", None)  # a crash report (faulthandler's): its first lines
@@ -219,10 +239,27 @@ class OutputRelay:
                     conns.remove(conn)  # a dead rank's pipe stays readable (EOF): done with it
 
     def drain(self, ranks: Iterable[_RelayedRank], final: bool = True) -> None:
-        """Copy what every rank of ``ranks`` has written so far (see :meth:`pump`)."""
+        """Copy what every rank of ``ranks`` has written so far (see :meth:`pump`); with ``final``,
+        then say, per rank and stream, how much output was cut (:data:`SHOWN_BYTES`)."""
         for r in ranks:
             self.pump(r, r.out_r, final)
             self.pump(r, r.err_r, final)
+        if final:
+            self.report_cut()
+
+    def report_cut(self) -> None:
+        """Write one line per rank and stream whose output this call cut, and forget the counts."""
+        for (rank, fd_kind), cut in sorted(self._cut.items()):
+            stream = sys.stdout if fd_kind == 1 else sys.stderr
+            if self._open[fd_kind] is not None:
+                stream.write("\n")
+                self._open[fd_kind] = None
+            stream.write("[rank {rank}] ".format(rank=rank) + _(
+                "… {mib:.1f} MiB more of {stream} cut: collnb shows at most {limit} MiB of each rank's {stream} "
+                "per call; write large output to a file").format(
+                    mib=cut / 2 ** 20, stream="stdout" if fd_kind == 1 else "stderr", limit=SHOWN_BYTES >> 20) + "\n")
+            stream.flush()
+        self._cut = {}
 
 
 def _utf8_boundary(data: bytes | bytearray) -> int:
