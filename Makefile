@@ -78,6 +78,8 @@ $(LAB_OVERRIDES): etc/jupyterlab-overrides.json | $(VENV)/.lab-installed
 # The Chinese edition (EDITION=zh) starts JupyterLab with a settings folder of its own (the same
 # defaults plus the language pack's locale zh_CN, tools/lab.py overrides), so only that run's menus are
 # Chinese and `make lab` stays English; COLLNB_LANG=zh makes every kernel's collnb speak Chinese.
+# Each edition keeps its open tabs in a workspaces folder of its own (in .venv, not ~/.jupyter): `make lab-zh`
+# reopened the English session's tabs and started a kernel for each.
 LAB_SETTINGS_ZH := $(VENV)/share/jupyter/lab/settings-zh
 LAB_OVERRIDES_ZH := $(LAB_SETTINGS_ZH)/overrides.d/collnb.json
 $(LAB_OVERRIDES_ZH): etc/jupyterlab-overrides.json tools/lab.py | $(VENV)/.lab-installed
@@ -101,6 +103,7 @@ lab: $(LAB_NEEDS)
 	$(BIN)/jupyter lab --notebook-dir=$(WORK) --ServerApp.ip=127.0.0.1 $(if $(DISPLAY),,--no-browser) \
 		--LabApp.news_url=None --LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate \
 		--LabApp.default_url=/lab/tree/$(LAB_OPEN) $(LAB_EDITION_ARGS) \
+		--LabApp.workspaces_dir="$(CURDIR)/$(VENV)/share/jupyter/lab/workspaces-$(EDITION)" \
 		$(if $(filter 0,$(shell id -u)),--allow-root,) $(LAB_ARGS)
 
 lab-zh:

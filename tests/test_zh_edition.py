@@ -255,6 +255,9 @@ def test_make_lab_zh_opens_a_chinese_jupyterlab_for_that_run_only(tmp_path):
     assert "COLLNB_LANG=zh" in zh and "--LabApp.default_url=/lab/tree/zh-CN/00_launching_ranks.ipynb" in zh
     assert "--LabApp.app_settings_dir=" in zh and "settings-zh" in zh
     assert "COLLNB_LANG" not in en and "app_settings_dir" not in en and "--edition en" in en
+    # each edition reopens its own tabs (make lab-zh reopened the English session's and started their kernels)
+    assert "/share/jupyter/lab/workspaces-zh" in zh and "workspaces-en" not in zh
+    assert "/share/jupyter/lab/workspaces-en" in en and "workspaces-zh" not in en
     out = tmp_path / "overrides.json"
     assert lab.main(["overrides", str(out), "--edition", "zh"]) == 0
     settings = json.loads(out.read_text())
