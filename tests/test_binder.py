@@ -105,6 +105,13 @@ def test_static_picture_for_saved_notebooks():
     assert "collnb-static" in bundle["text/html"] and bundle["image/png"]
     assert "Static picture of the explorer's last state" in bundle["text/plain"]
     assert "collnb-live" in b.widget._dom_classes
+    # issue 34: the saved picture carries the caption of its own state, and follows each change
+    # (a caption printed once above the explorer went stale at the first move)
+    assert bundle["text/plain"].splitlines()[-1] == "20" and "collnb-static-caption'" in bundle["text/html"]
+    b.set(size=3)
+    b.wait()
+    after = b.static_bundle()
+    assert after["text/plain"].splitlines()[-1] == "30" and ">30</div>" in after["text/html"]
     b.close()
 
 
@@ -165,3 +172,63 @@ def test_explore_redistribute_redraws_on_real_ranks():
         assert ex.last_timing["total_s"] > 0 and ex.runs_finished >= 4
     finally:
         ex.close()
+
+
+def _sliders(widget):
+    """Every slider in ``widget``'s tree (ipywidgets' Int/Float/Selection sliders)."""
+    import ipywidgets
+
+    kinds = (ipywidgets.IntSlider, ipywidgets.FloatSlider, ipywidgets.SelectionSlider)
+    found = [widget] if isinstance(widget, kinds) else []
+    for child in getattr(widget, "children", ()):
+        found += _sliders(child)
+    return found
+
+
+def _track_room(slider) -> float:
+    """The px a slider's layout leaves for its track: its fixed width less its label and readout."""
+    width = slider.layout.width or ""
+    assert width.endswith("px"), f"{slider.description!r}: width {width!r} (auto or unset collapses the track)"
+    label = Canvas(1, 1).measure(slider.description, 13)[0] + 12 if slider.description else 0
+    return float(width[:-2]) - label - B._READOUT_PX
+
+
+def test_a_binder_slider_has_a_fixed_width_with_room_for_its_track():
+    """Issue 34: a Binder slider laid out with width "auto" had a 0 px track in JupyterLab; now its
+    width is its label's + B.SLIDER_TRACK_PX + the readout, however long the label."""
+    for label in ("m", "a long label for the size slider"):
+        b, _ = toy(sliders=("size",), labels={"size": label})
+        (slider,) = _sliders(b.widget)
+        assert _track_room(slider) >= B.SLIDER_TRACK_PX and slider.layout.max_width == "100%"
+        b.close()
+    with pytest.raises(ValueError, match="track_px"):
+        B.slider_layout("m", 20)
+
+
+def test_every_explorers_sliders_have_room_for_their_track():
+    """Issue 34: every slider of every explorer and player (pipeline, DDP buckets, the primitive
+    explorer, the round-by-round explorer, the replay, the comparison) has a fixed px width leaving
+    B.SLIDER_TRACK_PX for its track (tests/test_browser.py measures the tracks in Chromium)."""
+    from collnb.labs import overlap, parallel
+    from collnb.views.replay import compare, explore_rounds
+
+    tr = collnb.run_algorithm("all_reduce", "ring", 2)
+    panels = {"pipeline": parallel.explore_schedules(2, m=2, schedule="gpipe", forward_ms=1, backward_ms=2),
+              "buckets": overlap.explore_buckets(8.0),
+              "explore": collnb.explore("broadcast", world_size=2),
+              "rounds": explore_rounds("all_gather", "ring", world_size=2),
+              "replay": collnb.replay(tr),
+              "compare": compare(tr, collnb.run_algorithm("all_reduce", "recursive_doubling", 2))}
+    try:
+        for name, panel in panels.items():
+            sliders = _sliders(panel.widget)
+            if name == "rounds":
+                sliders += _sliders(panel.player.widget)
+            assert sliders, name
+            for s in sliders:
+                assert _track_room(s) >= B.SLIDER_TRACK_PX, (name, s.description, s.layout.width)
+    finally:
+        for panel in panels.values():
+            close = getattr(panel, "close", None)
+            if close:
+                close()

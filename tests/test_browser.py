@@ -15,6 +15,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -30,7 +31,9 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-quic"]
 REPO = Path(__file__).resolve().parents[1]
-JUPYTER = REPO / ".venv" / "bin" / "jupyter"
+#: the checkout's .venv (make's), else the jupyter beside the python running the tests (a worktree)
+JUPYTER = next((p for p in (REPO / ".venv" / "bin" / "jupyter", Path(sys.executable).with_name("jupyter"))
+                if p.exists()), REPO / ".venv" / "bin" / "jupyter")
 
 NOTEBOOK = {
     "cells": [
@@ -73,6 +76,31 @@ NOTEBOOK_REDISTRIBUTE = {
                     "ex"]},
         {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
          "source": ["print('second cell ran', ex.runs_finished)"]},
+    ],
+    "metadata": NOTEBOOK["metadata"], "nbformat": 4, "nbformat_minor": 5,
+}
+
+
+#: Every kind of panel with a slider: the two Binder explorers (pipeline, DDP buckets), the primitive
+#: explorer, the round-by-round explorer and the replay (issue 34: the pipeline's m slider had a 0 px
+#: track: a Binder slider laid out with width "auto" in a wrapping row shrinks to its label and readout).
+NOTEBOOK_SLIDERS = {
+    "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": [
+            "import collnb\n", "from collnb.labs import overlap, parallel\n",
+            "from collnb.views.replay import explore_rounds\n",
+            "pipe = parallel.explore_schedules(2, m=4, schedule=\"gpipe\", forward_ms=1, backward_ms=2)\n",
+            "pipe"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["buckets = overlap.explore_buckets(2.0)\n", "buckets"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["ex = collnb.explore(\"broadcast\", world_size=4)\n", "ex"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["rounds = explore_rounds(\"all_gather\", \"ring\", world_size=4)\n", "rounds"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["rw = collnb.replay(collnb.run_algorithm(\"all_reduce\", \"ring\", 4))\n", "rw"]},
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [],
+         "source": ["print('second cell ran', pipe.params.m)"]},
     ],
     "metadata": NOTEBOOK["metadata"], "nbformat": 4, "nbformat_minor": 5,
 }
@@ -744,3 +772,72 @@ def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path)
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait(timeout=10)
         log.close()
+
+
+@pytest.fixture
+def jlab_sliders(tmp_path):
+    """JupyterLab 4 on a notebook with every kind of panel that has a slider (issue 34)."""
+    yield from _serve(tmp_path, "jupyterlab", NOTEBOOK_SLIDERS)
+
+
+#: The shortest track a slider may have at a 1400 px window (px; they are made 200 px: binder.SLIDER_TRACK_PX):
+#: the pipeline's 12 values of m at least 13 px apart along it.
+MIN_TRACK_PX = 160
+
+
+def test_every_explorer_slider_has_a_track_a_mouse_can_use(jlab_sliders):
+    """Issue 34: every slider of every panel (the pipeline and bucket explorers, the primitive explorer,
+    the round-by-round explorer, the replay) measured in JupyterLab 4 at a 1400 px window: its track
+    (noUiSlider's ``.noUi-target``) at least :data:`MIN_TRACK_PX` wide, and a real mouse drag of the
+    pipeline's m handle to the middle of its track lands on the middle value (before the fix the
+    track was 0 px wide and a drag reached only m = 1 or 12)."""
+    from playwright.sync_api import sync_playwright
+    lab = jlab_sliders
+    shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
+    shots.mkdir(parents=True, exist_ok=True)
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            _open_and_run_all(page, lab, wait_ms=240_000, shown=".collnb-pipeline img.collnb-figure")
+            _until(page, lambda: page.locator(".collnb-replay .noUi-target").count() > 0
+                   and page.locator(".collnb-bucket-explorer .noUi-target").count() > 0, 60, "every panel")
+            sliders = page.eval_on_selector_all(
+                ".collnb-live .widget-slider", """els => els.filter(e => e.offsetParent !== null).map(e => {
+                    const t = e.querySelector('.noUi-target'), l = e.querySelector('.widget-label');
+                    const panel = e.closest('.collnb-live');
+                    return {panel: [...panel.classList].filter(c => c.startsWith('collnb-') && c !== 'collnb-live')
+                                   .join(' '),
+                            label: l ? l.textContent : '', slider: e.getBoundingClientRect().width,
+                            track: t ? t.getBoundingClientRect().width : -1};
+                })""")
+            print("sliders:", json.dumps(sliders))
+            panels = {(s["panel"].split() or ["?"])[0] for s in sliders}
+            assert {"collnb-pipeline", "collnb-bucket-explorer", "collnb-explorer", "collnb-replay"} <= panels, panels
+            assert len(sliders) >= 8, sliders  # m; bucket_cap_mb; world size, src, chunk; world size; round, speed
+            narrow = [s for s in sliders if s["track"] < MIN_TRACK_PX]
+            assert not narrow, f"sliders whose track is under {MIN_TRACK_PX} px: {narrow}"
+
+            # the pipeline's m (1..12): drag the handle to m = 6 with the mouse, no keyboard
+            slider = page.locator(".collnb-pipeline .collnb-m")
+            track, handle = slider.locator(".noUi-target").first, slider.locator(".noUi-handle").first
+            slider.scroll_into_view_if_needed()
+            tb, hb = track.bounding_box(), handle.bounding_box()
+            y = hb["y"] + hb["height"] / 2
+            page.mouse.move(hb["x"] + hb["width"] / 2, y)
+            page.mouse.down()
+            page.mouse.move(tb["x"] + tb["width"] * (6 - 1) / (12 - 1), y, steps=12)
+            page.mouse.up()
+            got = slider.locator(".widget-readout").first.inner_text().strip()
+            assert got == "6", f"a drag to the middle of the m track gave m = {got}"
+            caption = page.locator(".collnb-pipeline .collnb-caption")
+            _until(page, lambda: "m=6:" in caption.inner_text(), 90, "the pipeline explorer redrawn at m = 6")
+            page.screenshot(path=str(shots / "sliders_pipeline_m6.png"), full_page=True)
+        except BaseException:
+            try:
+                page.screenshot(path=str(shots / "sliders_failure.png"), full_page=True)
+            except Exception:
+                pass
+            raise
+        finally:
+            browser.close()

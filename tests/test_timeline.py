@@ -254,3 +254,56 @@ def test_the_longest_wait_named_under_a_window_is_one_drawn_in_it():
     assert _longest_wait(tl, 0, 70).rank == 0
     assert _longest_wait(tl, 61, 70) is None
     assert collnb.timeline_image(tl, start_ms=61, end_ms=70).png[:4] == b"\x89PNG"
+
+
+def _overlapping_texts(pic):
+    """Pairs of texts painted on ``pic`` whose ink boxes intersect, and texts outside the picture."""
+    h, w = pic.pixels.shape[:2]
+    boxes = pic.labels
+    bad = [(a[0], b[0]) for i, a in enumerate(boxes) for b in boxes[i + 1:]
+           if a[2][0] < b[2][2] and b[2][0] < a[2][2] and a[2][1] < b[2][3] and b[2][1] < a[2][3]]
+    outside = [t for t, _, (x0, y0, x1, y1) in boxes if x0 < 0 or y0 < 0 or x1 > w or y1 > h]
+    return bad, outside
+
+
+def _batched(rank, world_size):
+    """Every rank: a barrier, then its neighbours' isend and irecv in flight together (one bar each,
+    as 1F1B's batch_isend_irecv), with rank-dependent sleeps so that some wait."""
+    dist.barrier()
+    with collnb.region("step"):
+        for k in range(3):
+            with collnb.region(f"F{k}"):
+                time.sleep(0.01 * (rank + 1))
+            out, inp = torch.ones(8), torch.zeros(8)
+            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, out, (rank + 1) % world_size),
+                                           dist.P2POp(dist.irecv, inp, (rank - 1) % world_size)])
+            for q in reqs:
+                q.wait()
+    return 0
+
+
+def test_no_two_texts_of_a_timeline_overlap():
+    """Issue 34: the axis label and the "longest wait" note were painted on the same line (16 and 18);
+    every text of the picture (title, legend, ticks, axis label, the note, rank and bar labels) is
+    recorded with its ink box: for a synthetic timeline, a ring of sleeps, a batch of isend/irecv
+    pairs (labels of bars drawn over each other) and 8 ranks, at 1100 px and at the narrowest
+    500 px, with a long title, no two boxes intersect and none leaves the picture."""
+    ring = collnb.launch(_ring_of_sleeps, 4, (0.05,), timeline=True).timeline
+    batched = collnb.launch(_batched, 4, timeline=True).timeline
+    eight = collnb.launch(_ring_of_sleeps, 8, (0.02,), timeline=True).timeline
+    long_title = "1F1B, p=4 stages, m=8: idle 30% measured, (p-1)/(m+p-1) = 27%, and a few more words"
+    seen_note = 0
+    for name, tl in (("synthetic", _synthetic()), ("ring", ring), ("batched", batched), ("eight", eight)):
+        for width in (1100, 500):
+            for title in ("", long_title):
+                pic = collnb.timeline_image(tl, width=width, title=title)
+                texts = [t for t, _, _ in pic.labels]
+                assert "time since the first rank started (ms)" in texts, (name, width)
+                seen_note += any(t.startswith("longest wait") for t in texts)
+                bad, outside = _overlapping_texts(pic)
+                assert not bad, (name, width, title, bad)
+                assert not outside, (name, width, title, outside)
+    assert seen_note >= 8  # the note was there to collide with (every timeline but one has a wait)
+    # the batch's isend and irecv share one bar, and one label naming both
+    texts = [t for t, _, _ in collnb.timeline_image(batched).labels]
+    assert any(" + " in t and "isend→" in t and "irecv←" in t for t in texts), texts

@@ -46,7 +46,31 @@ from ..i18n import _
 from .static import captioned_png, esc, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
-__all__ = ["Binder", "show_choices"]
+__all__ = ["Binder", "show_choices", "slider_layout", "SLIDER_TRACK_PX"]
+
+#: The width of every explorer slider's track (px), whatever its label says: 12 values 16 px apart.
+#: (A slider laid out with width "auto" in a wrapping row shrinks to its label and readout and its
+#: track to 0 px: a mouse reached only its two ends, issue 34.)
+SLIDER_TRACK_PX = 200
+#: What a slider's readout and the margins beside it take (px): 84 measured in Chromium (ipywidgets 8.1,
+#: JupyterLab 4; its readout is at least 50 px wide).
+_READOUT_PX = 84
+
+
+def slider_layout(description: str, track_px: int = SLIDER_TRACK_PX) -> widgets.Layout:
+    """The ``ipywidgets.Layout`` of a slider labelled ``description`` (shown at its own width,
+    ``description_width="initial"``): a fixed width of the label (measured at 13 px, the widgets'
+    font size) + ``track_px`` of track + the readout, at most the output's width.
+
+    Raises:
+        ValueError: ``track_px`` < 100.
+    """
+    if track_px < 100:
+        raise ValueError(f"track_px must be >= 100 pixels; got {track_px}")
+    from .raster import Canvas  # noqa: PLC0415 - the views' text measure (the same fonts as the pictures)
+
+    label = Canvas(1, 1).measure(description, 13)[0] + 12 if description else 0
+    return widgets.Layout(width=f"{int(label + track_px + _READOUT_PX)}px", max_width="100%")
 
 
 def _options(values) -> list:
@@ -138,8 +162,9 @@ class Binder(WorkerState):
             # a SelectionSlider needs its options (and a value among them) when it is made
             extra = dict(continuous_update=False, options=_options(offered.get(f.name, [])),
                          value=getattr(self.params, f.name)) if f.name in sliders else {}
-            w = kind(description=labels.get(f.name, f.name), style=style, layout=widgets.Layout(width="auto"),
-                     **extra)
+            label = labels.get(f.name, f.name)
+            w = kind(description=label, style=style,
+                     layout=slider_layout(label) if f.name in sliders else widgets.Layout(width="auto"), **extra)
             w.add_class("collnb-control")
             w.add_class(f"collnb-{f.name.replace('_', '-')}")
             self.controls[f.name] = w
@@ -274,7 +299,8 @@ class Binder(WorkerState):
         if self._static_png is None:  # from the pixels when draw gave them: no PNG decoded
             picture = self._last_pixels if self._last_pixels is not None else self.last_png
             self._static_png = captioned_png(picture, rerun_line(self.what))
-        return static_bundle(self.last_png, self.what, alt=repr(self), png_with_line=self._static_png)
+        return static_bundle(self.last_png, self.what, alt=repr(self), png_with_line=self._static_png,
+                             below=self.caption.value)
 
     def _update_static(self):
         update_static(self._display_ids, self.static_bundle)

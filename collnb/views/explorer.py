@@ -71,7 +71,7 @@ from .. import collectives
 from .. import ranks
 from ..i18n import _
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_choice, check_world_size, dtype_name
-from .binder import show_choices
+from .binder import show_choices, slider_layout
 from .controls import ORDER, ExplorerParams, Facts, choices, fix, normalised, update
 from .explorer_text import (backend_note_html, drawn_values, dtype_effect_text, error_head, figure_alt, length_html,
                             notes_html, reference_html, status_html, status_text)
@@ -208,16 +208,15 @@ class Explorer(WorkerState):
             _("run on {backend} ranks").format(backend=b) for b in usable], style={"button_width": "70px"})
         c["world_size"] = widgets.IntSlider(value=1, min=1, max=MAX_WORLD_SIZE, step=1,
                                             description=_("world size"), continuous_update=True,
-                                            style=style, layout=widgets.Layout(width="330px"))
+                                            style=style, layout=slider_layout(_("world size")))
         c["dtype"] = widgets.Dropdown(options=["float32"], value="float32", description=_("dtype"),
                                       style=style, layout=lay)
         c["op"] = widgets.Dropdown(options=["sum"], value="sum", description=_("op"), style=style, layout=lay)
         c["root"] = widgets.IntSlider(value=0, min=0, max=max(world_size - 1, 0), step=1, description="src",
-                                      continuous_update=True, style=style,
-                                      layout=widgets.Layout(width="260px"))
+                                      continuous_update=True, style=style, layout=slider_layout("src"))
         c["chunk_size"] = widgets.SelectionSlider(options=list(CHUNK_SIZES), value=chunk_size,
                                                   description=_("elements per chunk"), continuous_update=True,
-                                                  style=style, layout=widgets.Layout(width="330px"))
+                                                  style=style, layout=slider_layout(_("elements per chunk")))
         c["inputs"] = widgets.Dropdown(options=[("", inputs)], value=inputs, description=_("inputs"), style=style,
                                        layout=widgets.Layout(width="520px"))
         for name, w in c.items():

@@ -60,10 +60,13 @@ class MatrixPanel:
 @dataclass
 class MatrixPicture:
     """A painted matrix heatmap. ``png``: PNG bytes; ``pixels``: ``(h, w, 3)`` uint8; shown as a
-    PNG in a notebook (``_repr_png_``); :meth:`save` writes the PNG."""
+    PNG in a notebook (``_repr_png_``); :meth:`save` writes the PNG. ``labels``: where the painter
+    records them (:func:`collnb.timeline_image`), every painted text as ``(text, size_px, (x0, y0,
+    x1, y1))``, its ink's box in pixels (tests check that no two overlap); else empty."""
 
     png: bytes
     pixels: np.ndarray
+    labels: list = field(default_factory=list)
 
     def _repr_png_(self) -> bytes:
         return self.png

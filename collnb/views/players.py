@@ -88,6 +88,8 @@ class ReplayWidget:
 
     def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
         import ipywidgets as w
+
+        from .binder import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         if not trace.has_snapshots:
             raise ValueError(_("this trace has no per-round snapshots (recorded with snapshots=False); run it "
                                "with snapshots=True to replay it"))
@@ -100,14 +102,14 @@ class ReplayWidget:
                            tooltip=_("play / pause the rounds at the speed set on the right"))
         self.slider = w.IntSlider(value=0, min=0, max=max(R, 0), step=1, description=_("round"),
                                   continuous_update=True, style={"description_width": "initial"},
-                                  layout=w.Layout(width="280px"),
+                                  layout=slider_layout(_("round")),
                                   tooltip=_("drag, or click it and press ← / → to step round by round"))
         self.first, self.back, self.forward, self.last = _step_buttons(
             w, self.slider, _("first: round 0, before any message"), _("last: round {round}, the result").format(round=R))
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
                                    description=_("speed"), readout_format=".2f",
                                    tooltip=_("rounds per second while playing"),
-                                   style={"description_width": "initial"}, layout=w.Layout(width="240px"))
+                                   style={"description_width": "initial"}, layout=slider_layout(_("speed")))
         self.speed_unit = w.Label(_("rounds/s"), layout=w.Layout(width="auto", margin="0 0 0 2px"))
         self.speed_unit.add_class("collnb-speed-unit")
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
@@ -216,6 +218,8 @@ class CompareWidget:
 
     def __init__(self, a: Trace, b: Trace, model: CostModel | None = None):
         import ipywidgets as w
+
+        from .binder import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         for t in (a, b):
             if not t.has_snapshots:
                 raise ValueError(_("both traces need snapshots (run with snapshots=True)"))
@@ -227,7 +231,8 @@ class CompareWidget:
         self._display_ids: list = []
         self.play = w.Play(value=0, min=0, max=R, interval=700, description=_("play"),
                            tooltip=_("play / pause both replays"))
-        self.slider = w.IntSlider(value=0, min=0, max=R, description=_("round"),
+        self.slider = w.IntSlider(value=0, min=0, max=R, description=_("round"), layout=slider_layout(_("round")),
+                                  style={"description_width": "initial"},
                                   tooltip=_("drag, or click it and press ← / → to step round by round"))
         self.first, self.back, self.forward, self.last = _step_buttons(
             w, self.slider, _("first: round 0"), _("last: round {round}").format(round=R))

@@ -47,9 +47,11 @@ class RoundsExplorer(WorkerState):
         self.primitive = w.Dropdown(options=list(PRIMITIVES), value=primitive, description=_("primitive"))
         algs = list(ALGORITHMS[primitive])
         self.algorithm = w.Dropdown(options=algs, value=algorithm or algs[0], description=_("algorithm"))
+        from .binder import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         self.world_size = w.IntSlider(value=world_size, min=1, max=MAX_WORLD_SIZE,
                                       description=rank_slider_label(backend),
-                                      continuous_update=False, style={"description_width": "initial"})
+                                      continuous_update=False, style={"description_width": "initial"},
+                                      layout=slider_layout(rank_slider_label(backend)))
         self.status = w.HTML()
         self.area = w.VBox()
         self.player = None
@@ -60,7 +62,10 @@ class RoundsExplorer(WorkerState):
         self.primitive.observe(self._on_primitive, names="value")
         self.algorithm.observe(self._rerun, names="value")
         self.world_size.observe(self._rerun, names="value")
-        self.widget = w.VBox([w.HBox([self.primitive, self.algorithm, self.world_size]), self.status, self.area])
+        self.widget = w.VBox([w.HBox([self.primitive, self.algorithm, self.world_size],
+                                     layout=w.Layout(flex_flow="row wrap", align_items="center")),
+                              self.status, self.area])
+        self.widget.add_class("collnb-rounds-explorer")
         self.widget.add_class("collnb-live")
         self.run()
         if wait:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 
 import numpy as np
 from PIL import Image
@@ -149,7 +150,7 @@ def live_bundle(widget, text: str) -> dict:
 
 
 def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str = "",
-                  png_with_line: bytes | None = None, attrs: dict | None = None) -> dict:
+                  png_with_line: bytes | None = None, attrs: dict | None = None, below: str = "") -> dict:
     """A display bundle standing in for a live widget (an explorer or a replay) where no kernel
     runs: a saved notebook reopened, nbviewer, a code host, a MyST-NB book.
 
@@ -167,9 +168,12 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
         what: ``"explorer"`` or ``"replay"`` (goes into the line).
         alt: the image's alt text. caption: text shown when there is no picture.
         attrs: extra ``data-*`` attributes of the ``<img>`` (e.g. world_size).
+        below: the live panel's caption of this state (HTML; its text goes under the picture and,
+            on a line of its own, into ``text/plain``), so the saved caption is the picture's own.
     """
     line = rerun_line(what)
-    data = {"text/plain": line}
+    below_text = html.unescape(re.sub(r"<[^>]+>", "", below)).strip()
+    data = {"text/plain": line + ("\n" + below_text if below_text else "")}
     hint = (f"<div class='collnb-live-hint' style='color:#8a5300;font-size:12px;line-height:1.4'>"
             f"<span class='collnb-hint-notebook'>{esc(_(LIVE_HINT))}</span>"
             f"<span class='collnb-hint-app'>{esc(_(APP_HINT))}</span></div>")
@@ -186,6 +190,8 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
                          f"<div class='collnb-static-line' style='color:#5A3B00;background:#FFF4D6;"
                          f"padding:3px 8px;display:inline-block;line-height:1.4;max-width:100%'>{worded}</div><br>"
                          f"<img class=\"collnb-static-img\" src=\"data:image/png;base64,{b64}\" alt=\"{esc(alt)}\" "
-                         f"{extra} style=\"{IMG_STYLE}\"></div>{hint}</div>")
+                         f"{extra} style=\"{IMG_STYLE}\">"
+                         + (f"<div class='collnb-static-caption' style='line-height:1.4'>{esc(below_text)}</div>"
+                            if below_text else "") + f"</div>{hint}</div>")
     data["image/png"] = base64.b64encode(png_with_line or png).decode("ascii")
     return data
