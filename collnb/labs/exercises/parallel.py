@@ -125,7 +125,8 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
 
     def case(ws):
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
-        s, h, f = rng.randint(3, 6), 3, 4 * ws        # h != f/t: the input and the hidden differ in size
+        # s != f/t = 4: the input's gradient (s, h) differs in size from every weight shard's (f/t, h), (h, f/t), (f/t,)
+        s, h, f = rng.choice((3, 5, 6)), 3, 4 * ws
         x, grad_out = (torch.randn(s, h, generator=gen, dtype=torch.float64) for _ in range(2))
         w1, b1 = torch.randn(f, h, generator=gen, dtype=torch.float64), torch.randn(f, generator=gen, dtype=torch.float64)
         w2 = torch.randn(h, f, generator=gen, dtype=torch.float64)
