@@ -93,27 +93,52 @@ CODE = {
     "09_object_collectives": "my_census",
     "10_send_recv": "token_ring",
     "11_training": "average_gradients",
-    "13_tensor_parallel": "tp_mlp",
+    # a notebook with several exercises: one name per exercise cell, in order; None for one whose answer is
+    # not a function (12's prediction and placements: their own tests)
+    "12_device_mesh_dtensor": (None, None, "dp_tp_matmul"),
+    "13_tensor_parallel": "tp_mlp_backward",
     "14_fsdp": "configure",
     "15_context_parallel": "update",
-    "16_pipeline_parallel": "stage_forward",
+    "16_pipeline_parallel": ("stage_forward", "stage_backward"),
+    "17_overlap": "overlapped_step",
 }
+#: (notebook, exercise index, the exercise's function name): every code exercise of CODE.
+CODE_EXERCISES = [(stem, k, name) for stem, names in sorted(CODE.items())
+                  for k, name in enumerate((names,) if isinstance(names, str) else names) if name]
+#: The checks of exercises whose answer is not a function, with their own tests (predictions, placements, a hang).
+NOT_CODE = {"check_collective_prediction", "check_dp_tp_placements", "check_hang_culprit"}
 
 
-@pytest.mark.parametrize("stem", sorted(CODE))
-def test_notebook_solution_passes_and_unfinished_answer_gets_a_direction_not_the_solution(stem, capsys):
-    check = getattr(exercises, _check_name(stem))
-    name = CODE[stem]
-    solution = _solution(stem, name)
+def test_every_exercise_from_notebook_12_on_is_in_the_table():
+    """Issue 34: every notebook from 12 on ends with an exercise that only real communication passes; each of
+    their check cells is either a code exercise of CODE (tested below) or one of NOT_CODE."""
+    for path in sorted(NOTEBOOK_DIR.glob("1[2-8]_*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        checks = [c.source for c in nb.cells if "check" in c.metadata.get("tags", [])]
+        assert checks, f"{path.stem}: no exercise"
+        last = [c for c in nb.cells if c.cell_type == "code"][-1]
+        assert "check" in last.metadata.get("tags", []), f"{path.stem}: its last code cell is not an exercise's check"
+        names = CODE.get(path.stem, ())
+        names = (names,) if isinstance(names, str) else names
+        for k in range(len(checks)):
+            check = _check_name(path.stem, k)
+            assert check in NOT_CODE or (k < len(names) and names[k]), \
+                f"{path.stem}: exercise {k} ({check}) is not in CODE"
+
+
+@pytest.mark.parametrize("stem, k, name", CODE_EXERCISES, ids=[f"{s}-{n}" for s, _, n in CODE_EXERCISES])
+def test_notebook_solution_passes_and_unfinished_answer_gets_a_direction_not_the_solution(stem, k, name, capsys):
+    check = getattr(exercises, _check_name(stem, k))
+    solution = _solution(stem, name, k)
     out = _passes(capsys, check, solution)
     assert "rank" in out  # the per-rank table
-    ns = {"__name__": "__main__"}
+    ns = {"__name__": "__main__", "torch": torch, "dist": dist}
     # The exercise cell as stored: a function whose body is `...`, under the name the solution uses.
-    exec(compile(_cell(stem, "exercise"), f"{stem}-exercise", "exec"), ns)  # noqa: S102
+    exec(compile(_cell(stem, "exercise", k), f"{stem}-exercise", "exec"), ns)  # noqa: S102
     assert callable(ns[name])
     demo = _unfinished(capsys, check, ns[name])
     assert name in demo
-    code = exercises.solution_code(_cell(stem, "solution"))
+    code = exercises.solution_code(_cell(stem, "solution", k))
     shown = [ln for ln in _code_lines(code) if ln in demo]
     assert not shown, f"{stem}: the unanswered check shows solution code: {shown}"
 
@@ -725,3 +750,151 @@ def test_an_int8_prediction_must_be_an_integer_not_its_text_or_a_float(answer):
     from collnb.labs.exercises.framework import CheckFailed
     with pytest.raises(CheckFailed, match="expected form: a single integer"):
         predictions.check_int8_prediction(answer)
+
+
+# --- Issue 34: the exercises of notebooks 12, 13, 16 and 17 that only real communication passes ---------
+
+def _dtensor_matmul(w_placements, y_placements, finish="redistribute"):
+    """A dp_tp_matmul answer with the given placements (names of torch.distributed.tensor's classes)."""
+    def dp_tp_matmul(rank, world_size, dp, tp, x, w):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor import DTensor, Replicate, Shard
+        kinds = {"R": Replicate(), "S0": Shard(0), "S1": Shard(1)}
+        mesh = init_device_mesh("cpu", (dp, tp))
+        X = DTensor.from_local(x, mesh, [Shard(0), Shard(1)])
+        W = DTensor.from_local(w, mesh, [kinds[p] for p in w_placements])
+        Y = X @ W
+        if finish == "full_tensor":
+            return Y.full_tensor().chunk(dp)[rank // tp]
+        return Y.redistribute(mesh, [kinds[p] for p in y_placements]).to_local()
+    return dp_tp_matmul
+
+
+def test_dp_tp_matmul_gathering_more_than_the_goal_fails(capsys):
+    # full_tensor() resolves the Partial and then gathers the dp rows every rank already had
+    _fails(capsys, exercises.check_dp_tp_matmul, _dtensor_matmul(("R", "S0"), None, "full_tensor"),
+           what="needs one collective, over mesh dim 1", hint="every rank keeps its own dp rows")
+    _fails(capsys, exercises.check_dp_tp_matmul, _dtensor_matmul(("R", "S0"), ("R", "R")),
+           what="needs one collective, over mesh dim 1")
+
+
+def test_dp_tp_matmul_with_w_placed_as_it_is_not_or_by_hand_fails(capsys):
+    # w is the same on every dp replica: calling it Shard(0) over dp makes a different, wrong W
+    msg = _fails(capsys, exercises.check_dp_tp_matmul, _dtensor_matmul(("S0", "S0"), ("S0", "R")))
+    assert "mesh" in msg
+
+    def by_hand(rank, world_size, dp, tp, x, w):   # the right sum, but not through DTensor
+        from torch.distributed.device_mesh import init_device_mesh
+        mesh = init_device_mesh("cpu", (dp, tp))
+        y = x @ w
+        dist.all_reduce(y, group=mesh.get_group(1))
+        return y
+
+    _fails(capsys, exercises.check_dp_tp_matmul, by_hand, what="asks for DTensor to do the communication")
+
+
+def _tp_backward(reduce=("x",)):
+    def tp_mlp_backward(rank, world_size, x, w1, b1, w2, grad_out):
+        x, w1, b1, w2 = (t.requires_grad_() for t in (x, w1, b1, w2))
+        (torch.nn.functional.gelu(x @ w1.t() + b1) @ w2.t()).backward(grad_out)
+        grads = {"x": x.grad, "w1": w1.grad, "b1": b1.grad, "w2": w2.grad}
+        for name in reduce:
+            dist.all_reduce(grads[name])
+        return grads["x"], grads["w1"], grads["b1"], grads["w2"]
+    return tp_mlp_backward
+
+
+def test_tp_mlp_backward_reducing_the_wrong_gradients_fails(capsys):
+    _fails(capsys, exercises.check_tensor_parallel_backward, _tp_backward(()), what="exactly one dist.all_reduce")
+    # every gradient all-reduced, as data parallelism would: the weight shards' gradients need none
+    _fails(capsys, exercises.check_tensor_parallel_backward, _tp_backward(("x", "w1", "b1", "w2")),
+           what="exactly one dist.all_reduce", hint="needs no communication")
+    # one all_reduce, of the wrong tensor: a weight shard's gradient instead of the input's
+    _fails(capsys, exercises.check_tensor_parallel_backward, _tp_backward(("w2",)), what="s x h")
+
+
+def test_tp_mlp_backward_without_the_backward_fails_on_the_values(capsys):
+    def forward_only(rank, world_size, x, w1, b1, w2, grad_out):   # the forward's all_reduce, no gradients
+        y = torch.nn.functional.gelu(x @ w1.t() + b1) @ w2.t()
+        dist.all_reduce(y)
+        return y, torch.zeros_like(w1), torch.zeros_like(b1), torch.zeros_like(w2)
+
+    _fails(capsys, exercises.check_tensor_parallel_backward, forward_only, what="returned a dx other than")
+
+
+def test_stage_backward_sending_the_received_gradient_or_not_pipelining_fails(capsys):
+    def passes_on(rank, world_size, layer, inputs, grads):   # forwards the output's gradient, not the input's
+        for x, g in zip(inputs, grads):
+            if rank < world_size - 1:
+                dist.recv(g, src=rank + 1)
+            layer(x).backward(g)
+            if rank > 0:
+                dist.send(g, dst=rank - 1)
+        return [p.grad for p in layer.parameters()]
+
+    _fails(capsys, exercises.check_pipeline_backward, passes_on, what="gradients other than one process's",
+           hint="INPUT")
+
+    def serial(rank, world_size, layer, inputs, grads):      # every receive first, then every send
+        if rank < world_size - 1:
+            for g in grads:
+                dist.recv(g, src=rank + 1)
+        sent = []
+        for x, g in zip(inputs, grads):
+            x = x.requires_grad_()
+            layer(x).backward(g)
+            sent.append(x.grad)
+        if rank > 0:
+            for g in sent:
+                dist.send(g, dst=rank - 1)
+        return [p.grad for p in layer.parameters()]
+
+    _fails(capsys, exercises.check_pipeline_backward, serial, what="one microbatch after the other")
+
+
+def test_stage_backward_without_communication_fails(capsys):
+    def local(rank, world_size, layer, inputs, grads):        # backward from the zeros it was given
+        for x, g in zip(inputs, grads):
+            layer(x).backward(g)
+        return [p.grad for p in layer.parameters()]
+
+    _fails(capsys, exercises.check_pipeline_backward, local, what="each of the")
+
+
+def _overlap_answer(order: str, divide: bool = True):
+    def overlapped_step(rank, world_size, grad, compute):
+        if order == "serial":                   # compute, then a blocking all_reduce
+            compute()
+            dist.all_reduce(grad)
+        elif order == "wait-first":             # started asynchronously, but waited on before the compute
+            dist.all_reduce(grad, async_op=True).wait()
+            compute()
+        elif order == "twice":
+            work = dist.all_reduce(grad, async_op=True)
+            compute()
+            compute()
+            work.wait()
+        else:
+            work = dist.all_reduce(grad, async_op=True)
+            compute()
+            work.wait()
+        return grad / world_size if divide else grad
+    return overlapped_step
+
+
+def test_overlapped_all_reduce_without_overlap_fails_on_the_timeline(capsys):
+    for order in ("serial", "wait-first"):
+        _fails(capsys, exercises.check_overlapped_all_reduce, _overlap_answer(order), what="overlap 0 %",
+               hint="async_op=True")
+
+
+def test_overlapped_all_reduce_without_the_average_or_computing_twice_fails(capsys):
+    _fails(capsys, exercises.check_overlapped_all_reduce, _overlap_answer("overlapped", divide=False),
+           what="average", hint="divide by world_size")
+    _fails(capsys, exercises.check_overlapped_all_reduce, _overlap_answer("twice"), what="exactly once")
+
+    def no_communication(rank, world_size, grad, compute):
+        compute()
+        return grad
+
+    _fails(capsys, exercises.check_overlapped_all_reduce, no_communication, what="exactly one dist.all_reduce")

@@ -2,12 +2,18 @@
 every rank (``launch(..., flight_recorder=N)`` starts ranks with ``TORCH_FR_BUFFER_SIZE``), collnb's blame read
 from the entries, torch's ``fr_trace`` on the re-keyed gloo dumps, and the culprit exercise."""
 import os
+import re
+from pathlib import Path
 
+import nbformat
 import pytest
 
 import collnb
 from collnb import exercises
 from collnb.labs import hangs
+from collnb.labs.exercises import hangs as ex_hangs
+
+NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
 
 def _fr_env(rank, world_size):
@@ -160,8 +166,48 @@ def test_hang_mystery_on_real_ranks_read_from_its_table(tmp_path, capsys):
     assert mystery.image().png[:4] == b"\x89PNG"
     culprit, seq = _read_table(mystery.rows(), 4)
     assert culprit is not None, mystery.table()
+    verdict = mystery.fr_trace()   # issue 34: fr_trace's "Culprit rank N" was the answer, printed
+    assert "Culprit rank ?" in verdict and not re.search(r"Culprit rank \d|missing ranks: \{", verdict), verdict
     exercises.check_hang_culprit(mystery, culprit, seq)
     assert "✓" in capsys.readouterr().out
+
+
+def test_a_mystery_is_never_a_worked_example_of_the_notebook(monkeypatch):
+    """Issue 34: a mystery that was the worked example itself (skipped collective or mismatched shape on
+    rank 1) passed with the example's answer copied. The pairs the notebook runs before its exercise are
+    WORKED_EXAMPLES, and hang_mystery never draws one."""
+    nb = nbformat.read(NOTEBOOK_DIR / "18_hangs.ipynb", as_version=4)
+    at = next(i for i, c in enumerate(nb.cells) if "mystery" in c.metadata.get("tags", []))
+    shown = {(f, int(r)) for c in nb.cells[:at] if c.cell_type == "code"
+             for f, r in re.findall(r'fault_run\("(\w+)", world_size=4, culprit=(\d+)', c.source)}
+    assert {f for f, _ in shown} >= set(ex_hangs.MYSTERY_FAULTS), shown
+    assert {p for p in shown if p[0] in ex_hangs.MYSTERY_FAULTS} <= ex_hangs.WORKED_EXAMPLES, shown
+
+    drawn = []
+
+    def fake_run(fault, world_size, culprit, dump_dir):
+        drawn.append((fault, culprit))
+        return hangs.FaultRun(fault, culprit, world_size, dump_dir)
+
+    monkeypatch.setattr(ex_hangs, "fault_run", fake_run)
+    for _ in range(300):
+        ex_hangs.hang_mystery(dump_dir="/nonexistent")
+    assert not set(drawn) & ex_hangs.WORKED_EXAMPLES
+    assert {f for f, _ in drawn} == set(ex_hangs.MYSTERY_FAULTS) and {r for _, r in drawn} == {0, 2, 3}
+
+
+def test_the_mystery_fr_trace_hides_the_ranks_it_names(monkeypatch):
+    """fr_trace names the culprit ("Culprit rank 2", "missing ranks: {2}"); the mystery's copy says "?" and
+    keeps the rest of torch's report (the sequence number, the operations and sizes it compared)."""
+    report = ("Collective sequence number: 2 has errors\nerror msg: Culprit rank 2; Error type: SIZE_OR_SYNTAX_MISMATCH, "
+              "Expected input sizes: '[[4]]' does not match found input sizes: '[[6]]', Culprit rank 13; x\n"
+              "Not all ranks joining collective, sequence number: 3\nmissing ranks: {2, 3}")
+    monkeypatch.setattr(ex_hangs, "fr_trace_verdict", lambda dump_dir: report)
+    verdict = _synthetic_mystery("mismatched_shape", 2).fr_trace()
+    assert not re.search(r"Culprit rank \d|missing ranks: \{|\{2", verdict), verdict
+    assert verdict.count("Culprit rank ?") == 2 and "missing ranks: ?" in verdict
+    assert "SIZE_OR_SYNTAX_MISMATCH" in verdict and "sequence number: 2" in verdict
+    assert ex_hangs.hide_ranks("(no errors reported)") == "(no errors reported)"
 
 
 def test_bad_requests_refused():

@@ -30,17 +30,20 @@ Example (the check cell of ``01_broadcast``)::
 Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
 learner's calls; ✓, ✗ and "not answered yet"), :mod:`.coding` (checks of code the learner writes),
 :mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
-(notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16) and
-:mod:`.hangs` (notebook 18: the culprit of a hang, read from the Flight Recorder).
+(notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16), :mod:`.overlap`
+(notebook 17: an all_reduce overlapped with compute, measured on the timeline) and :mod:`.hangs` (notebook 18: the
+culprit of a hang, read from the Flight Recorder).
 """
 
 from ...ranks import CallRecord
 from .coding import (check_all_gather, check_broadcast, check_census, check_count_ready, check_gather,
                      check_ring_step, check_token_ring)
-from .dtensor import check_collective_prediction, check_dp_tp_placements, check_partial_to_row_shards
+from .dtensor import check_collective_prediction, check_dp_tp_matmul, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .hangs import Mystery, check_hang_culprit, hang_mystery
-from .parallel import check_fsdp_prefetch, check_online_softmax, check_pipeline_forward, check_tensor_parallel_mlp
+from .overlap import check_overlapped_all_reduce
+from .parallel import (check_fsdp_prefetch, check_online_softmax, check_pipeline_backward, check_pipeline_forward,
+                       check_tensor_parallel_backward, check_tensor_parallel_mlp)
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
                           check_reduce_scatter_prediction, check_ring_prediction, check_scatter_prediction,
                           check_time_prediction)
@@ -54,5 +57,6 @@ __all__ = [
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
     "check_online_softmax", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
+    "check_dp_tp_matmul", "check_tensor_parallel_backward", "check_pipeline_backward", "check_overlapped_all_reduce",
     "check_hang_culprit", "hang_mystery", "Mystery",
 ]

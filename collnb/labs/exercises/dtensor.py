@@ -198,3 +198,84 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
                           '(torch.chunk of the rows over the ranks).').format(world_size=ws, rows=rows, bad=bad), direction, table)
     _passed(_('every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes {first_size} and '
               '{second_size}, random contributions, uneven rows included)').format(first_size=sizes[0], second_size=sizes[1]), table)
+
+
+# ----------------------------------------------------------------------------------------------
+# Choose the placements of a matmul on a 2-D mesh: rows over dp, the inner dimension over tp
+
+#: The ``(dp, tp)`` meshes the check draws from (4 and 6 ranks).
+_DP_TP_MESHES = ((2, 2), (2, 3), (3, 2))
+
+
+def _integers(rng, rows: int, cols: int) -> torch.Tensor:
+    """Small random integers as float64: sums of their products are exact whatever the order."""
+    return torch.tensor([[float(rng.randint(-9, 9)) for _ in range(cols)] for _ in range(rows)], dtype=torch.float64)
+
+
+def check_dp_tp_matmul(dp_tp_matmul: Callable) -> None:
+    """Check ``dp_tp_matmul(rank, world_size, dp, tp, x, w)`` (notebook 12): ``Y = X @ W`` on a
+    ``(dp, tp)`` device mesh with DTensor, every rank returning **its data-parallel rows of ``Y``,
+    every column** (``Y`` as ``(Shard(0), Replicate())``).
+
+    Rank ``r`` sits at mesh coordinate ``(i, j) = divmod(r, tp)`` (``init_device_mesh``'s row-major
+    order). ``x`` (float64, ``(n/dp, k/tp)``) is its block of ``X (n, k)``: row chunk ``i``, column
+    chunk ``j``; ``w`` (float64, ``(k/tp, m)``) is row chunk ``j`` of ``W (k, m)``, the same on the
+    ranks of one tp position. Both are random integers, each block known only to the ranks holding
+    it, so no rank can compute its rows of ``Y`` alone. The inner dimension is split over tp, so the
+    matmul leaves a partial sum over mesh dim 1; the answer must let DTensor issue the one collective
+    that resolves it: every rank exactly one ``all_reduce`` issued by DTensor over its tp group (mesh
+    dim 1), nothing else (``dist.*`` calls, gathering over dp, or a redistribution before the matmul
+    are refused). Two launches on two of the meshes ``2×2``, ``2×3``, ``3×2`` drawn at random, with
+    random ``n``, ``k``, ``m``.
+
+    Raises:
+        CheckFailed: a wrong answer, with a per-rank table and a hint.
+    """
+    _check_params(dp_tp_matmul, "dp_tp_matmul(rank, world_size, dp, tp, x, w)")
+    rng = _rng()
+    direction = _('Wrap each local block with the placements it really has on a (dp, tp) mesh, one placement per '
+                  'mesh dimension: along dp, x holds a chunk of the rows and w is the same on every rank; along tp, '
+                  'x holds a chunk of the columns and w the matching rows. What does the matmul leave along tp, and '
+                  'which placements of Y does every rank need?')
+    meshes = rng.sample(_DP_TP_MESHES, 2)
+    table = ""
+    for i, (dp, tp) in enumerate(meshes):
+        ws = dp * tp
+        n, k, m = dp * rng.randint(1, 2), tp * rng.randint(1, 2), rng.randint(2, 4)
+        x, w = _integers(rng, n, k), _integers(rng, k, m)
+        want = (x @ w).chunk(dp, 0)
+        args = [(dp, tp, x.chunk(dp, 0)[r // tp].chunk(tp, 1)[r % tp].clone(), w.chunk(tp, 0)[r % tp].clone())
+                for r in range(ws)]
+        mesh = placements.mesh_text((dp, tp))
+        # one record per operation (grouped, a full_tensor()'s all_reduce and all_gather would be one call)
+        results, calls = _launch_or_fail(dp_tp_matmul, ws, args, hint=direction,
+                                         what=_('mesh {mesh}').format(mesh=mesh), grouped=False)
+        if i == 0 and _no_calls(results, calls):
+            return _unfinished("dp_tp_matmul", direction)
+        rows = []
+        for r in range(ws):
+            got = results[r]
+            ok = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want[r // tp].shape) and \
+                torch.equal(got.to(torch.float64), want[r // tp])
+            rows.append((r, divmod(r, tp), tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
+                         tuple(want[r // tp].shape), _summary(calls[r]), "✓" if ok else "✗"))
+        table = _table(rows, (_('rank'), _('mesh (dp, tp)'), _('returned'), _('rows of Y'), _('calls'), ""))
+        mesh_ranks = [[a * tp + b for b in range(tp)] for a in range(dp)]
+        for r in range(ws):
+            if any(c.source != "DTensor" for c in calls[r]):
+                raise _fail(_('mesh {mesh}: rank {r} made {calls_r}; this exercise asks for DTensor to do the '
+                              'communication.').format(mesh=mesh, r=r, calls_r=_summary(calls[r])), direction, table)
+            steps = [(c.name, _mesh_dim(c.group_ranks, mesh_ranks)) for c in calls[r]]
+            if steps != [("all_reduce", 1)]:
+                raise _fail(_('mesh {mesh}: rank {r} issued {calls_r}; the goal needs one collective, over mesh dim '
+                              '1 (tp).').format(mesh=mesh, r=r, calls_r=_summary(calls[r])),
+                            _('placements that match what each rank holds make the matmul itself local; only the partial '
+                              'sum it leaves along tp needs communication, and every rank keeps its own dp rows. ')
+                            + direction, table)
+        bad = [row[0] for row in rows if row[-1] == "✗"]
+        if bad:
+            raise _fail(_('mesh {mesh}: rank(s) {bad} did not return their dp rows of X @ W, every column.').format(
+                mesh=mesh, bad=bad), direction, table)
+    _passed(_('every rank returned its rows of X @ W after one DTensor all_reduce over tp (meshes {first} and '
+              '{second}, random blocks known only to the ranks holding them)').format(
+                  first=placements.mesh_text(meshes[0]), second=placements.mesh_text(meshes[1])), table)

@@ -107,7 +107,7 @@ def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Seque
 
 
 def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0):
+                    timeout: float = 60.0, collective_timeout: float = 5.0, *, timeline: bool = False):
     """Run ``fn(rank, world_size, *per_rank_args[rank])`` on real ranks; record each rank's operations.
 
     Args:
@@ -116,13 +116,16 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
         per_rank_args: one tuple per rank; rank ``r``'s function sees only ``per_rank_args[r]``
             (how a check gives data to the source rank only). Default: no extra arguments.
         timeout, collective_timeout: as for :func:`collnb.launch` (seconds).
+        timeline: also record the ranks' timeline (``collnb.launch(..., timeline=True)``: when each
+            operation was issued and completed, and the regions marked with :func:`collnb.region`).
 
     Returns:
         ``(results, calls)``: ``results[r]`` is what rank ``r`` returned (tensors as CPU copies);
         ``calls[r]`` is rank ``r``'s :class:`collnb.ranks.CallRecords`: every communication
         operation its function issued, in order, whichever API issued it (recorded by
         ``collnb.launch(..., record_calls=True)``), with ``.unrecorded`` counting operations the
-        backend saw that the recorder could not.
+        backend saw that the recorder could not. With ``timeline=True``: ``(results, calls,
+        timeline)``, ``timeline`` a :class:`collnb.ranks.timeline.Timeline`.
 
     Raises:
         ValueError: ``per_rank_args`` does not have one entry per rank.
@@ -132,8 +135,8 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
     if len(per_rank_args) != world_size:
         raise ValueError(f"per_rank_args has {len(per_rank_args)} entries; need one per rank ({world_size})")
     out = launch(_run_recorded, world_size, args=(fn, per_rank_args), timeout=timeout,
-                 collective_timeout=collective_timeout, record_calls=True)
-    return list(out), out.calls
+                 collective_timeout=collective_timeout, record_calls=True, timeline=timeline)
+    return (list(out), out.calls, out.timeline) if timeline else (list(out), out.calls)
 
 
 #: Seconds a check gives the learner's function before it says it did not finish.
@@ -141,15 +144,17 @@ CHECK_TIMEOUT_S = 60.0
 
 
 def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str, collective_timeout: float = 5.0,
-                    grouped: bool = True):
+                    grouped: bool = True, timeline: bool = False):
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
     ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
     becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
     need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
-    (more for code whose first backward imports modules lazily, e.g. FSDP2)."""
+    (more for code whose first backward imports modules lazily, e.g. FSDP2). ``timeline=True``:
+    returns ``(results, calls, timeline)`` (:func:`launch_recorded`)."""
     try:
-        results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
-                                         collective_timeout=collective_timeout)
+        out = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
+                              collective_timeout=collective_timeout, timeline=timeline)
+        results, calls = out[0], out[1]
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
@@ -174,7 +179,8 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
                       "{n} operation(s) that were not recorded (issued from another thread, or "
                       "with torch's dispatch modes switched off).").format(what=what, rank=r, n=calls[r].unrecorded),
                     _("make every torch.distributed call from your function itself, in its own thread."))
-    return results, [_calls(c) if grouped else list(c) for c in calls]
+    grouped_calls = [_calls(c) if grouped else list(c) for c in calls]
+    return (results, grouped_calls, out[2]) if timeline else (results, grouped_calls)
 
 
 def _calls(records) -> list:

@@ -11,6 +11,7 @@ names the culprit from the same entries) cannot pass: the object has none of the
 from __future__ import annotations
 
 import random
+import re
 import tempfile
 import weakref
 from dataclasses import dataclass, field
@@ -19,13 +20,22 @@ from ..hangs import DIVERGES_AT, FaultRun, fault_run, fr_trace_verdict
 from ...i18n import N_, _
 from .framework import _fail, _passed, _unfinished
 
-__all__ = ["check_hang_culprit", "hang_mystery", "Mystery", "MYSTERY_FAULTS"]
+__all__ = ["check_hang_culprit", "hang_mystery", "hide_ranks", "Mystery", "MYSTERY_FAULTS", "WORKED_EXAMPLES"]
 
 #: How a fault is named in a message (translated where shown).
 FAULT_WORDS = {"skipped_collective": N_("skipped collective"), "mismatched_shape": N_("mismatched shape"),
                "wrong_splits": N_("wrong splits"), "sleeping_rank": N_("sleeping rank")}
 #: The faults a mystery draws from: the two that hang every rank until the timeout.
 MYSTERY_FAULTS = ("skipped_collective", "mismatched_shape")
+#: The ``(fault, culprit)`` pairs notebook 18 runs as worked examples before the exercise (its
+#: ``skipped`` and ``shape`` cells): a mystery is never one of them, so copying an example's answer
+#: cannot pass.
+WORKED_EXAMPLES = frozenset({("skipped_collective", 1), ("mismatched_shape", 1)})
+
+#: What ``fr_trace`` says that names a rank: "Culprit rank 2" in its error message, "missing ranks:
+#: {2}" (a rank absent from a collective), "Missing dump files from ranks {2}". :meth:`Mystery.fr_trace` hides the rank numbers.
+_NAMES_A_RANK = (re.compile(r"(Culprit rank )\d+"), re.compile(r"(missing ranks: )\{[\d, ]*\}"),
+                 re.compile(r"(Missing dump files from ranks )\{[\d, ]*\}"))
 
 # {Mystery: (fault, culprit)}: the truth, held here and not on the learner's object
 _TRUTH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
@@ -66,21 +76,38 @@ class Mystery:
         return self._view().image(last, show_blame=False, title="Flight Recorder: the mystery run")
 
     def fr_trace(self) -> str:
-        """torch's analyser on the dumps (:func:`collnb.labs.hangs.fr_trace_verdict`)."""
-        return fr_trace_verdict(self.dump_dir)
+        """torch's analyser on the dumps (:func:`collnb.labs.hangs.fr_trace_verdict`), with every rank
+        number it names as a culprit or as missing replaced by ``?`` (``"Culprit rank ?"``,
+        ``"missing ranks: ?"``): the rest of its report (the sequence number, the operations and
+        sizes it compared) is as torch wrote it. The ranks are the exercise's answer; the learner
+        reads them from the entries (:meth:`table`)."""
+        return hide_ranks(fr_trace_verdict(self.dump_dir))
+
+
+def hide_ranks(verdict: str) -> str:
+    """``fr_trace``'s report ``verdict`` (str) with the rank numbers it names as culprits or as missing
+    replaced by ``?``, and one line saying so after it when it named any (str)."""
+    hidden = verdict
+    for pattern in _NAMES_A_RANK:
+        hidden = pattern.sub(r"\1?", hidden)
+    if hidden != verdict:
+        hidden += "\n" + _("(collnb replaced the ranks fr_trace names with ?: find them in the table)")
+    return hidden
 
 
 def hang_mystery(dump_dir: str | None = None, world_size: int = 4) -> Mystery:
     """Run :func:`collnb.labs.hangs.fault_run` with one of :data:`MYSTERY_FAULTS` on a rank drawn at
-    random (``random.SystemRandom``: a learner's ``random.seed`` does not fix it) and return the evidence
-    only (:class:`Mystery`); the truth stays with :func:`check_hang_culprit`.
+    random (``random.SystemRandom``: a learner's ``random.seed`` does not fix it), never a pair of
+    :data:`WORKED_EXAMPLES`, and return the evidence only (:class:`Mystery`); the truth stays with
+    :func:`check_hang_culprit`.
 
     Args:
         dump_dir: where the dumps go (default: a new temporary folder whose name says nothing).
         world_size: 4 or 8.
     """
     draw = random.SystemRandom()
-    fault, culprit = draw.choice(MYSTERY_FAULTS), draw.randrange(world_size)
+    fault, culprit = draw.choice([(f, r) for f in MYSTERY_FAULTS for r in range(world_size)
+                                  if (f, r) not in WORKED_EXAMPLES])
     run = fault_run(fault, world_size=world_size, culprit=culprit,
                     dump_dir=dump_dir or tempfile.mkdtemp(prefix="collnb-fr-mystery-"))
     mystery = Mystery(world_size, run.dump_dir, run.entries, run.error is not None)

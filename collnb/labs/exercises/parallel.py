@@ -6,6 +6,7 @@ exercise asks for."""
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Callable
 
@@ -87,6 +88,99 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                           'over the ranks is the output. Return the all-reduced tensor.'), table)
     _passed(_('one all_reduce joined the column- and row-parallel halves into the one-process output at world sizes '
               '{first_size} and {second_size} (random weights, each shard known only to its rank)').format(first_size=sizes[0], second_size=sizes[1]), table)
+
+
+def _tp_grads(x, w1, b1, w2, grad_out):
+    """One process's gradients of ``gelu(x @ w1.T + b1) @ w2.T`` against ``grad_out``: dx, dw1, db1, dw2."""
+    leaves = [t.clone().requires_grad_(True) for t in (x, w1, b1, w2)]
+    _tp_reference(*leaves).backward(grad_out)
+    return [t.grad for t in leaves]
+
+
+def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
+    """Check ``tp_mlp_backward(rank, world_size, x, w1, b1, w2, grad_out)`` (notebook 13): the Megatron
+    MLP's backward on this rank's shards. The forward is ``y = gelu(x @ W1.T + b1) @ W2.T`` for the
+    whole ``W1 (f, h)``, ``b1 (f,)``, ``W2 (h, f)``; ``grad_out`` ``(s, h)`` is the loss's gradient
+    w.r.t. ``y``, the same on every rank. Return ``(dx, dw1, db1, dw2)``: ``dx`` ``(s, h)`` the
+    gradient w.r.t. the whole input ``x``, on every rank, and this rank's shards of the weight
+    gradients (``dw1`` ``(f/t, h)`` and ``db1`` ``(f/t,)``: its rows of ``dW1`` and ``db1``; ``dw2``
+    ``(h, f/t)``: its columns of ``dW2``).
+
+    ``x`` and ``grad_out`` are random per run; ``w1``, ``b1``, ``w2`` are this rank's shards, random and
+    known only to this rank, so no rank can compute ``dx`` alone. Every rank must make exactly one
+    ``dist.all_reduce``, of ``s × h`` values (Megatron's ``f`` in backward), and nothing else (a
+    functional collective, a ``ProcessGroup`` method or DTensor doing the work is refused); every
+    value must be within 1e-12 of one process (float64). Two launches at random world sizes (2-4).
+
+    Raises:
+        CheckFailed: a wrong answer, with a per-rank table and a hint.
+    """
+    _check_params(tp_mlp_backward, "tp_mlp_backward(rank, world_size, x, w1, b1, w2, grad_out)")
+    rng = _rng()
+    direction = _('Every rank can run its own share of the forward (its slice of the hidden activations, then its '
+                  'partial output) and backpropagate grad_out through it, with autograd or by hand. Which of the '
+                  "gradients it gets are already this rank's final answer, and which one is only this rank's share "
+                  'of a sum over the ranks?')
+    names = ("dx", "dw1", "db1", "dw2")
+
+    def case(ws):
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        # s != f/t = 4: the input's gradient (s, h) differs in size from every weight shard's (f/t, h), (h, f/t), (f/t,)
+        s, h, f = rng.choice((3, 5, 6)), 3, 4 * ws
+        x, grad_out = (torch.randn(s, h, generator=gen, dtype=torch.float64) for _ in range(2))
+        w1, b1 = torch.randn(f, h, generator=gen, dtype=torch.float64), torch.randn(f, generator=gen, dtype=torch.float64)
+        w2 = torch.randn(h, f, generator=gen, dtype=torch.float64)
+        dx, dw1, db1, dw2 = _tp_grads(x, w1, b1, w2, grad_out)
+        want = [(dx, dw1.chunk(ws, 0)[r], db1.chunk(ws)[r], dw2.chunk(ws, 1)[r]) for r in range(ws)]
+        args = [(x.clone(), w1.chunk(ws, 0)[r].clone(), b1.chunk(ws)[r].clone(), w2.chunk(ws, 1)[r].clone(),
+                 grad_out.clone()) for r in range(ws)]
+        return want, _launch_or_fail(tp_mlp_backward, ws, args, hint=direction,
+                                     what=_('world size {world_size}').format(world_size=ws))
+
+    def deviations(got, want):
+        if not isinstance(got, (tuple, list)) or len(got) != 4:
+            return None
+        return [float((g - w).abs().max()) if isinstance(g, torch.Tensor) and g.shape == w.shape else None
+                for g, w in zip(got, want)]
+
+    sizes = _world_sizes(rng, 2, 4)
+    first = case(sizes[0])
+    if not any(first[1][1]) and _is_stub(tp_mlp_backward):
+        return _unfinished("tp_mlp_backward", direction)
+    for i, ws in enumerate(sizes):
+        want, (results, calls) = first if i == 0 else case(ws)
+        devs = [deviations(results[r], want[r]) for r in range(ws)]
+        rows = [(r, *(["-"] * 4 if devs[r] is None else ["-" if d is None else f"{d:.1e}" for d in devs[r]]),
+                 _summary(calls[r])) for r in range(ws)]
+        table = _table(rows, (_('rank'), *(f"|{n} - 1 proc|" for n in names), _('calls')))
+        _check_only(calls, {"all_reduce"}, hint=_('sum the shares with dist.all_reduce. ') + direction)
+        if any(_names(c).count("all_reduce") != 1 for c in calls):
+            raise _fail(_('world size {world_size}: every rank must make exactly one dist.all_reduce (the f operator '
+                          'in backward).').format(world_size=ws),
+                        _("a weight gradient computed from this rank's own shard is already this rank's shard of the "
+                          'whole gradient: it needs no communication. ') + direction, table)
+        values = want[0][0].numel()
+        bad = [r for r in range(ws) if calls[r][0].nbytes != values * 8]
+        if bad:
+            r = bad[0]
+            raise _fail(_("world size {world_size}: rank {r}'s all_reduce carried {n_values} values; the input's "
+                          'gradient is s x h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8,
+                                                                   values=values), direction, table)
+        if any(d is None for d in devs):
+            raise _fail(_('world size {world_size}: return a tuple (dx, dw1, db1, dw2) of tensors shaped like x, w1, b1 '
+                          'and w2.').format(world_size=ws), direction, table)
+        for k, n in enumerate(names):
+            wrong = [r for r in range(ws) if devs[r][k] is None or devs[r][k] > 1e-12]
+            if wrong:
+                hint = (_("each rank's dx is its share of a sum: x feeds every rank's slice of the hidden layer. All-reduce "
+                          'it (and only it).') if n == "dx" else
+                        _("the weights' gradients come from this rank's own slice of the forward: keep them local, "
+                          'computed from the whole grad_out, not summed over the ranks.'))
+                raise _fail(_("world size {world_size}: rank(s) {wrong} returned a {name} other than one process's "
+                              "(its shard of it).").format(world_size=ws, wrong=wrong, name=n), hint, table)
+    _passed(_("one all_reduce of the input's gradient, weight gradients kept local: every rank's dx and weight-gradient "
+              "shards equal one process's at world sizes {first_size} and {second_size} (random weights, each shard "
+              'known only to its rank)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -349,4 +443,103 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
               'rank and random inputs on rank 0 only)').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
-__all__ = ["check_tensor_parallel_mlp", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward"]
+# ----------------------------------------------------------------------------------------------
+# 16 · one pipeline stage's backward, with send/recv
+
+
+def check_pipeline_backward(stage_backward: Callable) -> None:
+    """Check ``stage_backward(rank, world_size, layer, inputs, grads)`` (notebook 16): the backward half
+    of GPipe on one stage, with send/recv.
+
+    Every rank is one stage; ``layer`` is its stage (``tanh(Linear(h, h))``, random weights known only
+    to this rank, ``requires_grad`` on, no ``.grad`` yet). ``inputs`` is the list of the ``m``
+    microbatch activations this stage received in its forward (``(b, h)`` float64 each, the real ones
+    of the whole model's forward, known only to this rank). ``grads`` is a list of ``m`` ``(b, h)``
+    float64 tensors: on the last rank the loss's gradient w.r.t. each of its outputs (random, known
+    only to the last rank), on every other rank zeros to receive into. For each microbatch a rank
+    takes the gradient of its stage's output (the last rank: ``grads[j]``; the others: a ``recv`` from
+    ``rank + 1``), backpropagates it through ``layer`` applied to ``inputs[j]`` (the parameters'
+    gradients accumulate over the microbatches) and sends the gradient of the stage's input to
+    ``rank - 1`` (not rank 0). Every rank returns its stage's parameter gradients,
+    ``[p.grad for p in layer.parameters()]``.
+
+    Passes when every rank's gradients equal one process's backward of the whole model on the same
+    microbatches (within 1e-12) and each rank's calls are, microbatch by microbatch, ``recv`` from
+    ``rank + 1`` (not the last rank) then ``send`` to ``rank - 1`` (not rank 0) —
+    ``isend``/``irecv`` and ``batch_isend_irecv`` count as their blocking forms —, every message one
+    microbatch (``b h`` float64 values), and nothing else. Two launches at random world sizes (2-4),
+    random ``m`` (2-5), ``b`` and ``h``.
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(stage_backward, "stage_backward(rank, world_size, layer, inputs, grads)")
+    direction = _('The gradients travel the other way: the last rank starts from grads[j], every other rank first '
+                  'receives the gradient of its output from the rank after it. Backpropagate it through layer applied '
+                  'to inputs[j] (the input needs requires_grad to get a gradient of its own), and pass the gradient of '
+                  'the input on to the rank before, microbatch by microbatch.')
+    if _is_stub(stage_backward):
+        return _unfinished("stage_backward", direction)
+    rng = _rng()
+    sizes = _world_sizes(rng, 2, 4)
+    for ws in sizes:
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
+        layers = [_random_stage(gen, h).requires_grad_(True) for _ in range(ws)]
+        xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
+        gs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
+        stage_inputs = [[] for _ in range(ws)]
+        with torch.no_grad():
+            for x in xs:
+                for r, layer in enumerate(layers):
+                    stage_inputs[r].append(x.clone())
+                    x = layer(x)
+        args = [(copy.deepcopy(layers[r]), stage_inputs[r],
+                 [g.clone() for g in gs] if r == ws - 1 else [torch.zeros(b, h, dtype=torch.float64) for _ in range(m)])
+                for r in range(ws)]
+        model = torch.nn.Sequential(*layers)
+        for x, g in zip(xs, gs):
+            model(x).backward(g)
+        want = [[p.grad for p in layer.parameters()] for layer in layers]
+        what = _('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m)
+        results, calls = _launch_or_fail(stage_backward, ws, args, hint=direction, what=what)
+        devs = []
+        for r in range(ws):
+            got = results[r]
+            ok = isinstance(got, (list, tuple)) and len(got) == len(want[r]) and all(
+                isinstance(a, torch.Tensor) and a.shape == w.shape for a, w in zip(got, want[r]))
+            devs.append(max(float((a - w).abs().max()) for a, w in zip(got, want[r])) if ok else None)
+        rows = [(r, _summary(calls[r]), _("not the parameters' gradients") if devs[r] is None else f"{devs[r]:.2e}")
+                for r in range(ws)]
+        table = _table(rows, (_('rank'), _('calls'), _("max |stage's gradients - one process|")))
+        _check_only(calls, {"send", "recv", "isend", "irecv"},
+                    hint=_('pass gradients with dist.send / dist.recv (or isend / irecv). ') + direction)
+        one = b * h * 8
+        for r in range(ws):
+            step = ([("recv", r + 1, one)] if r < ws - 1 else []) + ([("send", r - 1, one)] if r > 0 else [])
+            made = _stage_messages(calls[r])
+            if made != step * m:
+                sizes_off = [n for _, _, n in made if n != one]
+                if sizes_off and [(d, p) for d, p, _ in made] == [(d, p) for d, p, _ in step * m]:
+                    raise _fail(_('{what}: rank {r} moved a message of {sizes_off_0} bytes; one microbatch is b x h = '
+                                  '{b_h} float64 values ({one} bytes).').format(what=what, r=r, sizes_off_0=sizes_off[0], b_h=b * h, one=one),
+                                _("send and receive one microbatch's gradient per message."), table)
+                want_calls = ", ".join(f"{d}({'src' if d == 'recv' else 'dst'}={p})" for d, p, _ in step)
+                raise _fail(_('{what}: rank {r} made {calls_r}; each of the {m} microbatches should be {want_calls}, '
+                              'one microbatch after the other.').format(what=what, r=r, calls_r=_summary(calls[r]), m=m, want_calls=want_calls),
+                            _('in backward a stage passes each gradient on as soon as it has it: receive the gradient of '
+                              'microbatch j, backpropagate, send the input gradient, then the next. ') + direction, table)
+        wrong = [r for r in range(ws) if devs[r] is None or devs[r] > 1e-12]
+        if wrong:
+            raise _fail(_("{what}: rank(s) {wrong} returned gradients other than one process's (the whole model's "
+                          'backward on the same microbatches).').format(what=what, wrong=wrong),
+                        _("send the gradient of the stage's INPUT (x.grad after backward through layer(x)), not the one "
+                          "it received; accumulate the parameters' gradients over all m microbatches and return "
+                          '[p.grad for p in layer.parameters()].'), table)
+    _passed(_("each stage passed the gradients back microbatch by microbatch with send/recv; every stage's parameter "
+              "gradients equal one process's backward of the whole model (world sizes {first_size} and {second_size}, "
+              'random weights on each rank, the output gradients on the last rank only)').format(
+                  first_size=sizes[0], second_size=sizes[1]), table)
+
+
+__all__ = ["check_tensor_parallel_mlp", "check_tensor_parallel_backward", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward", "check_pipeline_backward"]
