@@ -159,6 +159,7 @@ def test_autograding_full_marks_zero_unfinished_zero_without_communication(tmp_p
 
 
 def test_present_command_line(capsys):
+    pytest.importorskip("voila", reason="the projector view needs Voila: pip install -e '.[present]'")
     from collnb.cli import main
     from collnb.cli import present
     cmd = present.voila_command(8123, open_browser=False)

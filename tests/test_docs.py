@@ -520,6 +520,7 @@ def test_the_execution_cache_is_made_before_the_parallel_readers_start(tmp_path)
     build error, exit 2). exec_report makes the database at builder-inited, in the one main process;
     an existing cache keeps its records."""
     import sqlite3
+    pytest.importorskip("jupyter_cache", reason="the book's execution cache needs the docs extra: pip install -e '.[docs]'")
     sys.path.insert(0, str(ROOT / "docs"))
     import exec_report
     from jupyter_cache.cache.db import DB_NAME

@@ -359,6 +359,7 @@ def test_every_chinese_notebook_executed_without_an_error():
     """The book's own execution (its jupyter-cache) of each twin it built: no cell raised, nothing
     printed a traceback, and the language cell ran first with the Chinese it sets."""
     import nbformat
+    pytest.importorskip("jupyter_cache", reason="the book's execution cache needs the docs extra: pip install -e '.[docs]'")
     from jupyter_cache import get_cache
 
     import datetime
@@ -406,6 +407,7 @@ def test_no_emphasis_marker_is_left_as_a_literal_asterisk():
     """CommonMark closes ``*…*`` only where the closing marker is right-flanking: after full-width
     punctuation and before a Chinese character it is not ("*折叠（fold）*进来" shows its stars), so
     the Chinese text keeps the punctuation outside the markers ("*折叠*（fold）进来")."""
+    pytest.importorskip("markdown_it", reason="CommonMark's parser comes with the docs extra: pip install -e '.[docs]'")
     from markdown_it import MarkdownIt
     md = MarkdownIt("commonmark").enable("table")
     literal = []

@@ -9,7 +9,7 @@ from typing import Callable
 import torch
 
 from ...i18n import _
-from ...ranks.timeline import region
+from ...ranks import region
 from .framework import (_check_only, _check_params, _fail, _launch_or_fail, _names, _passed, _rng, _summary,
                         _table, _unfinished)
 
