@@ -73,6 +73,8 @@ BOILERPLATE = [
      "# ✏️ 你的预测：每个 rank 一个列表（从 rank 0 开始）。\n"),
     ("   # the checks: real ranks, random data, every operation each rank issued\n",
      "   # 检查：真实的 rank、随机数据，并核对每个 rank 发出的每个操作\n"),
+    ("   # the checks: real ranks, every operation each rank issued\n",
+     "   # 检查：真实的 rank，并核对每个 rank 发出的每个操作\n"),
     ("  # the first line and collnb's explanation, without the tracebacks\n",
      "  # 只打印第一行和 collnb 的解释，不打印 traceback\n"),
     ("# ── Explorer ──", "# ── 探索器 ──"),
@@ -135,7 +137,14 @@ def _code_like(text: str) -> bool:
     line = text.strip()
     if not line or not (re.search(r"[()\[\]=.]", line) or line.split()[0] in keyword.kwlist):
         return False
-    for attempt in (line, line + "\n    pass"):
+    opened = []  # a line of a call or list that goes on (``reqs = [f(a),``): closed for the parser
+    for ch in re.sub(r"(['\"]).*?\1", "", line):
+        if ch in "([{":
+            opened.append(")]}"["([{".index(ch)])
+        elif ch in ")]}" and opened and opened[-1] == ch:
+            opened.pop()
+    closed = line.rstrip(",") + "".join(reversed(opened))
+    for attempt in (line, line + "\n    pass", closed):
         try:
             ast.parse(attempt)
             return True
@@ -148,7 +157,7 @@ def _english_words(text: str) -> list[str]:
     """The words of a comment's prose that are English: three or more Latin letters, outside
     backticks, and not code-like (a name with ``_``, ``.`` or a digit, a call, ``x[0]``)."""
     text = re.sub(r"`[^`]*`", " ", text)
-    return [w for w in text.split() if WORD.search(w) and not re.search(r"[_.\d()\[\]=<>/\\]", w.strip(",;:!?"))]
+    return [w for w in text.split() if WORD.search(w) and not re.search(r"[_.\d()\[\]=<>/\\]", w.strip(",;:!?."))]
 
 
 def english_comments(source: str) -> list[str]:
