@@ -1,0 +1,322 @@
+"""A virtual cluster on one machine: :class:`VirtualCluster` (nodes as network namespaces, the
+inter-node link shaped by tbf; :mod:`.network`) and :meth:`VirtualCluster.launch`, which starts
+``nodes * ranks_per_node`` fresh gloo ranks, each inside its node's namespace.
+
+Ranks are numbered node by node: rank ``r`` runs on node ``r // ranks_per_node`` as its local rank
+``r % ranks_per_node`` (torchrun's and Slurm's block placement), so a group of consecutive ranks
+shares one node's fast local route and ranks ``l, l + L, l + 2L, ...`` (one per node) cross the
+shaped links.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ...i18n import _
+from ...vocabulary import check_int
+from .network import INTERFACE, MAX_NODES, ClusterUnavailable, Network, available, sweep_leftovers
+
+__all__ = ["VirtualCluster", "ClusterRankError", "ClusterTimeout", "MODES"]
+
+#: ``"emulated"``: real namespaces and shaped links; ``"modelled"``: none could be made (the reason
+#: is :attr:`VirtualCluster.why`), only the cost model answers.
+MODES = ("emulated", "modelled")
+
+#: What each rank process runs (``python -c``, inside ``ip netns exec NODE``): argv = dir, rank.
+_RANK_MAIN = r"""
+import os, sys, threading, time
+d, rank = sys.argv[1], int(sys.argv[2])
+parent = os.getppid()
+def _watch():  # the launcher is gone (killed): leave no orphan rank behind
+    while os.getppid() == parent:
+        time.sleep(0.2)
+    os._exit(70)
+threading.Thread(target=_watch, daemon=True).start()
+import datetime, traceback
+import cloudpickle
+import torch.distributed as dist
+with open(os.path.join(d, "call.pkl"), "rb") as f:
+    fn, args, world_size, timeout = cloudpickle.load(f)
+try:
+    dist.init_process_group("gloo", store=dist.FileStore(os.path.join(d, "store"), world_size), rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
+    out = ("ok", fn(rank, world_size, *args))
+    dist.barrier()
+except BaseException as e:
+    out = ("error", type(e).__name__, traceback.format_exc())
+if dist.is_initialized():
+    dist.destroy_process_group()
+try:
+    data = cloudpickle.dumps(out)
+except Exception as e:
+    out = ("error", type(e).__name__, "rank %d's result could not be pickled: %r" % (rank, e))
+    data = cloudpickle.dumps(out)
+with open(os.path.join(d, "result-%d.tmp" % rank), "wb") as f:
+    f.write(data)
+os.replace(os.path.join(d, "result-%d.tmp" % rank), os.path.join(d, "result-%d.pkl" % rank))
+sys.stdout.flush()
+os._exit(0 if out[0] == "ok" else 1)
+"""
+
+
+class ClusterRankError(RuntimeError):
+    """A rank of :meth:`VirtualCluster.launch` raised (or died); ``rank`` is the first that failed,
+    ``traceback`` its traceback text; every other rank was stopped."""
+
+    def __init__(self, message: str, rank: int, traceback: str):
+        super().__init__(message)
+        self.rank = rank
+        self.traceback = traceback
+
+
+class ClusterTimeout(TimeoutError):
+    """:meth:`VirtualCluster.launch` ran past its ``timeout``; every rank was killed."""
+
+
+class VirtualCluster:
+    """``nodes`` machines of ``ranks_per_node`` ranks each, on this machine, as a context manager.
+
+    Args:
+        nodes: number of nodes, 1..254 (one network namespace each).
+        ranks_per_node: ranks started on each node by :meth:`launch`, >= 1.
+        inter_gbps: rate of each node's link in Gbit/s (1e9 bits per second, frame headers
+            included: a TCP stream's payload gets about 0.956 of it, :mod:`.network`), both
+            directions; ``None``: unshaped (the veth's own speed, ~18 Gbit/s for one TCP stream
+            between two namespaces, measured here).
+        inter_latency_ms: one-way latency added per inter-node message, in ms. **Modelled only**
+            (:attr:`latency` is ``"modelled"``): the kernel's netem qdisc, which could delay packets,
+            is not in this kernel. :class:`collnb.labs.cluster.TierModel` adds it to the inter α.
+        require: ``True`` (default): raise :class:`ClusterUnavailable` when the namespaces cannot be
+            made; ``False``: warn with one line and enter in ``mode == "modelled"`` (:meth:`launch`
+            then refuses; only the model answers).
+
+    Attributes:
+        mode: ``"emulated"`` or ``"modelled"`` (:data:`MODES`); ``why``: one line saying why it is
+            modelled (``""`` when emulated). ``latency``: ``"modelled"``.
+        world_size: ``nodes * ranks_per_node``. ``namespaces``: the node namespaces' names
+            (``collnb-<pid>-<k>-n<i>``); ``addresses``: node ``i``'s ``10.200.0.<i+1>``.
+
+    On entry it first sweeps namespaces left by dead processes (:func:`sweep_leftovers`); on exit,
+    on an exception inside the ``with`` block and at interpreter exit it removes its own.
+
+    Example (as root)::
+
+        with VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=0.4) as cluster:
+            print(cluster.launch(lambda rank, world_size: rank))   # [0, 1, 2, 3]
+
+    Raises:
+        ValueError / TypeError: bad sizes or rates. ClusterUnavailable: see ``require``.
+    """
+
+    def __init__(self, nodes: int, ranks_per_node: int, inter_gbps: float | None, inter_latency_ms: float = 0.0,
+                 *, require: bool = True):
+        self.nodes = check_int("nodes", nodes, 1, MAX_NODES)
+        self.ranks_per_node = check_int("ranks_per_node", ranks_per_node, 1)
+        if inter_gbps is not None and not (isinstance(inter_gbps, (int, float)) and inter_gbps > 0):
+            raise ValueError(_("inter_gbps must be > 0 Gbit/s (or None: unshaped); got {value}").format(
+                value=inter_gbps))
+        if not (isinstance(inter_latency_ms, (int, float)) and inter_latency_ms >= 0):
+            raise ValueError(_("inter_latency_ms must be >= 0 ms; got {value}").format(value=inter_latency_ms))
+        self.inter_gbps = None if inter_gbps is None else float(inter_gbps)
+        self.inter_latency_ms = float(inter_latency_ms)
+        self.world_size = self.nodes * self.ranks_per_node
+        self.require = require
+        self.mode = "modelled"
+        self.why = ""
+        self.latency = "modelled"
+        self._network: Network | None = None
+
+    # -- the namespaces ------------------------------------------------------------------------
+    def __enter__(self) -> VirtualCluster:
+        ok, why = available()
+        if ok:
+            sweep_leftovers()
+            network = Network(self.nodes, self.inter_gbps)
+            try:
+                network.create()
+            except ClusterUnavailable as e:
+                ok, why = False, str(e)
+            else:
+                self._network, self.mode = network, "emulated"
+        if not ok:
+            if self.require:
+                raise ClusterUnavailable(why)
+            self.why = why
+            print(_("VirtualCluster: modelled only, no ranks: {why}").format(why=why), file=sys.stderr)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Remove the namespaces (safe to call twice)."""
+        if self._network is not None:
+            self._network.remove()
+            self._network = None
+
+    @property
+    def namespaces(self) -> list[str]:
+        return list(self._network.nodes) if self._network else []
+
+    @property
+    def addresses(self) -> list[str]:
+        return list(self._network.addresses) if self._network else []
+
+    def node_of(self, rank: int) -> int:
+        """The node rank ``rank`` runs on (``rank // ranks_per_node``)."""
+        return rank // self.ranks_per_node
+
+    def set_inter_gbps(self, gbps: float | None) -> None:
+        """Change the inter-node rate (Gbit/s, or ``None``: unshaped) of a running cluster."""
+        self._need_emulated()
+        self._network.shape(gbps)
+        self.inter_gbps = None if gbps is None else float(gbps)
+
+    def _need_emulated(self) -> None:
+        if self._network is None:
+            raise ClusterUnavailable(_("this VirtualCluster has no namespaces ({state}): use it as "
+                                       "'with VirtualCluster(...) as cluster:'").format(
+                                           state=self.why or _("not entered, or closed")))
+
+    def __repr__(self) -> str:
+        rate = "unshaped" if self.inter_gbps is None else f"{self.inter_gbps:g} Gbit/s"
+        return (f"VirtualCluster(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, inter={rate}, "
+                f"latency={self.inter_latency_ms:g} ms ({self.latency}), mode={self.mode!r})")
+
+    # -- the ranks -----------------------------------------------------------------------------
+    def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0) -> list[Any]:
+        """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh gloo ranks; their results in
+        rank order.
+
+        Each rank is a new Python process started with ``ip netns exec <its node's namespace>``,
+        with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``, ``NODE_RANK`` and
+        ``GLOO_SOCKET_IFNAME=eth0`` set, and the default group made by
+        ``init_process_group("gloo", store=FileStore(...))`` (the store a file in a temporary
+        directory, removed afterwards) before ``fn`` runs. It does not use collnb's warm rank pool
+        (:func:`collnb.launch`): a warm rank cannot move into another network namespace, so every
+        call pays a fresh interpreter and ``import torch`` (a few seconds). ``fn`` and ``args`` travel
+        by cloudpickle (a function of ``__main__`` or a notebook by value); results must pickle.
+        Each rank's stdout is printed after it finishes, prefixed ``[rank r]``.
+
+        Args:
+            fn: ``fn(rank, world_size, *args)``, run on every rank.
+            args: extra positional arguments, the same on every rank.
+            timeout: seconds for the whole call (start, ``fn``, results), > 0; also the group's
+                collective timeout.
+
+        Raises:
+            ClusterUnavailable: the cluster is modelled, not entered or closed.
+            ClusterRankError: a rank raised or died; the first one is named with its traceback,
+                the others were stopped.
+            ClusterTimeout: past ``timeout``; every rank was killed, the ones still running are named.
+        """
+        import cloudpickle
+
+        self._need_emulated()
+        if not (isinstance(timeout, (int, float)) and timeout > 0):
+            raise ValueError(_("timeout must be > 0 seconds; got {value}").format(value=timeout))
+        work = tempfile.mkdtemp(prefix="collnb-cluster-")
+        procs: list[subprocess.Popen] = []
+        try:
+            with open(os.path.join(work, "call.pkl"), "wb") as f:
+                cloudpickle.dump((fn, tuple(args), self.world_size, float(timeout)), f)
+            path = os.pathsep.join(p for p in (x or os.getcwd() for x in sys.path) if os.path.isdir(p))
+            for rank in range(self.world_size):
+                node = self.node_of(rank)
+                env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(self.world_size),
+                       "LOCAL_RANK": str(rank % self.ranks_per_node), "LOCAL_WORLD_SIZE": str(self.ranks_per_node),
+                       "NODE_RANK": str(node), "GLOO_SOCKET_IFNAME": INTERFACE, "PYTHONPATH": path,
+                       "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+                with open(os.path.join(work, f"out-{rank}"), "wb") as out, \
+                        open(os.path.join(work, f"err-{rank}"), "wb") as err:
+                    procs.append(subprocess.Popen(
+                        ["ip", "netns", "exec", self._network.nodes[node], sys.executable, "-c", _RANK_MAIN, work,
+                         str(rank)], env=env, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
+                        start_new_session=True))
+            self._wait(procs, work, time.monotonic() + timeout, timeout)
+            results = [self._result(work, r)[1] for r in range(self.world_size)]
+            for r in range(self.world_size):
+                text = _tail(os.path.join(work, f"out-{r}"), 1 << 20)
+                for line in text.splitlines():
+                    print(f"[rank {r}] {line}")
+            return results
+        finally:
+            _kill(procs)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _result(self, work: str, rank: int) -> tuple:
+        import cloudpickle
+        with open(os.path.join(work, f"result-{rank}.pkl"), "rb") as f:
+            return cloudpickle.load(f)
+
+    def _wait(self, procs: list[subprocess.Popen], work: str, deadline: float, timeout: float) -> None:
+        while True:
+            codes = [p.poll() for p in procs]
+            failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
+            if failed:
+                time.sleep(0.3)  # let near-simultaneous failures land, then take the earliest
+                rank, trace = self._first_failure(procs, work)
+                _kill(procs)
+                raise ClusterRankError(_("rank {rank} (node {node}) of the virtual cluster failed; every other rank "
+                                         "was stopped. Its traceback:\n{traceback}").format(
+                                             rank=rank, node=self.node_of(rank), traceback=trace), rank, trace)
+            if all(c == 0 for c in codes):
+                return
+            if time.monotonic() > deadline:
+                running = [r for r, c in enumerate(codes) if c is None]
+                _kill(procs)
+                raise ClusterTimeout(_("the virtual cluster's ranks ran past timeout={timeout:g} s: ranks {ranks} "
+                                       "were still running and every rank was killed").format(
+                                           timeout=timeout, ranks=", ".join(map(str, running))))
+            time.sleep(0.05)
+
+    def _first_failure(self, procs: list[subprocess.Popen], work: str) -> tuple[int, str]:
+        """(rank, traceback) of the rank that failed first: the earliest error result written, else
+        the first that died without one (its stderr's end)."""
+        written = []
+        for r in range(len(procs)):
+            path = os.path.join(work, f"result-{r}.pkl")
+            if os.path.exists(path):
+                result = self._result(work, r)
+                if result[0] == "error":
+                    written.append((os.stat(path).st_mtime_ns, r, result[2]))
+        if written:
+            _, rank, trace = min(written)
+            return rank, trace
+        rank = next(r for r, p in enumerate(procs) if p.poll() not in (None, 0))
+        return rank, _("exited with status {code} without a result; its stderr ends:\n{stderr}").format(
+            code=procs[rank].poll(), stderr=_tail(os.path.join(work, f"err-{rank}"), 4000))
+
+
+def _tail(path: str, limit: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, 2)
+            f.seek(max(0, f.tell() - limit))
+            return f.read().decode("utf-8", "replace")
+    except OSError:
+        return ""
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """SIGKILL every rank's process group (the ranks this call started, each in its own session),
+    then reap them."""
+    for p in procs:
+        if p.poll() is None:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p in procs:
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass

@@ -1,0 +1,184 @@
+"""The virtual cluster (collnb.labs.cluster): network namespaces as nodes, the inter-node link shaped
+by tbf, real gloo ranks on them; values of the hierarchical all_reduce, the link rates measured
+(ratios, no wall-clock limits), namespaces, processes and files gone after every kind of exit, and
+the sweep of a dead process's leftovers. The tests that make namespaces skip, with the reason,
+where this process may not (not root / no CAP_NET_ADMIN)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tempfile
+
+import psutil
+import pytest
+
+from collnb.labs import cluster as cl
+from collnb.labs.cluster import network, virtual
+
+OK, WHY = cl.available()
+needs_namespaces = pytest.mark.skipif(not OK, reason=WHY or "network namespaces are available")
+ASKED_GBPS = 0.4  # 400 Mbit/s
+
+
+def _host_links() -> str:
+    """The host namespace's links (names and state), read only: the cluster must not change them."""
+    out = subprocess.run(["ip", "-br", "link"], capture_output=True, text=True).stdout
+    return "\n".join(sorted(line.split()[0] + " " + line.split()[1] for line in out.splitlines() if line.strip()))
+
+
+def _scratch_dirs() -> set:
+    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("collnb-cluster-")}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with cl.VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=ASKED_GBPS) as c:
+        yield c
+
+
+def _where(rank, world_size):
+    return rank, int(os.environ["NODE_RANK"]), os.readlink("/proc/self/ns/net"), os.environ["GLOO_SOCKET_IFNAME"]
+
+
+def _raise_on_2(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    if rank == 2:
+        raise ValueError("rank 2 says no")
+    dist.all_reduce(torch.ones(1))  # the others wait in a collective the culprit never joins
+
+
+def _sleep(rank, world_size):
+    import time
+    time.sleep(600)
+
+
+# -- the model (no namespaces needed) ---------------------------------------------------------
+
+def test_the_tier_model_prices_the_flat_ring_on_the_inter_tier_and_the_hierarchy_per_tier():
+    m = cl.TierModel.from_rates(2, 2, intra_gbps=16.0, inter_gbps=0.8, inter_latency_ms=1.0, alpha=1e-4, gamma=1e-10)
+    nbytes = 1 << 24
+    b_in, b_out, a_in, a_out, g = 8 / 16e9, 8 / 0.8e9, 1e-4, 1e-4 + 1e-3, 1e-10
+    p = 4
+    assert m.flat(nbytes) == pytest.approx(2 * (p - 1) * a_out + 2 * (p - 1) / p * nbytes * b_out
+                                           + (p - 1) / p * nbytes * g)
+    # reduce_scatter(L=2) + all_reduce(N=2, m/2, beta * 2: two streams share a link) + all_gather(L=2)
+    rs = a_in + nbytes / 2 * (b_in + g)
+    ar = 2 * a_out + 2 * 0.5 * (nbytes / 2) * (2 * b_out) + 0.5 * (nbytes / 2) * g
+    ag = a_in + nbytes / 2 * b_in
+    assert m.hierarchical(nbytes) == pytest.approx(rs + ar + ag)
+    assert m.flat(nbytes) / m.hierarchical(nbytes) > 1.3  # 1.5 m b_out against ~1 m b_out + intra
+
+
+def test_with_one_rank_per_node_the_hierarchy_is_the_flat_ring():
+    m = cl.TierModel.from_rates(4, 1, intra_gbps=10.0, inter_gbps=1.0)
+    assert m.hierarchical(1 << 20) == pytest.approx(m.flat(1 << 20))
+    with pytest.raises(ValueError, match="> 0 Gbit/s"):
+        cl.TierModel.from_rates(2, 2, intra_gbps=0, inter_gbps=1.0)
+
+
+def test_bad_arguments_are_refused_before_any_namespace_is_made():
+    with pytest.raises(ValueError, match="inter_gbps must be > 0"):
+        cl.VirtualCluster(2, 2, inter_gbps=-1)
+    with pytest.raises(ValueError, match="inter_latency_ms"):
+        cl.VirtualCluster(2, 2, inter_gbps=1, inter_latency_ms=-3)
+    with pytest.raises(ValueError, match="nodes"):
+        cl.VirtualCluster(300, 1, inter_gbps=1)
+    with pytest.raises(cl.ClusterUnavailable, match="not entered"):
+        cl.VirtualCluster(2, 2, inter_gbps=1).launch(_where)
+
+
+def test_where_namespaces_cannot_be_made_it_says_why_in_one_line_or_is_modelled(monkeypatch, capsys):
+    monkeypatch.setattr(virtual, "available", lambda: (False, "this process may not create network namespaces"))
+    with pytest.raises(cl.ClusterUnavailable, match="may not create network namespaces"):
+        with cl.VirtualCluster(2, 2, inter_gbps=1):
+            pass
+    with cl.VirtualCluster(2, 2, inter_gbps=1, require=False) as c:
+        assert c.mode == "modelled" and "may not create" in c.why and c.namespaces == []
+        with pytest.raises(cl.ClusterUnavailable, match="may not create"):
+            c.launch(_where)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "modelled only" in err
+
+
+# -- real namespaces and ranks ----------------------------------------------------------------
+
+@needs_namespaces
+def test_ranks_run_in_their_nodes_namespace_bound_to_its_veth(cluster):
+    assert cluster.mode == "emulated" and cluster.latency == "modelled"
+    got = cluster.launch(_where)
+    assert [g[0] for g in got] == [0, 1, 2, 3] and [g[1] for g in got] == [0, 0, 1, 1]
+    assert got[0][2] == got[1][2] != got[2][2] == got[3][2]  # one network namespace per node
+    assert got[0][2] != os.readlink("/proc/self/ns/net")
+    assert {g[3] for g in got} == {network.INTERFACE}
+
+
+@needs_namespaces
+def test_the_shaped_link_keeps_to_its_rate_and_the_node_local_route_is_much_faster(cluster):
+    link = cl.measure_link(cluster, nbytes=4 << 20, repeats=2, verbose=False)
+    assert link.asked_gbps == ASKED_GBPS
+    assert link.inter_gbps <= 1.2 * ASKED_GBPS, link
+    assert link.intra_gbps > 5 * link.inter_gbps, link  # same node: lo, not the shaped veth
+    assert "Gbit/s asked" in str(link)
+
+
+@needs_namespaces
+def test_hierarchical_and_flat_all_reduce_give_the_exact_sum_on_real_ranks(cluster):
+    model = cl.TierModel.from_rates(2, 2, intra_gbps=10.0, inter_gbps=ASKED_GBPS)
+    rows = cl.compare_all_reduce(cluster, sizes=(1 << 16, 1 << 20), repeats=1, model=model)
+    assert [r.nbytes for r in rows] == [1 << 16, 1 << 20]
+    assert all(r.correct for r in rows)
+    assert all(r.flat_s > 0 and r.hierarchical_s > 0 and r.predicted_speedup > 0 for r in rows)
+    assert "exact" in cl.format_comparison(rows)
+    with pytest.raises(ValueError, match="multiple of 4 \\* ranks_per_node"):
+        cl.compare_all_reduce(cluster, sizes=(6,))
+
+
+@needs_namespaces
+def test_a_rank_that_raises_is_named_and_nothing_is_left_behind(cluster):
+    before = _scratch_dirs()
+    with pytest.raises(cl.ClusterRankError, match="rank 2 \\(node 1\\)") as raised:
+        cluster.launch(_raise_on_2, timeout=60)
+    assert raised.value.rank == 2 and "ValueError: rank 2 says no" in raised.value.traceback
+    assert psutil.Process().children(recursive=True) == []
+    assert _scratch_dirs() <= before
+
+
+@needs_namespaces
+def test_a_timeout_kills_every_rank_and_names_the_ones_running(cluster):
+    with pytest.raises(cl.ClusterTimeout, match="ranks 0, 1, 2, 3 were still running"):
+        cluster.launch(_sleep, timeout=2)
+    assert psutil.Process().children(recursive=True) == []
+
+
+@needs_namespaces
+def test_namespaces_are_removed_on_exit_and_on_an_exception_and_the_host_is_untouched():
+    host = _host_links()
+    with cl.VirtualCluster(2, 1, inter_gbps=1.0) as c:
+        names = c.namespaces
+        assert set(names) <= set(network.namespaces())
+    assert not set(names) & set(network.namespaces())
+    with pytest.raises(KeyError):
+        with cl.VirtualCluster(1, 1, inter_gbps=None) as c:
+            names = c.namespaces + [c._network.switch]
+            raise KeyError("boom")
+    assert not set(names) & set(network.namespaces())
+    assert _host_links() == host
+
+
+@needs_namespaces
+def test_the_next_start_sweeps_a_dead_processs_namespaces_and_spares_a_live_ones():
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    left = f"collnb-{dead.pid}-1-n0"
+    alive = f"collnb-{os.getpid()}-999-n0"  # this process runs: never swept
+    for name in (left, alive):
+        subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        with cl.VirtualCluster(1, 1, inter_gbps=None):
+            names = network.namespaces()
+            assert left not in names and alive in names
+    finally:
+        for name in (left, alive):
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
