@@ -48,6 +48,8 @@ BOOK_ZH = "zh-CN"
 BRANCH = "main"
 
 COLAB_CELL_ID = "colab-setup"
+#: A solution cell's Colab form title. Its Chinese, and the Colab cell's comments' (the twins' own):
+#: tools/twins.py's BOILERPLATE (tests/test_zh_edition.py fails when this text and that one part).
 SOLUTION_TITLE = "# @title Solution (hidden: click “Show code” to see it)"
 LINKS_START, LINKS_END = "<!-- launch-links:start -->", "<!-- launch-links:end -->"
 LINK_RE = re.compile(r"\]\(([^)#\s]+\.ipynb)(#[^)\s]*)?\)")
@@ -121,6 +123,8 @@ from nbjson import dumps as _dumps, source as _source  # noqa: E402  (shared wit
 
 
 def colab_cell(url: str) -> dict:
+    """The Colab set-up cell (id ``colab-setup``); a twin's has the same code, its comments in Chinese
+    (``tools/twins.py``, :data:`SOLUTION_TITLE`)."""
     source = (
         "# Google Colab only: install collnb (Colab keeps its own torch) and turn on Colab's widget support.\n"
         "# Anywhere else (JupyterLab, Binder, a JupyterHub, the book) this cell does nothing.\n"

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..i18n import _
 from ..vocabulary import MAX_WORLD_SIZE, check_backend
 
 __all__ = ["local_backend_info"]
@@ -31,16 +32,16 @@ def local_backend_info(backend: str) -> dict[str, Any]:
     if backend == "gloo":
         if not dist.is_gloo_available():
             return dict(backend=backend, available=False, max_world_size=0,
-                        reason="this torch build has no Gloo backend")
+                        reason=_("this torch build has no Gloo backend"))
         return dict(backend=backend, available=True, max_world_size=MAX_WORLD_SIZE, reason="",
                     limit="")  # the general limit: the same words as collnb.vocabulary.check_world_size
     if not torch.cuda.is_available():
         return dict(backend=backend, available=False, max_world_size=0,
-                    reason="NCCL needs CUDA GPUs and this torch sees none "
-                           f"(torch {torch.__version__}, cuda={torch.version.cuda}); use backend='gloo'")
+                    reason=_("NCCL needs CUDA GPUs and this torch sees none (torch {version}, cuda={cuda}); "
+                             "use backend='gloo'").format(version=torch.__version__, cuda=torch.version.cuda))
     if not dist.is_nccl_available():
         return dict(backend=backend, available=False, max_world_size=0,
-                    reason="this torch build has no NCCL backend; use backend='gloo'")
+                    reason=_("this torch build has no NCCL backend; use backend='gloo'"))
     n = torch.cuda.device_count()
     return dict(backend=backend, available=True, max_world_size=min(n, MAX_WORLD_SIZE), reason="",
-                limit=f"NCCL puts one rank per GPU and {n} are visible; use backend='gloo' for more ranks")
+                limit=_("NCCL puts one rank per GPU and {n} are visible; use backend='gloo' for more ranks").format(n=n))

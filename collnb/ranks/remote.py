@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Se
 
 import torch
 
+from ..i18n import _
 from ..vocabulary import MAX_WORLD_SIZE, check_backend
 from . import launcher as _launcher
 from .engines import (EngineInfo, engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
@@ -126,25 +127,26 @@ class _Connection:
         if backend == "gloo":
             if not all(i["gloo"] for i in self.infos):
                 return dict(backend=backend, available=False, max_world_size=0,
-                            reason="the engines' torch has no Gloo backend")
+                            reason=_("the engines' torch has no Gloo backend"))
             return dict(backend=backend, available=True, max_world_size=limit, reason="",
-                        limit=f"one rank per engine, and {n} engine(s) are connected")
+                        limit=_("one rank per engine, and {n} engine(s) are connected").format(n=n))
         no_gpu = [r for r, i in enumerate(self.infos) if i["cuda"] == 0]
         if no_gpu:
             return dict(backend=backend, available=False, max_world_size=0,
-                        reason=f"NCCL needs CUDA GPUs and the engine of rank {no_gpu[0]} "
-                               f"(host {self.infos[no_gpu[0]]['host']}) sees none; use backend='gloo'")
+                        reason=_("NCCL needs CUDA GPUs and the engine of rank {rank} (host {host}) sees none; "
+                                 "use backend='gloo'").format(rank=no_gpu[0], host=self.infos[no_gpu[0]]['host']))
         if not all(i["nccl"] for i in self.infos):
             return dict(backend=backend, available=False, max_world_size=0,
-                        reason="the engines' torch has no NCCL backend; use backend='gloo'")
+                        reason=_("the engines' torch has no NCCL backend; use backend='gloo'"))
         ok = 0
         for r, i in enumerate(self.infos):
             if self.local_ranks[r] >= i["cuda"]:
                 break
             ok += 1
-        short = "" if ok == n else f"host {self.infos[ok]['host']} has {self.infos[ok]['cuda']} GPU(s) but runs more engines"
+        short = "" if ok == n else _("host {host} has {n} GPU(s) but runs more engines").format(
+            host=self.infos[ok]['host'], n=self.infos[ok]['cuda'])
         return dict(backend=backend, available=True, max_world_size=min(ok, limit), reason=short,
-                    limit=f"NCCL puts one rank per GPU: {short or 'one engine per GPU'}")
+                    limit=_("NCCL puts one rank per GPU: {why}").format(why=short or _("one engine per GPU")))
 
     # -- process groups ----------------------------------------------------------------------
     def _setup(self, backend: str, debug: bool, collective_timeout: float) -> None:
@@ -255,8 +257,8 @@ class _Connection:
     def _collect(self, ars: Sequence[AsyncResult], world_size: int, deadline: float,
                  collective_timeout: float) -> list[Any]:
         events: dict[int, Event] = {}
-        shown = [[0, 0] for _ in ars]
-        partial = [["", ""] for _ in ars]
+        shown = [[0, 0] for _a in ars]
+        partial = [["", ""] for _a in ars]
         failure_at: float | None = None
         interrupted_at: float | None = None
         grace = 0.5
@@ -448,7 +450,7 @@ def _choose_interface(infos: Sequence[EngineInfo]) -> tuple[str, list[str]]:
     if len(hosts) == 1:
         lo = [name for name, ip, _ in infos[0]["addrs"] if ip.startswith("127.")]
         return "127.0.0.1", [lo[0] if lo else "lo"] * len(infos)
-    for _, ip, mask in infos[0]["addrs"]:
+    for _name, ip, mask in infos[0]["addrs"]:
         if ip.startswith("127."):
             continue
         net = ipaddress.ip_network(f"{ip}/{mask}", strict=False)
