@@ -51,18 +51,22 @@ try:
     out = ("ok", fn(rank, world_size, *args))
     dist.barrier()
 except BaseException as e:
-    out = ("error", type(e).__name__, traceback.format_exc())
-if dist.is_initialized():
-    dist.destroy_process_group()
+    from collnb.ranks.tracebacks import is_comm_error
+    # (kind, type, traceback, when it failed, a consequence of another rank's failure?)
+    out = ("error", type(e).__name__, traceback.format_exc(), time.time(), is_comm_error(e))
 try:
     data = cloudpickle.dumps(out)
 except Exception as e:
-    out = ("error", type(e).__name__, "rank %d's result could not be pickled: %r" % (rank, e))
+    out = ("error", type(e).__name__, "rank %d's result could not be pickled: %r" % (rank, e), time.time(), False)
     data = cloudpickle.dumps(out)
+# The result is written before the group is destroyed: destroying it closes this rank's sockets,
+# and a peer's "Connection closed by peer" must not be on disk before the error that caused it.
 with open(os.path.join(d, "result-%d.tmp" % rank), "wb") as f:
     f.write(data)
 os.replace(os.path.join(d, "result-%d.tmp" % rank), os.path.join(d, "result-%d.pkl" % rank))
 sys.stdout.flush()
+if dist.is_initialized():
+    dist.destroy_process_group()
 os._exit(0 if out[0] == "ok" else 1)
 """
 
@@ -262,7 +266,11 @@ class VirtualCluster:
             codes = [p.poll() for p in procs]
             failed = [r for r, c in enumerate(codes) if c not in (None, 0)]
             if failed:
-                time.sleep(0.3)  # let near-simultaneous failures land, then take the earliest
+                # Let the other ranks' failures land (a peer of a failed rank fails within moments;
+                # on a loaded machine the culprit's own result may come after its peers'), then blame.
+                settle = time.monotonic() + 3.0
+                while time.monotonic() < settle and any(p.poll() is None for p in procs):
+                    time.sleep(0.05)
                 rank, trace = self._first_failure(procs, work)
                 _kill(procs)
                 raise ClusterRankError(_("rank {rank} (node {node}) of the virtual cluster failed; every other rank "
@@ -279,19 +287,26 @@ class VirtualCluster:
             time.sleep(0.05)
 
     def _first_failure(self, procs: list[subprocess.Popen], work: str) -> tuple[int, str]:
-        """(rank, traceback) of the rank that failed first: the earliest error result written, else
-        the first that died without one (its stderr's end)."""
-        written = []
+        """(rank, traceback) of the rank to blame: the earliest error of a rank's own code (not a
+        communication error such as gloo's "Connection closed by peer", which only follows another
+        rank's failure; :func:`collnb.ranks.tracebacks.is_comm_error` decides), else the first rank
+        that died without a result (its stderr's end), else the earliest communication error."""
+        own, comm = [], []
         for r in range(len(procs)):
             path = os.path.join(work, f"result-{r}.pkl")
             if os.path.exists(path):
                 result = self._result(work, r)
                 if result[0] == "error":
-                    written.append((os.stat(path).st_mtime_ns, r, result[2]))
-        if written:
-            _, rank, trace = min(written)
+                    (comm if result[4] else own).append((result[3], r, result[2]))
+        if own:
+            _, rank, trace = min(own)
             return rank, trace
-        rank = next(r for r, p in enumerate(procs) if p.poll() not in (None, 0))
+        died = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)
+                and not os.path.exists(os.path.join(work, f"result-{r}.pkl"))]
+        if comm and not died:
+            _, rank, trace = min(comm)
+            return rank, trace
+        rank = died[0] if died else next(r for r, p in enumerate(procs) if p.poll() not in (None, 0))
         return rank, _("exited with status {code} without a result; its stderr ends:\n{stderr}").format(
             code=procs[rank].poll(), stderr=_tail(os.path.join(work, f"err-{rank}"), 4000))
 
