@@ -24,8 +24,8 @@ from .tensor import (ColumnParallelLinearRegather, CopyToTensorParallel, GatherF
                      saved_activation_bytes, scatter_to_sequence_parallel, sequence_shard, shard_columns, shard_rows)
 from .experts import capacity_slots, expert, expert_capacity, moe_capacity_layer, moe_reference, skewed_routes
 from .pipeline import (SCHEDULES, bubble_formula, bubble_measured, max_grad_difference, messages, microbatch_data,
-                       peak_formula, pipeline_model, schedule_text, pipeline_step, reference_grads, schedule_order,
-                       stage_module, torch_pipeline_step, ScheduleParams, explore_schedules)
+                       peak_formula, pipeline_model, schedule_text, pipeline_step, reference_grads, run_stage,
+                       schedule_order, stage_module, torch_pipeline_step, ScheduleParams, explore_schedules)
 from .ring import (LAYOUTS, attention, gather_sequence, online_softmax_update, plain_layout, ring_attention,
                    work_matrix, zigzag_layout)
 from .sharding import (block_of, ddp_train, fsdp_block_bytes, fsdp_train, label, layered_model, max_difference,
@@ -44,7 +44,7 @@ __all__ = [
     "attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "work_matrix",
     "gather_sequence",
     "SCHEDULES", "schedule_order", "bubble_formula", "peak_formula", "stage_module", "pipeline_model",
-    "microbatch_data", "reference_grads", "pipeline_step", "torch_pipeline_step", "max_grad_difference",
+    "microbatch_data", "reference_grads", "pipeline_step", "run_stage", "torch_pipeline_step", "max_grad_difference",
     "bubble_measured", "schedule_text", "messages", "ScheduleParams", "explore_schedules",
     "expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference",
 ]
