@@ -370,6 +370,49 @@ def test_links_between_notebooks_resolve(path):
     assert not missing, f"{path.name} links to notebooks that do not exist: {missing}"
 
 
+def _getsource_misuse(source: str) -> list[str]:
+    """The places where a cell cuts library source text instead of showing a named piece: the result
+    of ``inspect.getsource`` (or a name bound to it) subscripted, or a method called on it
+    (``src[:src.index(...)]``, ``src.split(...)``)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+
+    def is_getsource(node) -> bool:
+        return isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "getsource"
+                                               or getattr(node.func, "id", None) == "getsource")
+
+    bound = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and is_getsource(node.value)
+             for t in node.targets if isinstance(t, ast.Name)}
+    found = []
+    for node in ast.walk(tree):
+        value = node.value if isinstance(node, (ast.Subscript, ast.Attribute)) else None
+        if value is not None and (is_getsource(value) or isinstance(value, ast.Name) and value.id in bound):
+            found.append(ast.unparse(node))
+    return found + [f"{name} = inspect.getsource(...)" for name in bound]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_library_code_is_shown_by_named_piece_never_by_cutting_source_text(path):
+    """Issue 35: a lesson shows a function or class of collnb whole (``print(inspect.getsource(obj))`` of
+    a named piece); where it shows part of one, that part is a named function in the library. Cutting
+    the text (``src[src.index("    dist.barrier()"):]``) breaks silently when the library changes."""
+    nb = nbformat.read(path, as_version=4)
+    cut = [(c.get("id"), m) for c in nb.cells if c.cell_type == "code" for m in _getsource_misuse(c.source)]
+    assert not cut, f"{path.name}: cells cut library source text: {cut}"
+
+
+def test_the_source_cutting_detector_finds_what_it_is_for():
+    assert _getsource_misuse('src = inspect.getsource(f)\nprint(src[:src.index("x")])')
+    assert _getsource_misuse('print(inspect.getsource(f).split("\\n")[3])')
+    assert _getsource_misuse('print(inspect.getsource(f)[10:])')
+    assert not _getsource_misuse("print(inspect.getsource(parallel.run_stage))")
+    assert not _getsource_misuse("import inspect\nprint(inspect.getsource(A.b))\nx = y[1:]")
+
+
 # ------------------------------------------------------------------------------------------------
 # Executing every notebook
 
