@@ -271,21 +271,12 @@ def test_the_english_comment_and_prose_detectors_tell_english_from_chinese():
         assert not twins.english_prose(text), text
 
 
-#: Twins whose code comments are still English, for a later pass (their notebooks were being edited
-#: while 00-11, algorithms and bandwidth were translated; issue 34).
-COMMENTS_PENDING = {"12_device_mesh_dtensor", "13_tensor_parallel", "14_fsdp", "15_context_parallel",
-                    "16_pipeline_parallel", "17_overlap", "18_hangs"}
-
-
 @pytest.mark.parametrize("twin", TWINS, ids=lambda p: p.stem)
 def test_no_code_cell_of_a_twin_has_an_english_comment(twin):
     """A learner of the Chinese edition reads every comment in Chinese (identifiers, `code` and
     commented-out code aside): twins.english_comments finds none in any code cell."""
     left = [f"{c['id']}: {line}" for c in json.loads(twin.read_text())["cells"] if c["cell_type"] == "code"
             for line in twins.english_comments(twins._source(c))]
-    if twin.stem in COMMENTS_PENDING:
-        assert left, f"{twin.stem} has no English comment left: remove it from COMMENTS_PENDING"
-        pytest.skip(f"{twin.stem}: {len(left)} English comments, translation pending (COMMENTS_PENDING)")
     assert not left, f"{len(left)} English comments, e.g.:\n" + "\n".join(left[:20])
 
 
@@ -539,3 +530,121 @@ def test_no_emphasis_marker_is_left_as_a_literal_asterisk():
                     if child.type == "text" and "*" in child.content:
                         literal.append(f"{path.name} {cell['id']}: {child.content[:60]!r}")
     assert literal == []
+
+
+# ------------------------------------------------------------------------------------------------
+# What a notebook's own code prints: through collnb.i18n's _(), so the Chinese twin (the same code) prints
+# Chinese (tools/catalogues.py reads the messages from the English notebooks' code cells)
+
+#: A string's words a learner reads as English: two words of three or more letters in a row that are not
+#: names from code (``all_reduce``, ``x.grad``, ``bucket_cap_mb``).
+_PROSE = re.compile(r"(?<![\w.])[A-Za-z]{3,}(?![\w.(])[ ,;]+(?<![\w.])[A-Za-z]{2,}(?![\w.(])")
+#: Keyword arguments that put text into a picture.
+_TEXT_KEYWORDS = {"title", "note", "footer", "column_label", "row_label", "caption", "label"}
+
+
+def _prose_outside_translation(source: str) -> list[str]:
+    """The English strings a cell prints (``print`` arguments, a picture's ``title=``/``note=``/...) that do
+    not go through ``_()``: literal text with two English words in a row (names from code aside)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    found = []
+
+    def strings(node):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) in ("_", "ngettext"):
+            return  # translated (its .format(...) arguments are values)
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format" \
+                and isinstance(node.func.value, ast.Call) and getattr(node.func.value.func, "id", None) == "_":
+            for arg in [*node.args, *[k.value for k in node.keywords]]:
+                yield from strings(arg)
+            return
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            yield node.value
+            return
+        if isinstance(node, ast.JoinedStr):
+            for part in node.values:
+                if isinstance(part, ast.Constant):
+                    yield part.value
+                else:
+                    yield from strings(part.value)
+            return
+        for child in ast.iter_child_nodes(node):
+            yield from strings(child)
+
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        shown = []
+        if getattr(node.func, "id", None) == "print":
+            shown = list(node.args)
+        shown += [k.value for k in node.keywords if k.arg in _TEXT_KEYWORDS]
+        for arg in shown:
+            found += [s for s in strings(arg) if _PROSE.search(re.sub(r"`[^`]*`", "", s))]
+    return found
+
+
+def _binds_underscore(source: str) -> list[str]:
+    """Module-level statements of a cell that bind ``_`` (a ``for _ in``, ``_, x = ...``): they would hide
+    collnb.i18n's ``_`` for the rest of the notebook (inside a function or a comprehension ``_`` is local)."""
+    import ast
+
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    out = []
+
+    def visit(node):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
+                             ast.SetComp, ast.DictComp, ast.GeneratorExp)):
+            return
+        if isinstance(node, ast.Name) and node.id == "_" and isinstance(node.ctx, ast.Store):
+            out.append(ast.unparse(node))
+        if isinstance(node, ast.alias) and (node.asname or node.name) == "_":
+            pass  # from collnb.i18n import _: the binding this is about
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(tree)
+    return out
+
+
+EN_NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
+
+
+@pytest.mark.parametrize("path", EN_NOTEBOOKS, ids=lambda p: p.stem)
+def test_what_a_notebook_prints_goes_through_the_translation(path):
+    """Issue 34: the Chinese edition printed the notebooks' own lines in English ("each rank issued",
+    "no communication"). Every line a notebook's code prints, and every text it puts into a picture, is
+    ``_("...")`` (with ``.format``), never a literal English sentence; and no module-level statement
+    rebinds ``_`` after ``from collnb.i18n import _``."""
+    cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
+             and not {"solution", "exercise"} & set(c.get("metadata", {}).get("tags", []))]
+    english = [(c["id"], s) for c in cells for s in _prose_outside_translation(twins._source(c))]
+    assert not english, f"{path.name}: printed without _(): {english[:10]}"
+    rebound = [(c["id"], b) for c in cells for b in _binds_underscore(twins._source(c))]
+    assert not rebound, f"{path.name}: module-level code rebinds _: {rebound}"
+    uses = [i for i, c in enumerate(cells) if re.search(r"(?<![\w.])_\(", twins._source(c))]
+    if uses:
+        first = uses[0]
+        assert any("from collnb.i18n import _" in twins._source(c) for c in cells[:first + 1]), \
+            f"{path.name}: _() used before `from collnb.i18n import _`"
+
+
+def test_the_untranslated_print_detector_finds_what_it_is_for():
+    assert _prose_outside_translation('print("each rank issued:", x)')
+    assert _prose_outside_translation('print(f"rank {r}: waited {ms} ms for the last rank")')
+    assert _prose_outside_translation('collnb.timeline_image(tl, title="serial: compute, then all_reduce")')
+    assert _prose_outside_translation('print(_("ok:"), "the reference agrees")')
+    for fine in ['print(_("each rank issued:"), x)', 'print(_("rank {r}: waited").format(r=f"{x} too"))',
+                 'print("torch:", line)', 'print(f"{src:>4} → {dst:<4}  {what}")', 'print("S(0) → P:", y)',
+                 'print(inspect.getsource(parallel.run_stage))', 'print("fr_trace:", v)',
+                 'print(f"full_tensor() == x @ w: {ok}")']:
+        assert not _prose_outside_translation(fine), fine
+    assert _binds_underscore("for _ in range(3):\n    pass") == ["_"]
+    assert _binds_underscore("a, _ = 1, 2") == ["_"]
+    assert _binds_underscore("def f():\n    for _ in range(3):\n        pass\nx = [1 for _ in y]") == []
