@@ -164,9 +164,13 @@ def test_a_changed_code_cell_in_a_twin_is_named():
         f"(a twin changes only comments: run tools/twins.py)"]
     # a string is code: a message translated in a twin's cell is a change (collnb.i18n translates)
     quoted = copy.deepcopy(zh)
-    cell = next(c for c in quoted["cells"] if c["cell_type"] == "code" and '"' in twins._source(c)
+    def quoting_line(source):  # a line with a string in its code (not only in a comment)
+        return next((ln for ln in source.splitlines() if '"' in ln.split("#", 1)[0]), None)
+
+    cell = next(c for c in quoted["cells"] if c["cell_type"] == "code" and quoting_line(twins._source(c))
                 and c["id"] not in (twins.LANGUAGE_CELL_ID, "colab-setup"))
-    cell["source"] = twins._source(cell).replace('"', '"中文 ', 1)
+    line = quoting_line(twins._source(cell))
+    cell["source"] = twins._source(cell).replace(line, line.replace('"', '"中文 ', 1), 1)
     assert any(f"code cell {cell['id']} differs" in p for p in twins.problems(en, quoted, "01_broadcast.ipynb"))
     # a tag changed is a change too (the exercise checks are found by their tags)
     tagged = copy.deepcopy(zh)
