@@ -381,9 +381,11 @@ def _getsource_misuse(source: str) -> list[str]:
     except SyntaxError:
         return []
 
-    def is_getsource(node) -> bool:
+    def is_getsource(node) -> bool:  # inspect.getsource(f), or collnb.labs.code.source(f) (the same text)
         return isinstance(node, ast.Call) and (getattr(node.func, "attr", None) == "getsource"
-                                               or getattr(node.func, "id", None) == "getsource")
+                                               or getattr(node.func, "id", None) == "getsource"
+                                               or getattr(node.func, "attr", None) == "source"
+                                               and getattr(node.func.value, "id", None) == "code")
 
     bound = {t.id for node in ast.walk(tree) if isinstance(node, ast.Assign) and is_getsource(node.value)
              for t in node.targets if isinstance(t, ast.Name)}
@@ -410,6 +412,8 @@ def test_the_source_cutting_detector_finds_what_it_is_for():
     assert _getsource_misuse('print(inspect.getsource(f).split("\\n")[3])')
     assert _getsource_misuse('print(inspect.getsource(f)[10:])')
     assert not _getsource_misuse("print(inspect.getsource(parallel.run_stage))")
+    assert not _getsource_misuse("print(code.source(parallel.run_stage))")
+    assert _getsource_misuse("print(code.source(parallel.run_stage)[:400])")
     assert not _getsource_misuse("import inspect\nprint(inspect.getsource(A.b))\nx = y[1:]")
 
 
