@@ -592,28 +592,34 @@ def _prose_outside_translation(source: str) -> list[str]:
 
 
 def _binds_underscore(source: str) -> list[str]:
-    """Module-level statements of a cell that bind ``_`` (a ``for _ in``, ``_, x = ...``): they would hide
-    collnb.i18n's ``_`` for the rest of the notebook (inside a function or a comprehension ``_`` is local)."""
+    """Where a cell's code binds ``_`` so that a ``_("...")`` call reads the wrong name: a module-level
+    binding (``for _ in``, ``_, x = ...``: it hides collnb.i18n's ``_`` for the rest of the notebook), or a
+    function or comprehension that binds ``_`` and calls ``_()`` inside (``", ".join(_("{i}").format(i=i)
+    for i, _ in pairs)``: the loop's ``_`` is called)."""
     import ast
 
     try:
         tree = ast.parse(source)
     except SyntaxError:
         return []
-    out = []
+    scopes = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp, ast.SetComp,
+              ast.DictComp, ast.GeneratorExp)
 
-    def visit(node):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef, ast.ListComp,
-                             ast.SetComp, ast.DictComp, ast.GeneratorExp)):
-            return
-        if isinstance(node, ast.Name) and node.id == "_" and isinstance(node.ctx, ast.Store):
-            out.append(ast.unparse(node))
-        if isinstance(node, ast.alias) and (node.asname or node.name) == "_":
-            pass  # from collnb.i18n import _: the binding this is about
-        for child in ast.iter_child_nodes(node):
-            visit(child)
+    def own_nodes(scope):  # the nodes of a scope, not those of the scopes nested in it
+        for child in ast.iter_child_nodes(scope):
+            yield child
+            if not isinstance(child, scopes):
+                yield from own_nodes(child)
 
-    visit(tree)
+    def binds(scope) -> bool:
+        return any(isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Store) for n in own_nodes(scope))
+
+    def calls(scope) -> bool:
+        return any(isinstance(n, ast.Call) and getattr(n.func, "id", None) == "_" for n in ast.walk(scope))
+
+    out = ["module level: " + ast.unparse(n) for n in own_nodes(tree)
+           if isinstance(n, ast.Name) and n.id == "_" and isinstance(n.ctx, ast.Store)]
+    out += [ast.unparse(n)[:80] for n in ast.walk(tree) if isinstance(n, scopes) and binds(n) and calls(n)]
     return out
 
 
@@ -631,7 +637,7 @@ def test_what_a_notebook_prints_goes_through_the_translation(path):
     english = [(c["id"], s) for c in cells for s in _prose_outside_translation(twins._source(c))]
     assert not english, f"{path.name}: printed without _(): {english[:10]}"
     rebound = [(c["id"], b) for c in cells for b in _binds_underscore(twins._source(c))]
-    assert not rebound, f"{path.name}: module-level code rebinds _: {rebound}"
+    assert not rebound, f"{path.name}: code binds _ where it hides the translation: {rebound}"
     uses = [i for i, c in enumerate(cells) if re.search(r"(?<![\w.])_\(", twins._source(c))]
     if uses:
         first = uses[0]
@@ -649,6 +655,9 @@ def test_the_untranslated_print_detector_finds_what_it_is_for():
                  'print(inspect.getsource(parallel.run_stage))', 'print("fr_trace:", v)',
                  'print(f"full_tensor() == x @ w: {ok}")']:
         assert not _prose_outside_translation(fine), fine
-    assert _binds_underscore("for _ in range(3):\n    pass") == ["_"]
-    assert _binds_underscore("a, _ = 1, 2") == ["_"]
+    assert _binds_underscore("for _ in range(3):\n    pass") == ["module level: _"]
+    assert _binds_underscore("a, _ = 1, 2") == ["module level: _"]
     assert _binds_underscore("def f():\n    for _ in range(3):\n        pass\nx = [1 for _ in y]") == []
+    assert _binds_underscore('print(", ".join(_("{i}").format(i=i) for i, _ in pairs))')
+    assert _binds_underscore('def f(pairs):\n    for i, _ in pairs:\n        print([_("x") for k in i])')
+    assert not _binds_underscore('print(", ".join(_("{i}").format(i=i) for i, n in pairs), [n for n, _ in ps])')
