@@ -58,6 +58,7 @@ import torch
 import torch.distributed as dist
 
 from ..i18n import _
+from ..units import pad
 from ..ranks import LaunchTimeout, RankError, divergence, flight_recorder_dump, launch, shutdown
 from ..views import MatrixPanel, matrix_image
 
@@ -156,7 +157,8 @@ class FaultRun:
 
     def table(self) -> str:
         """The per-rank table of recent collectives as text (sequence number, operation, sizes, state)."""
-        lines = [f"{'rank':>4} {'seq':>4}  {'operation':<12} {'input sizes':<12} {'output sizes':<12} state"]
+        lines = [pad(_("rank"), 4, ">") + " " + pad(_("seq"), 4, ">") + "  " + pad(_("operation"), 12) + " "
+                 + pad(_("input sizes"), 12) + " " + pad(_("output sizes"), 12) + " " + _("state")]
         for r, seq, op, ins, outs, state in self.rows():
             lines.append(f"{r:>4} {seq:>4}  {op:<12} {str(ins):<12} {str(outs):<12} {state}")
         lines += [f"{r:>4}    -  " + _("(no dump)") for r in self.missing]
