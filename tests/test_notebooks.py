@@ -227,6 +227,13 @@ EXPECTED = {
         ("sleep", "DidNotJoin: rank 1 never reached"),
         ("sleep", "Missing dump files from ranks {1}"),
         ("cli", "SIZE_OR_SYNTAX_MISMATCH"),
+        # DETAIL's check (collnb.launch's default): every rank raises at the 2nd all_reduce, before the timeout
+        ("detail", "Detected mismatch between collectives"),
+        ("detail", "TensorShape=[6]"),
+        ("detail", "before the 2 s timeout: True"),
+        # rank 0 of monitored_barrier names the rank that did not arrive; collnb names it from its stack
+        ("monitored-barrier", "Ranks 2 failed to pass monitoredBarrier in 1000 ms"),
+        ("stack", "time.sleep(sleep_s)"),
         ("mystery", "the run failed (every rank waited until the timeout): True"),
         ("check", "not answered yet"),
     ],
@@ -415,6 +422,51 @@ def test_the_source_cutting_detector_finds_what_it_is_for():
     assert not _getsource_misuse("print(code.source(parallel.run_stage))")
     assert _getsource_misuse("print(code.source(parallel.run_stage)[:400])")
     assert not _getsource_misuse("import inspect\nprint(inspect.getsource(A.b))\nx = y[1:]")
+
+
+def _course_order() -> list[str]:
+    """README's order after 11 ("11 → 14 → 17 → ..."), as notebook numbers."""
+    readme = (NOTEBOOK_DIR.parent / "README.md").read_text()
+    start = readme.index("it is 11 →") + len("it is ")
+    outside, depth = [], 0  # the text outside brackets (the reasons), up to the sentence's ";"
+    for ch in readme[start:]:
+        depth += (ch == "(") - (ch == ")")
+        if depth == 0 and ch == ";":
+            break
+        if depth == 0 and ch != ")":
+            outside.append(ch)
+    return [n.strip() for n in "".join(outside).split("→")]
+
+
+def _first_link_after(markdown: str, word: str) -> str | None:
+    m = re.search(rf"{word}[:：]\**\s*\[[^\]]*\]\(([^)#\s]+\.ipynb)", markdown)
+    return m.group(1) if m else None
+
+
+def test_every_notebooks_previous_and_next_follow_the_readmes_order():
+    """Issue 34: the course is taken 11 → 14 → 17 → 12 → 13 → 15 → 16 → 18 (README says why); each of these
+    notebooks' "Next:" links the one after it and its "Previous:" the one before (they said 13 → 14 → 15)."""
+    order = _course_order()
+    assert order[0] == "11" and len(order) == 8, order
+    wrong = []
+    for folder, nxt, prev in ((NOTEBOOK_DIR, "Next", "Previous"), (NOTEBOOK_DIR / "zh-CN", "下一篇", "上一篇")):
+        wrong += _order_problems(order, folder, nxt, prev)
+    assert not wrong, "\n".join(wrong)
+
+
+def _order_problems(order, folder, nxt, prev) -> list[str]:
+    by_number = {p.name[:2]: p for p in sorted(folder.glob("*.ipynb")) if p.name[:2].isdigit()}
+    wrong = []
+    for before, after in zip(order, order[1:]):
+        md_before = "\n".join(c.source for c in nbformat.read(by_number[before], as_version=4).cells
+                               if c.cell_type == "markdown")
+        md_after = "\n".join(c.source for c in nbformat.read(by_number[after], as_version=4).cells
+                              if c.cell_type == "markdown")
+        if _first_link_after(md_before, nxt) != by_number[after].name:
+            wrong.append(f"{folder.name}/{before}'s {nxt}: {_first_link_after(md_before, nxt)}, want {by_number[after].name}")
+        if _first_link_after(md_after, prev) != by_number[before].name:
+            wrong.append(f"{folder.name}/{after}'s {prev}: {_first_link_after(md_after, prev)}, want {by_number[before].name}")
+    return wrong
 
 
 # ------------------------------------------------------------------------------------------------
