@@ -92,6 +92,8 @@ EXPECTED = {
         *[("raw", f"[rank {r}] after : [10.0, 10.0, 10.0, 10.0]") for r in range(4)],
         ("summation-order", "every rank, chunks 0..3: [260.0, 260.0, 256.0, 256.0]"),
         ("predict", "[inf, inf]"),
+        # README's replay: the ring at world size 4, 2 (p - 1) = 6 rounds
+        ("replay", "all_reduce / ring"),
     ],
     "08_all_to_all": [
         ("example-claim", "list-form all_to_all ran on gloo and equals all_to_all_single on every rank: True"),
