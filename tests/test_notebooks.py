@@ -274,7 +274,17 @@ EXPECTED = {
         ("uneven", "rows per rank: [2, 2, 1, 0]"),
         ("comm-debug", "CommDebugMode, rank 0: {'c10d_functional.all_gather_into_tensor': 2}"),
         ("comm-debug", "collnb, rank 0:        {'all_gather_into_tensor': 2}"),
+        # the function's own redistribute: torch's flattening advice, on every rank, in this cell (not the first)
+        *[("comm-debug", f"[rank {r}] [rank{r}]:W") for r in range(4)],
     ],
+}
+
+
+#: The cells (by tag) whose stderr is part of the lesson: torch's warning for a rank outside the group (00),
+#: torch's flattening advice logged by the learner-style function's own redistribute (12).
+STDERR_CELLS = {
+    "00_launching_ranks": {"outside-group"},
+    "12_device_mesh_dtensor": {"comm-debug"},
 }
 
 
@@ -475,16 +485,49 @@ def _order_problems(order, folder, nxt, prev) -> list[str]:
 # Executing every notebook
 
 
-async def _execute_all(paths):
-    from nbclient import NotebookClient
+#: Output a cell shows while another cell runs: ``(index of the cell running, message type, content)`` per
+#: notebook stem, recorded by :func:`_execute_all` (the book's cached executions record none).
+STRAY: dict = {}
 
+
+def _client_class():
+    """nbclient's ``NotebookClient``, recording output whose parent is not the running cell.
+
+    nbclient keeps only the running cell's messages and drops the rest; JupyterLab shows such output
+    under the cell its parent header names (issue 34: after Run All, torch's warnings from a later cell
+    of 12 showed under its first ``collnb.redistribute`` cell, sent there by ranks forked while that
+    cell ran). The same loop as nbclient's ``_async_poll_output_msg``, keeping what it would drop."""
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionComplete
+    from nbclient.util import ensure_async
+
+    class Recording(NotebookClient):
+        stray: list = []
+
+        async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):
+            while True:
+                msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=None))
+                if msg["parent_header"].get("msg_id") == parent_msg_id:
+                    try:
+                        self.process_message(msg, cell, cell_index)
+                    except CellExecutionComplete:
+                        return
+                elif msg["msg_type"] in ("stream", "display_data", "execute_result", "error"):
+                    self.stray.append((cell_index, msg["msg_type"], msg["content"]))
+
+    return Recording
+
+
+async def _execute_all(paths):
+    client_class = _client_class()
     sem = asyncio.Semaphore(PARALLEL)
 
     async def one(path):
         async with sem:
             nb = nbformat.read(path, as_version=4)
-            client = NotebookClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
-                                    resources={"metadata": {"path": str(path.parent)}})
+            client = client_class(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
+                                  resources={"metadata": {"path": str(path.parent)}})
+            client.stray = STRAY.setdefault(path.stem, [])
             t0 = time.perf_counter()
             try:
                 await client.async_execute()
@@ -595,6 +638,16 @@ def test_notebook_runs_top_to_bottom(path, executed):
     unrun = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and c.source.strip()
              and c.get("execution_count") is None]
     assert not unrun, f"{path.name}: cells {unrun} were not executed"
+
+    # Output shows in the cell that caused it (issue 34): none arrives for another cell, and stderr only in the
+    # cells that show a warning or a log on purpose.
+    stray = STRAY.get(path.stem, [])
+    assert not stray, f"{path.name}: output for another cell arrived while cell {stray[0][0]} ran: {stray[:3]}"
+    for i, cell in enumerate(nb.cells):
+        tags = set(cell.get("metadata", {}).get("tags", [])) if cell.cell_type == "code" else set()
+        err = "".join(o.get("text", "") for o in cell.get("outputs", []) if o.get("name") == "stderr")
+        assert not err or tags & STDERR_CELLS.get(path.stem, set()), \
+            f"{path.name} cell {i} {sorted(tags)} wrote to stderr:\n{err[:800]}"
 
     # Exercise checks on a fresh notebook: nobody answered, so no ✓ (issue 9 §1); the check says so,
     # points a direction and says where the solution is, without showing it (issue 18).

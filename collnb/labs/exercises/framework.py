@@ -49,7 +49,14 @@ class CheckFailed(AssertionError):
         return ["\x1b[1;31m" + lines[0] + "\x1b[0m", *lines[1:]]
 
 
+#: Said between a ✗ verdict and a table whose every row is ✓ (issue 34: a table of ✓ under a ✗ read as
+#: a contradiction; the values are right, something else, said in the verdict, is not).
+VALUES_RIGHT = N_("Every row below is right (✓); what failed is the line above:")
+
+
 def _fail(what: str, hint: str, table: str = "") -> CheckFailed:
+    if table and "✓" in table and "✗" not in table:
+        table = _(VALUES_RIGHT) + "\n" + table
     return CheckFailed("✗ " + what + ("\n" + table if table else "") + "\n" + _("Hint: ") + hint)
 
 
