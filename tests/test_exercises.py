@@ -98,7 +98,7 @@ CODE = {
     "12_device_mesh_dtensor": (None, None, "dp_tp_matmul"),
     "13_tensor_parallel": "tp_mlp_backward",
     "14_fsdp": "configure",
-    "15_context_parallel": "update",
+    "15_context_parallel": ("update", "step"),
     "16_pipeline_parallel": ("stage_forward", "stage_backward"),
     "17_overlap": "overlapped_step",
 }

@@ -42,7 +42,7 @@ from .dtensor import check_collective_prediction, check_dp_tp_matmul, check_dp_t
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .hangs import Mystery, check_hang_culprit, hang_mystery
 from .overlap import check_overlapped_all_reduce
-from .parallel import (check_fsdp_prefetch, check_online_softmax, check_pipeline_backward, check_pipeline_forward,
+from .parallel import (check_fsdp_prefetch, check_kv_ring_pass, check_online_softmax, check_pipeline_backward, check_pipeline_forward,
                        check_tensor_parallel_backward, check_tensor_parallel_mlp)
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
                           check_reduce_scatter_prediction, check_ring_prediction, check_scatter_prediction,
@@ -56,7 +56,7 @@ __all__ = [
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
-    "check_online_softmax", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
+    "check_online_softmax", "check_kv_ring_pass", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
     "check_dp_tp_matmul", "check_tensor_parallel_backward", "check_pipeline_backward", "check_overlapped_all_reduce",
     "check_hang_culprit", "hang_mystery", "Mystery",
 ]

@@ -343,6 +343,68 @@ def check_online_softmax(update: Callable) -> None:
               'plain order at world size {second_size}').format(first_size=sizes[0], second_size=sizes[1]), table)
 
 
+def _kv_ring_rank(rank, world_size, step, q, k, v, causal, layout):
+    return ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, step=step)[0]
+
+
+def check_kv_ring_pass(step: Callable) -> None:
+    """Check ``step(send, recv, rank, world_size) -> requests`` (notebook 15): one round of ring
+    attention's communication. ``send`` is this rank's K and V blocks (two ``(n, d)`` float64 tensors),
+    ``recv`` two buffers of the same shapes; ``step`` posts the sends of ``send`` to rank ``rank + 1`` and
+    the receives into ``recv`` from rank ``rank - 1`` (modulo the world size), without waiting, and returns
+    the requests, which ring attention waits on after computing the block it holds
+    (:func:`collnb.labs.parallel.ring_attention`, with the library's online softmax). It runs on real
+    ranks, twice: causal in zig-zag order and unmasked in plain order, random world sizes (2-4) and random
+    ``q, k, v`` (each rank knows only its own rows). Passes when every rank's output equals full attention
+    in one process (within 1e-10) and every rank's operations are ``2 (p - 1)`` sends, all to the next rank,
+    and ``2 (p - 1)`` receives, all from the previous one.
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(step, "step(send, recv, rank, world_size)")
+    direction = (_("Each round this rank's K and V blocks go to the next rank while the previous rank's arrive in "
+                   "the two buffers of recv. A blocking send waits for its receiver, who is sending too: post the "
+                   "four operations at once (dist.P2POp, dist.batch_isend_irecv) and return the requests it returns."))
+    if _is_stub(step):
+        return _unfinished("step", direction)
+    rng = _rng()
+    sizes = _world_sizes(rng, 2, 4)
+    table = ""
+    for ws, (causal, layout) in zip(sizes, ((True, "zigzag"), (False, "plain"))):
+        gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+        s, d = 4 * ws, 3
+        q, k, v = (torch.randn(s, d, generator=gen, dtype=torch.float64) * 2 for _ in range(3))
+        where = LAYOUTS[layout](s, ws)
+        args = [(step, q[where[r]], k[where[r]], v[where[r]], causal, layout) for r in range(ws)]
+        what = (_('world size {world_size}, causal, {layout} order') if causal else
+                _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
+        results, calls = _launch_or_fail(_kv_ring_rank, ws, args, hint=direction, what=what)
+        full = attention(q, k, v, causal)
+        devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
+                and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(results)]
+        rows = [(r, f"{devs[r]:.2e}", _summary(calls[r])) for r in range(ws)]
+        table = _table(rows, (_('rank'), _('max |ring - full attention|'), _('calls')))
+        ring = 2 * (ws - 1)
+        for r in range(ws):
+            sends = [c.peer for c in calls[r] if c.name in ("isend", "send")]
+            recvs = [c.peer for c in calls[r] if c.name in ("irecv", "recv")]
+            if sorted(_names(calls[r])) != ["irecv"] * ring + ["isend"] * ring \
+                    or set(sends) != {(r + 1) % ws} or set(recvs) != {(r - 1) % ws}:
+                raise _fail(_("{what}: rank {rank} made {calls}; a ring of {world_size} needs {ring} isend to rank "
+                              "{next} and {ring} irecv from rank {prev} (K and V, each round but the last).").format(
+                                  what=what, rank=r, calls=_summary(calls[r]), world_size=ws, ring=ring,
+                                  next=(r + 1) % ws, prev=(r - 1) % ws), direction, table)
+        bad = [r for r in range(ws) if devs[r] > 1e-10]
+        if bad:
+            raise _fail(_("{what}: rank(s) {bad} ended with an output other than full attention's (one process).").format(
+                            what=what, bad=bad),
+                        _("send the blocks you hold now (send), and receive into the buffers given (recv): ring "
+                          "attention computes on the blocks in recv in the next round."), table)
+    _passed(_("your step passed K and V round the ring: causal in zig-zag order at world size {first_size}, unmasked in "
+              "plain order at world size {second_size}").format(first_size=sizes[0], second_size=sizes[1]), table)
+
+
 # ----------------------------------------------------------------------------------------------
 # 16 · one pipeline stage's forward, with send/recv
 
@@ -542,4 +604,5 @@ def check_pipeline_backward(stage_backward: Callable) -> None:
                   first_size=sizes[0], second_size=sizes[1]), table)
 
 
-__all__ = ["check_tensor_parallel_mlp", "check_tensor_parallel_backward", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward", "check_pipeline_backward"]
+__all__ = ["check_tensor_parallel_mlp", "check_tensor_parallel_backward", "check_fsdp_prefetch", "check_online_softmax",
+           "check_kv_ring_pass", "check_pipeline_forward", "check_pipeline_backward"]
