@@ -426,6 +426,18 @@ def test_library_code_is_shown_by_named_piece_never_by_cutting_source_text(path)
     assert not cut, f"{path.name}: cells cut library source text: {cut}"
 
 
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_cell_that_shows_an_explorer_prints_nothing_that_goes_stale(path):
+    """Issue 34: a line printed beside an explorer describes the state it was shown in and goes stale as
+    soon as the learner moves a control (16's caption above the pipeline explorer; 17 printed the buckets of
+    bucket_cap_mb=2 above the bucket explorer). The explorer says what it shows itself; a cell that makes
+    one (``explore``, ``explore_*``) prints nothing."""
+    nb = nbformat.read(path, as_version=4)
+    both = [c.get("id") for c in nb.cells if c.cell_type == "code" and re.search(r"\bexplore\w*\(", c.source)
+            and re.search(r"\bprint\(", c.source)]
+    assert not both, f"{path.name}: cells {both} make an explorer and print beside it"
+
+
 def test_the_source_cutting_detector_finds_what_it_is_for():
     assert _getsource_misuse('src = inspect.getsource(f)\nprint(src[:src.index("x")])')
     assert _getsource_misuse('print(inspect.getsource(f).split("\\n")[3])')
