@@ -1,5 +1,5 @@
-"""The code of a named piece of collnb, as a notebook shows it (issue 35: a lesson shows a function,
-method or class whole, by name, never a slice of source text).
+"""The code of a named piece of collnb, as a notebook shows it: a function, method or class whole, by
+name, never a slice of source text.
 
 :func:`source` is :func:`inspect.getsource` for the language spoken now: in English the source as
 it is, docstrings and comments included; in Chinese (``collnb.set_language("zh")``, the Chinese

@@ -241,12 +241,12 @@ def rank_main(rank: int, cfg: RankConfig, cmd_r: Connection, res_w: Connection, 
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         sys.stdin = open(0, "r", closefd=False)
-        inherited = (sys.stdout, sys.stderr)
+        parent_streams = (sys.stdout, sys.stderr)
         sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False),
                                       encoding="utf-8", line_buffering=True, write_through=True)
         sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False),
                                       encoding="utf-8", line_buffering=True, write_through=True)
-        repoint_log_handlers(inherited, (sys.stdout, sys.stderr))
+        repoint_log_handlers(parent_streams, (sys.stdout, sys.stderr))
         stack_file = open(os.path.join(cfg["dir"], f"stack-{rank}.txt"), "w")
         err_stream = sys.stderr
 
