@@ -23,12 +23,15 @@ __all__ = ["source", "without_prose"]
 
 def source(obj: Any) -> str:
     """The source of ``obj`` (a function, method or class of collnb) as :func:`inspect.getsource` gives
-    it, for a notebook to print; in Chinese without docstrings and comments (:func:`without_prose`).
+    it, or ``obj`` itself when it is already Python source (a str: a script collnb wrote, e.g.
+    :func:`collnb.labs.script.script_text`), for a notebook to print; in Chinese without docstrings and
+    comments (:func:`without_prose`).
 
     Raises:
         TypeError, OSError: as :func:`inspect.getsource` (a built-in, an object without source).
+        SyntaxError: a str that is not Python source.
     """
-    text = inspect.getsource(obj)
+    text = obj if isinstance(obj, str) else inspect.getsource(obj)
     return without_prose(text) if get_language() != "en" else text
 
 
