@@ -119,17 +119,17 @@ def test_the_culprit_is_a_ranks_own_error_even_when_a_peers_connection_error_cam
             return 1
 
     def write(rank, when, comm, text):
-        (tmp_path / f"result-{rank}.pkl").write_bytes(cloudpickle.dumps(("error", "E", text, when, comm)))
+        (tmp_path / f"result-7-{rank}.pkl").write_bytes(cloudpickle.dumps(("error", "E", text, when, comm)))
 
     c = cl.VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=None)
     write(0, 10.0, True, "RuntimeError: Connection closed by peer")
     write(1, 10.5, True, "RuntimeError: Connection closed by peer")
     write(2, 11.0, False, "ValueError: rank 2 says no")
     write(3, 9.0, True, "RuntimeError: Connection closed by peer")
-    assert c._first_failure([Done()] * 4, str(tmp_path)) == (2, "ValueError: rank 2 says no")
-    (tmp_path / "result-2.pkl").unlink()
+    assert c._first_failure([Done()] * 4, str(tmp_path), 7) == (2, "ValueError: rank 2 says no")
+    (tmp_path / "result-7-2.pkl").unlink()
     write(2, 12.0, True, "RuntimeError: Connection reset by peer")
-    assert c._first_failure([Done()] * 4, str(tmp_path))[0] == 3
+    assert c._first_failure([Done()] * 4, str(tmp_path), 7)[0] == 3
 
 
 # -- real namespaces and ranks ----------------------------------------------------------------

@@ -17,11 +17,13 @@ from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
 from . import costmodel
-from .costmodel import (BUILTIN_FORM, DEFAULT_MODEL, CostModel, algbw, busbw, busbw_factor, closed_form, crossovers,
-                        fit_each, predict, round_costs)
+from .costmodel import (BUILTIN_FORM, DEFAULT_MODEL, CostModel, TierPrediction, TwoTier, algbw, busbw, busbw_factor,
+                        closed_form, crossovers, fit_each, inter_node_bytes, predict, predict_tiers, round_costs,
+                        tier_round_costs)
 from .rounds import Round, Schedule, Transfer
-from .schedules import (ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, algorithms_for, cached_schedule, check_algorithm,
-                        chunk_bounds, default_algorithm, schedule)
+from .schedules import (ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, TIERED_ALGORITHMS, algorithms_for, cached_schedule,
+                        check_algorithm, chunk_bounds, default_algorithm, is_tiered, schedule)
+from .tiers import tier_of
 from .trace import TRACE_FORMAT_VERSION, RoundRecord, Trace
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
@@ -37,6 +39,7 @@ __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "
            "run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "execute", "snapshots",
            "all_reduce", "Trace", "RoundRecord", "TRACE_FORMAT_VERSION", "CostModel", "DEFAULT_MODEL", "predict",
            "closed_form", "round_costs", "algbw", "busbw", "busbw_factor", "BUILTIN_FORM", "fit_each",
-           "crossovers", "costmodel"]
+           "crossovers", "costmodel", "TIERED_ALGORITHMS", "is_tiered", "tier_of", "TwoTier", "TierPrediction",
+           "predict_tiers", "tier_round_costs", "inter_node_bytes"]
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)  # a name that runs on ranks loads on first use
