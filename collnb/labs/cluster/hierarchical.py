@@ -41,7 +41,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from ...algorithms import DEFAULT_MODEL, CostModel, closed_form
+from ...algorithms import DEFAULT_MODEL, CostModel, TierPrediction, TwoTier, default_algorithm, predict_tiers
 from ...i18n import _
 from ...vocabulary import check_int
 
@@ -207,49 +207,71 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
 @dataclass(frozen=True)
 class TierModel:
     """Two-tier α-β-γ model of a cluster (module doc): ``intra`` and ``inter`` are
-    :class:`collnb.CostModel`s (α s/message, β s/byte, γ s/byte reduced)."""
+    :class:`collnb.CostModel`\ s (α s/message, β s/byte, γ s/byte reduced); ``intra_shared``: the
+    node's intra-node tier is one shared medium (a virtual cluster whose loopback is shaped,
+    :mod:`.network`). Any schedule is priced round by round by
+    :func:`collnb.algorithms.tier_round_costs` (:meth:`predict`)."""
 
     nodes: int
     ranks_per_node: int
     intra: CostModel
     inter: CostModel
+    intra_shared: bool = False
 
     @classmethod
     def from_rates(cls, nodes: int, ranks_per_node: int, intra_gbps: float, inter_gbps: float,
                    inter_latency_ms: float = 0.0, alpha: float = DEFAULT_MODEL.alpha,
-                   gamma: float = DEFAULT_MODEL.gamma) -> TierModel:
+                   gamma: float = DEFAULT_MODEL.gamma, intra_shared: bool = False,
+                   intra_latency_ms: float = 0.0) -> TierModel:
         """β of each tier from its rate in Gbit/s of payload (``beta = 8 / (gbps * 1e9)``); α
-        ``alpha`` seconds (default :data:`collnb.DEFAULT_MODEL`'s 50 µs, gloo over loopback) and,
-        between nodes, ``alpha + inter_latency_ms / 1000`` (modelled latency); γ ``gamma``."""
+        ``alpha`` seconds (default :data:`collnb.DEFAULT_MODEL`'s 50 µs, gloo over loopback) plus
+        each tier's latency (``intra_latency_ms``, ``inter_latency_ms``: modelled, the kernel here
+        cannot delay packets); γ ``gamma``."""
         if not (intra_gbps > 0 and inter_gbps > 0):
             raise ValueError(_("the tiers' rates must be > 0 Gbit/s; got intra {intra}, inter {inter}").format(
                 intra=intra_gbps, inter=inter_gbps))
         src = _("two-tier model: intra {intra:.3g} Gbit/s, inter {inter:.3g} Gbit/s, {latency:g} ms inter latency "
                 "(modelled)").format(intra=intra_gbps, inter=inter_gbps, latency=inter_latency_ms)
         return cls(check_int("nodes", nodes, 1), check_int("ranks_per_node", ranks_per_node, 1),
-                   CostModel(alpha, 8 / (intra_gbps * 1e9), gamma, src),
-                   CostModel(alpha + inter_latency_ms / 1000, 8 / (inter_gbps * 1e9), gamma, src))
+                   CostModel(alpha + intra_latency_ms / 1000, 8 / (intra_gbps * 1e9), gamma, src),
+                   CostModel(alpha + inter_latency_ms / 1000, 8 / (inter_gbps * 1e9), gamma, src), bool(intra_shared))
 
     @classmethod
     def from_link(cls, cluster, link: LinkMeasurement, **kwargs) -> TierModel:
         """The model of ``cluster`` with the rates ``link`` measured (:func:`measure_link`) and the
-        cluster's modelled ``inter_latency_ms``."""
+        cluster's modelled ``inter_latency_ms``; the intra tier is shared when the cluster shapes
+        its nodes' loopback."""
+        kwargs.setdefault("intra_shared", getattr(cluster, "intra_gbps", None) is not None)
         return cls.from_rates(cluster.nodes, cluster.ranks_per_node, link.intra_gbps, link.inter_gbps,
                               cluster.inter_latency_ms, **kwargs)
 
+    @property
+    def two_tier(self) -> TwoTier:
+        """The same tiers as :class:`collnb.algorithms.TwoTier` (what the round pricing takes)."""
+        return TwoTier(self.ranks_per_node, self.intra, self.inter, self.intra_shared)
+
+    def prediction(self, primitive: str, algorithm: str, nbytes: float) -> TierPrediction:
+        """:func:`collnb.algorithms.predict_tiers` on this cluster: seconds, rounds, inter-node bytes."""
+        return predict_tiers(primitive, algorithm, self.nodes, nbytes, self.two_tier)
+
+    def predict(self, primitive: str, algorithm: str, nbytes: float) -> float:
+        """Predicted seconds of ``algorithm`` of ``primitive`` (any of :data:`collnb.ALGORITHMS` or
+        :data:`collnb.algorithms.TIERED_ALGORITHMS`; ``"builtin"`` is priced as the ring for
+        all_reduce, all_gather and reduce_scatter, gloo's own algorithm for them, else as collnb's
+        default algorithm of the primitive) on ``nbytes`` bytes per rank."""
+        if algorithm == "builtin":
+            algorithm = "ring" if primitive in ("all_reduce", "all_gather", "reduce_scatter") else \
+                default_algorithm(primitive)
+        return self.prediction(primitive, algorithm, nbytes).seconds
+
     def flat(self, nbytes: float) -> float:
-        """Seconds of a flat ring all_reduce of ``nbytes`` bytes per rank over every rank."""
-        p = self.nodes * self.ranks_per_node
-        tier = self.inter if self.nodes > 1 else self.intra
-        return closed_form("all_reduce", "ring", p, nbytes, tier)[0]
+        """Seconds of a flat ring all_reduce of ``nbytes`` bytes per rank over every rank: without a
+        shared intra tier, ``ring all_reduce(p, m)`` with the inter tier's α and β (module doc)."""
+        return self.predict("all_reduce", "ring", nbytes)
 
     def hierarchical(self, nbytes: float) -> float:
-        """Seconds of :func:`hierarchical_all_reduce` of ``nbytes`` bytes per rank (module doc)."""
-        L, N = self.ranks_per_node, self.nodes
-        shared = CostModel(self.inter.alpha, self.inter.beta * L, self.inter.gamma, self.inter.source)
-        return (closed_form("reduce_scatter", "ring", L, nbytes, self.intra)[0]
-                + closed_form("all_reduce", "ring", N, nbytes / L, shared)[0]
-                + closed_form("all_gather", "ring", L, nbytes, self.intra)[0])
+        """Seconds of the hierarchical all_reduce of ``nbytes`` bytes per rank (module doc)."""
+        return self.predict("all_reduce", "hierarchical", nbytes)
 
 
 # -- flat against hierarchical ----------------------------------------------------------------

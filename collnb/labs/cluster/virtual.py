@@ -115,6 +115,8 @@ class VirtualCluster:
         require: ``True`` (default): raise :class:`ClusterUnavailable` when the namespaces cannot be
             made; ``False``: warn with one line and enter in ``mode == "modelled"`` (:meth:`launch`
             then refuses; only the model answers).
+        intra_gbps: rate of each node's loopback in Gbit/s, shared by the node's intra-node
+            traffic (:mod:`.network`); ``None`` (default): unshaped.
 
     Attributes:
         mode: ``"emulated"`` or ``"modelled"`` (:data:`MODES`); ``why``: one line saying why it is
@@ -135,15 +137,19 @@ class VirtualCluster:
     """
 
     def __init__(self, nodes: int, ranks_per_node: int, inter_gbps: float | None, inter_latency_ms: float = 0.0,
-                 *, require: bool = True):
+                 *, require: bool = True, intra_gbps: float | None = None):
         self.nodes = check_int("nodes", nodes, 1, MAX_NODES)
         self.ranks_per_node = check_int("ranks_per_node", ranks_per_node, 1)
         if inter_gbps is not None and not (isinstance(inter_gbps, (int, float)) and inter_gbps > 0):
             raise ValueError(_("inter_gbps must be > 0 Gbit/s (or None: unshaped); got {value}").format(
                 value=inter_gbps))
+        if intra_gbps is not None and not (isinstance(intra_gbps, (int, float)) and intra_gbps > 0):
+            raise ValueError(_("intra_gbps must be > 0 Gbit/s (or None: unshaped); got {value}").format(
+                value=intra_gbps))
         if not (isinstance(inter_latency_ms, (int, float)) and inter_latency_ms >= 0):
             raise ValueError(_("inter_latency_ms must be >= 0 ms; got {value}").format(value=inter_latency_ms))
         self.inter_gbps = None if inter_gbps is None else float(inter_gbps)
+        self.intra_gbps = None if intra_gbps is None else float(intra_gbps)
         self.inter_latency_ms = float(inter_latency_ms)
         self.world_size = self.nodes * self.ranks_per_node
         self.require = require
@@ -162,7 +168,7 @@ class VirtualCluster:
         ok, why = available()
         if ok:
             sweep_leftovers()
-            network = Network(self.nodes, self.inter_gbps)
+            network = Network(self.nodes, self.inter_gbps, self.intra_gbps)
             try:
                 network.create()
             except ClusterUnavailable as e:
@@ -204,6 +210,14 @@ class VirtualCluster:
         self._network.shape(gbps)
         self.inter_gbps = None if gbps is None else float(gbps)
 
+    def set_intra_gbps(self, gbps: float | None) -> None:
+        """Change the rate of every node's loopback (Gbit/s, or ``None``: unshaped) of a running
+        cluster."""
+        self._need_emulated()
+        assert self._network is not None
+        self._network.shape_intra(gbps)
+        self.intra_gbps = None if gbps is None else float(gbps)
+
     def _need_emulated(self) -> None:
         if self._network is None:
             raise ClusterUnavailable(_("this VirtualCluster has no namespaces ({state}): use it as "
@@ -212,7 +226,8 @@ class VirtualCluster:
 
     def __repr__(self) -> str:
         rate = "unshaped" if self.inter_gbps is None else f"{self.inter_gbps:g} Gbit/s"
-        return (f"VirtualCluster(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, inter={rate}, "
+        intra = "unshaped" if self.intra_gbps is None else f"{self.intra_gbps:g} Gbit/s"
+        return (f"VirtualCluster(nodes={self.nodes}, ranks_per_node={self.ranks_per_node}, inter={rate}, intra={intra}, "
                 f"latency={self.inter_latency_ms:g} ms ({self.latency}), mode={self.mode!r})")
 
     # -- the ranks -----------------------------------------------------------------------------
