@@ -222,7 +222,8 @@ def predicted_crossovers(model: TierModel, primitive: str, algorithms, lo: float
 
 def measured_crossovers(rows: list) -> list:
     """``[(a, b, nbytes), ...]`` where the measured order of two algorithms flips between two
-    measured sizes (interpolated on log size): ``a`` is faster below, ``b`` above."""
+    measured sizes (interpolated on log size): ``a`` is faster below, ``b`` above. A pair whose
+    order flips more than once over the sizes is left out: that is noise, not a crossover."""
     by: dict[str, dict[int, float]] = {}
     for r in rows:
         if r.seconds is not None:
@@ -232,6 +233,9 @@ def measured_crossovers(rows: list) -> list:
     for i, a in enumerate(algs):
         for b in algs[i + 1:]:
             sizes = sorted(set(by[a]) & set(by[b]))
+            signs = [by[a][x] < by[b][x] for x in sizes]
+            if sum(1 for u, v in zip(signs, signs[1:]) if u != v) != 1:
+                continue
             for s0, s1 in zip(sizes, sizes[1:]):
                 d0 = math.log(by[a][s0] / by[b][s0])
                 d1 = math.log(by[a][s1] / by[b][s1])
