@@ -10,6 +10,7 @@ import os
 import subprocess
 import tempfile
 
+import numpy as np
 import psutil
 import pytest
 
@@ -213,3 +214,124 @@ def test_the_next_start_sweeps_a_dead_processs_namespaces_and_spares_a_live_ones
     finally:
         for name in (left, alive):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+# -- collnb.cluster ------------------------------------------------------------------------------
+
+def test_links_are_read_the_way_a_learner_writes_them():
+    assert cl.parse_link(None) == cl.Link(None)
+    assert cl.parse_link(0.4).gbps == pytest.approx(0.4)
+    assert cl.parse_link("400 Mbit/s").gbps == pytest.approx(0.4)
+    assert cl.parse_link("10Gbit/s").gbps == pytest.approx(10.0)
+    assert cl.parse_link("25 GB/s").gbps == pytest.approx(200.0)  # bytes: x 8
+    assert cl.parse_link("1 Gbit/s, 50 us") == cl.Link(1.0, 50.0)
+    assert cl.parse_link(("1 Gbit/s", "2 ms")) == cl.Link(1.0, 2000.0)
+    assert str(cl.Link(0.4, 20.0)) == "400 Mbit/s, 20 µs"
+    with pytest.raises(ValueError, match="inter='fast' is not a link speed: give Gbit/s as a number"):
+        cl.parse_link("fast")
+    with pytest.raises(ValueError, match="faster than 0 Gbit/s"):
+        cl.parse_link("0 Gbit/s")
+    with pytest.raises(TypeError, match="intra=True is not a link speed"):
+        cl.parse_link(True, "intra")
+
+
+def test_a_modelled_cluster_says_why_in_one_line_and_its_values_still_come_from_real_ranks(capsys):
+    from collnb.labs.cluster.compare import compare_algorithms
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "modelled, timings predicted" in err
+    assert c.mode == "modelled" and c.timings == "predicted" and int(c) == 4 and c.namespaces == []
+    assert "modelled" in c.describe() and "predicted" in c.describe()
+    cmp = compare_algorithms(c, "all_reduce", ["builtin", "ring", "hierarchical"], sizes=(4096,), repeats=1)
+    assert cmp.timings == "predicted" and all(r.seconds is None and r.predicted_s > 0 and r.correct for r in cmp.rows)
+    assert cmp.row("hierarchical", 4096).predicted_s < cmp.row("ring", 4096).predicted_s
+    with pytest.raises(ValueError, match="mode must be one of emulated, modelled, real"):
+        cl.cluster(2, 2, mode="virtual")
+    with pytest.raises(ValueError, match="at most 16 fit"):
+        cl.cluster(5, 4, mode="modelled")
+
+
+def test_on_engines_the_node_map_comes_from_their_hosts(monkeypatch):
+    from collnb.labs.cluster import clusters as cluster_module
+    monkeypatch.setattr(cluster_module, "_engine_hosts", lambda: ["a", "a", "b", "b"])
+    c = cl.cluster(None, None, inter="10 Gbit/s")
+    assert (c.mode, c.nodes, c.ranks_per_node, c.timings) == ("real", 2, 2, "measured")
+    with pytest.raises(ValueError, match="make 2 nodes x 2 ranks"):
+        cl.cluster(4, 1)
+    monkeypatch.setattr(cluster_module, "_engine_hosts", lambda: ["a", "b", "a", "b"])
+    with pytest.raises(ValueError, match="not 2 equal runs of consecutive ranks"):
+        cl.cluster(None, None)
+    monkeypatch.setattr(cluster_module, "_engine_hosts", lambda: None)
+    with pytest.raises(ValueError, match="collnb.connect"):
+        cl.cluster(2, 2, mode="real")
+
+
+def test_a_cluster_counts_as_its_world_size():
+    import operator
+
+    from collnb.vocabulary import check_world_size
+    c = cl.cluster(2, 3, mode="modelled", quiet=True)
+    assert operator.index(c) == 6 and int(c) == 6 and check_world_size(c) == 6
+    assert c < 7 and c >= 6 and list(range(c)) == [0, 1, 2, 3, 4, 5]
+
+
+def _pid(rank, world_size):
+    import os
+    return os.getpid()
+
+
+@needs_namespaces
+def test_an_emulated_clusters_ranks_stay_warm_and_restart_after_a_failure():
+    with cl.cluster(2, 2, inter="1 Gbit/s", intra="4 Gbit/s") as c:
+        assert c.mode == "emulated" and c.timings == "measured" and len(c.namespaces) == 2
+        for ns in c.namespaces:  # the node's loopback is shaped (the intra tier)
+            qdisc = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", "lo"], capture_output=True, text=True).stdout
+            assert "tbf" in qdisc and "rate 4Gbit" in qdisc
+        first = c.launch(_pid)
+        assert c.launch(_pid) == first  # the same processes: warm
+        with pytest.raises(cl.ClusterRankError):
+            c.launch(_raise_on_2, timeout=60)
+        again = c.launch(_pid)
+        assert set(again).isdisjoint(first)  # fresh ranks after the failure
+        names = c.namespaces
+    assert not set(names) & set(network.namespaces())
+    with pytest.raises(cl.ClusterUnavailable, match="closed"):
+        c.launch(_pid)
+
+
+@needs_namespaces
+def test_algorithms_on_a_cluster_are_exact_and_measured_beside_the_model(cluster):
+    from collnb.labs.cluster.compare import compare_algorithms, run_algorithm
+    cmp = compare_algorithms(cluster, "all_reduce", ["builtin", "ring", "hierarchical", "double_binary_tree", "ring_2d"],
+                             sizes=(1 << 12, 1 << 16), repeats=1)
+    assert {r.algorithm for r in cmp.rows} == {"builtin", "ring", "hierarchical", "double_binary_tree", "ring_2d"}
+    assert all(r.correct and r.seconds > 0 and r.predicted_s > 0 for r in cmp.rows)
+    assert "exact" in cmp.table() and "WRONG" not in cmp.table()
+    for prim in ("all_gather", "reduce_scatter", "all_to_all"):
+        rows = compare_algorithms(cluster, prim, ["builtin", "hierarchical"], sizes=(1 << 12,), repeats=1).rows
+        assert all(r.correct for r in rows)
+    trace = run_algorithm(cluster, "all_to_all", "hierarchical")
+    assert trace.ranks_per_node == 2 and np.array_equal(trace.final, trace.builtin)
+    assert all(r.seconds is not None for r in trace.rounds)
+
+
+@needs_namespaces
+def test_a_killed_process_leaves_no_namespace_behind():
+    import signal
+    import sys
+    import time
+    script = ("from collnb.labs.cluster import cluster\n"
+              "c = cluster(2, 1, inter='1 Gbit/s', mode='emulated')\n"
+              "print(' '.join(c.namespaces), flush=True)\n"
+              "import time; time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        names = p.stdout.readline().split()
+        assert len(names) == 2 and set(names) <= set(network.namespaces())
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    deadline = time.monotonic() + 30
+    while set(names) & set(network.namespaces()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(names) & set(network.namespaces())

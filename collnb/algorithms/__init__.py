@@ -28,15 +28,18 @@ from .trace import TRACE_FORMAT_VERSION, RoundRecord, Trace
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .execution import all_reduce, execute, snapshots
-    from .run import prepare_case, run_algorithm, run_algorithms, teaching_buffers
+    from .run import (builtin_result, make_trace, prepare_case, rank_run_cases, run_algorithm, run_algorithms,
+                      start_buffer, teaching_buffers)
 
 #: Names that need torch -> the module of this package that defines them (loaded on first use).
 _LAZY = {**dict.fromkeys(("execute", "snapshots", "all_reduce"), ".execution"),
-         **dict.fromkeys(("run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers"), ".run")}
+         **dict.fromkeys(("run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result",
+                          "start_buffer", "rank_run_cases", "make_trace"), ".run")}
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
            "cached_schedule", "check_algorithm", "algorithms_for", "default_algorithm", "chunk_bounds",
-           "run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "execute", "snapshots",
+           "run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result", "start_buffer",
+           "rank_run_cases", "make_trace", "execute", "snapshots",
            "all_reduce", "Trace", "RoundRecord", "TRACE_FORMAT_VERSION", "CostModel", "DEFAULT_MODEL", "predict",
            "closed_form", "round_costs", "algbw", "busbw", "busbw_factor", "BUILTIN_FORM", "fit_each",
            "crossovers", "costmodel", "TIERED_ALGORITHMS", "is_tiered", "tier_of", "TwoTier", "TierPrediction",

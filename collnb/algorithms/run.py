@@ -25,7 +25,8 @@ from .execution import execute, snapshots
 from .schedules import PRIMITIVES, Schedule, chunk_bounds, default_algorithm, schedule
 from .trace import Trace
 
-__all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers"]
+__all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result", "start_buffer",
+           "rank_run_cases", "make_trace"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,3 +336,16 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
     return [_make_trace(c, [results[r][i] for r in range(world_size)], backend, wall / len(cases))
             for i, c in enumerate(cases)]
 
+
+
+# Public names of the pieces other layers run on ranks they start themselves (a virtual cluster's
+# ranks, collnb.labs.cluster): the same functions as run_algorithms' own.
+#: ``builtin_result(primitive, rank, world_size, inp, op, root, n_chunks)``: the built-in
+#: torch.distributed collective on this rank's input, laid out like the working buffer.
+builtin_result = _builtin
+#: ``start_buffer(schedule, rank, inp, bounds)``: the working buffer a rank starts the schedule with.
+start_buffer = _start_buffer
+#: ``rank_run_cases(rank, world_size, cases)``: the rank side of :func:`run_algorithms`.
+rank_run_cases = _rank_run_cases
+#: ``make_trace(case, results, backend, wall)``: a :class:`collnb.Trace` from the ranks' results.
+make_trace = _make_trace

@@ -51,8 +51,8 @@ def _world_sizes(text: str) -> list:
 def _cmd_bench_cluster(args) -> int:
     """``--nodes N --ranks-per-node K``: measure each tier of a :func:`collnb.cluster` (one stream,
     16 MiB messages), then every algorithm of the primitive beside the two-tier model."""
-    from ..labs.cluster import cluster
-    from ..labs.cluster.compare import PRIMITIVES as TIERED, compare_algorithms
+    from ..labs import cluster as C
+    cluster, compare_algorithms, TIERED = C.cluster, C.compare_algorithms, C.TIERED_PRIMITIVES
     if args.primitive not in TIERED:
         print(_("error: --nodes measures {names}; got {primitive}").format(names=", ".join(TIERED),
                                                                           primitive=args.primitive), file=sys.stderr)

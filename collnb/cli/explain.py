@@ -17,8 +17,8 @@ from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, write_out
 
 
 def _cmd_explain(args) -> int:
-    from ..labs.cluster import nccl
-    from ..labs.cluster.explain import NcclTestsFormatError, explain_nccl_tests
+    from ..labs import cluster as C
+    nccl, NcclTestsFormatError, explain_nccl_tests = C.nccl, C.NcclTestsFormatError, C.explain_nccl_tests
     status = check_outputs((args.png, "--png", (".png",)))
     if status is not None:
         return status

@@ -42,7 +42,7 @@ __all__ = ["TwoTier", "TierTerms", "tier_round_terms", "tier_round_costs", "pred
 
 @dataclass(frozen=True)
 class TwoTier:
-    """A cluster's two tiers as :class:`CostModel`\\ s.
+    """A cluster's two tiers as :class:`CostModel` objects.
 
     Attributes:
         ranks_per_node: rank ``r`` runs on node ``r // ranks_per_node``.

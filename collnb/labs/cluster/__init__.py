@@ -8,6 +8,10 @@ against the flat ring and a two-tier α-β model; NCCL's own tuning model; nccl-
 ``virtual``         :class:`VirtualCluster` (a context manager) and its :meth:`~VirtualCluster.launch`
 ``hierarchical``    :func:`measure_link`, :func:`hierarchical_all_reduce`, :class:`TierModel`,
                     :func:`compare_all_reduce`
+``compare``         :func:`compare_algorithms` (measured beside predicted, crossovers), :func:`run_algorithm`
+``pictures``        the cluster, each round with its transfers coloured by tier, the comparison
+``nccl``            NCCL's own tuning model (v2.30.7-1): its choice of algorithm and protocol, explained
+``explain``         :func:`explain_nccl_tests`: nccl-tests output read, explained and flagged
 ==================  =================================================================================
 
 Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2 to emulate; elsewhere
@@ -16,14 +20,21 @@ raises :class:`ClusterUnavailable`. Latency is always modelled: the kernel's net
 this machine's kernel.
 """
 
-from .cluster import MODES as CLUSTER_MODES
-from .cluster import Cluster, Link, close_all, cluster, parse_link
+from .clusters import MODES as CLUSTER_MODES
+from .clusters import Cluster, Link, close_all, cluster, parse_link
 from .hierarchical import (Comparison, LinkMeasurement, TierModel, compare_all_reduce, format_comparison,
                            hierarchical_all_reduce, measure_link, node_groups)
+from . import nccl
+from .compare import PRIMITIVES as TIERED_PRIMITIVES
+from .compare import AlgorithmTiming, compare_algorithms, run_algorithm
+from .explain import Explanation, NcclTestsFormatError, explain_nccl_tests, parse_nccl_tests
 from .network import ClusterUnavailable, available, sweep_leftovers
+from .pictures import cluster_figure, comparison_figure, replay_tiers, round_figure, tier_filmstrip
 from .virtual import MODES, ClusterRankError, ClusterTimeout, VirtualCluster
 
 __all__ = ["cluster", "Cluster", "Link", "parse_link", "close_all", "CLUSTER_MODES", "VirtualCluster", "MODES",
            "ClusterUnavailable", "ClusterRankError", "ClusterTimeout", "available", "sweep_leftovers", "measure_link",
            "LinkMeasurement", "hierarchical_all_reduce", "node_groups", "TierModel", "Comparison", "compare_all_reduce",
-           "format_comparison"]
+           "format_comparison", "compare_algorithms", "AlgorithmTiming", "run_algorithm", "explain_nccl_tests",
+           "parse_nccl_tests", "Explanation", "NcclTestsFormatError", "cluster_figure", "round_figure", "tier_filmstrip",
+           "replay_tiers", "comparison_figure", "nccl", "TIERED_PRIMITIVES"]

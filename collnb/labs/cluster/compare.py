@@ -29,7 +29,7 @@ from ...algorithms import ALGORITHMS, TIERED_ALGORITHMS, busbw
 from ...i18n import _
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
-from .hierarchical import TierModel
+from .hierarchical import TierModel, measure_link
 
 __all__ = ["AlgorithmTiming", "Comparison", "compare_algorithms", "predicted_crossovers", "measured_crossovers",
            "algorithms_for_cluster", "PRIMITIVES"]
@@ -51,8 +51,7 @@ def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list, rep
     import torch
     import torch.distributed as dist
 
-    from ...algorithms import cached_schedule, execute
-    from ...algorithms.run import _builtin, _start_buffer
+    from ...algorithms import builtin_result, cached_schedule, execute, start_buffer
     from ...collectives import teaching_value
 
     times = torch.zeros(len(cases), repeats, dtype=torch.float64)
@@ -67,14 +66,14 @@ def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list, rep
         vals = [teaching_value(rank, c, world_size) % 97 if (primitive != "all_gather" or c == rank) else 0
                 for c in range(C)]
         inp = torch.tensor(vals, dtype=torch.float32).repeat_interleave(per)
-        ref = _builtin(primitive, rank, world_size, inp, "sum", 0, C)
+        ref = builtin_result(primitive, rank, world_size, inp, "sum", 0, C)
         bounds = [c * per for c in range(C + 1)]
         for k in range(repeats + 1):  # k == 0: warm-up, not kept
-            work = None if sched is None else _start_buffer(sched, rank, inp, bounds)
+            work = None if sched is None else start_buffer(sched, rank, inp, bounds)
             dist.barrier()
             t0 = time.perf_counter()
             if sched is None:
-                out = _builtin(primitive, rank, world_size, inp, "sum", 0, C)
+                out = builtin_result(primitive, rank, world_size, inp, "sum", 0, C)
             else:
                 execute(sched, work, send_from=inp if primitive == "all_to_all" else None, bounds=bounds)
                 out = work
@@ -276,7 +275,9 @@ def compare_algorithms(cluster: Any, primitive: str = "all_reduce", algorithms=N
         check_choice(_("algorithm for {primitive}").format(primitive=primitive), a, valid)
     check_int("repeats", repeats, 1)
     sizes = sorted({check_int("nbytes", s, 4 * 2 * cluster.world_size) for s in sizes})
-    model = model or cluster.model()
+    if model is None:
+        model = cluster.model() if hasattr(cluster, "model") else \
+            TierModel.from_link(cluster, measure_link(cluster, verbose=False))
     cases = [(primitive, a, s) for s in sizes for a in algorithms]
     out = cluster.launch(_rank_time, (cluster.ranks_per_node, cases, repeats), timeout=timeout)[0]
     predicted_only = getattr(cluster, "mode", "emulated") == "modelled"
@@ -310,8 +311,7 @@ def run_algorithm(cluster: Any, primitive: str, algorithm: str, nbytes: int | No
     Raises:
         As :func:`collnb.run_algorithm` and ``cluster.launch``.
     """
-    from ...algorithms.run import _make_trace, _rank_run_cases, prepare_case
-    from ...algorithms import schedule
+    from ...algorithms import make_trace, prepare_case, rank_run_cases, schedule
 
     L = cluster.ranks_per_node
     if nbytes is not None:
@@ -321,9 +321,9 @@ def run_algorithm(cluster: Any, primitive: str, algorithm: str, nbytes: int | No
                         snapshots, compare, "gloo", validate=False, ranks_per_node=L)
     ship = {k: v for k, v in case.items() if k not in ("dtype", "chunk_size")}
     t0 = time.perf_counter()
-    results = cluster.launch(_rank_run_cases, ([ship],), timeout=timeout)
+    results = cluster.launch(rank_run_cases, ([ship],), timeout=timeout)
     wall = time.perf_counter() - t0
-    trace = _make_trace(case, [results[r][0] for r in range(cluster.world_size)], "gloo", wall)
+    trace = make_trace(case, [results[r][0] for r in range(cluster.world_size)], "gloo", wall)
     trace.meta["cluster"] = {"nodes": cluster.nodes, "ranks_per_node": L, "mode": getattr(cluster, "mode", "emulated"),
                              "inter": str(getattr(cluster, "inter", "")), "intra": str(getattr(cluster, "intra", ""))}
     return trace

@@ -207,7 +207,7 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
 @dataclass(frozen=True)
 class TierModel:
     """Two-tier α-β-γ model of a cluster (module doc): ``intra`` and ``inter`` are
-    :class:`collnb.CostModel`\ s (α s/message, β s/byte, γ s/byte reduced); ``intra_shared``: the
+    :class:`collnb.CostModel` objects (α s/message, β s/byte, γ s/byte reduced); ``intra_shared``: the
     node's intra-node tier is one shared medium (a virtual cluster whose loopback is shaped,
     :mod:`.network`). Any schedule is priced round by round by
     :func:`collnb.algorithms.tier_round_costs` (:meth:`predict`)."""

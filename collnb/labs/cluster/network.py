@@ -74,8 +74,8 @@ _PROBE = ("import ctypes, os, sys\n"
 _counter = 0
 _counter_lock = threading.Lock()
 _live: set[Network] = set()
-#: pid -> the reaper process that pid started (one per process that makes clusters)
-_reapers: dict[int, subprocess.Popen] = {}
+#: the pids that started their reaper (one per process that makes clusters)
+_reapers: set[int] = set()
 
 #: The reaper (``python -c``): argv = the maker's pid, the lock directory. Waits until that pid
 #: ends, then deletes its namespaces and locks (module doc).
@@ -110,13 +110,15 @@ except OSError:
 
 
 def _start_reaper() -> None:
-    """Start this process's reaper once (module doc); it outlives this process by design."""
+    """Start this process's reaper once (module doc). It outlives this process by design, so it is
+    not this process's child: a shell starts it in the background and exits at once, and the
+    reaper is handed to init (nothing of this process waits for it or counts it as its own)."""
     pid = os.getpid()
-    if pid in _reapers and _reapers[pid].poll() is None:
+    if pid in _reapers:
         return
-    _reapers[pid] = subprocess.Popen([sys.executable, "-c", _REAPER, str(pid), LOCK_DIR], stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
-                                     close_fds=True)
+    subprocess.run(["/bin/sh", "-c", 'exec "$0" -c "$1" "$2" "$3" </dev/null >/dev/null 2>&1 &', sys.executable,
+                    _REAPER, str(pid), LOCK_DIR], check=True, timeout=30, start_new_session=True)
+    _reapers.add(pid)
 
 
 class ClusterUnavailable(RuntimeError):

@@ -36,9 +36,12 @@ def _fonts():
     return rc_context({"font.family": matplotlib_fonts()})
 
 
-def _rank_rgb(rank: int):
-    from ...views.palette import rank_color
-    return tuple(float(x) for x in rank_color(rank))
+#: The ranks' fills: Okabe-Ito's hues lightened for black labels (as collnb's heatmaps colour ranks).
+_RANK_FILLS = ["#8FC1E3", "#F3CB7A", "#7FCCB3", "#EEA47F", "#B3DDF4", "#E3B5D0", "#F6EFA0", "#CCCC8A"]
+
+
+def _rank_rgb(rank: int) -> str:
+    return _RANK_FILLS[rank % len(_RANK_FILLS)]
 
 
 def _shape(c: Any) -> tuple[int, int]:

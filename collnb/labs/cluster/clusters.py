@@ -125,7 +125,7 @@ class Cluster:
 
     Attributes:
         nodes, ranks_per_node, world_size: the shape (rank ``r`` on node ``r // ranks_per_node``).
-        inter, intra: the tiers' :class:`Link`\\ s as asked.
+        inter, intra: the tiers' :class:`Link` objects, as asked.
         mode: ``"emulated"``, ``"modelled"`` or ``"real"`` (:data:`MODES`); ``why``: one line
             saying why it is modelled (``""`` otherwise).
         latency: ``"modelled"`` when a tier asks for latency (the kernel here cannot add it),
