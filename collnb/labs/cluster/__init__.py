@@ -12,6 +12,9 @@ against the flat ring and a two-tier α-β model; NCCL's own tuning model; nccl-
 ``pictures``        the cluster, each round with its transfers coloured by tier, the comparison
 ``nccl``            NCCL's own tuning model (v2.30.7-1): its choice of algorithm and protocol, explained
 ``explain``         :func:`explain_nccl_tests`: nccl-tests output read, explained and flagged
+``traffic``         :func:`node_traffic`: the bytes that left each node (counted, or estimated)
+``explorer``        :func:`explore_cluster`: nodes, ranks, rate, algorithm, size -> the rounds by tier
+``exercise``        notebook 19's check: an all_reduce that sends only shards across nodes
 ==================  =================================================================================
 
 Needs root (or CAP_SYS_ADMIN and CAP_NET_ADMIN) and iproute2 to emulate; elsewhere
@@ -27,9 +30,12 @@ from .hierarchical import (Comparison, LinkMeasurement, TierModel, compare_all_r
 from . import nccl
 from .compare import PRIMITIVES as TIERED_PRIMITIVES
 from .compare import AlgorithmTiming, compare_algorithms, run_algorithm
+from .exercise import check_tier_aware_all_reduce
 from .explain import Explanation, NcclTestsFormatError, explain_nccl_tests, parse_nccl_tests
 from .network import ClusterUnavailable, available, sweep_leftovers
-from .pictures import cluster_figure, comparison_figure, replay_tiers, round_figure, tier_filmstrip
+from .explorer import explore_cluster
+from .traffic import Traffic, node_traffic
+from .pictures import as_image, cluster_figure, comparison_figure, replay_tiers, round_figure, tier_filmstrip
 from .virtual import MODES, ClusterRankError, ClusterTimeout, VirtualCluster
 
 __all__ = ["cluster", "Cluster", "Link", "parse_link", "close_all", "CLUSTER_MODES", "VirtualCluster", "MODES",
@@ -37,4 +43,12 @@ __all__ = ["cluster", "Cluster", "Link", "parse_link", "close_all", "CLUSTER_MOD
            "LinkMeasurement", "hierarchical_all_reduce", "node_groups", "TierModel", "Comparison", "compare_all_reduce",
            "format_comparison", "compare_algorithms", "AlgorithmTiming", "run_algorithm", "explain_nccl_tests",
            "parse_nccl_tests", "Explanation", "NcclTestsFormatError", "cluster_figure", "round_figure", "tier_filmstrip",
-           "replay_tiers", "comparison_figure", "nccl", "TIERED_PRIMITIVES"]
+           "replay_tiers", "comparison_figure", "nccl", "TIERED_PRIMITIVES", "explore_cluster",
+           "node_traffic", "Traffic", "check_tier_aware_all_reduce", "sample_nccl_tests", "as_image"]
+
+
+def sample_nccl_tests() -> str:
+    """A sample of nccl-tests output shipped with collnb (an all_reduce on 2 nodes x 8 GPUs, in the
+    layout nccl-tests prints; its first lines say where the layout comes from)."""
+    from importlib.resources import files
+    return (files("collnb") / "data" / "nccl_tests_all_reduce.txt").read_text(encoding="utf-8")

@@ -35,6 +35,7 @@ from typing import Any
 
 from ...algorithms import DEFAULT_MODEL
 from ...i18n import _
+from ...ranks import on_shutdown
 from ...vocabulary import MAX_WORLD_SIZE, check_int
 from .hierarchical import LinkMeasurement, TierModel, measure_link
 from .network import ClusterUnavailable, available
@@ -242,8 +243,9 @@ class Cluster:
         modelled cluster only the intra-node route is real (this machine's loopback) and the
         inter-node rate is the one asked. Kept as :attr:`measured`; printed when ``verbose``."""
         link = measure_link(self, nbytes=nbytes, repeats=repeats, verbose=False)
-        if self.mode == "modelled":
-            link = LinkMeasurement(self.inter.gbps, self.inter.gbps, link.intra_gbps, link.nbytes, link.repeats)
+        if self.mode == "modelled":  # only the loopback is real: the inter-node tier is the one asked
+            link = LinkMeasurement(self.inter.gbps, self.inter.gbps, link.intra_gbps, link.nbytes, link.repeats,
+                                   None, link.intra_alpha_s)
         self.measured = link
         if verbose:
             print(link if self.mode != "modelled" else
@@ -251,16 +253,17 @@ class Cluster:
                     "asked (modelled)").format(intra=link.intra_gbps or 0.0, inter=self.inter))
         return link
 
-    def model(self, alpha: float = DEFAULT_MODEL.alpha, gamma: float = DEFAULT_MODEL.gamma) -> TierModel:
+    def model(self, alpha: float | None = None, gamma: float = DEFAULT_MODEL.gamma) -> TierModel:
         """The two-tier α-β-γ model of this cluster (:class:`TierModel`): each tier's β from its rate
         (shaped: the rate asked, payload ~95.6 % of a veth's frames; measured by :meth:`measure`
-        where the tier is unshaped or the cluster is real), α ``alpha`` plus the tier's modelled
-        latency.
+        where the tier is unshaped or the cluster is real), each tier's α the latency
+        :meth:`measure` measured (half a round trip of one float; ``alpha`` seconds for both tiers
+        when given, :data:`collnb.DEFAULT_MODEL`'s 50 µs where nothing measured it) plus the tier's
+        modelled latency.
 
         An unshaped tier of an emulated or real cluster is measured first (:meth:`measure`, once).
         """
-        if self.measured is None and self.mode in ("emulated", "real") and (
-                self.mode == "real" or not (self.inter.gbps and self.intra.gbps)):
+        if self.measured is None and self.mode in ("emulated", "real"):
             self.measure(verbose=False)
         m = self.measured
         inter = (m.inter_gbps if m is not None and m.inter_gbps else None) if self.mode == "real" else None
@@ -272,9 +275,15 @@ class Cluster:
         if inter is None or intra is None:  # a tier the measurement has no pair for (one node, one rank a node)
             inter = inter or intra or DEFAULT_INTRA_GBPS
             intra = intra or inter
-        return TierModel.from_rates(self.nodes, self.ranks_per_node, intra, inter, self.inter_latency_ms, alpha=alpha,
-                                    gamma=gamma, intra_shared=self.intra.gbps is not None and self.mode == "emulated",
-                                    intra_latency_ms=self.intra.latency_us / 1000)
+        a_intra = alpha if alpha is not None else (m.intra_alpha_s if m is not None else None)
+        a_inter = alpha if alpha is not None else (m.inter_alpha_s if m is not None else None)
+        if self.mode == "modelled" and alpha is None:
+            a_inter = None  # the loopback's latency is not the modelled link's
+        return TierModel.from_rates(self.nodes, self.ranks_per_node, intra, inter, self.inter_latency_ms,
+                                    alpha=DEFAULT_MODEL.alpha if alpha is None else alpha, gamma=gamma,
+                                    intra_shared=self.intra.gbps is not None and self.mode == "emulated",
+                                    intra_latency_ms=self.intra.latency_us / 1000, intra_alpha=a_intra,
+                                    inter_alpha=a_inter)
 
     def set_inter(self, inter: object) -> None:
         """Change the inter-node link of a running cluster (emulated: re-shapes the veths at once;
@@ -415,3 +424,4 @@ def close_all() -> None:
 
 
 atexit.register(close_all)
+on_shutdown(close_all)

@@ -90,7 +90,8 @@ def hierarchical_all_reduce(tensor, groups) -> None:
 
 def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, repeats: int) -> dict:
     """Rank side of :func:`measure_link`: rank 0 sends ``nbytes`` to rank ``L`` (other node) and to
-    rank 1 (same node), one at a time, and times send + a 1-float acknowledgement."""
+    rank 1 (same node), one at a time, and times send + a 1-float acknowledgement; then 20
+    round trips of one float each way (the latency: half a round trip)."""
     import torch
     import torch.distributed as dist
     buf, ack = torch.ones(nbytes // 4), torch.zeros(1)
@@ -111,6 +112,18 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
                 dist.recv(buf[:n], 0)
                 dist.send(ack, 0)
         out[name] = times[1:]
+        trips = []
+        dist.barrier()
+        for i in range(21):  # the first is not kept
+            if rank == 0:
+                t0 = time.perf_counter()
+                dist.send(ack, peer)
+                dist.recv(ack, peer)
+                trips.append(time.perf_counter() - t0)
+            elif rank == peer:
+                dist.recv(ack, 0)
+                dist.send(ack, 0)
+        out[name + "_rtt"] = trips[1:]
     return out
 
 
@@ -150,13 +163,16 @@ class LinkMeasurement:
     rank of its own node (``intra_gbps``), median over ``repeats``; rates in Gbit/s of payload
     (``nbytes * 8 / seconds / 1e9``). ``asked_gbps``: the cluster's inter-node rate (``None``:
     unshaped). ``None`` for a rate the cluster's shape has no pair for (one node, or one rank per
-    node)."""
+    node). ``inter_alpha_s``/``intra_alpha_s``: half the median round trip of a one-float message
+    (gloo ``send`` + ``recv`` from Python): each tier's α, in seconds."""
 
     asked_gbps: float | None
     inter_gbps: float | None
     intra_gbps: float | None
     nbytes: int
     repeats: int
+    inter_alpha_s: float | None = None
+    intra_alpha_s: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -173,8 +189,13 @@ class LinkMeasurement:
         if self.ratio is not None:
             text += _(" ({percent:.1f}% of the rate; tbf counts frame headers, so ~95.6% is the ceiling)").format(
                 percent=100 * self.ratio)
-        return text + _("; intra-node (local route): {intra} Gbit/s; one stream, {size:g} MiB messages").format(
+        text += _("; intra-node (local route): {intra} Gbit/s; one stream, {size:g} MiB messages").format(
             intra=fmt(self.intra_gbps), size=self.nbytes / MiB)
+        if self.inter_alpha_s is not None or self.intra_alpha_s is not None:
+            text += _("; latency (half a round trip of one float): inter {inter} µs, intra {intra} µs").format(
+                inter="-" if self.inter_alpha_s is None else f"{self.inter_alpha_s * 1e6:.0f}",
+                intra="-" if self.intra_alpha_s is None else f"{self.intra_alpha_s * 1e6:.0f}")
+        return text
 
 
 def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: bool = True,
@@ -196,7 +217,11 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
 
     def rate(name):
         return nbytes * 8 / statistics.median(per[name]) / 1e9 if name in per else None
-    link = LinkMeasurement(cluster.inter_gbps, rate("inter"), rate("intra"), nbytes, repeats)
+
+    def alpha(name):
+        return statistics.median(per[name + "_rtt"]) / 2 if name + "_rtt" in per else None
+    link = LinkMeasurement(cluster.inter_gbps, rate("inter"), rate("intra"), nbytes, repeats, alpha("inter"),
+                           alpha("intra"))
     if verbose:
         print(link)
     return link
@@ -222,10 +247,12 @@ class TierModel:
     def from_rates(cls, nodes: int, ranks_per_node: int, intra_gbps: float, inter_gbps: float,
                    inter_latency_ms: float = 0.0, alpha: float = DEFAULT_MODEL.alpha,
                    gamma: float = DEFAULT_MODEL.gamma, intra_shared: bool = False,
-                   intra_latency_ms: float = 0.0) -> TierModel:
+                   intra_latency_ms: float = 0.0, intra_alpha: float | None = None,
+                   inter_alpha: float | None = None) -> TierModel:
         """β of each tier from its rate in Gbit/s of payload (``beta = 8 / (gbps * 1e9)``); α
-        ``alpha`` seconds (default :data:`collnb.DEFAULT_MODEL`'s 50 µs, gloo over loopback) plus
-        each tier's latency (``intra_latency_ms``, ``inter_latency_ms``: modelled, the kernel here
+        ``alpha`` seconds (default :data:`collnb.DEFAULT_MODEL`'s 50 µs, gloo over loopback), or
+        a tier's own (``intra_alpha``, ``inter_alpha``: e.g. :func:`measure_link`'s), plus each
+        tier's latency (``intra_latency_ms``, ``inter_latency_ms``: modelled, the kernel here
         cannot delay packets); γ ``gamma``."""
         if not (intra_gbps > 0 and inter_gbps > 0):
             raise ValueError(_("the tiers' rates must be > 0 Gbit/s; got intra {intra}, inter {inter}").format(
@@ -233,8 +260,10 @@ class TierModel:
         src = _("two-tier model: intra {intra:.3g} Gbit/s, inter {inter:.3g} Gbit/s, {latency:g} ms inter latency "
                 "(modelled)").format(intra=intra_gbps, inter=inter_gbps, latency=inter_latency_ms)
         return cls(check_int("nodes", nodes, 1), check_int("ranks_per_node", ranks_per_node, 1),
-                   CostModel(alpha + intra_latency_ms / 1000, 8 / (intra_gbps * 1e9), gamma, src),
-                   CostModel(alpha + inter_latency_ms / 1000, 8 / (inter_gbps * 1e9), gamma, src), bool(intra_shared))
+                   CostModel((alpha if intra_alpha is None else intra_alpha) + intra_latency_ms / 1000,
+                             8 / (intra_gbps * 1e9), gamma, src),
+                   CostModel((alpha if inter_alpha is None else inter_alpha) + inter_latency_ms / 1000,
+                             8 / (inter_gbps * 1e9), gamma, src), bool(intra_shared))
 
     @classmethod
     def from_link(cls, cluster, link: LinkMeasurement, **kwargs) -> TierModel:
@@ -242,6 +271,8 @@ class TierModel:
         cluster's modelled ``inter_latency_ms``; the intra tier is shared when the cluster shapes
         its nodes' loopback."""
         kwargs.setdefault("intra_shared", getattr(cluster, "intra_gbps", None) is not None)
+        kwargs.setdefault("intra_alpha", link.intra_alpha_s)
+        kwargs.setdefault("inter_alpha", link.inter_alpha_s)
         return cls.from_rates(cluster.nodes, cluster.ranks_per_node, link.intra_gbps, link.inter_gbps,
                               cluster.inter_latency_ms, **kwargs)
 

@@ -20,7 +20,7 @@ import numpy as np
 from ...i18n import _
 from ...units import format_bytes
 
-__all__ = ["cluster_figure", "cluster_png", "round_figure", "tier_filmstrip", "replay_tiers", "comparison_figure",
+__all__ = ["as_image", "cluster_figure", "cluster_png", "round_figure", "tier_filmstrip", "replay_tiers", "comparison_figure",
            "INTRA_COLOR", "INTER_COLOR"]
 
 INTRA_COLOR = "#009E73"  # bluish green
@@ -124,6 +124,15 @@ def _legend(fig) -> None:
     fig.legend(handles=[Line2D([], [], color=INTRA_COLOR, lw=2.5, label=_("inside a node (intra-node tier)")),
                         Line2D([], [], color=INTER_COLOR, lw=2.5, ls="--", label=_("between nodes (inter-node tier)"))],
                loc="upper center", fontsize=8, frameon=False, ncol=2, bbox_to_anchor=(0.5, 0.95))
+
+
+def as_image(fig):
+    """A matplotlib figure as an :class:`IPython.display.Image` (PNG), to show in a notebook cell
+    (a figure made without pyplot is not drawn by itself)."""
+    from IPython.display import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return Image(data=buf.getvalue(), format="png")
 
 
 def cluster_figure(c: Any, *, dpi: int = 90):
