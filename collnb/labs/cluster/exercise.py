@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 from ...i18n import N_, _
 from ...units import format_bytes
-from ..exercises import NOT_ANSWERED, CheckFailed
+from ..exercises import CheckFailed
 from .traffic import node_traffic
 
 __all__ = ["check_tier_aware_all_reduce", "NUMEL", "SLACK"]
@@ -39,6 +39,9 @@ NUMEL = 1 << 20
 SLACK = 1.2
 #: Frame bytes per byte of TCP payload on a veth with a 1500-byte MTU (1514 / 1448).
 FRAMES = 1514 / 1448
+#: The same words as every other exercise's check (collnb.labs.exercises).
+_WHERE_SOLUTION = N_("A solution is in the collapsed cell below the exercise: open it (click its \"…\" or "
+                     "\"Show code\") once you have tried.")
 _DIRECTION = N_("Make a group of the ranks of your node and a group of the ranks with your local rank (one per node) "
                 "with dist.new_group (every rank makes every group, in the same order); reduce-scatter inside the node, "
                 "all_reduce your shard across nodes, all-gather inside the node.")
@@ -72,8 +75,9 @@ def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable, cluster: Any) -
     results, sent, how = traffic.results, traffic.sent, traffic.how
     if all(r is None for r in results):
         print(_("{name}: not answered yet. {what} and run this cell again.").format(
-            name=name, what=_("Write your answer in the exercise cell above")) + f" ({NOT_ANSWERED})")
+            name=name, what=_("Write your answer in the exercise cell above")))
         print(_("Hint: ") + _(_DIRECTION))
+        print(_(_WHERE_SOLUTION))
         return
     import torch
     want = sum(torch.randint(-20, 21, (NUMEL,), generator=torch.Generator().manual_seed(s)).to(torch.float32)
