@@ -205,7 +205,7 @@ class Cluster:
         else:
             how = _("modelled: {why}. Values come from real ranks on this machine's loopback; every timing is "
                     "the two-tier model's, predicted").format(why=self.why)
-        text = head + ". " + how + "."
+        text = _("{shape}. {how}.").format(shape=head, how=how)
         if self.latency == "modelled":
             text += " " + _("Latency is modelled only: this kernel cannot delay packets (no netem).")
         return text

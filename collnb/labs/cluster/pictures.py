@@ -95,7 +95,7 @@ def _draw_cluster(ax, c: Any, transfers=None, max_bytes: float | None = None) ->
                 color=INTER_COLOR)
     for r, (x, y) in pos["ranks"].items():
         ax.add_patch(Circle((x, y), 0.32, fc=_rank_rgb(r), ec="#222222", lw=1.0, zorder=3))
-        ax.text(x, y, str(r), ha="center", va="center", fontsize=10, zorder=4, fontweight="bold")
+        ax.text(x, y, str(r), ha="center", va="center", fontsize=11, zorder=4)
     if transfers:
         top = max_bytes or max((t[2] for t in transfers), default=1.0) or 1.0
         seen: dict = {}
