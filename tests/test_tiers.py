@@ -62,7 +62,8 @@ def test_hierarchical_reduce_scatter_all_gather_and_all_to_all_cross_with_fewer_
         assert inter_node_bytes(f, L, m) == pytest.approx((p - 1) / p * m)
     h = schedule("all_to_all", "hierarchical", p, ranks_per_node=L)
     flat = schedule("all_to_all", "pairwise", p, ranks_per_node=L)
-    inter_msgs = lambda s: sum(1 for r in s.rounds for t in r.transfers if tier_of(t.src, t.dst, L) == "inter")
+    def inter_msgs(s):
+        return sum(1 for r in s.rounds for t in r.transfers if tier_of(t.src, t.dst, L) == "inter")
     assert inter_msgs(h) == p * (N - 1)          # one message of L blocks per rank and other node
     assert inter_msgs(flat) == p * (p - L)       # one block per pair of ranks on different nodes
     assert inter_node_bytes(h, L, m) == pytest.approx(inter_node_bytes(flat, L, m))  # same bytes
@@ -71,7 +72,8 @@ def test_hierarchical_reduce_scatter_all_gather_and_all_to_all_cross_with_fewer_
 
 def test_nccl_double_binary_tree_is_the_one_in_ncclGetDtree():
     # NCCL src/graph/trees.cc (v2.30.7-1) draws both trees for 12 (mirror) and 13 (shift) ranks
-    parent = lambda n, t: {r: dtree(n, r)[t][0] for r in range(n)}
+    def parent(n, t):
+        return {r: dtree(n, r)[t][0] for r in range(n)}
     t0 = parent(12, 0)
     assert t0[0] == -1 and t0[8] == 0 and t0[4] == 8 and t0[10] == 8 and t0[2] == 4 and t0[6] == 4
     assert all(t0[r] in (r - 1, r + 1) for r in (1, 3, 5, 7, 9, 11))  # the leaves

@@ -114,7 +114,7 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
         out[name] = times[1:]
         trips = []
         dist.barrier()
-        for i in range(21):  # the first is not kept
+        for _i in range(21):  # the first is not kept
             if rank == 0:
                 t0 = time.perf_counter()
                 dist.send(ack, peer)

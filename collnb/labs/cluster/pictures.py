@@ -99,7 +99,7 @@ def _draw_cluster(ax, c: Any, transfers=None, max_bytes: float | None = None) ->
     if transfers:
         top = max_bytes or max((t[2] for t in transfers), default=1.0) or 1.0
         seen: dict = {}
-        for src, dst, nb, reduce in transfers:
+        for src, dst, nb, _reduce in transfers:
             (x0, y0), (x1, y1) = pos["ranks"][src], pos["ranks"][dst]
             inter_t = src // L != dst // L
             k = seen.get((min(src, dst), max(src, dst)), 0)
@@ -327,7 +327,7 @@ def comparison_figure(cmp, *, dpi: int = 90):
                 if measured:
                     pts = [(r.nbytes, ring[r.nbytes].seconds / r.seconds) for r in rows if r.nbytes in ring]
                     ax2.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, lw=1.0, label=a)
-        for a, b, m in cmp.predicted_crossovers:
+        for _a, _b, m in cmp.predicted_crossovers:
             ax.axvline(m, color="#999999", lw=0.8, ls=":")
         for axis in (ax, ax2):
             axis.set_xscale("log", base=2)
