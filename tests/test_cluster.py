@@ -271,8 +271,10 @@ def test_a_cluster_counts_as_its_world_size():
 
     from collnb.vocabulary import check_world_size
     c = cl.cluster(2, 3, mode="modelled", quiet=True)
-    assert operator.index(c) == 6 and int(c) == 6 and check_world_size(c) == 6
+    assert operator.index(c) == 6 and int(c) == 6 and check_world_size(c) == 6 and c == 6 and c * 2 == 12
     assert c < 7 and c >= 6 and list(range(c)) == [0, 1, 2, 3, 4, 5]
+    import pickle
+    assert type(pickle.loads(pickle.dumps(c))) is int  # into a rank it travels as the number
 
 
 def _pid(rank, world_size):
@@ -280,6 +282,7 @@ def _pid(rank, world_size):
     return os.getpid()
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_an_emulated_clusters_ranks_stay_warm_and_restart_after_a_failure():
     with cl.cluster(2, 2, inter="1 Gbit/s", intra="4 Gbit/s") as c:
@@ -299,6 +302,7 @@ def test_an_emulated_clusters_ranks_stay_warm_and_restart_after_a_failure():
         c.launch(_pid)
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_algorithms_on_a_cluster_are_exact_and_measured_beside_the_model(cluster):
     from collnb.labs.cluster.compare import compare_algorithms, run_algorithm
@@ -335,3 +339,140 @@ def test_a_killed_process_leaves_no_namespace_behind():
     while set(names) & set(network.namespaces()) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not set(names) & set(network.namespaces())
+
+
+# -- the cluster as collnb's ranks, its pictures, its explorer and its exercise --------------------
+
+def _where_and_sum(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(2) * rank
+    dist.all_reduce(t)
+    return os.readlink("/proc/self/ns/net"), os.environ.get("NODE_RANK"), t.tolist()
+
+
+def _mesh(rank, world_size):
+    from torch.distributed.device_mesh import init_device_mesh
+    m = init_device_mesh("cpu", (2, 2), mesh_dim_names=("node", "local"))
+    return m.get_group("local").size(), m.get_group("node").size(), m.get_local_rank("node")
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_an_active_cluster_is_where_collnb_launches_and_run_and_device_mesh_go():
+    import collnb
+    host_ns = os.readlink("/proc/self/ns/net")
+    with collnb.cluster(2, 2, inter="1 Gbit/s", activate=True) as c:
+        got = collnb.launch(_where_and_sum, c)
+        assert [g[1] for g in got] == ["0", "0", "1", "1"] and {tuple(g[2]) for g in got} == {(6.0, 6.0)}
+        assert got[0][0] == got[1][0] != got[2][0] and host_ns not in {g[0] for g in got}
+        assert collnb.run("all_reduce", world_size=c).ok
+        trace = collnb.run_algorithm("all_reduce", "hierarchical", world_size=c, ranks_per_node=2)
+        assert np.array_equal(trace.final, trace.builtin)
+        assert collnb.launch(_mesh, 4) == [(2, 2, r // 2) for r in range(4)]
+        assert [g[2] for g in collnb.launch(_where_and_sum, 2)] == [[1.0, 1.0]] * 2  # the first 2 ranks
+        with pytest.raises(NotImplementedError, match="record_calls= is not supported on a virtual cluster"):
+            collnb.launch(_where_and_sum, 4, record_calls=True)
+        with pytest.raises(RuntimeError, match="gloo only"):
+            collnb.launch(_where_and_sum, 4, backend="nccl")
+        with pytest.raises(collnb.RankError) as raised:
+            collnb.launch(_raise_on_2, 4, timeout=60)
+        assert raised.value.rank == 2 and raised.value.exc_type == "ValueError"
+    assert collnb.launch(_where_and_sum, 2)[0][0] == host_ns  # closed: back to this machine's ranks
+
+
+def _png_colours(fig) -> int:
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return len(Image.open(io.BytesIO(buf.getvalue())).convert("RGB").getcolors(1 << 16) or [])
+
+
+def test_the_pictures_are_drawn_with_both_tiers_colours(tmp_path):
+    from collnb.algorithms import run_algorithms
+    from collnb.labs.cluster.pictures import INTER_COLOR, INTRA_COLOR
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    assert _png_colours(cl.cluster_figure(c)) > 20 and c._repr_png_()[:4] == b"\x89PNG"
+    trace = run_algorithms([dict(primitive="all_reduce", algorithm="hierarchical", ranks_per_node=2)], 4)[0]
+    fig = cl.round_figure(trace, 2, model=c.model(), cluster=c)
+    from PIL import Image
+    path = tmp_path / "r.png"
+    fig.savefig(path)
+    colours = Image.open(path).convert("RGB").getcolors(1 << 20)
+    hexes = {"#%02X%02X%02X" % rgb for _n, rgb in colours}
+    assert INTER_COLOR in hexes  # round 2 crosses nodes
+    assert INTRA_COLOR in hexes  # the legend names the intra tier's colour
+    strip = cl.tier_filmstrip(trace, tmp_path / "strip.png", model=c.model(), cluster=c)
+    assert Image.open(strip).size[1] > Image.open(path).size[1]
+    with pytest.raises(ValueError, match="no node map"):
+        cl.round_figure(run_algorithms([dict(primitive="all_reduce")], 2)[0], 1)
+    with pytest.raises(ValueError, match="end the file name with .png"):
+        cl.tier_filmstrip(trace, tmp_path / "strip.gif")
+
+
+def test_the_explorer_runs_on_a_modelled_cluster_and_says_its_times_are_predicted():
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    ex = cl.explore_cluster(c)
+    ex.algorithm.value, ex.size.value = "ring", 16 << 10
+    ex.run()
+    assert ex.trace.n_rounds == 6 and ex.round.max == 6 and ex.image.value[:4] == b"\x89PNG"
+    assert "predicts" in ex.status and "modelled" in ex.status
+    ex.round.value = 3  # redraws
+    assert ex.image.value[:4] == b"\x89PNG"
+
+
+def _flat_answer(rank, world_size, x, ranks_per_node):
+    import torch.distributed as dist
+    dist.all_reduce(x)
+    return x
+
+
+def _hier_answer(rank, world_size, x, L):
+    import torch
+    import torch.distributed as dist
+    intra = inter = None
+    for n in range(world_size // L):
+        g = dist.new_group(list(range(n * L, (n + 1) * L)))
+        intra = g if rank // L == n else intra
+    for l in range(L):
+        g = dist.new_group(list(range(l, world_size, L)))
+        inter = g if rank % L == l else inter
+    shard = torch.empty(x.numel() // L)
+    dist.reduce_scatter_single(shard, x, group=intra)
+    dist.all_reduce(shard, group=inter)
+    dist.all_gather_single(x, shard, group=intra)
+    return x
+
+
+def _wrong_answer(rank, world_size, x, ranks_per_node):
+    return x
+
+
+def _check_the_exercise(c, capsys):
+    from collnb.labs.exercises import CheckFailed
+    cl.check_tier_aware_all_reduce(lambda rank, world_size, x, ranks_per_node: None, c)
+    out = capsys.readouterr().out
+    assert "not answered yet" in out and "collapsed cell" in out and "✓" not in out
+    cl.check_tier_aware_all_reduce(_hier_answer, c)
+    assert "✓ the exact sum on every rank" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="too many bytes crossed the node boundary"):
+        cl.check_tier_aware_all_reduce(_flat_answer, c)
+    with pytest.raises(CheckFailed, match="did not return the sum"):
+        cl.check_tier_aware_all_reduce(_wrong_answer, c)
+    with pytest.raises(CheckFailed, match="define it as"):
+        cl.check_tier_aware_all_reduce(lambda rank: None, c)
+
+
+def test_the_exercise_passes_only_a_schedule_that_sends_shards_across_nodes_modelled(capsys):
+    _check_the_exercise(cl.cluster(2, 2, mode="modelled", quiet=True), capsys)
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_the_exercise_passes_only_a_schedule_that_sends_shards_across_nodes_measured(capsys):
+    with cl.cluster(2, 2, inter="2 Gbit/s", mode="emulated") as c:
+        _check_the_exercise(c, capsys)
+        traffic = cl.node_traffic(c, _flat_answer, [(__import__("torch").ones(1 << 16), 2)] * 4)
+        assert traffic.measured and all(1.4 * (1 << 18) < b < 1.7 * (1 << 18) for b in traffic.sent)  # 1.5 m

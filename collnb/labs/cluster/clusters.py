@@ -18,17 +18,16 @@ link speeds, for real where this machine allows it, else its model.
 Latency the kernel cannot add (netem is not in this machine's kernel) enters the model only and is
 labelled so (:attr:`Cluster.latency`).
 
-A cluster is usable wherever a world size is: ``int(cluster)`` and ``operator.index(cluster)`` are
-its world size, and it counts as a whole number (:class:`numbers.Integral`) for collnb's checks.
+A cluster is usable wherever a world size is: a :class:`Cluster` *is* an ``int``, its world size
+(``collnb.run("all_reduce", world_size=c)``, ``range(c)``, ``c * 2``), with the cluster's attributes
+besides; pickled (into a rank's arguments) it becomes the plain number.
 """
 
 from __future__ import annotations
 
 import atexit
-import numbers
 import re
 import sys
-import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -118,10 +117,12 @@ def parse_link(value: object, name: str = "inter") -> Link:
     return link
 
 
-_open: weakref.WeakSet[Cluster] = weakref.WeakSet()
+#: Every cluster not closed yet, by id (a Cluster is an int: two of one world size are equal, so no
+#: set; and an int subclass takes no weak reference): :func:`close_all` closes them.
+_open: dict[int, Cluster] = {}
 
 
-class Cluster:
+class Cluster(int):
     """``nodes`` nodes of ``ranks_per_node`` ranks (module doc): made by :func:`cluster`.
 
     Attributes:
@@ -133,6 +134,9 @@ class Cluster:
             else ``"none"``.
         measured: the last :meth:`measure`'s :class:`LinkMeasurement` (``None`` before).
     """
+
+    def __new__(cls, nodes: int, ranks_per_node: int, *args: Any, **kwargs: Any) -> Cluster:
+        return super().__new__(cls, nodes * ranks_per_node)
 
     def __init__(self, nodes: int, ranks_per_node: int, inter: Link, intra: Link, mode: str, why: str = "",
                  hosts: list[str] | None = None):
@@ -147,26 +151,12 @@ class Cluster:
         self.latency = "modelled" if (inter.latency_us or intra.latency_us) else "none"
         self.measured: LinkMeasurement | None = None
         self._vc: VirtualCluster | None = None
-        _open.add(self)
+        _open[id(self)] = self
 
-    # -- a world size ------------------------------------------------------------------------------
-    def __index__(self) -> int:
-        return self.world_size
-
-    def __int__(self) -> int:
-        return self.world_size
-
-    def __lt__(self, other: object) -> bool:
-        return self.world_size < other  # type: ignore[operator]
-
-    def __le__(self, other: object) -> bool:
-        return self.world_size <= other  # type: ignore[operator]
-
-    def __gt__(self, other: object) -> bool:
-        return self.world_size > other  # type: ignore[operator]
-
-    def __ge__(self, other: object) -> bool:
-        return self.world_size >= other  # type: ignore[operator]
+    def __reduce__(self) -> tuple[Any, ...]:
+        # into a rank's arguments (or any pickle) a cluster travels as its world size: its
+        # namespaces, processes and files are this process's
+        return (int, (self.world_size,))
 
     # -- what it is ---------------------------------------------------------------------------------
     @property
@@ -298,8 +288,26 @@ class Cluster:
         self.latency = "modelled" if (self.inter.latency_us or self.intra.latency_us) else "none"
         self.measured = None
 
+    def activate(self) -> Cluster:
+        """Make this cluster's ranks the ones :func:`collnb.launch` (and :func:`collnb.run`, the
+        explorers, the bandwidth lab, ...) runs on, until :meth:`close` or :meth:`deactivate`
+        (emulated only: a modelled cluster's values come from this machine's ranks anyway, a real
+        one's from the connected engines). Returns the cluster. :mod:`.rankset` says what such a
+        launch cannot do yet."""
+        if self.mode == "emulated":
+            from .rankset import activate
+            activate(self)
+        return self
+
+    def deactivate(self) -> None:
+        """Return :func:`collnb.launch` to this machine's ranks (if this cluster's were active)."""
+        from .rankset import deactivate
+        deactivate(self)
+
     def close(self) -> None:
         """Stop the ranks and remove the namespaces (emulated); safe to call twice."""
+        self.deactivate()
+        _open.pop(id(self), None)
         if self._vc is not None:
             self._vc.close()
             self._vc = None
@@ -318,8 +326,6 @@ class Cluster:
         return self._vc.namespaces if self._vc is not None else []
 
 
-numbers.Integral.register(Cluster)
-
 #: tbf counts frame headers: a TCP stream's payload gets 1448/1514 of a veth's rate (:mod:`.network`).
 _PAYLOAD = 1448 / 1514
 
@@ -334,7 +340,7 @@ def _engine_hosts() -> list[str] | None:
 
 
 def cluster(nodes: int | None = 2, ranks_per_node: int | None = 2, inter: object = "1 Gbit/s",
-            intra: object = None, *, mode: str | None = None, quiet: bool = False) -> Cluster:
+            intra: object = None, *, mode: str | None = None, quiet: bool = False, activate: bool = False) -> Cluster:
     """A cluster of ``nodes`` nodes with ``ranks_per_node`` ranks each and two link speeds.
 
     Args:
@@ -349,6 +355,9 @@ def cluster(nodes: int | None = 2, ranks_per_node: int | None = 2, inter: object
             ``"emulated"`` where namespaces can be made, else ``"modelled"``; or one of those to
             insist (``"emulated"`` then raises where it cannot be).
         quiet: do not print the one line a modelled cluster prints.
+        activate: make the cluster's ranks the ones :func:`collnb.launch` runs on from now on
+            (:meth:`Cluster.activate`): ``collnb.run("all_reduce", world_size=c)`` then runs in the
+            namespaces.
 
     Returns:
         :class:`Cluster`. Close it with ``cluster.close()`` (or ``with collnb.cluster(...) as c:``);
@@ -388,7 +397,7 @@ def cluster(nodes: int | None = 2, ranks_per_node: int | None = 2, inter: object
                 why = str(exc)
             else:
                 c._vc = vc
-                return c
+                return c.activate() if activate else c
         elif mode == "emulated":
             raise ClusterUnavailable(why)
     if not why:
@@ -419,7 +428,7 @@ def _real_cluster(nodes: int | None, ranks_per_node: int | None, inter: Link, in
 def close_all() -> None:
     """Close every open cluster (:meth:`Cluster.close`): :func:`collnb.shutdown` and interpreter
     exit call it."""
-    for c in list(_open):
+    for c in list(_open.values()):
         c.close()
 
 

@@ -161,6 +161,7 @@ class VirtualCluster:
         self._procs: list[subprocess.Popen] = []
         self._work: str | None = None
         self._seq = 0
+        self._ws = self.world_size
         self._shown: list[int] = []
 
     # -- the namespaces ------------------------------------------------------------------------
@@ -231,7 +232,8 @@ class VirtualCluster:
                 f"latency={self.inter_latency_ms:g} ms ({self.latency}), mode={self.mode!r})")
 
     # -- the ranks -----------------------------------------------------------------------------
-    def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0) -> list[Any]:
+    def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0,
+               world_size: int | None = None) -> list[Any]:
         """Run ``fn(rank, world_size, *args)`` on the cluster's ``world_size`` gloo ranks; their
         results in rank order.
 
@@ -252,6 +254,9 @@ class VirtualCluster:
             args: extra positional arguments, the same on every rank.
             timeout: seconds for the call (and, at the ranks' start, their start and the group's
                 collective timeout), > 0.
+            world_size: run on the first ``world_size`` ranks only (rank ``r`` still on node
+                ``r // ranks_per_node``), 1..the cluster's world size; default all of them. The warm
+                ranks are of one world size: a call of another one restarts them at that size.
 
         Raises:
             ClusterUnavailable: the cluster is modelled, not entered or closed.
@@ -264,10 +269,11 @@ class VirtualCluster:
         self._need_emulated()
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(_("timeout must be > 0 seconds; got {value}").format(value=timeout))
+        ws = self.world_size if world_size is None else check_int("world_size", world_size, 1, self.world_size)
         deadline = time.monotonic() + timeout
-        if not self._procs or any(p.poll() is not None for p in self._procs):
+        if not self._procs or self._ws != ws or any(p.poll() is not None for p in self._procs):
             self._stop_ranks()
-            self._start_ranks(timeout)
+            self._start_ranks(timeout, ws)
         assert self._work is not None
         self._seq += 1
         seq, work = self._seq, self._work
@@ -279,29 +285,30 @@ class VirtualCluster:
                 p.stdin.write(f"{seq}\n".encode())
                 p.stdin.flush()
             self._wait(seq, deadline, timeout)
-            results = [self._result(work, seq, r)[1] for r in range(self.world_size)]
+            results = [self._result(work, seq, r)[1] for r in range(ws)]
         except BaseException:
             self._print_output()
             self._stop_ranks()
             raise
         self._print_output()
-        for r in range(self.world_size):
+        for r in range(ws):
             try:
                 os.unlink(os.path.join(work, f"result-{seq}-{r}.pkl"))
             except OSError:
                 pass
         return results
 
-    def _start_ranks(self, timeout: float) -> None:
-        """Start the ranks, one process each inside its node's namespace (:meth:`launch`)."""
+    def _start_ranks(self, timeout: float, ws: int) -> None:
+        """Start ``ws`` ranks, one process each inside its node's namespace (:meth:`launch`)."""
         self._work = tempfile.mkdtemp(prefix="collnb-cluster-")
         self._seq = 0
-        self._shown = [0] * self.world_size
+        self._ws = ws
+        self._shown = [0] * ws
         path = os.pathsep.join(p for p in (x or os.getcwd() for x in sys.path) if os.path.isdir(p))
         assert self._network is not None
-        for rank in range(self.world_size):
+        for rank in range(ws):
             node = self.node_of(rank)
-            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(self.world_size),
+            env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(ws),
                    "LOCAL_RANK": str(rank % self.ranks_per_node), "LOCAL_WORLD_SIZE": str(self.ranks_per_node),
                    "NODE_RANK": str(node), "GLOO_SOCKET_IFNAME": INTERFACE, "PYTHONPATH": path,
                    "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
@@ -309,7 +316,7 @@ class VirtualCluster:
                     open(os.path.join(self._work, f"err-{rank}"), "wb") as err:
                 self._procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", self._network.nodes[node], sys.executable, "-c", _RANK_MAIN, self._work,
-                     str(rank), str(self.world_size), repr(float(max(timeout, self.collective_timeout)))],
+                     str(rank), str(ws), repr(float(max(timeout, self.collective_timeout)))],
                     env=env, stdout=out, stderr=err, stdin=subprocess.PIPE, start_new_session=True))
 
     def _stop_ranks(self) -> None:
@@ -330,7 +337,7 @@ class VirtualCluster:
         """Print what each rank wrote to stdout since the last call, prefixed ``[rank r]``."""
         if self._work is None:
             return
-        for r in range(self.world_size):
+        for r in range(self._ws):
             path = os.path.join(self._work, f"out-{r}")
             try:
                 with open(path, "rb") as f:
