@@ -50,6 +50,9 @@ out["runs"] = runs
 rows = bench.bench(toy, world_sizes=(2, 3), sizes="64:128", iters=2, warmup=1, references=False, progress=False,
                    as_frame=False)
 out["bench"] = [{k: r[k] for k in ("primitive", "world_size", "nbytes", "ok", "algbw_GBps", "busbw_GBps")} for r in rows]
+from collnb.cli import build_parser
+commands = build_parser()._subparsers._group_actions[0].choices
+out["cli"] = {name: toy in commands[name]._actions[1].choices for name in ("run", "script", "bench")}
 ex = collnb.explore(toy, world_size=3, op="max")
 out["explorer"] = {"ok": ex.last_result.ok, "primitive": list(ex.controls["primitive"].options),
                    "op": list(ex.controls["op"].options), "inputs": [k for _, k in choices(ex.state, ex.facts)["inputs"]]}
@@ -82,6 +85,7 @@ def test_a_new_row_runs_on_ranks_in_a_script_in_the_bench_and_the_explorer(tmp_p
     assert out["file"].startswith(str(root)), out["file"]  # the copy with the new row, not this checkout
     assert out["listed"] == [True, True, True]
     assert out["call"] == "dist.all_reduce_coalesced(tensors, op=OP)"
+    assert out["cli"] == {"run": True, "script": True, "bench": True}  # python -m collnb run/script/bench TOY
     # real ranks: every rank ends with the op over every rank's chunk c (teaching values 10*r + c)
     for run in out["runs"]:
         ws, cs = run["ws"], run["cs"]
