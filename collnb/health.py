@@ -145,7 +145,7 @@ class Report:
         return (f"<div><b>collnb doctor</b> ({html.escape(self.summary())})"
                 "<table style='border-collapse:collapse'>" + "".join(rows) + "</table>"
                 f"<details><summary>{html.escape(_('Text for a bug report (copy all of it)'))}</summary>"
-                f"<pre>{html.escape(self.text())}</pre></details></div>")
+                f"<pre style='white-space:pre-wrap'>{html.escape(self.text())}</pre></details></div>")
 
 
 # ---------------------------------------------------------------------------------------------------
