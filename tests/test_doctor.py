@@ -247,7 +247,7 @@ def test_the_report_as_text_and_html():
                                                    "see the lines marked ✗ and !.")
     assert r.problems() == [r.findings[1]] and r.by_key("b").advice == "grow it" and str(r) == text
     page = r._repr_html_()
-    assert "&lt;full&gt;" in page and "<full>" not in page and "<pre>" in page
+    assert "&lt;full&gt;" in page and "<full>" not in page and "<pre style=" in page
     with pytest.raises(KeyError, match="found: a, b"):
         r.by_key("c")
 
