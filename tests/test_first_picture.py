@@ -67,3 +67,20 @@ def test_check_support_false_never_probes(nothing_known):
     with pytest.raises(RankError, match="can.t be cast"):
         collnb.run("all_reduce", world_size=2, dtype=torch.int64, op="avg", check_support=False)
     assert nothing_known == []
+
+
+def test_the_first_picture_imports_no_widget_library(tmp_path):
+    """collnb.run's picture needs the heatmap only: ipywidgets and the explorers load when first asked for."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys, collnb\nr = collnb.run('all_reduce', world_size=2)\nassert r._repr_mimebundle_()['image/png']\n"
+            "print(sorted(m for m in ('ipywidgets', 'collnb.views.explorer', 'collnb.views.binder', 'matplotlib') "
+            "if m in sys.modules))\ncollnb.explore\nprint('ipywidgets' in sys.modules)\ncollnb.shutdown()\n")
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=root,
+                         env={**os.environ, "XDG_CACHE_HOME": str(tmp_path)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["[]", "True"]
