@@ -294,3 +294,17 @@ def test_the_command_line_reports_a_torch_that_fails_to_import(tmp_path):
     assert "import torch failed: ImportError: libtorch_cpu.so: cannot open shared object file" in out.stdout
     assert 'install torch inside the tested range: pip install "torch>=2.13,<2.16"' in out.stdout
     assert "Traceback" not in out.stderr
+
+
+def test_doctor_in_a_real_kernel_shows_a_table_with_the_text_under_it():
+    """What a notebook shows for ``collnb.doctor()``: an HTML table (marks, labels, advice) and the plain text."""
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(
+        "import collnb\ncollnb.set_language('en')\ncollnb.doctor(launch=False)")])
+    nbclient.NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(ROOT)}}).execute()
+    (out,) = nb.cells[0].outputs
+    assert out.output_type == "execute_result"
+    page, text = out.data["text/html"], out.data["text/plain"]
+    assert page.startswith("<div><b>collnb doctor</b>") and "<table" in page and "torch internals" in page
+    assert text.startswith("collnb doctor: paste everything from this line down into a bug report")
