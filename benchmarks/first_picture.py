@@ -68,6 +68,8 @@ if __name__ == "__main__":
     for p in procs:
         p.join()
     seconds = time.perf_counter() - t0
+    import shutil
+    shutil.rmtree(folder, ignore_errors=True)
     assert all(p.exitcode == 0 for p in procs), [p.exitcode for p in procs]
     print(json.dumps({"seconds": seconds, "import_torch": import_torch}))
 """
@@ -148,7 +150,8 @@ def first_picture(tree: str, repeats: int) -> dict:
     """Issue 33's measurement: floor, empty cache, warm cache, ``repeats`` times in turn."""
     rows: dict[str, list[float]] = {"floor": [], "empty": [], "warm": []}
     torch_import: list[float] = []
-    _fresh(_PICTURE, tree, XDG_CACHE_HOME=tempfile.mkdtemp())  # warm-up: bytecode written, page cache filled
+    with tempfile.TemporaryDirectory(prefix="collnb-bench-cache-") as cache:  # warm-up: bytecode, page cache
+        _fresh(_PICTURE, tree, XDG_CACHE_HOME=cache)
     for _ in range(repeats):
         cache = tempfile.mkdtemp(prefix="collnb-bench-cache-")
         try:
