@@ -13,8 +13,8 @@ from ..vocabulary import dtype_name
 from .static import esc
 from .values import chunk_firsts, differs_exact, format_value
 
-__all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "status_html",
-           "error_head", "notes_html", "length_html", "backend_note_html"]
+__all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "length_html",
+           "backend_note_html"]
 
 
 def figure_alt(grid) -> str:
@@ -162,43 +162,6 @@ def status_text(result, effect: str, run_s: float, draw_s: float) -> str:
         verdict = _("✓ matches the reference (computed without torch.distributed)")
     return _("{verdict} · {title} · ran in {run_ms:.0f} ms, drawn in {draw_ms:.0f} ms").format(
         verdict=verdict, title=result.title(), run_ms=1000 * run_s, draw_ms=1000 * draw_s)
-
-
-def error_head(exc: BaseException, rank_error: type, launch_timeout: type) -> str:
-    """What kind of failure ``exc`` is, in the panel's words (``rank_error``/``launch_timeout``:
-    :class:`collnb.ranks.RankError` and :class:`~collnb.ranks.LaunchTimeout`)."""
-    if isinstance(exc, (ValueError, TypeError)):
-        return _("invalid combination")
-    if isinstance(exc, rank_error):
-        return _("a rank failed (the ranks were stopped; the next change starts fresh ones)")
-    if isinstance(exc, launch_timeout):
-        return _("the run timed out (the ranks were stopped; the next change starts fresh ones)")
-    return _("the run failed with {error} (the next change starts fresh ranks)").format(error=type(exc).__name__)
-
-
-def status_html(text: str, busy: bool, color: str = "#444", pre: bool = False, effect: str = "") -> str:
-    """The status line as HTML: ``text`` in ``color`` (``pre``: kept as written, for an error's
-    lines), the dtype effect below it in bold; ``data-busy`` says whether a run is under way."""
-    body = esc(text)
-    if pre:
-        body = f"<pre style='white-space:pre-wrap;margin:0;font-size:85%;color:{color}'>{body}</pre>"
-    else:
-        body = f"<span style='color:{color}'>{body.replace(chr(10), '<br>')}</span>"
-    if effect:
-        body += f"<br><span class='collnb-dtype-effect' style='color:#A65400;font-weight:bold'>{esc(effect)}</span>"
-    return f"<div class='collnb-status-box' data-busy='{int(busy)}'>{body}</div>"
-
-
-def notes_html(info, notes) -> str:
-    """The panel's notes: information (ℹ, what a preset changed) and warnings (⚠, a value asked
-    for that was replaced), one a line."""
-    parts = []
-    if info:
-        parts.append("<div class='collnb-info' style='color:#1F4E79'>" + "<br>".join("ℹ " + esc(n) for n in info) +
-                     "</div>")
-    if notes:
-        parts.append("<div style='color:#8a5300'>" + "<br>".join("⚠ " + esc(n) for n in notes) + "</div>")
-    return "".join(parts)
 
 
 def length_html(spec, p) -> str:
