@@ -11,7 +11,7 @@ from ..i18n import _
 from ..units import format_bytes
 from ..vocabulary import dtype_name
 from .static import esc
-from .values import chunk_firsts, differs_exact, format_value
+from .values import format_value
 
 __all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "length_html",
            "backend_note_html"]
@@ -36,11 +36,10 @@ def drawn_values(result, grid, him=None) -> dict:
     * given the painted :class:`~collnb.views.heatmap.HeatmapImage` ``him``: ``"cells"`` (its
       ``geometry``: ``{key: (x, y, cell px)}``), ``"layout"`` and ``"min_font_px"`` (the smallest
       label, px)."""
-    after = _values(result, "after")
-    exact = _values(result, "expected_f64")
-    marks = [[_num(x) if differs_exact(v, x) else "" for v, x in zip(a, e)] if e else ["" for _ in a]
-             for a, e in zip(after, exact)]
-    out = dict(before=[[_num(v) for v in row] for row in _values(result, "before")],
+    after, exact = grid.values["after"], grid.values["expected_f64"]
+    marks = [[_num(x) if d else "" for x, d in zip(e[:len(a)], ds)] if e else ["" for _ in a]
+             for a, e, ds in zip(after, exact, grid.differs)]
+    out = dict(before=[[_num(v) for v in row] for row in grid.values["before"]],
                after=[[_num(v) for v in row] for row in after], exact=marks,
                after_text=[list(row) for row in grid.after.text])
     if him is not None:
@@ -54,8 +53,7 @@ def reference_html(result, grid) -> str:
     if result.spec.kind != "tensor":
         return ""
     dname = dtype_name(result.dtype)
-    after = _values(result, "after")
-    exact = _values(result, "expected_f64")
+    after, exact = grid.values["after"], grid.values["expected_f64"]
     rows = []
     n_diff = 0
     for r in range(result.world_size):
@@ -67,7 +65,7 @@ def reference_html(result, grid) -> str:
             for c, x in enumerate(vals):
                 txt = esc(format_value(x))
                 got = after[r][c] if c < len(after[r]) else None
-                if differs_exact(got, x):
+                if grid.differs[r][c]:
                     n_diff += 1
                     g = esc(format_value(got))
                     tip = esc(_("{dtype} gives {value}").format(dtype=dname, value=format_value(got)))
@@ -97,10 +95,6 @@ def reference_html(result, grid) -> str:
 
 
 
-def _values(result, which):
-    return [chunk_firsts(t, result.chunk_size) for t in getattr(result, which)]
-
-
 def _num(v) -> str:
     """A value as exact text for ``data-*`` attributes: ``-56``, ``280`` (integral floats without
     ``.0``), ``0.1``, ``inf``, ``nan``, ``(1+2j)``, ``True``, or the object's ``str``."""
@@ -127,10 +121,9 @@ def dtype_effect_text(result, grid) -> str:
         head = _("{dtype} cannot hold every input asked for: rank {rank}, chunk {chunk} holds {held} for {asked} "
                  "({n} input chunk(s), marked in the before panel)").format(
             dtype=dname, rank=r, chunk=c, held=grid.before.text[r][c], asked=grid.before.asked[r][c], n=len(asked))
-    after = _values(result, "after")
-    exact = _values(result, "expected_f64")
+    after, exact = grid.values["after"], grid.values["expected_f64"]
     diffs = [(r, c) for r in range(result.world_size) if exact[r] is not None
-             for c, x in enumerate(exact[r]) if c < len(after[r]) and differs_exact(after[r][c], x)]
+             for c, x in enumerate(exact[r]) if c < len(after[r]) and grid.differs[r][c]]
     if not diffs:
         return head
     r, c = diffs[0]

@@ -350,16 +350,19 @@ class Canvas:
 
     def rect(self, x0, y0, x1, y1, color) -> None:
         """Fill pixels ``[x0, x1) x [y0, y1)`` (coordinates truncated to ints)."""
-        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
+        x0, y0, x1, y1 = max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))  # _clip
         if x1 > x0 and y1 > y0:
             self.image.paste(rgb8(color), (x0, y0, x1, y1))
 
     def frame(self, x0, y0, x1, y1, color, width: int) -> None:
-        """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``."""
-        self.rect(x0, y0, x1, y0 + width, color)
-        self.rect(x0, y1 - width, x1, y1, color)
-        self.rect(x0, y0, x0 + width, y1, color)
-        self.rect(x1 - width, y0, x1, y1, color)
+        """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``: its four sides filled as
+        :meth:`rect` fills (each side's coordinates truncated on their own)."""
+        ink = rgb8(color)
+        for a, b, c, d in ((x0, y0, x1, y0 + width), (x0, y1 - width, x1, y1), (x0, y0, x0 + width, y1),
+                           (x1 - width, y0, x1, y1)):
+            a, b, c, d = max(0, int(a)), max(0, int(b)), min(self.w, int(c)), min(self.h, int(d))
+            if c > a and d > b:
+                self.image.paste(ink, (a, b, c, d))
 
     def hatch(self, x0, y0, x1, y1, bg, fg, period: int = 10, width: int = 3) -> None:
         """Fill the box with ``bg`` crossed by diagonal ``fg`` stripes (``width`` of every
