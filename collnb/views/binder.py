@@ -26,7 +26,7 @@ the current one in :attr:`Binder.state` and replaces it on each change. Four met
 * ``draw(result, params) -> Picture``: what the learner sees, on the worker thread too: the
   picture's pixels (the binder writes the PNG, and paints the saved picture from them: nothing is
   decoded), the caption under it, its description for screen readers, the status line
-  (:class:`Picture`). ``(png, caption)`` or ``(png, caption, pixels)`` is read as a Picture.
+  (:class:`~collnb.views.panel.Picture`). ``(png, caption)`` or ``(png, caption, pixels)`` is read as a Picture.
 
 A new explorer is a small class::
 
@@ -89,69 +89,12 @@ from typing import Any, Callable, Mapping, Sequence
 import ipywidgets as widgets
 
 from ..i18n import _
-from .panel import (BAD, BUSY, OK, SR_ONLY, close_widgets, error_head, notes_html, options, show_choices,
-                    slider_layout, status_html)
-from .raster import encode_png
+from .panel import (BAD, BUSY, OK, SR_ONLY, Picture, as_picture, close_widgets, error_head, notes_html, options,
+                    show_choices, slider_layout, status_html)
 from .static import captioned_png, esc, live_bundle, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
 __all__ = ["Binder", "Picture"]
-
-
-@dataclasses.dataclass
-class Picture:
-    """What an explorer's ``draw`` returns: the picture and the words around it.
-
-    Attributes:
-        pixels: the picture, a ``uint8`` H x W x 3 array: the binder writes its PNG
-            (:func:`~collnb.views.raster.encode_png`, at ``dpi``) and paints the saved notebook's
-            picture from it (nothing decoded).
-        png: PNG bytes, when ``draw`` has them already (then ``pixels`` may stay ``None``).
-        dpi: the resolution written into the PNG made from ``pixels`` (``None``: none).
-        caption: one line of HTML under the picture (and under the saved picture).
-        alt: the picture's description as text: read by screen readers (a visually hidden line
-            right after the picture) and the saved picture's alt text (default: the caption's text).
-        attrs: ``data-*`` attributes of that line and of the saved picture (e.g. ``world_size``).
-        status: the status line after this picture (plain text; ``""`` leaves it empty), green when
-            ``ok``, else red; ``effect``: a second line, in bold.
-        player: a live view shown instead of the picture (a replay:
-            :class:`~collnb.views.players.ReplayWidget`): an object with ``widget`` (what is shown),
-            ``static_bundle()`` and ``display_ids`` (the displays its saved picture follows); the
-            binder closes it when a newer picture replaces it.
-        data: what the picture shows, as data, for programs and tests (the primitive explorer's
-            values as text).
-    """
-
-    pixels: Any = None
-    png: bytes | None = None
-    dpi: float | None = None
-    caption: str = ""
-    alt: str = ""
-    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
-    status: str = ""
-    ok: bool = True
-    effect: str = ""
-    player: Any = None
-    data: Any = None
-
-    @property
-    def width(self) -> int | None:
-        """The picture's width in pixels (from its pixels or its PNG header), or ``None``."""
-        if self.pixels is not None:
-            return int(self.pixels.shape[1])
-        if self.png is not None and self.png[:8] == b"\x89PNG\r\n\x1a\n":
-            return int.from_bytes(self.png[16:20], "big")
-        return None
-
-
-def _as_picture(drawn: Any) -> Picture:
-    """``draw``'s answer as a :class:`Picture` (a Picture, or ``(png, caption[, pixels])``), its PNG written."""
-    if not isinstance(drawn, Picture):
-        png, caption = drawn[0], drawn[1]
-        drawn = Picture(png=png, caption=caption, pixels=drawn[2] if len(drawn) > 2 else None)
-    if drawn.png is None and drawn.pixels is not None:
-        drawn.png = encode_png(drawn.pixels, drawn.dpi)
-    return drawn
 
 
 class Binder(WorkerState):
@@ -246,13 +189,15 @@ class Binder(WorkerState):
     # -- the model (the contract; the functions given, or a subclass's methods) ------------------
     def choices(self, params: Any) -> Mapping[str, Sequence[Any]]:
         """The values each field may take given ``params`` (pure)."""
-        return self._call("choices", params)
+        offered: Mapping[str, Sequence[Any]] = self._call("choices", params)
+        return offered
 
-    def fix(self, params: Any) -> tuple:
+    def fix(self, params: Any) -> tuple[Any, ...]:
         """``(params, notes)`` or ``(params, notes, info)``: the nearest valid parameters (pure,
         idempotent). Default: each value not offered replaced by the first one offered, with a note."""
         if self._given["fix"] is not None:
-            return self._call("fix", params)
+            fixed: tuple[Any, ...] = self._call("fix", params)
+            return fixed
         offered = self.choices(params)
         notes = []
         for f in dataclasses.fields(params):
@@ -270,7 +215,7 @@ class Binder(WorkerState):
         return self._call("run", params)
 
     def draw(self, result: Any, params: Any) -> Any:
-        """The :class:`Picture` of ``result`` (on the worker thread)."""
+        """The :class:`~collnb.views.panel.Picture` of ``result`` (on the worker thread)."""
         return self._call("draw", result, params)
 
     def _call(self, which: str, *args: Any) -> Any:
@@ -279,7 +224,7 @@ class Binder(WorkerState):
         return fn(*args)
 
     # -- hooks (defaults) -------------------------------------------------------------------------
-    def change(self, params: Any, values: Mapping[str, Any]) -> tuple:
+    def change(self, params: Any, values: Mapping[str, Any]) -> tuple[Any, ...]:
         """A learner's change of ``values`` (``{field: value}``) to ``params``: ``fix`` of them replaced."""
         return self.fix(dataclasses.replace(params, **values))
 
@@ -351,7 +296,7 @@ class Binder(WorkerState):
         self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
 
     @staticmethod
-    def _said(out: tuple) -> tuple:
+    def _said(out: tuple[Any, ...]) -> tuple[Any, ...]:
         """``(params, notes, info)`` of a ``fix``/``change`` answer (``info`` may be left out)."""
         params, notes = out[0], list(out[1])
         return params, notes, list(out[2]) if len(out) > 2 else []
@@ -439,7 +384,7 @@ class Binder(WorkerState):
         self._set_status(self.busy_text(self.state), busy=True)
         self._worker.submit((self.state, time.perf_counter()))
 
-    def _execute(self, request: tuple) -> None:
+    def _execute(self, request: tuple[Any, ...]) -> None:
         try:
             self._run_and_show(*request)
         finally:
@@ -462,7 +407,7 @@ class Binder(WorkerState):
         if self._worker.stale():
             self.draws_skipped += 1
             return
-        picture = _as_picture(self.draw(result, params))
+        picture = as_picture(self.draw(result, params))
         t2 = time.perf_counter()
         if self._worker.stale():
             self.draws_skipped += 1

@@ -1,21 +1,23 @@
-"""What every explorer's panel is made of (:mod:`collnb.views.binder` builds them): a model's choices
-shown in its widgets (:func:`show_choices`), the width of a slider with room for its track
-(:func:`slider_layout`), the status line, the notes and the words for a failure as HTML
-(:func:`status_html`, :func:`notes_html`, :func:`error_head`), and a panel closed with every widget
-model under it (:func:`close_widgets`).
+"""What every explorer's panel is made of (:mod:`collnb.views.binder` builds them): the
+:class:`Picture` an explorer draws, a model's choices shown in its widgets (:func:`show_choices`),
+the width of a slider with room for its track (:func:`slider_layout`), the status line, the notes
+and the words for a failure as HTML (:func:`status_html`, :func:`notes_html`, :func:`error_head`),
+and a panel closed with every widget model under it (:func:`close_widgets`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping, Sequence
 
 import ipywidgets as widgets
 
 from .. import ranks
 from ..i18n import _
+from .raster import encode_png
 from .static import esc
 
-__all__ = ["show_choices", "slider_layout", "close_widgets", "status_html", "notes_html", "error_head", "options",
+__all__ = ["Picture", "as_picture", "show_choices", "slider_layout", "close_widgets", "status_html", "notes_html", "error_head", "options",
            "SLIDER_TRACK_PX", "READOUT_PX", "SR_ONLY", "OK", "BAD", "BUSY"]
 
 #: The width of every explorer slider's track (px), whatever its label says: 12 values 16 px apart.
@@ -95,7 +97,7 @@ def show_choices(controls: Mapping[str, Any], offered: Mapping[str, Sequence[Any
 def close_widgets(root: Any) -> None:
     """Close ``root`` and every widget model under it (children, and the ``layout`` and ``style``
     models each widget has), so that nothing of a closed panel stays in the kernel."""
-    todo, seen = [root], []
+    todo, seen = [root], []  # type: list[Any], list[Any]
     while todo:
         w = todo.pop()
         if any(w is s for s in seen):
@@ -146,3 +148,58 @@ def error_head(exc: BaseException) -> str:
     if isinstance(exc, ranks.LaunchTimeout):
         return _("the run timed out (the ranks were stopped; the next change starts fresh ones)")
     return _("the run failed with {error} (the next change starts fresh ranks)").format(error=type(exc).__name__)
+
+
+@dataclasses.dataclass
+class Picture:
+    """What an explorer's ``draw`` returns: the picture and the words around it.
+
+    Attributes:
+        pixels: the picture, a ``uint8`` H x W x 3 array: the binder writes its PNG
+            (:func:`~collnb.views.raster.encode_png`, at ``dpi``) and paints the saved notebook's
+            picture from it (nothing decoded).
+        png: PNG bytes, when ``draw`` has them already (then ``pixels`` may stay ``None``).
+        dpi: the resolution written into the PNG made from ``pixels`` (``None``: none).
+        caption: one line of HTML under the picture (and under the saved picture).
+        alt: the picture's description as text: read by screen readers (a visually hidden line
+            right after the picture) and the saved picture's alt text (default: the caption's text).
+        attrs: ``data-*`` attributes of that line and of the saved picture (e.g. ``world_size``).
+        status: the status line after this picture (plain text; ``""`` leaves it empty), green when
+            ``ok``, else red; ``effect``: a second line, in bold.
+        player: a live view shown instead of the picture (a replay:
+            :class:`~collnb.views.players.ReplayWidget`): an object with ``widget`` (what is shown),
+            ``static_bundle()`` and ``display_ids`` (the displays its saved picture follows); the
+            binder closes it when a newer picture replaces it.
+        data: what the picture shows, as data, for programs and tests (the primitive explorer's
+            values as text).
+    """
+
+    pixels: Any = None
+    png: bytes | None = None
+    dpi: float | None = None
+    caption: str = ""
+    alt: str = ""
+    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    status: str = ""
+    ok: bool = True
+    effect: str = ""
+    player: Any = None
+    data: Any = None
+
+    @property
+    def width(self) -> int | None:
+        """The picture's width in pixels (from its pixels or its PNG header), or ``None``."""
+        if self.pixels is not None:
+            return int(self.pixels.shape[1])
+        if self.png is not None and self.png[:8] == b"\x89PNG\r\n\x1a\n":
+            return int.from_bytes(self.png[16:20], "big")
+        return None
+
+
+def as_picture(drawn: Any) -> Picture:
+    """``draw``'s answer as a :class:`Picture` (a Picture, or ``(png, caption[, pixels])``), its PNG written."""
+    picture = drawn if isinstance(drawn, Picture) else Picture(png=drawn[0], caption=drawn[1],
+                                                               pixels=drawn[2] if len(drawn) > 2 else None)
+    if picture.png is None and picture.pixels is not None:
+        picture.png = encode_png(picture.pixels, picture.dpi)
+    return picture
