@@ -1,8 +1,10 @@
 """Layer 4, views: what a learner sees. Rank-by-chunk heatmaps of a run (:mod:`.heatmap`, content in
 :mod:`.grid`), round-by-round replays of a :class:`collnb.Trace` (:mod:`.replay`, frames in
 :mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
-:mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
-moves (:mod:`.explorer`, :mod:`.rounds_explorer`, both through the latest-request-wins :mod:`.worker`), and the
+:mod:`.comparison`) and the explorers that re-run a primitive, an algorithm or a redistribute on real ranks as a control
+moves (:mod:`.explorer`, :mod:`.rounds_explorer`, :mod:`.redistribute_explorer`), every one a
+:class:`Binder`, the one explorer engine (:mod:`.binder`: the contract a new explorer follows, its
+latest-request-wins :mod:`.worker`, status line and static picture), and the
 collectives a launch recorded, step by step (:mod:`.calls`), a launch's per-rank timeline as a
 Gantt chart (:mod:`.timeline`). All
 pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values
@@ -27,7 +29,7 @@ from . import heatmap, redistribute  # noqa: F401  - registrations
 from .replay import replay
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
-    from .binder import Binder
+    from .binder import Binder, Picture
     from .calls import CallsView, call_counts, call_steps, calls_image, calls_png, calls_text
     from .explorer import explore
     from .heatmap import heatmap_figure, heatmap_image, heatmap_png
@@ -42,7 +44,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
 #: Public name -> the module it is loaded from.
 _WHERE = {
     **dict.fromkeys(("CallsView", "call_counts", "call_steps", "calls_image", "calls_png", "calls_text"), ".calls"),
-    "Binder": ".binder", "explore": ".explorer",
+    **dict.fromkeys(("Binder", "Picture"), ".binder"), "explore": ".explorer",
     **dict.fromkeys(("heatmap_figure", "heatmap_image", "heatmap_png"), ".heatmap"),
     **dict.fromkeys(("MatrixPanel", "MatrixPicture", "matrix_image"), ".matrix"),
     **dict.fromkeys(("CjkFontMissing", "matplotlib_fonts"), ".raster"),
@@ -56,6 +58,6 @@ _WHERE = {
 __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
            "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
-           "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "matplotlib_fonts", "CjkFontMissing"]  # FPS_RANGE: for the command line (collnb.cli.replay)
+           "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "Picture", "matplotlib_fonts", "CjkFontMissing"]  # FPS_RANGE: for the command line (collnb.cli.replay)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE)
