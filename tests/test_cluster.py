@@ -414,13 +414,19 @@ def test_the_pictures_are_drawn_with_both_tiers_colours(tmp_path):
 
 def test_the_explorer_runs_on_a_modelled_cluster_and_says_its_times_are_predicted():
     c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
-    ex = cl.explore_cluster(c)
-    ex.algorithm.value, ex.size.value = "ring", 16 << 10
-    ex.run()
-    assert ex.trace.n_rounds == 6 and ex.round.max == 6 and ex.image.value[:4] == b"\x89PNG"
-    assert "predicts" in ex.status and "modelled" in ex.status
-    ex.round.value = 3  # redraws
-    assert ex.image.value[:4] == b"\x89PNG"
+    ex = cl.explore_cluster(c, algorithm="ring", size=16 << 10)
+    try:
+        trace, model, used = ex.last_result
+        assert used is c and trace.n_rounds == 6 and ex.last_png[:4] == b"\x89PNG"
+        assert "predicts" in ex.last_picture.caption and "modelled" in ex.last_picture.caption
+        assert ex.choices(ex.state)["round"] == [1, 2, 3, 4, 5, 6]
+        ex.set(round=3).wait()  # a new round only: the same run, redrawn
+        assert ex.last_result[0] is trace and ex.last_picture.attrs["round"] == 3
+        ex.set(algorithm="hierarchical").wait()
+        assert ex.last_result[0] is not trace and ex.last_result[0].n_rounds == 4 and ex.state.round <= 4
+    finally:
+        ex.close()
+    assert c.mode == "modelled"  # a cluster it was given stays open
 
 
 def _flat_answer(rank, world_size, x, ranks_per_node):

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -163,6 +164,7 @@ class VirtualCluster:
         self._seq = 0
         self._ws = self.world_size
         self._shown: list[int] = []
+        self._lock = threading.Lock()
 
     # -- the namespaces ------------------------------------------------------------------------
     def __enter__(self) -> VirtualCluster:
@@ -234,6 +236,11 @@ class VirtualCluster:
     # -- the ranks -----------------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0,
                world_size: int | None = None) -> list[Any]:
+        with self._lock:  # one call at a time on the warm ranks (an explorer's worker thread, a cell)
+            return self._launch(fn, args, timeout, world_size)
+
+    def _launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0,
+                world_size: int | None = None) -> list[Any]:
         """Run ``fn(rank, world_size, *args)`` on the cluster's ``world_size`` gloo ranks; their
         results in rank order.
 
