@@ -77,14 +77,22 @@ def _builtin(primitive: str, rank: int, ws: int, inp: torch.Tensor, op: str, roo
     raise ValueError(primitive)
 
 
-def _start_buffer(sched: Schedule, rank, inp, bounds):
-    if sched.primitive == "all_to_all":
+def _start_buffer(primitive, rank, ws, inp, C, bounds, start_chunks=None):
+    """The working buffer a rank starts a schedule with: a copy of its input, or for all_to_all
+    zeros with its own slot (or the schedule's ``start_chunks[rank]``) copied in."""
+    if primitive == "all_to_all":
         work = torch.zeros_like(inp)
-        for c in (sched.start_chunks[rank] if sched.start_chunks is not None else (rank,)):
+        for c in (start_chunks[rank] if start_chunks is not None else (rank,)):
             a, b = bounds[c], bounds[c + 1]
             work[a:b] = inp[a:b]
         return work
     return inp.clone()
+
+
+def start_buffer(sched: Schedule, rank: int, inp: torch.Tensor, bounds) -> torch.Tensor:
+    """``start_buffer(schedule, rank, inp, bounds)``: the working buffer rank ``rank`` starts
+    ``schedule`` with (its input's copy; all_to_all: the chunks it starts with, the rest zeros)."""
+    return _start_buffer(sched.primitive, rank, sched.world_size, inp, sched.n_chunks, bounds, sched.start_chunks)
 
 
 def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
@@ -97,7 +105,7 @@ def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
         sched: Schedule = case["schedule"]
         inp = case["inputs"][rank].to(device=device, copy=True) if device is not None else case["inputs"][rank].clone()
         bounds = case["bounds"]
-        work = _start_buffer(sched, rank, inp, bounds)
+        work = start_buffer(sched, rank, inp, bounds)
         res = execute(sched, work, op=case["op"], record=case["record"], bounds=bounds,
                       send_from=inp if sched.primitive == "all_to_all" else None)
         item = {"final": work, "seconds": res["seconds"], "builtin": None,
@@ -343,8 +351,6 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
 #: ``builtin_result(primitive, rank, world_size, inp, op, root, n_chunks)``: the built-in
 #: torch.distributed collective on this rank's input, laid out like the working buffer.
 builtin_result = _builtin
-#: ``start_buffer(schedule, rank, inp, bounds)``: the working buffer a rank starts the schedule with.
-start_buffer = _start_buffer
 #: ``rank_run_cases(rank, world_size, cases)``: the rank side of :func:`run_algorithms`.
 rank_run_cases = _rank_run_cases
 #: ``make_trace(case, results, backend, wall)``: a :class:`collnb.Trace` from the ranks' results.
