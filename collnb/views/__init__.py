@@ -37,8 +37,8 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .raster import CjkFontMissing, matplotlib_fonts
     from .redistribute import predict_steps, redistribute_image, redistribute_png, redistribute_text
     from .redistribute_explorer import explore_redistribute
-    from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay, save_filmstrip,
-                         save_gif)
+    from .replay import FPS_RANGE, compare, compare_figure, replay, save_filmstrip, save_gif
+    from .rounds_explorer import explore_rounds
     from .timeline import timeline_image, timeline_png
 
 #: Public name -> the module it is loaded from.
@@ -51,7 +51,8 @@ _WHERE = {
     **dict.fromkeys(("predict_steps", "redistribute_image", "redistribute_png", "redistribute_text"), ".redistribute"),
     "explore_redistribute": ".redistribute_explorer",
     **dict.fromkeys(("timeline_image", "timeline_png"), ".timeline"),
-    **dict.fromkeys(("FPS_RANGE", "compare", "compare_figure", "explore_rounds", "replay", "save_filmstrip", "save_gif"),
+    "explore_rounds": ".rounds_explorer",
+    **dict.fromkeys(("FPS_RANGE", "compare", "compare_figure", "replay", "save_filmstrip", "save_gif"),
                     ".replay"),
 }
 
