@@ -13,6 +13,7 @@ against the flat ring and a two-tier α-β model; NCCL's own tuning model; nccl-
 ``nccl``            NCCL's own tuning model (v2.30.7-1): its choice of algorithm and protocol, explained
 ``explain``         :func:`explain_nccl_tests`: nccl-tests output read, explained and flagged
 ``traffic``         :func:`node_traffic`: the bytes that left each node (counted, or estimated)
+``rankset``         an emulated cluster's ranks as collnb's active rank set (``collnb.launch`` runs there)
 ``explorer``        :func:`explore_cluster`: nodes, ranks, rate, algorithm, size -> the rounds by tier
 ``exercise``        notebook 19's check: an all_reduce that sends only shards across nodes
 ==================  =================================================================================

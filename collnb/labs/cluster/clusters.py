@@ -18,7 +18,10 @@ link speeds, for real where this machine allows it, else its model.
 Latency the kernel cannot add (netem is not in this machine's kernel) enters the model only and is
 labelled so (:attr:`Cluster.latency`).
 
-A cluster is usable wherever a world size is: a :class:`Cluster` *is* an ``int``, its world size
+``collnb.cluster(..., activate=True)`` (or :meth:`Cluster.activate`) makes an emulated cluster's
+ranks the ones :func:`collnb.launch` runs on (:mod:`.rankset`): then :func:`collnb.run`, the
+explorers, the bandwidth lab and a function that builds a ``DeviceMesh`` run in the namespaces, until
+the cluster is closed. A cluster is usable wherever a world size is: a :class:`Cluster` *is* an ``int``, its world size
 (``collnb.run("all_reduce", world_size=c)``, ``range(c)``, ``c * 2``), with the cluster's attributes
 besides; pickled (into a rank's arguments) it becomes the plain number.
 """

@@ -21,7 +21,9 @@ Learning Training System with Mixed-Precision: Training ImageNet in Four Minutes
 arXiv:1807.11205, 2018 (hierarchical all_reduce with a reduce / broadcast in the node instead).
 
 **The model** (:class:`TierModel`): one :class:`collnb.CostModel` per tier, intra-node and
-inter-node, priced by :func:`collnb.algorithms.closed_form` (Thakur et al. 2005's ring formulas):
+inter-node; any schedule is priced round by round by :func:`collnb.algorithms.tier_round_costs`
+(a transfer on the tier it crosses, a node's ranks sharing its link), which for these two gives
+Thakur et al. 2005's ring formulas (:func:`collnb.algorithms.closed_form`):
 
 * flat ring over ``p = NL`` ranks numbered node by node: every round has an inter-node hop, and
   the round waits for it, so ``T_flat = ring all_reduce(p, m)`` with the inter tier's α and β (each
