@@ -54,7 +54,7 @@ from .accounting import Phases
 from .memory import SavedTensorBytes, local_bytes
 from .transformer import MoE, TinyTransformer, TransformerConfig, expert_forward, loss_fn, moe_combine, moe_dispatch
 
-__all__ = ["ROLES", "DATA_ROLES", "Plan", "COMPOSITIONS", "Composition", "composition", "train", "deviation",
+__all__ = ["ROLES", "DATA_ROLES", "Plan", "COMPOSITIONS", "Composition", "composition", "build", "train", "deviation",
            "global_losses", "run_composition", "TOLERANCE", "ExpertParallelMoE"]
 
 #: Every role a mesh dimension may play (module doc), in torchtitan's outer-to-inner order.
@@ -339,51 +339,18 @@ def _flat(mesh, roles: list):
     return mesh[tuple(roles)]._flatten("_".join(roles))
 
 
-def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
-          steps: int = 2, lr: float = 1e-2) -> dict:
-    """On a rank: build :class:`.transformer.TinyTransformer`, apply ``plan`` on a CPU DeviceMesh
-    and train ``steps`` AdamW steps (``lr``, no weight decay) on this rank's part of ``(x, y)``.
-    A rank function for ``collnb.launch(train, plan.world_size, (plan, config, x, y),
-    record_calls=True, collective_timeout=60)``.
-
-    Args:
-        plan: the :class:`Plan` (its ``world_size`` must be the launch's).
-        config: the model. x, y: the whole ``(b, s, h)`` float64 batch and targets (every rank
-            takes its part: :meth:`Plan.batch_index`, and its ``cp`` slice of the sequence).
-
-    Phases (with ``record_calls=True``): ``"step k/forward"``, ``"step k/backward"``,
-    ``"step k/optimizer"`` for k = 1..steps, ``"check"`` where the whole gradients and parameters
-    are gathered for the comparison (not part of training). Under ``pp`` the forward and backward
-    marks come from hooks on the stage (torch's schedule runs the microbatches); the send/recv of
-    activations and gradients are told apart by direction (:mod:`.mesh_traffic`).
+def build(plan: Plan, config: TransformerConfig, mesh, rank: int) -> tuple:
+    """On a rank: :class:`.transformer.TinyTransformer` (``config``) with ``plan`` applied on
+    ``mesh`` (a DeviceMesh of ``plan``'s shape and names): this stage's blocks (``pp``), TP's plan
+    (``tp``), the context-parallel attention core (``cp``), this rank's experts (``ep``), FSDP2 /
+    HSDP (``dp_shard``, ``cp``, with ``dp_replicate``).
 
     Returns:
-        dict: ``coords`` ({role: index}), ``losses`` (this rank's loss per step, the mean over its
-        tokens; ``None`` on a pipeline stage without the loss), ``grads`` and ``params`` ({name:
-        whole tensor} for the parameters this rank holds: the last step's gradients before its
-        optimizer step, the parameters after it), ``memory`` (:func:`.memory` counts of the last
-        step: ``params``, ``grads``, ``optimizer``, ``activations`` (peak saved for backward) in
-        bytes), ``marks`` (the phase marks, ``None`` without a recorder).
-
-    Raises:
-        ValueError: the plan does not fit the world size, model or batch (:meth:`Plan.check`).
+        ``(model, reduce_grads)``: ``reduce_grads()`` all-reduces and averages the gradients by
+        hand (DDP's bucket) where the plan has data parallelism without FSDP2, else ``None``.
     """
-    from torch.distributed.device_mesh import init_device_mesh
-
-    if world_size != plan.world_size:
-        raise ValueError(_("the plan {plan} needs {n} ranks; launched on {ws}").format(
-            plan=plan.text(), n=plan.world_size, ws=world_size))
-    plan.check(config, x.shape[0], x.shape[1])
-    phases = Phases() if active_recorder() is not None else None
-    mark = phases.begin if phases is not None else (lambda label: None)
-
-    mesh = init_device_mesh("cpu", plan.sizes, mesh_dim_names=plan.names)
-    coords = plan.coordinates(rank)
-    xb, yb = x.chunk(plan.batch_shards)[plan.batch_index(rank)], y.chunk(plan.batch_shards)[plan.batch_index(rank)]
-    if plan.has("cp"):
-        xb, yb = xb.chunk(plan.size("cp"), 1)[coords["cp"]], yb.chunk(plan.size("cp"), 1)[coords["cp"]]
-
     model = TinyTransformer(config)
+    coords = plan.coordinates(rank)
     stage, stages = coords.get("pp", 0), plan.size("pp")
     if plan.has("pp"):                                   # keep this stage's blocks (names unchanged)
         per = config.blocks // stages
@@ -428,6 +395,55 @@ def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: 
             _bucket_all_reduce([p.grad for p in dense], dense_group, plan.batch_shards)
             _bucket_all_reduce([p.grad for p in experts], expert_group, plan.batch_shards)
 
+    return model, by_hand
+
+
+def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
+          steps: int = 2, lr: float = 1e-2) -> dict:
+    """On a rank: build :class:`.transformer.TinyTransformer`, apply ``plan`` on a CPU DeviceMesh
+    and train ``steps`` AdamW steps (``lr``, no weight decay) on this rank's part of ``(x, y)``.
+    A rank function for ``collnb.launch(train, plan.world_size, (plan, config, x, y),
+    record_calls=True, collective_timeout=60)``.
+
+    Args:
+        plan: the :class:`Plan` (its ``world_size`` must be the launch's).
+        config: the model. x, y: the whole ``(b, s, h)`` float64 batch and targets (every rank
+            takes its part: :meth:`Plan.batch_index`, and its ``cp`` slice of the sequence).
+
+    Phases (with ``record_calls=True``): ``"step k/forward"``, ``"step k/backward"``,
+    ``"step k/optimizer"`` for k = 1..steps, ``"check"`` where the whole gradients and parameters
+    are gathered for the comparison (not part of training). Under ``pp`` the forward and backward
+    marks come from hooks on the stage (torch's schedule runs the microbatches); the send/recv of
+    activations and gradients are told apart by direction (:mod:`.mesh_traffic`).
+
+    Returns:
+        dict: ``coords`` ({role: index}), ``losses`` (this rank's loss per step, the mean over its
+        tokens; ``None`` on a pipeline stage without the loss), ``grads`` and ``params`` ({name:
+        whole tensor} for the parameters this rank holds: the last step's gradients before its
+        optimizer step, the parameters after it), ``memory`` (:func:`.memory` counts of the last
+        step: ``params``, ``grads``, ``optimizer``, ``activations`` (peak saved for backward) in
+        bytes), ``marks`` (the phase marks, ``None`` without a recorder).
+
+    Raises:
+        ValueError: the plan does not fit the world size, model or batch (:meth:`Plan.check`).
+    """
+    from torch.distributed.device_mesh import init_device_mesh
+
+    if world_size != plan.world_size:
+        raise ValueError(_("the plan {plan} needs {n} ranks; launched on {ws}").format(
+            plan=plan.text(), n=plan.world_size, ws=world_size))
+    plan.check(config, x.shape[0], x.shape[1])
+    phases = Phases() if active_recorder() is not None else None
+    mark = phases.begin if phases is not None else (lambda label: None)
+
+    mesh = init_device_mesh("cpu", plan.sizes, mesh_dim_names=plan.names)
+    coords = plan.coordinates(rank)
+    xb, yb = x.chunk(plan.batch_shards)[plan.batch_index(rank)], y.chunk(plan.batch_shards)[plan.batch_index(rank)]
+    if plan.has("cp"):
+        xb, yb = xb.chunk(plan.size("cp"), 1)[coords["cp"]], yb.chunk(plan.size("cp"), 1)[coords["cp"]]
+
+    model, by_hand = build(plan, config, mesh, rank)
+    stage, stages = coords.get("pp", 0), plan.size("pp")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     saved = SavedTensorBytes(model)
     losses: list = []
