@@ -28,6 +28,7 @@ import datetime
 import functools
 from collections.abc import Callable, Iterator
 from types import ModuleType
+import sys
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 import torch
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from torch.utils._device import DeviceContext
 
 __all__ = ["PRIVATE_NAMES", "PrivateName", "missing", "require", "OpOverload", "OpOverloadPacket",
-           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once",
+           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once", "forget_dtensor_caches",
+           "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class",
            "FUNCTIONAL_COLLECTIVES_MODULE", "flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
@@ -115,6 +117,19 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "forgetting a warning logged once", _BOTH),
     PrivateName("torch.distributed.tensor._redistribute", "torch's log lines shown for every redistribute",
                 "forgetting DTensor's flattening warning", _BOTH),
+    PrivateName("torch._C._clear_DTensor_sharding_propagator_cache", "a rank's clean state between calls",
+                "forgetting DTensor's C++ sharding-propagation cache (it holds meshes of destroyed groups)", _BOTH),
+    PrivateName("torch.distributed.tensor.DTensor._op_dispatcher", "a rank's clean state between calls",
+                "forgetting DTensor's sharding-propagation cache (it holds meshes of destroyed groups)", _BOTH),
+    PrivateName("torch.distributed.tensor._redistribute._gen_transform_infos", "a rank's clean state between calls",
+                "forgetting DTensor's redistribute plans (flattened meshes of destroyed groups)", _BOTH),
+    PrivateName("torch.distributed.device_mesh.DeviceMesh._flatten", "composed parallelism (notebook 20)",
+                "flattening mesh dimensions into one (torchtitan's dp_shard_cp)", _BOTH),
+    PrivateName("torch.distributed._functional_collectives.all_to_all_single_autograd",
+                "composed parallelism (notebook 20): Ulysses and expert parallelism",
+                "a differentiable all_to_all (torch.distributed.nn.functional's is deprecated)", _BOTH),
+    PrivateName("torch.utils._debug_mode.DebugMode", "composed parallelism (notebook 20): DTensor's trace",
+                "DebugMode (a prototype, in a private module)", _BOTH),
     PrivateName("torch.distributed._functional_collectives", "a rank's clean state between calls (watched module)",
                 "a public module of the functional collectives", _BOTH),
     PrivateName("torch._C._distributed_c10d._dump_fr_trace", "the Flight Recorder dump of gloo ranks (notebook 18)",
@@ -196,6 +211,59 @@ def forget_logged_once() -> None:
         getattr(_redistribute, "_warned_flatten_issues", set()).clear()
     except ImportError:
         pass
+
+
+def forget_dtensor_caches() -> None:
+    """Forget DTensor's caches keyed by device meshes: the sharding propagator's, in C++ and in
+    Python (output specs that hold the mesh of the call that filled them), and the redistribute
+    planner's. A ``DeviceMesh``
+    equals another of the same shape, names and ranks whatever its process groups
+    (``DeviceMesh.__eq__``), so after a call's groups are destroyed the next call's mesh would get
+    the old mesh back from the cache and fail with "Could not resolve the process group registered
+    under the name ..." (measured: every second launch of a 2x2 FSDP2 x TP step on warm ranks).
+    Does nothing when DTensor was never imported.
+    Missing public API: clearing DTensor's caches."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    from torch.distributed.tensor import DTensor, _redistribute  # noqa: PLC0415
+
+    native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
+    if native is not None:
+        native()
+    propagator = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
+    for cached in (getattr(propagator, "propagate_op_sharding", None),
+                   getattr(propagator, "_propagate_tensor_meta_cached", None),
+                   getattr(_redistribute, "_gen_transform_infos", None)):
+        if cached is not None and hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+def flatten_mesh(mesh: Any, name: str) -> Any:
+    """``mesh`` (a DeviceMesh or a slice of several dimensions) flattened into one dimension named
+    ``name`` (``DeviceMesh._flatten``; afterwards ``root_mesh[name]`` is it too).
+    Missing public API: flattening mesh dimensions (torchtitan calls ``_flatten`` too)."""
+    return mesh._flatten(name)
+
+
+def all_to_all_single_autograd(x: torch.Tensor, group: Any) -> torch.Tensor:
+    """A differentiable ``all_to_all_single`` of ``x`` with even splits of dim 0 over ``group``: in
+    backward the gradient goes back by the reverse all_to_all. Returns an ``AsyncCollectiveTensor``
+    (the first operation that reads it waits).
+    Missing public API: ``torch.distributed.nn.functional.all_to_all_single`` is deprecated in
+    favour of this private one."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd as a2a  # noqa: PLC0415
+
+    return a2a(x.contiguous(), None, None, group)
+
+
+def debug_mode_class() -> Any:
+    """DTensor's ``DebugMode`` (``torch.utils._debug_mode``), or ``None`` where torch has none.
+    Missing public API: DebugMode is a prototype in a private module."""
+    try:
+        from torch.utils._debug_mode import DebugMode  # noqa: PLC0415
+    except ImportError:
+        return None
+    return DebugMode
 
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own

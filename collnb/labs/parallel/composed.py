@@ -334,9 +334,11 @@ def _bucket_all_reduce(tensors: list, group, divide: int) -> None:
 def _flat(mesh, roles: list):
     """The mesh of ``roles`` (mesh order) as one dimension: the dimension itself, or the
     dimensions flattened into ``"a_b"`` (``DeviceMesh._flatten``, as torchtitan does)."""
+    from ...ranks import flatten_mesh
+
     if len(roles) == 1:
         return mesh[roles[0]]
-    return mesh[tuple(roles)]._flatten("_".join(roles))
+    return flatten_mesh(mesh[tuple(roles)], "_".join(roles))
 
 
 def build(plan: Plan, config: TransformerConfig, mesh, rank: int) -> tuple:
@@ -422,11 +424,22 @@ def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: 
         whole tensor} for the parameters this rank holds: the last step's gradients before its
         optimizer step, the parameters after it), ``memory`` (:func:`.memory` counts of the last
         step: ``params``, ``grads``, ``optimizer``, ``activations`` (peak saved for backward) in
-        bytes), ``marks`` (the phase marks, ``None`` without a recorder).
+        bytes), ``marks`` (the phase marks, ``None`` without a recorder), ``log`` (the lines DTensor
+        logged, each once, e.g. its "sequential all_gather" warning; not printed).
 
     Raises:
         ValueError: the plan does not fit the world size, model or batch (:meth:`Plan.check`).
     """
+    from .flattening import captured_dtensor_log
+
+    with captured_dtensor_log() as log:      # DTensor's warnings, kept out of the cell (returned)
+        out = _train(rank, world_size, plan, config, x, y, steps=steps, lr=lr)
+    out["log"] = list(dict.fromkeys(log))
+    return out
+
+
+def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
+           steps: int, lr: float) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
     if world_size != plan.world_size:

@@ -111,11 +111,12 @@ def ring_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, g
 
 
 def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
-    """A differentiable ``all_to_all_single`` with even splits of dim 0 over ``group``."""
-    from torch.distributed._functional_collectives import all_to_all_single_autograd
+    """A differentiable ``all_to_all_single`` with even splits of dim 0 over ``group``
+    (``torch.distributed._functional_collectives.all_to_all_single_autograd``; an
+    AsyncCollectiveTensor: the first operation that reads it waits for the collective)."""
+    from ...ranks import all_to_all_single_autograd
 
-    # An AsyncCollectiveTensor: the first operation that reads it waits for the collective.
-    return all_to_all_single_autograd(x.contiguous(), None, None, group)
+    return all_to_all_single_autograd(x, group)
 
 
 def ulysses_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, group) -> torch.Tensor:

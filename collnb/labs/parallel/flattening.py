@@ -32,20 +32,23 @@ the collectives per kind. :func:`debug_trace_step` runs both over one redistribu
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 
 import torch
 
 from ...i18n import _
-from ...ranks import active_recorder
+from ...ranks import active_recorder, debug_mode_class, flatten_mesh, forget_logged_once
 from .accounting import Phases, kind, split, wire_bytes
 
-__all__ = ["CASES", "flatten_step", "flattening_rows", "debug_trace_step", "has_debug_mode"]
+__all__ = ["CASES", "flatten_step", "flattening_rows", "debug_trace_step", "has_debug_mode", "captured_dtensor_log",
+           "LOGGER"]
 
 #: The redistributions :func:`flatten_step` runs: name -> (source placements, kind of collective).
 CASES = {"all_gather": ("S(0),S(0)", "all_gather"), "all_reduce": ("P,P", "all_reduce")}
-_LOGGER = "torch.distributed.tensor._redistribute"
+#: DTensor's logger (its redistribute module logs under it; the parent's name is public).
+LOGGER = "torch.distributed.tensor"
 
 
 def _placements(text: str):
@@ -80,6 +83,21 @@ class _Capture(logging.Handler):
         self.messages.append(record.getMessage())
 
 
+@contextlib.contextmanager
+def captured_dtensor_log():
+    """Inside the block, DTensor's log lines (logger ``torch.distributed.tensor``) are collected
+    instead of printed (torch._logging gives that logger a stderr handler of its own). Yields the
+    list of messages."""
+    capture = _Capture()
+    log = logging.getLogger(LOGGER)
+    handlers, propagate = list(log.handlers), log.propagate
+    log.handlers, log.propagate = [capture], False
+    try:
+        yield capture.messages
+    finally:
+        log.handlers, log.propagate = handlers, propagate
+
+
 def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: tuple = ("dp", "tp"),
                  shape: tuple = (8, 8), repeats: int = 0) -> dict:
     """On a rank: each case of :data:`CASES` redistributed to ``(Replicate(), Replicate())`` on a
@@ -100,32 +118,26 @@ def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: 
         flattening under ``"<case>/flattened"``), ``equal`` (bool: every result equals the whole
         tensor), ``seconds`` ({"<case>/<way>": median s} when ``repeats``), ``repeats``, ``marks``.
     """
-    import torch.distributed.tensor._redistribute as redistribute
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate
 
     phases = Phases() if active_recorder() is not None else None
     mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(names))
-    capture = _Capture()
-    logger = logging.getLogger(_LOGGER)
-    logger.addHandler(capture)
-    warned = getattr(redistribute, "_warned_flatten_issues", None)
     out: dict = {"warnings": {}, "equal": True, "seconds": {}, "repeats": repeats}
-    try:
+    with captured_dtensor_log() as messages:
         for way in ("sequential", "flattened"):
             if way == "flattened":
                 if phases is not None:
                     phases.begin("flatten")
-                mesh[tuple(names)]._flatten("_".join(names))
+                flatten_mesh(mesh[tuple(names)], "_".join(names))
             for case in CASES:
-                if warned is not None:
-                    warned.clear()      # torch warns once per mesh and process; these ranks stay warm
-                capture.messages.clear()
+                forget_logged_once()      # torch warns once per mesh and process; these ranks stay warm
+                messages.clear()
                 source = _source(case, mesh, rank, shape)
                 if phases is not None:
                     phases.begin(f"{case}/{way}")
                 whole = source.redistribute(mesh, [Replicate(), Replicate()]).to_local()
-                out["warnings"][f"{case}/{way}"] = list(capture.messages)
+                out["warnings"][f"{case}/{way}"] = [m for m in messages if "sequential" in m]
                 out["equal"] &= bool(torch.equal(whole, _expected(case, world_size, shape)))
                 if repeats:
                     times = []
@@ -134,8 +146,6 @@ def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: 
                         source.redistribute(mesh, [Replicate(), Replicate()]).to_local()
                         times.append(time.perf_counter() - t0)
                     out["seconds"][f"{case}/{way}"] = sorted(times)[len(times) // 2]
-    finally:
-        logger.removeHandler(capture)
     if phases is not None:
         phases.begin("done")
     out["marks"] = phases.close() if phases is not None else None
@@ -167,11 +177,7 @@ def flattening_rows(results, rank: int = 0) -> list:
 
 def has_debug_mode() -> bool:
     """Whether the installed torch has DTensor's ``DebugMode`` (``torch.utils._debug_mode``)."""
-    try:
-        from torch.utils._debug_mode import DebugMode  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return debug_mode_class() is not None
 
 
 def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: str = "R,R",
@@ -214,9 +220,8 @@ def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: st
         t = distribute_tensor(whole, mesh, source_placements)
     comm = CommDebugMode()
     trace = None
-    if has_debug_mode():
-        from torch.utils._debug_mode import DebugMode
-
+    DebugMode = debug_mode_class()
+    if DebugMode is not None:
         debug = DebugMode()
         with comm, debug:
             out = t.redistribute(mesh, parse(dst))
