@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from typing import Callable
 
 import torch
 import torch.distributed as dist
@@ -401,7 +402,7 @@ def build(plan: Plan, config: TransformerConfig, mesh, rank: int) -> tuple:
 
 
 def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
-          steps: int = 2, lr: float = 1e-2) -> dict:
+          steps: int = 2, lr: float = 1e-2, apply: Callable | None = None) -> dict:
     """On a rank: build :class:`.transformer.TinyTransformer`, apply ``plan`` on a CPU DeviceMesh
     and train ``steps`` AdamW steps (``lr``, no weight decay) on this rank's part of ``(x, y)``.
     A rank function for ``collnb.launch(train, plan.world_size, (plan, config, x, y),
@@ -411,6 +412,8 @@ def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: 
         plan: the :class:`Plan` (its ``world_size`` must be the launch's).
         config: the model. x, y: the whole ``(b, s, h)`` float64 batch and targets (every rank
             takes its part: :meth:`Plan.batch_index`, and its ``cp`` slice of the sequence).
+        apply: ``apply(model, mesh) -> model`` instead of :func:`build` (an exercise's answer: the
+            plan then only says how the data is cut and names the mesh's dimensions).
 
     Phases (with ``record_calls=True``): ``"step k/forward"``, ``"step k/backward"``,
     ``"step k/optimizer"`` for k = 1..steps, ``"check"`` where the whole gradients and parameters
@@ -433,13 +436,13 @@ def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: 
     from .flattening import captured_dtensor_log
 
     with captured_dtensor_log() as log:      # DTensor's warnings, kept out of the cell (returned)
-        out = _train(rank, world_size, plan, config, x, y, steps=steps, lr=lr)
+        out = _train(rank, world_size, plan, config, x, y, steps=steps, lr=lr, apply=apply)
     out["log"] = list(dict.fromkeys(log))
     return out
 
 
 def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
-           steps: int, lr: float) -> dict:
+           steps: int, lr: float, apply: Callable | None) -> dict:
     from torch.distributed.device_mesh import init_device_mesh
 
     if world_size != plan.world_size:
@@ -455,7 +458,10 @@ def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x:
     if plan.has("cp"):
         xb, yb = xb.chunk(plan.size("cp"), 1)[coords["cp"]], yb.chunk(plan.size("cp"), 1)[coords["cp"]]
 
-    model, by_hand = build(plan, config, mesh, rank)
+    if apply is not None:
+        model, by_hand = apply(TinyTransformer(config), mesh), None
+    else:
+        model, by_hand = build(plan, config, mesh, rank)
     stage, stages = coords.get("pp", 0), plan.size("pp")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     saved = SavedTensorBytes(model)
