@@ -168,3 +168,47 @@ def formula(plan, config, reference_activations: int | None = None) -> dict:
     if reference_activations is not None:
         out["activations"] = reference_activations / plan.batch_shards / plan.size("cp")
     return out
+
+
+def reference_activations(config, x: torch.Tensor, y: torch.Tensor, groups: int = 1) -> int:
+    """One process's peak of saved activations (:class:`SavedTensorBytes`) over one forward and
+    backward of the whole batch (bytes, int)."""
+    from .transformer import MoE, TinyTransformer, loss_fn
+
+    model = TinyTransformer(config)
+    for module in model.modules():
+        if isinstance(module, MoE):
+            module.groups = groups
+    saved = SavedTensorBytes(model)
+    with saved.tracking():
+        loss_fn(model(x), y).backward()
+    return saved.peak
+
+
+def memory_rows(results, plan, config, reference: int | None = None) -> list:
+    """One row per rank: ``(rank, coordinates, {kind: measured bytes}, {kind: formula bytes})`` for
+    :data:`MEMORY_KINDS` (:func:`formula`; ``activations`` with ``reference``, one process's peak)."""
+    want = formula(plan, config, reference)
+    return [(r, ",".join(str(v) for v in res["coords"].values()), dict(res["memory"]), want)
+            for r, res in enumerate(results)]
+
+
+def memory_table(results, plan, config, reference: int | None = None) -> str:
+    """:func:`memory_rows` as text: per rank the measured bytes of each kind, and the formula's
+    line once (every rank's formula is the same; a pipeline's stages differ from it by their share
+    of the blocks and the head)."""
+    from ...i18n import _
+    from ...units import format_bytes, pad
+
+    rows = memory_rows(results, plan, config, reference)
+    names = {"params": _("parameters"), "grads": _("gradients"), "optimizer": _("optimizer"),
+             "activations": _("activations")}
+    head = pad(_("rank"), 6) + pad(_("coords"), 10) + "".join(pad(names[k], 14, ">") for k in MEMORY_KINDS)
+    lines = [head]
+    for rank, coords, got, _want in rows:
+        lines.append(pad(str(rank), 6) + pad(f"({coords})", 10)
+                     + "".join(pad(format_bytes(got[k]), 14, ">") for k in MEMORY_KINDS))
+    want = rows[0][3]
+    lines.append(pad(_("formula"), 16) + "".join(pad(format_bytes(want[k]) if k in want else "-", 14, ">")
+                                                 for k in MEMORY_KINDS))
+    return "\n".join(lines)

@@ -94,6 +94,10 @@ def mesh_image(rows, plan, *, step: int | None = None, title: str = "", ranks_pe
         ranks_per_node: place ranks node by node (``r // ranks_per_node``) and mark the links
             and legend lines of the dimensions whose groups cross nodes.
 
+    Every mesh dimension gets a legend entry (one without collectives of its own says so, e.g.
+    ``dp_shard`` when FSDP2 runs over ``dp_shard_cp``); the legend sits right of the grid, or
+    under it when the grid is wide. At most 1000 pixels wide.
+
     Returns:
         :class:`collnb.views.MatrixPicture` (``.png``; shown as a PNG in a notebook; ``.labels``
         every text and its box).
@@ -101,22 +105,40 @@ def mesh_image(rows, plan, *, step: int | None = None, title: str = "", ranks_pe
     steps = [r.step for r in rows if r.step is not None]
     step = step if step is not None else (max(steps) if steps else None)
     legend = legend_lines(rows, plan, step, ranks_per_node)
+    with_traffic = {d for d, *_rest in legend}
+    crossing_all = set()
+    if ranks_per_node:
+        nodes_ = nodes_of(plan, ranks_per_node)
+        for ranks, name in dimension_groups(plan).items():
+            if len({nodes_[x] for x in ranks}) > 1:
+                crossing_all.add(name)
+    entries = [e for e in legend if e[0] in plan.names]
+    entries += [(d, "", 0.0, 0.0, d in crossing_all) for d in plan.names if d not in with_traffic]
+    entries.sort(key=lambda e: plan.names.index(e[0]))
+    entries += [e for e in legend if e[0] not in plan.names]
     colors = {}
-    for i, d in enumerate(list(plan.names) + [d for d, *_rest in legend if d not in plan.names]):
+    for i, d in enumerate(list(plan.names) + [e[0] for e in entries if e[0] not in plan.names]):
         colors[d] = hex_rgb(DIMENSION_COLORS[i % len(DIMENSION_COLORS)])
     positions = {r: _position(plan, r) for r in range(plan.world_size)}
     n_cols = max(x for x, _y in positions.values()) + 1
     n_rows = max(y for _x, y in positions.values()) + 1
     probe = Canvas(1, 1)
-    pad_left, head = 24, 60
+    three = len(plan.names) >= 3
+    pad_left, head = 24, 60 + (34 if three else 0)      # room for the third dimension's arcs
     grid_w = n_cols * (_BOX_W + _GAP)
-    grid_h = n_rows * (_BOX_H + _VGAP) + 10
+    grid_h = n_rows * (_BOX_H + _VGAP) + 10 + (34 if three else 0)
     text_px = MIN_LABEL_PX + 3
-    legend_x = pad_left + grid_w + 16
-    width = min(1000, max(legend_x + 420, 640))
     line_h = 19
-    legend_h = sum(3 for _l in legend) * line_h + 30
-    height = head + max(grid_h, legend_h) + (28 if note else 8)
+    beside = pad_left + grid_w + 16 + 400 <= 1000
+    legend_x = pad_left + grid_w + 16 if beside else 24
+    width = min(1000, max(legend_x + 400, pad_left + grid_w + 12, 640))
+    text_w = width - legend_x - 44
+    legend_h = 12
+    for _d, kinds, _w, _b, _c in entries:
+        legend_h += 2 * line_h + (line_h - 3) * len(_fit(probe, kinds, text_w, text_px - 2) if kinds else []) + 8
+    legend_top = head + 18 if beside else head + grid_h + 24
+    body = max(grid_h, legend_h) if beside else grid_h + 24 + legend_h
+    height = head + body + (28 if note else 8)
     cv = Canvas(width, height)
     cv.labels = []
     cv.text(title or plan.text(), 12, 18, 16, INK, "bold", ha="left")
@@ -129,8 +151,9 @@ def mesh_image(rows, plan, *, step: int | None = None, title: str = "", ranks_pe
         return pad_left + x * (_BOX_W + _GAP) + _BOX_W / 2, head + 14 + y * (_BOX_H + _VGAP) + _BOX_H / 2
 
     groups = dimension_groups(plan)
-    crossing = {d for d, _k, _w, _b, c in legend if c}
-    # Links of the real dimensions, a small offset per dimension so they never overlap.
+    outer = plan.names[-3] if three else None
+    # Links of the real dimensions, a small offset per dimension so they never overlap; the third
+    # dimension (grids side by side) as arcs over the top row and under the bottom row.
     for i, name in enumerate(plan.names):
         offset = (i - (len(plan.names) - 1) / 2) * 7
         for ranks, dim in groups.items():
@@ -139,15 +162,25 @@ def mesh_image(rows, plan, *, step: int | None = None, title: str = "", ranks_pe
             members = sorted(ranks, key=lambda r: plan.coordinates(r)[name])
             for a, b in zip(members, members[1:]):
                 (x0, y0), (x1, y1) = centre(a), centre(b)
+                if name == outer:
+                    top = positions[a][1] == 0
+                    lift = (_BOX_H / 2 + 8 + 7 * (positions[a][0] % 3)) * (-1 if top else 1)
+                    pts = [(x0, y0 + lift * 0.6), (x0, y0 + lift), (x1, y1 + lift), (x1, y1 + lift * 0.6)]
+                    if name in crossing_all:
+                        for p, q in zip(pts, pts[1:]):
+                            _dashed(cv, p, q, colors[name], 3)
+                    else:
+                        cv.line(pts, colors[name], 3)
+                    continue
                 vertical = abs(x1 - x0) < 1
                 p0 = (x0 + (offset if vertical else 0), y0 + (0 if vertical else offset))
                 p1 = (x1 + (offset if vertical else 0), y1 + (0 if vertical else offset))
-                if name in crossing:
+                if name in crossing_all:
                     _dashed(cv, p0, p1, colors[name], 4)
                 else:
                     cv.line([p0, p1], colors[name], 4)
     # Rank boxes, then the flattened dimensions' frames around them.
-    flat = [d for d, *_rest in legend if d not in plan.names]
+    flat = [e[0] for e in entries if e[0] not in plan.names]
     for r in range(plan.world_size):
         cx, cy = centre(r)
         x0, y0 = cx - _BOX_W / 2, cy - _BOX_H / 2
@@ -166,21 +199,25 @@ def mesh_image(rows, plan, *, step: int | None = None, title: str = "", ranks_pe
     axes = [_("across: {name}").format(name=names[-1])]
     if len(names) >= 2:
         axes.append(_("down: {name}").format(name=names[-2]))
-    if len(names) >= 3:
-        axes.append(_("{name}: the grids side by side").format(name=names[-3]))
+    if three:
+        axes.append(_("{name}: the grids side by side (arcs)").format(name=names[-3]))
     cv.text(" · ".join(axes), pad_left, head + grid_h - 4, text_px - 1, GREY_TEXT, ha="left")
     # Legend.
-    y = head + 18
-    for d, kinds, wire, nbytes, crosses in legend:
+    y = legend_top
+    for d, kinds, wire, nbytes, crosses in entries:
         cv.rect(legend_x, y - 6, legend_x + 26, y + 6, colors[d])
         what = d if d in plan.names else _("{name} (flattened)").format(name=d)
         cv.text(what + (" — " + _("crosses nodes") if crosses else ""), legend_x + 34, y, text_px, INK, "bold",
                 ha="left")
         y += line_h
+        if not kinds:
+            cv.text(_("no collectives of its own"), legend_x + 34, y, text_px - 1, GREY_TEXT, ha="left")
+            y += line_h + 8
+            continue
         cv.text(_("{wire} on the wire, {nbytes} buffers per rank").format(
             wire=format_bytes(wire), nbytes=format_bytes(nbytes)), legend_x + 34, y, text_px - 1, INK, ha="left")
         y += line_h
-        for line in _fit(probe, kinds, width - legend_x - 44, text_px - 2):
+        for line in _fit(probe, kinds, text_w, text_px - 2):
             cv.text(line, legend_x + 34, y, text_px - 2, GREY_TEXT, ha="left")
             y += line_h - 3
         y += 8
