@@ -27,8 +27,8 @@ Activations have no single formula here: they scale with the tokens a rank holds
 ``1 / cp``); tensor parallelism without sequence parallelism keeps the norms' inputs whole
 (Korthikanti et al. 2022, *Reducing Activation Recomputation*, arXiv:2205.05198, §4); a pipeline
 stage holds its microbatches' activations until their backward. :func:`formula` gives them as
-one process's activations divided by the data and context ranks, the estimate the measured
-numbers are compared with.
+one process's activations divided by the data, context and pipeline ranks, the estimate the
+measured numbers are compared with.
 """
 
 from __future__ import annotations
@@ -152,7 +152,7 @@ def _split(config) -> dict:
 def formula(plan, config, reference_activations: int | None = None) -> dict:
     """The textbook bytes per rank for ``plan`` (module doc), as ``{kind: bytes}`` for
     :data:`MEMORY_KINDS` (``activations`` only with ``reference_activations``, one process's peak:
-    divided by the batch shards and ``cp``).
+    divided by the batch shards, ``cp`` and ``pp``; not by ``tp``).
 
     Parameters per rank: ``(Ψ_tp / t + Ψ_norm + Ψ_router + Ψ_e / e) / (N_shard) / p`` with the head on
     every stage's share (``/ p``; the head really sits on the last stage), ``N_shard`` the FSDP
@@ -166,7 +166,7 @@ def formula(plan, config, reference_activations: int | None = None) -> dict:
     params = (dense + parts["experts"] / e) / n_shard / p
     out = {"params": params, "grads": params, "optimizer": 2 * params}
     if reference_activations is not None:
-        out["activations"] = reference_activations / plan.batch_shards / plan.size("cp")
+        out["activations"] = reference_activations / plan.batch_shards / plan.size("cp") / p
     return out
 
 

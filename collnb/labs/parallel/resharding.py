@@ -46,6 +46,18 @@ def _whole(state: dict) -> dict:
 
 def reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor, y: torch.Tensor, directory: str,
                  lr: float = 1e-2) -> dict:
+    """On a rank: :func:`_reshard_step` with DTensor's log lines kept out of the cell (returned as
+    ``log``); see there."""
+    from .flattening import captured_dtensor_log
+
+    with captured_dtensor_log() as log:
+        out = _reshard_step(rank, world_size, src, dst, config, x, y, directory, lr)
+    out["log"] = list(dict.fromkeys(log))
+    return out
+
+
+def _reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor, y: torch.Tensor, directory: str,
+                  lr: float = 1e-2) -> dict:
     """On a rank: under plan ``src`` train one AdamW step, save model and optimizer state with
     ``dcp.save`` into ``directory``; under plan ``dst`` build the model with other initial weights
     (``config.seed + 1``), ``dcp.load`` the checkpoint into its state dicts and set them.
