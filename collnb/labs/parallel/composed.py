@@ -49,7 +49,7 @@ from typing import Callable
 import torch
 import torch.distributed as dist
 
-from ...i18n import _
+from ...i18n import N_, _
 from ...ranks import active_recorder
 from .accounting import Phases
 from .memory import SavedTensorBytes, local_bytes
@@ -194,35 +194,36 @@ class Plan:
             if not ok:
                 raise ValueError(_(message).format(plan=self.text(), **kw))
 
-        need(batch % self.batch_shards == 0, "the batch ({batch}) must split into {n} equal shards for {plan}",
+        moe_only = N_("this module runs MoE blocks with ep or data parallelism, not with {role} ({plan})")
+        need(batch % self.batch_shards == 0, N_("the batch ({batch}) must split into {n} equal shards for {plan}"),
              batch=batch, n=self.batch_shards)
         if self.has("tp"):
             t = self.size("tp")
             need(config.heads % t == 0 and config.ffn % t == 0,
-                 "tensor parallelism over {t} ranks needs heads ({heads}) and ffn ({ffn}) to be multiples of {t}",
+                 N_("tensor parallelism over {t} ranks needs heads ({heads}) and ffn ({ffn}) to be multiples of {t}"),
                  t=t, heads=config.heads, ffn=config.ffn)
-            need(not config.experts, "this module runs MoE blocks with ep or data parallelism, not with tp ({plan})")
+            need(not config.experts, moe_only, role="tp")
         if self.has("cp"):
-            need(seq_len % self.size("cp") == 0, "the sequence ({s}) must split into {n} equal parts for {plan}",
+            need(seq_len % self.size("cp") == 0, N_("the sequence ({s}) must split into {n} equal parts for {plan}"),
                  s=seq_len, n=self.size("cp"))
-            need(not config.experts, "this module runs MoE blocks with ep or data parallelism, not with cp ({plan})")
+            need(not config.experts, moe_only, role="cp")
             if self.attention == "ulysses":
                 heads = config.heads // self.size("tp")
-                need(heads % self.size("cp") == 0, "Ulysses needs the heads per rank ({heads}) to be a multiple of "
-                     "cp ({n}); use attention='ring'", heads=heads, n=self.size("cp"))
+                need(heads % self.size("cp") == 0, N_("Ulysses needs the heads per rank ({heads}) to be a multiple of "
+                                                      "cp ({n}); use attention='ring'"), heads=heads, n=self.size("cp"))
         if self.has("pp"):
-            need(config.blocks % self.size("pp") == 0, "{blocks} blocks do not cut into {n} equal pipeline stages",
+            need(config.blocks % self.size("pp") == 0, N_("{blocks} blocks do not cut into {n} equal pipeline stages"),
                  blocks=config.blocks, n=self.size("pp"))
             local = batch // self.batch_shards
-            need(local % self.microbatches == 0, "the local batch ({local}) must split into {m} microbatches",
+            need(local % self.microbatches == 0, N_("the local batch ({local}) must split into {m} microbatches"),
                  local=local, m=self.microbatches)
-            need(not config.experts, "this module runs MoE blocks with ep or data parallelism, not with pp ({plan})")
+            need(not config.experts, moe_only, role="pp")
         if self.has("ep"):
             need(config.experts > 0 and config.experts % self.size("ep") == 0,
-                 "expert parallelism over {n} ranks needs a multiple of {n} experts (config.experts = {e})",
+                 N_("expert parallelism over {n} ranks needs a multiple of {n} experts (config.experts = {e})"),
                  n=self.size("ep"), e=config.experts)
             need(not (self.has("dp_shard") or self.has("cp")),
-                 "this module runs ep beside dp_replicate (gradients all-reduced), not beside dp_shard or cp ({plan})")
+                 N_("this module runs ep beside dp_replicate (gradients all-reduced), not beside dp_shard or cp ({plan})"))
 
 
 @dataclass(frozen=True)
