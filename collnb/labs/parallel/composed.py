@@ -461,6 +461,9 @@ def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x:
 
     if apply is not None:
         model, by_hand = apply(TinyTransformer(config), mesh), None
+        if not isinstance(model, torch.nn.Module):
+            raise TypeError(_("{name} must return the model (a torch.nn.Module); it returned {value}").format(
+                name=getattr(apply, "__name__", "apply"), value=repr(model)[:60]))
     else:
         model, by_hand = build(plan, config, mesh, rank)
     stage, stages = coords.get("pp", 0), plan.size("pp")

@@ -192,7 +192,7 @@ def traffic_table(rows, *, rank: int = 0, step: int | None = None) -> str:
     chosen.sort(key=lambda r: (r.dimension, order.get(r.phase, 9)))
     lines = [pad(_("dimension"), 16) + pad(_("phase"), 11) + pad(_("kind"), 16) + pad(_("count"), 6, ">")
              + pad(_("bytes"), 12, ">") + pad(_("on the wire"), 14, ">")]
-    for dim, group in itertools.groupby(chosen, key=lambda r: r.dimension):
+    for _dim, group in itertools.groupby(chosen, key=lambda r: r.dimension):
         group = list(group)
         for r in group:
             lines.append(pad(r.dimension, 16) + pad(r.phase, 11) + pad(r.kind, 16) + f"{r.count:>6}"
