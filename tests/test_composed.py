@@ -366,3 +366,37 @@ def test_parameter_bytes_counts_float64_values():
     cfg = TransformerConfig()
     assert parameter_bytes(cfg) == 8 * sum(p.numel() for p in TinyTransformer(cfg).parameters())
     assert math.isclose(formula(C.Plan.parse("dp_shard=2"), cfg, 1000)["activations"], 500)
+
+
+def _tp_forward(rank, world_size):
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    mesh = init_device_mesh("cpu", (2, 2), mesh_dim_names=("dp", "tp"))
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4))
+    parallelize_module(model, mesh["tp"], {"0": ColwiseParallel(), "1": RowwiseParallel()})
+    return model(torch.ones(2, 4)).sum().item()
+
+
+def test_a_2d_dtensor_step_runs_again_on_warm_ranks():
+    """DeviceMesh equality ignores process groups, so DTensor's sharding cache handed the second launch
+    the first launch's mesh, whose groups collnb had destroyed ("Could not resolve the process group");
+    the ranks now forget DTensor's caches when a call's groups are destroyed."""
+    first = collnb.launch(_tp_forward, 4, collective_timeout=60)
+    again = collnb.launch(_tp_forward, 4, collective_timeout=60)
+    assert first == again
+
+
+@pytest.mark.slow
+def test_tp_inside_the_nodes_sends_fewer_bytes_between_them():
+    from collnb.labs.cluster import available
+    from collnb.labs.parallel.placement import compare_placements
+
+    rows = compare_placements(measure=available()[0], steps=1)
+    inside, across = rows
+    assert set(inside.inter_bytes) == {"dp_shard"} and set(across.inter_bytes) == {"tp"}
+    assert sum(across.inter_bytes.values()) > 3 * sum(inside.inter_bytes.values())
+    assert inside.total_bytes == pytest.approx(across.total_bytes)     # the same bytes, placed otherwise
+    if available()[0]:
+        assert inside.mode == across.mode == "emulated" and inside.seconds > 0 and across.seconds > 0

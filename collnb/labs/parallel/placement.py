@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ...i18n import _
+from ...i18n import N_, _
 from ...units import format_bytes
 from .composed import Plan, build, run_composition
 from .mesh_traffic import inter_node_bytes, traffic
@@ -37,7 +37,7 @@ __all__ = ["PLACEMENTS", "placement_bytes", "placement_step", "PlacementResult",
            "format_placements", "MEASURE_CONFIG"]
 
 #: The two placements on 2 nodes of 2 ranks: TP inside the nodes (the innermost dimension) or across them.
-PLACEMENTS = {"tp inside nodes": Plan.parse("dp_shard=2, tp=2"), "tp across nodes": Plan.parse("tp=2, dp_shard=2")}
+PLACEMENTS = {N_("tp inside nodes"): Plan.parse("dp_shard=2, tp=2"), N_("tp across nodes"): Plan.parse("tp=2, dp_shard=2")}
 #: A model whose activations outweigh its parameters (long sequences, narrow layers): TP's bytes per
 #: step are then several times FSDP's, as in long-context training.
 MEASURE_CONFIG = TransformerConfig(hidden=64, heads=4, ffn=128, blocks=2)
@@ -142,7 +142,7 @@ def format_placements(rows: list, inter_gbps: float | None = None) -> str:
         inter = sum(r.inter_bytes.values())
         dims = ", ".join(sorted(r.inter_bytes)) or "-"
         line = _("{name:<17} {plan:<20} across nodes {inter:>10} ({dims}), all {total:>10}").format(
-            name=r.name, plan=r.plan.text(), inter=format_bytes(inter), dims=dims,
+            name=_(r.name), plan=r.plan.text(), inter=format_bytes(inter), dims=dims,
             total=format_bytes(sum(r.total_bytes.values())))
         if inter_gbps:
             line += _(", on a {rate:g} Gbit/s link ≥ {t:.0f} ms").format(rate=inter_gbps,
