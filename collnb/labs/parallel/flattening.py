@@ -190,7 +190,8 @@ def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: st
     Returns:
         dict: ``trace`` (``DebugMode.debug_string()``, or ``None`` when this torch has no DebugMode),
         ``counts`` ({collective name: count} from ``CommDebugMode.get_comm_counts()``), ``equal``
-        (the result equals the whole tensor laid out as ``dst``).
+        (the result equals the whole tensor laid out as ``dst``), ``log`` (DTensor's log lines, not
+        printed).
     """
     import re
 
@@ -221,13 +222,15 @@ def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: st
     comm = CommDebugMode()
     trace = None
     DebugMode = debug_mode_class()
-    if DebugMode is not None:
-        debug = DebugMode()
-        with comm, debug:
-            out = t.redistribute(mesh, parse(dst))
-        trace = debug.debug_string()
-    else:
-        with comm:
-            out = t.redistribute(mesh, parse(dst))
+    with captured_dtensor_log() as log:      # torch's "sequential" warning: returned, not printed
+        if DebugMode is not None:
+            debug = DebugMode()
+            with comm, debug:
+                out = t.redistribute(mesh, parse(dst))
+            trace = debug.debug_string()
+        else:
+            with comm:
+                out = t.redistribute(mesh, parse(dst))
+        equal = bool(torch.allclose(out.full_tensor(), whole))
     counts = {str(getattr(k, "__name__", k)): v for k, v in comm.get_comm_counts().items()}
-    return {"trace": trace, "counts": counts, "equal": bool(torch.allclose(out.full_tensor(), whole))}
+    return {"trace": trace, "counts": counts, "equal": equal, "log": list(dict.fromkeys(log))}
