@@ -74,6 +74,11 @@ def test_dimension_groups_name_every_dimension_and_every_flattening():
     assert T.dimension_of(rec, plan, 1) == "dp_shard"
     p2p = collnb.CallRecord("send", 2, 4, ((4,),), ("float32",), group_ranks=(0, 1, 2, 3), nbytes=16)
     assert T.dimension_of(p2p, plan, 0) == "dp_shard"           # a send over the world: by the pair
+    ring = C.Plan.parse("dp_shard=2, cp=4")                     # one ring step inside a cp group of 4
+    step = collnb.CallRecord("send", 2, 4, ((4,),), ("float32",), group_ranks=(0, 1, 2, 3), nbytes=16)
+    assert T.dimension_of(step, ring, 1) == "cp"
+    diagonal = collnb.CallRecord("send", 3, 4, ((4,),), ("float32",), group_ranks=(0, 1, 2, 3), nbytes=16)
+    assert T.dimension_of(diagonal, plan, 0) == "dp_shard_cp"
     assert T.phase_of_marks("step 2/backward") == (2, "backward") and T.phase_of_marks("check") == (None, "check")
 
 
@@ -400,3 +405,17 @@ def test_tp_inside_the_nodes_sends_fewer_bytes_between_them():
     assert inside.total_bytes == pytest.approx(across.total_bytes)     # the same bytes, placed otherwise
     if available()[0]:
         assert inside.mode == across.mode == "emulated" and inside.seconds > 0 and across.seconds > 0
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attention", ["ring", "ulysses"])
+def test_context_parallel_over_four_ranks(attention):
+    """p = 4: the ring passes K/V p - 1 = 3 times per layer each way (a dK/dV block per hop in backward);
+    Ulysses still makes two all_to_alls per layer each way. FSDP2 shards over cp itself here."""
+    res, _ref, plan, rows = _run(C.Plan.parse("cp=4", attention=attention))
+    got = _step(rows)
+    if attention == "ring":
+        assert got[("cp", "forward", "send")][0] == 3 * 2 and got[("cp", "backward", "send")][0] == 3 * 2
+    else:
+        assert got[("cp", "forward", "all_to_all")][0] == 4 and got[("cp", "backward", "all_to_all")][0] == 4
+    assert got[("cp", "backward", "reduce_scatter")][0] == 3

@@ -65,10 +65,13 @@ def dimension_of(record, plan, rank: int, groups: dict | None = None) -> str:
         groups: :func:`dimension_groups` of ``plan`` (computed when ``None``).
     """
     groups = dimension_groups(plan) if groups is None else groups
-    ranks = frozenset(record.group_ranks)
-    if kind(record) in _P2P and record.peer is not None and (len(ranks) != 2 or rank not in ranks):
-        ranks = frozenset((rank, record.peer))          # a send/recv over a larger group: the pair
-    return groups.get(ranks, "other")
+    if kind(record) in _P2P and record.peer is not None and 0 <= record.peer < plan.world_size:
+        # a send/recv: the coordinates in which the two ranks differ (over the default group, or one
+        # step of a ring inside a larger group)
+        mine, theirs = plan.coordinates(rank), plan.coordinates(record.peer)
+        differ = [role for role in plan.names if mine[role] != theirs[role]]
+        return "_".join(differ) if differ else "other"
+    return groups.get(frozenset(record.group_ranks), "other")
 
 
 def phase_of_marks(label: str) -> tuple:
