@@ -24,10 +24,10 @@ results between ranks due to different reduction orders".
 **DebugMode** (``torch.utils._debug_mode.DebugMode``): a ``TorchDispatchMode`` that logs every
 dispatched operation, DTensor's ``redistribute_input`` steps and the ``_c10d_functional``
 collectives inside them, as an indented trace; it appeared in torch's source in September 2025
-(pytorch/pytorch#162665) and PyTorch's DebugMode tutorial names 2.10 as the first release; every
-release collnb supports (2.13-2.15) has it. ``CommDebugMode``
-(``torch.distributed.tensor.debug``, since 2.2 by PyTorch's CommDebugMode tutorial) only counts
-the collectives per kind. :func:`debug_trace_step` runs both over one redistribute.
+(pytorch/pytorch#162665) and PyTorch's DebugMode tutorial asks for "PyTorch 2.10 or later"; every
+release collnb supports (2.13-2.15) has it and prints the same trace on 2.13 and 2.15.
+``CommDebugMode`` (``torch.distributed.tensor.debug``; its tutorial asks for PyTorch 2.2 or later)
+only counts the collectives per kind. :func:`debug_trace_step` runs both over one redistribute.
 """
 
 from __future__ import annotations

@@ -10,9 +10,9 @@ a node. ``Plan.parse("dp_shard=2, tp=2")`` on 2 nodes of 2 ranks keeps TP's grou
 dp_shard=2"`` does the opposite. torchtitan orders its mesh ``pp, dp_replicate, dp_shard, cp, tp``
 (tp innermost) for this reason: TP's all_reduces come four or more per block, forward and backward,
 each on the critical path and as large as the activations, while FSDP's collectives are one per
-block and can overlap with compute (Narayanan et al. 2021, *Efficient Large-Scale Language Model
-Training on GPU Clusters Using Megatron-LM*, SC21, §3.2: "tensor model parallelism ... within a
-multi-GPU server").
+block and can overlap with compute. Narayanan et al. 2021 (*Efficient Large-Scale Language Model
+Training on GPU Clusters Using Megatron-LM*, SC21, arXiv:2104.04473, Takeaway #1) use tensor
+parallelism up to the GPUs of one server and pipeline parallelism across servers.
 
 :func:`placement_bytes` counts, from the recorded calls of each placement, the bytes whose groups
 cross nodes; :func:`placement_step` times training steps on a cluster's ranks;
