@@ -16,6 +16,7 @@ from .binder import Binder
 from .explorer import explore
 from .heatmap import heatmap_figure, heatmap_image, heatmap_png
 from .matrix import MatrixPanel, MatrixPicture, matrix_image
+from .mesh import mesh_traffic_image
 from .raster import CjkFontMissing, matplotlib_fonts
 from .redistribute import predict_steps, redistribute_image, redistribute_png, redistribute_text
 from .redistribute_explorer import explore_redistribute
@@ -26,4 +27,5 @@ from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay,
 __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
            "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
-           "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "matplotlib_fonts", "CjkFontMissing"]  # FPS_RANGE: for the command line (collnb.cli.replay)
+           "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "matplotlib_fonts", "CjkFontMissing",
+           "mesh_traffic_image"]  # FPS_RANGE: for the command line (collnb.cli.replay)

@@ -144,7 +144,7 @@ def reshard(src, dst, config=None, *, batch: int = 4, seq_len: int = 8, record_c
     Raises:
         ValueError: as :func:`reshard_step`; a key saved but not loaded.
     """
-    from ... import launch
+    from ...ranks import launch
     from .transformer import TransformerConfig, make_batch
 
     config = config or TransformerConfig()
