@@ -27,8 +27,8 @@ import contextlib
 import datetime
 import functools
 from collections.abc import Callable, Iterator
-from types import ModuleType
 import sys
+from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 import torch
@@ -47,7 +47,8 @@ __all__ = ["PRIVATE_NAMES", "PrivateName", "missing", "require", "OpOverload", "
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
-           "print_options", "backend_flag_readers", "DefaultTimeout", "PrintOptions"]
+           "print_options", "backend_flag_readers", "DefaultTimeout", "PrintOptions", "argument_names",
+           "work_source_rank", "DistributedFiles", "distributed_files"]
 
 class PrivateName(NamedTuple):
     """One private torch name collnb relies on.
@@ -132,6 +133,13 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "DebugMode (a prototype, in a private module)", _BOTH),
     PrivateName("torch.distributed._functional_collectives", "a rank's clean state between calls (watched module)",
                 "a public module of the functional collectives", _BOTH),
+    PrivateName("torch._C.FunctionSchema", "recording calls (an operator's argument names, OpOverload._schema)",
+                "the argument names of a dispatched operator", _BOTH),
+    PrivateName("torch.distributed.Work._source_rank", "recording calls (the peer of a recv from any source)",
+                "the rank a recv without src= received from", _BOTH),
+    PrivateName("torch.distributed._functional_collectives_impl",
+                "recording calls (a functional collective told by its file, _functional_collectives*.py)",
+                "telling which API issued a dispatched collective", _BOTH),
     PrivateName("torch._C._distributed_c10d._dump_fr_trace", "the Flight Recorder dump of gloo ranks (notebook 18)",
                 "dumping a gloo process's Flight Recorder", _BOTH + " (backend= from 2.15)"),
     PrivateName("torch._C._distributed_c10d._dump_fr_trace_json", "launch(flight_recorder=N)",
@@ -216,9 +224,8 @@ def forget_logged_once() -> None:
 def forget_dtensor_caches() -> None:
     """Forget DTensor's caches keyed by device meshes: the sharding propagator's, in C++ and in
     Python (output specs that hold the mesh of the call that filled them), and the redistribute
-    planner's. A ``DeviceMesh``
-    equals another of the same shape, names and ranks whatever its process groups
-    (``DeviceMesh.__eq__``), so after a call's groups are destroyed the next call's mesh would get
+    planner's. A ``DeviceMesh`` equals another of the same shape, names and ranks whatever its
+    process groups (``DeviceMesh.__eq__``), so after a call's groups are destroyed the next call's mesh would get
     the old mesh back from the cache and fail with "Could not resolve the process group registered
     under the name ..." (measured: every second launch of a 2x2 FSDP2 x TP step on warm ranks).
     Does nothing when DTensor was never imported.
@@ -529,6 +536,48 @@ def backend_flag_readers() -> list[tuple[str, Callable[[], bool | str]]]:
         if fn is not None:
             out.append((name, functools.partial(fn, *args) if args else fn))
     return out
+
+
+def argument_names(op: OpOverload) -> tuple[str, ...]:
+    """The names of ``op``'s arguments, in its schema's order (``("self", "group_name", ...)``).
+
+    Missing public API: an operator's schema is only ``OpOverload._schema`` (a ``torch._C.FunctionSchema``)."""
+    return tuple(a.name for a in op._schema.arguments)
+
+
+def work_source_rank(work: dist.Work) -> int:
+    """The rank a completed ``dist.irecv`` without ``src=`` received from (in its group's numbering).
+
+    Missing public API: ``Work._source_rank()``; ``dist.recv`` returns the source, ``irecv``'s Work does not."""
+    source: int = work._source_rank()
+    return source
+
+
+class DistributedFiles(NamedTuple):
+    """Where in torch's source tree an operation's Python frames come from (absolute paths; a folder ends
+    with ``os.sep``), for telling which API issued a dispatched collective (:mod:`.recording`)."""
+
+    distributed: str          # torch/distributed/
+    c10d: str                 # torch/distributed/distributed_c10d.py: torch.distributed's functions
+    functional: tuple[str, ...]  # the functional collectives' private modules
+    dtensor: str              # torch/distributed/tensor/
+    debug: str                # torch/distributed/tensor/debug/ (CommDebugMode: a mode, not an issuer)
+    mesh: str                 # torch/distributed/device_mesh.py
+
+
+def distributed_files() -> DistributedFiles:
+    """torch.distributed's source files that tell who issued a collective (:class:`DistributedFiles`).
+
+    Missing public API: which API a dispatched operator was called through; the recorder reads it from
+    the frames' files, and two of them (``_functional_collectives.py``, ``_functional_collectives_impl.py``)
+    are private modules: a release that moves them is changed here only."""
+    import os  # noqa: PLC0415
+
+    td = os.path.dirname(os.path.abspath(dist.__file__)) + os.sep
+    dtensor = td + "tensor" + os.sep
+    return DistributedFiles(td, td + "distributed_c10d.py",
+                            (td + "_functional_collectives.py", td + "_functional_collectives_impl.py"),
+                            dtensor, dtensor + "debug" + os.sep, td + "device_mesh.py")
 
 
 def flight_recorder_dump(backend: str | None = None) -> tuple[bytes, bytes]:
