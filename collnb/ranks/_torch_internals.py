@@ -118,19 +118,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "forgetting a warning logged once", _BOTH),
     PrivateName("torch.distributed.tensor._redistribute", "torch's log lines shown for every redistribute",
                 "forgetting DTensor's flattening warning", _BOTH),
-    PrivateName("torch._C._clear_DTensor_sharding_propagator_cache", "a rank's clean state between calls",
-                "forgetting DTensor's C++ sharding-propagation cache (it holds meshes of destroyed groups)", _BOTH),
-    PrivateName("torch.distributed.tensor.DTensor._op_dispatcher", "a rank's clean state between calls",
-                "forgetting DTensor's sharding-propagation cache (it holds meshes of destroyed groups)", _BOTH),
-    PrivateName("torch.distributed.tensor._redistribute._gen_transform_infos", "a rank's clean state between calls",
-                "forgetting DTensor's redistribute plans (flattened meshes of destroyed groups)", _BOTH),
-    PrivateName("torch.distributed.device_mesh.DeviceMesh._flatten", "composed parallelism (notebook 20)",
-                "flattening mesh dimensions into one (torchtitan's dp_shard_cp)", _BOTH),
-    PrivateName("torch.distributed._functional_collectives.all_to_all_single_autograd",
-                "composed parallelism (notebook 20): Ulysses and expert parallelism",
-                "a differentiable all_to_all (torch.distributed.nn.functional's is deprecated)", _BOTH),
-    PrivateName("torch.utils._debug_mode.DebugMode", "composed parallelism (notebook 20): DTensor's trace",
-                "DebugMode (a prototype, in a private module)", _BOTH),
+    *(PrivateName(n, "a rank's clean state between calls", "forgetting DTensor's mesh-keyed caches", _BOTH) for n in (
+        "torch._C._clear_DTensor_sharding_propagator_cache", "torch.distributed.tensor.DTensor._op_dispatcher",
+        "torch.distributed.tensor._redistribute._gen_transform_infos")),
+    PrivateName("torch.distributed.device_mesh.DeviceMesh._flatten", "notebook 20", "flattening mesh dimensions", _BOTH),
+    PrivateName("torch.distributed._functional_collectives.all_to_all_single_autograd", "notebook 20", "an autograd all_to_all", _BOTH),
+    PrivateName("torch.utils._debug_mode.DebugMode", "notebook 20: DTensor's trace", "DTensor's DebugMode", _BOTH),
     PrivateName("torch.distributed._functional_collectives", "a rank's clean state between calls (watched module)",
                 "a public module of the functional collectives", _BOTH),
     PrivateName("torch._C.FunctionSchema", "recording calls (an operator's argument names, OpOverload._schema)",
@@ -222,55 +215,38 @@ def forget_logged_once() -> None:
 
 
 def forget_dtensor_caches() -> None:
-    """Forget DTensor's caches keyed by device meshes: the sharding propagator's, in C++ and in
-    Python (output specs that hold the mesh of the call that filled them), and the redistribute
-    planner's. A ``DeviceMesh`` equals another of the same shape, names and ranks whatever its
-    process groups (``DeviceMesh.__eq__``), so after a call's groups are destroyed the next call's mesh would get
-    the old mesh back from the cache and fail with "Could not resolve the process group registered
-    under the name ..." (measured: every second launch of a 2x2 FSDP2 x TP step on warm ranks).
-    Does nothing when DTensor was never imported.
-    Missing public API: clearing DTensor's caches."""
+    """Forget DTensor's mesh-keyed caches (sharding propagation in C++ and Python, redistribute plans):
+    ``DeviceMesh.__eq__`` ignores process groups, so after a call's groups are destroyed the next call's
+    equal mesh got the old one back and failed ("Could not resolve the process group registered under
+    the name ..."; every second 2x2 FSDP2 x TP launch on warm ranks). Missing public API: clearing them."""
     if "torch.distributed.tensor" not in sys.modules:
         return
     from torch.distributed.tensor import DTensor, _redistribute  # noqa: PLC0415
 
-    native = getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", None)
-    if native is not None:
-        native()
-    propagator = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
-    for cached in (getattr(propagator, "propagate_op_sharding", None),
-                   getattr(propagator, "_propagate_tensor_meta_cached", None),
+    getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", lambda: None)()
+    prop = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
+    for cached in (getattr(prop, "propagate_op_sharding", None), getattr(prop, "_propagate_tensor_meta_cached", None),
                    getattr(_redistribute, "_gen_transform_infos", None)):
-        if cached is not None and hasattr(cached, "cache_clear"):
-            cached.cache_clear()
+        getattr(cached, "cache_clear", lambda: None)()
 
 
 def flatten_mesh(mesh: Any, name: str) -> Any:
-    """``mesh`` (a DeviceMesh or a slice of several dimensions) flattened into one dimension named
-    ``name`` (``DeviceMesh._flatten``; afterwards ``root_mesh[name]`` is it too).
-    Missing public API: flattening mesh dimensions (torchtitan calls ``_flatten`` too)."""
+    """``mesh`` (several dimensions) flattened into one named ``name`` (``DeviceMesh._flatten``, as torchtitan)."""
     return mesh._flatten(name)
 
 
 def all_to_all_single_autograd(x: torch.Tensor, group: Any) -> torch.Tensor:
-    """A differentiable ``all_to_all_single`` of ``x`` with even splits of dim 0 over ``group``: in
-    backward the gradient goes back by the reverse all_to_all. Returns an ``AsyncCollectiveTensor``
-    (the first operation that reads it waits).
-    Missing public API: ``torch.distributed.nn.functional.all_to_all_single`` is deprecated in
-    favour of this private one."""
+    """A differentiable even-split ``all_to_all_single`` over ``group`` (an AsyncCollectiveTensor). Missing
+    public API: ``torch.distributed.nn.functional.all_to_all_single`` is deprecated for this private one."""
     from torch.distributed._functional_collectives import all_to_all_single_autograd as a2a  # noqa: PLC0415
-
     return a2a(x.contiguous(), None, None, group)
 
 
 def debug_mode_class() -> Any:
-    """DTensor's ``DebugMode`` (``torch.utils._debug_mode``), or ``None`` where torch has none.
-    Missing public API: DebugMode is a prototype in a private module."""
-    try:
-        from torch.utils._debug_mode import DebugMode  # noqa: PLC0415
-    except ImportError:
-        return None
-    return DebugMode
+    """DTensor's ``DebugMode`` or ``None``. Missing public API: DebugMode is a prototype in a private module."""
+    import importlib.util  # noqa: PLC0415
+    return importlib.import_module("torch.utils._debug_mode").DebugMode if importlib.util.find_spec(
+        "torch.utils._debug_mode") else None
 
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
