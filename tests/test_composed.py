@@ -419,3 +419,19 @@ def test_context_parallel_over_four_ranks(attention):
     else:
         assert got[("cp", "forward", "all_to_all")][0] == 4 and got[("cp", "backward", "all_to_all")][0] == 4
     assert got[("cp", "backward", "reduce_scatter")][0] == 3
+
+
+@pytest.mark.slow
+def test_the_explorer_runs_each_mesh_on_real_ranks_and_draws_its_traffic():
+    from collnb.labs.parallel.composed_explorer import LAYOUTS, explore_composed
+
+    with pytest.raises(ValueError, match="choose a mesh"):
+        explore_composed("tp=3")
+    explorer = explore_composed("tp=2 × dp_shard=2", ranks_per_node=2)
+    assert explorer.error is None and explorer.last_png.startswith(b"\x89PNG")
+    assert "rank 0 holds" in explorer.caption.value and "(tp)" in explorer.caption.value   # tp crosses nodes here
+    explorer.set(mesh="dp_shard=2 × tp=2")
+    explorer.wait()
+    assert explorer.error is None and "(dp_shard)" in explorer.caption.value
+    assert "equals one process" in explorer.last_picture.alt
+    assert "pp=2 × dp_shard=2 × tp=2" in LAYOUTS

@@ -1,8 +1,10 @@
 """Layer 4, views: what a learner sees. Rank-by-chunk heatmaps of a run (:mod:`.heatmap`, content in
 :mod:`.grid`), round-by-round replays of a :class:`collnb.Trace` (:mod:`.replay`, frames in
 :mod:`.frames` and :mod:`.round_heatmap`, players in :mod:`.players`, the comparison chart in
-:mod:`.comparison`) and the widgets that re-run a primitive or an algorithm on real ranks as a control
-moves (:mod:`.explorer`, :mod:`.rounds_explorer`, both through the latest-request-wins :mod:`.worker`), and the
+:mod:`.comparison`) and the explorers that re-run a primitive, an algorithm or a redistribute on real ranks as a control
+moves (:mod:`.explorer`, :mod:`.rounds_explorer`, :mod:`.redistribute_explorer`), every one a
+:class:`Binder`, the one explorer engine (:mod:`.binder`: the contract a new explorer follows, its
+latest-request-wins :mod:`.worker`, status line and static picture), and the
 collectives a launch recorded, step by step (:mod:`.calls`), a launch's per-rank timeline as a
 Gantt chart (:mod:`.timeline`). All
 pictures are painted by one raster engine (:mod:`.raster`) in one palette (:mod:`.palette`), values
@@ -27,7 +29,7 @@ from . import heatmap, redistribute  # noqa: F401  - registrations
 from .replay import replay
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
-    from .binder import Binder
+    from .binder import Binder, Picture
     from .calls import CallsView, call_counts, call_steps, calls_image, calls_png, calls_text
     from .explorer import explore
     from .heatmap import heatmap_figure, heatmap_image, heatmap_png
@@ -36,14 +38,14 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .raster import CjkFontMissing, matplotlib_fonts
     from .redistribute import predict_steps, redistribute_image, redistribute_png, redistribute_text
     from .redistribute_explorer import explore_redistribute
-    from .replay import (FPS_RANGE, compare, compare_figure, explore_rounds, replay, save_filmstrip,
-                         save_gif)
+    from .replay import FPS_RANGE, compare, compare_figure, replay, save_filmstrip, save_gif
+    from .rounds_explorer import explore_rounds
     from .timeline import timeline_image, timeline_png
 
 #: Public name -> the module it is loaded from.
 _WHERE = {
     **dict.fromkeys(("CallsView", "call_counts", "call_steps", "calls_image", "calls_png", "calls_text"), ".calls"),
-    "Binder": ".binder", "explore": ".explorer",
+    **dict.fromkeys(("Binder", "Picture"), ".binder"), "explore": ".explorer",
     **dict.fromkeys(("heatmap_figure", "heatmap_image", "heatmap_png"), ".heatmap"),
     **dict.fromkeys(("MatrixPanel", "MatrixPicture", "matrix_image"), ".matrix"),
     "mesh_traffic_image": ".mesh",
@@ -51,14 +53,15 @@ _WHERE = {
     **dict.fromkeys(("predict_steps", "redistribute_image", "redistribute_png", "redistribute_text"), ".redistribute"),
     "explore_redistribute": ".redistribute_explorer",
     **dict.fromkeys(("timeline_image", "timeline_png"), ".timeline"),
-    **dict.fromkeys(("FPS_RANGE", "compare", "compare_figure", "explore_rounds", "replay", "save_filmstrip", "save_gif"),
+    "explore_rounds": ".rounds_explorer",
+    **dict.fromkeys(("FPS_RANGE", "compare", "compare_figure", "replay", "save_filmstrip", "save_gif"),
                     ".replay"),
 }
 
 __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image", "calls_png", "explore", "heatmap_figure", "heatmap_image", "heatmap_png", "replay", "explore_rounds",
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
            "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
-           "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "matplotlib_fonts", "CjkFontMissing",
+           "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "Picture", "matplotlib_fonts", "CjkFontMissing",
            "mesh_traffic_image"]  # FPS_RANGE: for the command line (collnb.cli.replay)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE)

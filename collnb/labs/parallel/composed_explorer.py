@@ -55,7 +55,7 @@ def explore_composed(mesh: str = "dp_shard=2 × tp=2", *, attention: str = "ring
         ValueError: a mesh not in :data:`LAYOUTS`, an unknown attention, or ranks per node that do
             not divide 4.
     """
-    from ...views import Binder
+    from ...views import Binder, Picture
 
     if mesh not in LAYOUTS:
         raise ValueError(_("choose a mesh of {layouts}; got {value}").format(layouts=", ".join(LAYOUTS), value=repr(mesh)))
@@ -80,9 +80,8 @@ def explore_composed(mesh: str = "dp_shard=2 × tp=2", *, attention: str = "ring
         per_node = p.ranks_per_node if p.ranks_per_node > 1 else None
         dev = deviation(results, reference, plan)
         worst = max(dev["loss"], dev["grads"], dev["params"])
-        pic = mesh_image(rows, plan, ranks_per_node=per_node,
-                         note=_("equals one process: largest difference {worst:.1e} (loss, gradients, parameters)").format(
-                             worst=worst))
+        note = _("equals one process: largest difference {worst:.1e} (loss, gradients, parameters)").format(worst=worst)
+        pic = mesh_image(rows, plan, ranks_per_node=per_node, note=note)
         got, want = results[0]["memory"], formula(plan, config_for(plan))
         held = ", ".join(f"{k} {format_bytes(got[k])}" for k in MEMORY_KINDS)
         caption = _("rank 0 holds {held}; the formulas give parameters {params}, gradients {grads}, "
@@ -95,7 +94,12 @@ def explore_composed(mesh: str = "dp_shard=2 × tp=2", *, attention: str = "ring
                 bytes=format_bytes(sum(crossing.values())), dims=", ".join(sorted(crossing)) or "-")
         caption += " " + _("Loss per step: {losses}.").format(
             losses=", ".join(f"{v:.4f}" for v in global_losses(results, plan)))
-        return pic.png, caption
+        from html import escape
+
+        alt = _("the mesh {plan}, each dimension's links and the bytes each rank sends per step over it").format(
+            plan=plan.text())
+        return Picture(pixels=pic.pixels, png=pic.png, caption=escape(caption), alt=alt + ". " + note + ". " + caption,
+                       attrs={"mesh": plan.text()})
 
     return Binder(ComposedParams(mesh, attention, ranks_per_node), choices, fix, run, draw,
                   labels={"mesh": _("mesh (outermost first)"), "attention": _("cp attention"),
