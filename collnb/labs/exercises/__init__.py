@@ -27,17 +27,28 @@ Example (the check cell of ``01_broadcast``)::
     from collnb import exercises
     exercises.check_broadcast(my_broadcast)
 
+Writing a new check: :func:`.framework.check` is the frame every check of the learner's code
+shares (its signature checked, "not answered yet" for a stub, each :class:`.framework.Case`
+launched with every call recorded, each :class:`.framework.Trial` handed to the check's judge, ✓ at
+the end); the check itself is a generator of cases, a judge that raises
+:meth:`.framework.Trial.fail` on the first thing wrong, and the texts.
+:func:`.framework.check_prediction` is the frame of a predicted value. :mod:`.framework`'s docstring
+lists its public API (``from .framework import check, Case, Trial``) with a complete example; every
+module below uses only that API. The framework is for writing checks; a notebook calls the checks.
+
 Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
-learner's calls; ✓, ✗ and "not answered yet"), :mod:`.coding` (checks of code the learner writes),
+learner's calls; ✓, ✗ and "not answered yet"; the public API above), :mod:`.coding` (checks of code the learner writes),
 :mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
 (notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16), :mod:`.overlap`
-(notebook 17: an all_reduce overlapped with compute, measured on the timeline) and :mod:`.hangs` (notebook 18: the
-culprit of a hang, read from the Flight Recorder).
+(notebook 17: an all_reduce overlapped with compute, measured on the timeline), :mod:`.hangs` (notebook 18: the
+culprit of a hang, read from the Flight Recorder) and :mod:`.composed` (notebook 20: parallelisms composed on one
+DeviceMesh).
 """
 
 from ...ranks import CallRecord
 from .coding import (check_all_gather, check_broadcast, check_census, check_count_ready, check_gather,
                      check_ring_step, check_token_ring)
+from .composed import check_compose, check_tp_placement
 from .dtensor import check_collective_prediction, check_dp_tp_matmul, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .hangs import Mystery, check_hang_culprit, hang_mystery
@@ -56,7 +67,8 @@ __all__ = [
     "check_int8_prediction", "check_all_to_all_prediction", "check_census", "check_token_ring",
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
-    "check_online_softmax", "check_kv_ring_pass", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
-    "check_dp_tp_matmul", "check_tensor_parallel_backward", "check_pipeline_backward", "check_overlapped_all_reduce",
+    "check_online_softmax", "check_kv_ring_pass", "check_pipeline_forward", "check_collective_prediction",
+    "check_dp_tp_placements", "check_partial_to_row_shards", "check_dp_tp_matmul", "check_tensor_parallel_backward",
+    "check_compose", "check_tp_placement", "check_pipeline_backward", "check_overlapped_all_reduce",
     "check_hang_culprit", "hang_mystery", "Mystery",
 ]
