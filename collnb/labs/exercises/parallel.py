@@ -342,16 +342,12 @@ def _kv_ring_rank(rank, world_size, step, q, k, v, causal, layout):
 
 
 def check_kv_ring_pass(step: Callable) -> None:
-    """Check ``step(send, recv, rank, world_size) -> requests`` (notebook 15): one round of ring
-    attention's communication. ``send`` is this rank's K and V blocks (two ``(n, d)`` float64 tensors),
-    ``recv`` two buffers of the same shapes; ``step`` posts the sends of ``send`` to rank ``rank + 1`` and
-    the receives into ``recv`` from rank ``rank - 1`` (modulo the world size), without waiting, and returns
-    the requests, which ring attention waits on after computing the block it holds
-    (:func:`collnb.labs.parallel.ring_attention`, with the library's online softmax). It runs on real
-    ranks, twice: causal in zig-zag order and unmasked in plain order, random world sizes (2-4) and random
-    ``q, k, v`` (each rank knows only its own rows). Passes when every rank's output equals full attention
-    in one process (within 1e-10) and every rank's operations are ``2 (p - 1)`` sends, all to the next rank,
-    and ``2 (p - 1)`` receives, all from the previous one.
+    """Check ``step(send, recv, rank, world_size) -> requests`` (notebook 15): one round of ring attention's
+    communication, :func:`collnb.labs.parallel.ring_step`'s job: post the sends of ``send`` (this rank's K and
+    V blocks) to rank ``rank + 1`` and the receives into ``recv`` from rank ``rank - 1``, without waiting; ring
+    attention runs with it on real ranks as :func:`check_online_softmax` runs. Passes when every output equals
+    full attention (within 1e-10) and each rank made ``2 (p - 1)`` isends to the next rank and as many irecvs
+    from the previous one.
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
