@@ -27,6 +27,7 @@ import contextlib
 import datetime
 import functools
 from collections.abc import Callable, Iterator
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
@@ -40,7 +41,8 @@ if TYPE_CHECKING:
     from torch.utils._device import DeviceContext
 
 __all__ = ["PRIVATE_NAMES", "PrivateName", "missing", "require", "OpOverload", "OpOverloadPacket",
-           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once",
+           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once", "forget_dtensor_caches",
+           "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class",
            "FUNCTIONAL_COLLECTIVES_MODULE", "flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
@@ -116,6 +118,12 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "forgetting a warning logged once", _BOTH),
     PrivateName("torch.distributed.tensor._redistribute", "torch's log lines shown for every redistribute",
                 "forgetting DTensor's flattening warning", _BOTH),
+    *(PrivateName(n, "a rank's clean state between calls", "forgetting DTensor's mesh-keyed caches", _BOTH) for n in (
+        "torch._C._clear_DTensor_sharding_propagator_cache", "torch.distributed.tensor.DTensor._op_dispatcher",
+        "torch.distributed.tensor._redistribute._gen_transform_infos")),
+    PrivateName("torch.distributed.device_mesh.DeviceMesh._flatten", "notebook 20", "flattening mesh dimensions", _BOTH),
+    PrivateName("torch.distributed._functional_collectives.all_to_all_single_autograd", "notebook 20", "an autograd all_to_all", _BOTH),
+    PrivateName("torch.utils._debug_mode.DebugMode", "notebook 20: DTensor's trace", "DTensor's DebugMode", _BOTH),
     PrivateName("torch.distributed._functional_collectives", "a rank's clean state between calls (watched module)",
                 "a public module of the functional collectives", _BOTH),
     PrivateName("torch._C.FunctionSchema", "recording calls (an operator's argument names, OpOverload._schema)",
@@ -204,6 +212,41 @@ def forget_logged_once() -> None:
         getattr(_redistribute, "_warned_flatten_issues", set()).clear()
     except ImportError:
         pass
+
+
+def forget_dtensor_caches() -> None:
+    """Forget DTensor's mesh-keyed caches (sharding propagation in C++ and Python, redistribute plans):
+    ``DeviceMesh.__eq__`` ignores process groups, so after a call's groups are destroyed the next call's
+    equal mesh got the old one back and failed ("Could not resolve the process group registered under
+    the name ..."; every second 2x2 FSDP2 x TP launch on warm ranks). Missing public API: clearing them."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    from torch.distributed.tensor import DTensor, _redistribute  # noqa: PLC0415
+
+    getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", lambda: None)()
+    prop = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
+    for cached in (getattr(prop, "propagate_op_sharding", None), getattr(prop, "_propagate_tensor_meta_cached", None),
+                   getattr(_redistribute, "_gen_transform_infos", None)):
+        getattr(cached, "cache_clear", lambda: None)()
+
+
+def flatten_mesh(mesh: Any, name: str) -> Any:
+    """``mesh`` (several dimensions) flattened into one named ``name`` (``DeviceMesh._flatten``, as torchtitan)."""
+    return mesh._flatten(name)
+
+
+def all_to_all_single_autograd(x: torch.Tensor, group: Any) -> torch.Tensor:
+    """A differentiable even-split ``all_to_all_single`` over ``group`` (an AsyncCollectiveTensor). Missing
+    public API: ``torch.distributed.nn.functional.all_to_all_single`` is deprecated for this private one."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd as a2a  # noqa: PLC0415
+    return a2a(x.contiguous(), None, None, group)
+
+
+def debug_mode_class() -> Any:
+    """DTensor's ``DebugMode`` or ``None``. Missing public API: DebugMode is a prototype in a private module."""
+    import importlib.util  # noqa: PLC0415
+    return importlib.import_module("torch.utils._debug_mode").DebugMode if importlib.util.find_spec(
+        "torch.utils._debug_mode") else None
 
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
