@@ -108,7 +108,7 @@ R = TypeVar("R", default=Any)
 Fixed: TypeAlias = tuple[P, Sequence[str]] | tuple[P, Sequence[str], Sequence[str]]
 
 
-class Binder(WorkerState, Generic[P, R]):
+class Binder(WorkerState[tuple[P, float]], Generic[P, R]):
     """An explorer: widgets bound to a parameter model (see the module docstring). ``Binder[P, R]``:
     ``P`` its parameters' dataclass, ``R`` what its ``run`` returns (left out: ``Any``).
 
