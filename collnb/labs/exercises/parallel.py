@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Callable
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, TypeVar, cast
 
 import torch
 
@@ -17,15 +19,24 @@ from ..parallel import (LAYOUTS, Phases, attention, block_of, fsdp_train, kind, 
 from ...i18n import _
 from .framework import Case, Trial, check, summary, world_sizes
 
+if TYPE_CHECKING:
+    from ...ranks import CallRecord
+
+#: What a check's cases hold for its judge (:class:`.framework.Case`'s ``want``).
+W = TypeVar("W")
+#: The Megatron MLP's gradients ``(dx, dw1, db1, dw2)``.
+Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
 # ----------------------------------------------------------------------------------------------
 # 13 · column-parallel then row-parallel, one all_reduce
 
 
-def _tp_reference(x, w1, b1, w2):
+def _tp_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One process's Megatron MLP: ``gelu(x @ w1.T + b1) @ w2.T``."""
     return torch.nn.functional.gelu(x @ w1.t() + b1) @ w2.t()
 
 
-def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
+def check_tensor_parallel_mlp(tp_mlp: object) -> None:
     """Check ``tp_mlp(rank, world_size, x, w1, b1, w2)`` (notebook 13): the Megatron MLP's forward
     on this rank's shards, ``gelu(x @ W1.T + b1) @ W2.T`` for the whole ``W1 (f, h)``, ``b1 (f,)``,
     ``W2 (h, f)``, returned on every rank.
@@ -44,7 +55,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                    'compute its own slice of the hidden activations, GeLU included, and its own partial product of the '
                    'second linear. Which one collective turns the partial products into the output on every rank?'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[torch.Tensor]]:
         for ws in world_sizes(rng, 2, 4):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, h, f = rng.randint(3, 6), 3, 4 * ws        # h != f/t: the output and the hidden differ in size
@@ -55,7 +66,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                     for r in range(ws)]
             yield Case(ws, args, want=_tp_reference(x, w1, b1, w2), what=_('world size {world_size}').format(world_size=ws))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[torch.Tensor]) -> None:
         want, ws, calls = t.want, t.world_size, t.calls
         devs = [float((r - want).abs().max()) if isinstance(r, torch.Tensor) and r.shape == want.shape else None
                 for r in t.results]
@@ -72,7 +83,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                            'h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8, values=values),
                          _('all_reduce the partial output of the second linear (s x h), not the hidden activations: GeLU '
                            'is not linear, so a sum of GeLUs is not the GeLU of a sum.'))
-        wrong = [r for r in t.ranks if devs[r] is None or devs[r] > 1e-12]
+        wrong = [r for r, d in enumerate(devs) if d is None or d > 1e-12]
         if wrong:
             raise t.fail(_("world size {world_size}: rank(s) {wrong} returned something other than the MLP's output (one "
                            'process, the whole weights).').format(world_size=ws, wrong=wrong),
@@ -85,14 +96,26 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                    '{first_size} and {second_size} (random weights, each shard known only to its rank)'))
 
 
-def _tp_grads(x, w1, b1, w2, grad_out):
+def _tp_grads(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+              grad_out: torch.Tensor) -> list[torch.Tensor]:
     """One process's gradients of ``gelu(x @ w1.T + b1) @ w2.T`` against ``grad_out``: dx, dw1, db1, dw2."""
     leaves = [t.clone().requires_grad_(True) for t in (x, w1, b1, w2)]
-    _tp_reference(*leaves).backward(grad_out)
-    return [t.grad for t in leaves]
+    _tp_reference(*leaves).backward(grad_out)  # type: ignore[no-untyped-call]  # torch's backward has no annotations
+    return [_grad(t) for t in leaves]
 
 
-def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
+def _grad(t: torch.Tensor) -> torch.Tensor:
+    """``t.grad``, which a backward through ``t`` has filled.
+
+    Raises:
+        RuntimeError: ``t`` has no gradient (the backward did not reach it).
+    """
+    if t.grad is None:
+        raise RuntimeError("a tensor the backward should have reached has no gradient")
+    return t.grad
+
+
+def check_tensor_parallel_backward(tp_mlp_backward: object) -> None:
     """Check ``tp_mlp_backward(rank, world_size, x, w1, b1, w2, grad_out)`` (notebook 13): the Megatron
     MLP's backward on this rank's shards. The forward is ``y = gelu(x @ W1.T + b1) @ W2.T`` for the
     whole ``W1 (f, h)``, ``b1 (f,)``, ``W2 (h, f)``; ``grad_out`` ``(s, h)`` is the loss's gradient
@@ -116,7 +139,7 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
                   'of a sum over the ranks?')
     names = ("dx", "dw1", "db1", "dw2")
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[Grads]]]:
         for ws in world_sizes(rng, 2, 4):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             # s != f/t = 4: the input's gradient (s, h) differs in size from every weight shard's (f/t, h), (h, f/t), (f/t,)
@@ -130,17 +153,17 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
                      grad_out.clone()) for r in range(ws)]
             yield Case(ws, args, want=want, what=_('world size {world_size}').format(world_size=ws))
 
-    def deviations(got, want):
+    def deviations(got: object, want: Grads) -> list[float | None] | None:
         if not isinstance(got, (tuple, list)) or len(got) != 4:
             return None
         return [float((g - w).abs().max()) if isinstance(g, torch.Tensor) and g.shape == w.shape else None
                 for g, w in zip(got, want)]
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[Grads]]) -> None:
         want, ws, calls = t.want, t.world_size, t.calls
         devs = [deviations(t.results[r], want[r]) for r in t.ranks]
-        t.show([(r, *(["-"] * 4 if devs[r] is None else ["-" if d is None else f"{d:.1e}" for d in devs[r]]),
-                 t.summary(r)) for r in t.ranks], (_('rank'), *(f"|{n} - 1 proc|" for n in names), _('calls')))
+        t.show([(r, *(["-"] * 4 if dv is None else ["-" if d is None else f"{d:.1e}" for d in dv]),
+                 t.summary(r)) for r, dv in enumerate(devs)], (_('rank'), *(f"|{n} - 1 proc|" for n in names), _('calls')))
         t.only({"all_reduce"}, hint=_('sum the shares with dist.all_reduce. ') + direction)
         if any(t.names(r).count("all_reduce") != 1 for r in t.ranks):
             raise t.fail(_('world size {world_size}: every rank must make exactly one dist.all_reduce (the f operator '
@@ -154,11 +177,12 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
             raise t.fail(_("world size {world_size}: rank {r}'s all_reduce carried {n_values} values; the input's "
                            'gradient is s x h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8,
                                                                     values=values))
-        if any(d is None for d in devs):
+        complete = [d for d in devs if d is not None]
+        if len(complete) != len(devs):
             raise t.fail(_('world size {world_size}: return a tuple (dx, dw1, db1, dw2) of tensors shaped like x, w1, b1 '
                            'and w2.').format(world_size=ws))
         for k, n in enumerate(names):
-            wrong = [r for r in t.ranks if devs[r][k] is None or devs[r][k] > 1e-12]
+            wrong = [r for r in t.ranks if (d := complete[r][k]) is None or d > 1e-12]
             if wrong:
                 hint = (_("each rank's dx is its share of a sum: x feeds every rank's slice of the hidden layer. All-reduce "
                           'it (and only it).') if n == "dx" else
@@ -181,16 +205,21 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
 _WIDTHS = (6, 10, 14, 8, 4)
 
 
-def _fsdp_rank(rank, world_size, configure, x, y, widths):
-    phases = Phases()
+def _fsdp_rank(rank: int, world_size: int, configure: Callable[[list[torch.nn.Module]], None], x: torch.Tensor,
+               y: torch.Tensor,
+               widths: Sequence[int]) -> tuple[list[torch.Tensor], list[tuple[str, int]]]:
+    """Runs on a rank: one FSDP2 step with the learner's ``configure`` and each block's compute
+    marked; ``(parameters after the step, the marks: (label, records before it))``."""
+    phases = Phases()  # type: ignore[no-untyped-call]  # collnb.labs.parallel is not typed yet
     out = fsdp_train(rank, world_size, x, y, steps=1, widths=widths, prefetch=configure, phases=phases)
     return out["params"], phases.close()
 
 
-def _gathered(records, widths, ws) -> list:
+def _gathered(records: Iterable[CallRecord], widths: Sequence[int], ws: int) -> list[tuple[int, str] | None]:
     """Each record's ``(block, "forward" | "backward")`` for an FSDP2 all_gather (a block's first
     all_gather of the step is its forward's, the second its backward's), else ``None``."""
-    seen, out = {}, []
+    seen: dict[int, int] = {}
+    out: list[tuple[int, str] | None] = []
     for rec in records:
         block = block_of(rec, widths, ws) if kind(rec) == "all_gather" else None
         if block is None:
@@ -201,13 +230,14 @@ def _gathered(records, widths, ws) -> list:
     return out
 
 
-def _issued_before(gathered, marks, label: str, phase: str) -> list:
+def _issued_before(gathered: Sequence[tuple[int, str] | None], marks: Iterable[tuple[str, int]], label: str,
+                   phase: str) -> list[int]:
     """The blocks whose ``phase`` all_gather had been issued when ``label`` was marked, in order."""
     position = dict(marks)[label]
     return [g[0] for g in gathered[:position] if g is not None and g[1] == phase]
 
 
-def check_fsdp_prefetch(configure: Callable) -> None:
+def check_fsdp_prefetch(configure: object) -> None:
     """Check ``configure(blocks)`` (notebook 14): given the list of ``fully_shard`` blocks of a
     4-block model, set FSDP2's explicit prefetching so that in forward every block prefetches the
     **next** block's all_gather (``set_modules_to_forward_prefetch``) and in backward the **two**
@@ -228,7 +258,7 @@ def check_fsdp_prefetch(configure: Callable) -> None:
                    'the first and last blocks.)'))
     n_blocks = len(_WIDTHS) - 1
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[torch.Tensor]]]:
         ws = rng.randint(2, 4)
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
         x = torch.randn(4 * ws, _WIDTHS[0], generator=gen, dtype=torch.float64)
@@ -236,9 +266,10 @@ def check_fsdp_prefetch(configure: Callable) -> None:
         yield Case(ws, [(configure, x, y, _WIDTHS)] * ws, want=sgd_reference(x, y, steps=1, widths=_WIDTHS),
                    what=_('world size {world_size}').format(world_size=ws), fn=_fsdp_rank)
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[torch.Tensor]]) -> None:
         ws, want = t.world_size, t.want
-        params, marks = t.results[0]
+        answers = [cast("tuple[list[torch.Tensor], list[tuple[str, int]]]", a) for a in t.results]  # _fsdp_rank's
+        params, marks = answers[0]
         records = t.calls[0]
         phases = split(records, marks)
         if phases.get("setup"):
@@ -265,7 +296,7 @@ def check_fsdp_prefetch(configure: Callable) -> None:
                          _('in forward a block should name the block after it; in backward the two blocks before it '
                            '(backward runs from the last block to the first). The first and last blocks name only blocks '
                            'that exist.'))
-        worst = max(max_difference(p, want) for p, _ in t.results)
+        worst = max(max_difference(p, want) for p, _ in answers)
         if worst > 1e-12:
             raise t.fail(_("world size {world_size}: the parameters after the step differ from one process's by {worst:.2e}.").format(world_size=ws, worst=worst),
                          _('prefetching changes when FSDP gathers, never what it computes: leave the training alone.'))
@@ -280,11 +311,14 @@ def check_fsdp_prefetch(configure: Callable) -> None:
 # 15 · the online softmax inside ring attention
 
 
-def _ring_rank(rank, world_size, update, q, k, v, causal, layout):
-    return ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, update=update)[0]
+def _ring_rank(rank: int, world_size: int, update: Callable[..., object], q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor, causal: bool, layout: str) -> torch.Tensor:
+    """Runs on a rank: ring attention with the learner's ``update``; this rank's output rows."""
+    out: torch.Tensor = ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, update=update)[0]
+    return out
 
 
-def check_online_softmax(update: Callable) -> None:
+def check_online_softmax(update: object) -> None:
     """Check ``update(o, m, l, scores, v) -> (o, m, l)`` (notebook 15): one step of the online
     softmax (Milakov and Gimelshein 2018), used inside ring attention on real ranks.
 
@@ -303,7 +337,7 @@ def check_online_softmax(update: Callable) -> None:
                    "was computed relative to m: what factor brings it to m_new? Then add the new block's terms, "
                    'relative to m_new.'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[int], int, int]]]:
         for ws, (causal, layout) in zip(world_sizes(rng, 2, 4), ((True, "zigzag"), (False, "plain"))):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, d = 4 * ws, 3
@@ -313,7 +347,7 @@ def check_online_softmax(update: Callable) -> None:
             what = (_('world size {world_size}, causal, {layout} order') if causal else _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
             yield Case(ws, args, want=(attention(q, k, v, causal), where, s, d), what=what, fn=_ring_rank)
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[torch.Tensor, list[int], int, int]]) -> None:
         (full, where, s, d), ws, what = t.want, t.world_size, t.what
         devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
                 and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(t.results)]
@@ -341,7 +375,8 @@ def check_online_softmax(update: Callable) -> None:
 # 16 · one pipeline stage's forward, with send/recv
 
 
-def _random_stage(gen, h: int) -> torch.nn.Module:
+def _random_stage(gen: torch.Generator, h: int) -> torch.nn.Module:
+    """``tanh(Linear(h, h))`` in float64, random weights from ``gen``, no gradients."""
     lin = torch.nn.Linear(h, h, dtype=torch.float64)
     with torch.no_grad():
         lin.weight.copy_(torch.randn(h, h, generator=gen, dtype=torch.float64) / h ** 0.5)
@@ -351,7 +386,7 @@ def _random_stage(gen, h: int) -> torch.nn.Module:
     return stage
 
 
-def _stage_messages(records) -> list:
+def _stage_messages(records: Iterable[CallRecord]) -> list[tuple[str, int | None, int]]:
     """``(direction, peer, nbytes)`` per send/recv of a rank's grouped calls (``isend``/``irecv`` and
     a ``batch_isend_irecv``'s parts count as ``send``/``recv``)."""
     out = []
@@ -361,8 +396,8 @@ def _stage_messages(records) -> list:
     return out
 
 
-def _check_stage_messages(t: Trial, step: Callable[[int], list], m: int, one: int, *, size_hint: str,
-                          order_hint: str) -> None:
+def _check_stage_messages(t: Trial[W], step: Callable[[int], list[tuple[str, int, int]]], m: int, one: int, *,
+                          size_hint: str, order_hint: str) -> None:
     """Refuse a rank whose sends and receives are not ``step(r)`` (``(direction, peer, nbytes)`` for one
     microbatch) ``m`` times over, microbatch after microbatch: a ✗ naming a message of the wrong size
     (``size_hint``) where only sizes differ, else the calls it should have made (``order_hint``)."""
@@ -380,7 +415,7 @@ def _check_stage_messages(t: Trial, step: Callable[[int], list], m: int, one: in
                          order_hint)
 
 
-def check_pipeline_forward(stage_forward: Callable) -> None:
+def check_pipeline_forward(stage_forward: object) -> None:
     """Check ``stage_forward(rank, world_size, layer, inputs)`` (notebook 16): the forward half of
     GPipe on one stage, with send/recv.
 
@@ -405,7 +440,7 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
                    'the stage runs, and every rank but the last passes its output on to the next rank. What does the '
                    'last rank return?'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, int, int]]]:
         for ws in world_sizes(rng, 2, 4):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
@@ -418,7 +453,7 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
             yield Case(ws, args, want=(want, m, b * h * 8),
                        what=_('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[torch.Tensor, int, int]]) -> None:
         (want, m, one), ws, what = t.want, t.world_size, t.what
         last = t.results[ws - 1]
         dev = (float((last - want).abs().max()) if isinstance(last, torch.Tensor) and last.shape == want.shape
@@ -452,7 +487,7 @@ def check_pipeline_forward(stage_forward: Callable) -> None:
 # 16 · one pipeline stage's backward, with send/recv
 
 
-def check_pipeline_backward(stage_backward: Callable) -> None:
+def check_pipeline_backward(stage_backward: object) -> None:
     """Check ``stage_backward(rank, world_size, layer, inputs, grads)`` (notebook 16): the backward half
     of GPipe on one stage, with send/recv.
 
@@ -483,14 +518,14 @@ def check_pipeline_backward(stage_backward: Callable) -> None:
                   'to inputs[j] (the input needs requires_grad to get a gradient of its own), and pass the gradient of '
                   'the input on to the rank before, microbatch by microbatch.')
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[list[list[torch.Tensor]], int, int]]]:
         for ws in world_sizes(rng, 2, 4):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
             layers = [_random_stage(gen, h).requires_grad_(True) for _ in range(ws)]
             xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
             gs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            stage_inputs = [[] for _ in range(ws)]
+            stage_inputs: list[list[torch.Tensor]] = [[] for _ in range(ws)]
             with torch.no_grad():
                 for x in xs:
                     for r, layer in enumerate(layers):
@@ -502,18 +537,19 @@ def check_pipeline_backward(stage_backward: Callable) -> None:
             model = torch.nn.Sequential(*layers)
             for x, g in zip(xs, gs):
                 model(x).backward(g)
-            want = [[p.grad for p in layer.parameters()] for layer in layers]
+            want = [[_grad(p) for p in layer.parameters()] for layer in layers]
             yield Case(ws, args, want=(want, m, b * h * 8),
                        what=_('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[list[list[torch.Tensor]], int, int]]) -> None:
         (want, m, one), ws, what = t.want, t.world_size, t.what
-        devs = []
+        devs: list[float | None] = []
         for r in t.ranks:
             got = t.results[r]
             ok = isinstance(got, (list, tuple)) and len(got) == len(want[r]) and all(
                 isinstance(a, torch.Tensor) and a.shape == w.shape for a, w in zip(got, want[r]))
-            devs.append(max(float((a - w).abs().max()) for a, w in zip(got, want[r])) if ok else None)
+            devs.append(max(float((a - w).abs().max()) for a, w in zip(got, want[r]))
+                        if ok and isinstance(got, (list, tuple)) else None)
         t.show([(r, t.summary(r), _("not the parameters' gradients") if devs[r] is None else f"{devs[r]:.2e}")
                 for r in t.ranks], (_('rank'), _('calls'), _("max |stage's gradients - one process|")))
         t.only({"send", "recv", "isend", "irecv"},
@@ -523,7 +559,7 @@ def check_pipeline_backward(stage_backward: Callable) -> None:
             m, one, size_hint=_("send and receive one microbatch's gradient per message."),
             order_hint=_('in backward a stage passes each gradient on as soon as it has it: receive the gradient of '
                          'microbatch j, backpropagate, send the input gradient, then the next. ') + direction)
-        wrong = [r for r in t.ranks if devs[r] is None or devs[r] > 1e-12]
+        wrong = [r for r, d in enumerate(devs) if d is None or d > 1e-12]
         if wrong:
             raise t.fail(_("{what}: rank(s) {wrong} returned gradients other than one process's (the whole model's "
                            'backward on the same microbatches).').format(what=what, wrong=wrong),
