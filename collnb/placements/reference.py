@@ -31,27 +31,14 @@ import numpy as np
 import numpy.typing as npt
 
 from ..i18n import _
-from .parsing import Placement
+from .parsing import Placement, exact_limit, row_base
 
-__all__ = ["teaching_values", "largest_value", "exact_limit", "coordinates", "local_bounds", "contributions",
+__all__ = ["teaching_values", "coordinates", "local_bounds", "contributions",
            "expected_local", "refusal", "owners", "partial_dims", "new_partial_dims", "zero_fill_is_exact",
            "partial_sums"]
 
 #: A float64 numpy array: teaching values, contributions, local tensors of the reference.
 Floats = npt.NDArray[np.float64]
-
-_EXACT = {"float32": 2 ** 24, "float64": 2 ** 53, "float16": 2 ** 11, "bfloat16": 2 ** 8,
-          "int64": 2 ** 63 - 1, "int32": 2 ** 31 - 1, "int16": 2 ** 15 - 1, "int8": 2 ** 7 - 1}
-
-
-def exact_limit(dtype: str) -> int:
-    """The largest integer ``dtype`` (a name of :data:`collnb.placements.DTYPES`) holds exactly, with
-    every integer below it (floats: ``2**(mantissa bits + 1)``; ints: their maximum)."""
-    return _EXACT[dtype]
-
-
-def _base(cols: int) -> int:
-    return 10 ** max(1, math.ceil(math.log10(cols))) if cols > 1 else 10
 
 
 def teaching_values(shape: int | Sequence[int]) -> Floats:
@@ -61,13 +48,7 @@ def teaching_values(shape: int | Sequence[int]) -> Floats:
     if len(dims) == 1:
         return np.arange(dims[0], dtype=np.float64)
     rows, cols = dims
-    return (np.arange(rows, dtype=np.float64)[:, None] * _base(cols) + np.arange(cols, dtype=np.float64)[None, :])
-
-
-def largest_value(shape: int | Sequence[int]) -> int:
-    """The largest teaching value of ``shape``."""
-    dims = (shape,) if isinstance(shape, int) else tuple(shape)
-    return dims[0] - 1 if len(dims) == 1 else (dims[0] - 1) * _base(dims[1]) + dims[1] - 1
+    return (np.arange(rows, dtype=np.float64)[:, None] * row_base(cols) + np.arange(cols, dtype=np.float64)[None, :])
 
 
 def coordinates(rank: int, mesh: Sequence[int]) -> tuple[int, ...]:

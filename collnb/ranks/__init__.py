@@ -30,6 +30,9 @@ from .recording import CallRecord, CallRecords
 from .recording import active as active_recorder
 from .timeline import Span, Timeline, region
 from ._torch_internals import distributed_c10d, flight_recorder_dump, forget_logged_once
+from ._torch_internals import missing as missing_private_names  # collnb doctor
+# torch's private names that the composed-parallelism lab needs (notebook 20), kept beside the others
+from ._torch_internals import all_to_all_single_autograd, debug_mode_class, flatten_mesh
 from .flight_recorder import Divergence, divergence, entries_from_json
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import LaunchOptions, backend_info, check_launch_options, check_ranks, launch, shutdown
@@ -44,4 +47,5 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
            "Timeline", "Span", "region", "flight_recorder_dump", "forget_logged_once", "keep_groups", "kept_groups", "same_on_every_rank",
-           "Divergence", "divergence", "entries_from_json", "LaunchOptions", "check_launch_options", "BackendFacts"]
+           "Divergence", "divergence", "entries_from_json", "LaunchOptions", "check_launch_options", "BackendFacts",
+           "missing_private_names", "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class"]

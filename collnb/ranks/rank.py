@@ -176,6 +176,8 @@ def _end_together(store: dist.Store, msg: Run, rank: int, made: set[dist.Process
             pass
     for g in made:
         dist.destroy_process_group(g)
+    if made:   # DTensor's caches may hold meshes of these groups (DeviceMesh equality ignores groups)
+        internals.forget_dtensor_caches()
 
 
 def current_rank() -> int | None:
