@@ -163,6 +163,9 @@ _say_passed = passed  # for the frames whose ``passed`` argument is the text
 RankFn = Callable[..., object]
 #: Per rank, its records (:class:`collnb.ranks.CallRecords`) or the calls grouped from them.
 Calls = Sequence[list[CallRecord]]
+#: One tuple of arguments per rank (``None``: none); ``(results, calls, timeline)`` of a launch.
+PerRankArgs = Iterable[Iterable[object]] | None
+Recorded = tuple[list[object], Calls, Timeline | None]
 
 
 def _run_recorded(rank: int, world_size: int, fn: RankFn, per_rank_args: Sequence[tuple[object, ...]]) -> object:
@@ -172,22 +175,15 @@ def _run_recorded(rank: int, world_size: int, fn: RankFn, per_rank_args: Sequenc
 
 
 @overload
-def launch_recorded(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterable[object]] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0, *,
-                    timeline: Literal[False] = False) -> tuple[list[object], Calls]: ...
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: Literal[False] = False) -> tuple[list[object], Calls]: ...
 @overload
-def launch_recorded(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterable[object]] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0, *,
-                    timeline: Literal[True]) -> tuple[list[object], Calls, Timeline | None]: ...
-@overload
-def launch_recorded(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterable[object]] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0, *,
-                    timeline: bool) -> tuple[list[object], Calls] | tuple[list[object], Calls, Timeline | None]: ...
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: Literal[True]) -> Recorded: ...
 
 
-def launch_recorded(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterable[object]] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0, *,
-                    timeline: bool = False) -> tuple[list[object], Calls] | tuple[list[object], Calls, Timeline | None]:
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: bool = False) -> tuple[list[object], Calls] | Recorded:
     """Run ``fn(rank, world_size, *per_rank_args[rank])`` on real ranks; record each rank's operations.
 
     Args:
@@ -224,9 +220,8 @@ def launch_recorded(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterabl
 CHECK_TIMEOUT_S = 60.0
 
 
-def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterable[object]] | None = None, *,
-                    hint: str, what: str, collective_timeout: float = 5.0, grouped: bool = True,
-                    timeline: bool = False) -> tuple[list[object], list[list[CallRecord]], Timeline | None]:
+def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, *, hint: str, what: str,
+                    collective_timeout: float = 5.0, grouped: bool = True, timeline: bool = False) -> Recorded:
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
     ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
     becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
@@ -267,7 +262,6 @@ def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: Iterable[Iterabl
                     _("make every torch.distributed call from your function itself, in its own thread."))
     grouped_calls = [_calls(c) if grouped else list(c) for c in calls]
     return results, grouped_calls, ranks_timeline
-
 
 
 # ----------------------------------------------------------------------------------------------
@@ -315,7 +309,7 @@ class Trial(Generic[W]):
 
     case: Case[W]
     results: list[object]
-    calls: list[list[CallRecord]]
+    calls: Calls
     timeline: Timeline | None = None
     direction: str = ""
     table: str = ""
