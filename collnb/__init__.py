@@ -25,6 +25,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .collectives import (DTYPE_NAMES, PRIMITIVES, REDUCE_OPS, BackendSupport, RunResult, backend_support, run,
                               run_batch)
     from .labs import bench, examples, exercises
+    from .labs.cluster import cluster, explain_nccl_tests
     from .placements import Placement, RedistributeResult, redistribute
     from .labs.script import to_script
     from .i18n import get_language, set_language
@@ -49,6 +50,7 @@ _WHERE = {
     **dict.fromkeys(("explore_redistribute", "compare", "compare_figure", "explore", "explore_rounds", "heatmap_figure", "heatmap_image",
                      "heatmap_png", "replay", "save_filmstrip", "save_gif", "timeline_image", "timeline_png"), ".views"),
     **dict.fromkeys(("bench", "examples", "exercises"), ".labs"),  # collnb.bench.bench(...), collnb.exercises...
+    **dict.fromkeys(("cluster", "explain_nccl_tests"), ".labs.cluster"),
     "to_script": ".labs.script",
     **dict.fromkeys(("get_language", "set_language"), ".i18n"),  # collnb.set_language("zh"): Chinese
     "doctor": ".health",  # collnb.doctor(): this install, for a bug report (also `python -m collnb doctor`)

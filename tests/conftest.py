@@ -23,3 +23,11 @@ def _no_leftovers_at_end():
     left = live_children()
     assert not left, f"processes left behind: {[(p.pid, p.name(), p.status()) for p in left]}"
     assert not pool_dirs(), f"pool directories left behind: {pool_dirs()}"
+    # the virtual clusters (collnb.labs.cluster): collnb.shutdown() removed every network namespace this
+    # process made, whatever its tests did (a test that failed inside a `with cluster(...)` included)
+    import shutil
+    import subprocess
+    if shutil.which("ip"):
+        listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        ours = [line.split()[0] for line in listing.splitlines() if line.startswith(f"collnb-{os.getpid()}-")]
+        assert not ours, f"network namespaces left behind: {ours}"

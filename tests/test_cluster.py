@@ -10,6 +10,7 @@ import os
 import subprocess
 import tempfile
 
+import numpy as np
 import psutil
 import pytest
 
@@ -119,17 +120,17 @@ def test_the_culprit_is_a_ranks_own_error_even_when_a_peers_connection_error_cam
             return 1
 
     def write(rank, when, comm, text):
-        (tmp_path / f"result-{rank}.pkl").write_bytes(cloudpickle.dumps(("error", "E", text, when, comm)))
+        (tmp_path / f"result-7-{rank}.pkl").write_bytes(cloudpickle.dumps(("error", "E", text, when, comm)))
 
     c = cl.VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=None)
     write(0, 10.0, True, "RuntimeError: Connection closed by peer")
     write(1, 10.5, True, "RuntimeError: Connection closed by peer")
     write(2, 11.0, False, "ValueError: rank 2 says no")
     write(3, 9.0, True, "RuntimeError: Connection closed by peer")
-    assert c._first_failure([Done()] * 4, str(tmp_path)) == (2, "ValueError: rank 2 says no")
-    (tmp_path / "result-2.pkl").unlink()
+    assert c._first_failure([Done()] * 4, str(tmp_path), 7) == (2, "ValueError: rank 2 says no")
+    (tmp_path / "result-7-2.pkl").unlink()
     write(2, 12.0, True, "RuntimeError: Connection reset by peer")
-    assert c._first_failure([Done()] * 4, str(tmp_path))[0] == 3
+    assert c._first_failure([Done()] * 4, str(tmp_path), 7)[0] == 3
 
 
 # -- real namespaces and ranks ----------------------------------------------------------------
@@ -213,3 +214,271 @@ def test_the_next_start_sweeps_a_dead_processs_namespaces_and_spares_a_live_ones
     finally:
         for name in (left, alive):
             subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+# -- collnb.cluster ------------------------------------------------------------------------------
+
+def test_links_are_read_the_way_a_learner_writes_them():
+    assert cl.parse_link(None) == cl.Link(None)
+    assert cl.parse_link(0.4).gbps == pytest.approx(0.4)
+    assert cl.parse_link("400 Mbit/s").gbps == pytest.approx(0.4)
+    assert cl.parse_link("10Gbit/s").gbps == pytest.approx(10.0)
+    assert cl.parse_link("25 GB/s").gbps == pytest.approx(200.0)  # bytes: x 8
+    assert cl.parse_link("1 Gbit/s, 50 us") == cl.Link(1.0, 50.0)
+    assert cl.parse_link(("1 Gbit/s", "2 ms")) == cl.Link(1.0, 2000.0)
+    assert str(cl.Link(0.4, 20.0)) == "400 Mbit/s, 20 µs"
+    with pytest.raises(ValueError, match="inter='fast' is not a link speed: give Gbit/s as a number"):
+        cl.parse_link("fast")
+    with pytest.raises(ValueError, match="faster than 0 Gbit/s"):
+        cl.parse_link("0 Gbit/s")
+    with pytest.raises(TypeError, match="intra=True is not a link speed"):
+        cl.parse_link(True, "intra")
+
+
+def test_a_modelled_cluster_says_why_in_one_line_and_its_values_still_come_from_real_ranks(capsys):
+    from collnb.labs.cluster.compare import compare_algorithms
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled")
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "modelled, timings predicted" in err
+    assert c.mode == "modelled" and c.timings == "predicted" and int(c) == 4 and c.namespaces == []
+    assert "modelled" in c.describe() and "predicted" in c.describe()
+    cmp = compare_algorithms(c, "all_reduce", ["builtin", "ring", "hierarchical"], sizes=(4096,), repeats=1)
+    assert cmp.timings == "predicted" and all(r.seconds is None and r.predicted_s > 0 and r.correct for r in cmp.rows)
+    assert cmp.row("hierarchical", 4096).predicted_s < cmp.row("ring", 4096).predicted_s
+    with pytest.raises(ValueError, match="mode must be one of emulated, modelled, real"):
+        cl.cluster(2, 2, mode="virtual")
+    with pytest.raises(ValueError, match="at most 16 fit"):
+        cl.cluster(5, 4, mode="modelled")
+
+
+def test_on_engines_the_node_map_comes_from_their_hosts(monkeypatch):
+    from collnb.labs.cluster import clusters as cluster_module
+    monkeypatch.setattr(cluster_module, "_engine_hosts", lambda: ["a", "a", "b", "b"])
+    c = cl.cluster(None, None, inter="10 Gbit/s")
+    assert (c.mode, c.nodes, c.ranks_per_node, c.timings) == ("real", 2, 2, "measured")
+    with pytest.raises(ValueError, match="make 2 nodes x 2 ranks"):
+        cl.cluster(4, 1)
+    monkeypatch.setattr(cluster_module, "_engine_hosts", lambda: ["a", "b", "a", "b"])
+    with pytest.raises(ValueError, match="not 2 equal runs of consecutive ranks"):
+        cl.cluster(None, None)
+    monkeypatch.setattr(cluster_module, "_engine_hosts", lambda: None)
+    with pytest.raises(ValueError, match="collnb.connect"):
+        cl.cluster(2, 2, mode="real")
+
+
+def test_a_cluster_counts_as_its_world_size():
+    import operator
+
+    from collnb.vocabulary import check_world_size
+    c = cl.cluster(2, 3, mode="modelled", quiet=True)
+    assert operator.index(c) == 6 and int(c) == 6 and check_world_size(c) == 6 and c == 6 and c * 2 == 12
+    assert c < 7 and c >= 6 and list(range(c)) == [0, 1, 2, 3, 4, 5]
+    import pickle
+    assert type(pickle.loads(pickle.dumps(c))) is int  # into a rank it travels as the number
+
+
+def _pid(rank, world_size):
+    import os
+    return os.getpid()
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_an_emulated_clusters_ranks_stay_warm_and_restart_after_a_failure():
+    with cl.cluster(2, 2, inter="1 Gbit/s", intra="4 Gbit/s") as c:
+        assert c.mode == "emulated" and c.timings == "measured" and len(c.namespaces) == 2
+        for ns in c.namespaces:  # the node's loopback is shaped (the intra tier)
+            qdisc = subprocess.run(["tc", "-n", ns, "qdisc", "show", "dev", "lo"], capture_output=True, text=True).stdout
+            assert "tbf" in qdisc and "rate 4Gbit" in qdisc
+        first = c.launch(_pid)
+        assert c.launch(_pid) == first  # the same processes: warm
+        with pytest.raises(cl.ClusterRankError):
+            c.launch(_raise_on_2, timeout=60)
+        again = c.launch(_pid)
+        assert set(again).isdisjoint(first)  # fresh ranks after the failure
+        names = c.namespaces
+    assert not set(names) & set(network.namespaces())
+    with pytest.raises(cl.ClusterUnavailable, match="closed"):
+        c.launch(_pid)
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_algorithms_on_a_cluster_are_exact_and_measured_beside_the_model(cluster):
+    from collnb.labs.cluster.compare import compare_algorithms, run_algorithm
+    cmp = compare_algorithms(cluster, "all_reduce", ["builtin", "ring", "hierarchical", "double_binary_tree", "ring_2d"],
+                             sizes=(1 << 12, 1 << 16), repeats=1)
+    assert {r.algorithm for r in cmp.rows} == {"builtin", "ring", "hierarchical", "double_binary_tree", "ring_2d"}
+    assert all(r.correct and r.seconds > 0 and r.predicted_s > 0 for r in cmp.rows)
+    assert "exact" in cmp.table() and "WRONG" not in cmp.table()
+    for prim in ("all_gather", "reduce_scatter", "all_to_all"):
+        rows = compare_algorithms(cluster, prim, ["builtin", "hierarchical"], sizes=(1 << 12,), repeats=1).rows
+        assert all(r.correct for r in rows)
+    trace = run_algorithm(cluster, "all_to_all", "hierarchical")
+    assert trace.ranks_per_node == 2 and np.array_equal(trace.final, trace.builtin)
+    assert all(r.seconds is not None for r in trace.rounds)
+
+
+@needs_namespaces
+def test_a_killed_process_leaves_no_namespace_behind():
+    import signal
+    import sys
+    import time
+    script = ("from collnb.labs.cluster import cluster\n"
+              "c = cluster(2, 1, inter='1 Gbit/s', mode='emulated')\n"
+              "print(' '.join(c.namespaces), flush=True)\n"
+              "import time; time.sleep(600)\n")
+    p = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        names = p.stdout.readline().split()
+        assert len(names) == 2 and set(names) <= set(network.namespaces())
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    deadline = time.monotonic() + 30
+    while set(names) & set(network.namespaces()) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not set(names) & set(network.namespaces())
+
+
+# -- the cluster as collnb's ranks, its pictures, its explorer and its exercise --------------------
+
+def _where_and_sum(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(2) * rank
+    dist.all_reduce(t)
+    return os.readlink("/proc/self/ns/net"), os.environ.get("NODE_RANK"), t.tolist()
+
+
+def _mesh(rank, world_size):
+    from torch.distributed.device_mesh import init_device_mesh
+    m = init_device_mesh("cpu", (2, 2), mesh_dim_names=("node", "local"))
+    return m.get_group("local").size(), m.get_group("node").size(), m.get_local_rank("node")
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_an_active_cluster_is_where_collnb_launches_and_run_and_device_mesh_go():
+    import collnb
+    host_ns = os.readlink("/proc/self/ns/net")
+    with collnb.cluster(2, 2, inter="1 Gbit/s", activate=True) as c:
+        got = collnb.launch(_where_and_sum, c)
+        assert [g[1] for g in got] == ["0", "0", "1", "1"] and {tuple(g[2]) for g in got} == {(6.0, 6.0)}
+        assert got[0][0] == got[1][0] != got[2][0] and host_ns not in {g[0] for g in got}
+        assert collnb.run("all_reduce", world_size=c).ok
+        trace = collnb.run_algorithm("all_reduce", "hierarchical", world_size=c, ranks_per_node=2)
+        assert np.array_equal(trace.final, trace.builtin)
+        assert collnb.launch(_mesh, 4) == [(2, 2, r // 2) for r in range(4)]
+        assert [g[2] for g in collnb.launch(_where_and_sum, 2)] == [[1.0, 1.0]] * 2  # the first 2 ranks
+        with pytest.raises(NotImplementedError, match="record_calls= is not supported on a virtual cluster"):
+            collnb.launch(_where_and_sum, 4, record_calls=True)
+        with pytest.raises(RuntimeError, match="gloo only"):
+            collnb.launch(_where_and_sum, 4, backend="nccl")
+        with pytest.raises(collnb.RankError) as raised:
+            collnb.launch(_raise_on_2, 4, timeout=60)
+        assert raised.value.rank == 2 and raised.value.exc_type == "ValueError"
+    assert collnb.launch(_where_and_sum, 2)[0][0] == host_ns  # closed: back to this machine's ranks
+
+
+def _png_colours(fig) -> int:
+    import io
+
+    from PIL import Image
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    return len(Image.open(io.BytesIO(buf.getvalue())).convert("RGB").getcolors(1 << 16) or [])
+
+
+def test_the_pictures_are_drawn_with_both_tiers_colours(tmp_path):
+    from collnb.algorithms import run_algorithms
+    from collnb.labs.cluster.pictures import INTER_COLOR, INTRA_COLOR
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    assert _png_colours(cl.cluster_figure(c)) > 20 and c._repr_png_()[:4] == b"\x89PNG"
+    trace = run_algorithms([dict(primitive="all_reduce", algorithm="hierarchical", ranks_per_node=2)], 4)[0]
+    fig = cl.round_figure(trace, 2, model=c.model(), cluster=c)
+    from PIL import Image
+    path = tmp_path / "r.png"
+    fig.savefig(path)
+    colours = Image.open(path).convert("RGB").getcolors(1 << 20)
+    hexes = {"#%02X%02X%02X" % rgb for _n, rgb in colours}
+    assert INTER_COLOR in hexes  # round 2 crosses nodes
+    assert INTRA_COLOR in hexes  # the legend names the intra tier's colour
+    strip = cl.tier_filmstrip(trace, tmp_path / "strip.png", model=c.model(), cluster=c)
+    assert Image.open(strip).size[1] > Image.open(path).size[1]
+    with pytest.raises(ValueError, match="no node map"):
+        cl.round_figure(run_algorithms([dict(primitive="all_reduce")], 2)[0], 1)
+    with pytest.raises(ValueError, match="end the file name with .png"):
+        cl.tier_filmstrip(trace, tmp_path / "strip.gif")
+
+
+def test_the_explorer_runs_on_a_modelled_cluster_and_says_its_times_are_predicted():
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    ex = cl.explore_cluster(c, algorithm="ring", size=16 << 10)
+    try:
+        trace, model, used = ex.last_result
+        assert used is c and trace.n_rounds == 6 and ex.last_png[:4] == b"\x89PNG"
+        assert "predicts" in ex.last_picture.caption and "modelled" in ex.last_picture.caption
+        assert ex.choices(ex.state)["round"] == [1, 2, 3, 4, 5, 6]
+        ex.set(round=3).wait()  # a new round only: the same run, redrawn
+        assert ex.last_result[0] is trace and ex.last_picture.attrs["round"] == 3
+        ex.set(algorithm="hierarchical").wait()
+        assert ex.last_result[0] is not trace and ex.last_result[0].n_rounds == 4 and ex.state.round <= 4
+    finally:
+        ex.close()
+    assert c.mode == "modelled"  # a cluster it was given stays open
+
+
+def _flat_answer(rank, world_size, x, ranks_per_node):
+    import torch.distributed as dist
+    dist.all_reduce(x)
+    return x
+
+
+def _hier_answer(rank, world_size, x, L):
+    import torch
+    import torch.distributed as dist
+    intra = inter = None
+    for n in range(world_size // L):
+        g = dist.new_group(list(range(n * L, (n + 1) * L)))
+        intra = g if rank // L == n else intra
+    for l in range(L):
+        g = dist.new_group(list(range(l, world_size, L)))
+        inter = g if rank % L == l else inter
+    shard = torch.empty(x.numel() // L)
+    dist.reduce_scatter_single(shard, x, group=intra)
+    dist.all_reduce(shard, group=inter)
+    dist.all_gather_single(x, shard, group=intra)
+    return x
+
+
+def _wrong_answer(rank, world_size, x, ranks_per_node):
+    return x
+
+
+def _check_the_exercise(c, capsys):
+    from collnb.labs.exercises import CheckFailed
+    cl.check_tier_aware_all_reduce(lambda rank, world_size, x, ranks_per_node: None, c)
+    out = capsys.readouterr().out
+    assert "not answered yet" in out and "collapsed cell" in out and "✓" not in out
+    cl.check_tier_aware_all_reduce(_hier_answer, c)
+    assert "✓ the exact sum on every rank" in capsys.readouterr().out
+    with pytest.raises(CheckFailed, match="too many bytes crossed the node boundary"):
+        cl.check_tier_aware_all_reduce(_flat_answer, c)
+    with pytest.raises(CheckFailed, match="did not return the sum"):
+        cl.check_tier_aware_all_reduce(_wrong_answer, c)
+    with pytest.raises(CheckFailed, match="define it as"):
+        cl.check_tier_aware_all_reduce(lambda rank: None, c)
+
+
+def test_the_exercise_passes_only_a_schedule_that_sends_shards_across_nodes_modelled(capsys):
+    _check_the_exercise(cl.cluster(2, 2, mode="modelled", quiet=True), capsys)
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_the_exercise_passes_only_a_schedule_that_sends_shards_across_nodes_measured(capsys):
+    with cl.cluster(2, 2, inter="2 Gbit/s", mode="emulated") as c:
+        _check_the_exercise(c, capsys)
+        traffic = cl.node_traffic(c, _flat_answer, [(__import__("torch").ones(1 << 16), 2)] * 4)
+        assert traffic.measured and all(1.4 * (1 << 18) < b < 1.7 * (1 << 18) for b in traffic.sent)  # 1.5 m

@@ -230,6 +230,19 @@ EXPECTED = {
         ("mystery", "the run failed (every rank waited until the timeout): True"),
         ("check", "not answered yet"),
     ],
+    "19_virtual_cluster": [
+        ("make-cluster", "world size: 4"),
+        ("model", "predicted speed-up of hierarchical over the flat ring:"),
+        ("compare", "exact"),
+        ("replay", "values equal gloo's all_reduce: True"),
+        ("hsdp", "rank 0's gradient shard starts [4.0, 4.0]"),
+        ("moe", "hierarchical: 2 rounds, 4 messages cross nodes"),
+        ("moe", "pairwise: 3 rounds, 8 messages cross nodes"),
+        ("nccl", "1 node(s): Ring/LL from 8 B"),
+        ("explain", "busbw = algbw x 1.875"),
+        ("check", "not answered yet"),
+        ("close", "namespaces left: []"),
+    ],
     # one small transformer, two AdamW steps under every composition, float64: each equals one process within
     # 1e-12 (collnb.labs.parallel.composed.TOLERANCE); per dimension the collectives its parallelism issues (TP on a
     # 2x2 mesh: 4 all_reduces of a (2, 8, 16) float64 activation in forward, 8 in backward; FSDP2: the root and 2

@@ -700,7 +700,7 @@ def test_trace_checks_speak_the_vocabulary(tmp_path):
                                          "got 3"),
                           (dict(algorithm="bruck"), "in the trace, unknown algorithm for all_reduce 'bruck'; "
                                                     "choose one of: ring, recursive_doubling, rabenseifner, "
-                                                    "binomial_tree")]:
+                                                    "binomial_tree, hierarchical, ring_2d, double_binary_tree")]:
         d = json.loads(SAVED_V1.read_text())
         d.update(change)
         path = tmp_path / "t.json"

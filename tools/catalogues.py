@@ -40,6 +40,7 @@ AREAS = {
                  "views/presets.py", "views/redistribute_explorer.py"],
     "views": ["views"],
     "exercises": ["labs/exercises"],
+    "cluster": ["labs/cluster", "algorithms/tiers.py", "algorithms/costmodel/tiers.py", "cli/explain.py"],
     "labs": ["labs"],
     "ranks": ["ranks"],
     "cli": ["cli"],

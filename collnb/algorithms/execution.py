@@ -63,8 +63,11 @@ def _ranges(chunks, bounds):
 
 @dataclass
 class _Plan:
-    """One rank's view of a schedule: per round (sends, recvs, finalize ranges)."""
+    """One rank's view of a schedule: per round (sends, recvs, finalize ranges), and per round
+    whether it sends from the working buffer although the call has an input buffer (all_to_all's
+    forwarding stage, :attr:`Round.from_work`)."""
     rounds: list
+    from_work: list
 
 
 def _rank_plan(sched: Schedule, rank: int, bounds: list) -> _Plan:
@@ -74,7 +77,7 @@ def _rank_plan(sched: Schedule, rank: int, bounds: list) -> _Plan:
         recvs = [(t.src, _ranges(t.dst_chunks, bounds), t.reduce) for t in rnd.transfers if t.dst == rank]
         fin = _ranges(sorted(c for (r, c) in rnd.finalize if r == rank), bounds)
         out.append((sends, recvs, fin))
-    return _Plan(out)
+    return _Plan(out, [rnd.from_work for rnd in sched.rounds])
 
 
 def _gather_ranges(buf: torch.Tensor, ranges) -> torch.Tensor:
@@ -203,12 +206,13 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     if bounds is None:
         bounds = chunk_bounds(work.numel(), sched.n_chunks)
     plan = _rank_plan(sched, rank, list(bounds))
-    src_buf = work if send_from is None else send_from
+    # the buffer each round sends from: the input for all_to_all, except in a forwarding round
+    sources = [work if send_from is None or fw else send_from for fw in plan.from_work]
     # one scratch buffer, as large as the largest round's receives that need one
     need = 0
-    for sends, recvs, _post in plan.rounds:
+    for (sends, recvs, _post), src_buf in zip(plan.rounds, sources):
         tot = 0
-        send_spans = [rg for _, rgs in sends for rg in rgs] if send_from is None else []
+        send_spans = [rg for _, rgs in sends for rg in rgs] if src_buf is work else []
         for _src, rgs, red in recvs:
             n = sum(b - a for a, b in rgs)
             if red or len(rgs) > 1 or any(a < d and c < b for a, b in rgs for c, d in send_spans):
@@ -228,6 +232,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
     early_posted: dict = {}
     for k, (sends, recvs, fin) in enumerate(plan.rounds, 1):
         t0 = time.perf_counter()
+        src_buf = sources[k - 1]
         reqs = early_reqs.pop(k, [])
         posted = early_posted.pop(k, set())
         for dst, rgs in sends:
@@ -236,7 +241,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             msg = _gather_ranges(src_buf, rgs)
             for s, (a, b) in enumerate(_segments(msg.numel(), esize)):
                 reqs.append(dist.isend(msg[a:b], dst, group=group, tag=k * _TAG_STRIDE + s))
-        send_spans = [rg for _, rgs in sends for rg in rgs] if send_from is None else []
+        send_spans = [rg for _, rgs in sends for rg in rgs] if src_buf is work else []
         next_sends = plan.rounds[k][0] if forward_ok and k < len(plan.rounds) else []
         recv_spans = [rg for _, rgs, _ in recvs for rg in rgs]
         pending = []
@@ -258,7 +263,10 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             if len(rgs) == 1 and not overlap:
                 ra, rb = rgs[0]
                 alone = sum(1 for c, d in recv_spans if c < rb and ra < d) == 1
-                forward = [dst for dst, nrgs in next_sends if alone and len(nrgs) == 1 and nrgs[0] == (ra, rb)]
+                # only a destination that gets one message next round: two messages to one rank share
+                # a tag, so they must leave in the order the receiver posts them
+                forward = [dst for dst, nrgs in next_sends if alone and len(nrgs) == 1 and nrgs[0] == (ra, rb)
+                           and sum(1 for d, _r in next_sends if d == dst) == 1]
             if (red or forward) and len(rgs) == 1 and not overlap:
                 streamed.append((seg_reqs, segs, buf, rgs[0], red, forward))
             else:

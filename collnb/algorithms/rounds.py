@@ -68,12 +68,16 @@ class Round:
         transfers: list of :class:`Transfer`.
         finalize: ``(rank, chunk)`` pairs whose reduction completes in this round (AVG divides
             them by the world size here).
+        from_work: all_to_all only: the senders read from their working buffer (blocks they
+            received earlier and forward), not from their input (the hierarchical all_to_all's
+            second stage). Every other primitive always sends from the working buffer.
     """
 
     label: str
     detail: str
     transfers: list
     finalize: list = field(default_factory=list)
+    from_work: bool = False
 
 
 @dataclass
@@ -94,6 +98,10 @@ class Schedule:
             reduce_scatter and scatter).
         fold: ``(p, q)``: the power of two the algorithm ran on and the number of folded ranks
             (``q = 0`` when no fold was needed or the algorithm does not fold).
+        ranks_per_node: the node map the schedule was built for (rank ``r`` on node
+            ``r // ranks_per_node``), or ``None``: no node map (one machine).
+        start_chunks: all_to_all only: per rank, the chunks it copies from its input into its working
+            buffer before the first round (``None``: its own slot ``r``, as every flat all_to_all).
     """
 
     primitive: str
@@ -105,6 +113,8 @@ class Schedule:
     provenance: list
     defined: list
     fold: tuple = (0, 0)
+    ranks_per_node: int | None = None
+    start_chunks: list | None = None
 
     @property
     def n_rounds(self) -> int:

@@ -25,7 +25,8 @@ from .execution import execute, snapshots
 from .schedules import PRIMITIVES, Schedule, chunk_bounds, default_algorithm, schedule
 from .trace import Trace
 
-__all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers"]
+__all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result", "start_buffer",
+           "rank_run_cases", "make_trace"]
 
 
 # ----------------------------------------------------------------------------------------------
@@ -76,13 +77,22 @@ def _builtin(primitive: str, rank: int, ws: int, inp: torch.Tensor, op: str, roo
     raise ValueError(primitive)
 
 
-def _start_buffer(primitive, rank, ws, inp, C, bounds):
+def _start_buffer(primitive, rank, ws, inp, C, bounds, start_chunks=None):
+    """The working buffer a rank starts a schedule with: a copy of its input, or for all_to_all
+    zeros with its own slot (or the schedule's ``start_chunks[rank]``) copied in."""
     if primitive == "all_to_all":
         work = torch.zeros_like(inp)
-        a, b = bounds[rank], bounds[rank + 1]
-        work[a:b] = inp[a:b]
+        for c in (start_chunks[rank] if start_chunks is not None else (rank,)):
+            a, b = bounds[c], bounds[c + 1]
+            work[a:b] = inp[a:b]
         return work
     return inp.clone()
+
+
+def start_buffer(sched: Schedule, rank: int, inp: torch.Tensor, bounds) -> torch.Tensor:
+    """``start_buffer(schedule, rank, inp, bounds)``: the working buffer rank ``rank`` starts
+    ``schedule`` with (its input's copy; all_to_all: the chunks it starts with, the rest zeros)."""
+    return _start_buffer(sched.primitive, rank, sched.world_size, inp, sched.n_chunks, bounds, sched.start_chunks)
 
 
 def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
@@ -95,7 +105,7 @@ def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
         sched: Schedule = case["schedule"]
         inp = case["inputs"][rank].to(device=device, copy=True) if device is not None else case["inputs"][rank].clone()
         bounds = case["bounds"]
-        work = _start_buffer(sched.primitive, rank, world_size, inp, sched.n_chunks, bounds)
+        work = start_buffer(sched, rank, inp, bounds)
         res = execute(sched, work, op=case["op"], record=case["record"], bounds=bounds,
                       send_from=inp if sched.primitive == "all_to_all" else None)
         item = {"final": work, "seconds": res["seconds"], "builtin": None,
@@ -187,11 +197,12 @@ def _validate_backend(primitive, dt, op, backend):
 
 
 def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, segments, inputs,
-                 snapshots, compare, backend, validate=True) -> dict:
+                 snapshots, compare, backend, validate=True, ranks_per_node=None) -> dict:
     """Check one case of :func:`run_algorithms` and build what its ranks need, without starting
     any rank (the rounds explorer calls it to check its arguments before drawing a widget).
 
-    Args: as :func:`run_algorithm` (``snapshots``, ``compare`` as bools); ``validate``: ask
+    Args: as :func:`run_algorithm` (``snapshots``, ``compare`` as bools; ``ranks_per_node`` the
+    node map, needed by the tiered algorithms); ``validate``: ask
     :func:`collnb.backend_support` whether ``backend`` accepts the dtype and op (detected on real
     ranks once per process and backend, then cached).
 
@@ -205,7 +216,7 @@ def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, 
     """
     check_backend(backend)
     algorithm = algorithm or default_algorithm(primitive)
-    sched = schedule(primitive, algorithm, world_size, root, segments)
+    sched = schedule(primitive, algorithm, world_size, root, segments, ranks_per_node)
     dt = _dtype(dtype)
     opn = _op(op, primitive)
     check_int("chunk_size", chunk_size, 1, 1 << 22, what="elements per chunk")
@@ -250,7 +261,7 @@ def _make_trace(case, results, backend, wall):
 def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int = 4, dtype=torch.float32,
                   op="sum", root: int = 0, *, chunk_size: int = 1, segments: int | None = None, inputs=None,
                   snapshots: bool = True, compare: bool = True, backend: str = "gloo", timeout: float = 60.0,
-                  debug: bool = True):
+                  debug: bool = True, ranks_per_node: int | None = None):
     """Run one collective algorithm on real ranks and return its :class:`collnb.Trace`.
 
     The ranks are launched with :func:`collnb.launch`; each runs the algorithm's
@@ -278,6 +289,12 @@ def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int 
             ``False`` only the final buffers and the per-round times are kept.
         compare: also run the built-in collective and keep its result (``Trace.builtin``).
         backend, timeout, debug: passed to :func:`collnb.launch`.
+        ranks_per_node: the node map (rank ``r`` on node ``r // ranks_per_node``): needed by the
+            tiered algorithms (``"hierarchical"``, ``"ring_2d"``, ``"double_binary_tree"``,
+            :mod:`collnb.algorithms.tiers`), kept in the trace by every algorithm (``Trace.meta``'s
+            ``ranks_per_node``: the replay colours each transfer by the tier it crosses). Here the
+            ranks all share this machine's loopback: the tiers are a map, not two speeds
+            (:func:`collnb.cluster` gives them two).
 
     Returns:
         :class:`collnb.Trace`.
@@ -289,7 +306,8 @@ def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int 
     """
     return run_algorithms([dict(primitive=primitive, algorithm=algorithm, dtype=dtype, op=op, root=root,
                                 chunk_size=chunk_size, segments=segments, inputs=inputs, snapshots=snapshots,
-                                compare=compare)], world_size, backend=backend, timeout=timeout, debug=debug)[0]
+                                compare=compare, ranks_per_node=ranks_per_node)], world_size, backend=backend,
+                          timeout=timeout, debug=debug)[0]
 
 
 def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "gloo", timeout: float = 120.0,
@@ -299,7 +317,7 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
     Args:
         configs: dicts with the keyword arguments of :func:`run_algorithm` (``primitive`` required;
             ``algorithm``, ``dtype``, ``op``, ``root``, ``chunk_size``, ``segments``, ``inputs``,
-            ``snapshots``, ``compare`` optional).
+            ``snapshots``, ``compare``, ``ranks_per_node`` optional).
         world_size, backend, timeout, debug: as for :func:`run_algorithm`.
         validate: check each dtype/op against what the backend accepts before launching.
 
@@ -307,7 +325,7 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
         list of :class:`collnb.Trace`, one per config, in order.
     """
     allowed = {"primitive", "algorithm", "dtype", "op", "root", "chunk_size", "segments", "inputs", "snapshots",
-               "compare"}
+               "compare", "ranks_per_node"}
     cases = []
     for cfg in configs:
         extra = set(cfg) - allowed
@@ -318,7 +336,7 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
         cases.append(prepare_case(cfg["primitive"], cfg.get("algorithm"), world_size, cfg.get("dtype", torch.float32),
                                   cfg.get("op", "sum"), cfg.get("root", 0), cfg.get("chunk_size", 1),
                                   cfg.get("segments"), cfg.get("inputs"), cfg.get("snapshots", True),
-                                  cfg.get("compare", True), backend, validate))
+                                  cfg.get("compare", True), backend, validate, cfg.get("ranks_per_node")))
     ship = [{k: v for k, v in c.items() if k not in ("dtype", "chunk_size")} for c in cases]
     t0 = time.perf_counter()
     results = launch(_rank_run_cases, world_size, args=(ship,), backend=backend, timeout=timeout, debug=debug)
@@ -326,3 +344,14 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
     return [_make_trace(c, [results[r][i] for r in range(world_size)], backend, wall / len(cases))
             for i, c in enumerate(cases)]
 
+
+
+# Public names of the pieces other layers run on ranks they start themselves (a virtual cluster's
+# ranks, collnb.labs.cluster): the same functions as run_algorithms' own.
+#: ``builtin_result(primitive, rank, world_size, inp, op, root, n_chunks)``: the built-in
+#: torch.distributed collective on this rank's input, laid out like the working buffer.
+builtin_result = _builtin
+#: ``rank_run_cases(rank, world_size, cases)``: the rank side of :func:`run_algorithms`.
+rank_run_cases = _rank_run_cases
+#: ``make_trace(case, results, backend, wall)``: a :class:`collnb.Trace` from the ranks' results.
+make_trace = _make_trace

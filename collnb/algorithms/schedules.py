@@ -56,9 +56,12 @@ from ..i18n import _, get_language
 from ..vocabulary import check_choice, check_int, check_rank, check_world_size
 from .builders import BUILDERS, pof2_fold
 from .rounds import Round, Schedule, Transfer
+from .tiers import TIERED_ALGORITHMS, TIERED_BUILDERS
+from .tiers import start_chunks as tiers_start_chunks
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
-           "cached_schedule", "algorithms_for", "default_algorithm", "chunk_bounds"]
+           "cached_schedule", "algorithms_for", "default_algorithm", "chunk_bounds", "simulate", "is_tiered",
+           "TIERED_ALGORITHMS"]
 
 #: Primitive -> the algorithms this module implements for it (first = default).
 ALGORITHMS: dict[str, tuple[str, ...]] = {
@@ -78,6 +81,12 @@ ALGORITHM_NAMES: tuple[str, ...] = ("ring", "recursive_doubling", "recursive_hal
                                     "binomial_tree", "linear", "chain", "pairwise", "bruck")
 assert set(BUILDERS) == {(p, a) for p, algs in ALGORITHMS.items() for a in algs}
 assert {a for algs in ALGORITHMS.values() for a in algs} == set(ALGORITHM_NAMES)
+
+
+def is_tiered(primitive: str, algorithm: str) -> bool:
+    """Whether ``algorithm`` of ``primitive`` is one of :data:`TIERED_ALGORITHMS` (built for a node
+    map: it needs ``ranks_per_node``)."""
+    return algorithm in TIERED_ALGORITHMS.get(primitive, ())
 
 
 def algorithms_for(primitive: str) -> tuple[str, ...]:
@@ -152,47 +161,96 @@ def _members(mask: int) -> str:
 
 
 def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, root: int = 0,
-             segments: int | None = None) -> Schedule:
+             segments: int | None = None, ranks_per_node: int | None = None) -> Schedule:
     """Build the rounds of ``algorithm`` for ``primitive`` at ``world_size`` (pure Python, no ranks).
 
     Args:
         primitive: one of :data:`PRIMITIVES`.
-        algorithm: one of ``algorithms_for(primitive)`` (default: the first).
+        algorithm: one of ``algorithms_for(primitive)`` (default: the first), or, with
+            ``ranks_per_node``, one of :data:`collnb.algorithms.tiers.TIERED_ALGORITHMS` (built
+            for the nodes: ``"hierarchical"``, ``"ring_2d"``, ``"double_binary_tree"``).
         world_size: 1..16.
         root: src/dst rank of broadcast, reduce, scatter, gather (ignored otherwise).
         segments: broadcast only: chunks (pipeline segments) per buffer, 1..64 (default
-            ``world_size``). Every other primitive has ``world_size`` chunks.
+            ``world_size``). Every other primitive has ``world_size`` chunks (a tiered algorithm may
+            use more: ``ring_2d`` two per rank).
+        ranks_per_node: the node map: rank ``r`` runs on node ``r // ranks_per_node`` (it must
+            divide ``world_size``); ``None`` (default): no nodes. Every algorithm keeps it (the
+            replay colours a transfer by the tier it crosses); the tiered ones need it.
 
     Returns:
         :class:`Schedule` with its rounds and simulated provenance.
 
     Raises:
-        TypeError: a name that is not a str, a world size, root or ``segments`` that is not an int.
+        TypeError: a name that is not a str, a world size, root, ``segments`` or ``ranks_per_node``
+            that is not an int.
         ValueError: unknown primitive/algorithm (valid ones listed), world size outside 1..16,
             root outside 0..world_size-1, ``segments`` outside 1..64 or given for another
-            primitive. The words are :mod:`collnb.vocabulary`'s.
+            primitive, ``ranks_per_node`` that does not divide the world size, a tiered algorithm
+            without ``ranks_per_node``. The words are :mod:`collnb.vocabulary`'s.
         AssertionError: (a bug) the simulated schedule double-counts a rank, sends a chunk that
             holds nothing, or leaves an output incomplete.
     """
-    algorithm = check_algorithm(primitive, algorithm or default_algorithm(primitive))
     n = check_world_size(world_size)  # also bounds the int bitmasks of the provenance
-    root = check_rank(root, n, "root") if primitive in ROOTED_PRIMITIVES else 0
-    C = getattr(BUILDERS[(primitive, algorithm)], "n_chunks", lambda ws: ws)(n)  # Rabenseifner: p'
-    if primitive == "broadcast":
+    if ranks_per_node is not None:
+        check_int("ranks_per_node", ranks_per_node, 1, n)
+        if n % ranks_per_node:
+            raise ValueError(_("ranks_per_node={L} does not divide world size {n}: every node has the same number "
+                               "of ranks").format(L=ranks_per_node, n=n))
+    start = None
+    if primitive in TIERED_ALGORITHMS and algorithm in TIERED_ALGORITHMS[primitive]:
+        if ranks_per_node is None:
+            raise ValueError(_("{algorithm} {primitive} is built for nodes: give ranks_per_node (rank r runs on "
+                               "node r // ranks_per_node)").format(algorithm=algorithm, primitive=primitive))
+        builder = TIERED_BUILDERS[(primitive, algorithm)]
+        N, L = n // ranks_per_node, ranks_per_node
+        C = getattr(builder, "n_chunks", lambda N, L: N * L)(N, L)
         if segments is not None:
-            C = check_int("segments", segments, 1, 64, what="chunks of the broadcast buffer")
-    elif segments is not None:
-        raise ValueError(_("segments applies to broadcast only; {primitive} has one chunk per rank").format(
-            primitive=primitive))
-    rounds = BUILDERS[(primitive, algorithm)](n, root, C)
+            raise ValueError(_("segments applies to broadcast only; {primitive} has one chunk per rank").format(
+                primitive=primitive))
+        rounds = builder(N, L, C)
+        root = 0
+        if primitive == "all_to_all":
+            start = tiers_start_chunks(N, L)
+    else:
+        algorithm = check_algorithm(primitive, algorithm or default_algorithm(primitive))
+        root = check_rank(root, n, "root") if primitive in ROOTED_PRIMITIVES else 0
+        C = getattr(BUILDERS[(primitive, algorithm)], "n_chunks", lambda ws: ws)(n)  # Rabenseifner: p'
+        if primitive == "broadcast":
+            if segments is not None:
+                C = check_int("segments", segments, 1, 64, what="chunks of the broadcast buffer")
+        elif segments is not None:
+            raise ValueError(_("segments applies to broadcast only; {primitive} has one chunk per rank").format(
+                primitive=primitive))
+        rounds = BUILDERS[(primitive, algorithm)](n, root, C)
+    history, defined = simulate(primitive, algorithm, n, root, C, rounds, start)
+    fold = (0, 0)
+    if algorithm in ("recursive_doubling", "recursive_halving", "rabenseifner"):
+        p, q, _a, _b = pof2_fold(n)
+        fold = (p, q)
+    return Schedule(primitive, algorithm, n, root, C, rounds, history, defined, fold, ranks_per_node, start)
+
+
+def simulate(primitive: str, algorithm: str, n: int, root: int, C: int, rounds: list,
+             start: list | None = None) -> tuple[list, list]:
+    """Run ``rounds`` on provenance bitmasks: ``(history, defined)`` as :class:`Schedule` keeps
+    them. Fills each round's ``finalize``. ``start``: all_to_all's chunks each rank copies from its
+    input before round 1 (``None``: its own slot).
+
+    Raises:
+        AssertionError: a round sends a chunk that holds nothing or counts a rank twice, or an
+            output ends incomplete (a bug in the builder).
+    """
     prov = [row[:] for row in _initial_provenance(primitive, n, root, C)]
+    if primitive == "all_to_all" and start is not None:
+        prov = [[1 << r if c in start[r] else 0 for c in range(C)] for r in range(n)]
     history = [[row[:] for row in prov]]
     full = (1 << n) - 1
     for k, rnd in enumerate(rounds, 1):
         new = [row[:] for row in prov]
         for t in rnd.transfers:
             for sc, dc in zip(t.chunks, t.dst_chunks):
-                if primitive == "all_to_all":
+                if primitive == "all_to_all" and not rnd.from_work:
                     src_mask = 1 << t.src  # from the sender's input buffer
                 else:
                     src_mask = prov[t.src][sc]
@@ -215,11 +273,7 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
                 assert prov[r][c] == exp[r][c], (
                     f"{primitive}/{algorithm} at world size {n}: rank {r} chunk {c} ends with "
                     f"{_members(prov[r][c])}, expected {_members(exp[r][c])}")
-    fold = (0, 0)
-    if algorithm in ("recursive_doubling", "recursive_halving", "rabenseifner"):
-        p, q, _a, _b = pof2_fold(n)
-        fold = (p, q)
-    return Schedule(primitive, algorithm, n, root, C, rounds, history, defined, fold)
+    return history, defined
 
 
 def chunk_bounds(count: int, n_chunks: int) -> list:
@@ -239,15 +293,15 @@ def chunk_bounds(count: int, n_chunks: int) -> list:
 
 
 def cached_schedule(primitive: str, algorithm: str, world_size: int, root: int = 0,
-                    segments: int | None = None) -> Schedule:
+                    segments: int | None = None, ranks_per_node: int | None = None) -> Schedule:
     """:func:`schedule` with its arguments given in full, remembered per process (the explorer
     and the bandwidth lab rebuild the same few schedules on every call) and per language (each
     round's description is written in the language spoken when it is built, ``collnb.set_language``).
     The returned :class:`Schedule` is shared: do not change it. Raises as :func:`schedule`."""
-    return _cached_schedule(primitive, algorithm, world_size, root, segments, get_language())
+    return _cached_schedule(primitive, algorithm, world_size, root, segments, ranks_per_node, get_language())
 
 
 @functools.lru_cache(maxsize=512)
 def _cached_schedule(primitive: str, algorithm: str, world_size: int, root: int, segments: int | None,
-                     language: str) -> Schedule:
-    return schedule(primitive, algorithm, world_size, root, segments)
+                     ranks_per_node: int | None, language: str) -> Schedule:
+    return schedule(primitive, algorithm, world_size, root, segments, ranks_per_node)

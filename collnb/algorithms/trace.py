@@ -36,7 +36,8 @@ from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
 from ..i18n import _
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_choice, check_int, check_rank, check_world_size
 from .rounds import Transfer
-from .schedules import ALGORITHMS
+from .schedules import ALGORITHMS, TIERED_ALGORITHMS
+from .tiers import tier_of
 from .trace_file import (ARRAYS as _ARRAYS, ITEMSIZE, TRACE_FORMAT_VERSION, array_from_json, array_to_json,
                          check_version, checked_meta, numeric, read_json, read_npz, shape_of_arrays)
 
@@ -163,6 +164,8 @@ class Trace:
                     cpu_count=os.cpu_count(),
                     created=datetime.datetime.now().isoformat(timespec="seconds"), wall_seconds=wall_seconds,
                     fold=list(sched.fold), snapshots=buffers is not None)
+        if sched.ranks_per_node is not None:
+            meta["ranks_per_node"] = int(sched.ranks_per_node)
         return cls(primitive=sched.primitive, algorithm=sched.algorithm, world_size=sched.world_size,
                    root=sched.root, op=op if reducing else None, dtype=dname, itemsize=int(itemsize),
                    chunk_bounds=[int(b) for b in bounds], rounds=rounds,
@@ -194,6 +197,17 @@ class Trace:
     @property
     def has_snapshots(self) -> bool:
         return self.buffers is not None
+
+    @property
+    def ranks_per_node(self) -> int | None:
+        """The node map the run had (rank ``r`` on node ``r // ranks_per_node``), or ``None``."""
+        v = self.meta.get("ranks_per_node")
+        return None if v is None else int(v)
+
+    def tier(self, transfer) -> str:
+        """``"intra"`` or ``"inter"``: the tier ``transfer`` crosses under this trace's node map
+        (:func:`collnb.algorithms.tiers.tier_of`; ``"intra"`` for every transfer without one)."""
+        return tier_of(transfer.src, transfer.dst, self.ranks_per_node)
 
     def check_round(self, k: int) -> int:
         """Check a round index (0 = the start, ``1..n_rounds`` after that round) and return it.
@@ -432,7 +446,8 @@ class Trace:
         """
         try:
             check_choice("primitive", self.primitive, tuple(ALGORITHMS))
-            check_choice(_("algorithm for {primitive}").format(primitive=self.primitive), self.algorithm, ALGORITHMS[self.primitive])
+            check_choice(_("algorithm for {primitive}").format(primitive=self.primitive), self.algorithm,
+                         ALGORITHMS[self.primitive] + TIERED_ALGORITHMS.get(self.primitive, ()))
             check_world_size(self.world_size)
             check_rank(self.root, self.world_size, "root")
             check_choice("dtype", self.dtype, DTYPE_NAMES)
@@ -445,6 +460,10 @@ class Trace:
         except (TypeError, ValueError) as exc:
             raise ValueError(_("in the trace, {error}").format(error=exc)) from None
         ws, b = self.world_size, self.chunk_bounds
+        rpn = self.meta.get("ranks_per_node")
+        if rpn is not None and (not isinstance(rpn, int) or isinstance(rpn, bool) or rpn < 1 or ws % rpn):
+            raise ValueError(f"trace meta ranks_per_node={rpn!r} must be a whole number >= 1 that divides the "
+                             f"world size {ws}")
         if len(b) < 2 or b[0] != 0 or any(x >= y for x, y in zip(b, b[1:])):
             raise ValueError(f"trace chunk_bounds {b} must start at 0 and increase")
         count, nc, nr = b[-1], len(b) - 1, len(self.rounds)

@@ -49,7 +49,52 @@ def _world_sizes(text: str) -> list[int]:
     return out
 
 
+def _cmd_bench_cluster(args: argparse.Namespace) -> int:
+    """``--nodes N --ranks-per-node K``: measure each tier of a :func:`collnb.cluster` (one stream,
+    16 MiB messages), then every algorithm of the primitive beside the two-tier model."""
+    from ..labs import cluster as C
+    cluster, compare_algorithms, TIERED = C.cluster, C.compare_algorithms, C.TIERED_PRIMITIVES
+    if args.primitive not in TIERED:
+        print(_("error: --nodes measures {names}; got {primitive}").format(names=", ".join(TIERED),
+                                                                          primitive=args.primitive), file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        sizes = B.parse_sizes(args.sizes)
+        c = cluster(args.nodes, args.ranks_per_node, inter=args.inter, intra=args.intra)
+    except (TypeError, ValueError, RuntimeError) as exc:
+        print(_("error: {message}").format(message=exc), file=sys.stderr)
+        return EXIT_USAGE
+    with c:
+        print(c.describe(), flush=True)
+        measured = on_ranks(lambda: c.measure(verbose=True))
+        if measured[1] is not None:
+            return measured[1]
+        algorithms = None if not args.algorithm or "all" in args.algorithm else args.algorithm
+        compared = on_ranks(lambda: compare_algorithms(c, args.primitive, algorithms, sizes=sizes,
+                                                       repeats=max(1, args.iters), timeout=args.timeout))
+        if compared[1] is not None:
+            return compared[1]
+        cmp = compared[0]
+        print(cmp.table())
+        if args.png:
+            status = write_output("--png", args.png,
+                                  lambda: cmp.figure().savefig(args.png))  # type: ignore[no-untyped-call]  # labs.cluster: not typed yet
+            if status is not None:
+                return status
+            print(_("{what} written to {path}").format(what="png", path=args.png))
+    if any(not r.correct for r in cmp.rows):
+        print(_("✗ a result differs from the reference"), file=sys.stderr)
+        return EXIT_MISMATCH
+    return EXIT_OK
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
+    if args.nodes is not None or args.ranks_per_node is not None:
+        if args.nodes is None or args.ranks_per_node is None:
+            print(_("error: give both --nodes and --ranks-per-node"), file=sys.stderr)
+            return EXIT_USAGE
+        status = check_outputs((args.png, "--png", (".png",)))
+        return status if status is not None else _cmd_bench_cluster(args)
     status = check_outputs((args.json, "--json", (".json",)), (args.csv, "--csv", (".csv",)),
                            (args.png, "--png", (".png",)))
     if status is not None:
@@ -154,4 +199,9 @@ def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     p.add_argument("--debug-cost", action="store_true",
                    help=_("also measure the smallest and largest size with TORCH_DISTRIBUTED_DEBUG=DETAIL on"))
     p.add_argument("--timeout", type=float, default=600.0, help=_("seconds each launch may take (default 600)"))
+    p.add_argument("--nodes", type=int, help=_("measure per tier on a cluster of this many nodes (collnb.cluster: "
+                                               "namespaces where this machine allows, else the model)"))
+    p.add_argument("--ranks-per-node", type=int, help=_("ranks on each node (with --nodes)"))
+    p.add_argument("--inter", default="1 Gbit/s", help=_("the inter-node link with --nodes (default '1 Gbit/s')"))
+    p.add_argument("--intra", default=None, help=_("the intra-node link with --nodes (default: the node's loopback)"))
     p.set_defaults(func=_cmd_bench)

@@ -35,7 +35,8 @@ from ._torch_internals import missing as missing_private_names  # collnb doctor
 from ._torch_internals import all_to_all_single_autograd, debug_mode_class, flatten_mesh
 from .flight_recorder import Divergence, divergence, entries_from_json
 from .errors import LaunchError, LaunchTimeout, RankError
-from .launcher import LaunchOptions, backend_info, check_launch_options, check_ranks, launch, shutdown
+from .launcher import (LaunchOptions, active_rank_set, backend_info, check_launch_options, check_ranks, launch,
+                       on_shutdown, shutdown, use_rank_set)
 from .rankset import BackendFacts
 from .pool import LaunchResults, RankPool
 from .rank import keep_groups, kept_groups, same_on_every_rank
@@ -48,4 +49,5 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
            "Timeline", "Span", "region", "flight_recorder_dump", "forget_logged_once", "keep_groups", "kept_groups", "same_on_every_rank",
            "Divergence", "divergence", "entries_from_json", "LaunchOptions", "check_launch_options", "BackendFacts",
-           "missing_private_names", "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class"]
+           "missing_private_names", "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class", "on_shutdown",
+           "use_rank_set", "active_rank_set"]

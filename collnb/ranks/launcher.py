@@ -491,13 +491,32 @@ def active_rank_set() -> RankSet:
     return _rank_set
 
 
+#: What :func:`shutdown` also stops, after the warm ranks: other layers' resources that live as long as
+#: ranks do (a virtual cluster's ranks and network namespaces: :func:`collnb.labs.cluster.close_all`).
+_shutdown_hooks: list[Callable[[], None]] = []
+
+
+def on_shutdown(fn: Callable[[], None]) -> None:
+    """Have :func:`shutdown` call ``fn()`` (once per registration of the same function) after it
+    stopped the warm ranks; an exception ``fn`` raises is reported on stderr and does not stop the
+    others."""
+    if fn not in _shutdown_hooks:
+        _shutdown_hooks.append(fn)
+
+
 def shutdown() -> None:
-    """Stop the warm ranks and remove their files. The next :func:`launch` starts new ones."""
+    """Stop the warm ranks and remove their files (and whatever :func:`on_shutdown` registered: a
+    virtual cluster's ranks and namespaces). The next :func:`launch` starts new ones."""
     global _pool
     with _pool_guard:
         if _pool is not None:
             _pool.close()
             _pool = None
+    for fn in list(_shutdown_hooks):
+        try:
+            fn()
+        except Exception as exc:  # noqa: BLE001 - one failing hook must not keep the others from running
+            sys.stderr.write(f"[collnb] shutdown: {getattr(fn, '__qualname__', fn)} failed: {exc}\n")
 
 
 def warm_pool() -> RankPool | None:

@@ -21,7 +21,9 @@ Learning Training System with Mixed-Precision: Training ImageNet in Four Minutes
 arXiv:1807.11205, 2018 (hierarchical all_reduce with a reduce / broadcast in the node instead).
 
 **The model** (:class:`TierModel`): one :class:`collnb.CostModel` per tier, intra-node and
-inter-node, priced by :func:`collnb.algorithms.closed_form` (Thakur et al. 2005's ring formulas):
+inter-node; any schedule is priced round by round by :func:`collnb.algorithms.tier_round_costs`
+(a transfer on the tier it crosses, a node's ranks sharing its link), which for these two gives
+Thakur et al. 2005's ring formulas (:func:`collnb.algorithms.closed_form`):
 
 * flat ring over ``p = NL`` ranks numbered node by node: every round has an inter-node hop, and
   the round waits for it, so ``T_flat = ring all_reduce(p, m)`` with the inter tier's α and β (each
@@ -41,7 +43,7 @@ import statistics
 import time
 from dataclasses import dataclass
 
-from ...algorithms import DEFAULT_MODEL, CostModel, closed_form
+from ...algorithms import DEFAULT_MODEL, CostModel, TierPrediction, TwoTier, default_algorithm, predict_tiers
 from ...i18n import _
 from ...vocabulary import check_int
 
@@ -90,7 +92,8 @@ def hierarchical_all_reduce(tensor, groups) -> None:
 
 def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, repeats: int) -> dict:
     """Rank side of :func:`measure_link`: rank 0 sends ``nbytes`` to rank ``L`` (other node) and to
-    rank 1 (same node), one at a time, and times send + a 1-float acknowledgement."""
+    rank 1 (same node), one at a time, and times send + a 1-float acknowledgement; then 20
+    round trips of one float each way (the latency: half a round trip)."""
     import torch
     import torch.distributed as dist
     buf, ack = torch.ones(nbytes // 4), torch.zeros(1)
@@ -111,6 +114,18 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
                 dist.recv(buf[:n], 0)
                 dist.send(ack, 0)
         out[name] = times[1:]
+        trips = []
+        dist.barrier()
+        for _i in range(21):  # the first is not kept
+            if rank == 0:
+                t0 = time.perf_counter()
+                dist.send(ack, peer)
+                dist.recv(ack, peer)
+                trips.append(time.perf_counter() - t0)
+            elif rank == peer:
+                dist.recv(ack, 0)
+                dist.send(ack, 0)
+        out[name + "_rtt"] = trips[1:]
     return out
 
 
@@ -150,13 +165,16 @@ class LinkMeasurement:
     rank of its own node (``intra_gbps``), median over ``repeats``; rates in Gbit/s of payload
     (``nbytes * 8 / seconds / 1e9``). ``asked_gbps``: the cluster's inter-node rate (``None``:
     unshaped). ``None`` for a rate the cluster's shape has no pair for (one node, or one rank per
-    node)."""
+    node). ``inter_alpha_s``/``intra_alpha_s``: half the median round trip of a one-float message
+    (gloo ``send`` + ``recv`` from Python): each tier's α, in seconds."""
 
     asked_gbps: float | None
     inter_gbps: float | None
     intra_gbps: float | None
     nbytes: int
     repeats: int
+    inter_alpha_s: float | None = None
+    intra_alpha_s: float | None = None
 
     @property
     def ratio(self) -> float | None:
@@ -173,8 +191,13 @@ class LinkMeasurement:
         if self.ratio is not None:
             text += _(" ({percent:.1f}% of the rate; tbf counts frame headers, so ~95.6% is the ceiling)").format(
                 percent=100 * self.ratio)
-        return text + _("; intra-node (local route): {intra} Gbit/s; one stream, {size:g} MiB messages").format(
+        text += _("; intra-node (local route): {intra} Gbit/s; one stream, {size:g} MiB messages").format(
             intra=fmt(self.intra_gbps), size=self.nbytes / MiB)
+        if self.inter_alpha_s is not None or self.intra_alpha_s is not None:
+            text += _("; latency (half a round trip of one float): inter {inter} µs, intra {intra} µs").format(
+                inter="-" if self.inter_alpha_s is None else f"{self.inter_alpha_s * 1e6:.0f}",
+                intra="-" if self.intra_alpha_s is None else f"{self.intra_alpha_s * 1e6:.0f}")
+        return text
 
 
 def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: bool = True,
@@ -196,7 +219,11 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
 
     def rate(name):
         return nbytes * 8 / statistics.median(per[name]) / 1e9 if name in per else None
-    link = LinkMeasurement(cluster.inter_gbps, rate("inter"), rate("intra"), nbytes, repeats)
+
+    def alpha(name):
+        return statistics.median(per[name + "_rtt"]) / 2 if name + "_rtt" in per else None
+    link = LinkMeasurement(cluster.inter_gbps, rate("inter"), rate("intra"), nbytes, repeats, alpha("inter"),
+                           alpha("intra"))
     if verbose:
         print(link)
     return link
@@ -207,49 +234,77 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
 @dataclass(frozen=True)
 class TierModel:
     """Two-tier α-β-γ model of a cluster (module doc): ``intra`` and ``inter`` are
-    :class:`collnb.CostModel`s (α s/message, β s/byte, γ s/byte reduced)."""
+    :class:`collnb.CostModel` objects (α s/message, β s/byte, γ s/byte reduced); ``intra_shared``: the
+    node's intra-node tier is one shared medium (a virtual cluster whose loopback is shaped,
+    :mod:`.network`). Any schedule is priced round by round by
+    :func:`collnb.algorithms.tier_round_costs` (:meth:`predict`)."""
 
     nodes: int
     ranks_per_node: int
     intra: CostModel
     inter: CostModel
+    intra_shared: bool = False
 
     @classmethod
     def from_rates(cls, nodes: int, ranks_per_node: int, intra_gbps: float, inter_gbps: float,
                    inter_latency_ms: float = 0.0, alpha: float = DEFAULT_MODEL.alpha,
-                   gamma: float = DEFAULT_MODEL.gamma) -> TierModel:
+                   gamma: float = DEFAULT_MODEL.gamma, intra_shared: bool = False,
+                   intra_latency_ms: float = 0.0, intra_alpha: float | None = None,
+                   inter_alpha: float | None = None) -> TierModel:
         """β of each tier from its rate in Gbit/s of payload (``beta = 8 / (gbps * 1e9)``); α
-        ``alpha`` seconds (default :data:`collnb.DEFAULT_MODEL`'s 50 µs, gloo over loopback) and,
-        between nodes, ``alpha + inter_latency_ms / 1000`` (modelled latency); γ ``gamma``."""
+        ``alpha`` seconds (default :data:`collnb.DEFAULT_MODEL`'s 50 µs, gloo over loopback), or
+        a tier's own (``intra_alpha``, ``inter_alpha``: e.g. :func:`measure_link`'s), plus each
+        tier's latency (``intra_latency_ms``, ``inter_latency_ms``: modelled, the kernel here
+        cannot delay packets); γ ``gamma``."""
         if not (intra_gbps > 0 and inter_gbps > 0):
             raise ValueError(_("the tiers' rates must be > 0 Gbit/s; got intra {intra}, inter {inter}").format(
                 intra=intra_gbps, inter=inter_gbps))
         src = _("two-tier model: intra {intra:.3g} Gbit/s, inter {inter:.3g} Gbit/s, {latency:g} ms inter latency "
                 "(modelled)").format(intra=intra_gbps, inter=inter_gbps, latency=inter_latency_ms)
         return cls(check_int("nodes", nodes, 1), check_int("ranks_per_node", ranks_per_node, 1),
-                   CostModel(alpha, 8 / (intra_gbps * 1e9), gamma, src),
-                   CostModel(alpha + inter_latency_ms / 1000, 8 / (inter_gbps * 1e9), gamma, src))
+                   CostModel((alpha if intra_alpha is None else intra_alpha) + intra_latency_ms / 1000,
+                             8 / (intra_gbps * 1e9), gamma, src),
+                   CostModel((alpha if inter_alpha is None else inter_alpha) + inter_latency_ms / 1000,
+                             8 / (inter_gbps * 1e9), gamma, src), bool(intra_shared))
 
     @classmethod
     def from_link(cls, cluster, link: LinkMeasurement, **kwargs) -> TierModel:
         """The model of ``cluster`` with the rates ``link`` measured (:func:`measure_link`) and the
-        cluster's modelled ``inter_latency_ms``."""
+        cluster's modelled ``inter_latency_ms``; the intra tier is shared when the cluster shapes
+        its nodes' loopback."""
+        kwargs.setdefault("intra_shared", getattr(cluster, "intra_gbps", None) is not None)
+        kwargs.setdefault("intra_alpha", link.intra_alpha_s)
+        kwargs.setdefault("inter_alpha", link.inter_alpha_s)
         return cls.from_rates(cluster.nodes, cluster.ranks_per_node, link.intra_gbps, link.inter_gbps,
                               cluster.inter_latency_ms, **kwargs)
 
+    @property
+    def two_tier(self) -> TwoTier:
+        """The same tiers as :class:`collnb.algorithms.TwoTier` (what the round pricing takes)."""
+        return TwoTier(self.ranks_per_node, self.intra, self.inter, self.intra_shared)
+
+    def prediction(self, primitive: str, algorithm: str, nbytes: float) -> TierPrediction:
+        """:func:`collnb.algorithms.predict_tiers` on this cluster: seconds, rounds, inter-node bytes."""
+        return predict_tiers(primitive, algorithm, self.nodes, nbytes, self.two_tier)
+
+    def predict(self, primitive: str, algorithm: str, nbytes: float) -> float:
+        """Predicted seconds of ``algorithm`` of ``primitive`` (any of :data:`collnb.ALGORITHMS` or
+        :data:`collnb.algorithms.TIERED_ALGORITHMS`; ``"builtin"`` is priced as the ring for
+        all_reduce, all_gather and reduce_scatter, gloo's own algorithm for them, else as collnb's
+        default algorithm of the primitive) on ``nbytes`` bytes per rank."""
+        if algorithm == "builtin":
+            algorithm = "ring" if primitive in ("all_reduce", "all_gather", "reduce_scatter") else \
+                default_algorithm(primitive)
+        return self.prediction(primitive, algorithm, nbytes).seconds
+
     def flat(self, nbytes: float) -> float:
-        """Seconds of a flat ring all_reduce of ``nbytes`` bytes per rank over every rank."""
-        p = self.nodes * self.ranks_per_node
-        tier = self.inter if self.nodes > 1 else self.intra
-        return closed_form("all_reduce", "ring", p, nbytes, tier)[0]
+        """Seconds of a flat ring all_reduce of ``nbytes`` bytes per rank over every rank: without a
+        shared intra tier, ``ring all_reduce(p, m)`` with the inter tier's α and β (module doc)."""
+        return self.predict("all_reduce", "ring", nbytes)
 
     def hierarchical(self, nbytes: float) -> float:
-        """Seconds of :func:`hierarchical_all_reduce` of ``nbytes`` bytes per rank (module doc)."""
-        L, N = self.ranks_per_node, self.nodes
-        shared = CostModel(self.inter.alpha, self.inter.beta * L, self.inter.gamma, self.inter.source)
-        return (closed_form("reduce_scatter", "ring", L, nbytes, self.intra)[0]
-                + closed_form("all_reduce", "ring", N, nbytes / L, shared)[0]
-                + closed_form("all_gather", "ring", L, nbytes, self.intra)[0])
+        """Seconds of the hierarchical all_reduce of ``nbytes`` bytes per rank (module doc)."""
+        return self.predict("all_reduce", "hierarchical", nbytes)
 
 
 # -- flat against hierarchical ----------------------------------------------------------------

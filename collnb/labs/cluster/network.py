@@ -21,15 +21,26 @@ here: 0.384 Gbit/s of payload at ``rate 400mbit``; 1.91 of 2, 3.81 of 4). Bucket
 ``max(256 KiB, rate/250 Hz)`` (tc-tbf: the burst must be at least rate/HZ), queue ``latency 50ms``.
 Source: tc-tbf(8), iproute2 (https://man7.org/linux/man-pages/man8/tc-tbf.8.html).
 
+**The intra-node tier** is the node namespace's own loopback (``lo``): unshaped by default (as
+fast as this machine's memory and CPUs move a TCP stream, ~25 Gbit/s for one stream here), or
+shaped with a tbf on ``lo`` (``intra_gbps``): then every intra-node byte of the node passes that one
+token bucket, so the node's ranks share the rate, like a node's one PCIe switch (not like NVLink,
+where each GPU has its own links); the tier model prices it so (``intra_shared``). Measured here:
+``rate 4000mbit`` on ``lo`` gives one stream 4.00 Gbit/s (``lo``'s 64 KiB frames make the headers
+negligible).
+
 **Latency** is not emulated: the kernel's delay qdisc, ``netem`` (tc-netem(8)), is absent from this
 machine's kernel (``tc qdisc add ... netem`` answers "Specified qdisc kind is unknown"). A cluster's
 ``inter_latency_ms`` goes into the cost model only (:attr:`VirtualCluster.latency` is
 ``"modelled"``).
 
 **Cleanup.** The namespaces are removed on ``__exit__`` (exception or not), at interpreter exit
-(:mod:`atexit`), and, when a process died without either (SIGKILL), by the next cluster's start:
-:func:`sweep_leftovers` removes every ``collnb-<pid>-*`` namespace whose process is gone and whose
-lock (``/run/collnb/collnb-<pid>-<k>.lock``, held while the cluster lives) nobody holds.
+(:mod:`atexit`), and, when a process dies without either (SIGKILL, a killed Jupyter kernel), by a
+*reaper*: a small process each cluster-making process starts once, in a session of its own, that
+waits on the maker's pid (``pidfd_open``) and then deletes every ``collnb-<pid>-*`` namespace and
+lock of it. Should the reaper be killed too, the next cluster's start sweeps them
+(:func:`sweep_leftovers`: every ``collnb-<pid>-*`` namespace whose process is gone and whose lock,
+``/run/collnb/collnb-<pid>-<k>.lock``, held while the cluster lives, nobody holds).
 """
 
 from __future__ import annotations
@@ -63,6 +74,51 @@ _PROBE = ("import ctypes, os, sys\n"
 _counter = 0
 _counter_lock = threading.Lock()
 _live: set[Network] = set()
+#: the pids that started their reaper (one per process that makes clusters)
+_reapers: set[int] = set()
+
+#: The reaper (``python -c``): argv = the maker's pid, the lock directory. Waits until that pid
+#: ends, then deletes its namespaces and locks (module doc).
+_REAPER = r"""
+import os, select, subprocess, sys, time
+owner, lockdir = int(sys.argv[1]), sys.argv[2]
+try:
+    fd = os.pidfd_open(owner)
+    select.select([fd], [], [])
+except (AttributeError, OSError):  # no pidfd (old kernel or Python): poll
+    while True:
+        try:
+            os.kill(owner, 0)
+        except ProcessLookupError:
+            break
+        except PermissionError:
+            pass
+        time.sleep(0.5)
+prefix = "collnb-%d-" % owner
+listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+for line in listing.splitlines():
+    name = line.split()[0] if line.strip() else ""
+    if name.startswith(prefix):
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
+try:
+    for f in os.listdir(lockdir):
+        if f.startswith(prefix) and f.endswith(".lock"):
+            os.unlink(os.path.join(lockdir, f))
+except OSError:
+    pass
+"""
+
+
+def _start_reaper() -> None:
+    """Start this process's reaper once (module doc). It outlives this process by design, so it is
+    not this process's child: a shell starts it in the background and exits at once, and the
+    reaper is handed to init (nothing of this process waits for it or counts it as its own)."""
+    pid = os.getpid()
+    if pid in _reapers:
+        return
+    subprocess.run(["/bin/sh", "-c", 'exec "$0" -c "$1" "$2" "$3" </dev/null >/dev/null 2>&1 &', sys.executable,
+                    _REAPER, str(pid), LOCK_DIR], check=True, timeout=30, start_new_session=True)
+    _reapers.add(pid)
 
 
 class ClusterUnavailable(RuntimeError):
@@ -171,12 +227,14 @@ class Network:
         nodes: number of node namespaces, 1..254.
         inter_gbps: inter-node rate in Gbit/s (1e9 bits/s, frames included), or ``None`` for the
             veth's own unshaped speed.
+        intra_gbps: the rate of each node's loopback (shared by the node's intra-node traffic), or
+            ``None`` (default): unshaped.
 
     Attributes: ``prefix`` (``collnb-<pid>-<k>``), ``switch`` (its namespace), ``nodes`` (the node
     namespaces' names), ``addresses`` (node ``i``'s ``10.200.0.<i+1>``).
     """
 
-    def __init__(self, nodes: int, inter_gbps: float | None):
+    def __init__(self, nodes: int, inter_gbps: float | None, intra_gbps: float | None = None):
         global _counter
         with _counter_lock:
             _counter += 1
@@ -186,6 +244,7 @@ class Network:
         self.nodes = [f"{self.prefix}-n{i}" for i in range(nodes)]
         self.addresses = [f"{SUBNET}.{i + 1}" for i in range(nodes)]
         self.inter_gbps = inter_gbps
+        self.intra_gbps = intra_gbps
         self._lock_fd: int | None = None
         self._made: list[str] = []
         self._owner = os.getpid()  # a forked child never removes its parent's namespaces
@@ -196,6 +255,7 @@ class Network:
         _live.add(self)
         try:
             os.makedirs(LOCK_DIR, exist_ok=True)
+            _start_reaper()
             self._lock_fd = os.open(_lock_path(self.prefix), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o644)
             fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
             for ns in [self.switch, *self.nodes]:
@@ -211,6 +271,7 @@ class Network:
                 _run("ip", "-n", ns, "link", "set", INTERFACE, "up")
                 _run("ip", "-n", ns, "link", "set", "lo", "up")
             self.shape(self.inter_gbps)
+            self.shape_intra(self.intra_gbps)
         except BaseException:
             self.remove()
             raise
@@ -229,6 +290,19 @@ class Network:
                 else:
                     _run("tc", "-n", where, "qdisc", "replace", "dev", dev, "root", *_tbf(gbps))
         self.inter_gbps = gbps
+
+    def shape_intra(self, gbps: float | None) -> None:
+        """Set each node's loopback to ``gbps`` Gbit/s (a tbf on ``lo`` in every node namespace,
+        shared by the node's intra-node traffic); ``None`` removes it. Raises ValueError for a rate
+        that is not > 0."""
+        if gbps is not None and not gbps > 0:
+            raise ValueError(_("intra_gbps must be > 0 Gbit/s (or None: unshaped); got {value}").format(value=gbps))
+        for ns in self.nodes:
+            if gbps is None:
+                subprocess.run(["tc", "-n", ns, "qdisc", "del", "dev", "lo", "root"], capture_output=True, timeout=30)
+            else:
+                _run("tc", "-n", ns, "qdisc", "replace", "dev", "lo", "root", *_tbf(gbps))
+        self.intra_gbps = gbps
 
     def remove(self) -> None:
         """Delete this cluster's namespaces (their veths and bridge go with them) and its lock.
