@@ -621,3 +621,21 @@ def test_bench_argument_errors_are_chinese_when_chinese_is_spoken(chinese, capsy
                                                "请把较小的大小写在前面，例如 1K:64M")
     assert main(["bench", "all_reduce", "-a", "tree"]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith("错误：all_reduce 的算法 'tree' 不存在；请从以下选择：builtin, ring")
+
+
+def test_the_example_files_note_and_a_fits_line_are_in_the_language_spoken():
+    """Issue 34: the Chinese bandwidth notebook printed the example file's note and every fit in English."""
+    import collnb
+    from collnb import bench as B
+    from collnb import costmodel as cm
+
+    fits = cm.fit_each(B.load(B.EXAMPLE_FILE))
+    try:
+        collnb.set_language("en")
+        assert B.note(B.EXAMPLE_FILE).startswith("EXAMPLE measured on CPU, not a GPU")
+        assert "relative RMS error" in str(next(iter(fits.values())))
+        collnb.set_language("zh")
+        assert B.note(B.EXAMPLE_FILE).startswith("示例：在 CPU 上测得")
+        assert "相对均方根误差" in str(next(iter(fits.values())))
+    finally:
+        collnb.set_language(None)

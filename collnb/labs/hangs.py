@@ -52,6 +52,7 @@ import pickle
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,13 +60,15 @@ import torch
 import torch.distributed as dist
 
 from ..i18n import _
+from ..units import pad
 from ..ranks import LaunchTimeout, RankError, divergence, flight_recorder_dump, launch, shutdown
 from ..views import MatrixPanel, matrix_image
 
 if TYPE_CHECKING:
     from ..views import MatrixPicture
 
-__all__ = ["FAULTS", "DIVERGES_AT", "faulty_step", "fault_run", "FaultRun", "Blame", "fr_trace_verdict", "fr_trace_command"]
+__all__ = ["FAULTS", "DIVERGES_AT", "faulty_step", "fault_run", "FaultRun", "Blame", "fr_trace_verdict", "fr_trace_command",
+           "fr_trace_main"]
 
 #: The faults :func:`faulty_step` can inject (``"none"``: the step as it should be).
 FAULTS = ("none", "skipped_collective", "mismatched_shape", "wrong_splits", "sleeping_rank")
@@ -166,7 +169,8 @@ class FaultRun:
 
     def table(self) -> str:
         """The per-rank table of recent collectives as text (sequence number, operation, sizes, state)."""
-        lines = [f"{'rank':>4} {'seq':>4}  {'operation':<12} {'input sizes':<12} {'output sizes':<12} state"]
+        lines = [pad(_("rank"), 4, ">") + " " + pad(_("seq"), 4, ">") + "  " + pad(_("operation"), 12) + " "
+                 + pad(_("input sizes"), 12) + " " + pad(_("output sizes"), 12) + " " + _("state")]
         for r, seq, op, ins, outs, state in self.rows():
             lines.append(f"{r:>4} {seq:>4}  {op:<12} {str(ins):<12} {str(outs):<12} {state}")
         lines += [f"{r:>4}    -  " + _("(no dump)") for r in self.missing]
@@ -304,13 +308,31 @@ def _rekeyed(dump_dir: str) -> str:
     return out
 
 
+def fr_trace_main() -> Callable[[Sequence[str] | None], None]:
+    """torch's Flight Recorder analyser, ``torch.distributed.flight_recorder.fr_trace.main``, imported
+    without the line its import logs to stderr when the optional ``tabulate`` package is missing
+    ("tabulate is not installed. Proceeding without it.", ``components/builder.py``: the analyser
+    runs without it). Its logger ("Flight Recorder", made here first, with torch's own stderr handler)
+    keeps that handler for everything it logs later."""
+    from torch.distributed.flight_recorder.components.fr_logger import FlightRecorderLogger  # noqa: PLC0415
+
+    FlightRecorderLogger()  # makes the logger (with its own stderr handler) before we borrow it
+    logger = logging.getLogger("Flight Recorder")
+    saved = logger.handlers[:]
+    logger.handlers = [logging.NullHandler()]
+    try:
+        from torch.distributed.flight_recorder.fr_trace import main  # noqa: PLC0415 - imported on use
+    finally:
+        logger.handlers = saved
+    return main
+
+
 def fr_trace_verdict(dump_dir: str) -> str:
     """Run torch's Flight Recorder analyser (``torch.distributed.flight_recorder.fr_trace.main``, its
     library entry point) on the dumps of ``dump_dir`` (re-keyed, see the module docstring) and
     return what it reported: its log lines, or the message of the AssertionError it raises (e.g.
     "Missing dump files from ranks {1}"). An empty analysis returns ``"(no errors reported)"``."""
-    from torch.distributed.flight_recorder.fr_trace import main  # noqa: PLC0415 - imported on use
-
+    main = fr_trace_main()
     folder = _rekeyed(dump_dir)
     if not os.listdir(folder):
         return _("(no dump files)")
@@ -318,9 +340,6 @@ def fr_trace_verdict(dump_dir: str) -> str:
     text = io.StringIO()
     capture = logging.StreamHandler(text)
     capture.setFormatter(logging.Formatter("%(message)s"))
-    from torch.distributed.flight_recorder.components.fr_logger import FlightRecorderLogger  # noqa: PLC0415
-
-    FlightRecorderLogger()  # makes the logger (with its own stderr handler) before we borrow it
     saved = logger.handlers[:]
     logger.handlers = [capture]
     try:

@@ -250,14 +250,27 @@ def _dims_text(dims, dim_names=None) -> str:
     return (_("mesh dim {dims}") if len(dims) == 1 else _("mesh dims {dims}")).format(dims=", ".join(names))
 
 
+#: Operations of ``torch.distributed`` (and ``ProcessGroup``) whose two tensors are recorded output
+#: first, then input (the order of their arguments): shown input → output, as a functional one's.
+OUTPUT_FIRST = frozenset({"all_gather_into_tensor", "all_gather_single", "_all_gather_base", "reduce_scatter_tensor",
+                          "reduce_scatter_single", "_reduce_scatter_base", "all_to_all_single"})
+
+
 def _shapes_text(rec) -> str:
+    """A record's shapes (and dtype) as text: ``(4, 8) → (16, 8) float64`` for an operation that reads
+    one tensor and writes another (input first, whatever the order of its arguments), the shapes side by
+    side otherwise (a list form's tensors, in argument order)."""
     if not rec.shapes:
         return _("no tensor")
     dt = set(rec.dtypes)
-    # a functional collective's (DTensor's) shapes are its input(s), then what it returned
-    sep = " → " if rec.source in ("functional", "DTensor") and len(rec.shapes) == 2 else " "
-    shapes = sep.join("(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")" for s in rec.shapes)
-    return shapes + (f" {dt.pop()}" if len(dt) == 1 else "")
+    shapes = ["(" + ", ".join(map(str, s)) + ("," if len(s) == 1 else "") + ")" for s in rec.shapes]
+    if len(shapes) == 2 and rec.source in ("functional", "DTensor"):
+        text = " → ".join(shapes)  # a functional collective's (DTensor's): its input, then what it returned
+    elif len(shapes) == 2 and rec.operation in OUTPUT_FIRST:
+        text = " → ".join(reversed(shapes))
+    else:
+        text = " ".join(shapes)
+    return text + (f" {dt.pop()}" if len(dt) == 1 else "")
 
 
 def calls_text(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: bool = False) -> str:

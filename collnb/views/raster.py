@@ -249,6 +249,9 @@ def _matplotlib_cjk_family() -> str:
     # matplotlib >= 3.10 registers every face of a collection (.ttc) with its index: the family
     # name of our face (Noto Sans CJK SC, not the collection's first face, JP) picks it
     font_manager.fontManager.addfont(path)
+    bold, _index = cjk_font_file("bold")
+    if bold != path:  # a bold title in Chinese: without the bold file matplotlib logs "findfont: Failed to
+        font_manager.fontManager.addfont(bold)  # find font weight bold" on stderr, under the cell (issue 34)
     return str(cjk_font(12).getname()[0])
 
 

@@ -91,9 +91,10 @@ def nccl_note(result, model=None) -> str:
                        "(α-β {a2a_seconds})").format(step=p["step"], nbytes=format_bytes(p["nbytes"]),
                                                     seconds=format_seconds(p["seconds"]), shard=format_bytes(shard),
                                                     a2a_seconds=format_seconds(a2a.seconds)))
-    return (_("On CPU, torch has no all_to_all for a shard-dim change: it gathers the whole dimension and keeps "
-              "its chunk (torch.distributed.tensor._collective_utils.shard_dim_alltoall). With NCCL (CUDA tensors) "
-              "it issues one all_to_all instead: ") + "; ".join(parts))
+    return (_("On a CPU mesh DTensor uses no all_to_all for a shard-dim change (its fallback is keyed on the mesh's "
+              "device type; gloo itself runs all_to_all): it gathers the whole dimension and keeps its chunk "
+              "(torch.distributed.tensor._collective_utils.shard_dim_alltoall). With NCCL (CUDA tensors) it issues "
+              "one all_to_all instead: ") + "; ".join(parts))
 
 
 def uneven_note(result) -> str:

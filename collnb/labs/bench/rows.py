@@ -221,13 +221,18 @@ def save_csv(rows: object, path: str | os.PathLike[str]) -> str:
 
 
 def note(path: str | os.PathLike[str]) -> str:
-    """The ``note`` a JSON results file carries (where and how it was measured), or ``""``."""
+    """The ``note`` a JSON results file carries (where and how it was measured), in the language spoken
+    when the file has one in it (``note_zh``), or ``""``."""
+    from ...i18n import get_language  # noqa: PLC0415 - layer 0
+
     try:
         with open(path) as f:
             data = json.load(f)
     except (OSError, ValueError):
         return ""
-    return str(data.get("note", "")) if isinstance(data, dict) else ""
+    if not isinstance(data, dict):
+        return ""
+    return str(data.get(f"note_{get_language()}") or data.get("note", ""))
 
 
 @overload

@@ -98,9 +98,17 @@ class CheckFailed(AssertionError):
         return ["\x1b[1;31m" + lines[0] + "\x1b[0m", *lines[1:]]
 
 
+#: Said between a ✗ verdict and a table whose every row is ✓ (issue 34: a table of ✓ under a ✗ read as
+#: a contradiction; the values are right, something else, said in the verdict, is not).
+VALUES_RIGHT = N_("Every row below is right (✓); what failed is the line above:")
+
+
 def fail(what: str, hint: str, table: str = "") -> CheckFailed:
     """A wrong answer, to raise: ``"✗ " + what``, the per-rank ``table`` (:func:`table`) if any, then
-    ``"Hint: " + hint``. ``what`` and ``hint`` are shown as given (translate them with ``_()``)."""
+    ``"Hint: " + hint``. ``what`` and ``hint`` are shown as given (translate them with ``_()``). A table whose
+    every row is ✓ is introduced by :data:`VALUES_RIGHT` (the verdict is about something else)."""
+    if table and "✓" in table and "✗" not in table:
+        table = _(VALUES_RIGHT) + "\n" + table
     return CheckFailed("✗ " + what + ("\n" + table if table else "") + "\n" + _("Hint: ") + hint)
 
 
@@ -316,7 +324,6 @@ class Trial(Generic[W]):
 
     @property
     def world_size(self) -> int:
-        """The case's world size."""
         return self.case.world_size
 
     @property
@@ -326,12 +333,10 @@ class Trial(Generic[W]):
 
     @property
     def want(self) -> W:
-        """The case's ``want``."""
         return self.case.want
 
     @property
     def what(self) -> str:
-        """The case's ``what``."""
         return self.case.what
 
     @property
@@ -494,13 +499,8 @@ def world_sizes(rng: random.Random, low: int, high: int, k: int = 2) -> list[int
     return rng.sample(range(low, high + 1), k)
 
 
-def _as_given(x: object) -> object:
-    """A prediction as the learner wrote it (:func:`check_prediction`'s default ``normalise``)."""
-    return x
-
-
 def check_prediction(name: str, prediction: object, real: Callable[[], object], *,
-                     normalise: Callable[[object], object] = _as_given, direction: str, hint: str, passed: str,
+                     normalise: Callable[[object], object] = lambda x: x, direction: str, hint: str, passed: str,
                      what: str = "") -> None:
     """Check a predicted value against ``real()`` (run on real ranks only once there is an answer).
     An unanswered prediction (``None``) gets "not answered yet" and ``direction``; one that

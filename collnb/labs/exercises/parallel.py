@@ -1,16 +1,15 @@
-"""Exercise checks of notebooks 13-16 (tensor parallelism, FSDP2 prefetching, ring attention, a pipeline stage), on
-real ranks with the calls recorded. Each passes only for the learner's own working answer: the
+"""Exercise checks of notebooks 13-15 (tensor parallelism, FSDP2 prefetching, ring attention; notebook 16's pipeline
+stage: :mod:`.pipeline`), on real ranks with the calls recorded. Each passes only for the learner's own working answer: the
 data each rank needs from the others is known to that rank only (random per run), the result is
 compared with one process computing the same thing, and the recorded calls must be the ones the
 exercise asks for."""
 
 from __future__ import annotations
 
-import copy
 import math
 import random
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, TypeVar, cast
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -22,8 +21,6 @@ from .framework import Case, Trial, check, summary, world_sizes
 if TYPE_CHECKING:
     from ...ranks import CallRecord
 
-#: What a check's cases hold for its judge (:class:`.framework.Case`'s ``want``).
-W = TypeVar("W")
 #: The Megatron MLP's gradients ``(dx, dw1, db1, dw2)``.
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
 
@@ -101,18 +98,7 @@ def _tp_grads(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Ten
     """One process's gradients of ``gelu(x @ w1.T + b1) @ w2.T`` against ``grad_out``: dx, dw1, db1, dw2."""
     leaves = [t.clone().requires_grad_(True) for t in (x, w1, b1, w2)]
     _tp_reference(*leaves).backward(grad_out)  # type: ignore[no-untyped-call]  # torch's backward has no annotations
-    return [_grad(t) for t in leaves]
-
-
-def _grad(t: torch.Tensor) -> torch.Tensor:
-    """``t.grad``, which a backward through ``t`` has filled.
-
-    Raises:
-        RuntimeError: ``t`` has no gradient (the backward did not reach it).
-    """
-    if t.grad is None:
-        raise RuntimeError("a tensor the backward should have reached has no gradient")
-    return t.grad
+    return [cast(torch.Tensor, t.grad) for t in leaves]  # the backward filled every leaf's gradient
 
 
 def check_tensor_parallel_backward(tp_mlp_backward: object) -> None:
@@ -371,207 +357,66 @@ def check_online_softmax(update: object) -> None:
                    'plain order at world size {second_size}'))
 
 
-# ----------------------------------------------------------------------------------------------
-# 16 · one pipeline stage's forward, with send/recv
-
-
-def _random_stage(gen: torch.Generator, h: int) -> torch.nn.Module:
-    """``tanh(Linear(h, h))`` in float64, random weights from ``gen``, no gradients."""
-    lin = torch.nn.Linear(h, h, dtype=torch.float64)
-    with torch.no_grad():
-        lin.weight.copy_(torch.randn(h, h, generator=gen, dtype=torch.float64) / h ** 0.5)
-        lin.bias.copy_(torch.randn(h, generator=gen, dtype=torch.float64))
-    stage = torch.nn.Sequential(lin, torch.nn.Tanh())
-    stage.requires_grad_(False)
-    return stage
-
-
-def _stage_messages(records: Iterable[CallRecord]) -> list[tuple[str, int | None, int]]:
-    """``(direction, peer, nbytes)`` per send/recv of a rank's grouped calls (``isend``/``irecv`` and
-    a ``batch_isend_irecv``'s parts count as ``send``/``recv``)."""
-    out = []
-    for c in records:
-        what = c.op if c.name == "batch_isend_irecv" and c.op else c.name
-        out.append((what.lstrip("i"), c.peer, c.nbytes))
+def _kv_ring_rank(rank: int, world_size: int, step: Callable[..., object], q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, causal: bool, layout: str) -> torch.Tensor:
+    """Runs on a rank: ring attention with the learner's ``step``; this rank's output rows."""
+    out: torch.Tensor = ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, step=step)[0]
     return out
 
 
-def _check_stage_messages(t: Trial[W], step: Callable[[int], list[tuple[str, int, int]]], m: int, one: int, *,
-                          size_hint: str, order_hint: str) -> None:
-    """Refuse a rank whose sends and receives are not ``step(r)`` (``(direction, peer, nbytes)`` for one
-    microbatch) ``m`` times over, microbatch after microbatch: a ✗ naming a message of the wrong size
-    (``size_hint``) where only sizes differ, else the calls it should have made (``order_hint``)."""
-    for r in t.ranks:
-        made = _stage_messages(t.calls[r])
-        if made != step(r) * m:
-            sizes_off = [n for _, _, n in made if n != one]
-            if sizes_off and [(d, p) for d, p, _ in made] == [(d, p) for d, p, _ in step(r) * m]:
-                raise t.fail(_('{what}: rank {r} moved a message of {sizes_off_0} bytes; one microbatch is b x h = '
-                               '{b_h} float64 values ({one} bytes).').format(what=t.what, r=r, sizes_off_0=sizes_off[0], b_h=one // 8, one=one),
-                             size_hint)
-            want_calls = ", ".join(f"{d}({'src' if d == 'recv' else 'dst'}={p})" for d, p, _ in step(r))
-            raise t.fail(_('{what}: rank {r} made {calls_r}; each of the {m} microbatches should be {want_calls}, '
-                           'one microbatch after the other.').format(what=t.what, r=r, calls_r=t.summary(r), m=m, want_calls=want_calls),
-                         order_hint)
-
-
-def check_pipeline_forward(stage_forward: object) -> None:
-    """Check ``stage_forward(rank, world_size, layer, inputs)`` (notebook 16): the forward half of
-    GPipe on one stage, with send/recv.
-
-    Every rank is one stage; ``layer`` is its stage (``tanh(Linear(h, h))``, random weights known only
-    to this rank). ``inputs`` is a list of ``m`` microbatches, each ``(b, h)`` float64: on rank 0 the
-    real ones (random, known only to rank 0), on every other rank zeros of the same shape to receive
-    into. For each microbatch in order a rank takes its input (rank 0: ``inputs[j]``; others: a
-    ``recv`` from ``rank - 1``), applies ``layer`` and sends the result to ``rank + 1`` (not the last
-    rank). The last rank returns its ``m`` outputs stacked, ``(m, b, h)``; the others return ``None``.
-
-    Passes when the last rank's outputs equal the whole model on one process (within 1e-12) and each
-    rank's calls are, in this order, ``m`` times ``recv`` from ``rank - 1`` (not rank 0) then ``send``
-    to ``rank + 1`` (not the last rank) — ``isend``/``irecv`` and ``batch_isend_irecv`` count as their
-    blocking forms —, every message one microbatch (``b h`` float64 values), and nothing else. Two
-    launches at random world sizes (2-4), random ``m`` (2-5), ``b`` and ``h``.
+def check_kv_ring_pass(step: object) -> None:
+    """Check ``step(send, recv, rank, world_size) -> requests`` (notebook 15): one round of ring attention's
+    communication, :func:`collnb.labs.parallel.ring_step`'s job: post the sends of ``send`` (this rank's K and
+    V blocks) to rank ``rank + 1`` and the receives into ``recv`` from rank ``rank - 1``, without waiting; ring
+    attention runs with it on real ranks as :func:`check_online_softmax` runs. Passes when every output equals
+    full attention (within 1e-10) and each rank made ``2 (p - 1)`` isends to the next rank and as many irecvs
+    from the previous one.
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    direction = (_('Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every '
-                   'other rank first receives its input from the rank before it (into the buffer it was given). Then '
-                   'the stage runs, and every rank but the last passes its output on to the next rank. What does the '
-                   'last rank return?'))
+    direction = (_("Each round this rank's K and V blocks go to the next rank while the previous rank's arrive in "
+                   "the two buffers of recv. A blocking send waits for its receiver, who is sending too: post the "
+                   "four operations at once (dist.P2POp, dist.batch_isend_irecv) and return the requests it returns."))
 
-    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, int, int]]]:
-        for ws in world_sizes(rng, 2, 4):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[int], int, int]]]:
+        for ws, (causal, layout) in zip(world_sizes(rng, 2, 4), ((True, "zigzag"), (False, "plain"))):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
-            m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
-            layers = [_random_stage(gen, h) for _ in range(ws)]
-            xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            with torch.no_grad():
-                want = torch.stack([torch.nn.Sequential(*layers)(x) for x in xs])
-            args = [(layers[r], [x.clone() for x in xs] if r == 0 else [torch.zeros(b, h, dtype=torch.float64)
-                                                                         for _ in range(m)]) for r in range(ws)]
-            yield Case(ws, args, want=(want, m, b * h * 8),
-                       what=_('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m))
+            s, d = 4 * ws, 3
+            q, k, v = (torch.randn(s, d, generator=gen, dtype=torch.float64) * 2 for _ in range(3))
+            where = LAYOUTS[layout](s, ws)
+            args = [(step, q[where[r]], k[where[r]], v[where[r]], causal, layout) for r in range(ws)]
+            what = (_('world size {world_size}, causal, {layout} order') if causal else
+                    _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
+            yield Case(ws, args, want=(attention(q, k, v, causal), where, s, d), what=what, fn=_kv_ring_rank)
 
-    def judge(t: Trial[tuple[torch.Tensor, int, int]]) -> None:
-        (want, m, one), ws, what = t.want, t.world_size, t.what
-        last = t.results[ws - 1]
-        dev = (float((last - want).abs().max()) if isinstance(last, torch.Tensor) and last.shape == want.shape
-               else None)
-        t.show([(r, t.summary(r), "-" if r < ws - 1 else (_("wrong shape") if dev is None else f"{dev:.2e}"))
-                for r in t.ranks], (_('rank'), _('calls'), _("max |last rank's output - one process|")))
-        t.only({"send", "recv", "isend", "irecv"},
-               hint=_('pass activations with dist.send / dist.recv (or isend / irecv). ') + direction)
-        _check_stage_messages(
-            t, lambda r: ([("recv", r - 1, one)] if r > 0 else []) + ([("send", r + 1, one)] if r < ws - 1 else []),
-            m, one, size_hint=_("send and receive one microbatch's activation per message."),
-            order_hint=_('a stage passes each microbatch on as soon as it is done (that is what makes it a '
-                         'pipeline): receive microbatch j, run the stage, send it, then the next. ') + direction)
-        if dev is None or dev > 1e-12:
-            got = 'something other than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model'
-            raise t.fail(_('{what}: the last rank returned {got} (one process).').format(what=what, got=got),
-                         _('on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you '
-                           'received), and on the last rank return torch.stack of the m outputs.'))
-        if any(t.results[r] is not None for r in range(ws - 1)):
-            raise t.fail(_('{what}: a rank before the last returned something.').format(what=what), _("only the last rank has the model's output: return None on the others."))
-
-    # every rank but the last returns None: an unfinished answer is a stub
-    check(stage_forward, "stage_forward(rank, world_size, layer, inputs)", direction=direction, cases=cases,
-          judge=judge, unanswered="stub",
-          passed=_("each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs "
-                   'equal the whole model on one process (world sizes {first_size} and {second_size}, random weights on '
-                   'each rank and random inputs on rank 0 only)'))
-
-
-# ----------------------------------------------------------------------------------------------
-# 16 · one pipeline stage's backward, with send/recv
-
-
-def check_pipeline_backward(stage_backward: object) -> None:
-    """Check ``stage_backward(rank, world_size, layer, inputs, grads)`` (notebook 16): the backward half
-    of GPipe on one stage, with send/recv.
-
-    Every rank is one stage; ``layer`` is its stage (``tanh(Linear(h, h))``, random weights known only
-    to this rank, ``requires_grad`` on, no ``.grad`` yet). ``inputs`` is the list of the ``m``
-    microbatch activations this stage received in its forward (``(b, h)`` float64 each, the real ones
-    of the whole model's forward, known only to this rank). ``grads`` is a list of ``m`` ``(b, h)``
-    float64 tensors: on the last rank the loss's gradient w.r.t. each of its outputs (random, known
-    only to the last rank), on every other rank zeros to receive into. For each microbatch a rank
-    takes the gradient of its stage's output (the last rank: ``grads[j]``; the others: a ``recv`` from
-    ``rank + 1``), backpropagates it through ``layer`` applied to ``inputs[j]`` (the parameters'
-    gradients accumulate over the microbatches) and sends the gradient of the stage's input to
-    ``rank - 1`` (not rank 0). Every rank returns its stage's parameter gradients,
-    ``[p.grad for p in layer.parameters()]``.
-
-    Passes when every rank's gradients equal one process's backward of the whole model on the same
-    microbatches (within 1e-12) and each rank's calls are, microbatch by microbatch, ``recv`` from
-    ``rank + 1`` (not the last rank) then ``send`` to ``rank - 1`` (not rank 0) —
-    ``isend``/``irecv`` and ``batch_isend_irecv`` count as their blocking forms —, every message one
-    microbatch (``b h`` float64 values), and nothing else. Two launches at random world sizes (2-4),
-    random ``m`` (2-5), ``b`` and ``h``.
-
-    Raises:
-        CheckFailed: a wrong answer, with a hint.
-    """
-    direction = _('The gradients travel the other way: the last rank starts from grads[j], every other rank first '
-                  'receives the gradient of its output from the rank after it. Backpropagate it through layer applied '
-                  'to inputs[j] (the input needs requires_grad to get a gradient of its own), and pass the gradient of '
-                  'the input on to the rank before, microbatch by microbatch.')
-
-    def cases(rng: random.Random) -> Iterator[Case[tuple[list[list[torch.Tensor]], int, int]]]:
-        for ws in world_sizes(rng, 2, 4):
-            gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
-            m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
-            layers = [_random_stage(gen, h).requires_grad_(True) for _ in range(ws)]
-            xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            gs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            stage_inputs: list[list[torch.Tensor]] = [[] for _ in range(ws)]
-            with torch.no_grad():
-                for x in xs:
-                    for r, layer in enumerate(layers):
-                        stage_inputs[r].append(x.clone())
-                        x = layer(x)
-            args = [(copy.deepcopy(layers[r]), stage_inputs[r],
-                     [g.clone() for g in gs] if r == ws - 1 else [torch.zeros(b, h, dtype=torch.float64) for _ in range(m)])
-                    for r in range(ws)]
-            model = torch.nn.Sequential(*layers)
-            for x, g in zip(xs, gs):
-                model(x).backward(g)
-            want = [[_grad(p) for p in layer.parameters()] for layer in layers]
-            yield Case(ws, args, want=(want, m, b * h * 8),
-                       what=_('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m))
-
-    def judge(t: Trial[tuple[list[list[torch.Tensor]], int, int]]) -> None:
-        (want, m, one), ws, what = t.want, t.world_size, t.what
-        devs: list[float | None] = []
+    def judge(t: Trial[tuple[torch.Tensor, list[int], int, int]]) -> None:
+        (full, where, s, d), ws, what = t.want, t.world_size, t.what
+        devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
+                and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(t.results)]
+        t.show([(r, f"{devs[r]:.2e}", t.summary(r)) for r in t.ranks],
+               (_('rank'), _('max |ring - full attention|'), _('calls')))
+        ring = 2 * (ws - 1)
         for r in t.ranks:
-            got = t.results[r]
-            ok = isinstance(got, (list, tuple)) and len(got) == len(want[r]) and all(
-                isinstance(a, torch.Tensor) and a.shape == w.shape for a, w in zip(got, want[r]))
-            devs.append(max(float((a - w).abs().max()) for a, w in zip(got, want[r]))
-                        if ok and isinstance(got, (list, tuple)) else None)
-        t.show([(r, t.summary(r), _("not the parameters' gradients") if devs[r] is None else f"{devs[r]:.2e}")
-                for r in t.ranks], (_('rank'), _('calls'), _("max |stage's gradients - one process|")))
-        t.only({"send", "recv", "isend", "irecv"},
-               hint=_('pass gradients with dist.send / dist.recv (or isend / irecv). ') + direction)
-        _check_stage_messages(
-            t, lambda r: ([("recv", r + 1, one)] if r < ws - 1 else []) + ([("send", r - 1, one)] if r > 0 else []),
-            m, one, size_hint=_("send and receive one microbatch's gradient per message."),
-            order_hint=_('in backward a stage passes each gradient on as soon as it has it: receive the gradient of '
-                         'microbatch j, backpropagate, send the input gradient, then the next. ') + direction)
-        wrong = [r for r, d in enumerate(devs) if d is None or d > 1e-12]
-        if wrong:
-            raise t.fail(_("{what}: rank(s) {wrong} returned gradients other than one process's (the whole model's "
-                           'backward on the same microbatches).').format(what=what, wrong=wrong),
-                         _("send the gradient of the stage's INPUT (x.grad after backward through layer(x)), not the one "
-                           "it received; accumulate the parameters' gradients over all m microbatches and return "
-                           '[p.grad for p in layer.parameters()].'))
+            sends = [c.peer for c in t.calls[r] if c.name in ("isend", "send")]
+            recvs = [c.peer for c in t.calls[r] if c.name in ("irecv", "recv")]
+            if sorted(t.names(r)) != ["irecv"] * ring + ["isend"] * ring \
+                    or set(sends) != {(r + 1) % ws} or set(recvs) != {(r - 1) % ws}:
+                raise t.fail(_("{what}: rank {rank} made {calls}; a ring of {world_size} needs {ring} isend to rank "
+                               "{next} and {ring} irecv from rank {prev} (K and V, each round but the last).").format(
+                                   what=what, rank=r, calls=t.summary(r), world_size=ws, ring=ring,
+                                   next=(r + 1) % ws, prev=(r - 1) % ws))
+        bad = [r for r in t.ranks if devs[r] > 1e-10]
+        if bad:
+            raise t.fail(_("{what}: rank(s) {bad} ended with an output other than full attention's (one process).").format(
+                             what=what, bad=bad),
+                         _("send the blocks you hold now (send), and receive into the buffers given (recv): ring "
+                           "attention computes on the blocks in recv in the next round."))
 
-    check(stage_backward, "stage_backward(rank, world_size, layer, inputs, grads)", direction=direction, cases=cases,
-          judge=judge, unanswered="stub",
-          passed=_("each stage passed the gradients back microbatch by microbatch with send/recv; every stage's parameter "
-                   "gradients equal one process's backward of the whole model (world sizes {first_size} and "
-                   '{second_size}, random weights on each rank, the output gradients on the last rank only)'))
+    check(step, "step(send, recv, rank, world_size)", direction=direction, cases=cases, judge=judge, unanswered="stub",
+          passed=_("your step passed K and V round the ring: causal in zig-zag order at world size {first_size}, "
+                   "unmasked in plain order at world size {second_size}"))
 
 
-__all__ = ["check_tensor_parallel_mlp", "check_tensor_parallel_backward", "check_fsdp_prefetch", "check_online_softmax", "check_pipeline_forward", "check_pipeline_backward"]
+__all__ = ["check_tensor_parallel_mlp", "check_tensor_parallel_backward", "check_fsdp_prefetch", "check_online_softmax",
+           "check_kv_ring_pass"]
