@@ -3,11 +3,14 @@ each problem (:mod:`collnb.health`; :mod:`collnb.__main__` reaches it before tor
 
 from __future__ import annotations
 
+import argparse
+
 from ..health import add_arguments, run_cli
 from ..i18n import _
+from .common import Subparsers
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``doctor`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     s = subparsers.add_parser(
         "doctor", help=_("look at this install and say what to do about each problem (for a bug report)"),

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 from ..i18n import _
 from . import bench, doctor, examples, explain, present, redistribute, replay, run, script
@@ -31,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` (a list of str; default ``sys.argv[1:]``), run the subcommand and return its exit
     status (int, see the module doc). argparse itself exits with status 2 on a malformed command line."""
     args = build_parser().parse_args(argv)
