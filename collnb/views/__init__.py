@@ -34,7 +34,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .explorer import explore
     from .heatmap import heatmap_figure, heatmap_image, heatmap_png
     from .matrix import MatrixPanel, MatrixPicture, matrix_image
-    from .mesh import mesh_traffic_image
+    from .mesh import MeshLegendLine, mesh_traffic_image
     from .raster import CjkFontMissing, matplotlib_fonts
     from .redistribute import predict_steps, redistribute_image, redistribute_png, redistribute_text
     from .redistribute_explorer import explore_redistribute
@@ -48,7 +48,7 @@ _WHERE = {
     **dict.fromkeys(("Binder", "Picture"), ".binder"), "explore": ".explorer",
     **dict.fromkeys(("heatmap_figure", "heatmap_image", "heatmap_png"), ".heatmap"),
     **dict.fromkeys(("MatrixPanel", "MatrixPicture", "matrix_image"), ".matrix"),
-    "mesh_traffic_image": ".mesh",
+    **dict.fromkeys(("MeshLegendLine", "mesh_traffic_image"), ".mesh"),
     **dict.fromkeys(("CjkFontMissing", "matplotlib_fonts"), ".raster"),
     **dict.fromkeys(("predict_steps", "redistribute_image", "redistribute_png", "redistribute_text"), ".redistribute"),
     "explore_redistribute": ".redistribute_explorer",
@@ -62,6 +62,6 @@ __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image"
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
            "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
            "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "Picture", "matplotlib_fonts", "CjkFontMissing",
-           "mesh_traffic_image"]  # FPS_RANGE: for the command line (collnb.cli.replay)
+           "mesh_traffic_image", "MeshLegendLine"]  # FPS_RANGE: for the command line (collnb.cli.replay)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE)

@@ -16,14 +16,20 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Iterable, Sequence
+from typing import TypeAlias
 
 from ..i18n import _
 from ..units import format_bytes
 from .matrix import MatrixPicture
-from .palette import GREY_TEXT, INK, MAX_WIDTH_PX, MIN_LABEL_PX, hex_rgb
-from .raster import Canvas, encode_png, wrap_text
+from .palette import GREY_TEXT, INK, MAX_WIDTH_PX, MIN_LABEL_PX, FloatRGB, hex_rgb
+from .raster import Canvas, Label, Point, encode_png, wrap_text
 
-__all__ = ["mesh_traffic_image", "DIMENSION_COLORS", "mesh_coordinates", "mesh_groups"]
+__all__ = ["mesh_traffic_image", "DIMENSION_COLORS", "mesh_coordinates", "mesh_groups", "MeshLegendLine"]
+
+#: One line of the legend: ``(dimension, what it carried, bytes on the wire, buffer bytes per rank,
+#: whether its groups cross nodes)`` (see :func:`mesh_traffic_image`).
+MeshLegendLine: TypeAlias = tuple[str, str, float, float, bool]
 
 #: One colour per dimension in the order the mesh lists them, then the flattened ones
 #: (Okabe-Ito's blue, orange, green, vermillion, reddish purple, sky blue; readable under the
@@ -33,23 +39,24 @@ _BOX_W, _BOX_H, _GAP, _VGAP = 96, 56, 44, 64
 _NODE_TINTS = [hex_rgb("#F2F2F2"), hex_rgb("#E3E8EF")]
 
 
-def mesh_coordinates(names, sizes, rank: int) -> dict:
+def mesh_coordinates(names: Sequence[str], sizes: Sequence[int], rank: int) -> dict[str, int]:
     """``{name: index}`` of ``rank`` on a mesh of ``sizes`` (row-major, as ``init_device_mesh``)."""
-    out, rest = {}, rank
+    out: dict[str, int] = {}
+    rest = rank
     for name, size in zip(reversed(names), reversed(sizes)):
         out[name] = rest % size
         rest //= size
     return {name: out[name] for name in names}
 
 
-def mesh_groups(names, sizes) -> dict:
+def mesh_groups(names: Sequence[str], sizes: Sequence[int]) -> dict[frozenset[int], str]:
     """``{frozenset(ranks): name}`` for every group of every dimension and every combination of
     dimensions (flattened, the names joined with ``"_"`` in mesh order)."""
     world = math.prod(sizes)
-    out: dict = {}
+    out: dict[frozenset[int], str] = {}
     for k in range(1, len(names) + 1):
         for subset in itertools.combinations(names, k):
-            seen: dict = {}
+            seen: dict[tuple[int, ...], set[int]] = {}
             for rank in range(world):
                 coords = mesh_coordinates(names, sizes, rank)
                 seen.setdefault(tuple(v for n, v in coords.items() if n not in subset), set()).add(rank)
@@ -58,7 +65,8 @@ def mesh_groups(names, sizes) -> dict:
     return out
 
 
-def _position(names, sizes, rank: int) -> tuple:
+def _position(names: Sequence[str], sizes: Sequence[int], rank: int) -> tuple[int, int]:
+    """``(column, row)`` of ``rank``'s box in the picture's grid (a third dimension's grids side by side)."""
     values = list(mesh_coordinates(names, sizes, rank).values())
     col = values[-1]
     row = values[-2] if len(values) >= 2 else 0
@@ -66,14 +74,15 @@ def _position(names, sizes, rank: int) -> tuple:
     return block * (sizes[-1] + 1) + col, row
 
 
-def mesh_traffic_image(names, sizes, legend, *, title: str = "", subtitle: str = "",
+def mesh_traffic_image(names: Iterable[str], sizes: Iterable[int], legend: Sequence[MeshLegendLine], *,
+                       title: str = "", subtitle: str = "",
                        ranks_per_node: int | None = None, note: str = "") -> MatrixPicture:
     """Paint a mesh of dimensions ``names`` (outermost first) and ``sizes`` with a legend per dimension.
 
     Args:
         names, sizes: the mesh (a sequence of str, a sequence of int >= 1; at most 3 dimensions are
             laid out, more are refused).
-        legend: ``[(dimension, kinds, wire, nbytes, crosses), ...]``: a dimension name (one of
+        legend: ``[(dimension, kinds, wire, nbytes, crosses), ...]`` (:data:`MeshLegendLine`): a dimension name (one of
             ``names`` or several joined by ``"_"``, flattened), a line saying what it carried, the
             bytes on the wire and the buffer bytes per rank (floats), whether it crosses nodes.
             Every dimension of ``names`` missing from it is listed as carrying nothing.
@@ -97,7 +106,7 @@ def mesh_traffic_image(names, sizes, legend, *, title: str = "", subtitle: str =
 
     with_traffic = {d for d, *_rest in legend}
     nodes_ = [r // ranks_per_node for r in range(world)] if ranks_per_node else None
-    crossing_all = set()
+    crossing_all: set[str] = set()
     if nodes_:
         for ranks, name in mesh_groups(names, sizes).items():
             if len({nodes_[x] for x in ranks}) > 1:
@@ -106,7 +115,7 @@ def mesh_traffic_image(names, sizes, legend, *, title: str = "", subtitle: str =
     entries += [(d, "", 0.0, 0.0, d in crossing_all) for d in names if d not in with_traffic]
     entries.sort(key=lambda e: names.index(e[0]))
     entries += [e for e in legend if e[0] not in names]
-    colors = {}
+    colors: dict[str, FloatRGB] = {}
     for i, d in enumerate(list(names) + [e[0] for e in entries if e[0] not in names]):
         colors[d] = hex_rgb(DIMENSION_COLORS[i % len(DIMENSION_COLORS)])
     positions = {r: _position(names, sizes, r) for r in range(world)}
@@ -130,13 +139,14 @@ def mesh_traffic_image(names, sizes, legend, *, title: str = "", subtitle: str =
     body = max(grid_h, legend_h) if beside else grid_h + 24 + legend_h
     height = head + body + (28 if note else 8)
     cv = Canvas(width, height)
-    cv.labels = []
+    labels: list[Label] = []
+    cv.labels = labels
     cv.text(title or " × ".join(f"{n}={s}" for n, s in zip(names, sizes)), 12, 18, 16, INK, "bold", ha="left")
     if subtitle:
         cv.text(subtitle, 12, 40, text_px - 1, GREY_TEXT, ha="left")
     nodes = nodes_
 
-    def centre(rank):
+    def centre(rank: int) -> Point:
         x, y = positions[rank]
         return pad_left + x * (_BOX_W + _GAP) + _BOX_W / 2, head + 14 + y * (_BOX_H + _VGAP) + _BOX_H / 2
 
@@ -212,14 +222,15 @@ def mesh_traffic_image(names, sizes, legend, *, title: str = "", subtitle: str =
         y += 8
     if note:
         cv.text(note, 12, height - 14, text_px - 1, GREY_TEXT, ha="left")
-    return MatrixPicture(encode_png(cv.image), cv.pixels(), cv.labels)
+    return MatrixPicture(encode_png(cv.image), cv.pixels(), labels)
 
 
-def _fit(cv: Canvas, text: str, width: float, size: float) -> list:
+def _fit(cv: Canvas, text: str, width: float, size: float) -> list[str]:
     return wrap_text(text, width, lambda t: cv.measure(t, size)[0])
 
 
-def _dashed(cv: Canvas, p0, p1, color, width: int, dash: float = 6.0) -> None:
+def _dashed(cv: Canvas, p0: Point, p1: Point, color: FloatRGB, width: int, dash: float = 6.0) -> None:
+    """A dashed line from ``p0`` to ``p1`` (dashes and gaps of about ``dash`` pixels)."""
     (x0, y0), (x1, y1) = p0, p1
     length = ((x1 - x0) ** 2 + (y1 - y0) ** 2) ** 0.5
     n = max(1, int(length // dash))
