@@ -292,6 +292,19 @@ def test_compare_view(tmp_path):
         compare_figure(a, A.run_algorithm("all_reduce", "ring", 3))
 
 
+@pytest.mark.slow
+def test_compare_passes_the_launch_options_to_the_launch_and_the_rest_to_each_run():
+    """compare's extra keywords were all put into both runs' configs, which refuse backend, timeout and
+    debug ("unknown keys"), although its docstring sent them to run_algorithm: the launch's go to the
+    launch now, the rest to each run."""
+    from collnb.views import compare
+    w = compare("ring", "binomial_tree", world_size=2, primitive="all_reduce", backend="gloo", timeout=90,
+                dtype="float64", chunk_size=2)
+    for trace in (w.left.trace, w.right.trace):
+        assert (trace.dtype, trace.count, trace.meta["backend"]) == ("float64", 4, "gloo")
+        assert trace.matches_builtin
+
+
 def test_step_buttons_keyboard_tooltips_and_caption(ag4):
     """Issue 10 item 3: |◀ ◀ ▶ ▶| step the replay (disabled where they cannot move), every
     control has a tooltip, and round 0's caption says what it is (no dangling "start —")."""
@@ -460,6 +473,8 @@ def _saved(tmp_path, name="t.json"):
     (lambda d: d["arrays"]["inputs"].update(dtype="<U3"), "a trace holds numbers"),
     (lambda d: d["arrays"]["provenance"]["data"][0][0].__setitem__(0, 99), "bitmasks outside 0..7"),
     (lambda d: d.update(chunk_bounds="abc"), "chunk_bounds must be a list of ints"),
+    (lambda d: d["meta"].update(cpu_count="many"), "meta.cpu_count must be an int or None; got 'many'"),
+    (lambda d: d["meta"].update(cluster=[2]), "meta.cluster must be an object; got [2]"),
 ])
 def test_a_damaged_trace_file_is_a_value_error_that_says_what(tmp_path, damage, text):
     import json

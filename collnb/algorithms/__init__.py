@@ -28,13 +28,13 @@ from .trace import TRACE_FORMAT_VERSION, RoundRecord, Trace
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .execution import all_reduce, execute, snapshots
-    from .run import (builtin_result, make_trace, prepare_case, rank_run_cases, run_algorithm, run_algorithms,
-                      start_buffer, teaching_buffers)
+    from .run import (AlgorithmConfig, RunOptions, builtin_result, make_trace, prepare_case, rank_run_cases,
+                      run_algorithm, run_algorithms, start_buffer, teaching_buffers)
 
 #: Names that need torch -> the module of this package that defines them (loaded on first use).
 _LAZY = {**dict.fromkeys(("execute", "snapshots", "all_reduce"), ".execution"),
          **dict.fromkeys(("run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result",
-                          "start_buffer", "rank_run_cases", "make_trace"), ".run")}
+                          "start_buffer", "rank_run_cases", "make_trace", "RunOptions", "AlgorithmConfig"), ".run")}
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
            "cached_schedule", "check_algorithm", "algorithms_for", "default_algorithm", "chunk_bounds",
@@ -43,6 +43,6 @@ __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "
            "all_reduce", "Trace", "RoundRecord", "TRACE_FORMAT_VERSION", "CostModel", "DEFAULT_MODEL", "predict",
            "closed_form", "round_costs", "algbw", "busbw", "busbw_factor", "BUILTIN_FORM", "fit_each",
            "crossovers", "costmodel", "TIERED_ALGORITHMS", "is_tiered", "tier_of", "TwoTier", "TierPrediction",
-           "predict_tiers", "tier_round_costs", "inter_node_bytes"]
+           "predict_tiers", "tier_round_costs", "inter_node_bytes", "RunOptions", "AlgorithmConfig"]
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)  # a name that runs on ranks loads on first use

@@ -3,8 +3,8 @@
 One function per algorithm (``_ar_ring``, ``_bc_chain``, ...), registered in :data:`BUILDERS`
 under ``(primitive, algorithm)``: ``builder(world_size, root, n_chunks)`` returns the list of
 :class:`~collnb.algorithms.rounds.Round` in order. A builder whose buffer is not one chunk per rank
-says so with a ``n_chunks(world_size)`` attribute (Rabenseifner: ``p'`` chunks). :func:`collnb.algorithms.schedule` calls them and
-checks the result by simulation. Pure Python: no torch.
+says so in :data:`N_CHUNKS` with ``n_chunks(world_size)`` (Rabenseifner: ``p'`` chunks).
+:func:`collnb.algorithms.schedule` calls them and checks the result by simulation. Pure Python: no torch.
 
 Buffers are rows of ``n_chunks`` chunks; chunk ``j`` is the slot of rank ``j`` except for
 broadcast, whose chunks are the pipeline's segments, and Rabenseifner's all_reduce, whose ``p'``
@@ -16,20 +16,26 @@ see :mod:`collnb.algorithms.schedules` for the layout and the sources.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import TypeAlias
 
 from ..i18n import N_, _
 from .rounds import Round, Transfer
 
-__all__ = ["BUILDERS", "pof2_fold", "rabenseifner_chunks"]
+__all__ = ["BUILDERS", "N_CHUNKS", "Builder", "pof2_fold", "rabenseifner_chunks"]
+
+#: ``builder(world_size, root, n_chunks)`` -> the rounds of one algorithm, in order.
+Builder: TypeAlias = Callable[[int, int, int], list[Round]]
 
 
-def pof2_fold(n: int) -> tuple:
+def pof2_fold(n: int) -> tuple[int, int, list[int], list[tuple[int, ...]]]:
     """The non-power-of-two fold of ``n`` ranks: ``(p, q, old_of_new, members)`` with ``p`` the
     largest power of two <= ``n`` and ``q = n - p`` folded ranks; new rank ``i`` is old rank
     ``old_of_new[i]`` and stands for the old ranks ``members[i]`` (Thakur et al. 2005)."""
     p = 1 << (n.bit_length() - 1)
     q = n - p
-    old_of_new, members = [], []
+    old_of_new: list[int] = []
+    members: list[tuple[int, ...]] = []
     for i in range(p):
         if i < q:
             old_of_new.append(2 * i + 1)
@@ -40,18 +46,20 @@ def pof2_fold(n: int) -> tuple:
     return p, q, old_of_new, members
 
 
-def _rng(start, stop):
+def _rng(start: int, stop: int) -> tuple[int, ...]:
     return tuple(range(start, stop))
 
 
-def _groups(n_chunks: int, p: int) -> list:
+def _groups(n_chunks: int, p: int) -> list[tuple[int, ...]]:
     """Split chunks 0..n_chunks-1 into p contiguous, balanced groups (sizes differ by at most 1)."""
     return [_rng(i * n_chunks // p, (i + 1) * n_chunks // p) for i in range(p)]
 
 
-def _T(src, dst, chunks, reduce=False, dst_chunks=None):
-    chunks = tuple(chunks)
-    return Transfer(src, dst, chunks, tuple(dst_chunks) if dst_chunks is not None else chunks, reduce)
+def _T(src: int, dst: int, chunks: Iterable[int], reduce: bool = False,
+       dst_chunks: Iterable[int] | None = None) -> Transfer:
+    """A :class:`Transfer` of ``chunks`` (written to the same chunks at ``dst`` unless ``dst_chunks``)."""
+    read = tuple(chunks)
+    return Transfer(src, dst, read, tuple(dst_chunks) if dst_chunks is not None else read, reduce)
 
 
 #: Default words of the fold/unfold rounds (translated where a round is built).
@@ -59,7 +67,9 @@ _THEIR_BUFFER = N_("their whole buffer")
 _THE_RESULT = N_("the result")
 
 
-def _fold_rounds(n, C, reduce, what=_THEIR_BUFFER):
+def _fold_rounds(n: int, C: int, reduce: bool, what: str = _THEIR_BUFFER) -> list[Round]:
+    """The fold round of ``n`` ranks (none at a power of two): even ranks below ``2q`` send ``what``
+    (untranslated words) to rank+1."""
     p, q, old, members = pof2_fold(n)
     if q == 0:
         return []
@@ -70,7 +80,9 @@ def _fold_rounds(n, C, reduce, what=_THEIR_BUFFER):
                                 n=n, last=2 * q - 2, what=_(what), verb=verb, p=p), ts)]
 
 
-def _unfold_round(n, C_of_even, what=_THE_RESULT):
+def _unfold_round(n: int, C_of_even: Callable[[int], Iterable[int]], what: str = _THE_RESULT) -> list[Round]:
+    """The unfold round of ``n`` ranks (none at a power of two): rank ``2i+1`` sends chunks
+    ``C_of_even(2i)`` back to rank ``2i``."""
     p, q, old, members = pof2_fold(n)
     if q == 0:
         return []
@@ -81,7 +93,7 @@ def _unfold_round(n, C_of_even, what=_THE_RESULT):
 
 # -- all_reduce ---------------------------------------------------------------------------------
 
-def _ar_ring(n, root, C):
+def _ar_ring(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
@@ -96,7 +108,7 @@ def _ar_ring(n, root, C):
     return rounds
 
 
-def _ar_recursive_doubling(n, root, C):
+def _ar_recursive_doubling(n: int, root: int, C: int) -> list[Round]:
     p, q, old, members = pof2_fold(n)
     rounds = _fold_rounds(n, C, True)
     m = 1
@@ -109,7 +121,8 @@ def _ar_recursive_doubling(n, root, C):
     return rounds + _unfold_round(n, lambda r: range(C))
 
 
-def _rs_halving(p, old, groups_of, reduce_label="reduce-scatter"):
+def _rs_halving(p: int, old: Sequence[int], groups_of: Sequence[Sequence[int]],
+                reduce_label: str = "reduce-scatter") -> list[Round]:
     """Recursive halving over p (power of two) new ranks: distance p/2, p/4, ..., 1. Returns rounds;
     afterwards new rank i holds the complete reduction of groups_of[i]."""
     rounds = []
@@ -135,7 +148,8 @@ def _rs_halving(p, old, groups_of, reduce_label="reduce-scatter"):
     return rounds
 
 
-def _ag_doubling(p, old, groups_of, label="all-gather"):
+def _ag_doubling(p: int, old: Sequence[int], groups_of: Sequence[Sequence[int]],
+                 label: str = "all-gather") -> list[Round]:
     """Recursive doubling all-gather over p new ranks, distance 1, 2, ..., p/2: new rank i starts
     with groups_of[i] and ends with all of them."""
     rounds = []
@@ -159,7 +173,7 @@ def _ag_doubling(p, old, groups_of, label="all-gather"):
     return rounds
 
 
-def _ar_rabenseifner(n, root, C):
+def _ar_rabenseifner(n: int, root: int, C: int) -> list[Round]:
     """Rabenseifner's all_reduce (Rabenseifner 2004; Thakur, Rabenseifner & Gropp 2005, section 4):
     at a non-power of two the fold leaves ``p'`` ranks, and the buffer is cut into ``p'`` equal parts
     (``C = p'`` chunks, :func:`rabenseifner_chunks`), so every halving step moves exactly half of
@@ -179,10 +193,8 @@ def rabenseifner_chunks(n: int) -> int:
     return pof2_fold(n)[0]
 
 
-_ar_rabenseifner.n_chunks = rabenseifner_chunks
 
-
-def _reduce_binomial(n, root, C, label="reduce"):
+def _reduce_binomial(n: int, root: int, C: int, label: str = "reduce") -> list[Round]:
     rounds = []
     m = 1
     step = 1
@@ -200,7 +212,8 @@ def _reduce_binomial(n, root, C, label="reduce"):
     return rounds
 
 
-def _bcast_binomial(n, root, C, label="broadcast", chunks_for=None):
+def _bcast_binomial(n: int, root: int, C: int, label: str = "broadcast",
+                    chunks_for: Callable[[int, int], Iterable[int]] | None = None) -> list[Round]:
     """Binomial-tree broadcast (or scatter when chunks_for gives the chunks a subtree needs)."""
     rounds = []
     L = math.ceil(math.log2(n)) if n > 1 else 0
@@ -218,13 +231,13 @@ def _bcast_binomial(n, root, C, label="broadcast", chunks_for=None):
     return rounds
 
 
-def _ar_binomial(n, root, C):
+def _ar_binomial(n: int, root: int, C: int) -> list[Round]:
     return _reduce_binomial(n, 0, C) + _bcast_binomial(n, 0, C)
 
 
 # -- all_gather ---------------------------------------------------------------------------------
 
-def _ag_ring(n, root, C):
+def _ag_ring(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
@@ -233,7 +246,7 @@ def _ag_ring(n, root, C):
     return rounds
 
 
-def _ag_recursive_doubling(n, root, C):
+def _ag_recursive_doubling(n: int, root: int, C: int) -> list[Round]:
     p, q, old, members = pof2_fold(n)
     rounds = []
     if q:
@@ -245,7 +258,7 @@ def _ag_recursive_doubling(n, root, C):
     return rounds + _unfold_round(n, lambda r: [c for c in range(C) if c != r], N_("every block"))
 
 
-def _ag_bruck(n, root, C):
+def _ag_bruck(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     d = 1
     step = 1
@@ -263,7 +276,7 @@ def _ag_bruck(n, root, C):
 
 # -- reduce_scatter -----------------------------------------------------------------------------
 
-def _rs_ring(n, root, C):
+def _rs_ring(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
@@ -273,7 +286,7 @@ def _rs_ring(n, root, C):
     return rounds
 
 
-def _rs_recursive_halving(n, root, C):
+def _rs_recursive_halving(n: int, root: int, C: int) -> list[Round]:
     p, q, old, members = pof2_fold(n)
     rounds = _fold_rounds(n, C, True)
     rounds += _rs_halving(p, old, [list(mm) for mm in members])
@@ -282,14 +295,14 @@ def _rs_recursive_halving(n, root, C):
 
 # -- broadcast ----------------------------------------------------------------------------------
 
-def _bc_linear(n, root, C):
+def _bc_linear(n: int, root: int, C: int) -> list[Round]:
     return [Round("send", _("send {k}/{last}: the root sends the whole buffer to rank {dst}").format(
         k=k, last=n - 1, dst=(root + k) % n),
                   [_T(root, (root + k) % n, range(C))]) for k in range(1, n)]
 
 
-def _bc_chain(n, root, C):
-    rounds = []
+def _bc_chain(n: int, root: int, C: int) -> list[Round]:
+    rounds: list[Round] = []
     if n == 1:
         return rounds
     for t in range(C + n - 2):
@@ -304,34 +317,34 @@ def _bc_chain(n, root, C):
     return rounds
 
 
-def _bc_binomial(n, root, C):
+def _bc_binomial(n: int, root: int, C: int) -> list[Round]:
     return _bcast_binomial(n, root, C)
 
 
 # -- reduce, scatter, gather ----------------------------------------------------------------------
 
-def _rd_binomial(n, root, C):
+def _rd_binomial(n: int, root: int, C: int) -> list[Round]:
     return _reduce_binomial(n, root, C)
 
 
-def _sc_linear(n, root, C):
+def _sc_linear(n: int, root: int, C: int) -> list[Round]:
     return [Round("send", _("send {k}/{last}: the root sends chunk {dst} to rank {dst}").format(
         k=k, last=n - 1, dst=(root + k) % n),
                   [_T(root, (root + k) % n, [(root + k) % n])]) for k in range(1, n)]
 
 
-def _sc_binomial(n, root, C):
+def _sc_binomial(n: int, root: int, C: int) -> list[Round]:
     return _bcast_binomial(n, root, C, "scatter",
                            chunks_for=lambda lo, hi: sorted((v + root) % n for v in range(lo, hi)))
 
 
-def _ga_linear(n, root, C):
+def _ga_linear(n: int, root: int, C: int) -> list[Round]:
     return [Round("send", _("send {k}/{last}: rank {src} sends its chunk to the root").format(
         k=k, last=n - 1, src=(root + k) % n),
                   [_T((root + k) % n, root, [(root + k) % n])]) for k in range(1, n)]
 
 
-def _ga_binomial(n, root, C):
+def _ga_binomial(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     m = 1
     step = 1
@@ -352,7 +365,7 @@ def _ga_binomial(n, root, C):
 
 # -- all_to_all ---------------------------------------------------------------------------------
 
-def _a2a_pairwise(n, root, C):
+def _a2a_pairwise(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     pof2 = n & (n - 1) == 0
     for k in range(1, n):
@@ -367,7 +380,7 @@ def _a2a_pairwise(n, root, C):
     return rounds
 
 
-def _a2a_linear(n, root, C):
+def _a2a_linear(n: int, root: int, C: int) -> list[Round]:
     if n == 1:
         return []
     ts = [_T(r, j, [j], dst_chunks=[r]) for r in range(n) for j in range(n) if j != r]
@@ -376,7 +389,7 @@ def _a2a_linear(n, root, C):
 
 
 #: ``(primitive, algorithm)`` -> ``builder(world_size, root, n_chunks)`` returning the list of rounds.
-BUILDERS = {
+BUILDERS: dict[tuple[str, str], Builder] = {
     ("all_reduce", "ring"): _ar_ring,
     ("all_reduce", "recursive_doubling"): _ar_recursive_doubling,
     ("all_reduce", "rabenseifner"): _ar_rabenseifner,
@@ -397,3 +410,7 @@ BUILDERS = {
     ("all_to_all", "pairwise"): _a2a_pairwise,
     ("all_to_all", "linear"): _a2a_linear,
 }
+
+#: The builders whose buffer is not one chunk per rank: ``(primitive, algorithm)`` ->
+#: ``n_chunks(world_size)`` (Rabenseifner: ``p'``); every other algorithm has ``world_size`` chunks.
+N_CHUNKS: dict[tuple[str, str], Callable[[int], int]] = {("all_reduce", "rabenseifner"): rabenseifner_chunks}

@@ -12,8 +12,9 @@ transfer, as in gloo's own ring (gloo ``gloo/allreduce.cc``).
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Sequence
+from typing import NotRequired, TypeAlias, TypedDict
 
 import torch
 import torch.distributed as dist
@@ -22,7 +23,35 @@ from ..i18n import _
 from ..vocabulary import op_name
 from .schedules import Schedule, cached_schedule, chunk_bounds
 
-__all__ = ["execute", "snapshots", "all_reduce", "SEGMENT_BYTES", "FORWARD"]
+__all__ = ["execute", "snapshots", "all_reduce", "SEGMENT_BYTES", "FORWARD", "ExecuteResult", "Recording", "Change"]
+
+#: ``(start, stop)``: element offsets of a contiguous part of a buffer.
+Range: TypeAlias = tuple[int, int]
+#: ``(round, start, stop, tensor)``: elements ``start:stop`` of the working buffer after that round.
+Change: TypeAlias = tuple[int, int, int, torch.Tensor]
+#: One rank's sends of one round: ``(dst, ranges)``.
+_Sends: TypeAlias = list[tuple[int, list[Range]]]
+#: One rank's receives of one round: ``(src, ranges, reduce)``.
+_Recvs: TypeAlias = list[tuple[int, list[Range], bool]]
+
+
+class Recording(TypedDict):
+    """What :func:`execute` kept with ``record=True`` (:func:`snapshots` rebuilds every round from it):
+    ``initial`` the 1-D buffer before round 1, ``changes`` what every round wrote, ``n_rounds``."""
+
+    initial: torch.Tensor
+    changes: list[Change]
+    n_rounds: int
+
+
+class ExecuteResult(TypedDict):
+    """:func:`execute`'s answer: ``seconds`` (per round, this rank's wall time) and, with ``record=True``,
+    the :class:`Recording`'s keys."""
+
+    seconds: list[float]
+    initial: NotRequired[torch.Tensor]
+    changes: NotRequired[list[Change]]
+    n_rounds: NotRequired[int]
 
 
 def _combine(dst: torch.Tensor, src: torch.Tensor, op: str) -> None:
@@ -49,9 +78,9 @@ def _combine(dst: torch.Tensor, src: torch.Tensor, op: str) -> None:
         dst.bitwise_xor_(src)
 
 
-def _ranges(chunks, bounds):
+def _ranges(chunks: Iterable[int], bounds: Sequence[int]) -> list[Range]:
     """Merge chunk indices into contiguous element ranges [(start, stop), ...]."""
-    out = []
+    out: list[Range] = []
     for c in chunks:
         a, b = bounds[c], bounds[c + 1]
         if out and out[-1][1] == a:
@@ -66,11 +95,12 @@ class _Plan:
     """One rank's view of a schedule: per round (sends, recvs, finalize ranges), and per round
     whether it sends from the working buffer although the call has an input buffer (all_to_all's
     forwarding stage, :attr:`Round.from_work`)."""
-    rounds: list
-    from_work: list
+    rounds: list[tuple[_Sends, _Recvs, list[Range]]]
+    from_work: list[bool]
 
 
-def _rank_plan(sched: Schedule, rank: int, bounds: list) -> _Plan:
+def _rank_plan(sched: Schedule, rank: int, bounds: Sequence[int]) -> _Plan:
+    """``rank``'s sends, receives and finalized ranges in every round of ``sched``."""
     out = []
     for rnd in sched.rounds:
         sends = [(t.dst, _ranges(t.chunks, bounds)) for t in rnd.transfers if t.src == rank]
@@ -80,14 +110,15 @@ def _rank_plan(sched: Schedule, rank: int, bounds: list) -> _Plan:
     return _Plan(out, [rnd.from_work for rnd in sched.rounds])
 
 
-def _gather_ranges(buf: torch.Tensor, ranges) -> torch.Tensor:
+def _gather_ranges(buf: torch.Tensor, ranges: Sequence[Range]) -> torch.Tensor:
+    """The elements of ``ranges`` of ``buf``, one after the other (a view when there is one range)."""
     if len(ranges) == 1:
         a, b = ranges[0]
         return buf[a:b]
     return torch.cat([buf[a:b] for a, b in ranges])
 
 
-def _padding_pairs(counts: list) -> list:
+def _padding_pairs(counts: Sequence[int]) -> list[tuple[int, int]]:
     """Dummy messages ``[(src, dst), ...]`` that give every rank the same number of point-to-point
     calls: rank ``r`` made ``counts[r]`` (sends + receives); each dummy message adds one call to
     two different ranks. Deterministic, so every rank computes the same list."""
@@ -122,7 +153,7 @@ def _detail_mode() -> bool:
         return False
 
 
-_SCRATCH: dict = {}
+_SCRATCH: dict[tuple[torch.dtype, str], torch.Tensor] = {}
 
 #: Messages larger than twice this many bytes travel as segments of this size, each its own
 #: isend/irecv; a receiver that combines starts reducing the first segment while the next ones
@@ -135,7 +166,7 @@ FORWARD: bool = True
 _TAG_STRIDE = 1 << 12  # tags: round * stride + segment
 
 
-def _segments(n: int, esize: int) -> list:
+def _segments(n: int, esize: int) -> list[Range]:
     """``[(start, stop), ...]`` element ranges of one message of ``n`` elements (sender and
     receiver compute the same split from the same length)."""
     seg = SEGMENT_BYTES
@@ -145,7 +176,7 @@ def _segments(n: int, esize: int) -> list:
     return [(a, min(a + per, n)) for a in range(0, n, per)]
 
 
-def _scratch(n: int, dtype, device) -> torch.Tensor:
+def _scratch(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
     """A receive buffer of ``n`` elements, reused across calls (one per dtype and device, grown
     to the largest size asked): a fresh large allocation costs page faults on every call."""
     key = (dtype, str(device))
@@ -155,8 +186,9 @@ def _scratch(n: int, dtype, device) -> torch.Tensor:
     return buf[:n]
 
 
-def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: torch.Tensor | None = None,
-            record: bool = False, bounds: Sequence[int] | None = None, group=None) -> dict:
+def execute(sched: Schedule, work: torch.Tensor, *, op: str | dist.ReduceOp = "sum",
+            send_from: torch.Tensor | None = None, record: bool = False, bounds: Sequence[int] | None = None,
+            group: dist.ProcessGroup | None = None) -> ExecuteResult:
     """Run ``sched`` on this rank's 1-D ``work`` tensor in place, with ``isend``/``irecv``.
 
     Call it on every rank of the launch (inside the function you give
@@ -185,7 +217,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
         group: process group to send on (default: the default group).
 
     Returns:
-        dict: ``seconds`` (list of per-round wall seconds on this rank); with ``record=True`` also
+        :class:`ExecuteResult`: ``seconds`` (list of per-round wall seconds on this rank); with ``record=True`` also
         ``initial`` (copy of ``work`` before round 1) and ``changes`` (list of
         ``(round, start, stop, tensor)``: the elements ``start:stop`` of ``work`` after that
         round). Pass it to :func:`snapshots` for a ``(rounds + 1, work.numel())`` tensor.
@@ -202,7 +234,7 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             world_size=sched.world_size, n=ws))
     if work.dim() != 1 or not work.is_contiguous():
         raise ValueError(_("work must be a contiguous 1-D tensor; pass tensor.view(-1) of a contiguous tensor"))
-    op = op_name(op)
+    opn = op_name(op)
     if bounds is None:
         bounds = chunk_bounds(work.numel(), sched.n_chunks)
     plan = _rank_plan(sched, rank, list(bounds))
@@ -220,16 +252,16 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
         need = max(need, tot)
     scratch = _scratch(need, work.dtype, work.device) if need else None
     initial = work.clone() if record else None
-    changes = []
-    seconds = []
+    changes: list[Change] = []
+    seconds: list[float] = []
     esize = work.element_size()
     # Forwarding: a range that arrives complete in round k and is sent on unchanged in round k+1
     # (the ring passes each chunk on) goes out segment by segment as it arrives, so the next
     # round's transfer overlaps this one's, as in gloo's ring. gloo only (NCCL orders p2p per
     # stream), not for AVG (its division ends the round) nor all_to_all (sends from its input).
-    forward_ok = FORWARD and send_from is None and op != "avg" and dist.get_backend(group) == "gloo"
-    early_reqs: dict = {}
-    early_posted: dict = {}
+    forward_ok = FORWARD and send_from is None and opn != "avg" and dist.get_backend(group) == "gloo"
+    early_reqs: dict[int, list[dist.Work]] = {}
+    early_posted: dict[int, set[tuple[int, tuple[Range, ...]]]] = {}
     for k, (sends, recvs, fin) in enumerate(plan.rounds, 1):
         t0 = time.perf_counter()
         src_buf = sources[k - 1]
@@ -240,26 +272,28 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
                 continue
             msg = _gather_ranges(src_buf, rgs)
             for s, (a, b) in enumerate(_segments(msg.numel(), esize)):
-                reqs.append(dist.isend(msg[a:b], dst, group=group, tag=k * _TAG_STRIDE + s))
+                reqs.append(_work(dist.isend(msg[a:b], dst, group=group, tag=k * _TAG_STRIDE + s)))
         send_spans = [rg for _, rgs in sends for rg in rgs] if src_buf is work else []
-        next_sends = plan.rounds[k][0] if forward_ok and k < len(plan.rounds) else []
+        next_sends: _Sends = plan.rounds[k][0] if forward_ok and k < len(plan.rounds) else []
         recv_spans = [rg for _, rgs, _ in recvs for rg in rgs]
-        pending = []
-        streamed = []  # single-range receives handled segment by segment as they arrive
+        pending: list[tuple[torch.Tensor, list[Range], bool]] = []
+        # single-range receives handled segment by segment as they arrive
+        streamed: list[tuple[list[dist.Work], list[Range], torch.Tensor, Range, bool, list[int]]] = []
         off = 0
         for src, rgs, red in recvs:
             n = sum(b - a for a, b in rgs)
             overlap = any(a < d and c < b for a, b in rgs for c, d in send_spans)
             if red or len(rgs) > 1 or overlap:
+                assert scratch is not None  # sized above for every such receive
                 buf = scratch[off:off + n]
                 off += n
             else:
                 a, b = rgs[0]
                 buf = work[a:b]
             segs = _segments(n, esize)
-            seg_reqs = [dist.irecv(buf[a:b], src, group=group, tag=k * _TAG_STRIDE + s)
+            seg_reqs = [_work(dist.irecv(buf[a:b], src, group=group, tag=k * _TAG_STRIDE + s))
                         for s, (a, b) in enumerate(segs)]
-            forward = []
+            forward: list[int] = []
             if len(rgs) == 1 and not overlap:
                 ra, rb = rgs[0]
                 alone = sum(1 for c, d in recv_spans if c < rb and ra < d) == 1
@@ -277,10 +311,10 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             for s, (req, (a, b)) in enumerate(zip(seg_reqs, segs)):
                 req.wait()
                 if red:
-                    _combine(work[ra + a:ra + b], buf[a:b], op)
+                    _combine(work[ra + a:ra + b], buf[a:b], opn)
                 for dst in forward:  # this segment is final: send it on for round k+1 now
                     early_reqs.setdefault(k + 1, []).append(
-                        dist.isend(work[ra + a:ra + b], dst, group=group, tag=(k + 1) * _TAG_STRIDE + s))
+                        _work(dist.isend(work[ra + a:ra + b], dst, group=group, tag=(k + 1) * _TAG_STRIDE + s)))
             for dst in forward:
                 early_posted.setdefault(k + 1, set()).add((dst, ((ra, rb),)))
         for req in reqs:
@@ -290,11 +324,11 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             for a, b in rgs:
                 piece = buf[o:o + (b - a)]
                 if red:
-                    _combine(work[a:b], piece, op)
+                    _combine(work[a:b], piece, opn)
                 else:
                     work[a:b].copy_(piece)
                 o += b - a
-        if op == "avg":
+        if opn == "avg":
             for a, b in fin:
                 work[a:b].div_(ws)
         seconds.append(time.perf_counter() - t0)
@@ -321,18 +355,25 @@ def execute(sched: Schedule, work: torch.Tensor, *, op: str = "sum", send_from: 
             tag = (len(sched.rounds) + 1) * _TAG_STRIDE
             for i, (a, b) in enumerate(pad):
                 if a == rank:
-                    reqs.append(dist.isend(one, b, group=group, tag=tag))
+                    reqs.append(_work(dist.isend(one, b, group=group, tag=tag)))
                 elif b == rank:
-                    reqs.append(dist.irecv(sink[i], a, group=group, tag=tag))
+                    reqs.append(_work(dist.irecv(sink[i], a, group=group, tag=tag)))
             for req in reqs:
                 req.wait()
-    out = {"seconds": seconds}
-    if record:
-        out.update(initial=initial, changes=changes, n_rounds=len(plan.rounds))
+    out = ExecuteResult(seconds=seconds)
+    if initial is not None:  # record=True
+        out["initial"], out["changes"], out["n_rounds"] = initial, changes, len(plan.rounds)
     return out
 
 
-def snapshots(recording: dict) -> torch.Tensor:
+def _work(work: dist.Work | None) -> dist.Work:
+    """The request of an ``isend``/``irecv`` (``None`` only for a rank outside the group, which
+    :func:`execute`'s world-size check refused before any message)."""
+    assert work is not None, "isend/irecv outside the process group"
+    return work
+
+
+def snapshots(recording: Recording | ExecuteResult) -> torch.Tensor:
     """Every round's buffer from what :func:`execute` recorded (``record=True``).
 
     Returns:
@@ -356,8 +397,8 @@ def snapshots(recording: dict) -> torch.Tensor:
     return torch.stack(rows)
 
 
-def all_reduce(tensor: torch.Tensor, op: str = "sum", algorithm: str = "ring", *, record: bool = False,
-               group=None) -> dict:
+def all_reduce(tensor: torch.Tensor, op: str | dist.ReduceOp = "sum", algorithm: str = "ring", *,
+               record: bool = False, group: dist.ProcessGroup | None = None) -> ExecuteResult:
     """``dist.all_reduce(tensor, op)`` built from ``isend``/``irecv`` with the chosen algorithm.
 
     Call on every rank inside a launched function. ``tensor`` (contiguous, any shape) is reduced

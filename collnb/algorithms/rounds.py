@@ -8,9 +8,24 @@ Plain frozen/ordinary dataclasses of ints, tuples and lists: no torch, no numpy.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import NotRequired, TypedDict
 
-__all__ = ["Transfer", "Round", "Schedule"]
+from .reading import as_int, as_ints
+
+__all__ = ["Transfer", "Round", "Schedule", "TransferDict"]
+
+
+class TransferDict(TypedDict):
+    """A transfer as a saved trace holds it (:meth:`Transfer.to_dict`)."""
+
+    src: int
+    dst: int
+    chunks: list[int]
+    dst_chunks: list[int]
+    reduce: bool
+    nbytes: NotRequired[int | None]  # missing: unknown, as None (a file may leave it out)
 
 
 @dataclass(frozen=True)
@@ -30,29 +45,40 @@ class Transfer:
 
     src: int
     dst: int
-    chunks: tuple
-    dst_chunks: tuple
+    chunks: tuple[int, ...]
+    dst_chunks: tuple[int, ...]
     reduce: bool = False
     nbytes: int | None = None
 
-    def to_dict(self) -> dict:
+    @property
+    def size(self) -> int:
+        """``nbytes`` of a transfer of a :class:`collnb.Trace` (every one has it).
+
+        Raises:
+            ValueError: a schedule's transfer, which has no size.
+        """
+        if self.nbytes is None:
+            raise ValueError("a schedule's transfer has no size; a trace's transfers have one (nbytes)")
+        return self.nbytes
+
+    def to_dict(self) -> TransferDict:
         """``{"src", "dst", "chunks", "dst_chunks", "reduce", "nbytes"}`` with lists for tuples
         (the layout of a transfer in a saved trace)."""
-        return dict(src=self.src, dst=self.dst, chunks=list(self.chunks), dst_chunks=list(self.dst_chunks),
-                    reduce=self.reduce, nbytes=self.nbytes)
+        return TransferDict(src=self.src, dst=self.dst, chunks=list(self.chunks), dst_chunks=list(self.dst_chunks),
+                            reduce=self.reduce, nbytes=self.nbytes)
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Transfer":
-        """Inverse of :meth:`to_dict` (a saved trace's transfer).
+    def from_dict(cls, d: Mapping[str, object]) -> "Transfer":
+        """Inverse of :meth:`to_dict` (a saved trace's transfer; a file's values are converted, ``nbytes``
+        may be missing).
 
         Raises:
             KeyError: a key other than ``nbytes`` is missing. TypeError/ValueError: a value is not
                 a number (or list of numbers).
         """
         nbytes = d.get("nbytes")
-        return cls(int(d["src"]), int(d["dst"]), tuple(int(c) for c in d["chunks"]),
-                   tuple(int(c) for c in d["dst_chunks"]), bool(d["reduce"]),
-                   None if nbytes is None else int(nbytes))
+        return cls(as_int(d["src"]), as_int(d["dst"]), as_ints(d["chunks"]), as_ints(d["dst_chunks"]),
+                   bool(d["reduce"]), None if nbytes is None else as_int(nbytes))
 
 
 @dataclass
@@ -75,8 +101,8 @@ class Round:
 
     label: str
     detail: str
-    transfers: list
-    finalize: list = field(default_factory=list)
+    transfers: list[Transfer]
+    finalize: list[tuple[int, int]] = field(default_factory=list)
     from_work: bool = False
 
 
@@ -109,19 +135,20 @@ class Schedule:
     world_size: int
     root: int
     n_chunks: int
-    rounds: list
-    provenance: list
-    defined: list
-    fold: tuple = (0, 0)
+    rounds: list[Round]
+    provenance: list[list[list[int]]]
+    defined: list[list[bool]]
+    fold: tuple[int, int] = (0, 0)
     ranks_per_node: int | None = None
-    start_chunks: list | None = None
+    start_chunks: list[tuple[int, ...]] | None = None
 
     @property
     def n_rounds(self) -> int:
         """Number of rounds (int)."""
         return len(self.rounds)
 
-    def transfers_of(self, rank: int, round_index: int) -> tuple[list, list]:
+    def transfers_of(self, rank: int, round_index: int) -> tuple[list[Transfer], list[Transfer]]:
         """``(sends, receives)`` of ``rank`` in round ``round_index`` (1-based), lists of Transfer."""
         rnd = self.rounds[round_index - 1]
         return ([t for t in rnd.transfers if t.src == rank], [t for t in rnd.transfers if t.dst == rank])
+

@@ -12,21 +12,82 @@ are checked against what the backend accepts on real ranks
 from __future__ import annotations
 
 import time
-from typing import Sequence
+from collections.abc import Callable, Collection, Sequence
+from typing import Required, TypeAlias, TypedDict, TypeVar
 
+import numpy as np
 import torch
 import torch.distributed as dist
+from numpy.typing import NDArray
 
 from ..collectives import REDUCING_PRIMITIVES, backend_support, make_tensor, teaching_value
 from ..i18n import _
 from ..ranks import launch
 from ..vocabulary import check_backend, check_int, dtype_name, op_hint, op_name
-from .execution import execute, snapshots
+from .execution import Recording, execute, snapshots
 from .schedules import PRIMITIVES, Schedule, chunk_bounds, default_algorithm, schedule
 from .trace import Trace
 
 __all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result", "start_buffer",
-           "rank_run_cases", "make_trace"]
+           "rank_run_cases", "make_trace", "Inputs", "RunOptions", "AlgorithmConfig", "Case", "RankCase", "RankResult"]
+
+T = TypeVar("T")
+
+#: A run's inputs (:func:`run_algorithm`): ``None`` (the teaching values), a ``(world_size, n_chunks *
+#: chunk_size)`` tensor, array or nested list of numbers, or ``f(rank, chunk) -> number``.
+Inputs: TypeAlias = "torch.Tensor | NDArray[np.generic] | Sequence[Sequence[complex]] | Callable[[int, int], complex] | None"
+
+
+class RunOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`run_algorithm` that one case of :func:`run_algorithms` may give."""
+
+    dtype: torch.dtype | str
+    op: str | dist.ReduceOp
+    root: int
+    chunk_size: int
+    segments: int | None
+    inputs: Inputs
+    snapshots: bool
+    compare: bool
+    ranks_per_node: int | None
+
+
+class AlgorithmConfig(RunOptions, total=False):
+    """One case of :func:`run_algorithms`: its primitive (required), its algorithm and :class:`RunOptions`."""
+
+    primitive: Required[str]
+    algorithm: str | None
+
+
+class RankCase(TypedDict):
+    """What a rank needs of one case (:func:`rank_run_cases`): the schedule, every rank's input
+    (``(world_size, count)``), the chunk offsets, the op's name, whether to record every round and to
+    run the built-in collective too."""
+
+    schedule: Schedule
+    inputs: torch.Tensor
+    bounds: list[int]
+    op: str
+    record: bool
+    compare: bool
+
+
+class Case(RankCase):
+    """One checked case (:func:`prepare_case`): a :class:`RankCase` with its ``dtype`` and ``chunk_size``
+    (elements per chunk), which stay with the caller."""
+
+    dtype: torch.dtype
+    chunk_size: int
+
+
+class RankResult(TypedDict):
+    """One rank's answer for one case: its ``final`` buffer, per-round ``seconds``, the built-in
+    collective's result (``None`` when not compared) and the :class:`Recording` (``None`` without one)."""
+
+    final: torch.Tensor
+    seconds: list[float]
+    builtin: torch.Tensor | None
+    recording: Recording | None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -51,25 +112,25 @@ def _builtin(primitive: str, rank: int, ws: int, inp: torch.Tensor, op: str, roo
     blocks = list(inp.chunk(ws)) if ws > 1 else [inp]
     e = inp.numel() // ws
     if primitive == "all_gather":
-        out = [torch.zeros_like(blocks[0]) for _ in range(ws)]
-        dist.all_gather(out, blocks[rank].contiguous())
-        return torch.cat(out)
+        parts = [torch.zeros_like(blocks[0]) for _ in range(ws)]
+        dist.all_gather(parts, blocks[rank].contiguous())
+        return torch.cat(parts)
     if primitive == "reduce_scatter":
-        out = torch.zeros(e, dtype=inp.dtype, device=inp.device)
-        dist.reduce_scatter(out, [b.contiguous() for b in blocks], op=rop)
+        mine = torch.zeros(e, dtype=inp.dtype, device=inp.device)
+        dist.reduce_scatter(mine, [b.contiguous() for b in blocks], op=rop)
         res = torch.zeros_like(inp)
-        res[rank * e:(rank + 1) * e] = out
+        res[rank * e:(rank + 1) * e] = mine
         return res
     if primitive == "scatter":
-        out = torch.zeros(e, dtype=inp.dtype, device=inp.device)
-        dist.scatter(out, [b.contiguous() for b in blocks] if rank == root else None, src=root)
+        mine = torch.zeros(e, dtype=inp.dtype, device=inp.device)
+        dist.scatter(mine, [b.contiguous() for b in blocks] if rank == root else None, src=root)
         res = torch.zeros_like(inp)
-        res[rank * e:(rank + 1) * e] = out
+        res[rank * e:(rank + 1) * e] = mine
         return res
     if primitive == "gather":
-        out = [torch.zeros_like(blocks[0]) for _ in range(ws)] if rank == root else None
-        dist.gather(blocks[rank].contiguous(), out, dst=root)
-        return torch.cat(out) if rank == root else torch.zeros_like(inp)
+        gathered = [torch.zeros_like(blocks[0]) for _ in range(ws)] if rank == root else None
+        dist.gather(blocks[rank].contiguous(), gathered, dst=root)
+        return torch.cat(gathered) if gathered is not None else torch.zeros_like(inp)
     if primitive == "all_to_all":
         out = torch.zeros_like(inp)
         dist.all_to_all_single(out, inp)
@@ -77,7 +138,8 @@ def _builtin(primitive: str, rank: int, ws: int, inp: torch.Tensor, op: str, roo
     raise ValueError(primitive)
 
 
-def _start_buffer(primitive, rank, ws, inp, C, bounds, start_chunks=None):
+def _start_buffer(primitive: str, rank: int, ws: int, inp: torch.Tensor, C: int, bounds: Sequence[int],
+                  start_chunks: Sequence[Collection[int]] | None = None) -> torch.Tensor:
     """The working buffer a rank starts a schedule with: a copy of its input, or for all_to_all
     zeros with its own slot (or the schedule's ``start_chunks[rank]``) copied in."""
     if primitive == "all_to_all":
@@ -89,27 +151,27 @@ def _start_buffer(primitive, rank, ws, inp, C, bounds, start_chunks=None):
     return inp.clone()
 
 
-def start_buffer(sched: Schedule, rank: int, inp: torch.Tensor, bounds) -> torch.Tensor:
+def start_buffer(sched: Schedule, rank: int, inp: torch.Tensor, bounds: Sequence[int]) -> torch.Tensor:
     """``start_buffer(schedule, rank, inp, bounds)``: the working buffer rank ``rank`` starts
     ``schedule`` with (its input's copy; all_to_all: the chunks it starts with, the rest zeros)."""
     return _start_buffer(sched.primitive, rank, sched.world_size, inp, sched.n_chunks, bounds, sched.start_chunks)
 
 
-def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
+def _rank_run_cases(rank: int, world_size: int, cases: Sequence[RankCase]) -> list[RankResult]:
     """Rank side of :func:`run_algorithms`: run every case (schedule + input) and, if asked, the
-    built-in collective on the same input. Returns one dict per case."""
+    built-in collective on the same input. Returns one :class:`RankResult` per case."""
     out = []
     # NCCL: rank r works on its GPU (the launcher set it); results come back to the caller on CPU.
     device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else None
     for case in cases:
-        sched: Schedule = case["schedule"]
+        sched = case["schedule"]
         inp = case["inputs"][rank].to(device=device, copy=True) if device is not None else case["inputs"][rank].clone()
         bounds = case["bounds"]
         work = start_buffer(sched, rank, inp, bounds)
         res = execute(sched, work, op=case["op"], record=case["record"], bounds=bounds,
                       send_from=inp if sched.primitive == "all_to_all" else None)
-        item = {"final": work, "seconds": res["seconds"], "builtin": None,
-                "recording": {k: res[k] for k in ("initial", "changes", "n_rounds")} if case["record"] else None}
+        item = RankResult(final=work, seconds=res["seconds"], builtin=None, recording=Recording(
+            initial=res["initial"], changes=res["changes"], n_rounds=res["n_rounds"]) if case["record"] else None)
         if case["compare"]:
             item["builtin"] = _builtin(sched.primitive, rank, world_size, inp, case["op"], sched.root,
                                        sched.n_chunks)
@@ -120,11 +182,17 @@ def _rank_run_cases(rank: int, world_size: int, cases: list) -> list:
 # ----------------------------------------------------------------------------------------------
 # Inputs, validation and the caller side
 
-def _dtype(dtype) -> torch.dtype:
-    return getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
+def _dtype(dtype: torch.dtype | str | None) -> torch.dtype:
+    """The ``torch.dtype`` of ``dtype`` (a dtype or its name; ``None``: float32), as
+    :func:`collnb.vocabulary.dtype_name` checks it."""
+    dt = getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
+    assert isinstance(dt, torch.dtype)  # dtype_name gives the name of a torch dtype
+    return dt
 
 
-def _op(op, primitive) -> str:
+def _op(op: str | dist.ReduceOp, primitive: str) -> str:
+    """The name of ``op`` (:func:`collnb.vocabulary.op_name`), which must be ``"sum"`` (the default) for a
+    primitive that does not reduce."""
     name = op_name(op)
     if primitive not in REDUCING_PRIMITIVES and name != "sum":
         raise ValueError(_("{primitive} does not combine values, so it takes no reduce op (got op={op}); "
@@ -135,7 +203,7 @@ def _op(op, primitive) -> str:
 
 
 def teaching_buffers(primitive: str, world_size: int, n_chunks: int, chunk_size: int = 1, root: int = 0,
-                     dtype=torch.float32) -> torch.Tensor:
+                     dtype: torch.dtype | str = torch.float32) -> torch.Tensor:
     """The teaching inputs in this module's layout: a ``(world_size, n_chunks * chunk_size)`` tensor.
 
     Values are :func:`collnb.collectives.teaching_value` (``10*rank + chunk``; ``100*rank + chunk``
@@ -167,7 +235,7 @@ def teaching_buffers(primitive: str, world_size: int, n_chunks: int, chunk_size:
 _BUILTIN_NAME = {"all_to_all": "all_to_all_single"}
 
 
-def _holds_input(primitive, rank, chunk, root) -> bool:
+def _holds_input(primitive: str, rank: int, chunk: int, root: int) -> bool:
     """Whether chunk ``chunk`` of ``rank``'s starting buffer is an input (else an empty output slot)."""
     if primitive in ("all_gather", "gather"):
         return chunk == rank
@@ -176,7 +244,8 @@ def _holds_input(primitive, rank, chunk, root) -> bool:
     return True
 
 
-def _validate_backend(primitive, dt, op, backend):
+def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str) -> None:
+    """Refuse (ValueError) a dtype or op that ``backend`` does not accept for ``primitive`` on real ranks."""
     sup = backend_support(backend)
     name = _BUILTIN_NAME.get(primitive, primitive)
     dname = str(dt).replace("torch.", "")
@@ -196,8 +265,10 @@ def _validate_backend(primitive, dt, op, backend):
                            valid=", ".join(x.upper() for x in valid_o)))
 
 
-def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, segments, inputs,
-                 snapshots, compare, backend, validate=True, ranks_per_node=None) -> dict:
+def prepare_case(primitive: str, algorithm: str | None, world_size: int, dtype: torch.dtype | str | None,
+                 op: str | dist.ReduceOp, root: int, chunk_size: int, segments: int | None, inputs: Inputs,
+                 snapshots: bool, compare: bool, backend: str, validate: bool = True,
+                 ranks_per_node: int | None = None) -> Case:
     """Check one case of :func:`run_algorithms` and build what its ranks need, without starting
     any rank (the rounds explorer calls it to check its arguments before drawing a widget).
 
@@ -207,7 +278,7 @@ def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, 
     ranks once per process and backend, then cached).
 
     Returns:
-        dict: ``schedule`` (:class:`Schedule`), ``inputs`` (``(world_size, count)`` tensor),
+        :class:`Case`: ``schedule`` (:class:`Schedule`), ``inputs`` (``(world_size, count)`` tensor),
         ``bounds`` (chunk offsets), ``op`` (name), ``record``, ``compare`` (bools), ``dtype``
         (``torch.dtype``), ``chunk_size`` (int).
 
@@ -240,28 +311,30 @@ def prepare_case(primitive, algorithm, world_size, dtype, op, root, chunk_size, 
                                "for {primitive} at world size {world_size}; got {shape}. Or pass a "
                                "callable f(rank, chunk) -> value").format(
                                    world_size=world_size, count=count, primitive=primitive, shape=tuple(inp.shape)))
-    return dict(schedule=sched, inputs=inp.contiguous(), bounds=chunk_bounds(count, C), op=opn,
+    return Case(schedule=sched, inputs=inp.contiguous(), bounds=chunk_bounds(count, C), op=opn,
                 record=bool(snapshots), compare=bool(compare), dtype=dt, chunk_size=chunk_size)
 
 
-def _make_trace(case, results, backend, wall):
+def _make_trace(case: Case, results: Sequence[RankResult], backend: str, wall: float) -> Trace:
+    """The :class:`Trace` of ``case`` from every rank's result (rank order), ``wall`` seconds in all."""
     sched = case["schedule"]
     n = sched.world_size
     snaps = None
     if case["record"]:
-        snaps = torch.stack([snapshots(results[r]["recording"]) for r in range(n)], dim=1)  # (R+1, ws, count)
+        snaps = torch.stack([snapshots(_given(results[r]["recording"])) for r in range(n)], dim=1)  # (R+1, ws, count)
     final = torch.stack([results[r]["final"] for r in range(n)])
-    builtin = torch.stack([results[r]["builtin"] for r in range(n)]) if case["compare"] else None
+    builtin = torch.stack([_given(results[r]["builtin"]) for r in range(n)]) if case["compare"] else None
     secs = [max(results[r]["seconds"][k] for r in range(n)) for k in range(sched.n_rounds)]
     return Trace.from_schedule(sched, inputs=case["inputs"], bounds=case["bounds"], op=case["op"],
                                dtype=case["dtype"], buffers=snaps, final=final, builtin=builtin,
                                round_seconds=secs, backend=backend, wall_seconds=wall)
 
 
-def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int = 4, dtype=torch.float32,
-                  op="sum", root: int = 0, *, chunk_size: int = 1, segments: int | None = None, inputs=None,
-                  snapshots: bool = True, compare: bool = True, backend: str = "gloo", timeout: float = 60.0,
-                  debug: bool = True, ranks_per_node: int | None = None):
+def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int = 4,
+                  dtype: torch.dtype | str = torch.float32, op: str | dist.ReduceOp = "sum", root: int = 0, *,
+                  chunk_size: int = 1, segments: int | None = None, inputs: Inputs = None, snapshots: bool = True,
+                  compare: bool = True, backend: str = "gloo", timeout: float = 60.0, debug: bool = True,
+                  ranks_per_node: int | None = None) -> Trace:
     """Run one collective algorithm on real ranks and return its :class:`collnb.Trace`.
 
     The ranks are launched with :func:`collnb.launch`; each runs the algorithm's
@@ -304,18 +377,18 @@ def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int 
             backend refuses, root or world size out of range, inputs of the wrong shape.
         collnb.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """
-    return run_algorithms([dict(primitive=primitive, algorithm=algorithm, dtype=dtype, op=op, root=root,
-                                chunk_size=chunk_size, segments=segments, inputs=inputs, snapshots=snapshots,
-                                compare=compare, ranks_per_node=ranks_per_node)], world_size, backend=backend,
-                          timeout=timeout, debug=debug)[0]
+    return run_algorithms([AlgorithmConfig(primitive=primitive, algorithm=algorithm, dtype=dtype, op=op, root=root,
+                                           chunk_size=chunk_size, segments=segments, inputs=inputs,
+                                           snapshots=snapshots, compare=compare, ranks_per_node=ranks_per_node)],
+                          world_size, backend=backend, timeout=timeout, debug=debug)[0]
 
 
-def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "gloo", timeout: float = 120.0,
-                   debug: bool = True, validate: bool = True) -> list:
+def run_algorithms(configs: Sequence[AlgorithmConfig], world_size: int, *, backend: str = "gloo",
+                   timeout: float = 120.0, debug: bool = True, validate: bool = True) -> list[Trace]:
     """Run many algorithm cases at one world size in a single launch (what the tests use).
 
     Args:
-        configs: dicts with the keyword arguments of :func:`run_algorithm` (``primitive`` required;
+        configs: dicts (:class:`AlgorithmConfig`) with the keyword arguments of :func:`run_algorithm` (``primitive`` required;
             ``algorithm``, ``dtype``, ``op``, ``root``, ``chunk_size``, ``segments``, ``inputs``,
             ``snapshots``, ``compare``, ``ranks_per_node`` optional).
         world_size, backend, timeout, debug: as for :func:`run_algorithm`.
@@ -337,13 +410,20 @@ def run_algorithms(configs: Sequence[dict], world_size: int, *, backend: str = "
                                   cfg.get("op", "sum"), cfg.get("root", 0), cfg.get("chunk_size", 1),
                                   cfg.get("segments"), cfg.get("inputs"), cfg.get("snapshots", True),
                                   cfg.get("compare", True), backend, validate, cfg.get("ranks_per_node")))
-    ship = [{k: v for k, v in c.items() if k not in ("dtype", "chunk_size")} for c in cases]
+    ship = [RankCase(schedule=c["schedule"], inputs=c["inputs"], bounds=c["bounds"], op=c["op"], record=c["record"],
+                     compare=c["compare"]) for c in cases]
     t0 = time.perf_counter()
     results = launch(_rank_run_cases, world_size, args=(ship,), backend=backend, timeout=timeout, debug=debug)
     wall = time.perf_counter() - t0
     return [_make_trace(c, [results[r][i] for r in range(world_size)], backend, wall / len(cases))
             for i, c in enumerate(cases)]
 
+
+
+def _given(value: T | None) -> T:
+    """``value``, which a rank gave because the case asked for it (a recording, the built-in's result)."""
+    assert value is not None
+    return value
 
 
 # Public names of the pieces other layers run on ranks they start themselves (a virtual cluster's

@@ -50,13 +50,14 @@ Sources:
 from __future__ import annotations
 
 import functools
+from collections.abc import Collection, Sequence
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
 from ..i18n import _, get_language
 from ..vocabulary import check_choice, check_int, check_rank, check_world_size
-from .builders import BUILDERS, pof2_fold
+from .builders import BUILDERS, N_CHUNKS, pof2_fold
 from .rounds import Round, Schedule, Transfer
-from .tiers import TIERED_ALGORITHMS, TIERED_BUILDERS
+from .tiers import TIERED_ALGORITHMS, TIERED_BUILDERS, TIERED_N_CHUNKS
 from .tiers import start_chunks as tiers_start_chunks
 
 __all__ = ["ALGORITHMS", "ALGORITHM_NAMES", "PRIMITIVES", "Transfer", "Round", "Schedule", "schedule",
@@ -119,8 +120,10 @@ def check_algorithm(primitive: str, algorithm: str) -> str:
 # ----------------------------------------------------------------------------------------------
 # Simulation: which ranks' contributions every chunk holds
 
-def _initial_provenance(primitive, n, root, C):
-    bit = lambda r: 1 << r  # noqa: E731
+def _initial_provenance(primitive: str, n: int, root: int, C: int) -> list[list[int]]:
+    """``n`` x ``C`` bitmasks of what every chunk holds before the first round (see :class:`Schedule`)."""
+    def bit(r: int) -> int:
+        return 1 << r
     if primitive in ("all_reduce", "reduce", "reduce_scatter", "broadcast"):
         return [[bit(r)] * C for r in range(n)]
     if primitive in ("all_gather", "gather", "all_to_all"):
@@ -130,12 +133,14 @@ def _initial_provenance(primitive, n, root, C):
     raise ValueError(primitive)
 
 
-def _expected_final(primitive, n, root, C):
+def _expected_final(primitive: str, n: int, root: int, C: int) -> tuple[list[list[int]], list[list[bool]]]:
     """(expected provenance of defined chunks, defined mask)."""
     full = (1 << n) - 1
-    exp, defined = [], []
+    exp: list[list[int]] = []
+    defined: list[list[bool]] = []
     for r in range(n):
-        e, d = [], []
+        e: list[int] = []
+        d: list[bool] = []
         for c in range(C):
             if primitive == "all_reduce":
                 e.append(full); d.append(True)
@@ -197,14 +202,14 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
         if n % ranks_per_node:
             raise ValueError(_("ranks_per_node={L} does not divide world size {n}: every node has the same number "
                                "of ranks").format(L=ranks_per_node, n=n))
-    start = None
+    start: list[tuple[int, ...]] | None = None
     if primitive in TIERED_ALGORITHMS and algorithm in TIERED_ALGORITHMS[primitive]:
         if ranks_per_node is None:
             raise ValueError(_("{algorithm} {primitive} is built for nodes: give ranks_per_node (rank r runs on "
                                "node r // ranks_per_node)").format(algorithm=algorithm, primitive=primitive))
         builder = TIERED_BUILDERS[(primitive, algorithm)]
         N, L = n // ranks_per_node, ranks_per_node
-        C = getattr(builder, "n_chunks", lambda N, L: N * L)(N, L)
+        C = TIERED_N_CHUNKS[(primitive, algorithm)](N, L) if (primitive, algorithm) in TIERED_N_CHUNKS else N * L
         if segments is not None:
             raise ValueError(_("segments applies to broadcast only; {primitive} has one chunk per rank").format(
                 primitive=primitive))
@@ -215,7 +220,7 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
     else:
         algorithm = check_algorithm(primitive, algorithm or default_algorithm(primitive))
         root = check_rank(root, n, "root") if primitive in ROOTED_PRIMITIVES else 0
-        C = getattr(BUILDERS[(primitive, algorithm)], "n_chunks", lambda ws: ws)(n)  # Rabenseifner: p'
+        C = N_CHUNKS[(primitive, algorithm)](n) if (primitive, algorithm) in N_CHUNKS else n  # Rabenseifner: p'
         if primitive == "broadcast":
             if segments is not None:
                 C = check_int("segments", segments, 1, 64, what="chunks of the broadcast buffer")
@@ -231,8 +236,8 @@ def schedule(primitive: str, algorithm: str | None = None, world_size: int = 4, 
     return Schedule(primitive, algorithm, n, root, C, rounds, history, defined, fold, ranks_per_node, start)
 
 
-def simulate(primitive: str, algorithm: str, n: int, root: int, C: int, rounds: list,
-             start: list | None = None) -> tuple[list, list]:
+def simulate(primitive: str, algorithm: str, n: int, root: int, C: int, rounds: list[Round],
+             start: Sequence[Collection[int]] | None = None) -> tuple[list[list[list[int]]], list[list[bool]]]:
     """Run ``rounds`` on provenance bitmasks: ``(history, defined)`` as :class:`Schedule` keeps
     them. Fills each round's ``finalize``. ``start``: all_to_all's chunks each rank copies from its
     input before round 1 (``None``: its own slot).
@@ -276,7 +281,7 @@ def simulate(primitive: str, algorithm: str, n: int, root: int, C: int, rounds: 
     return history, defined
 
 
-def chunk_bounds(count: int, n_chunks: int) -> list:
+def chunk_bounds(count: int, n_chunks: int) -> list[int]:
     """Element offsets ``[0, ..., count]`` (``n_chunks + 1`` ints) splitting ``count`` elements into
     ``n_chunks`` contiguous chunks whose sizes differ by at most one (like ``torch.tensor_split``).
 

@@ -55,11 +55,22 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
+
 from ..i18n import _
 from .builders import _T
-from .rounds import Round
+from .rounds import Round, Transfer
 
-__all__ = ["TIERED_ALGORITHMS", "TIERED_BUILDERS", "node_of", "tier_of", "btree", "dtree", "start_chunks"]
+__all__ = ["TIERED_ALGORITHMS", "TIERED_BUILDERS", "TIERED_N_CHUNKS", "TieredBuilder", "node_of", "tier_of", "btree",
+           "dtree", "start_chunks"]
+
+#: ``builder(nodes, ranks_per_node, n_chunks)`` -> the rounds of one tiered algorithm, in order.
+TieredBuilder: TypeAlias = Callable[[int, int, int], list[Round]]
+#: The transfers of one step: they run at the same time.
+_Step: TypeAlias = list[Transfer]
+#: ``(parent, child0, child1)`` of a rank in a binary tree (-1 = none).
+_Links: TypeAlias = tuple[int, int, int]
 
 #: Primitive -> the algorithms of this module (they need ``ranks_per_node``).
 TIERED_ALGORITHMS: dict[str, tuple[str, ...]] = {
@@ -85,15 +96,15 @@ def tier_of(src: int, dst: int, ranks_per_node: int | None) -> str:
 
 # -- rings over a subset of ranks, several at once ------------------------------------------------
 
-def _ring_steps(members: list, groups: list, reduce: bool, gather: bool) -> list:
+def _ring_steps(members: Sequence[int], groups: Sequence[Sequence[int]], reduce: bool, gather: bool) -> list[_Step]:
     """Transfers of each step of one ring over ``members`` (ranks, in ring order). ``groups[i]``
     is the chunk tuple member ``i`` owns at the end of a reduce-scatter (``gather=False``: step
     ``k`` member ``i`` sends ``groups[(i-k-1) % n]`` to member ``i+1``, which combines) or at the
     start of an all-gather (``gather=True``: it sends ``groups[(i-k) % n]``, which overwrites)."""
     n = len(members)
-    steps = []
+    steps: list[_Step] = []
     for k in range(n - 1):
-        ts = []
+        ts: _Step = []
         for i in range(n):
             g = groups[(i - k) % n] if gather else groups[(i - k - 1) % n]
             ts.append(_T(members[i], members[(i + 1) % n], g, reduce and not gather))
@@ -101,10 +112,10 @@ def _ring_steps(members: list, groups: list, reduce: bool, gather: bool) -> list
     return steps
 
 
-def _concurrent(*step_lists: list) -> list:
+def _concurrent(*step_lists: list[_Step]) -> list[_Step]:
     """Merge lists of steps that run at the same time: step ``k`` of the result holds step ``k``
     of each (the shorter ones end early)."""
-    out: list = []
+    out: list[_Step] = []
     for steps in step_lists:
         for k, ts in enumerate(steps):
             if k == len(out):
@@ -113,19 +124,19 @@ def _concurrent(*step_lists: list) -> list:
     return out
 
 
-def _rounds(steps: list, label: str, detail) -> list:
+def _rounds(steps: list[_Step], label: str, detail: Callable[[int, int], str]) -> list[Round]:
     """Rounds from steps; ``detail(k, n)`` is the sentence of step ``k`` (1-based) of ``n``."""
     return [Round(label, detail(k, len(steps)), ts) for k, ts in enumerate(steps, 1) if ts]
 
 
-def _ranks(N: int, L: int):
+def _ranks(N: int, L: int) -> tuple[Callable[[int], list[int]], Callable[[int], list[int]]]:
     """``node(n)``: node ``n``'s ranks in local order; ``column(l)``: local rank ``l`` of every node."""
     return (lambda n: [n * L + j for j in range(L)]), (lambda l: [n * L + l for n in range(N)])
 
 
 # -- all_reduce ---------------------------------------------------------------------------------
 
-def _ar_hierarchical(N: int, L: int, C: int) -> list:
+def _ar_hierarchical(N: int, L: int, C: int) -> list[Round]:
     node, column = _ranks(N, L)
     # chunk l*N + i: local rank l's shard is chunks l*N .. l*N+N-1, split over the N nodes
     shard = [tuple(range(l * N, (l + 1) * N)) for l in range(L)]
@@ -147,10 +158,8 @@ def _ar_hierarchical(N: int, L: int, C: int) -> list:
                 "rank j+1").format(k=k, n=n, k1=k - 1, L=L)))
 
 
-_ar_hierarchical.n_chunks = lambda N, L: N * L  # type: ignore[attr-defined]
 
-
-def _ar_ring_2d(N: int, L: int, C: int) -> list:
+def _ar_ring_2d(N: int, L: int, C: int) -> list[Round]:
     node, column = _ranks(N, L)
     p = N * L
     # half A: chunks 0..p-1, first inside the node (local rank l owns chunks l*N..l*N+N-1), then across
@@ -176,10 +185,8 @@ def _ar_ring_2d(N: int, L: int, C: int) -> list:
         "across first, then inside; both at once").format(k=k, n=len(steps)), ts) for k, ts in enumerate(steps, 1)]
 
 
-_ar_ring_2d.n_chunks = lambda N, L: 2 * N * L  # type: ignore[attr-defined]
 
-
-def btree(n: int, rank: int) -> tuple:
+def btree(n: int, rank: int) -> _Links:
     """``(parent, child0, child1)`` of ``rank`` in NCCL's in-order binary tree over ``n`` ranks
     rooted at 0 (-1 = none). Source: NCCL src/graph/trees.cc, ``ncclGetBtree`` (v2.30.7-1): the
     lowest set bit ``b`` of ``rank`` gives its level; its parent is ``(rank ^ b) | (b << 1)``, or
@@ -204,7 +211,7 @@ def btree(n: int, rank: int) -> tuple:
     return up, d0, d1
 
 
-def dtree(n: int, rank: int) -> tuple:
+def dtree(n: int, rank: int) -> tuple[_Links, _Links]:
     """``((parent, child0, child1) in tree 0, (...) in tree 1)``: NCCL's double binary tree
     (``ncclGetDtree``, src/graph/trees.cc v2.30.7-1): tree 0 is :func:`btree`; tree 1 is its mirror
     (rank ``n-1-r``) for an even ``n``, shifted by one rank for an odd ``n``, so that a rank that is
@@ -212,14 +219,14 @@ def dtree(n: int, rank: int) -> tuple:
     t0 = btree(n, rank)
     if n % 2 == 1:
         u, d0, d1 = btree(n, (rank - 1 + n) % n)
-        t1 = tuple(-1 if x == -1 else (x + 1) % n for x in (u, d0, d1))
+        back: Callable[[int], int] = lambda x: -1 if x == -1 else (x + 1) % n  # noqa: E731 - shifted by one
     else:
         u, d0, d1 = btree(n, n - 1 - rank)
-        t1 = tuple(-1 if x == -1 else n - 1 - x for x in (u, d0, d1))
-    return t0, t1
+        back = lambda x: -1 if x == -1 else n - 1 - x  # noqa: E731 - mirrored
+    return t0, (back(u), back(d0), back(d1))
 
 
-def _tree_parents(N: int, L: int, tree: int) -> list:
+def _tree_parents(N: int, L: int, tree: int) -> list[int]:
     """Parent rank of every rank (-1 for the root) in tree ``tree`` (0 or 1): node heads (local rank
     0) joined by NCCL's double binary tree over the nodes, a chain 0 <- 1 <- ... <- L-1 inside each
     node."""
@@ -234,12 +241,12 @@ def _tree_parents(N: int, L: int, tree: int) -> list:
     return parent
 
 
-def _tree_steps(parent: list, chunks: tuple) -> tuple:
+def _tree_steps(parent: Sequence[int], chunks: tuple[int, ...]) -> tuple[list[_Step], list[_Step]]:
     """(reduce steps, broadcast steps) of one tree over ``chunks``: a rank sends its partial sum to
     its parent one step after its last child did (its height), and the result comes back down one
     level per step."""
     n = len(parent)
-    children: list = [[] for _r in range(n)]
+    children: list[list[int]] = [[] for _r in range(n)]
     for r, p in enumerate(parent):
         if p >= 0:
             children[p].append(r)
@@ -257,8 +264,8 @@ def _tree_steps(parent: list, chunks: tuple) -> tuple:
         depth[r] = d
     up_steps = max((h(r) for r in range(n) if parent[r] >= 0), default=0)
     down_steps = max(depth, default=0)
-    up: list = [[] for _k in range(up_steps)]
-    down: list = [[] for _k in range(down_steps)]
+    up: list[_Step] = [[] for _k in range(up_steps)]
+    down: list[_Step] = [[] for _k in range(down_steps)]
     for r in range(n):
         if parent[r] >= 0:
             up[h(r) - 1].append(_T(r, parent[r], chunks, True))
@@ -266,7 +273,7 @@ def _tree_steps(parent: list, chunks: tuple) -> tuple:
     return up, down
 
 
-def _ar_double_binary_tree(N: int, L: int, C: int) -> list:
+def _ar_double_binary_tree(N: int, L: int, C: int) -> list[Round]:
     half = C // 2
     up0, down0 = _tree_steps(_tree_parents(N, L, 0), tuple(range(half)))
     up1, down1 = _tree_steps(_tree_parents(N, L, 1), tuple(range(half, C)))
@@ -280,12 +287,10 @@ def _ar_double_binary_tree(N: int, L: int, C: int) -> list:
                 "step").format(k=k, n=n)))
 
 
-_ar_double_binary_tree.n_chunks = lambda N, L: max(2, N * L)  # type: ignore[attr-defined]
-
 
 # -- reduce_scatter, all_gather -------------------------------------------------------------------
 
-def _rs_hierarchical(N: int, L: int, C: int) -> list:
+def _rs_hierarchical(N: int, L: int, C: int) -> list[Round]:
     node, column = _ranks(N, L)
     # local rank l collects, for every node n', chunk n'*L + l (the chunks bound for local rank l)
     bound_for = [tuple(m * L + l for m in range(N)) for l in range(L)]
@@ -299,7 +304,7 @@ def _rs_hierarchical(N: int, L: int, C: int) -> list:
                 "sums; afterwards rank r holds chunk r complete").format(k=k, n=n, L=L)))
 
 
-def _ag_hierarchical(N: int, L: int, C: int) -> list:
+def _ag_hierarchical(N: int, L: int, C: int) -> list[Round]:
     node, column = _ranks(N, L)
     gathered = [tuple(m * L + l for m in range(N)) for l in range(L)]
     ag1 = _concurrent(*[_ring_steps(column(l), [(m * L + l,) for m in range(N)], False, True) for l in range(L)])
@@ -315,14 +320,14 @@ def _ag_hierarchical(N: int, L: int, C: int) -> list:
 
 # -- all_to_all ---------------------------------------------------------------------------------
 
-def start_chunks(N: int, L: int) -> list:
+def start_chunks(N: int, L: int) -> list[tuple[int, ...]]:
     """What each rank of the hierarchical all_to_all copies from its input into its working buffer
     before the first round: the blocks for local rank ``l`` of every node (``l`` its own local rank:
     chunks ``n'*L + l``), which it forwards itself."""
     return [tuple(m * L + r % L for m in range(N)) for r in range(N * L)]
 
 
-def _a2a_hierarchical(N: int, L: int, C: int) -> list:
+def _a2a_hierarchical(N: int, L: int, C: int) -> list[Round]:
     rounds = []
     # intra: local rank l sends to local rank l' (same node) its blocks for local rank l' of every
     # node (input chunks m*L + l'), which land in slots m*L + l: "from local rank l, bound for node m"
@@ -337,7 +342,7 @@ def _a2a_hierarchical(N: int, L: int, C: int) -> list:
             "l+{k} of every node, so that each rank collects what its counterparts on other nodes need").format(
                 k=k, n=L - 1), ts))
     # inter: node pairs swap, one message of L blocks per pair of ranks with the same local rank
-    pairs = []
+    pairs: list[list[tuple[int, int]]]
     if N & (N - 1) == 0:
         pairs = [[(n, n ^ k) for n in range(N)] for k in range(1, N)]
     else:
@@ -355,10 +360,8 @@ def _a2a_hierarchical(N: int, L: int, C: int) -> list:
     return rounds
 
 
-#: ``(primitive, algorithm)`` -> ``builder(nodes, ranks_per_node, n_chunks)`` returning the rounds; a
-#: builder with an ``n_chunks(nodes, ranks_per_node)`` attribute says how many chunks its buffer has
-#: (default: one per rank).
-TIERED_BUILDERS = {
+#: ``(primitive, algorithm)`` -> ``builder(nodes, ranks_per_node, n_chunks)`` returning the rounds.
+TIERED_BUILDERS: dict[tuple[str, str], TieredBuilder] = {
     ("all_reduce", "hierarchical"): _ar_hierarchical,
     ("all_reduce", "ring_2d"): _ar_ring_2d,
     ("all_reduce", "double_binary_tree"): _ar_double_binary_tree,
@@ -367,3 +370,9 @@ TIERED_BUILDERS = {
     ("all_to_all", "hierarchical"): _a2a_hierarchical,
 }
 assert set(TIERED_BUILDERS) == {(p, a) for p, algs in TIERED_ALGORITHMS.items() for a in algs}
+#: The tiered builders whose buffer is not one chunk per rank: ``(primitive, algorithm)`` ->
+#: ``n_chunks(nodes, ranks_per_node)``; every other one has ``nodes * ranks_per_node`` chunks.
+TIERED_N_CHUNKS: dict[tuple[str, str], Callable[[int, int], int]] = {
+    ("all_reduce", "ring_2d"): lambda N, L: 2 * N * L,  # two halves of one chunk per rank
+    ("all_reduce", "double_binary_tree"): lambda N, L: max(2, N * L),  # two trees' halves, even for one rank
+}

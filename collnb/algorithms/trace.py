@@ -28,18 +28,28 @@ import json
 import os
 import platform
 import zipfile
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, overload
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
 from ..i18n import _
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_choice, check_int, check_rank, check_world_size
+from .reading import as_float, as_int, as_mapping
 from .rounds import Transfer
 from .schedules import ALGORITHMS, TIERED_ALGORITHMS
 from .tiers import tier_of
-from .trace_file import (ARRAYS as _ARRAYS, ITEMSIZE, TRACE_FORMAT_VERSION, array_from_json, array_to_json,
-                         check_version, checked_meta, numeric, read_json, read_npz, shape_of_arrays)
+from .trace_file import (ARRAYS as _ARRAYS, ITEMSIZE, TRACE_FORMAT_VERSION, Numbers, RoundDict, SavedTrace,
+                         TraceMeta, array_from_json, array_to_json, check_version, checked_meta, numeric, read_json,
+                         read_npz, shape_of_arrays)
+
+if TYPE_CHECKING:
+    import torch
+
+    from .rounds import Schedule
 
 __all__ = ["Trace", "RoundRecord", "TRACE_FORMAT_VERSION"]
 
@@ -54,32 +64,42 @@ class RoundRecord:
     index: int
     label: str
     detail: str
-    transfers: list
+    transfers: list[Transfer]
     seconds: float | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> RoundDict:
         """The round as saved in a trace file (transfers as :meth:`Transfer.to_dict`)."""
-        return dict(index=self.index, label=self.label, detail=self.detail, seconds=self.seconds,
-                    transfers=[t.to_dict() for t in self.transfers])
+        return RoundDict(index=self.index, label=self.label, detail=self.detail, seconds=self.seconds,
+                         transfers=[t.to_dict() for t in self.transfers])
 
     @classmethod
-    def from_dict(cls, d: dict) -> "RoundRecord":
-        """Inverse of :meth:`to_dict`; raises KeyError/TypeError/ValueError for a damaged round."""
-        return cls(int(d["index"]), str(d["label"]), str(d.get("detail", "")),
-                   [Transfer.from_dict(t) for t in d["transfers"]],
-                   None if d.get("seconds") is None else float(d["seconds"]))
+    def from_dict(cls, d: Mapping[str, object]) -> "RoundRecord":
+        """Inverse of :meth:`to_dict` (a file's values are converted, ``detail`` and ``seconds`` may be
+        missing); raises KeyError/TypeError/ValueError for a damaged round."""
+        transfers, seconds = d["transfers"], d.get("seconds")
+        if not isinstance(transfers, list):
+            raise TypeError(f"a round's transfers must be a list; got {transfers!r}")
+        return cls(as_int(d["index"]), str(d["label"]), str(d.get("detail", "")),
+                   [Transfer.from_dict(as_mapping(t, "a transfer")) for t in transfers],
+                   None if seconds is None else as_float(seconds))
 
 
-def _np_dtype_for(torch_dtype_name: str):
+def _np_dtype_for(torch_dtype_name: str) -> type[np.generic]:
     """numpy dtype that holds values of a torch dtype exactly (bfloat16 -> float32)."""
-    table = {"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32,
-             "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
-             "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
-             "complex64": np.complex64, "complex128": np.complex128}
+    table: dict[str, type[np.generic]] = {
+        "float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32,
+        "int8": np.int8, "uint8": np.uint8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+        "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64, "bool": np.bool_,
+        "complex64": np.complex64, "complex128": np.complex128}
     return table.get(torch_dtype_name, np.float64)
 
 
-def _to_numpy(t, dtype_name):
+@overload
+def _to_numpy(t: None, dtype_name: str) -> None: ...
+@overload
+def _to_numpy(t: torch.Tensor | Numbers, dtype_name: str) -> Numbers: ...
+def _to_numpy(t: torch.Tensor | Numbers | None, dtype_name: str) -> Numbers | None:
+    """A rank's tensor as the numpy array a trace keeps (:func:`_np_dtype_for`; an array as it is)."""
     if t is None:
         return None
     if isinstance(t, np.ndarray):
@@ -127,20 +147,22 @@ class Trace:
     op: str | None
     dtype: str
     itemsize: int
-    chunk_bounds: list
-    rounds: list
-    inputs: np.ndarray
-    buffers: np.ndarray | None
-    final: np.ndarray
-    builtin: np.ndarray | None
-    provenance: np.ndarray
-    defined: np.ndarray
-    meta: dict = field(default_factory=dict)
+    chunk_bounds: list[int]
+    rounds: list[RoundRecord]
+    inputs: Numbers
+    buffers: Numbers | None
+    final: Numbers
+    builtin: Numbers | None
+    provenance: NDArray[np.int64]
+    defined: NDArray[np.bool_]
+    meta: TraceMeta = field(default_factory=lambda: TraceMeta())
 
     # ------------------------------------------------------------------ construction
     @classmethod
-    def from_schedule(cls, sched, *, inputs, bounds, op, dtype, buffers=None, final=None, builtin=None,
-                      round_seconds=None, backend="gloo", wall_seconds=None) -> "Trace":
+    def from_schedule(cls, sched: Schedule, *, inputs: torch.Tensor | Numbers, bounds: Sequence[int], op: str | None,
+                      dtype: torch.dtype, final: torch.Tensor | Numbers, buffers: torch.Tensor | Numbers | None = None,
+                      builtin: torch.Tensor | Numbers | None = None, round_seconds: Sequence[float] | None = None,
+                      backend: str = "gloo", wall_seconds: float | None = None) -> "Trace":
         """Build a trace from a :class:`collnb.algorithms.Schedule` and the ranks' tensors.
 
         Args:
@@ -160,10 +182,10 @@ class Trace:
             rounds.append(RoundRecord(k, rnd.label, rnd.detail, ts,
                                       None if round_seconds is None else float(round_seconds[k - 1])))
         reducing = sched.primitive in REDUCING_PRIMITIVES
-        meta = dict(backend=backend, torch_version=torch.__version__, host=platform.node(),
-                    cpu_count=os.cpu_count(),
-                    created=datetime.datetime.now().isoformat(timespec="seconds"), wall_seconds=wall_seconds,
-                    fold=list(sched.fold), snapshots=buffers is not None)
+        meta = TraceMeta(backend=backend, torch_version=torch.__version__, host=platform.node(),
+                         cpu_count=os.cpu_count(),
+                         created=datetime.datetime.now().isoformat(timespec="seconds"), wall_seconds=wall_seconds,
+                         fold=list(sched.fold), snapshots=buffers is not None)
         if sched.ranks_per_node is not None:
             meta["ranks_per_node"] = int(sched.ranks_per_node)
         return cls(primitive=sched.primitive, algorithm=sched.algorithm, world_size=sched.world_size,
@@ -204,7 +226,7 @@ class Trace:
         v = self.meta.get("ranks_per_node")
         return None if v is None else int(v)
 
-    def tier(self, transfer) -> str:
+    def tier(self, transfer: Transfer) -> str:
         """``"intra"`` or ``"inter"``: the tier ``transfer`` crosses under this trace's node map
         (:func:`collnb.algorithms.tiers.tier_of`; ``"intra"`` for every transfer without one)."""
         return tier_of(transfer.src, transfer.dst, self.ranks_per_node)
@@ -218,7 +240,7 @@ class Trace:
         """
         return check_int("round", k, 0, self.n_rounds, what="0 is the start")
 
-    def transfers(self, k: int) -> list:
+    def transfers(self, k: int) -> list[Transfer]:
         """Transfers of round ``k`` (1..n_rounds); round 0 (the start) has none."""
         k = self.check_round(k)
         return [] if k == 0 else list(self.rounds[k - 1].transfers)
@@ -229,7 +251,7 @@ class Trace:
         return "start" if k == 0 else self.rounds[k - 1].label
 
     # ------------------------------------------------------------------ data per round
-    def buffer(self, k: int) -> np.ndarray:
+    def buffer(self, k: int) -> Numbers:
         """``(world_size, count)`` buffers after round ``k``.
 
         Raises:
@@ -238,62 +260,63 @@ class Trace:
         """
         k = self.check_round(k)
         if self.buffers is not None:
-            return self.buffers[k]
+            after: Numbers = self.buffers[k]
+            return after
         if k == self.n_rounds:
             return self.final
         raise ValueError(_("this trace was recorded with snapshots=False: only the final buffers were kept; "
                            "run it again with snapshots=True to step through the rounds"))
 
-    def chunk_values(self, k: int) -> np.ndarray:
+    def chunk_values(self, k: int) -> Numbers:
         """``(world_size, n_chunks)``: the first element of every chunk after round ``k``."""
         buf = self.buffer(k)
         return buf[:, np.asarray(self.chunk_bounds[:-1])]
 
-    def provenance_sets(self, k: int) -> list:
+    def provenance_sets(self, k: int) -> list[list[frozenset[int]]]:
         """``[rank][chunk]`` -> frozenset of the ranks whose contributions the chunk holds after
         round ``k`` (empty = nothing yet)."""
         k = self.check_round(k)
         return [[frozenset(b for b in range(self.world_size) if int(m) >> b & 1) for m in row]
                 for row in self.provenance[k]]
 
-    def contributors(self, k: int) -> np.ndarray:
+    def contributors(self, k: int) -> NDArray[np.int64]:
         """``(world_size, n_chunks)`` int: how many ranks' contributions each chunk holds."""
         k = self.check_round(k)
         p = self.provenance[k]
         return np.array([[bin(int(m)).count("1") for m in row] for row in p], dtype=np.int64)
 
     # ------------------------------------------------------------------ bytes
-    def bytes_sent(self, k: int) -> np.ndarray:
+    def bytes_sent(self, k: int) -> NDArray[np.int64]:
         """``(world_size,)`` int64: bytes each rank sent in round ``k`` (zeros for round 0)."""
         out = np.zeros(self.world_size, dtype=np.int64)
         for t in self.transfers(k):
             out[t.src] += t.nbytes
         return out
 
-    def bytes_received(self, k: int) -> np.ndarray:
+    def bytes_received(self, k: int) -> NDArray[np.int64]:
         """``(world_size,)`` int64: bytes each rank received in round ``k``."""
         out = np.zeros(self.world_size, dtype=np.int64)
         for t in self.transfers(k):
             out[t.dst] += t.nbytes
         return out
 
-    def bytes_matrix(self) -> np.ndarray:
+    def bytes_matrix(self) -> NDArray[np.int64]:
         """``(n_rounds, world_size)`` int64: bytes sent per round per rank."""
         return np.array([self.bytes_sent(k) for k in range(1, self.n_rounds + 1)],
                         dtype=np.int64).reshape(self.n_rounds, self.world_size)
 
-    def total_bytes_sent(self) -> np.ndarray:
+    def total_bytes_sent(self) -> NDArray[np.int64]:
         """``(world_size,)`` int64: bytes each rank sent over the whole run."""
         return self.bytes_matrix().sum(axis=0) if self.n_rounds else np.zeros(self.world_size, dtype=np.int64)
 
-    def round_seconds(self) -> np.ndarray | None:
+    def round_seconds(self) -> NDArray[np.float64] | None:
         """Measured seconds per round (max over ranks), or None if not recorded."""
         if not self.rounds or any(r.seconds is None for r in self.rounds):
             return None if self.rounds else np.zeros(0)
         return np.array([r.seconds for r in self.rounds], dtype=np.float64)
 
     # ------------------------------------------------------------------ verdict
-    def mismatches(self) -> list:
+    def mismatches(self) -> list[tuple[int, int]]:
         """``(rank, chunk)`` pairs, among the defined outputs, where ``final`` differs from the
         built-in collective's result. Integers/bools compare exactly; floating sums, products and
         averages within ``world_size * eps`` relative (another order of additions rounds
@@ -325,7 +348,7 @@ class Trace:
                     out.append((r, c))
         return out
 
-    def _order_dependent_overflow(self, a, b, rtol) -> np.ndarray:
+    def _order_dependent_overflow(self, a: Numbers, b: Numbers, rtol: float) -> NDArray[np.bool_]:
         """``(world_size, count)`` bool: elements where the order of the op decides between a
         finite value, inf and NaN, so that ``a`` and ``b`` may both be right: some order of the op
         over the ranks' inputs overflows the dtype, one of the two is inf/NaN, and the other is
@@ -346,7 +369,8 @@ class Trace:
             fa, fb = np.isfinite(a64), np.isfinite(b64)
             exactly = (np.isclose(a64, exact[None, :], rtol=rtol, atol=0.0) |
                        np.isclose(b64, exact[None, :], rtol=rtol, atol=0.0))
-        return (bound > limit)[None, :] & ~(fa & fb) & ((~fa & ~fb) | exactly)
+        either: NDArray[np.bool_] = (bound > limit)[None, :] & ~(fa & fb) & ((~fa & ~fb) | exactly)
+        return either
 
     @property
     def matches_builtin(self) -> bool | None:
@@ -376,13 +400,13 @@ class Trace:
                 f"dtype={self.dtype} snapshots={self.has_snapshots} matches_builtin={self.matches_builtin}>")
 
     # ------------------------------------------------------------------ (de)serialisation
-    def _meta_dict(self) -> dict:
-        return dict(format_version=TRACE_FORMAT_VERSION, primitive=self.primitive, algorithm=self.algorithm,
+    def _meta_dict(self) -> SavedTrace:
+        return SavedTrace(format_version=TRACE_FORMAT_VERSION, primitive=self.primitive, algorithm=self.algorithm,
                     world_size=self.world_size, root=self.root, op=self.op, dtype=self.dtype,
                     itemsize=self.itemsize, chunk_bounds=list(self.chunk_bounds),
                     rounds=[r.to_dict() for r in self.rounds], meta=self.meta)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> SavedTrace:
         """JSON-compatible dict (arrays as ``{"dtype", "shape", "data"}``; NaN/inf as JSON's
         ``NaN``/``Infinity`` extensions that Python's :mod:`json` reads back)."""
         d = self._meta_dict()
@@ -390,7 +414,7 @@ class Trace:
         return d
 
     @classmethod
-    def from_dict(cls, d: dict) -> "Trace":
+    def from_dict(cls, d: object) -> "Trace":
         """Inverse of :meth:`to_dict`.
 
         Raises:
@@ -402,7 +426,7 @@ class Trace:
         arrays = d.get("arrays")
         if not isinstance(arrays, dict):
             raise ValueError(_("not a collnb trace: 'arrays' is missing or not an object"))
-        shapes = shape_of_arrays(checked_meta(d), d)
+        shapes = shape_of_arrays(checked_meta(d))
         try:
             kw = {name: array_from_json(arrays.get(name), shapes[name], name) for name in _ARRAYS}
         except (KeyError, TypeError, ValueError) as exc:
@@ -411,7 +435,7 @@ class Trace:
         return cls._from_parts(d, kw)
 
     @classmethod
-    def _from_parts(cls, d, arrays):
+    def _from_parts(cls, d: Mapping[str, object], arrays: Mapping[str, Numbers | None]) -> "Trace":
         """Build a trace from its saved metadata and arrays; any missing, mistyped or
         inconsistent part is a ValueError that says what (see :meth:`check`)."""
         meta = checked_meta(d)
@@ -419,13 +443,14 @@ class Trace:
             trace = cls(primitive=meta["primitive"], algorithm=meta["algorithm"],
                         world_size=meta["world_size"], root=meta["root"], op=meta["op"], dtype=meta["dtype"],
                         itemsize=meta["itemsize"], chunk_bounds=meta["chunk_bounds"],
-                        rounds=[RoundRecord.from_dict(r) for r in d["rounds"]],
+                        rounds=[RoundRecord.from_dict(as_mapping(r, "a round")) for r in meta["rounds"]],
                         inputs=numeric(arrays["inputs"], "inputs"),
                         buffers=None if arrays.get("buffers") is None else numeric(arrays["buffers"], "buffers"),
                         final=numeric(arrays["final"], "final"),
                         builtin=None if arrays.get("builtin") is None else numeric(arrays["builtin"], "builtin"),
                         provenance=numeric(arrays["provenance"], "provenance", kinds="iu").astype(np.int64),
-                        defined=numeric(arrays["defined"], "defined", kinds="b"), meta=meta["meta"])
+                        defined=numeric(arrays["defined"], "defined", kinds="b").astype(np.bool_, copy=False),
+                        meta=meta["meta"])
         except KeyError as exc:
             raise ValueError(_("not a collnb trace: {key} is missing").format(key=repr(exc.args[0]))) from None
         except (TypeError, ValueError, AttributeError, OverflowError) as exc:
@@ -491,7 +516,7 @@ class Trace:
                     raise ValueError(f"trace round {k} has a transfer {t.src}->{t.dst} of {t.nbytes!r} bytes; its "
                                      f"chunks {list(t.chunks)} hold {size} bytes of {self.dtype}")
 
-    def save(self, path) -> str:
+    def save(self, path: str | os.PathLike[str]) -> str:
         """Write the trace to ``path``: ``.json`` (text) or ``.npz`` (compressed numpy arrays plus
         the metadata as JSON). Returns the path as str.
 
@@ -514,7 +539,7 @@ class Trace:
         return path
 
     @classmethod
-    def load(cls, path) -> "Trace":
+    def load(cls, path: str | os.PathLike[str]) -> "Trace":
         """Read a trace written by :meth:`save` (``.json`` or ``.npz``; the content decides).
 
         Everything is checked before it is used (:meth:`check`: names, dtype, itemsize, op, shapes,

@@ -70,7 +70,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         trace = out[0]
     print(trace.summary())
     for rnd in trace.rounds:
-        moved = max((t.nbytes for t in rnd.transfers), default=0)
+        moved = max((t.size for t in rnd.transfers), default=0)
         print("  " + _("round {index} [{label}] {n} message(s), largest {largest} B: {detail}").format(
             index=f"{rnd.index:2d}", label=rnd.label, n=len(rnd.transfers), largest=moved, detail=rnd.detail))
     if args.trace:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING, Unpack
 
 from PIL import Image
 
@@ -27,6 +28,9 @@ from .palette import INK, MIN_LABEL_PX
 from .players import SPEED_RANGE, CompareWidget, ReplayWidget
 from .raster import Canvas
 from .round_heatmap import paint_heatmap
+
+if TYPE_CHECKING:
+    from ..algorithms import RunOptions
 
 __all__ = ["replay", "compare", "save_gif", "save_filmstrip", "compare_figure", "FPS_RANGE",
            "SPEED_RANGE"]
@@ -178,12 +182,14 @@ def replay(trace: Trace, model: CostModel | None = None, cell: int | None = None
 
 
 def compare(a: Trace | str, b: Trace | str | None = None, world_size: int | None = None, *,
-            primitive: str | None = None, model: CostModel | None = None, **run_kwargs: object) -> CompareWidget:
+            primitive: str | None = None, model: CostModel | None = None, backend: str = "gloo",
+            timeout: float = 120.0, debug: bool = True, **run_kwargs: Unpack[RunOptions]) -> CompareWidget:
     """Compare two algorithms side by side.
 
     Either ``compare(trace_a, trace_b)``, or ``compare("ring", "recursive_doubling",
-    world_size=8, primitive="all_reduce")``, which runs both on real ranks first (extra keyword
-    arguments go to :func:`collnb.algorithms.run_algorithm`).
+    world_size=8, primitive="all_reduce")``, which runs both on real ranks first, in one launch on
+    ``backend`` (``timeout`` seconds, ``debug`` as :func:`collnb.launch`); the other keyword arguments
+    (``dtype``, ``op``, ``chunk_size``, ...) are :func:`collnb.algorithms.run_algorithm`'s.
 
     Returns:
         :class:`~collnb.views.players.CompareWidget`.
@@ -201,7 +207,8 @@ def compare(a: Trace | str, b: Trace | str | None = None, world_size: int | None
             raise ValueError("to run two algorithms, give primitive= and world_size=")
         check_choice("primitive", primitive, tuple(ALGORITHMS))
         check_world_size(world_size)
-        ta, tb = run_algorithms([dict(primitive=primitive, algorithm=a, **run_kwargs),
-                                 dict(primitive=primitive, algorithm=b, **run_kwargs)], world_size)
+        ta, tb = run_algorithms([{"primitive": primitive, "algorithm": a, **run_kwargs},
+                                 {"primitive": primitive, "algorithm": b, **run_kwargs}], world_size,
+                                backend=backend, timeout=timeout, debug=debug)
         return CompareWidget(ta, tb, model)
     raise TypeError("compare(trace_a, trace_b) or compare('algo_a', 'algo_b', world_size=N, primitive='...')")

@@ -9,24 +9,37 @@ Imports no torch: :func:`calibrate` starts the ranks (and so torch) only when it
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, Unpack, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...i18n import _
 from ...vocabulary import check_choice
+from ..reading import as_float, as_int
 from .model import CostModel, predict
 
-__all__ = ["calibrate", "BUILTIN_FORM", "coefficients", "Fit", "fit", "fit_each", "crossovers"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["calibrate", "BUILTIN_FORM", "coefficients", "Fit", "fit", "fit_each", "crossovers", "Rows", "FitOptions"]
+
+#: Measured rows (:func:`collnb.bench.bench`'s): a DataFrame, or dicts with ``primitive``, ``algorithm``,
+#: ``world_size``, ``nbytes``, ``time_s`` (seconds), ``ok`` and optionally ``time_min_s``.
+Rows: TypeAlias = "pd.DataFrame | Iterable[Mapping[str, object]]"
 
 
 # ----------------------------------------------------------------------------------------------
 # Calibration on real ranks
 
-def _rank_pingpong(rank, world_size, sizes, repeats):
+def _rank_pingpong(rank: int, world_size: int, sizes: Sequence[int], repeats: int) -> tuple[dict[int, float], float | None]:
+    """Rank side of :func:`calibrate`: per size (bytes) the best one-way seconds of a ping-pong between
+    ranks 0 and 1; rank 0 also the seconds per byte of a float32 ``add_`` of 16 MiB (``None`` elsewhere)."""
     import torch  # noqa: PLC0415
     import torch.distributed as dist  # noqa: PLC0415
-    out = {}
+    out: dict[int, float] = {}
     # NCCL moves GPU tensors only: the launcher made this rank's GPU current. Its send/recv are
     # asynchronous on the GPU, so the clock stops after torch.cuda.synchronize().
     cuda = dist.get_backend() == "nccl"
@@ -61,7 +74,7 @@ def _rank_pingpong(rank, world_size, sizes, repeats):
     return out, gamma
 
 
-def calibrate(sizes=(8, 64 << 10, 1 << 20, 8 << 20), repeats: int = 5, backend: str = "gloo",
+def calibrate(sizes: Sequence[int] = (8, 64 << 10, 1 << 20, 8 << 20), repeats: int = 5, backend: str = "gloo",
               timeout: float = 60.0) -> CostModel:
     """Measure ``alpha`` and ``beta`` with a ping-pong between two real ranks, and ``gamma`` with a
     float32 ``add_`` on one rank; returns a :class:`CostModel`.
@@ -74,7 +87,10 @@ def calibrate(sizes=(8, 64 << 10, 1 << 20, 8 << 20), repeats: int = 5, backend: 
     """
     from ...ranks import launch  # noqa: PLC0415 - the launcher imports torch; the model loads without it
     res = launch(_rank_pingpong, 2, args=(list(sizes), repeats), backend=backend, timeout=timeout, debug=False)
+    times: dict[int, float]
+    gamma: float | None
     times, gamma = res[0]
+    assert gamma is not None  # rank 0 measured it
     x = np.array([max(4, n // 4 * 4) for n in sizes], dtype=np.float64)
     y = np.array([times[n] for n in sizes], dtype=np.float64)
     beta, alpha = np.polyfit(x, y, 1)
@@ -95,7 +111,7 @@ def calibrate(sizes=(8, 64 << 10, 1 << 20, 8 << 20), repeats: int = 5, backend: 
 BUILTIN_FORM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring", "broadcast": "binomial_tree",
                 "reduce": "binomial_tree", "scatter": "linear", "gather": "linear", "all_to_all": "pairwise"}
 
-def coefficients(primitive: str, algorithm: str, world_size: int, nbytes: float) -> tuple:
+def coefficients(primitive: str, algorithm: str, world_size: int, nbytes: float) -> tuple[float, float, float]:
     """``(A, B, G)`` with ``T = alpha*A + beta*B + gamma*G`` for this algorithm: messages, bytes and
     reduced bytes on the critical path, summed over its rounds (:func:`predict` with unit
     models). ``algorithm="builtin"`` uses :data:`BUILTIN_FORM`.
@@ -111,7 +127,7 @@ def coefficients(primitive: str, algorithm: str, world_size: int, nbytes: float)
     return float(p.alpha_count), float(p.beta_bytes), float(p.gamma_bytes)
 
 
-def _nnls_small(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+def _nnls_small(X: NDArray[np.float64], y: NDArray[np.float64]) -> NDArray[np.float64]:
     """Least squares ``min |X c - y|`` with ``c >= 0``, for a handful of columns: the best of the
     unconstrained solutions on every subset of columns whose solution is non-negative (exact)."""
     k = X.shape[1]
@@ -141,18 +157,18 @@ class Fit:
         n: rows used. gamma_from: ``"fit"``, ``"local_reduce"`` (measured beside), ``"given"`` or
             ``"none"`` (not a reduction, or not separable: 0).
         rel_rms: root-mean-square relative error of the fit over the rows used.
-        rows: the rows used (list of dicts), predicted: the model's time for each (seconds).
+        rows: the rows used (list of dicts), predicted: the model's time for each (seconds; float64).
     """
 
     model: CostModel
     primitive: str | None
     algorithm: str | None
-    world_sizes: tuple
+    world_sizes: tuple[int, ...]
     n: int
     gamma_from: str
     rel_rms: float
-    rows: list = field(repr=False, default_factory=list)
-    predicted: np.ndarray = field(repr=False, default=None)
+    rows: list[dict[str, object]] = field(repr=False, default_factory=list)
+    predicted: NDArray[np.float64] = field(repr=False, default_factory=lambda: np.zeros(0))
 
     def predict(self, nbytes: float, world_size: int | None = None, primitive: str | None = None,
                 algorithm: str | None = None) -> float:
@@ -187,14 +203,23 @@ class Fit:
         return self.summary()
 
 
-def _as_rows(rows) -> list:
+class FitOptions(TypedDict, total=False):
+    """The keyword arguments of :func:`fit` that :func:`fit_each` passes on."""
+
+    world_size: int | Iterable[int] | None
+    gamma: float | str | None
+    min_bytes: float
+
+
+def _as_rows(rows: Rows) -> list[dict[str, object]]:
+    """The rows as dicts of column -> value (a DataFrame's records)."""
     if hasattr(rows, "to_dict"):
-        return list(rows.to_dict("records"))
+        return [{str(k): v for k, v in r.items()} for r in cast("pd.DataFrame", rows).to_dict("records")]
     return [dict(r) for r in rows]
 
 
-def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, world_size=None,
-        gamma: float | str | None = None, min_bytes: float = 0) -> Fit:
+def fit(rows: Rows, *, primitive: str | None = None, algorithm: str | None = None,
+        world_size: int | Iterable[int] | None = None, gamma: float | str | None = None, min_bytes: float = 0) -> Fit:
     """Fit ``alpha`` (s/message), ``beta`` (s/byte) and, for reductions, ``gamma`` (s/byte) to
     measured times: ``T = alpha*A + beta*B + gamma*G`` with the algorithm's coefficients
     (:func:`coefficients`; the built-in uses :data:`BUILTIN_FORM`).
@@ -223,16 +248,16 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
     ws_keep = None if world_size is None else ({world_size} if isinstance(world_size, int) else set(world_size))
     use = [r for r in allrows if r["primitive"] in BUILTIN_FORM and bool(r["ok"])
            and (primitive is None or r["primitive"] == primitive) and (algorithm is None or r["algorithm"] == algorithm)
-           and (ws_keep is None or int(r["world_size"]) in ws_keep) and float(r["nbytes"]) >= min_bytes
-           and float(r["time_s"]) > 0]
+           and (ws_keep is None or as_int(r["world_size"]) in ws_keep) and as_float(r["nbytes"]) >= min_bytes
+           and as_float(r["time_s"]) > 0]
     if not use:
         raise ValueError(_("no measured rows with ok=True for primitive={primitive}, algorithm={algorithm}, "
                            "world_size={world_size}; primitives in the rows: {found}").format(
                                primitive=repr(primitive), algorithm=repr(algorithm), world_size=repr(world_size),
                                found=sorted({str(r["primitive"]) for r in allrows})))
-    C = np.array([coefficients(r["primitive"], r["algorithm"], int(r["world_size"]), float(r["nbytes"]))
+    C = np.array([coefficients(str(r["primitive"]), str(r["algorithm"]), as_int(r["world_size"]), as_float(r["nbytes"]))
                   for r in use], dtype=np.float64)
-    t = np.array([float(r["time_s"]) for r in use], dtype=np.float64)
+    t = np.array([as_float(r["time_s"]) for r in use], dtype=np.float64)
     reduces = bool(np.any(C[:, 2] > 0))
     gamma_from = "none"
     g_value = 0.0
@@ -245,16 +270,16 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
                 raise ValueError(_("gamma must be >= 0 s/byte; got {value}").format(value=gamma))
             g_value, gamma_from = float(gamma), "given"
         elif gamma is None:
-            lr = [r for r in allrows if r["primitive"] == "local_reduce" and bool(r["ok"]) and float(r["time_s"]) > 0]
+            lr = [r for r in allrows if r["primitive"] == "local_reduce" and bool(r["ok"]) and as_float(r["time_s"]) > 0]
             if lr:
                 # the best per-byte cost seen (preemption on a shared machine only adds time; small
                 # sizes carry call overhead): the fastest iteration's time per byte, lowest over sizes
-                g_value = min(float(r.get("time_min_s", r["time_s"])) / float(r["nbytes"]) for r in lr)
+                g_value = min(as_float(r.get("time_min_s", r["time_s"])) / as_float(r["nbytes"]) for r in lr)
                 gamma_from = "local_reduce"
             else:
                 W = C / t[:, None]
                 Wn = W / np.maximum(np.abs(W).max(axis=0), 1e-300)
-                fit_gamma = np.linalg.matrix_rank(Wn, tol=1e-9) == 3
+                fit_gamma = bool(np.linalg.matrix_rank(Wn, tol=1e-9) == 3)
         else:
             raise ValueError(_("gamma must be None, 'fit' or seconds per byte; got {value}").format(value=repr(gamma)))
     cols = [0, 1, 2] if fit_gamma else [0, 1]
@@ -271,9 +296,9 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
         g_value, gamma_from = float(sol[2]), "fit"
     pred = C @ np.array([alpha, beta, g_value])
     rel = float(np.sqrt(np.mean(((pred - t) / t) ** 2)))
-    prims = {r["primitive"] for r in use}
-    algs = {r["algorithm"] for r in use}
-    wss = tuple(sorted({int(r["world_size"]) for r in use}))
+    prims = {str(r["primitive"]) for r in use}
+    algs = {str(r["algorithm"]) for r in use}
+    wss = tuple(sorted({as_int(r["world_size"]) for r in use}))
     what = f"{'/'.join(sorted(prims))} {'/'.join(sorted(algs))}"
     model = CostModel(alpha=alpha, beta=beta, gamma=g_value,
                       source=f"fitted by collnb.costmodel.fit to {len(use)} measured times ({what}, world size "
@@ -282,7 +307,7 @@ def fit(rows, *, primitive: str | None = None, algorithm: str | None = None, wor
                len(use), gamma_from, rel, use, pred)
 
 
-def fit_each(rows, **kwargs) -> dict:
+def fit_each(rows: Rows, **kwargs: Unpack[FitOptions]) -> dict[tuple[str, str], Fit]:
     """:func:`fit` for every (primitive, algorithm) in the rows (all their world sizes together).
 
     Returns:
@@ -290,7 +315,7 @@ def fit_each(rows, **kwargs) -> dict:
     """
     allrows = _as_rows(rows)
     out = {}
-    for key in dict.fromkeys((r["primitive"], r["algorithm"]) for r in allrows if r["primitive"] in BUILTIN_FORM):
+    for key in dict.fromkeys((str(r["primitive"]), str(r["algorithm"])) for r in allrows if r["primitive"] in BUILTIN_FORM):
         try:
             out[key] = fit(allrows, primitive=key[0], algorithm=key[1], **kwargs)
         except ValueError:
@@ -298,11 +323,11 @@ def fit_each(rows, **kwargs) -> dict:
     return out
 
 
-def crossovers(a: Fit, b: Fit, world_size: int, lo: float = 1.0, hi: float = float(1 << 30)) -> list:
+def crossovers(a: Fit, b: Fit, world_size: int, lo: float = 1.0, hi: float = float(1 << 30)) -> list[float]:
     """Buffer sizes in ``[lo, hi]`` bytes where the two fitted models predict the same time at
     ``world_size`` (sorted list of floats; empty if one is faster throughout). Both times are
     straight lines in ``nbytes`` (``T = c0 + c1*m``), so there is at most one."""
-    def line(f):
+    def line(f: Fit) -> tuple[float, float]:
         t0 = f.predict(0.0 if lo <= 0 else lo, world_size)
         t1 = f.predict(hi, world_size)
         slope = (t1 - t0) / (hi - lo)

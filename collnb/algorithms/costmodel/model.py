@@ -61,17 +61,25 @@ Sources:
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...collectives import BENCH_PRIMITIVES, SPECS
 from ...i18n import _
 from ...vocabulary import check_choice, check_int
+from ..rounds import Schedule
 from ..schedules import check_algorithm, schedule
+from ..trace import Trace
 
 __all__ = ["CostModel", "Prediction", "DEFAULT_MODEL", "round_costs", "predict", "closed_form", "algbw",
-           "busbw", "busbw_factor"]
+           "busbw", "busbw_factor", "Message", "messages_of"]
+
+#: One message as the model prices it: ``(src, dst, bytes, reduce)``.
+Message: TypeAlias = tuple[int, int, float, bool]
 
 
 @dataclass(frozen=True)
@@ -126,7 +134,7 @@ class Prediction:
     nbytes: int
     rounds: int
     seconds: float
-    round_seconds: np.ndarray
+    round_seconds: NDArray[np.float64]
     alpha_count: int
     beta_bytes: float
     gamma_bytes: float
@@ -135,7 +143,7 @@ class Prediction:
     model: CostModel = field(default=DEFAULT_MODEL)
 
 
-def _round_terms(transfers, world_size):
+def _round_terms(transfers: Sequence[Message], world_size: int) -> tuple[int, float, float]:
     """(max msgs, max bytes, max reduced bytes) of one round's transfers."""
     sent_n = np.zeros(world_size, dtype=np.int64)
     recv_n = np.zeros(world_size, dtype=np.int64)
@@ -155,10 +163,16 @@ def _round_terms(transfers, world_size):
     return (int(max(sent_n.max(), recv_n.max())), float(max(sent_b.max(), recv_b.max())), float(red_b.max()))
 
 
-def _rounds_of(obj, nbytes=None):
-    """Normalise a Trace or a Schedule (+ nbytes) into (world_size, [[(src, dst, bytes, reduce)]])."""
-    if hasattr(obj, "chunk_bounds"):  # a Trace
-        return obj.world_size, [[(t.src, t.dst, t.nbytes, t.reduce) for t in r.transfers] for r in obj.rounds]
+def messages_of(obj: Trace | Schedule, nbytes: float | None = None) -> tuple[int, list[list[Message]]]:
+    """``(world_size, [[(src, dst, bytes, reduce), ...] per round])`` of a Trace (its transfers' bytes) or a
+    Schedule with ``nbytes`` (bytes of one rank's buffer, split evenly over its chunks).
+
+    Raises:
+        ValueError: a schedule without ``nbytes``.
+    """
+    if isinstance(obj, Trace):
+        return obj.world_size, [[(t.src, t.dst, float(t.size), t.reduce) for t in r.transfers]
+                                for r in obj.rounds]
     if nbytes is None:
         raise ValueError(_("a schedule has no sizes: pass nbytes (bytes of one rank's buffer)"))
     C = obj.n_chunks
@@ -166,7 +180,8 @@ def _rounds_of(obj, nbytes=None):
     return obj.world_size, [[(t.src, t.dst, per * len(t.chunks), t.reduce) for t in r.transfers] for r in obj.rounds]
 
 
-def round_costs(trace_or_schedule, model: CostModel | None = None, nbytes: float | None = None) -> np.ndarray:
+def round_costs(trace_or_schedule: Trace | Schedule, model: CostModel | None = None,
+                nbytes: float | None = None) -> NDArray[np.float64]:
     """Predicted seconds of every round (float64 array, one entry per round).
 
     Args:
@@ -179,7 +194,7 @@ def round_costs(trace_or_schedule, model: CostModel | None = None, nbytes: float
     the ranks (module doc; Thakur et al. 2005, section 3).
     """
     model = model or DEFAULT_MODEL
-    ws, rounds = _rounds_of(trace_or_schedule, nbytes)
+    ws, rounds = messages_of(trace_or_schedule, nbytes)
     out = []
     for ts in rounds:
         a, b, g = _round_terms(ts, ws)
@@ -187,12 +202,12 @@ def round_costs(trace_or_schedule, model: CostModel | None = None, nbytes: float
     return np.array(out, dtype=np.float64)
 
 
-def _lg(p):
+def _lg(p: float) -> float:
     return math.log2(p)
 
 
 def closed_form(primitive: str, algorithm: str, world_size: int, nbytes: float, model: CostModel | None = None,
-                segments: int | None = None) -> tuple:
+                segments: int | None = None) -> tuple[float | None, str]:
     """The literature's closed-form time, ``(seconds or None, formula text)`` (see the module table).
 
     ``None`` where no closed form is given for this world size (recursive doubling all_gather and
@@ -282,7 +297,7 @@ def predict(primitive: str, algorithm: str, world_size: int, nbytes: float, mode
         raise ValueError(_("nbytes must be >= 0; got {value}").format(value=nbytes))
     model = model or DEFAULT_MODEL
     sched = schedule(primitive, algorithm, world_size, root, segments if primitive == "broadcast" else None)
-    ws, rounds = _rounds_of(sched, nbytes)
+    ws, rounds = messages_of(sched, nbytes)
     A = B = G = 0.0
     per = []
     for ts in rounds:

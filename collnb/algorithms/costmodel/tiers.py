@@ -28,14 +28,18 @@ latencies (src/graph/tuning.cc, :mod:`collnb.labs.cluster.nccl`).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ...i18n import _
 from ...vocabulary import check_int
+from ..rounds import Schedule
 from ..schedules import schedule
-from .model import CostModel
+from ..trace import Trace
+from .model import CostModel, Message, messages_of
 
 __all__ = ["TwoTier", "TierTerms", "tier_round_terms", "tier_round_costs", "predict_tiers", "inter_node_bytes"]
 
@@ -69,16 +73,12 @@ class TierTerms:
     reduced_bytes: float
 
 
-def _transfers(obj, nbytes):
-    if hasattr(obj, "chunk_bounds"):  # a Trace
-        return obj.world_size, [[(t.src, t.dst, float(t.nbytes), t.reduce) for t in r.transfers] for r in obj.rounds]
-    if nbytes is None:
-        raise ValueError(_("a schedule has no sizes: pass nbytes (bytes of one rank's buffer)"))
-    per = float(nbytes) / obj.n_chunks
-    return obj.world_size, [[(t.src, t.dst, per * len(t.chunks), t.reduce) for t in r.transfers] for r in obj.rounds]
+#: One rank's terms of one round: ``(intra_msgs, intra_bytes, inter_msgs, inter_bytes, reduced)``.
+_Terms = tuple[int, float, int, float, float]
 
 
-def tier_round_terms(transfers, world_size: int, ranks_per_node: int, intra_shared: bool = False) -> list:
+def tier_round_terms(transfers: Iterable[Message], world_size: int, ranks_per_node: int,
+                     intra_shared: bool = False) -> list[_Terms]:
     """Per rank and per node terms of one round: a list, one ``(intra_msgs, intra_bytes, inter_msgs,
     inter_bytes, reduced)`` per rank (its node's inter bytes; with ``intra_shared`` its node's intra
     bytes), from ``transfers`` as ``(src, dst, bytes, reduce)`` tuples."""
@@ -117,7 +117,7 @@ def tier_round_terms(transfers, world_size: int, ranks_per_node: int, intra_shar
     return rows
 
 
-def _round_cost(rows, model: TwoTier) -> tuple[float, TierTerms]:
+def _round_cost(rows: Sequence[_Terms], model: TwoTier) -> tuple[float, TierTerms]:
     a_i, b_i, a_o, b_o, g = (model.intra.alpha, model.intra.beta, model.inter.alpha, model.inter.beta,
                              model.intra.gamma)
     worst = 0.0
@@ -131,7 +131,8 @@ def _round_cost(rows, model: TwoTier) -> tuple[float, TierTerms]:
     return worst + g * red, terms
 
 
-def tier_round_costs(trace_or_schedule, model: TwoTier, nbytes: float | None = None) -> np.ndarray:
+def tier_round_costs(trace_or_schedule: Trace | Schedule, model: TwoTier,
+                     nbytes: float | None = None) -> NDArray[np.float64]:
     """Predicted seconds of every round (float64 array) on ``model``'s two tiers (module doc).
 
     Args:
@@ -142,7 +143,7 @@ def tier_round_costs(trace_or_schedule, model: TwoTier, nbytes: float | None = N
     Raises:
         ValueError: ``ranks_per_node`` does not divide the world size; a schedule without ``nbytes``.
     """
-    ws, rounds = _transfers(trace_or_schedule, nbytes)
+    ws, rounds = messages_of(trace_or_schedule, nbytes)
     L = check_int("ranks_per_node", model.ranks_per_node, 1, ws)
     if ws % L:
         raise ValueError(_("ranks_per_node={L} does not divide world size {n}").format(L=L, n=ws))
@@ -150,10 +151,10 @@ def tier_round_costs(trace_or_schedule, model: TwoTier, nbytes: float | None = N
                     dtype=np.float64)
 
 
-def inter_node_bytes(trace_or_schedule, ranks_per_node: int, nbytes: float | None = None) -> float:
+def inter_node_bytes(trace_or_schedule: Trace | Schedule, ranks_per_node: int, nbytes: float | None = None) -> float:
     """Bytes that leave the busiest node over the whole run (the inter-node tier's load, summed
     over the rounds; one direction)."""
-    ws, rounds = _transfers(trace_or_schedule, nbytes)
+    ws, rounds = messages_of(trace_or_schedule, nbytes)
     total = np.zeros(ws // ranks_per_node)
     for ts in rounds:
         for src, dst, nb, _red in ts:
@@ -175,7 +176,7 @@ class TierPrediction:
     ranks_per_node: int
     nbytes: float
     seconds: float
-    round_seconds: np.ndarray
+    round_seconds: NDArray[np.float64]
     rounds: int
     inter_rounds: int
     inter_bytes: float
