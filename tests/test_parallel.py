@@ -100,6 +100,21 @@ def test_shards_refuse_uneven_splits():
         P.sequence_shard(torch.zeros(5, 2), 0, 2)
 
 
+def _uneven_scatter(rank, world_size):
+    try:
+        P.scatter_to_sequence_parallel(torch.zeros(3, 2, dtype=torch.float64))
+    except ValueError as err:
+        return str(err)
+    return None
+
+
+def test_scatter_to_sequence_parallel_says_the_sequence_does_not_split():
+    """Found by mypy --strict: the reduce_scatter's helper unpacked (rank, world size) into ``_``, the
+    translation function, so a sequence that does not split over the ranks raised "'int' object is not
+    callable" instead of saying so."""
+    assert collnb.launch(_uneven_scatter, 2) == ["the sequence (3 tokens) does not split evenly over 2 ranks"] * 2
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("sp", [False, True])
 def test_parallelize_module_equals_one_process_with_the_same_calls(sp, block_data):

@@ -6,35 +6,43 @@ all_gathers run over four ranks instead of two, and TP's all_reduces are missing
 from __future__ import annotations
 
 import random
-from typing import Callable
+from collections.abc import Iterable, Iterator
+from typing import TypeAlias, cast
+
+import torch
 
 from ...i18n import N_, _
 from ...units import format_bytes
-from ..parallel.composed import TOLERANCE, Plan, deviation, train
-from ..parallel.mesh_traffic import inter_node_bytes, traffic
+from ..parallel.composed import TOLERANCE, Apply, Plan, TrainResult, deviation, train
+from ..parallel.mesh_traffic import TrafficRow, inter_node_bytes, traffic
 from ..parallel.transformer import TransformerConfig, make_batch, reference_train
-from .framework import Case, check, fail, launch_recorded, not_answered, passed, table
+from .framework import Calls, Case, Trial, check, fail, launch_recorded, not_answered, passed, table
 
 __all__ = ["check_compose", "check_tp_placement"]
 
 #: The plan the compose exercise's mesh has: FSDP2 over ``dp_shard``, TP over ``tp``.
 COMPOSE_PLAN = Plan.parse("dp_shard=2, tp=2")
+#: What the compose check's judge compares with: the model, the batch and its targets.
+_Want: TypeAlias = tuple[TransformerConfig, torch.Tensor, torch.Tensor]
 
 
-class _Results(list):
+class _Results(list[TrainResult]):
     """Per-rank results with their recorded calls (what :func:`.mesh_traffic.traffic` reads)."""
 
-    def __init__(self, results, calls):
-        super().__init__(results)
+    def __init__(self, results: Iterable[object], calls: Calls) -> None:
+        # every rank ran train (_compose_rank, _placement_rank), which returns a TrainResult
+        super().__init__(cast("Iterable[TrainResult]", results))
         self.calls = calls
 
 
-def _compose_rank(rank, world_size, plan, config, x, y, compose):
+def _compose_rank(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor,
+                  compose: Apply) -> TrainResult:
     return train(rank, world_size, plan, config, x, y, steps=2, apply=compose)
 
 
-def _counts(rows, rank: int = 0, step: int = 2) -> dict:
-    out: dict = {}
+def _counts(rows: Iterable[TrafficRow], rank: int = 0, step: int = 2) -> dict[str, dict[str, int]]:
+    """``{dimension: {kind: count}}`` of ``rank``'s operations in ``step``."""
+    out: dict[str, dict[str, int]] = {}
     for r in rows:
         if r.rank == rank and r.step == step:
             out.setdefault(r.dimension, {})
@@ -42,7 +50,7 @@ def _counts(rows, rank: int = 0, step: int = 2) -> dict:
     return out
 
 
-def check_compose(compose: Callable) -> None:
+def check_compose(compose: Apply) -> None:
     """Check ``compose(model, mesh)`` (notebook 20): given the small transformer (one process's
     weights on every rank) and a 2×2 CPU DeviceMesh named ``("dp_shard", "tp")``, apply tensor
     parallelism over ``mesh["tp"]`` (``wq``, ``wk``, ``wv``, ``w1`` column-wise; ``wo``, ``w2``
@@ -63,22 +71,22 @@ def check_compose(compose: Callable) -> None:
                   "parallelize_module (torch.distributed.tensor.parallel) and fully_shard (torch.distributed.fsdp).")
     plan = COMPOSE_PLAN
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[_Want]]:
         config = TransformerConfig(seed=rng.randrange(1000))
         x, y = make_batch(config, 4, 8, seed=rng.randrange(1 << 30))
         yield Case(plan.world_size, [(plan, config, x, y, compose)] * plan.world_size, want=(config, x, y),
                    what=_("the 2×2 mesh"), fn=_compose_rank)
 
-    worst: list = []
+    worst: list[float] = []
 
-    def judge(trial):
+    def judge(trial: Trial[_Want]) -> None:
         config, x, y = trial.want
         rows = traffic(_Results(trial.results, trial.calls), plan)
         counts = _counts(rows)
         trial.show([(dim, ", ".join(f"{k} ×{n}" for k, n in kinds.items())) for dim, kinds in sorted(counts.items())],
                    (_("dimension"), _("collectives of rank 0 in step 2")))
         try:
-            dev = deviation(trial.results, reference_train(config, x, y, steps=2), plan)
+            dev = deviation(_Results(trial.results, trial.calls), reference_train(config, x, y, steps=2), plan)
         except KeyError as err:
             raise trial.fail(_("the model's parameters are not the transformer's ({name}).").format(name=err)) from None
         if max(dev["loss"], dev["grads"], dev["params"]) > TOLERANCE:
@@ -114,11 +122,12 @@ def check_compose(compose: Callable) -> None:
           unanswered="stub", grouped=False, collective_timeout=60.0)
 
 
-def _placement_rank(rank, world_size, plan, config, x, y):
+def _placement_rank(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor,
+                    y: torch.Tensor) -> TrainResult:
     return train(rank, world_size, plan, config, x, y, steps=2)
 
 
-def check_tp_placement(plan, ranks_per_node: int = 4) -> None:
+def check_tp_placement(plan: object, ranks_per_node: int = 4) -> None:
     """Check ``plan`` (notebook 20): on 2 nodes of 4 ranks (ranks 0-3 on node 0, 4-7 on node 1),
     FSDP2 over 2 ranks and tensor parallelism over 4 (``dp_shard=2`` and ``tp=4``, in an order the
     learner chooses), so that the fewest bytes cross between the nodes.
@@ -146,13 +155,13 @@ def check_tp_placement(plan, ranks_per_node: int = 4) -> None:
     config = TransformerConfig()
     x, y = make_batch(config, 4, 8, seed=random.SystemRandom().randrange(1 << 30))
     reference = reference_train(config, x, y, steps=2)
-    crossing = {}
+    crossing: dict[Plan, dict[str, float]] = {}
     for p in (plan, other):
-        results, calls = launch_recorded(_placement_rank, 8, [(p, config, x, y)] * 8, collective_timeout=60.0)
+        results = _Results(*launch_recorded(_placement_rank, 8, [(p, config, x, y)] * 8, collective_timeout=60.0))
         dev = deviation(results, reference, p)
         if max(dev["loss"], dev["grads"], dev["params"]) > TOLERANCE:
             raise fail(_("{plan} did not train like one process.").format(plan=p.text()), direction)
-        crossing[p] = inter_node_bytes(traffic(_Results(results, calls), p), p, ranks_per_node, step=2)
+        crossing[p] = inter_node_bytes(traffic(results, p), p, ranks_per_node, step=2)
     shown = table([(p.text(), ", ".join(sorted(crossing[p])) or "-", format_bytes(sum(crossing[p].values())))
                    for p in (plan, other)],
                   (_("plan"), _("dimensions crossing nodes"), _("bytes crossing per step (all ranks)")))

@@ -19,7 +19,10 @@ from ...i18n import _
 from .framework import Case, Trial, check, summary, world_sizes
 
 if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
+
     from ...ranks import CallRecord
+    from ..parallel.ring import RingStep, SoftmaxUpdate
 
 #: The Megatron MLP's gradients ``(dx, dw1, db1, dw2)``.
 Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
@@ -191,12 +194,12 @@ def check_tensor_parallel_backward(tp_mlp_backward: object) -> None:
 _WIDTHS = (6, 10, 14, 8, 4)
 
 
-def _fsdp_rank(rank: int, world_size: int, configure: Callable[[list[torch.nn.Module]], None], x: torch.Tensor,
+def _fsdp_rank(rank: int, world_size: int, configure: Callable[[list[FSDPModule]], None], x: torch.Tensor,
                y: torch.Tensor,
                widths: Sequence[int]) -> tuple[list[torch.Tensor], list[tuple[str, int]]]:
     """Runs on a rank: one FSDP2 step with the learner's ``configure`` and each block's compute
     marked; ``(parameters after the step, the marks: (label, records before it))``."""
-    phases = Phases()  # type: ignore[no-untyped-call]  # collnb.labs.parallel is not typed yet
+    phases = Phases()
     out = fsdp_train(rank, world_size, x, y, steps=1, widths=widths, prefetch=configure, phases=phases)
     return out["params"], phases.close()
 
@@ -297,7 +300,7 @@ def check_fsdp_prefetch(configure: object) -> None:
 # 15 · the online softmax inside ring attention
 
 
-def _ring_rank(rank: int, world_size: int, update: Callable[..., object], q: torch.Tensor, k: torch.Tensor,
+def _ring_rank(rank: int, world_size: int, update: SoftmaxUpdate, q: torch.Tensor, k: torch.Tensor,
                v: torch.Tensor, causal: bool, layout: str) -> torch.Tensor:
     """Runs on a rank: ring attention with the learner's ``update``; this rank's output rows."""
     out: torch.Tensor = ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, update=update)[0]
@@ -323,7 +326,7 @@ def check_online_softmax(update: object) -> None:
                    "was computed relative to m: what factor brings it to m_new? Then add the new block's terms, "
                    'relative to m_new.'))
 
-    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[int], int, int]]]:
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[torch.Tensor], int, int]]]:
         for ws, (causal, layout) in zip(world_sizes(rng, 2, 4), ((True, "zigzag"), (False, "plain"))):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, d = 4 * ws, 3
@@ -333,7 +336,7 @@ def check_online_softmax(update: object) -> None:
             what = (_('world size {world_size}, causal, {layout} order') if causal else _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
             yield Case(ws, args, want=(attention(q, k, v, causal), where, s, d), what=what, fn=_ring_rank)
 
-    def judge(t: Trial[tuple[torch.Tensor, list[int], int, int]]) -> None:
+    def judge(t: Trial[tuple[torch.Tensor, list[torch.Tensor], int, int]]) -> None:
         (full, where, s, d), ws, what = t.want, t.world_size, t.what
         devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
                 and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(t.results)]
@@ -357,7 +360,7 @@ def check_online_softmax(update: object) -> None:
                    'plain order at world size {second_size}'))
 
 
-def _kv_ring_rank(rank: int, world_size: int, step: Callable[..., object], q: torch.Tensor, k: torch.Tensor,
+def _kv_ring_rank(rank: int, world_size: int, step: RingStep, q: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor, causal: bool, layout: str) -> torch.Tensor:
     """Runs on a rank: ring attention with the learner's ``step``; this rank's output rows."""
     out: torch.Tensor = ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, step=step)[0]
@@ -379,7 +382,7 @@ def check_kv_ring_pass(step: object) -> None:
                    "the two buffers of recv. A blocking send waits for its receiver, who is sending too: post the "
                    "four operations at once (dist.P2POp, dist.batch_isend_irecv) and return the requests it returns."))
 
-    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[int], int, int]]]:
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[torch.Tensor], int, int]]]:
         for ws, (causal, layout) in zip(world_sizes(rng, 2, 4), ((True, "zigzag"), (False, "plain"))):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, d = 4 * ws, 3
@@ -390,7 +393,7 @@ def check_kv_ring_pass(step: object) -> None:
                     _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
             yield Case(ws, args, want=(attention(q, k, v, causal), where, s, d), what=what, fn=_kv_ring_rank)
 
-    def judge(t: Trial[tuple[torch.Tensor, list[int], int, int]]) -> None:
+    def judge(t: Trial[tuple[torch.Tensor, list[torch.Tensor], int, int]]) -> None:
         (full, where, s, d), ws, what = t.want, t.world_size, t.what
         devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
                 and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(t.results)]

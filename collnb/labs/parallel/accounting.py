@@ -21,15 +21,44 @@ Bytes, two ways:
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Protocol, TypeAlias, TypedDict, TypeVar
 
 from ...algorithms import busbw_factor
-from ...ranks import active_recorder
+from ...ranks import CallRecord, active_recorder
 from ...i18n import N_, _
 from ...units import format_bytes, pad
 
 __all__ = ["Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table",
-           "PHASE_NAMES", "NUMBERED", "phase_label"]
+           "PHASE_NAMES", "NUMBERED", "phase_label", "Mark", "PhaseRange", "Recorded"]
+
+_Result_co = TypeVar("_Result_co", covariant=True)
+
+#: ``(label, operations issued before it)``: one mark of :class:`Phases`.
+Mark: TypeAlias = tuple[str, int]
+
+
+class Recorded(Protocol[_Result_co]):
+    """A launch made with ``record_calls=True`` (a :class:`collnb.LaunchResults`): every rank's result,
+    rank order, and ``calls[r]``, rank ``r``'s recorded operations in issue order."""
+
+    @property
+    def calls(self) -> Sequence[Sequence[CallRecord]]: ...
+
+    def __getitem__(self, rank: int, /) -> _Result_co: ...
+
+    def __iter__(self) -> Iterator[_Result_co]: ...
+
+    def __len__(self) -> int: ...
+
+
+class PhaseRange(TypedDict):
+    """:func:`phase_range`'s answer: each rank's first record of the phase and the one after its last
+    (``None``: to the end), as :class:`collnb.views.CallsView`'s ``start``/``stop``."""
+
+    start: list[int]
+    stop: list[int | None]
 
 #: The primitive of each recorded operation name (:attr:`collnb.CallRecord.operation`).
 _KINDS = {
@@ -77,25 +106,25 @@ class Phases:
         RuntimeError: no recorder is active (the launch was not made with ``record_calls=True``).
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         recorder = active_recorder()
         if recorder is None:
             raise RuntimeError(_("Phases needs the call recorder: launch with collnb.launch(fn, n, "
                                  "record_calls=True)"))
         self.count = 0
         #: ``[(label, operations issued before it), ...]`` in order.
-        self.marks: list = []
+        self.marks: list[Mark] = []
         recorder.add_observer(self)
         self._recorder = recorder
 
-    def issued(self, issue) -> None:  # the recorder's observer interface
+    def issued(self, issue: object) -> None:  # the recorder's observer interface
         self.count += 1
 
     def begin(self, label: str) -> None:
         """Everything issued from now on, until the next mark, belongs to ``label``."""
         self.marks.append((label, self.count))
 
-    def close(self) -> list:
+    def close(self) -> list[Mark]:
         """Stop counting; returns :attr:`marks`."""
         try:
             self._recorder.remove_observer(self)
@@ -104,24 +133,25 @@ class Phases:
         return self.marks
 
 
-def split(records, marks) -> dict:
+def split(records: Sequence[CallRecord], marks: Iterable[Mark]) -> dict[str, list[CallRecord]]:
     """``{label: [CallRecord, ...]}``: the records of each phase (``"setup"`` before the first mark;
     a label used twice collects both stretches), in issue order."""
-    out: dict = {}
-    bounds = [("setup", 0)] + list(marks) + [(None, len(records))]
+    out: dict[str, list[CallRecord]] = {}
+    bounds: list[tuple[str | None, int]] = [("setup", 0), *marks, (None, len(records))]
     for (label, start), (_next, end) in zip(bounds, bounds[1:]):
         if label is not None and (label != "setup" or end > start):
             out.setdefault(label, []).extend(records[start:end])
     return out
 
 
-def by_step(records, marks, prefix: str = "step ") -> list:
+def by_step(records: Sequence[CallRecord], marks: Iterable[Mark], prefix: str = "step ") -> list[list[CallRecord]]:
     """The records of each step: one list per mark whose label starts with ``prefix`` (``"step 1"``,
     ``"step 2"``, ...), holding everything from that mark to the next such mark (the marks between,
     ``"forward 0"``, ``"optimizer"``..., belong to the step), except what follows a ``"gather"`` mark
     (the whole parameters gathered after training)."""
-    out, current = [], None
-    bounds = list(marks) + [(None, len(records))]
+    out: list[list[CallRecord]] = []
+    current: list[CallRecord] | None = None
+    bounds: list[tuple[str | None, int]] = [*marks, (None, len(records))]
     for (label, start), (_next, end) in zip(bounds, bounds[1:]):
         if label is not None and label.startswith(prefix):
             current = []
@@ -133,7 +163,7 @@ def by_step(records, marks, prefix: str = "step ") -> list:
     return out
 
 
-def phase_range(marks_per_rank, label: str, until: str | None = None) -> dict:
+def phase_range(marks_per_rank: Iterable[Sequence[Mark]], label: str, until: str | None = None) -> PhaseRange:
     """``{"start": [...], "stop": [...]}``: each rank's records of phase ``label`` (from its mark to the
     next mark, or to mark ``until`` when given; ``None`` = to the end), as the ``start``/``stop``
     arguments of :class:`collnb.views.CallsView` and :func:`collnb.views.call_steps` take them.
@@ -144,7 +174,8 @@ def phase_range(marks_per_rank, label: str, until: str | None = None) -> dict:
     Raises:
         KeyError: a rank has no mark ``label`` (or ``until``).
     """
-    starts, stops = [], []
+    starts: list[int] = []
+    stops: list[int | None] = []
     for marks in marks_per_rank:
         labels = [lab for lab, _ in marks]
         if label not in labels or (until is not None and until not in labels):
@@ -156,13 +187,14 @@ def phase_range(marks_per_rank, label: str, until: str | None = None) -> dict:
             stops.append(marks[labels.index(until)][1])
         else:
             stops.append(marks[i + 1][1] if i + 1 < len(marks) else None)
-    return {"start": starts, "stop": stops}
+    return PhaseRange(start=starts, stop=stops)
 
 
-def interleave(records, marks) -> list:
+def interleave(records: Sequence[CallRecord], marks: Iterable[Mark]) -> list[str | CallRecord]:
     """The records with the marks between them: a list of ``str`` (a mark's label) and
     :class:`collnb.CallRecord`, in the order the rank issued them."""
-    out, at = [], 0
+    out: list[str | CallRecord] = []
+    at = 0
     for label, position in marks:
         out.extend(records[at:position])
         out.append(label)
@@ -171,7 +203,7 @@ def interleave(records, marks) -> list:
     return out
 
 
-def kind(record) -> str:
+def kind(record: CallRecord) -> str:
     """The primitive of a record: ``"all_gather"`` for ``all_gather_single`` /
     ``all_gather_into_tensor`` (also from DTensor or FSDP2), ``"send"`` for ``isend`` or an isend of a
     ``batch_isend_irecv``; otherwise the recorded operation's name."""
@@ -179,7 +211,7 @@ def kind(record) -> str:
     return _KINDS.get(name, name)
 
 
-def wire_bytes(record) -> float:
+def wire_bytes(record: CallRecord) -> float:
     """Bytes this rank sends for ``record`` with a bandwidth-optimal algorithm:
     ``nbytes * busbw_factor(kind, group_size)`` for a collective (nccl-tests
     doc/PERFORMANCE.md), ``nbytes`` for a send, ``0`` for a recv or a barrier."""
@@ -211,7 +243,7 @@ class CallSummary:
     wire_bytes: float
 
 
-def summarize(records, steps: int = 1) -> list:
+def summarize(records: Iterable[CallRecord], steps: int = 1) -> list[CallSummary]:
     """One :class:`CallSummary` per kind of operation in ``records``, in order of first appearance,
     divided by ``steps`` (per step).
 
@@ -220,7 +252,7 @@ def summarize(records, steps: int = 1) -> list:
     """
     if steps < 1:
         raise ValueError(_("steps must be >= 1; got {steps}").format(steps=steps))
-    rows: dict = {}
+    rows: dict[str, tuple[int, int, float]] = {}
     for rec in records:
         k = kind(rec)
         c, b, w = rows.get(k, (0, 0, 0.0))
@@ -232,7 +264,7 @@ def _number(x: float) -> str:
     return str(int(x)) if float(x).is_integer() else f"{x:.3g}"
 
 
-def summary_table(phases: dict, steps: int = 1) -> str:
+def summary_table(phases: Mapping[str, Iterable[CallRecord]], steps: int = 1) -> str:
     """A text table, one line per phase and kind: count, bytes (nccl-tests) and bytes on the wire
     per rank, for ``{phase: records}`` (e.g. :func:`split` of one rank's calls), per step."""
     lines = [pad(_("phase"), 12) + pad(_("kind"), 16) + pad(_("count"), 6, ">") + pad(_("bytes"), 12, ">")

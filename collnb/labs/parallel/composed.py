@@ -42,21 +42,58 @@ the traffic leaves out), the bytes it held (:mod:`.memory`) and its phase marks,
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import TYPE_CHECKING, Literal, TypeAlias, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 
 from ...i18n import _
 from ...ranks import active_recorder
-from .accounting import Phases
-from .memory import SavedTensorBytes, local_bytes
+from .accounting import Mark, Phases, Recorded
+from .memory import SavedTensorBytes, is_dtensor, local_bytes
 from .plan import DATA_ROLES, MAX_WORLD_SIZE, ROLES, Plan
-from .transformer import MoE, TinyTransformer, TransformerConfig, expert_forward, loss_fn, moe_combine, moe_dispatch
+from .transformer import (MoE, TinyTransformer, Trained, TransformerConfig, expert_forward, grad_of, loss_fn,
+                          moe_combine, moe_dispatch)
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor.parallel import ParallelStyle
 
 __all__ = ["ROLES", "DATA_ROLES", "Plan", "COMPOSITIONS", "Composition", "composition", "build", "train", "deviation",
-           "global_losses", "run_composition", "TOLERANCE", "ExpertParallelMoE", "MAX_WORLD_SIZE"]
+           "global_losses", "run_composition", "TOLERANCE", "ExpertParallelMoE", "MAX_WORLD_SIZE", "TrainResult",
+           "Deviation", "Apply", "ReduceGrads"]
+
+#: ``apply(model, mesh) -> model``: a learner's composition, instead of :func:`build`.
+Apply: TypeAlias = Callable[[TinyTransformer, "DeviceMesh"], torch.nn.Module]
+#: ``reduce_grads()``: the gradients all-reduced and averaged by hand (:func:`build`).
+ReduceGrads: TypeAlias = Callable[[], None]
+#: ``mark(label)``: a phase mark (:meth:`.accounting.Phases.begin`, or nothing without a recorder).
+_MarkFn: TypeAlias = Callable[[str], None]
+#: ``step(k, x, y) -> loss``: one pipeline step (the loss on the last stage, else ``None``).
+_PipelineStep: TypeAlias = Callable[[int, torch.Tensor, torch.Tensor], "float | None"]
+
+
+class TrainResult(TypedDict):
+    """One rank's :func:`train` (the Returns of its docstring say what each holds)."""
+
+    coords: dict[str, int]
+    losses: list[float | None]
+    grads: dict[str, torch.Tensor]
+    params: dict[str, torch.Tensor]
+    memory: dict[str, int]
+    marks: list[Mark] | None
+    log: list[str]
+
+
+class Deviation(TypedDict):
+    """:func:`deviation`'s answer: the largest absolute differences from one process."""
+
+    loss: float
+    grads: float
+    params: float
+    covered: bool  # every parameter of the model was held by some rank
 
 #: Largest absolute difference allowed between a composition and one process (float64): losses,
 #: gradients and parameters after AdamW steps. Measured differences are ~1e-16 (reduction order).
@@ -109,7 +146,7 @@ class ExpertParallelMoE(torch.nn.Module):
     every ep rank), run its experts, ``all_to_all`` the outputs back, combine. Both all_to_alls are
     differentiable (in backward they run again, reversed)."""
 
-    def __init__(self, moe: MoE, group):
+    def __init__(self, moe: MoE, group: dist.ProcessGroup) -> None:
         super().__init__()
         from .context import _all_to_all
 
@@ -137,7 +174,8 @@ class ExpertParallelMoE(torch.nn.Module):
         return moe_combine(back, route, slots, gate).view_as(x)
 
 
-def _tp_plan() -> dict:
+def _tp_plan() -> dict[str, ParallelStyle]:
+    """Megatron's plan of a block (module doc): which Linear is column-wise and which row-wise."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
     return {"attention.wq": ColwiseParallel(), "attention.wk": ColwiseParallel(), "attention.wv": ColwiseParallel(),
@@ -145,20 +183,17 @@ def _tp_plan() -> dict:
             "feed_forward.w2": RowwiseParallel()}
 
 
-def _is_dtensor(t) -> bool:
-    return type(t).__name__ == "DTensor"
-
-
 def _full(t: torch.Tensor) -> torch.Tensor:
-    return (t.full_tensor() if _is_dtensor(t) else t).detach().clone()
+    """A copy of the whole tensor (a DTensor's ``full_tensor()``), detached."""
+    return (t.full_tensor() if is_dtensor(t) else t).detach().clone()
 
 
-def _bucket_all_reduce(tensors: list, group, divide: int) -> None:
+def _bucket_all_reduce(tensors: Sequence[torch.Tensor], group: dist.ProcessGroup | None, divide: int) -> None:
     """One ``all_reduce`` of every tensor's local values, flattened into one bucket (DDP's
     bucket), then each divided by ``divide``."""
     if not tensors:
         return
-    locals_ = [t.to_local() if _is_dtensor(t) else t for t in tensors]   # views of the gradients
+    locals_ = [t.to_local() if is_dtensor(t) else t for t in tensors]   # views of the gradients
     flat = torch.cat([t.reshape(-1) for t in locals_])
     if group is not None:
         dist.all_reduce(flat, group=group)
@@ -169,17 +204,19 @@ def _bucket_all_reduce(tensors: list, group, divide: int) -> None:
         offset += t.numel()
 
 
-def _flat(mesh, roles: list):
+def _flat(mesh: DeviceMesh, roles: Sequence[str]) -> DeviceMesh:
     """The mesh of ``roles`` (mesh order) as one dimension: the dimension itself, or the
     dimensions flattened into ``"a_b"`` (``DeviceMesh._flatten``, as torchtitan does)."""
     from ...ranks import flatten_mesh
 
     if len(roles) == 1:
         return mesh[roles[0]]
-    return flatten_mesh(mesh[tuple(roles)], "_".join(roles))
+    flat: DeviceMesh = flatten_mesh(mesh[tuple(roles)], "_".join(roles))
+    return flat
 
 
-def build(plan: Plan, config: TransformerConfig, mesh, rank: int) -> tuple:
+def build(plan: Plan, config: TransformerConfig, mesh: DeviceMesh,
+          rank: int) -> tuple[TinyTransformer, ReduceGrads | None]:
     """On a rank: :class:`.transformer.TinyTransformer` (``config``) with ``plan`` applied on
     ``mesh`` (a DeviceMesh of ``plan``'s shape and names): this stage's blocks (``pp``), TP's plan
     (``tp``), the context-parallel attention core (``cp``), this rank's experts (``ep``), FSDP2 /
@@ -201,27 +238,27 @@ def build(plan: Plan, config: TransformerConfig, mesh, rank: int) -> tuple:
             model.norm = model.output = None
     if plan.has("tp"):
         from torch.distributed.tensor.parallel import parallelize_module
-        for block in model.layers.values():
+        for block in model.blocks():
             parallelize_module(block, mesh["tp"], _tp_plan())
     if plan.has("cp"):
         from .context import make_core
         core = make_core(plan.attention, mesh["cp"].get_group())
-        for block in model.layers.values():
+        for block in model.blocks():
             block.attention.core = core
     if plan.has("ep"):
         ep_group = mesh["ep"].get_group()
-        for block in model.layers.values():
-            block.feed_forward = ExpertParallelMoE(block.feed_forward, ep_group)
+        for block in model.blocks():
+            block.feed_forward = ExpertParallelMoE(block.moe(), ep_group)
 
     # Data parallelism: FSDP2 over dp_shard (and cp, flattened), HSDP with dp_replicate; else by hand.
     sharded = [role for role in plan.names if role in ("dp_shard", "cp")]
-    by_hand = None
+    by_hand: ReduceGrads | None = None
     if sharded:
         from torch.distributed.fsdp import fully_shard
         shard_mesh = _flat(mesh, sharded)
-        dp_mesh = mesh[("dp_replicate", shard_mesh.mesh_dim_names[0])] if plan.has("dp_replicate") else shard_mesh
+        dp_mesh = mesh[("dp_replicate", "_".join(sharded))] if plan.has("dp_replicate") else shard_mesh
         reshard = not plan.has("pp")                     # torchtitan: no re-gather per microbatch under PP
-        for block in model.layers.values():
+        for block in model.blocks():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
     elif plan.has("dp_replicate") or plan.has("ep"):
@@ -231,15 +268,17 @@ def build(plan: Plan, config: TransformerConfig, mesh, rank: int) -> tuple:
         experts = [p for n, p in model.named_parameters() if plan.has("ep") and ".feed_forward.w" in n]
         dense = [p for p in model.parameters() if all(p is not e for e in experts)]
 
-        def by_hand():
-            _bucket_all_reduce([p.grad for p in dense], dense_group, plan.batch_shards)
-            _bucket_all_reduce([p.grad for p in experts], expert_group, plan.batch_shards)
+        def reduce_grads() -> None:
+            _bucket_all_reduce([grad_of(p) for p in dense], dense_group, plan.batch_shards)
+            _bucket_all_reduce([grad_of(p) for p in experts], expert_group, plan.batch_shards)
+
+        by_hand = reduce_grads
 
     return model, by_hand
 
 
 def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
-          steps: int = 2, lr: float = 1e-2, apply: Callable | None = None) -> dict:
+          steps: int = 2, lr: float = 1e-2, apply: Apply | None = None) -> TrainResult:
     """On a rank: build :class:`.transformer.TinyTransformer`, apply ``plan`` on a CPU DeviceMesh
     and train ``steps`` AdamW steps (``lr``, no weight decay) on this rank's part of ``(x, y)``.
     A rank function for ``collnb.launch(train, plan.world_size, (plan, config, x, y),
@@ -259,7 +298,7 @@ def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: 
     activations and gradients are told apart by direction (:mod:`.mesh_traffic`).
 
     Returns:
-        dict: ``coords`` ({role: index}), ``losses`` (this rank's loss per step, the mean over its
+        :class:`TrainResult`: ``coords`` ({role: index}), ``losses`` (this rank's loss per step, the mean over its
         tokens; ``None`` on a pipeline stage without the loss), ``grads`` and ``params`` ({name:
         whole tensor} for the parameters this rank holds: the last step's gradients before its
         optimizer step, the parameters after it), ``memory`` (:func:`.memory` counts of the last
@@ -279,7 +318,7 @@ def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: 
 
 
 def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
-           steps: int, lr: float, apply: Callable | None) -> dict:
+           steps: int, lr: float, apply: Apply | None) -> TrainResult:
     from torch.distributed.device_mesh import init_device_mesh
 
     if world_size != plan.world_size:
@@ -287,7 +326,7 @@ def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x:
             plan=plan.text(), n=plan.world_size, ws=world_size))
     plan.check(config, x.shape[0], x.shape[1])
     phases = Phases() if active_recorder() is not None else None
-    mark = phases.begin if phases is not None else (lambda label: None)
+    mark: _MarkFn = phases.begin if phases is not None else (lambda label: None)
 
     mesh = init_device_mesh("cpu", plan.sizes, mesh_dim_names=plan.names)
     coords = plan.coordinates(rank)
@@ -295,8 +334,10 @@ def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x:
     if plan.has("cp"):
         xb, yb = xb.chunk(plan.size("cp"), 1)[coords["cp"]], yb.chunk(plan.size("cp"), 1)[coords["cp"]]
 
+    model: torch.nn.Module
+    by_hand: ReduceGrads | None = None
     if apply is not None:
-        model, by_hand = apply(TinyTransformer(config), mesh), None
+        model = apply(TinyTransformer(config), mesh)
         if not isinstance(model, torch.nn.Module):
             raise TypeError(_("{name} must return the model (a torch.nn.Module); it returned {value}").format(
                 name=getattr(apply, "__name__", "apply"), value=repr(model)[:60]))
@@ -305,23 +346,24 @@ def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x:
     stage, stages = coords.get("pp", 0), plan.size("pp")
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
     saved = SavedTensorBytes(model)
-    losses: list = []
-    grads: dict = {}
-    memory: dict = {}
+    losses: list[float | None] = []
+    grads: dict[str, torch.Tensor] = {}
+    memory: dict[str, int] = {}
     if plan.has("pp"):
         step_of = _pipeline(model, mesh, plan, stage, stages, mark)
     for k in range(1, steps + 1):
         last = k == steps
         opt.zero_grad()
         with saved.tracking(last):
+            loss: float | None
             if plan.has("pp"):
                 loss = step_of(k, xb, yb)
             else:
                 mark(f"step {k}/forward")
-                loss = loss_fn(model(xb), yb)
+                out = loss_fn(model(xb), yb)
                 mark(f"step {k}/backward")
-                loss.backward()
-                loss = loss.item()
+                out.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
+                loss = out.item()
                 if by_hand is not None:
                     by_hand()
         losses.append(loss)
@@ -337,16 +379,17 @@ def _train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x:
     memory["activations"] = saved.peak
     mark("check")
     params = _gather(model, plan, mesh, "param")
-    return {"coords": coords, "losses": losses, "grads": grads, "params": params, "memory": memory,
-            "marks": phases.close() if phases is not None else None}
+    return TrainResult(coords=coords, losses=losses, grads=grads, params=params, memory=memory,
+                       marks=phases.close() if phases is not None else None, log=[])
 
 
-def _gather(model, plan: Plan, mesh, what: str) -> dict:
+def _gather(model: torch.nn.Module, plan: Plan, mesh: DeviceMesh,
+            what: Literal["param", "grad"]) -> dict[str, torch.Tensor]:
     """``{name: whole tensor}`` of this rank's parameters (``what="param"``) or gradients
     (``"grad"``): DTensors by ``full_tensor()``, expert slices by an all_gather over ``ep``."""
     out = {}
     for name, p in model.named_parameters():
-        t = p if what == "param" else p.grad
+        t: torch.Tensor | None = p if what == "param" else p.grad
         if t is None:
             continue
         if plan.has("ep") and ".feed_forward.w" in name:
@@ -359,18 +402,20 @@ def _gather(model, plan: Plan, mesh, what: str) -> dict:
     return out
 
 
-def _pipeline(model, mesh, plan: Plan, stage: int, stages: int, mark):
+def _pipeline(model: torch.nn.Module, mesh: DeviceMesh, plan: Plan, stage: int, stages: int,
+              mark: _MarkFn) -> _PipelineStep:
     """The stage's ``PipelineStage`` and schedule; returns ``step(k, x, y) -> loss or None``."""
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
     step_no = [0]
 
-    def pre(module, args):
+    def pre(module: torch.nn.Module, args: tuple[object, ...]) -> None:
         mark(f"step {step_no[0]}/forward")
 
-    def post(module, args, out):
+    def post(module: torch.nn.Module, args: tuple[object, ...], out: object) -> None:
         if isinstance(out, torch.Tensor) and out.requires_grad:
-            out.register_hook(lambda grad: mark(f"step {step_no[0]}/backward"))
+            out.register_hook(  # type: ignore[no-untyped-call]  # torch's Tensor.register_hook has no annotations
+                lambda grad: mark(f"step {step_no[0]}/backward"))
 
     model.register_forward_pre_hook(pre, prepend=True)
     model.register_forward_hook(post, prepend=True)
@@ -378,14 +423,14 @@ def _pipeline(model, mesh, plan: Plan, stage: int, stages: int, mark):
     cls = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
     schedule = cls(pipe, n_microbatches=plan.microbatches, loss_fn=loss_fn, scale_grads=True)
 
-    def step(k, x, y):
+    def step(k: int, x: torch.Tensor, y: torch.Tensor) -> float | None:
         step_no[0] = k
         mark(f"step {k}/forward")
         if stage == 0:
             schedule.step(x)
             return None
         if stage == stages - 1:
-            losses: list = []
+            losses: list[torch.Tensor] = []
             schedule.step(target=y, losses=losses)
             return float(sum(v.item() for v in losses) / len(losses))
         schedule.step()
@@ -398,41 +443,43 @@ def _pipeline(model, mesh, plan: Plan, stage: int, stages: int, mark):
 # In the kernel
 
 
-def global_losses(results: list, plan: Plan) -> list:
+def global_losses(results: Iterable[TrainResult], plan: Plan) -> list[float]:
     """The whole batch's loss per step from every rank's :func:`train` result: the mean over the
     ranks that hold a loss, one per data and ``cp`` coordinate (a ``tp`` replica counts once).
     A list of float."""
-    held = [r["losses"] for r in results if r["coords"].get("tp", 0) == 0 and r["losses"][0] is not None]
+    held = [[v for v in r["losses"] if v is not None] for r in results  # a stage has every loss or none
+            if r["coords"].get("tp", 0) == 0 and r["losses"][0] is not None]
     return [sum(step) / len(step) for step in zip(*held)]
 
 
-def deviation(results: list, reference: dict, plan: Plan) -> dict:
+def deviation(results: Iterable[TrainResult], reference: Trained, plan: Plan) -> Deviation:
     """The largest absolute differences between a composition's ranks and one process
     (:func:`.transformer.reference_train`).
 
     Returns:
-        dict of floats: ``loss`` (every step's whole-batch loss), ``grads`` (every rank's whole
+        :class:`Deviation`: ``loss`` (every step's whole-batch loss), ``grads`` (every rank's whole
         gradient of every parameter it holds), ``params`` (likewise, after the last optimizer
         step), and ``covered`` (bool: every parameter of the model was held by some rank).
 
     Raises:
         KeyError: a rank returned a parameter the reference does not have.
     """
-    losses = global_losses(results, plan)
-    out = {"loss": max(abs(a - b) for a, b in zip(losses, reference["losses"])), "grads": 0.0, "params": 0.0}
+    ranks = list(results)
+    losses = global_losses(ranks, plan)
+    worst = {"grads": 0.0, "params": 0.0}
     seen = set()
-    for r in results:
-        for what in ("grads", "params"):
-            for name, t in r[what].items():
-                out[what] = max(out[what], float((t - reference[what][name]).abs().max()))
+    for r in ranks:
+        for what, mine, theirs in (("grads", r["grads"], reference["grads"]), ("params", r["params"], reference["params"])):
+            for name, t in mine.items():
+                worst[what] = max(worst[what], float((t - theirs[name]).abs().max()))
                 seen.add(name)
-    out["covered"] = seen == set(reference["params"])
-    return out
+    return Deviation(loss=max(abs(a - b) for a, b in zip(losses, reference["losses"])), grads=worst["grads"],
+                     params=worst["params"], covered=seen == set(reference["params"]))
 
 
-def run_composition(name_or_plan, config: TransformerConfig | None = None, *, batch: int | None = None,
+def run_composition(name_or_plan: str | Plan, config: TransformerConfig | None = None, *, batch: int | None = None,
                     seq_len: int | None = None, steps: int = 2, lr: float = 1e-2, seed: int = 1,
-                    collective_timeout: float = 60.0):
+                    collective_timeout: float = 60.0) -> tuple[Recorded[TrainResult], Trained, Plan]:
     """Launch :func:`train` on real gloo ranks (``record_calls=True``) and one process beside it.
 
     Args:
@@ -458,8 +505,9 @@ def run_composition(name_or_plan, config: TransformerConfig | None = None, *, ba
     plan = comp.plan
     plan.check(config, batch, seq_len)
     x, y = make_batch(config, batch, seq_len, seed)
-    results = launch(train, plan.world_size, (plan, config, x, y), dict(steps=steps, lr=lr), record_calls=True,
-                     collective_timeout=collective_timeout, debug=False)
+    results = cast("Recorded[TrainResult]",  # what launch returns with record_calls=True (a LaunchResults)
+                   launch(train, plan.world_size, (plan, config, x, y), dict(steps=steps, lr=lr), record_calls=True,
+                          collective_timeout=collective_timeout, debug=False))
     groups = plan.batch_shards if config.experts else 1
     reference = reference_train(config, x, y, steps=steps, lr=lr, groups=groups)
     return results, reference, plan

@@ -7,16 +7,24 @@ difference from one process."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias
 
 from ...i18n import _
 from ...units import format_bytes
-from .composed import Plan, global_losses, run_composition, deviation
+from .accounting import Recorded
+from .composed import Plan, TrainResult, deviation, global_losses, run_composition
 from .memory import MEMORY_KINDS, formula
 from .mesh_picture import mesh_image
 from .mesh_traffic import inter_node_bytes, traffic
-from .transformer import TransformerConfig
+from .transformer import Trained, TransformerConfig
 
-__all__ = ["LAYOUTS", "ComposedParams", "explore_composed", "config_for"]
+if TYPE_CHECKING:
+    from ...views import Binder, Picture
+
+__all__ = ["LAYOUTS", "ComposedParams", "explore_composed", "config_for", "Composed"]
+
+#: One run of the explorer: :func:`.composed.run_composition`'s ``(results, reference, plan)``.
+Composed: TypeAlias = tuple[Recorded[TrainResult], Trained, Plan]
 
 #: The meshes the explorer offers (world size 4 and 8; outermost dimension first).
 LAYOUTS = ("dp_shard=4", "dp_replicate=2 × dp_shard=2", "dp_shard=2 × tp=2", "tp=2 × dp_shard=2",
@@ -40,7 +48,7 @@ class ComposedParams:
 
 
 def explore_composed(mesh: str = "dp_shard=2 × tp=2", *, attention: str = "ring", ranks_per_node: int = 2,
-                     wait: bool = True):
+                     wait: bool = True) -> Binder[ComposedParams, Composed]:
     """A widget: the mesh (:data:`LAYOUTS`), the context-parallel attention (``"ring"`` or
     ``"ulysses"``; used when the mesh has ``cp``) and the ranks per node (``1``: no nodes drawn).
     Each change runs :func:`.composed.run_composition` on real ranks and draws
@@ -64,17 +72,17 @@ def explore_composed(mesh: str = "dp_shard=2 × tp=2", *, attention: str = "ring
     if ranks_per_node not in (1, 2, 4):
         raise ValueError(_("ranks_per_node must be 1, 2 or 4; got {value}").format(value=ranks_per_node))
 
-    def choices(_p):
+    def choices(_p: ComposedParams) -> dict[str, list[object]]:
         return {"mesh": list(LAYOUTS), "attention": ["ring", "ulysses"], "ranks_per_node": [1, 2, 4]}
 
-    def fix(p):
+    def fix(p: ComposedParams) -> tuple[ComposedParams, list[str]]:
         return p, []
 
-    def run(p):
+    def run(p: ComposedParams) -> Composed:
         plan = Plan.parse(p.mesh, attention=p.attention)
         return run_composition(plan, config_for(plan))
 
-    def draw(out, p):
+    def draw(out: Composed, p: ComposedParams) -> Picture:
         results, reference, plan = out
         rows = traffic(results, plan)
         per_node = p.ranks_per_node if p.ranks_per_node > 1 else None

@@ -31,19 +31,25 @@ Ulysses' all_to_alls move ``(p-1)/p`` of ``3 n H d`` and ``n H d`` values each w
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import FunctionCtx
 
 from ...i18n import _
 from .ring import online_softmax_update
-from .transformer import causal_attention
+from .transformer import AttentionCore, causal_attention
 
-__all__ = ["RingShift", "ring_shift", "ring_core", "ulysses_core", "CORES", "make_core"]
+__all__ = ["RingShift", "ring_shift", "ring_core", "ulysses_core", "CORES", "make_core", "Group", "GroupCore"]
+
+#: The context-parallel process group (a mesh dimension's).
+Group = dist.ProcessGroup
+#: ``core(q, k, v, causal, group)``: a context-parallel attention core over ``group`` (:data:`CORES`).
+GroupCore = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool, Group], torch.Tensor]
 
 
-def _exchange(x: torch.Tensor, group, towards: int) -> torch.Tensor:
+def _exchange(x: torch.Tensor, group: Group, towards: int) -> torch.Tensor:
     """Send ``x`` to the group rank ``towards`` steps on and receive the same shape from as many
     steps back, in one ``batch_isend_irecv``."""
     n, r = dist.get_world_size(group), dist.get_rank(group)
@@ -57,28 +63,35 @@ def _exchange(x: torch.Tensor, group, towards: int) -> torch.Tensor:
     return out
 
 
+class _ShiftCtx(FunctionCtx):
+    """:class:`RingShift`'s context: the group it shifts over."""
+
+    group: Group
+
+
 class RingShift(torch.autograd.Function):
     """Forward: send to the next rank of ``group``, receive from the previous one. Backward: the
     gradient goes back, from the next rank to the previous. ``apply(x, group)``; shape kept."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: _ShiftCtx, x: torch.Tensor, group: Group) -> torch.Tensor:
         """The previous rank's ``x``."""
         ctx.group = group
         return _exchange(x, group, +1)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: _ShiftCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """The next rank's gradient (its block came from here)."""
         return _exchange(grad, ctx.group, -1), None
 
 
-def ring_shift(x: torch.Tensor, group) -> torch.Tensor:
+def ring_shift(x: torch.Tensor, group: Group) -> torch.Tensor:
     """:class:`RingShift` applied: the previous rank's ``x`` (differentiable)."""
-    return RingShift.apply(x, group)
+    out: torch.Tensor = RingShift.apply(x, group)  # type: ignore[no-untyped-call]  # torch's Function.apply has none
+    return out
 
 
-def ring_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, group) -> torch.Tensor:
+def ring_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, group: Group) -> torch.Tensor:
     """Ring attention of this rank's queries over the whole sequence (module doc).
 
     Args:
@@ -110,7 +123,7 @@ def ring_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, g
     return (o / l[..., None]).transpose(1, 2)
 
 
-def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
+def _all_to_all(x: torch.Tensor, group: Group) -> torch.Tensor:
     """A differentiable ``all_to_all_single`` with even splits of dim 0 over ``group``
     (``torch.distributed._functional_collectives.all_to_all_single_autograd``; an
     AsyncCollectiveTensor: the first operation that reads it waits for the collective)."""
@@ -119,7 +132,7 @@ def _all_to_all(x: torch.Tensor, group) -> torch.Tensor:
     return all_to_all_single_autograd(x, group)
 
 
-def ulysses_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, group) -> torch.Tensor:
+def ulysses_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, group: Group) -> torch.Tensor:
     """Ulysses attention (module doc): all_to_all to ``heads / p`` heads of the whole sequence,
     ordinary attention, all_to_all back.
 
@@ -148,10 +161,10 @@ def ulysses_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool
 
 
 #: The context-parallel attention cores by name.
-CORES = {"ring": ring_core, "ulysses": ulysses_core}
+CORES: dict[str, GroupCore] = {"ring": ring_core, "ulysses": ulysses_core}
 
 
-def make_core(kind: str, group) -> Callable:
+def make_core(kind: str, group: Group) -> AttentionCore:
     """``core(q, k, v, causal)`` for :attr:`.transformer.Attention.core`: ``kind`` (``"ring"`` or
     ``"ulysses"``) over ``group``.
 
@@ -163,7 +176,7 @@ def make_core(kind: str, group) -> Callable:
             value=repr(kind), names=sorted(CORES)))
     fn = CORES[kind]
 
-    def core(q, k, v, causal=True):
+    def core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = True) -> torch.Tensor:
         return fn(q, k, v, causal, group)
 
     return core

@@ -20,13 +20,27 @@ in one process; :func:`skewed_routes` makes a router's imbalanced choices for th
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 import torch.distributed as dist
 
 from ...i18n import _
 
-__all__ = ["expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference"]
+if TYPE_CHECKING:
+    from .accounting import Phases
+
+__all__ = ["expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference",
+           "MoeLayerResult"]
+
+
+class MoeLayerResult(TypedDict):
+    """:func:`moe_capacity_layer`'s answer on one rank."""
+
+    out: torch.Tensor  # (n, d): the expert's output for a kept token, zeros for a dropped one
+    routed: list[int]  # tokens this rank routed to each expert
+    kept: list[int]  # of those, how many fitted
 
 
 def expert_capacity(tokens_per_rank: int, n_experts: int, capacity_factor: float) -> int:
@@ -75,7 +89,7 @@ def capacity_slots(route: torch.Tensor, n_experts: int, capacity: int) -> torch.
 
 
 def moe_capacity_layer(rank: int, world_size: int, tokens: torch.Tensor, route: torch.Tensor,
-                       capacity: int, phases=None) -> dict:
+                       capacity: int, phases: Phases | None = None) -> MoeLayerResult:
     """On a rank: one expert-parallel layer with a capacity limit (a rank function for
     :func:`collnb.launch`; expert ``e`` is rank ``e``).
 
@@ -87,7 +101,7 @@ def moe_capacity_layer(rank: int, world_size: int, tokens: torch.Tensor, route: 
             ``"combine"``.
 
     Returns:
-        dict: ``out`` ``(n, d)`` (the expert's output for a kept token, zeros for a dropped one),
+        :class:`MoeLayerResult`: ``out`` ``(n, d)`` (the expert's output for a kept token, zeros for a dropped one),
         ``routed`` (tokens this rank routed to each expert, a list of int) and ``kept`` (of those,
         how many fitted). The expert also computes the empty slots (zeros): every rank sends and
         receives ``world_size x capacity x d`` values per all_to_all, and each source keeps only the
@@ -116,11 +130,11 @@ def moe_capacity_layer(rank: int, world_size: int, tokens: torch.Tensor, route: 
     dist.all_to_all_single(back, processed)              # the outputs come home, in the same slots
     out = torch.zeros_like(tokens)
     out[kept] = back[route[kept], slots[kept]]           # a source knows which of its slots were real
-    return {"out": out, "routed": torch.bincount(route, minlength=world_size).tolist(),
-            "kept": torch.bincount(route[kept], minlength=world_size).tolist()}
+    return MoeLayerResult(out=out, routed=torch.bincount(route, minlength=world_size).tolist(),
+                          kept=torch.bincount(route[kept], minlength=world_size).tolist())
 
 
-def moe_reference(tokens: list, routes: list, capacity: int) -> list:
+def moe_reference(tokens: Sequence[torch.Tensor], routes: Sequence[torch.Tensor], capacity: int) -> list[torch.Tensor]:
     """One process: every rank's layer output as :func:`moe_capacity_layer` defines it (each
     rank's first ``capacity`` tokens per expert, in token order, through :func:`expert`; the rest
     zero). ``tokens[r]``, ``routes[r]``: rank ``r``'s; returns one ``(n_r, d)`` tensor per rank."""

@@ -35,15 +35,45 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TypeAlias, TypedDict
 
 import torch
 
 from ...i18n import _
 from ...ranks import active_recorder, debug_mode_class, flatten_mesh, forget_logged_once
-from .accounting import Phases, kind, split, wire_bytes
+from .accounting import Mark, Phases, Recorded, kind, split, wire_bytes
+
+if TYPE_CHECKING:
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor
+    from torch.distributed.tensor.placement_types import Placement
 
 __all__ = ["CASES", "flatten_step", "flattening_rows", "debug_trace_step", "has_debug_mode", "captured_dtensor_log",
-           "LOGGER"]
+           "LOGGER", "FlattenResult", "FlatteningRow", "DebugTrace"]
+
+
+class FlattenResult(TypedDict):
+    """:func:`flatten_step`'s answer on one rank."""
+
+    warnings: dict[str, list[str]]  # "<case>/<way>" -> torch's "sequential" messages
+    equal: bool  # every result equals the whole tensor
+    seconds: dict[str, float]  # "<case>/<way>" -> median seconds per redistribute (with repeats)
+    repeats: int
+    marks: list[Mark] | None
+
+
+class DebugTrace(TypedDict):
+    """:func:`debug_trace_step`'s answer on one rank."""
+
+    trace: str | None  # DebugMode.debug_string(); None without DebugMode
+    counts: dict[str, int]  # collective name -> count (CommDebugMode)
+    equal: bool
+    log: list[str]
+
+
+#: ``(case, way, collectives, group sizes, nbytes, wire bytes)`` (:func:`flattening_rows`).
+FlatteningRow: TypeAlias = tuple[str, str, int, list[int], int, float]
 
 #: The redistributions :func:`flatten_step` runs: name -> (source placements, kind of collective).
 CASES = {"all_gather": ("S(0),S(0)", "all_gather"), "all_reduce": ("P,P", "all_reduce")}
@@ -51,13 +81,13 @@ CASES = {"all_gather": ("S(0),S(0)", "all_gather"), "all_reduce": ("P,P", "all_r
 LOGGER = "torch.distributed.tensor"
 
 
-def _placements(text: str):
+def _placements(text: str) -> list[Placement]:
     from torch.distributed.tensor import Partial, Shard
 
     return [Partial() if p == "P" else Shard(0) for p in text.split(",")]
 
 
-def _source(case: str, mesh, rank: int, shape: tuple):
+def _source(case: str, mesh: DeviceMesh, rank: int, shape: tuple[int, ...]) -> DTensor:
     """The DTensor of ``case`` on ``mesh``: ``(Shard(0), Shard(0))`` of ``arange`` values, or
     ``(Partial, Partial)`` whose rank ``r`` contributes ``(r + 1) × arange``."""
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -69,22 +99,25 @@ def _source(case: str, mesh, rank: int, shape: tuple):
     return distribute_tensor(whole, mesh, placements)
 
 
-def _expected(case: str, world_size: int, shape: tuple) -> torch.Tensor:
+def _expected(case: str, world_size: int, shape: tuple[int, ...]) -> torch.Tensor:
+    """The whole tensor ``case``'s redistribute must give (:func:`_source`'s values, summed for all_reduce)."""
     whole = torch.arange(float(torch.Size(shape).numel()), dtype=torch.float64).reshape(shape)
     return whole * sum(r + 1 for r in range(world_size)) if case == "all_reduce" else whole
 
 
 class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.WARNING)
-        self.messages: list = []
+    """A log handler that keeps each warning's message."""
 
-    def emit(self, record):
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
         self.messages.append(record.getMessage())
 
 
 @contextlib.contextmanager
-def captured_dtensor_log():
+def captured_dtensor_log() -> Iterator[list[str]]:
     """Inside the block, DTensor's log lines (logger ``torch.distributed.tensor``) are collected
     instead of printed (torch._logging gives that logger a stderr handler of its own). Yields the
     list of messages."""
@@ -98,8 +131,9 @@ def captured_dtensor_log():
         log.handlers, log.propagate = handlers, propagate
 
 
-def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: tuple = ("dp", "tp"),
-                 shape: tuple = (8, 8), repeats: int = 0) -> dict:
+def flatten_step(rank: int, world_size: int, mesh_shape: tuple[int, ...] = (2, 2),
+                 names: tuple[str, ...] = ("dp", "tp"), shape: tuple[int, ...] = (8, 8),
+                 repeats: int = 0) -> FlattenResult:
     """On a rank: each case of :data:`CASES` redistributed to ``(Replicate(), Replicate())`` on a
     2-D mesh, first as it is (sequential collectives, torch's warning captured), then after
     ``mesh[names]._flatten()`` (one collective).
@@ -114,7 +148,7 @@ def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: 
     flattened group), ``"<case>/flattened"``.
 
     Returns:
-        dict: ``warnings`` ({case: [torch's messages]}: the sequential way's, none expected after
+        :class:`FlattenResult`: ``warnings`` ({case: [torch's messages]}: the sequential way's, none expected after
         flattening under ``"<case>/flattened"``), ``equal`` (bool: every result equals the whole
         tensor), ``seconds`` ({"<case>/<way>": median s} when ``repeats``), ``repeats``, ``marks``.
     """
@@ -123,7 +157,7 @@ def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: 
 
     phases = Phases() if active_recorder() is not None else None
     mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(names))
-    out: dict = {"warnings": {}, "equal": True, "seconds": {}, "repeats": repeats}
+    out = FlattenResult(warnings={}, equal=True, seconds={}, repeats=repeats, marks=None)
     with captured_dtensor_log() as messages:
         for way in ("sequential", "flattened"):
             if way == "flattened":
@@ -152,7 +186,7 @@ def flatten_step(rank: int, world_size: int, mesh_shape: tuple = (2, 2), names: 
     return out
 
 
-def flattening_rows(results, rank: int = 0) -> list:
+def flattening_rows(results: Recorded[FlattenResult], rank: int = 0) -> list[FlatteningRow]:
     """One row per case and way from a :func:`flatten_step` launch with ``record_calls=True``
     (the first redistribute of each; timed repeats left out): ``(case, way, collectives, group
     sizes, nbytes, wire bytes)``, the collectives' kinds and counts read from rank ``rank``'s
@@ -162,9 +196,10 @@ def flattening_rows(results, rank: int = 0) -> list:
         ValueError: the launch was made without ``record_calls=True``.
     """
     calls = getattr(results, "calls", None)
-    if calls is None or results[rank]["marks"] is None:
+    marks = results[rank]["marks"]
+    if calls is None or marks is None:
         raise ValueError(_("flattening_rows needs the recorded calls: launch with record_calls=True"))
-    phases = split(calls[rank], results[rank]["marks"])
+    phases = split(calls[rank], marks)
     rows = []
     for case, (_src, collective) in CASES.items():
         for way in ("sequential", "flattened"):
@@ -181,14 +216,15 @@ def has_debug_mode() -> bool:
 
 
 def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: str = "R,R",
-                     mesh_shape: tuple = (2, 2), names: tuple = ("dp", "tp"), shape: tuple = (8, 8)) -> dict:
+                     mesh_shape: tuple[int, ...] = (2, 2), names: tuple[str, ...] = ("dp", "tp"),
+                     shape: tuple[int, ...] = (8, 8)) -> DebugTrace:
     """On a rank: one redistribute under ``DebugMode`` and ``CommDebugMode`` at once.
 
     Args:
         src, dst: placements per mesh dimension, comma-separated: ``S(d)``, ``R``, ``P``.
 
     Returns:
-        dict: ``trace`` (``DebugMode.debug_string()``, or ``None`` when this torch has no DebugMode),
+        :class:`DebugTrace`: ``trace`` (``DebugMode.debug_string()``, or ``None`` when this torch has no DebugMode),
         ``counts`` ({collective name: count} from ``CommDebugMode.get_comm_counts()``), ``equal``
         (the result equals the whole tensor laid out as ``dst``), ``log`` (DTensor's log lines, not
         printed).
@@ -199,14 +235,15 @@ def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: st
     from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
     from torch.distributed.tensor.debug import CommDebugMode
 
-    def parse(text):
-        out = []
-        for p in text.split(","):
-            p = p.strip()
+    def parse(text: str) -> list[Placement]:
+        out: list[Placement] = []
+        for part in text.split(","):
+            p = part.strip()
             m = re.fullmatch(r"S\((\d+)\)", p)
-            out.append(Shard(int(m.group(1))) if m else Replicate() if p == "R" else Partial() if p == "P" else None)
-            if out[-1] is None:
+            one = Shard(int(m.group(1))) if m else Replicate() if p == "R" else Partial() if p == "P" else None
+            if one is None:
                 raise ValueError(_("unknown placement {value}; write S(d), R or P").format(value=repr(p)))
+            out.append(one)
         return out
 
     mesh = init_device_mesh("cpu", tuple(mesh_shape), mesh_dim_names=tuple(names))
@@ -219,8 +256,8 @@ def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: st
             raise ValueError(_("this demo makes Partial sources only with every dimension P"))
     else:
         t = distribute_tensor(whole, mesh, source_placements)
-    comm = CommDebugMode()
-    trace = None
+    comm = CommDebugMode()  # type: ignore[no-untyped-call]  # torch's CommDebugMode.__init__ has no annotations
+    trace: str | None = None
     DebugMode = debug_mode_class()
     with captured_dtensor_log() as log:      # torch's "sequential" warning: returned, not printed
         if DebugMode is not None:
@@ -233,4 +270,4 @@ def debug_trace_step(rank: int, world_size: int, src: str = "S(0),S(0)", dst: st
                 out = t.redistribute(mesh, parse(dst))
         equal = bool(torch.allclose(out.full_tensor(), whole))
     counts = {str(getattr(k, "__name__", k)): v for k, v in comm.get_comm_counts().items()}
-    return {"trace": trace, "counts": counts, "equal": equal, "log": list(dict.fromkeys(log))}
+    return DebugTrace(trace=trace, counts=counts, equal=equal, log=list(dict.fromkeys(log)))

@@ -35,17 +35,45 @@ from __future__ import annotations
 
 import contextlib
 import weakref
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, TypeGuard
 
 import torch
 
-__all__ = ["local_bytes", "SavedTensorBytes", "parameter_bytes", "formula", "MEMORY_KINDS"]
+if TYPE_CHECKING:
+    from torch.distributed.tensor import DTensor
+
+    from .plan import Plan
+    from .transformer import TransformerConfig
+
+__all__ = ["local_bytes", "SavedTensorBytes", "parameter_bytes", "formula", "MEMORY_KINDS", "is_dtensor", "Held",
+           "MemoryRow"]
+
+
+class Held(TypedDict):
+    """What :func:`memory_rows` reads of a rank's :func:`.composed.train` result: its mesh coordinates
+    (``{role: index}``) and what it held (``{kind: bytes}`` for :data:`MEMORY_KINDS`)."""
+
+    coords: dict[str, int]
+    memory: dict[str, int]
+
+
+#: ``(rank, "coordinates", {kind: measured bytes}, {kind: formula bytes})`` (:func:`memory_rows`).
+MemoryRow: TypeAlias = tuple[int, str, dict[str, int], dict[str, float]]
 
 #: The four things a rank holds, in the order tables show them.
 MEMORY_KINDS = ("params", "grads", "optimizer", "activations")
 
 
+def is_dtensor(t: torch.Tensor) -> TypeGuard[DTensor]:
+    """Whether ``t`` is a ``torch.distributed.tensor.DTensor`` (by class name: this module does not
+    import torch.distributed.tensor, which DTensor's users have imported already)."""
+    return type(t).__name__ == "DTensor"
+
+
 def _local(t: torch.Tensor) -> torch.Tensor:
-    if type(t).__name__ == "DTensor":
+    """``t``'s values on this rank: a DTensor's local shard, any other tensor itself."""
+    if is_dtensor(t):
         with torch.no_grad():
             return t.to_local()
     return t
@@ -60,9 +88,11 @@ def local_bytes(t: torch.Tensor | None) -> int:
 
 
 class _Held:
+    """A tensor saved for backward, wrapped so that its release can be watched (``weakref.finalize``)."""
+
     __slots__ = ("tensor", "__weakref__")
 
-    def __init__(self, tensor):
+    def __init__(self, tensor: torch.Tensor) -> None:
         self.tensor = tensor
 
 
@@ -79,11 +109,11 @@ class SavedTensorBytes:
         live: bytes held now. peak: the most held at once since :meth:`tracking` began (int).
     """
 
-    def __init__(self, model: torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
         self.model = model
         self.live = 0
         self.peak = 0
-        self._count: dict = {}
+        self._count: dict[int, int] = {}  # storage address -> saved tensors that refer to it
 
     def _release(self, key: int, nbytes: int) -> None:
         self._count[key] -= 1
@@ -91,7 +121,7 @@ class SavedTensorBytes:
             del self._count[key]
             self.live -= nbytes
 
-    def _pack(self, t: torch.Tensor):
+    def _pack(self, t: torch.Tensor) -> _Held:
         local = _local(t)
         storage = local.untyped_storage()
         key = storage.data_ptr()
@@ -108,7 +138,7 @@ class SavedTensorBytes:
         return held
 
     @contextlib.contextmanager
-    def tracking(self, on: bool = True):
+    def tracking(self, on: bool = True) -> Iterator[SavedTensorBytes]:
         """Count inside this block (``on=False``: a no-op block). Resets :attr:`peak`."""
         if not on:
             yield self
@@ -118,7 +148,7 @@ class SavedTensorBytes:
             yield self
 
 
-def parameter_bytes(config, experts_only: bool = False) -> int:
+def parameter_bytes(config: TransformerConfig, experts_only: bool = False) -> int:
     """``Ψ``: bytes of :class:`.transformer.TinyTransformer(config)`'s parameters (float64), or of
     its experts only."""
     from .transformer import TinyTransformer
@@ -128,7 +158,7 @@ def parameter_bytes(config, experts_only: bool = False) -> int:
                if not experts_only or ".feed_forward.w" in n and config.experts)
 
 
-def _split(config) -> dict:
+def _split(config: TransformerConfig) -> dict[str, int]:
     """Bytes by how a plan cuts them: ``tp`` (the column/row-parallel weights), ``norm`` (whole under
     TP), ``experts``, ``router``, ``head`` (the final norm and output)."""
     from .transformer import TinyTransformer
@@ -149,7 +179,7 @@ def _split(config) -> dict:
     return out
 
 
-def formula(plan, config, reference_activations: int | None = None) -> dict:
+def formula(plan: Plan, config: TransformerConfig, reference_activations: int | None = None) -> dict[str, float]:
     """The textbook bytes per rank for ``plan`` (module doc), as ``{kind: bytes}`` for
     :data:`MEMORY_KINDS` (``activations`` only with ``reference_activations``, one process's peak:
     divided by the batch shards, ``cp`` and ``pp``; not by ``tp``).
@@ -170,7 +200,7 @@ def formula(plan, config, reference_activations: int | None = None) -> dict:
     return out
 
 
-def reference_activations(config, x: torch.Tensor, y: torch.Tensor, groups: int = 1) -> int:
+def reference_activations(config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, groups: int = 1) -> int:
     """One process's peak of saved activations (:class:`SavedTensorBytes`) over one forward and
     backward of the whole batch (bytes, int)."""
     from .transformer import MoE, TinyTransformer, loss_fn
@@ -181,11 +211,12 @@ def reference_activations(config, x: torch.Tensor, y: torch.Tensor, groups: int 
             module.groups = groups
     saved = SavedTensorBytes(model)
     with saved.tracking():
-        loss_fn(model(x), y).backward()
+        loss_fn(model(x), y).backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
     return saved.peak
 
 
-def memory_rows(results, plan, config, reference: int | None = None) -> list:
+def memory_rows(results: Sequence[Held], plan: Plan, config: TransformerConfig,
+                reference: int | None = None) -> list[MemoryRow]:
     """One row per rank: ``(rank, coordinates, {kind: measured bytes}, {kind: formula bytes})`` for
     :data:`MEMORY_KINDS` (:func:`formula`; ``activations`` with ``reference``, one process's peak)."""
     want = formula(plan, config, reference)
@@ -193,7 +224,7 @@ def memory_rows(results, plan, config, reference: int | None = None) -> list:
             for r, res in enumerate(results)]
 
 
-def memory_table(results, plan, config, reference: int | None = None) -> str:
+def memory_table(results: Sequence[Held], plan: Plan, config: TransformerConfig, reference: int | None = None) -> str:
     """:func:`memory_rows` as text: per rank the measured bytes of each kind, and the formula's
     line once (every rank's formula is the same; a pipeline's stages differ from it by their share
     of the blocks and the head)."""

@@ -7,15 +7,22 @@ size (the mean over ranks), so they equal the recorded calls by construction; te
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
+
 from ...i18n import _
 from ...views import mesh_traffic_image
-from .mesh_traffic import PHASES, dimension_groups, nodes_of
+from .mesh_traffic import PHASES, TrafficRow, dimension_groups, nodes_of
+from .plan import Plan
+
+if TYPE_CHECKING:
+    from ...views import MatrixPicture, MeshLegendLine
 
 __all__ = ["mesh_image", "legend_lines"]
 
-def _short_kinds(rows) -> str:
+def _short_kinds(rows: Iterable[TrafficRow]) -> str:
     """``"all_gather ×3 fwd, ×3 bwd · reduce_scatter ×3 bwd"`` for one dimension's rows of one rank."""
-    by_kind: dict = {}
+    by_kind: dict[str, dict[str, int]] = {}
     for r in rows:
         by_kind.setdefault(r.kind, {})
         by_kind[r.kind][r.phase] = by_kind[r.kind].get(r.phase, 0) + r.count
@@ -28,24 +35,26 @@ def _short_kinds(rows) -> str:
     return " · ".join(parts)
 
 
-def legend_lines(rows, plan, step: int, ranks_per_node: int | None = None) -> list:
+def legend_lines(rows: Sequence[TrafficRow], plan: Plan, step: int | None,
+                 ranks_per_node: int | None = None) -> list[MeshLegendLine]:
     """``[(dimension, kinds text, mean wire bytes per rank, mean buffer bytes per rank, crosses
-    nodes), ...]`` for every dimension with traffic in ``step`` (kinds as rank 0 of that
-    dimension's first group issued them), in the plan's order, flattened dimensions last."""
+    nodes), ...]`` for every dimension with traffic in ``step`` (``None``: the rows outside any step;
+    kinds as rank 0 of that dimension's first group issued them), in the plan's order, flattened
+    dimensions last."""
     chosen = [r for r in rows if r.step == step]
-    dims = []
+    dims: list[str] = []
     for r in chosen:
         if r.dimension not in dims:
             dims.append(r.dimension)
     order = list(plan.names)
     dims.sort(key=lambda d: (order.index(d) if d in order else len(order), d))
-    crossing = set()
+    crossing: set[str] = set()
     if ranks_per_node:
         nodes = nodes_of(plan, ranks_per_node)
         for ranks, name in dimension_groups(plan).items():
             if len({nodes[x] for x in ranks}) > 1:
                 crossing.add(name)
-    out = []
+    out: list[MeshLegendLine] = []
     for d in dims:
         mine = [r for r in chosen if r.dimension == d]
         first = min(r.rank for r in mine)
@@ -55,8 +64,8 @@ def legend_lines(rows, plan, step: int, ranks_per_node: int | None = None) -> li
     return out
 
 
-def mesh_image(rows, plan, *, step: int | None = None, title: str = "", ranks_per_node: int | None = None,
-               note: str = ""):
+def mesh_image(rows: Sequence[TrafficRow], plan: Plan, *, step: int | None = None, title: str = "",
+               ranks_per_node: int | None = None, note: str = "") -> MatrixPicture:
     """Paint ``plan``'s mesh with the traffic of ``rows`` (:func:`.mesh_traffic.traffic`) of ``step``
     (default: the last): :func:`collnb.views.mesh_traffic_image` with :func:`legend_lines`.
 

@@ -25,29 +25,39 @@ per dimension; :func:`inter_node_bytes` the part whose group spans nodes.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypedDict
 
 from ...i18n import _
+from ...ranks import CallRecord
 from ...units import format_bytes, pad
-from .accounting import interleave, kind, wire_bytes
+from .accounting import Mark, Recorded, interleave, kind, wire_bytes
+from .plan import Plan
 
 __all__ = ["TrafficRow", "dimension_groups", "dimension_of", "phase_of_marks", "traffic", "traffic_table",
-           "dimension_bytes", "inter_node_bytes", "PHASES", "nodes_of"]
+           "dimension_bytes", "inter_node_bytes", "PHASES", "nodes_of", "Marked"]
 
 #: The phases of a step, in order.
 PHASES = ("forward", "backward", "optimizer")
 _P2P = ("send", "recv")
 
 
-def dimension_groups(plan) -> dict:
+class Marked(TypedDict):
+    """What :func:`traffic` reads of a rank's result: its phase marks (``None``: no recorder ran)."""
+
+    marks: list[Mark] | None
+
+
+def dimension_groups(plan: Plan) -> dict[frozenset[int], str]:
     """``{frozenset(ranks): name}`` for every group of every dimension and of every combination of
     dimensions (flattened, named by joining the roles in mesh order with ``"_"``)."""
-    out: dict = {}
+    out: dict[frozenset[int], str] = {}
     names = plan.names
     for k in range(1, len(names) + 1):
         for subset in itertools.combinations(names, k):
             name = "_".join(subset)
-            seen: dict = {}
+            seen: dict[tuple[int, ...], set[int]] = {}
             for rank in range(plan.world_size):
                 coords = plan.coordinates(rank)
                 key = tuple(v for role, v in coords.items() if role not in subset)
@@ -57,7 +67,7 @@ def dimension_groups(plan) -> dict:
     return out
 
 
-def dimension_of(record, plan, rank: int, groups: dict | None = None) -> str:
+def dimension_of(record: CallRecord, plan: Plan, rank: int, groups: Mapping[frozenset[int], str] | None = None) -> str:
     """The mesh dimension (or flattened dimensions) ``record`` ran over on ``rank``; ``"other"``
     when its group is none of the mesh's (e.g. a group made by hand).
 
@@ -74,7 +84,7 @@ def dimension_of(record, plan, rank: int, groups: dict | None = None) -> str:
     return groups.get(frozenset(record.group_ranks), "other")
 
 
-def phase_of_marks(label: str) -> tuple:
+def phase_of_marks(label: str) -> tuple[int | None, str]:
     """``(step, phase)`` of a mark label: ``"step 2/backward"`` -> ``(2, "backward")``;
     ``"check"`` -> ``(None, "check")``; anything else ``(None, label)``."""
     if label.startswith("step ") and "/" in label:
@@ -84,7 +94,8 @@ def phase_of_marks(label: str) -> tuple:
     return None, label
 
 
-def _pipeline_phase(record, plan, rank: int, phase: str) -> str:
+def _pipeline_phase(record: CallRecord, plan: Plan, rank: int, phase: str) -> str:
+    """A pipeline's send/recv's phase by direction (module doc); any other record keeps ``phase``."""
     if "pp" not in plan.names or kind(record) not in _P2P or record.peer is None:
         return phase
     mine, theirs = plan.coordinates(rank)["pp"], plan.coordinates(record.peer)["pp"]
@@ -114,7 +125,7 @@ class TrafficRow:
     wire: float
 
 
-def traffic(results, plan) -> list:
+def traffic(results: Recorded[Marked], plan: Plan) -> list[TrafficRow]:
     """Every recorded operation of a :func:`.composed.train` launch, summed per rank, step, phase,
     dimension and kind (``"check"`` left out). A list of :class:`TrafficRow` in issue order of
     first appearance.
@@ -125,14 +136,15 @@ def traffic(results, plan) -> list:
     Raises:
         ValueError: the launch was made without ``record_calls=True``.
     """
-    calls = getattr(results, "calls", None)
-    if calls is None or any(r.get("marks") is None for r in results):
+    calls: Sequence[Sequence[CallRecord]] | None = getattr(results, "calls", None)
+    marks = [r.get("marks") for r in results]
+    if calls is None or any(m is None for m in marks):
         raise ValueError(_("traffic needs the recorded calls: launch with record_calls=True (run_composition does)"))
     groups = dimension_groups(plan)
-    rows: dict = {}
-    for rank, (records, result) in enumerate(zip(calls, results)):
+    rows: dict[tuple[int, int | None, str, str, str], tuple[int, int, float]] = {}
+    for rank, (records, rank_marks) in enumerate(zip(calls, marks)):
         label = "setup"
-        for entry in interleave(records, result["marks"]):
+        for entry in interleave(records, rank_marks or []):
             if isinstance(entry, str):
                 label = entry
                 continue
@@ -146,20 +158,21 @@ def traffic(results, plan) -> list:
     return [TrafficRow(*key, *value) for key, value in rows.items()]
 
 
-def _select(rows, rank=None, step=None) -> list:
+def _select(rows: Iterable[TrafficRow], rank: int | None = None, step: int | None = None) -> list[TrafficRow]:
     return [r for r in rows if (rank is None or r.rank == rank) and (step is None or r.step == step)]
 
 
-def dimension_bytes(rows, *, rank: int | None = None, step: int | None = None, wire: bool = True) -> dict:
+def dimension_bytes(rows: Iterable[TrafficRow], *, rank: int | None = None, step: int | None = None,
+                    wire: bool = True) -> dict[str, float]:
     """``{dimension: bytes}`` summed over ``rows`` (of ``rank`` / ``step`` when given): the wire
     bytes (``wire=True``) or nccl-tests' ``nbytes``. Divide by the ranks for a per-rank mean."""
-    out: dict = {}
+    out: dict[str, float] = {}
     for r in _select(rows, rank, step):
         out[r.dimension] = out.get(r.dimension, 0) + (r.wire if wire else r.nbytes)
     return out
 
 
-def nodes_of(plan, ranks_per_node: int) -> list:
+def nodes_of(plan: Plan, ranks_per_node: int) -> list[int]:
     """Each rank's node when ranks are placed node by node (rank ``r`` on node ``r //
     ranks_per_node``, torchrun's and Slurm's block placement)."""
     if ranks_per_node < 1 or plan.world_size % ranks_per_node:
@@ -167,23 +180,24 @@ def nodes_of(plan, ranks_per_node: int) -> list:
     return [r // ranks_per_node for r in range(plan.world_size)]
 
 
-def inter_node_bytes(rows, plan, ranks_per_node: int, *, step: int | None = None) -> dict:
+def inter_node_bytes(rows: Iterable[TrafficRow], plan: Plan, ranks_per_node: int, *,
+                     step: int | None = None) -> dict[str, float]:
     """``{dimension: wire bytes}`` of the dimensions whose groups span more than one node (their
     every byte is counted as crossing: with one rank per node in a group it does), summed over
     ranks and ``rows`` (of ``step``). Dimensions inside a node are left out."""
     nodes = nodes_of(plan, ranks_per_node)
-    crossing = set()
+    crossing: set[str] = set()
     for ranks, name in dimension_groups(plan).items():
         if len({nodes[r] for r in ranks}) > 1:
             crossing.add(name)
-    out: dict = {}
+    out: dict[str, float] = {}
     for r in _select(rows, None, step):
         if r.dimension in crossing:
             out[r.dimension] = out.get(r.dimension, 0) + r.wire
     return out
 
 
-def traffic_table(rows, *, rank: int = 0, step: int | None = None) -> str:
+def traffic_table(rows: Sequence[TrafficRow], *, rank: int = 0, step: int | None = None) -> str:
     """A text table of one rank's traffic (of ``step``, default: the last step): one line per
     dimension, phase and kind with the count, bytes (nccl-tests) and bytes on the wire, and a
     total line per dimension."""
@@ -195,8 +209,8 @@ def traffic_table(rows, *, rank: int = 0, step: int | None = None) -> str:
     chosen.sort(key=lambda r: (r.dimension, order.get(r.phase, 9)))
     lines = [pad(_("dimension"), 16) + pad(_("phase"), 11) + pad(_("kind"), 16) + pad(_("count"), 6, ">")
              + pad(_("bytes"), 12, ">") + pad(_("on the wire"), 14, ">")]
-    for _dim, group in itertools.groupby(chosen, key=lambda r: r.dimension):
-        group = list(group)
+    for _dim, same in itertools.groupby(chosen, key=lambda r: r.dimension):
+        group = list(same)
         for r in group:
             lines.append(pad(r.dimension, 16) + pad(r.phase, 11) + pad(r.kind, 16) + f"{r.count:>6}"
                          + f"{format_bytes(r.nbytes):>12}{format_bytes(r.wire):>14}")

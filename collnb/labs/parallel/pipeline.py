@@ -35,17 +35,53 @@ together; other sends and receives are blocking. Every message is one ``(b, h)``
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypeAlias, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 
 from ...i18n import _
-from ...ranks import launch, region
+from ...ranks import CallRecord, LaunchResults, Timeline, launch, region
+from .transformer import grad_of
+
+if TYPE_CHECKING:
+    from ...views import Binder
 
 __all__ = ["SCHEDULES", "schedule_order", "bubble_formula", "stage_module", "pipeline_model", "microbatch_data",
            "reference_grads", "pipeline_step", "run_stage", "torch_pipeline_step", "max_grad_difference", "bubble_measured",
-           "schedule_text", "messages", "peak_formula"]
+           "schedule_text", "messages", "peak_formula", "Op", "StageResult", "TorchStageResult", "Bubble", "Message"]
+
+#: ``("F", j)`` or ``("B", j)``: microbatch ``j``'s forward or backward on a stage.
+Op: TypeAlias = tuple[str, int]
+#: ``(direction, peer, nbytes)``: one point-to-point message (:func:`messages`).
+Message: TypeAlias = tuple[str, "int | None", int]
+
+
+class StageResult(TypedDict):
+    """:func:`pipeline_step`'s answer on one stage (its docstring says what each holds)."""
+
+    grads: list[torch.Tensor]
+    peak: int
+    order: list[Op]
+    loss: float | None
+
+
+class TorchStageResult(TypedDict):
+    """:func:`torch_pipeline_step`'s answer on one stage."""
+
+    grads: list[torch.Tensor]  # [weight, bias]
+    loss: float | None  # the last stage's summed microbatch losses
+
+
+class Bubble(TypedDict):
+    """:func:`bubble_measured`'s answer (its docstring says what each holds)."""
+
+    makespan_ms: float
+    busy_ms: list[float]
+    idle_fraction: list[float]
+    bubble: float
 
 #: The schedules :func:`schedule_order` knows, by name.
 SCHEDULES = ("gpipe", "1f1b")
@@ -64,7 +100,7 @@ def _check_schedule(schedule: str, stage: int, num_stages: int, m: int) -> None:
         raise ValueError(_("the number of microbatches m must be an int >= 1; got {value}").format(value=repr(m)))
 
 
-def schedule_order(schedule: str, stage: int, num_stages: int, m: int) -> list:
+def schedule_order(schedule: str, stage: int, num_stages: int, m: int) -> list[Op]:
     """The order in which stage ``stage`` of ``num_stages`` runs its ``m`` forwards and backwards.
 
     Args:
@@ -130,7 +166,7 @@ def pipeline_model(num_stages: int, width: int, seed: int = 0) -> torch.nn.Seque
     return torch.nn.Sequential(*[stage_module(s, width, seed) for s in range(num_stages)])
 
 
-def microbatch_data(m: int, b: int, width: int, seed: int = 0) -> tuple:
+def microbatch_data(m: int, b: int, width: int, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """A batch of ``m * b`` rows: ``(x, y)``, each ``(m b, width)`` float64 (``x.chunk(m)`` are the
     microbatches, as torch.distributed.pipelining splits them)."""
     gen = torch.Generator().manual_seed(seed + 12345)
@@ -142,17 +178,18 @@ def _loss(out: torch.Tensor, target: torch.Tensor, rows: int) -> torch.Tensor:
     return ((out - target) ** 2).sum() / rows
 
 
-def reference_grads(x: torch.Tensor, y: torch.Tensor, m: int, num_stages: int, width: int, seed: int = 0) -> list:
+def reference_grads(x: torch.Tensor, y: torch.Tensor, m: int, num_stages: int, width: int,
+                    seed: int = 0) -> list[list[torch.Tensor]]:
     """One process: the whole model, the ``m`` microbatches' losses backpropagated one after the
     other (the order the pipeline accumulates them). Returns one list per stage of its parameters'
     gradients (``[weight, bias]``, float64)."""
     model = pipeline_model(num_stages, width, seed)
     for xj, yj in zip(x.chunk(m), y.chunk(m)):
-        _loss(model(xj), yj, x.shape[0]).backward()
-    return [[p.grad.clone() for p in stage.parameters()] for stage in model]
+        _loss(model(xj), yj, x.shape[0]).backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has none
+    return [[grad_of(p).clone() for p in stage.parameters()] for stage in model]
 
 
-def max_grad_difference(per_rank: list, reference: list) -> float:
+def max_grad_difference(per_rank: Sequence[Sequence[torch.Tensor]], reference: Sequence[Sequence[torch.Tensor]]) -> float:
     """The largest absolute difference between each rank's stage gradients (``per_rank[r]``: a list
     of tensors) and one process's (:func:`reference_grads`)."""
     return max(float((g - want).abs().max()) for grads, ref in zip(per_rank, reference) for g, want in zip(grads, ref))
@@ -164,7 +201,7 @@ def _sleep_ms(ms: float) -> None:
 
 
 def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y: torch.Tensor, m: int, *,
-                  width: int, seed: int = 0, forward_ms: float = 0.0, backward_ms: float = 0.0) -> dict:
+                  width: int, seed: int = 0, forward_ms: float = 0.0, backward_ms: float = 0.0) -> StageResult:
     """Runs on a rank: one training step of stage ``rank`` (of ``world_size`` stages) under
     ``schedule``, by hand with send/recv (see the module docstring for the protocol).
 
@@ -183,7 +220,7 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
         forward_ms, backward_ms: extra time per forward / backward (ms, float >= 0).
 
     Returns:
-        dict: ``grads`` (the stage's ``[weight, bias]`` gradients), ``peak`` (the most microbatches
+        :class:`StageResult`: ``grads`` (the stage's ``[weight, bias]`` gradients), ``peak`` (the most microbatches
         whose activations the stage held at once: input and output kept for backward), ``order``
         (the ``("F", j)``/``("B", j)`` run), ``loss`` (last stage: the summed loss, float; else None).
 
@@ -196,12 +233,13 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
     stage = stage_module(rank, width, seed)
     peak, loss_sum = run_stage(rank, world_size, stage, order, x.chunk(m), y.chunk(m), x.shape[0],
                                forward_ms=forward_ms, backward_ms=backward_ms)
-    return dict(grads=[q.grad.clone() for q in stage.parameters()], peak=peak, order=order,
-                loss=loss_sum if rank == world_size - 1 else None)
+    return StageResult(grads=[grad_of(q).clone() for q in stage.parameters()], peak=peak, order=order,
+                       loss=loss_sum if rank == world_size - 1 else None)
 
 
-def run_stage(rank: int, world_size: int, stage: torch.nn.Module, order: list, xs: tuple, ys: tuple, rows: int, *,
-              forward_ms: float = 0.0, backward_ms: float = 0.0) -> tuple[int, float]:
+def run_stage(rank: int, world_size: int, stage: torch.nn.Module, order: Sequence[Op], xs: Sequence[torch.Tensor],
+              ys: Sequence[torch.Tensor], rows: int, *, forward_ms: float = 0.0,
+              backward_ms: float = 0.0) -> tuple[int, float]:
     """Runs on a rank: the loop every stage of :func:`pipeline_step` runs, one training step of
     ``stage`` (stage ``rank`` of ``world_size``) in the order ``order`` (:func:`schedule_order`), with
     send/recv: ``F j`` receives microbatch ``j``'s activation from stage ``rank - 1`` (stage 0 takes
@@ -224,15 +262,18 @@ def run_stage(rank: int, world_size: int, stage: torch.nn.Module, order: list, x
     s, p = rank, world_size
     first, last = s == 0, s == p - 1
     b, width = xs[0].shape
-    held, inbox, peak, loss_sum = {}, {}, 0, 0.0
+    held: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}   # microbatch -> (input, output) kept for backward
+    inbox: dict[Op, torch.Tensor] = {}
+    peak, loss_sum = 0, 0.0
+    outgoing: tuple[torch.Tensor, int] | None
 
-    def source(op):
+    def source(op: Op) -> int | None:
         """The rank op ``op`` receives from before it runs (None: it receives nothing)."""
         if op[0] == "F":
             return None if first else s - 1
         return None if last else s + 1
 
-    def buffer():
+    def buffer() -> torch.Tensor:
         return torch.empty(b, width, dtype=torch.float64)
 
     dist.barrier()                                   # every stage starts the step together
@@ -256,11 +297,11 @@ def run_stage(rank: int, world_size: int, stage: torch.nn.Module, order: list, x
                     if last:
                         loss = _loss(out, ys[j], rows)
                         loss_sum += loss.item()
-                        loss.backward()
+                        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has none
                     else:
-                        out.backward(inbox.pop(op))
+                        out.backward(inbox.pop(op))  # type: ignore[no-untyped-call]  # as above
                     _sleep_ms(backward_ms)
-                    outgoing = None if first else (inp.grad, s - 1)
+                    outgoing = None if first else (grad_of(inp), s - 1)
             nxt = order[i + 1] if i + 1 < len(order) else None
             if outgoing is None:
                 continue
@@ -277,14 +318,14 @@ def run_stage(rank: int, world_size: int, stage: torch.nn.Module, order: list, x
 
 
 def torch_pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y: torch.Tensor, m: int, *,
-                        width: int, seed: int = 0) -> dict:
+                        width: int, seed: int = 0) -> TorchStageResult:
     """Runs on a rank: the same step with ``torch.distributed.pipelining``: stage ``rank``'s module
     (:func:`stage_module`) in a ``PipelineStage`` on CPU, ``ScheduleGPipe`` or ``Schedule1F1B`` with
     ``n_microbatches=m``, the same loss (``scale_grads=False``: the loss already divides by the whole
     batch, as in :func:`pipeline_step`). Stage 0 passes ``x``, the last stage ``target=y``.
 
     Returns:
-        dict: ``grads`` (the stage's ``[weight, bias]`` gradients), ``loss`` (last stage: the summed
+        :class:`TorchStageResult`: ``grads`` (the stage's ``[weight, bias]`` gradients), ``loss`` (last stage: the summed
         microbatch losses, float; else None).
     """
     from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
@@ -295,18 +336,18 @@ def torch_pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tens
     rows = x.shape[0]
     cls = ScheduleGPipe if schedule == "gpipe" else Schedule1F1B
     sched = cls(stage, n_microbatches=m, loss_fn=lambda out, target: _loss(out, target, rows), scale_grads=False)
-    losses = []
+    losses: list[torch.Tensor] = []
     if rank == 0:
         sched.step(x)
     elif rank == world_size - 1:
         sched.step(target=y, losses=losses)
     else:
         sched.step()
-    return dict(grads=[q.grad.clone() for q in module.parameters()],
-                loss=float(sum(v.item() for v in losses)) if rank == world_size - 1 else None)
+    return TorchStageResult(grads=[grad_of(q).clone() for q in module.parameters()],
+                            loss=float(sum(v.item() for v in losses)) if rank == world_size - 1 else None)
 
 
-def messages(records, nbytes: int | None = None) -> list:
+def messages(records: Iterable[CallRecord], nbytes: int | None = None) -> list[Message]:
     """The point-to-point messages among one rank's recorded operations (``launch(...,
     record_calls=True).calls[r]``), in issue order: ``(direction, peer, nbytes)`` with direction
     ``"send"`` or ``"recv"`` for a ``send``/``isend`` or ``recv``/``irecv``, also inside a
@@ -324,7 +365,7 @@ def messages(records, nbytes: int | None = None) -> list:
     return out
 
 
-def bubble_measured(timeline, step: str = "step", work=None) -> dict:
+def bubble_measured(timeline: Timeline, step: str = "step", work: Callable[[str], bool] | None = None) -> Bubble:
     """The bubble measured on a ``launch(..., timeline=True)`` run of :func:`pipeline_step`.
 
     The step's span is from the earliest start of a ``step`` region on any rank to its latest end
@@ -336,7 +377,7 @@ def bubble_measured(timeline, step: str = "step", work=None) -> dict:
         work: a predicate on a region's name telling work regions (default: ``F``/``B`` + a number).
 
     Returns:
-        dict: ``makespan_ms`` (float), ``busy_ms`` and ``idle_fraction`` per rank (lists), and
+        :class:`Bubble`: ``makespan_ms`` (float), ``busy_ms`` and ``idle_fraction`` per rank (lists), and
         ``bubble`` (float, 0..1: the idle time of every rank over ``p`` × the makespan).
 
     Raises:
@@ -354,8 +395,8 @@ def bubble_measured(timeline, step: str = "step", work=None) -> dict:
     span = t1 - t0
     busy = [sum(sp.duration for sp in timeline.regions(r) if work(sp.name)) for r in range(timeline.world_size)]
     idle = [1.0 - b / span for b in busy]
-    return dict(makespan_ms=span / 1e6, busy_ms=[b / 1e6 for b in busy], idle_fraction=idle,
-                bubble=sum(idle) / len(idle))
+    return Bubble(makespan_ms=span / 1e6, busy_ms=[b / 1e6 for b in busy], idle_fraction=idle,
+                  bubble=sum(idle) / len(idle))
 
 
 def schedule_text(schedule: str, num_stages: int, m: int) -> str:
@@ -379,7 +420,7 @@ class ScheduleParams:
 
 def explore_schedules(world_size: int = 4, *, m: int = 8, schedule: str = "1f1b", max_m: int = 12,
                       forward_ms: float = 10.0, backward_ms: float = 20.0, width: int = 16, b: int = 4,
-                      seed: int = 0, wait: bool = True):
+                      seed: int = 0, wait: bool = True) -> Binder[ScheduleParams, LaunchResults]:
     """A widget: the microbatch count ``m`` as a slider and the schedule as a dropdown; each change
     runs one :func:`pipeline_step` on ``world_size`` real ranks with ``launch(..., timeline=True)``
     and draws its per-rank timeline (:func:`collnb.timeline_image`) with the measured bubble beside
@@ -407,25 +448,27 @@ def explore_schedules(world_size: int = 4, *, m: int = 8, schedule: str = "1f1b"
     _check_schedule(schedule, 0, world_size, m)
     names = {"gpipe": "GPipe", "1f1b": "1F1B"}
 
-    def choices(_p):
+    def choices(_p: ScheduleParams) -> dict[str, list[object]]:
         return {"schedule": [(names[k], k) for k in SCHEDULES], "m": list(range(1, max_m + 1))}
 
-    def fix(p):
+    def fix(p: ScheduleParams) -> tuple[ScheduleParams, list[str]]:
         return p, []
 
-    warmed = []
+    warmed: list[bool] = []
 
-    def run(p):
+    def run(p: ScheduleParams) -> LaunchResults:
         if not warmed:  # a fresh rank's first recorded step imports torch.distributed.tensor (seconds): not timed
             launch(pipeline_step, world_size, ("gpipe", *microbatch_data(1, b, width, seed), 1), dict(width=width),
                    timeline=True, debug=False)
             warmed.append(True)
         x, y = microbatch_data(p.m, b, width, seed)
-        return launch(pipeline_step, world_size, (p.schedule, x, y, p.m),
-                      dict(width=width, seed=seed, forward_ms=forward_ms, backward_ms=backward_ms),
-                      timeline=True, debug=False)
+        return cast(LaunchResults,  # what launch returns with timeline=True
+                    launch(pipeline_step, world_size, (p.schedule, x, y, p.m),
+                           dict(width=width, seed=seed, forward_ms=forward_ms, backward_ms=backward_ms),
+                           timeline=True, debug=False))
 
-    def draw(out, p):
+    def draw(out: LaunchResults, p: ScheduleParams) -> tuple[bytes, str]:
+        assert out.timeline is not None  # launched with timeline=True
         got, formula = bubble_measured(out.timeline)["bubble"], bubble_formula(world_size, p.m)
         peaks = [r["peak"] for r in out]
         title = _("{schedule}, p={p} stages, m={m}: idle {measured} measured, (p-1)/(m+p-1) = {formula}").format(

@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TypedDict
 
 import torch
 
@@ -34,7 +36,21 @@ from .mesh_traffic import inter_node_bytes, traffic
 from .transformer import TransformerConfig, loss_fn, make_batch
 
 __all__ = ["PLACEMENTS", "placement_bytes", "placement_step", "PlacementResult", "compare_placements",
-           "format_placements", "MEASURE_CONFIG"]
+           "format_placements", "MEASURE_CONFIG", "PlacementBytes", "StepTimes"]
+
+
+class PlacementBytes(TypedDict):
+    """:func:`placement_bytes`'s answer: wire bytes of the last step summed over every rank, by dimension."""
+
+    inter: dict[str, float]  # the dimensions whose groups cross nodes
+    total: dict[str, float]  # every dimension
+
+
+class StepTimes(TypedDict):
+    """:func:`placement_step`'s answer on one rank."""
+
+    seconds: list[float]  # each timed step
+    loss: float | None  # the last step's loss (None when no step ran)
 
 #: The two placements on 2 nodes of 2 ranks: TP inside the nodes (the innermost dimension) or across them.
 PLACEMENTS = {N_("tp inside nodes"): Plan.parse("dp_shard=2, tp=2"), N_("tp across nodes"): Plan.parse("tp=2, dp_shard=2")}
@@ -43,7 +59,8 @@ PLACEMENTS = {N_("tp inside nodes"): Plan.parse("dp_shard=2, tp=2"), N_("tp acro
 MEASURE_CONFIG = TransformerConfig(hidden=64, heads=4, ffn=128, blocks=2)
 
 
-def placement_bytes(plan: Plan, config: TransformerConfig, batch: int, seq_len: int, ranks_per_node: int) -> dict:
+def placement_bytes(plan: Plan, config: TransformerConfig, batch: int, seq_len: int,
+                    ranks_per_node: int) -> PlacementBytes:
     """Run one placement on collnb's ranks with the calls recorded and return, for the last of 2
     steps, ``{"inter": {dimension: bytes}, "total": {dimension: bytes}}``: the wire bytes summed over
     every rank, of the dimensions whose groups cross nodes and of all dimensions."""
@@ -51,11 +68,11 @@ def placement_bytes(plan: Plan, config: TransformerConfig, batch: int, seq_len: 
 
     results, _ref, _plan = run_composition(plan, config, batch=batch, seq_len=seq_len)
     rows = traffic(results, plan)
-    return {"inter": inter_node_bytes(rows, plan, ranks_per_node, step=2), "total": dimension_bytes(rows, step=2)}
+    return PlacementBytes(inter=inter_node_bytes(rows, plan, ranks_per_node, step=2), total=dimension_bytes(rows, step=2))
 
 
 def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor,
-                   y: torch.Tensor, steps: int = 3) -> dict:
+                   y: torch.Tensor, steps: int = 3) -> StepTimes:
     """On a rank (of a :class:`collnb.labs.cluster.VirtualCluster` or :func:`collnb.launch`): build
     the model under ``plan``, run one untimed step, then ``steps`` timed AdamW steps, a barrier
     before each. Returns ``{"seconds": [per step], "loss": last loss}``."""
@@ -69,13 +86,14 @@ def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerCo
         xb, yb = xb.chunk(plan.size("cp"), 1)[coords["cp"]], yb.chunk(plan.size("cp"), 1)[coords["cp"]]
     model, by_hand = build(plan, config, mesh, rank)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    seconds, loss = [], None
+    seconds: list[float] = []
+    loss: float | None = None
     for k in range(steps + 1):
         dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
         out = loss_fn(model(xb), yb)
-        out.backward()
+        out.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
         if by_hand is not None:
             by_hand()
         opt.step()
@@ -83,7 +101,7 @@ def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerCo
         if k:
             seconds.append(time.perf_counter() - t0)
         loss = out.item()
-    return {"seconds": seconds, "loss": loss}
+    return StepTimes(seconds=seconds, loss=loss)
 
 
 @dataclass(frozen=True)
@@ -95,14 +113,15 @@ class PlacementResult:
 
     name: str
     plan: Plan
-    inter_bytes: dict
-    total_bytes: dict
+    inter_bytes: dict[str, float]
+    total_bytes: dict[str, float]
     seconds: float | None
     mode: str
 
 
 def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int = 8, seq_len: int = 128,
-                       inter_gbps: float = 0.2, steps: int = 3, measure: bool = True, timeout: float = 300.0) -> list:
+                       inter_gbps: float = 0.2, steps: int = 3, measure: bool = True,
+                       timeout: float = 300.0) -> list[PlacementResult]:
     """Both :data:`PLACEMENTS` on 2 nodes of 2 ranks: the bytes crossing nodes (recorded on
     collnb's ranks) and, where a virtual cluster can be made and ``measure``, the step time on one
     whose inter-node link runs at ``inter_gbps`` Gbit/s.
@@ -123,7 +142,7 @@ def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int
             counted = placement_bytes(plan, config, batch, seq_len, 2)
             seconds = None
             if cluster is not None:
-                per_rank = cluster.launch(placement_step, (plan, config, x, y, steps), timeout=timeout)
+                per_rank: list[StepTimes] = cluster.launch(placement_step, (plan, config, x, y, steps), timeout=timeout)
                 seconds = max(statistics.median(r["seconds"]) for r in per_rank)
             out.append(PlacementResult(name, plan, counted["inter"], counted["total"], seconds,
                                        "emulated" if cluster is not None else "modelled"))
@@ -133,7 +152,7 @@ def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int
     return out
 
 
-def format_placements(rows: list, inter_gbps: float | None = None) -> str:
+def format_placements(rows: Iterable[PlacementResult], inter_gbps: float | None = None) -> str:
     """A text table of :func:`compare_placements`: per placement the bytes crossing nodes per step
     (summed over ranks; which dimensions), the total, the measured step time, and (with
     ``inter_gbps``) the time those bytes take on one link (``bytes / 2 nodes / rate``)."""

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 from ...i18n import N_, _
 from .transformer import TransformerConfig
 
-__all__ = ["ROLES", "DATA_ROLES", "MAX_WORLD_SIZE", "Plan"]
+__all__ = ["ROLES", "DATA_ROLES", "MAX_WORLD_SIZE", "Plan", "PlanOptions"]
 
 #: Every role a mesh dimension may play (module doc), in torchtitan's outer-to-inner order.
 ROLES = ("pp", "dp_replicate", "dp_shard", "cp", "ep", "tp")
@@ -25,6 +26,14 @@ DATA_ROLES = ("dp_replicate", "dp_shard", "ep")
 #: The most ranks a plan may use (collnb.launch's limit on this course's machines).
 MAX_WORLD_SIZE = 8
 _SCHEDULES = ("gpipe", "1f1b")
+
+
+class PlanOptions(TypedDict, total=False):
+    """A :class:`Plan`'s fields besides its dimensions (:meth:`Plan.parse`'s keywords)."""
+
+    attention: str
+    schedule: str
+    microbatches: int
 
 
 @dataclass(frozen=True)
@@ -42,12 +51,12 @@ class Plan:
             an unknown attention or schedule, or ``dp_replicate`` inside (after) ``dp_shard``/``cp``.
     """
 
-    dims: tuple
+    dims: tuple[tuple[str, int], ...]
     attention: str = "ring"
     schedule: str = "gpipe"
     microbatches: int = 2
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         dims = tuple((str(role), int(size)) for role, size in self.dims)
         object.__setattr__(self, "dims", dims)
         roles = [role for role, _size in dims]
@@ -73,9 +82,9 @@ class Plan:
                 dims=self.text()))
 
     @classmethod
-    def parse(cls, text: str, **kwargs) -> Plan:
+    def parse(cls, text: str, **kwargs: Unpack[PlanOptions]) -> Plan:
         """``Plan.parse("dp_shard=2, tp=2")``: the dimensions as ``role=size``, outermost first."""
-        dims = []
+        dims: list[tuple[str, int]] = []
         for part in text.replace("×", ",").split(","):
             if part.strip():
                 role, _eq, size = part.partition("=")
@@ -90,12 +99,12 @@ class Plan:
         return " × ".join(f"{role}={size}" for role, size in self.dims)
 
     @property
-    def names(self) -> tuple:
+    def names(self) -> tuple[str, ...]:
         """The mesh dimension names (the roles), outermost first."""
         return tuple(role for role, _size in self.dims)
 
     @property
-    def sizes(self) -> tuple:
+    def sizes(self) -> tuple[int, ...]:
         """The mesh shape."""
         return tuple(size for _role, size in self.dims)
 
@@ -117,9 +126,10 @@ class Plan:
         """How many shards the batch is cut into (the data roles' sizes multiplied)."""
         return math.prod(self.size(role) for role in DATA_ROLES)
 
-    def coordinates(self, rank: int) -> dict:
+    def coordinates(self, rank: int) -> dict[str, int]:
         """``{role: index}`` of ``rank`` on the mesh (row-major, as ``init_device_mesh``)."""
-        out, rest = {}, rank
+        out: dict[str, int] = {}
+        rest = rank
         for role, size in reversed(self.dims):
             out[role] = rest % size
             rest //= size
@@ -134,10 +144,10 @@ class Plan:
                 index = index * self.size(role) + coords[role]
         return index
 
-    def groups(self, role: str) -> list:
+    def groups(self, role: str) -> list[list[int]]:
         """Every process group of dimension ``role``: lists of global ranks (the ranks that differ
         only in that coordinate), each in that coordinate's order."""
-        seen: dict = {}
+        seen: dict[tuple[int, ...], list[int]] = {}
         for rank in range(self.world_size):
             coords = self.coordinates(rank)
             key = tuple(v for k, v in coords.items() if k != role)
@@ -147,7 +157,7 @@ class Plan:
     def check(self, config: TransformerConfig, batch: int, seq_len: int) -> None:
         """Raise ``ValueError`` (saying what to change) when the model, batch or sequence do not
         fit the plan: sizes that do not split, or a pairing this module does not build."""
-        def need(ok, message, **kw):
+        def need(ok: bool, message: str, **kw: object) -> None:
             if not ok:
                 raise ValueError(_(message).format(plan=self.text(), **kw))
 

@@ -22,30 +22,59 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 import torch.distributed as dist
 
 from ...i18n import _
 from ...ranks import active_recorder
-from .accounting import Phases
+from .accounting import Mark, Phases
+from .memory import is_dtensor
 
-__all__ = ["reshard_step", "reshard"]
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .transformer import TransformerConfig
+
+__all__ = ["reshard_step", "reshard", "ReshardResult", "Resharded"]
 
 
-def _whole(state: dict) -> dict:
+class ReshardResult(TypedDict):
+    """:func:`reshard_step`'s answer on one rank (its docstring says what each holds)."""
+
+    saved: dict[str, torch.Tensor]
+    loaded: dict[str, torch.Tensor]
+    local: dict[str, int]
+    files: list[str] | None
+    marks: list[Mark] | None
+    log: list[str]
+
+
+class Resharded(TypedDict):
+    """:func:`reshard`'s answer (its docstring says what each holds)."""
+
+    results: list[ReshardResult]
+    largest_difference: float
+    keys: int
+    files: list[str] | None
+    removed: bool
+
+
+def _whole(state: Mapping[str, object]) -> dict[str, torch.Tensor]:
+    """Every tensor of a (nested) state dict as a whole copy, keyed ``"outer.inner"``."""
     out = {}
     for key, value in state.items():
         if isinstance(value, dict):
             for sub, v in _whole(value).items():
                 out[f"{key}.{sub}"] = v
         elif isinstance(value, torch.Tensor):
-            out[key] = (value.full_tensor() if type(value).__name__ == "DTensor" else value).detach().clone()
+            out[key] = (value.full_tensor() if is_dtensor(value) else value).detach().clone()
     return out
 
 
-def reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor, y: torch.Tensor, directory: str,
-                 lr: float = 1e-2) -> dict:
+def reshard_step(rank: int, world_size: int, src: Plan, dst: Plan, config: TransformerConfig, x: torch.Tensor,
+                 y: torch.Tensor, directory: str, lr: float = 1e-2) -> ReshardResult:
     """On a rank: :func:`_reshard_step` with DTensor's log lines kept out of the cell (returned as
     ``log``); see there."""
     from .flattening import captured_dtensor_log
@@ -56,8 +85,8 @@ def reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor, 
     return out
 
 
-def _reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor, y: torch.Tensor, directory: str,
-                  lr: float = 1e-2) -> dict:
+def _reshard_step(rank: int, world_size: int, src: Plan, dst: Plan, config: TransformerConfig, x: torch.Tensor,
+                  y: torch.Tensor, directory: str, lr: float = 1e-2) -> ReshardResult:
     """On a rank: under plan ``src`` train one AdamW step, save model and optimizer state with
     ``dcp.save`` into ``directory``; under plan ``dst`` build the model with other initial weights
     (``config.seed + 1``), ``dcp.load`` the checkpoint into its state dicts and set them.
@@ -70,7 +99,7 @@ def _reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor,
     Phases (with ``record_calls=True``): ``"train"``, ``"save"``, ``"load"``, ``"check"``.
 
     Returns:
-        dict: ``saved`` and ``loaded`` ({key: whole tensor}: the model's parameters and the
+        :class:`ReshardResult`: ``saved`` and ``loaded`` ({key: whole tensor}: the model's parameters and the
         optimizer's state, ``state.<name>.exp_avg`` ...), ``local`` (bytes of the model's parameters
         this rank holds under ``src`` and under ``dst``), ``files`` (the folder's files after saving,
         rank 0), ``marks``.
@@ -92,7 +121,7 @@ def _reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor,
             raise ValueError(_("resharding here takes plans without pp or ep on {ws} ranks; got {plan}").format(
                 ws=world_size, plan=plan.text()))
     phases = Phases() if active_recorder() is not None else None
-    mark = phases.begin if phases is not None else (lambda label: None)
+    mark: Callable[[str], None] = phases.begin if phases is not None else (lambda label: None)
 
     mark("train")
     mesh = init_device_mesh("cpu", src.sizes, mesh_dim_names=src.names)
@@ -102,7 +131,7 @@ def _reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor,
     if src.has("cp"):
         xb, yb = xb.chunk(src.size("cp"), 1)[coords["cp"]], yb.chunk(src.size("cp"), 1)[coords["cp"]]
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    loss_fn(model(xb), yb).backward()
+    loss_fn(model(xb), yb).backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
     if by_hand is not None:
         by_hand()
     opt.step()
@@ -118,25 +147,26 @@ def _reshard_step(rank: int, world_size: int, src, dst, config, x: torch.Tensor,
     mesh2 = init_device_mesh("cpu", dst.sizes, mesh_dim_names=dst.names)
     model2, _reduce = build(dst, replace(config, seed=config.seed + 1), mesh2, rank)
     opt2 = torch.optim.AdamW(model2.parameters(), lr=lr, weight_decay=0.0)
-    state2 = {"model": get_model_state_dict(model2), "optim": get_optimizer_state_dict(model2, opt2)}
-    dcp.load(state2, checkpoint_id=directory)
-    set_model_state_dict(model2, state2["model"])
-    set_optimizer_state_dict(model2, opt2, state2["optim"])
+    model_state, optim_state = get_model_state_dict(model2), get_optimizer_state_dict(model2, opt2)
+    dcp.load({"model": model_state, "optim": optim_state}, checkpoint_id=directory)   # into them, in place
+    set_model_state_dict(model2, model_state)
+    set_optimizer_state_dict(model2, opt2, optim_state)
     dst_bytes = sum(local_bytes(p) for p in model2.parameters())
 
     mark("check")
     saved = _whole({"model": get_model_state_dict(model), "optim": get_optimizer_state_dict(model, opt)})
     loaded = _whole({"model": get_model_state_dict(model2), "optim": get_optimizer_state_dict(model2, opt2)})
-    return {"saved": saved, "loaded": loaded, "local": {"src": src_bytes, "dst": dst_bytes}, "files": files,
-            "marks": phases.close() if phases is not None else None}
+    return ReshardResult(saved=saved, loaded=loaded, local={"src": src_bytes, "dst": dst_bytes}, files=files,
+                         marks=phases.close() if phases is not None else None, log=[])
 
 
-def reshard(src, dst, config=None, *, batch: int = 4, seq_len: int = 8, record_calls: bool = True) -> dict:
+def reshard(src: Plan, dst: Plan, config: TransformerConfig | None = None, *, batch: int = 4, seq_len: int = 8,
+            record_calls: bool = True) -> Resharded:
     """Run :func:`reshard_step` on real gloo ranks with a temporary folder that is removed
     afterwards (also when a rank fails).
 
     Returns:
-        dict: ``results`` (the launch's results: each rank's dict, ``.calls`` when recorded),
+        :class:`Resharded`: ``results`` (the launch's results: each rank's dict, ``.calls`` when recorded),
         ``largest_difference`` (float: the largest absolute difference between any saved and loaded
         tensor on any rank; 0.0 when the values arrived exactly), ``keys`` (how many tensors were
         compared), ``files`` (the checkpoint's file names), ``removed`` (the folder is gone).
@@ -153,7 +183,7 @@ def reshard(src, dst, config=None, *, batch: int = 4, seq_len: int = 8, record_c
     x, y = make_batch(config, batch, seq_len)
     directory = tempfile.mkdtemp(prefix="collnb-dcp-")
     try:
-        results = launch(reshard_step, src.world_size, (src, dst, config, x, y, directory), record_calls=record_calls,
+        results: list[ReshardResult] = launch(reshard_step, src.world_size, (src, dst, config, x, y, directory), record_calls=record_calls,
                          collective_timeout=60, debug=False)
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -164,5 +194,5 @@ def reshard(src, dst, config=None, *, batch: int = 4, seq_len: int = 8, record_c
                 keys=sorted(set(r["saved"]) ^ set(r["loaded"]))))
         for key, t in r["saved"].items():
             worst = max(worst, float((t - r["loaded"][key]).abs().max()) if t.numel() else 0.0)
-    return {"results": results, "largest_difference": worst, "keys": len(results[0]["saved"]),
-            "files": results[0]["files"], "removed": not os.path.exists(directory)}
+    return Resharded(results=results, largest_difference=worst, keys=len(results[0]["saved"]),
+                     files=results[0]["files"], removed=not os.path.exists(directory))

@@ -28,7 +28,8 @@ et al. 2023, *Striped Attention*, arXiv:2311.09431, for the related striped orde
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import torch
 import torch.distributed as dist
@@ -37,6 +38,12 @@ from ...i18n import _
 
 __all__ = ["attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "ring_step",
            "work_matrix", "gather_sequence"]
+
+#: ``update(o, m, l, scores, v) -> (o, m, l)``: one block folded into a running softmax (:func:`online_softmax_update`).
+SoftmaxUpdate: TypeAlias = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+                                    tuple[torch.Tensor, torch.Tensor, torch.Tensor]]
+#: ``step(send, recv, rank, world_size) -> requests``: one round's communication (:func:`ring_step`).
+RingStep: TypeAlias = Callable[[Sequence[torch.Tensor], Sequence[torch.Tensor], int, int], list[dist.Work]]
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = False) -> torch.Tensor:
@@ -56,7 +63,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool = 
     return torch.softmax(scores, dim=-1) @ v
 
 
-def plain_layout(seq_len: int, world_size: int) -> list:
+def plain_layout(seq_len: int, world_size: int) -> list[torch.Tensor]:
     """Rank ``r`` holds tokens ``r*n .. (r+1)*n - 1`` (``n = seq_len / world_size``): a list of
     ``world_size`` int64 position tensors.
 
@@ -69,7 +76,7 @@ def plain_layout(seq_len: int, world_size: int) -> list:
     return list(torch.arange(seq_len).chunk(world_size))
 
 
-def zigzag_layout(seq_len: int, world_size: int) -> list:
+def zigzag_layout(seq_len: int, world_size: int) -> list[torch.Tensor]:
     """The sequence in ``2 * world_size`` equal chunks; rank ``r`` holds chunks ``r`` and
     ``2*world_size - 1 - r`` (one early, one late): a list of int64 position tensors.
 
@@ -84,11 +91,11 @@ def zigzag_layout(seq_len: int, world_size: int) -> list:
 
 
 #: The sequence orders by name.
-LAYOUTS = {"plain": plain_layout, "zigzag": zigzag_layout}
+LAYOUTS: dict[str, Callable[[int, int], list[torch.Tensor]]] = {"plain": plain_layout, "zigzag": zigzag_layout}
 
 
 def online_softmax_update(o: torch.Tensor, m: torch.Tensor, l: torch.Tensor, scores: torch.Tensor,
-                          v: torch.Tensor) -> tuple:
+                          v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Fold one block of scores into a running softmax (Milakov and Gimelshein 2018, Alg. 3).
 
     Args:
@@ -110,7 +117,7 @@ def online_softmax_update(o: torch.Tensor, m: torch.Tensor, l: torch.Tensor, sco
     return o * scale[..., None] + p @ v, m_new, l * scale + p.sum(-1)
 
 
-def ring_step(send: list, recv: list, rank: int, world_size: int) -> list:
+def ring_step(send: Sequence[torch.Tensor], recv: Sequence[torch.Tensor], rank: int, world_size: int) -> list[dist.Work]:
     """One round of ring attention's communication: post the sends of the tensors of ``send`` (this
     rank's K and V blocks) to the next rank and the receives into ``recv`` from the previous one, in one
     ``dist.batch_isend_irecv``, without waiting; returns its requests (:func:`ring_attention` waits on
@@ -122,7 +129,7 @@ def ring_step(send: list, recv: list, rank: int, world_size: int) -> list:
 
 def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                    causal: bool = False, layout: str = "plain",
-                   update: Callable = online_softmax_update, step: Callable = ring_step) -> tuple:
+                   update: SoftmaxUpdate = online_softmax_update, step: RingStep = ring_step) -> tuple[torch.Tensor, list[int]]:
     """On a rank: ring attention for this rank's queries (a rank function for :func:`collnb.launch`).
 
     Args:
@@ -153,7 +160,7 @@ def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor,
     m = torch.full((n,), float("-inf"), dtype=q.dtype)
     l = torch.zeros(n, dtype=q.dtype)
     kv = [k.contiguous(), v.contiguous()]
-    work = []
+    work: list[int] = []
     for t in range(world_size):
         src = (rank - t) % world_size
         if t < world_size - 1:
@@ -172,7 +179,7 @@ def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor,
     return o / l[:, None], work
 
 
-def gather_sequence(pieces: list, layout: str) -> torch.Tensor:
+def gather_sequence(pieces: Sequence[torch.Tensor], layout: str) -> torch.Tensor:
     """The whole ``(s, ...)`` sequence from every rank's rows (rank order), put back at the
     positions ``layout`` gave them.
 
@@ -189,7 +196,7 @@ def gather_sequence(pieces: list, layout: str) -> torch.Tensor:
     return out
 
 
-def work_matrix(seq_len: int, world_size: int, layout: str = "plain", causal: bool = True) -> list:
+def work_matrix(seq_len: int, world_size: int, layout: str = "plain", causal: bool = True) -> list[list[int]]:
     """What :func:`ring_attention` computes, without running it: ``rows[r][t]`` is the number of
     query-key pairs rank ``r`` computes in round ``t`` (a list of lists of int). The notebook
     compares it with the counts the ranks return.

@@ -23,22 +23,37 @@ their own equal shards, so the averaged gradient is the whole batch's).
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 import torch.distributed as dist
 
 from ...i18n import _
+from ...ranks import CallRecord
 from ...units import format_bytes, pad
-from .accounting import interleave, kind, phase_label
+from .accounting import Mark, Phases, interleave, kind, phase_label
+from .memory import is_dtensor, local_bytes
+from .transformer import grad_of
+
+if TYPE_CHECKING:
+    from torch.distributed.fsdp import FSDPModule
 
 __all__ = ["layered_model", "sgd_reference", "ddp_train", "zero_train", "fsdp_train", "fsdp_block_bytes",
-           "block_of", "label", "order_text", "max_difference"]
+           "block_of", "label", "order_text", "max_difference", "FsdpResult"]
+
+
+class FsdpResult(TypedDict):
+    """:func:`fsdp_train`'s answer on one rank (its docstring says what each holds)."""
+
+    params: list[torch.Tensor]
+    shard_bytes: int
+    full_bytes: int
 
 _F = torch.nn.functional
 
 
-def layered_model(widths=(8, 12, 16, 4), seed: int = 0) -> torch.nn.Sequential:
+def layered_model(widths: Sequence[int] = (8, 12, 16, 4), seed: int = 0) -> torch.nn.Sequential:
     """``Sequential`` of blocks ``Sequential(Linear(widths[i], widths[i + 1]), Tanh())``, float64,
     initialised from ``torch.manual_seed(seed)`` (the global generator is restored).
 
@@ -61,52 +76,56 @@ def _shard(t: torch.Tensor, rank: int, world_size: int) -> torch.Tensor:
     return t[rank * n:(rank + 1) * n]
 
 
-def _loss(model, x, y):
+def _loss(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return _F.mse_loss(model(x), y)
 
 
-def _sgd(model, xs, ys, steps: int, lr: float, phases, mark_optimizer: bool = False) -> None:
+def _sgd(model: torch.nn.Module, xs: torch.Tensor, ys: torch.Tensor, steps: int, lr: float, phases: Phases | None,
+         mark_optimizer: bool = False) -> None:
     """``steps`` plain SGD steps of ``model`` on ``(xs, ys)``; marks ``"step k"`` (and ``"optimizer"``)."""
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for k in range(1, steps + 1):
         if phases is not None:
             phases.begin(f"step {k}")
         opt.zero_grad()
-        _loss(model, xs, ys).backward()
+        _loss(model, xs, ys).backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
         if phases is not None and mark_optimizer:
             phases.begin("optimizer")
         opt.step()
 
 
-def sgd_reference(x: torch.Tensor, y: torch.Tensor, steps: int = 1, lr: float = 0.1, widths=(8, 12, 16, 4)) -> list:
+def sgd_reference(x: torch.Tensor, y: torch.Tensor, steps: int = 1, lr: float = 0.1,
+                  widths: Sequence[int] = (8, 12, 16, 4)) -> list[torch.Tensor]:
     """One process: plain SGD on the mean squared error of the whole batch, ``steps`` steps.
     Returns the parameters (detached copies, ``model.parameters()`` order)."""
     model = layered_model(widths)
     opt = torch.optim.SGD(model.parameters(), lr=lr)
     for _step in range(steps):
         opt.zero_grad()
-        _loss(model, x, y).backward()
+        _loss(model, x, y).backward()  # type: ignore[no-untyped-call]  # as in _sgd
         opt.step()
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _mark_blocks(model, phases) -> None:
+def _mark_blocks(model: torch.nn.Sequential, phases: Phases) -> None:
     """Marks ``"forward i"`` when block ``i``'s compute starts (after FSDP's pre-forward hook) and
     ``"backward i"`` when its gradient reaches it (after FSDP's pre-backward hook)."""
     for i, block in enumerate(model):
-        def pre(module, args, i=i):
+        def pre(module: torch.nn.Module, args: tuple[object, ...], i: int = i) -> None:
             phases.begin(f"forward {i}")
 
-        def post(module, args, out, i=i):
+        def post(module: torch.nn.Module, args: tuple[object, ...], out: torch.Tensor, i: int = i) -> None:
             if out.requires_grad:
-                out.register_hook(lambda grad, i=i: phases.begin(f"backward {i}"))
+                out.register_hook(  # type: ignore[no-untyped-call]  # torch's Tensor.register_hook has none
+                    lambda grad, i=i: phases.begin(f"backward {i}"))
 
+        assert isinstance(block, torch.nn.Sequential)  # layered_model's: Linear, Tanh
         block[0].register_forward_pre_hook(pre)
         block[0].register_forward_hook(post)
 
 
 def ddp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, steps: int = 1, lr: float = 0.1,
-              widths=(8, 12, 16, 4), phases=None) -> list:
+              widths: Sequence[int] = (8, 12, 16, 4), phases: Phases | None = None) -> list[torch.Tensor]:
     """On a rank: ``DistributedDataParallel`` on this rank's equal shard of ``(x, y)``, plain SGD.
     Marks ``"step k"`` (k = 1, 2, ...) before each step (``"setup"`` is DDP's construction). Launch with
     ``debug=False``: with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` torch 2.13's DDP constructor crashes on
@@ -117,7 +136,7 @@ def ddp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, s
 
 
 def zero_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, steps: int = 1, lr: float = 0.1,
-               widths=(8, 12, 16, 4), phases=None) -> list:
+               widths: Sequence[int] = (8, 12, 16, 4), phases: Phases | None = None) -> list[torch.Tensor]:
     """On a rank: flat ZeRO-1/2 (notebook 11's): all parameters in one flat buffer cut into
     ``world_size`` shards; per step one ``reduce_scatter`` of the flat gradient (each rank gets its
     shard's sum, divided by the world size), an SGD update of its shard only, one ``all_gather`` of
@@ -136,9 +155,9 @@ def zero_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, 
         if phases is not None:
             phases.begin(f"step {k}")
         model.zero_grad()
-        _loss(model, xs, ys).backward()
+        _loss(model, xs, ys).backward()  # type: ignore[no-untyped-call]  # as in _sgd
         grad = torch.zeros_like(flat)
-        grad[:n] = torch.cat([p.grad.flatten() for p in params])
+        grad[:n] = torch.cat([grad_of(p).flatten() for p in params])
         grad_shard = torch.empty(shard, dtype=torch.float64)
         scatter(grad_shard, grad)
         flat[mine] -= lr * grad_shard / world_size
@@ -152,8 +171,9 @@ def zero_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, 
 
 
 def fsdp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, steps: int = 1, lr: float = 0.1,
-               widths=(8, 12, 16, 4), reshard_after_forward: bool = True,
-               prefetch: Callable[[list], None] | None = None, phases=None) -> dict:
+               widths: Sequence[int] = (8, 12, 16, 4), reshard_after_forward: bool = True,
+               prefetch: Callable[[list[FSDPModule]], None] | None = None,
+               phases: Phases | None = None) -> FsdpResult:
     """On a rank: FSDP2 (``torch.distributed.fsdp.fully_shard``) on every block and on the whole
     model, plain SGD (``torch.optim.SGD`` on the DTensor shards) on this rank's equal shard of
     ``(x, y)``.
@@ -169,7 +189,7 @@ def fsdp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, 
             (after FSDP's hooks issued its all_gather), ``"optimizer"`` before each ``opt.step()``.
 
     Returns:
-        dict: ``params`` (whole parameters, gathered after the recorded steps by ``full_tensor()``,
+        :class:`FsdpResult`: ``params`` (whole parameters, gathered after the recorded steps by ``full_tensor()``,
         outside every phase but its own ``"gather"``), ``shard_bytes`` (bytes of the parameter
         shards this rank holds) and ``full_bytes`` (the whole model's).
     """
@@ -177,22 +197,27 @@ def fsdp_train(rank: int, world_size: int, x: torch.Tensor, y: torch.Tensor, *, 
 
     model = layered_model(widths)
     full_bytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    for block in model:
-        fully_shard(block, reshard_after_forward=reshard_after_forward)
+    blocks = [fully_shard(block, reshard_after_forward=reshard_after_forward) for block in model]
     fully_shard(model, reshard_after_forward=reshard_after_forward)
     if prefetch is not None:
-        prefetch(list(model))
+        prefetch(blocks)
     if phases is not None:
         _mark_blocks(model, phases)
     _sgd(model, _shard(x, rank, world_size), _shard(y, rank, world_size), steps, lr, phases, mark_optimizer=True)
-    shard_bytes = sum(p.to_local().numel() * p.element_size() for p in model.parameters())
+    shard_bytes = sum(local_bytes(p) for p in model.parameters())
     if phases is not None:
         phases.begin("gather")
-    params = [p.full_tensor().detach().clone() for p in model.parameters()]
-    return {"params": params, "shard_bytes": shard_bytes, "full_bytes": full_bytes}
+    params = [_whole(p) for p in model.parameters()]
+    return FsdpResult(params=params, shard_bytes=shard_bytes, full_bytes=full_bytes)
 
 
-def fsdp_block_bytes(widths, world_size: int, itemsize: int = 8) -> list:
+def _whole(p: torch.Tensor) -> torch.Tensor:
+    """A copy of an FSDP2 parameter's whole value (``full_tensor()``: every shard gathered)."""
+    assert is_dtensor(p)  # fully_shard made every parameter a DTensor
+    return p.full_tensor().detach().clone()
+
+
+def fsdp_block_bytes(widths: Sequence[int], world_size: int, itemsize: int = 8) -> list[int]:
     """The bytes of each block's all_gather output (= its reduce_scatter input) under FSDP2:
     every parameter's dim 0 padded up to a multiple of ``world_size`` (weight ``(out, in)``,
     bias ``(out,)``), summed per block, times ``itemsize``. A list of int, one per block."""
@@ -203,7 +228,7 @@ def fsdp_block_bytes(widths, world_size: int, itemsize: int = 8) -> list:
     return out
 
 
-def block_of(record, widths, world_size: int) -> int | None:
+def block_of(record: CallRecord, widths: Sequence[int], world_size: int) -> int | None:
     """The block whose parameters an FSDP2 all_gather or reduce_scatter ``record`` moved (found by
     its size, :func:`fsdp_block_bytes`), or ``None`` for another operation or size."""
     if kind(record) not in ("all_gather", "reduce_scatter"):
@@ -212,7 +237,7 @@ def block_of(record, widths, world_size: int) -> int | None:
     return sizes.index(record.nbytes) if sizes.count(record.nbytes) == 1 else None
 
 
-def label(entry, widths, world_size: int) -> str:
+def label(entry: str | CallRecord, widths: Sequence[int], world_size: int) -> str:
     """A short name for an entry of :func:`collnb.labs.parallel.interleave`: a mark stays as it is,
     an FSDP2 collective becomes ``"all_gather 2"`` / ``"reduce_scatter 2"`` (its block), any other
     record its kind."""
@@ -222,7 +247,7 @@ def label(entry, widths, world_size: int) -> str:
     return kind(entry) if block is None else f"{kind(entry)} {block}"
 
 
-def max_difference(params: list, reference: list) -> float:
+def max_difference(params: Sequence[torch.Tensor], reference: Sequence[torch.Tensor]) -> float:
     """The largest absolute difference between two lists of tensors (same shapes), a float.
 
     Raises:
@@ -233,7 +258,7 @@ def max_difference(params: list, reference: list) -> float:
     return max(float((a - b).abs().max()) for a, b in zip(params, reference))
 
 
-def order_text(records, marks, widths, world_size: int) -> str:
+def order_text(records: Sequence[CallRecord], marks: Iterable[Mark], widths: Sequence[int], world_size: int) -> str:
     """One rank's FSDP2 step as text, one line per entry in issue order: ``"▸ forward 1"`` where a
     block's compute starts (a mark), ``"  all_gather      block 1   1.72 KiB"`` for a collective
     (its block found by size, :func:`block_of`). Stops at the ``"gather"`` mark (the whole

@@ -34,17 +34,51 @@ hooks), so the memory each layout saves is measured, not taken from a formula.
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, TypedDict
 
 import torch
 import torch.distributed as dist
+from torch.autograd.function import FunctionCtx
 
 from ...i18n import _
+from .transformer import grad_of
+
+if TYPE_CHECKING:
+    from .accounting import Phases
 
 __all__ = ["MLPBlock", "TensorParallelMLP", "mlp_step", "reference_step", "deviation", "CopyToTensorParallel", "ReduceFromTensorParallel",
            "GatherFromSequenceParallel", "ScatterToSequenceParallel", "ColumnParallelLinearRegather", "copy_to_tensor_parallel", "reduce_from_tensor_parallel",
            "gather_from_sequence_parallel", "scatter_to_sequence_parallel", "saved_activation_bytes",
-           "sequence_shard", "shard_rows", "shard_columns"]
+           "sequence_shard", "shard_rows", "shard_columns", "Group", "StepResult"]
+
+#: A process group (``None``: the default group, every rank).
+Group = dist.ProcessGroup | None
+
+
+class StepResult(TypedDict):
+    """:func:`mlp_step`'s (on a rank) and :func:`reference_step`'s (one process) answer (:func:`mlp_step`'s
+    docstring says what each holds)."""
+
+    out: torch.Tensor
+    x_grad: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    saved_bytes: int
+    held_bytes: int
+
+
+class _GroupCtx(FunctionCtx):
+    """The context of this module's autograd functions: the group their collectives run over (and what
+    ``save_for_backward`` kept, as autograd gives it back)."""
+
+    group: Group
+    saved_tensors: tuple[torch.Tensor, ...]
+
+
+def _applied(function: type[torch.autograd.Function], *args: object) -> torch.Tensor:
+    """``function.apply(*args)``: the tensor its forward returns, recorded for its backward."""
+    out: torch.Tensor = function.apply(*args)  # type: ignore[no-untyped-call]  # torch's Function.apply has none
+    return out
 
 # torch 2.13 names the flat forms all_gather_single / reduce_scatter_single (formerly
 # all_gather_into_tensor / reduce_scatter_tensor); older releases in collnb's range lack them.
@@ -64,7 +98,7 @@ class MLPBlock(torch.nn.Module):
     Input and output: ``(s, h)`` float64 tensors.
     """
 
-    def __init__(self, hidden: int = 8, ffn: int = 32, seed: int = 0):
+    def __init__(self, hidden: int = 8, ffn: int = 32, seed: int = 0) -> None:
         super().__init__()
         state = torch.random.get_rng_state()
         try:
@@ -79,28 +113,25 @@ class MLPBlock(torch.nn.Module):
             torch.random.set_rng_state(state)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
+        out: torch.Tensor = x + self.fc2(torch.nn.functional.gelu(self.fc1(self.norm(x))))
+        return out
 
 
 # ----------------------------------------------------------------------------------------------
 # The conjugate operators (autograd functions around one collective each)
 
 
-def _world(group) -> tuple[int, int]:
-    return dist.get_rank(group), dist.get_world_size(group)
-
-
 class CopyToTensorParallel(torch.autograd.Function):
     """``f``: identity in forward; ``all_reduce`` (SUM) of the gradient in backward. ``apply(x, group)``."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: _GroupCtx, x: torch.Tensor, group: Group) -> torch.Tensor:
         """``x`` unchanged (every rank has it whole)."""
         ctx.group = group
         return x.view_as(x)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: _GroupCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """Each rank has a partial gradient: their sum over ``group``."""
         grad = grad.contiguous()
         dist.all_reduce(grad, group=ctx.group)
@@ -111,27 +142,30 @@ class ReduceFromTensorParallel(torch.autograd.Function):
     """``g``: ``all_reduce`` (SUM) of the partial outputs in forward; identity in backward. ``apply(x, group)``."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: _GroupCtx, x: torch.Tensor, group: Group) -> torch.Tensor:
         """The partial outputs summed over ``group``."""
         x = x.clone()
         dist.all_reduce(x, group=group)
         return x
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: _GroupCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """The gradient unchanged (every rank needs it whole)."""
         return grad, None
 
 
-def _gather_seq(x, group):
-    _, t = _world(group)
+def _gather_seq(x: torch.Tensor, group: Group) -> torch.Tensor:
+    """The sequence shards ``(s/t, ...)`` of ``group``'s ranks joined along dim 0: ``(s, ...)``."""
+    t = dist.get_world_size(group)
     out = torch.empty((t * x.shape[0], *x.shape[1:]), dtype=x.dtype)
     _all_gather_flat(out, x.contiguous(), group=group)
     return out
 
 
-def _scatter_seq(x, group):
-    _, t = _world(group)
+def _scatter_seq(x: torch.Tensor, group: Group) -> torch.Tensor:
+    """This rank's sequence shard ``(s/t, ...)`` of the sum over ``group`` of ``x`` ``(s, ...)``
+    (ValueError when ``s`` does not split over the ``t`` ranks)."""
+    t = dist.get_world_size(group)
     if x.shape[0] % t:
         raise ValueError(_("the sequence ({n} tokens) does not split evenly over {world_size} ranks").format(
             n=x.shape[0], world_size=t))
@@ -145,13 +179,13 @@ class GatherFromSequenceParallel(torch.autograd.Function):
     backward. ``apply(x_shard, group)``: ``(s/t, ...)`` -> ``(s, ...)``."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: _GroupCtx, x: torch.Tensor, group: Group) -> torch.Tensor:
         """The sequence shards joined along dim 0, rank order."""
         ctx.group = group
         return _gather_seq(x, group)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: _GroupCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """This rank's shard of the summed gradient."""
         return _scatter_seq(grad, ctx.group), None
 
@@ -161,13 +195,13 @@ class ScatterToSequenceParallel(torch.autograd.Function):
     the gradient in backward. ``apply(x, group)``: ``(s, ...)`` -> ``(s/t, ...)``."""
 
     @staticmethod
-    def forward(ctx, x, group):
+    def forward(ctx: _GroupCtx, x: torch.Tensor, group: Group) -> torch.Tensor:
         """This rank's sequence shard of the summed partial outputs."""
         ctx.group = group
         return _scatter_seq(x, group)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: _GroupCtx, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
         """The gradient's shards joined along the sequence."""
         return _gather_seq(grad, ctx.group), None
 
@@ -178,14 +212,15 @@ class ColumnParallelLinearRegather(torch.autograd.Function):
     ``apply(x_shard (s/t, h), weight (f/t, h), bias (f/t,), group)`` -> ``(s, f/t)``."""
 
     @staticmethod
-    def forward(ctx, x_shard, weight, bias, group):
+    def forward(ctx: _GroupCtx, x_shard: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor,
+                group: Group) -> torch.Tensor:
         """Gather the sequence, apply this rank's columns; keep only the shard."""
         ctx.group = group
         ctx.save_for_backward(x_shard, weight)
         return torch.nn.functional.linear(_gather_seq(x_shard, group), weight, bias)
 
     @staticmethod
-    def backward(ctx, grad):
+    def backward(ctx: _GroupCtx, grad: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
         """Gather the shard again; weight and bias gradients; reduce-scatter the input's."""
         x_shard, weight = ctx.saved_tensors
         x = _gather_seq(x_shard, ctx.group)                   # the second all_gather
@@ -193,26 +228,26 @@ class ColumnParallelLinearRegather(torch.autograd.Function):
         return grad_x, grad.t() @ x, grad.sum(0), None
 
 
-def copy_to_tensor_parallel(x: torch.Tensor, group=None) -> torch.Tensor:
+def copy_to_tensor_parallel(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Megatron's ``f``: ``x`` unchanged in forward; in backward the gradient is all-reduced (SUM)
     over ``group``. Shapes and dtype of ``x`` are kept. Source: Shoeybi et al. 2019, Fig. 3."""
-    return CopyToTensorParallel.apply(x, group)
+    return _applied(CopyToTensorParallel, x, group)
 
 
-def reduce_from_tensor_parallel(x: torch.Tensor, group=None) -> torch.Tensor:
+def reduce_from_tensor_parallel(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Megatron's ``g``: the partial outputs all-reduced (SUM) over ``group`` in forward; the
     gradient passes unchanged in backward. Shapes and dtype of ``x`` are kept."""
-    return ReduceFromTensorParallel.apply(x, group)
+    return _applied(ReduceFromTensorParallel, x, group)
 
 
-def gather_from_sequence_parallel(x: torch.Tensor, group=None) -> torch.Tensor:
+def gather_from_sequence_parallel(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Sequence parallelism's ``g``: ``(s/t, ...)`` shards -> the ``(s, ...)`` sequence, rank
     order, by one ``all_gather`` in forward; the gradient is reduce-scattered back to the shards.
     Source: Korthikanti et al. 2022, §4.2.2."""
-    return GatherFromSequenceParallel.apply(x, group)
+    return _applied(GatherFromSequenceParallel, x, group)
 
 
-def scatter_to_sequence_parallel(x: torch.Tensor, group=None) -> torch.Tensor:
+def scatter_to_sequence_parallel(x: torch.Tensor, group: Group = None) -> torch.Tensor:
     """Sequence parallelism's ``g``-bar: partial ``(s, ...)`` outputs -> this rank's ``(s/t, ...)``
     shard of their sum, by one ``reduce_scatter`` in forward; the gradient is all-gathered in
     backward.
@@ -220,7 +255,7 @@ def scatter_to_sequence_parallel(x: torch.Tensor, group=None) -> torch.Tensor:
     Raises:
         ValueError: ``s`` is not a multiple of the group's size.
     """
-    return ScatterToSequenceParallel.apply(x, group)
+    return _applied(ScatterToSequenceParallel, x, group)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -288,7 +323,7 @@ class TensorParallelMLP(torch.nn.Module):
     """
 
     def __init__(self, block: MLPBlock, rank: int, world_size: int, *, sequence_parallel: bool = False,
-                 regather: bool = False, group=None):
+                 regather: bool = False, group: Group = None) -> None:
         super().__init__()
         self.sequence_parallel, self.regather, self.group = sequence_parallel, regather, group
         self.norm = torch.nn.LayerNorm(block.norm.normalized_shape, dtype=torch.float64)
@@ -304,7 +339,8 @@ class TensorParallelMLP(torch.nn.Module):
         :meth:`sequence_parallel_mlp`."""
         h = self.norm(x)
         mlp = self.sequence_parallel_mlp if self.sequence_parallel else self.tensor_parallel_mlp
-        return x + mlp(h) + self.fc2_bias
+        out: torch.Tensor = x + mlp(h) + self.fc2_bias
+        return out
 
     def tensor_parallel_mlp(self, h: torch.Tensor) -> torch.Tensor:
         """Tensor parallelism: ``fc2(gelu(fc1(h)))`` without ``fc2``'s bias, ``(s, h)`` -> ``(s, h)``, the
@@ -320,13 +356,13 @@ class TensorParallelMLP(torch.nn.Module):
         reduce_scatter out of ``fc2``."""
         F = torch.nn.functional
         if self.regather:
-            a = ColumnParallelLinearRegather.apply(h, self.fc1_weight, self.fc1_bias, self.group)
+            a = _applied(ColumnParallelLinearRegather, h, self.fc1_weight, self.fc1_bias, self.group)
         else:
             a = F.linear(gather_from_sequence_parallel(h, self.group), self.fc1_weight, self.fc1_bias)
         partial = F.linear(F.gelu(a), self.fc2_weight)
         return scatter_to_sequence_parallel(partial, self.group)
 
-    def replicated(self) -> list:
+    def replicated(self) -> list[torch.nn.Parameter]:
         """The parameters every rank holds whole: the LayerNorm's weight and bias, ``fc2``'s bias."""
         return [self.norm.weight, self.norm.bias, self.fc2_bias]
 
@@ -336,7 +372,7 @@ class TensorParallelMLP(torch.nn.Module):
         values, flattened. Without it, does nothing (their gradients are already whole)."""
         if not self.sequence_parallel:
             return
-        grads = [p.grad for p in self.replicated()]
+        grads = [grad_of(p) for p in self.replicated()]
         flat = torch.cat([g.flatten() for g in grads])
         dist.all_reduce(flat, group=self.group)
         offset = 0
@@ -345,7 +381,8 @@ class TensorParallelMLP(torch.nn.Module):
             offset += g.numel()
 
 
-def saved_activation_bytes(fn: Callable[[], torch.Tensor], exclude=()) -> tuple[torch.Tensor, int]:
+def saved_activation_bytes(fn: Callable[[], torch.Tensor],
+                           exclude: Iterable[torch.Tensor] = ()) -> tuple[torch.Tensor, int]:
     """Run ``fn()`` and measure the bytes autograd keeps for its backward.
 
     Every tensor saved for backward during ``fn()`` passes through
@@ -360,9 +397,9 @@ def saved_activation_bytes(fn: Callable[[], torch.Tensor], exclude=()) -> tuple[
         ``(output, nbytes)``: ``fn``'s result and the bytes (int) of the distinct storages saved.
     """
     skip = {t.untyped_storage().data_ptr() for t in exclude}
-    seen: dict = {}
+    seen: dict[int, int] = {}   # storage address -> its bytes
 
-    def pack(t):
+    def pack(t: torch.Tensor) -> torch.Tensor:
         storage = t.untyped_storage()
         if storage.data_ptr() not in skip:
             seen[storage.data_ptr()] = storage.nbytes()
@@ -377,12 +414,13 @@ def saved_activation_bytes(fn: Callable[[], torch.Tensor], exclude=()) -> tuple[
 # One training step's forward and backward, on a rank and in one process
 
 
-def _grads(named) -> dict:
-    return {name: p.grad.detach().clone() for name, p in named}
+def _grads(named: Iterable[tuple[str, torch.nn.Parameter]]) -> dict[str, torch.Tensor]:
+    """``{name: a detached copy of its gradient}``."""
+    return {name: grad_of(p).detach().clone() for name, p in named}
 
 
 def mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torch.Tensor, *, sequence_parallel: bool = False,
-             regather: bool = False, block: tuple = (8, 32, 0), phases=None) -> dict:
+             regather: bool = False, block: tuple[int, int, int] = (8, 32, 0), phases: Phases | None = None) -> StepResult:
     """On a rank: one forward and backward of :class:`TensorParallelMLP` (a rank function for
     :func:`collnb.launch`).
 
@@ -395,7 +433,7 @@ def mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torch.Tensor
             ``"backward"`` are marked (``"grads"`` before the replicated gradients' all_reduce).
 
     Returns:
-        dict: ``out`` and ``x_grad`` (this rank's ``(s, h)`` or ``(s/t, h)``), ``grads`` (name ->
+        :class:`StepResult`: ``out`` and ``x_grad`` (this rank's ``(s, h)`` or ``(s/t, h)``), ``grads`` (name ->
         gradient of this rank's parameters, see :class:`TensorParallelMLP`), ``saved_bytes`` (what
         autograd kept for backward, :func:`saved_activation_bytes`) and ``held_bytes`` (the block's
         input and output on this rank).
@@ -409,35 +447,36 @@ def mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torch.Tensor
     out, saved = saved_activation_bytes(lambda: model(x_in), exclude=list(model.parameters()))
     if phases is not None:
         phases.begin("backward")
-    out.backward(mine(grad_out))
+    out.backward(mine(grad_out))  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
     if phases is not None and sequence_parallel:
         phases.begin("grads")
     model.reduce_replicated_grads()
     held = (x_in.numel() + out.numel()) * x_in.element_size()
-    return {"out": out.detach(), "x_grad": x_in.grad, "grads": _grads(model.named_parameters()),
-            "saved_bytes": saved, "held_bytes": held}
+    return StepResult(out=out.detach(), x_grad=grad_of(x_in), grads=_grads(model.named_parameters()),
+                      saved_bytes=saved, held_bytes=held)
 
 
-def reference_step(x: torch.Tensor, grad_out: torch.Tensor, block: tuple = (8, 32, 0)) -> dict:
+def reference_step(x: torch.Tensor, grad_out: torch.Tensor, block: tuple[int, int, int] = (8, 32, 0)) -> StepResult:
     """The same step in one process on the whole :class:`MLPBlock`: ``out``, ``x_grad``,
     ``grads`` (``"norm.weight"``, ``"norm.bias"``, ``"fc1.weight"``, ``"fc1.bias"``, ``"fc2.weight"``,
     ``"fc2.bias"``), ``saved_bytes`` and ``held_bytes`` as :func:`mlp_step`."""
     model = MLPBlock(*block)
     x_in = x.detach().clone().requires_grad_()
     out, saved = saved_activation_bytes(lambda: model(x_in), exclude=list(model.parameters()))
-    out.backward(grad_out)
+    out.backward(grad_out)  # type: ignore[no-untyped-call]  # as in mlp_step
     held = (x_in.numel() + out.numel()) * x_in.element_size()
-    return {"out": out.detach(), "x_grad": x_in.grad, "grads": _grads(model.named_parameters()),
-            "saved_bytes": saved, "held_bytes": held}
+    return StepResult(out=out.detach(), x_grad=grad_of(x_in), grads=_grads(model.named_parameters()),
+                      saved_bytes=saved, held_bytes=held)
 
 
 #: Which of the reference's gradients each rank parameter is, and how it was cut.
-_PIECES = {"norm.weight": ("norm.weight", None), "norm.bias": ("norm.bias", None),
+_PIECES: dict[str, tuple[str, Callable[[torch.Tensor, int, int], torch.Tensor] | None]] = {"norm.weight": ("norm.weight", None), "norm.bias": ("norm.bias", None),
            "fc1_weight": ("fc1.weight", shard_rows), "fc1_bias": ("fc1.bias", shard_rows),
            "fc2_weight": ("fc2.weight", shard_columns), "fc2_bias": ("fc2.bias", None)}
 
 
-def deviation(result: dict, reference: dict, rank: int, world_size: int, sequence_parallel: bool = False) -> float:
+def deviation(result: StepResult, reference: StepResult, rank: int, world_size: int,
+              sequence_parallel: bool = False) -> float:
     """The largest absolute difference between rank ``rank``'s :func:`mlp_step` result and the
     matching part of :func:`reference_step`'s: its output and input gradient (its sequence shard
     with ``sequence_parallel``) and every parameter gradient (its rows / columns of the sharded

@@ -14,15 +14,34 @@ reduction to whoever needs the whole value (``full_tensor()``, a gradient-norm c
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypedDict
+
 import torch
 
 from ...i18n import _
-from .tensor import MLPBlock, sequence_shard
+from .memory import is_dtensor
+from .tensor import MLPBlock, StepResult, sequence_shard
+from .transformer import grad_of
 
-__all__ = ["tensor_parallel_plan", "dtensor_mlp_step", "assemble", "dtensor_deviation"]
+if TYPE_CHECKING:
+    from torch.distributed.tensor.parallel import ParallelStyle
+
+    from .accounting import Phases
+
+__all__ = ["tensor_parallel_plan", "dtensor_mlp_step", "assemble", "dtensor_deviation", "DTensorStepResult"]
 
 
-def tensor_parallel_plan(sequence_parallel: bool = False) -> dict:
+class DTensorStepResult(TypedDict):
+    """:func:`dtensor_mlp_step`'s answer on one rank (its docstring says what each holds)."""
+
+    out: torch.Tensor
+    x_grad: torch.Tensor
+    grads: dict[str, torch.Tensor]
+    placements: dict[str, str]
+
+
+def tensor_parallel_plan(sequence_parallel: bool = False) -> dict[str, ParallelStyle]:
     """The ``parallelize_module`` plan of :class:`MLPBlock` (inputs ``(s, h)``, the sequence on dim 0).
 
     Tensor parallel: ``{"fc1": ColwiseParallel(), "fc2": RowwiseParallel()}``. Sequence parallel:
@@ -38,13 +57,14 @@ def tensor_parallel_plan(sequence_parallel: bool = False) -> dict:
             "fc2": RowwiseParallel(output_layouts=Shard(0))}
 
 
-def _placement(p) -> str:
-    placements = getattr(p, "placements", None)
-    return "whole" if placements is None else str(placements[0])
+def _placement(p: torch.Tensor) -> str:
+    """A DTensor's (1-D mesh) placement as DTensor writes it; ``"whole"`` for a plain tensor."""
+    return str(p.placements[0]) if is_dtensor(p) else "whole"
 
 
 def dtensor_mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torch.Tensor, *,
-                     sequence_parallel: bool = False, block: tuple = (8, 32, 0), phases=None) -> dict:
+                     sequence_parallel: bool = False, block: tuple[int, int, int] = (8, 32, 0),
+                     phases: Phases | None = None) -> DTensorStepResult:
     """On a rank: build :class:`MLPBlock`, ``parallelize_module`` it on a 1-D CPU mesh of the world
     with :func:`tensor_parallel_plan`, and run one forward and backward.
 
@@ -56,7 +76,7 @@ def dtensor_mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torc
             ``parallelize_module`` issued, then ``"forward"`` and ``"backward"`` are marked.
 
     Returns:
-        dict: ``out``, ``x_grad`` (plain tensors, this rank's), ``grads`` (name -> this rank's local
+        :class:`DTensorStepResult`: ``out``, ``x_grad`` (plain tensors, this rank's), ``grads`` (name -> this rank's local
         gradient: ``to_local()`` of a DTensor) and ``placements`` (name -> the gradient's placement as
         DTensor writes it, ``"S(0)"``, ``"R"``, ``"P(sum)"``, or ``"whole"`` for a plain tensor).
     """
@@ -65,7 +85,8 @@ def dtensor_mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torc
 
     mesh = init_device_mesh("cpu", (world_size,))
     model = parallelize_module(MLPBlock(*block), mesh, tensor_parallel_plan(sequence_parallel))
-    mine = (lambda t: sequence_shard(t, rank, world_size)) if sequence_parallel else (lambda t: t)
+    mine: Callable[[torch.Tensor], torch.Tensor] = (
+        (lambda t: sequence_shard(t, rank, world_size)) if sequence_parallel else (lambda t: t))
     x_in = mine(x).detach().clone().requires_grad_()
     if phases is not None:
         phases.begin("forward")
@@ -75,12 +96,13 @@ def dtensor_mlp_step(rank: int, world_size: int, x: torch.Tensor, grad_out: torc
     out.backward(mine(grad_out))
     grads, placements = {}, {}
     for name, p in model.named_parameters():
-        placements[name] = _placement(p.grad)
-        grads[name] = p.grad.to_local() if hasattr(p.grad, "to_local") else p.grad
-    return {"out": out.detach(), "x_grad": x_in.grad, "grads": grads, "placements": placements}
+        grad = grad_of(p)
+        placements[name] = _placement(grad)
+        grads[name] = grad.to_local() if is_dtensor(grad) else grad
+    return DTensorStepResult(out=out.detach(), x_grad=grad_of(x_in), grads=grads, placements=placements)
 
 
-def assemble(pieces: list, placement: str) -> torch.Tensor:
+def assemble(pieces: Sequence[torch.Tensor], placement: str) -> torch.Tensor:
     """The whole tensor from every rank's local piece, as a DTensor placement says (DTensor's short
     names, ``str(placement)``, or its long ones): ``"S(d)"`` concatenates along ``d`` in rank order,
     ``"P(sum)"`` adds, ``"R"`` and ``"whole"`` (a plain tensor) take rank 0's after checking that
@@ -93,9 +115,9 @@ def assemble(pieces: list, placement: str) -> torch.Tensor:
 
     shard = re.fullmatch(r"(?:S\(|Shard\(dim=)(\d+)\)", placement)
     if shard:
-        return torch.cat(pieces, int(shard.group(1)))
+        return torch.cat(list(pieces), int(shard.group(1)))
     if placement in ("P(sum)", "Partial(sum)"):
-        return torch.stack(pieces).sum(0)
+        return torch.stack(list(pieces)).sum(0)
     if placement in ("R", "Replicate()", "whole"):
         if any(not torch.equal(p, pieces[0]) for p in pieces):
             raise ValueError(_("a {placement} tensor differs between ranks").format(placement=placement))
@@ -103,11 +125,13 @@ def assemble(pieces: list, placement: str) -> torch.Tensor:
     raise ValueError(_("unknown placement {value}").format(value=repr(placement)))
 
 
-def dtensor_deviation(results: list, reference: dict, sequence_parallel: bool = False) -> float:
+def dtensor_deviation(results: Sequence[DTensorStepResult], reference: StepResult,
+                      sequence_parallel: bool = False) -> float:
     """The largest absolute difference between the whole output, input gradient and parameter
     gradients assembled from every rank's :func:`dtensor_mlp_step` result (:func:`assemble`) and
     :func:`collnb.labs.parallel.reference_step`'s. A float (~1e-16 in float64 when equal)."""
-    join = (lambda ts: torch.cat(ts)) if sequence_parallel else (lambda ts: assemble(ts, "whole"))
+    join: Callable[[list[torch.Tensor]], torch.Tensor] = (
+        (lambda ts: torch.cat(ts)) if sequence_parallel else (lambda ts: assemble(ts, "whole")))
     worst = max(float((join([r["out"] for r in results]) - reference["out"]).abs().max()),
                 float((join([r["x_grad"] for r in results]) - reference["x_grad"]).abs().max()))
     for name, placement in results[0]["placements"].items():

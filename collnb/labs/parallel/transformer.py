@@ -29,8 +29,9 @@ Everything is float64 and seeded, so a composition's gradients equal one process
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import TypeAlias, TypedDict
 
 import torch
 
@@ -38,9 +39,22 @@ from ...i18n import _
 from .experts import capacity_slots, expert_capacity
 
 __all__ = ["TransformerConfig", "Attention", "MLP", "MoE", "Block", "TinyTransformer", "causal_attention",
-           "make_batch", "loss_fn", "reference_train", "moe_dispatch", "expert_forward"]
+           "make_batch", "loss_fn", "reference_train", "moe_dispatch", "expert_forward", "AttentionCore", "Trained", "grad_of",
+           "gradient"]
 
 _F = torch.nn.functional
+
+#: ``core(q, k, v, causal) -> out``: an attention core on ``(b, s, heads, d)`` tensors (:attr:`Attention.core`).
+AttentionCore: TypeAlias = Callable[[torch.Tensor, torch.Tensor, torch.Tensor, bool], torch.Tensor]
+
+
+class Trained(TypedDict):
+    """One process's training run (:func:`reference_train`): ``losses`` (one float per step), ``grads`` (parameter name -> the last step's gradient, before its
+    optimizer step), ``params`` (name -> the parameter after the last step)."""
+
+    losses: list[float]
+    grads: dict[str, torch.Tensor]
+    params: dict[str, torch.Tensor]
 
 
 @dataclass(frozen=True)
@@ -69,7 +83,7 @@ class TransformerConfig:
     causal: bool = True
     seed: int = 0
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if min(self.hidden, self.heads, self.ffn, self.blocks) < 1 or self.experts < 0:
             raise ValueError(_("the model's sizes must be >= 1 (experts >= 0); got {config}").format(config=self))
         if self.hidden % self.heads:
@@ -113,12 +127,13 @@ class Attention(torch.nn.Module):
         h = config.hidden
         self.head_dim, self.causal = config.head_dim, config.causal
         self.wq, self.wk, self.wv, self.wo = (torch.nn.Linear(h, h, bias=False, dtype=torch.float64) for _i in range(4))
-        self.core: Callable = causal_attention
+        self.core: AttentionCore = causal_attention
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _h = x.shape
         q, k, v = (w(x).view(b, s, -1, self.head_dim) for w in (self.wq, self.wk, self.wv))
-        return self.wo(self.core(q, k, v, self.causal).reshape(b, s, -1))
+        out: torch.Tensor = self.wo(self.core(q, k, v, self.causal).reshape(b, s, -1))
+        return out
 
 
 class MLP(torch.nn.Module):
@@ -130,7 +145,8 @@ class MLP(torch.nn.Module):
         self.w2 = torch.nn.Linear(config.ffn, config.hidden, bias=False, dtype=torch.float64)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(_F.gelu(self.w1(x)))
+        out: torch.Tensor = self.w2(_F.gelu(self.w1(x)))
+        return out
 
 
 def expert_forward(w1: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -145,7 +161,8 @@ def expert_forward(w1: torch.Tensor, w2: torch.Tensor, x: torch.Tensor) -> torch
     return torch.bmm(_F.gelu(torch.bmm(x, w1)), w2)
 
 
-def moe_dispatch(tokens: torch.Tensor, router: torch.nn.Linear, experts: int, capacity: int) -> tuple:
+def moe_dispatch(tokens: torch.Tensor, router: torch.nn.Linear, experts: int,
+                 capacity: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Route one group's tokens (top-1) and pack them into fixed per-expert buffers.
 
     Args:
@@ -219,11 +236,24 @@ class Block(torch.nn.Module):
         self.attention_norm = torch.nn.LayerNorm(h, dtype=torch.float64)
         self.attention = Attention(config)
         self.ffn_norm = torch.nn.LayerNorm(h, dtype=torch.float64)
-        self.feed_forward = MoE(config) if config.experts else MLP(config)
+        # an MLP or an MoE; expert parallelism puts its own module here (.composed.ExpertParallelMoE)
+        self.feed_forward: torch.nn.Module = MoE(config) if config.experts else MLP(config)
+
+    def moe(self) -> MoE:
+        """The block's :class:`MoE` (``experts > 0``).
+
+        Raises:
+            TypeError: the block's feed-forward is not one (a dense MLP, or already replaced).
+        """
+        if not isinstance(self.feed_forward, MoE):
+            raise TypeError(_("this block's feed-forward is a {kind}, not a mixture of experts (config.experts = 0?)").format(
+                kind=type(self.feed_forward).__name__))
+        return self.feed_forward
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attention(self.attention_norm(x))
-        return x + self.feed_forward(self.ffn_norm(x))
+        out: torch.Tensor = x + self.feed_forward(self.ffn_norm(x))
+        return out
 
 
 class TinyTransformer(torch.nn.Module):
@@ -251,6 +281,10 @@ class TinyTransformer(torch.nn.Module):
         finally:
             torch.random.set_rng_state(state)
 
+    def blocks(self) -> list[Block]:
+        """The blocks this model (or pipeline stage) holds, in order (FSDP2 and TP keep them Blocks)."""
+        return [block for block in self.layers.values() if isinstance(block, Block)]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.layers.values():
             x = block(x)
@@ -261,7 +295,7 @@ class TinyTransformer(torch.nn.Module):
         return x
 
 
-def make_batch(config: TransformerConfig, batch: int, seq_len: int, seed: int = 1) -> tuple:
+def make_batch(config: TransformerConfig, batch: int, seq_len: int, seed: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     """``(x, y)``: inputs and targets, each ``(batch, seq_len, hidden)`` float64, from
     ``torch.Generator().manual_seed(seed)``."""
     gen = torch.Generator().manual_seed(seed)
@@ -276,7 +310,7 @@ def loss_fn(out: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
 
 
 def reference_train(config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *, steps: int = 2, lr: float = 1e-2,
-                    groups: int = 1) -> dict:
+                    groups: int = 1) -> Trained:
     """One process: :class:`TinyTransformer` trained ``steps`` steps with ``torch.optim.AdamW``
     (``lr``, ``weight_decay=0``) on the whole batch.
 
@@ -284,20 +318,38 @@ def reference_train(config: TransformerConfig, x: torch.Tensor, y: torch.Tensor,
         groups: the MoE's capacity groups (:attr:`MoE.groups`): the data-parallel ranks' count.
 
     Returns:
-        dict: ``losses`` (one float per step), ``grads`` (name -> the last step's gradient, before
-        its optimizer step), ``params`` (name -> the parameters after the last step).
+        :class:`Trained`: ``losses`` (one float per step), ``grads`` (name -> the last step's gradient,
+        before its optimizer step), ``params`` (name -> the parameters after the last step).
     """
     model = TinyTransformer(config)
     for module in model.modules():
         if isinstance(module, MoE):
             module.groups = groups
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
-    losses, grads = [], {}
+    losses: list[float] = []
+    grads: dict[str, torch.Tensor] = {}
     for _step in range(steps):
         opt.zero_grad()
         loss = loss_fn(model(x), y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
         losses.append(loss.item())
-        grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
+        grads = {n: gradient(p) for n, p in model.named_parameters()}
         opt.step()
-    return {"losses": losses, "grads": grads, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+    return Trained(losses=losses, grads=grads, params={n: p.detach().clone() for n, p in model.named_parameters()})
+
+
+def grad_of(t: torch.Tensor) -> torch.Tensor:
+    """``t.grad`` itself (a parameter's, or a stage's input's).
+
+    Raises:
+        RuntimeError: ``t`` has none (no backward reached it), saying so.
+    """
+    if t.grad is None:
+        raise RuntimeError(_("a tensor of shape {shape} has no gradient: no backward reached it").format(
+            shape=tuple(t.shape)))
+    return t.grad
+
+
+def gradient(p: torch.Tensor) -> torch.Tensor:
+    """A copy of ``p``'s gradient, detached (RuntimeError as :func:`grad_of` when it has none)."""
+    return grad_of(p).detach().clone()
