@@ -14,7 +14,7 @@
 #                 README's module table (tools/layout.py: each module's docstring's first sentence)
 #   make i18n     the translation catalogues (tools/catalogues.py, Babel): new messages added to
 #                 collnb/locale/*/LC_MESSAGES/collnb-*.po, the .mo compiled; fails on a missing translation
-#   make lint     ruff on the code, tests, tools and benchmarks; mypy --strict on the fully typed modules
+#   make lint     ruff on the code, tests, tools and benchmarks; mypy --strict on the package
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
