@@ -3,7 +3,7 @@ pinned torch (2.13.0) really writes, produced on real gloo ranks here: a changed
 these tests instead of silently changing whom a RankError blames.
 
 Structured sources come first where torch has them (the Flight Recorder's entries,
-``collnb.ranks.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
+``collnb.ranks.instrument.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
 text: the DETAIL check's collective fingerprints and "differ in" line (``failures._mismatch``), the
 timeout and closed-connection wordings (``timeouts.text_hint``) and torch's communication-error markers
 (``tracebacks.is_comm_error``).
@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import failures
-from collnb.ranks.failures import Event
-from collnb.ranks.timeouts import text_hint
-from collnb.ranks.tracebacks import is_comm_error
+from collnb.ranks.explain import failures
+from collnb.ranks.explain.failures import Event
+from collnb.ranks.instrument.timeouts import text_hint
+from collnb.ranks.explain.tracebacks import is_comm_error
 
 pytestmark = pytest.mark.skipif(torch.__version__.split("+")[0] != "2.13.0",
                                 reason="the texts are those of the pinned torch 2.13.0")

@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher, processes
+from collnb.ranks import launcher
+from collnb.ranks.local import processes
 from conftest import live_children, pool_dirs
 
 
@@ -231,7 +232,7 @@ def test_collnbs_own_calls_leave_every_probe_as_fresh_and_are_not_cleaned_up_aft
     """collnb's own rank code (run, run_algorithm, bench) changes nothing, so the ranks skip putting
     themselves back after it (a warm slider move costs nothing more); every probe above agrees."""
     from collnb import bench
-    from collnb.ranks.rank_state import collnb_only
+    from collnb.ranks.fresh.rank_state import collnb_only
     from collnb.collectives.rank_calls import rank_cases
     from collnb.labs.exercises.framework import _run_recorded
     assert collnb_only(rank_cases, ([{"primitive": "all_reduce"}], "gloo"))
@@ -269,7 +270,7 @@ def test_output_without_a_newline_keeps_the_launchers_memory_bounded(tmp_path):
     grows by a small fraction of the bytes written; it held them whole before: 276 MB -> 2.3 GB for
     512 MiB) and the cell shows SHOWN_BYTES of it (4 MiB), then one line saying how much was cut, so
     the kernel and the notebook do not grow by 128 MiB either."""
-    from collnb.ranks.output import PIECE_BYTES, SHOWN_BYTES
+    from collnb.ranks.local.output import PIECE_BYTES, SHOWN_BYTES
 
     mib = 128
     out = tmp_path / "out.txt"
@@ -291,7 +292,7 @@ def test_output_without_a_newline_keeps_the_launchers_memory_bounded(tmp_path):
 
 
 def test_a_long_output_is_cut_per_call_and_the_next_call_shows_again(capfd):
-    from collnb.ranks.output import SHOWN_BYTES
+    from collnb.ranks.local.output import SHOWN_BYTES
 
     def writer(rank, world_size, lines):
         for i in range(lines):
@@ -587,7 +588,7 @@ def test_the_sweep_trusts_the_lock_not_the_pid_in_the_name(tmp_path):
         assert young.exists() and not old.exists()
         # a pool of this process is alive by its lock: another process's sweep leaves it
         pool_dir = processes.make_pool_dir()
-        sweep = subprocess.run([sys.executable, "-c", "from collnb.ranks import processes; "
+        sweep = subprocess.run([sys.executable, "-c", "from collnb.ranks.local import processes; "
                                                       "processes.sweep_stale_dirs()"],
                                env=dict(os.environ, TMPDIR=str(root)), capture_output=True, text=True, timeout=120)
         assert sweep.returncode == 0, sweep.stderr

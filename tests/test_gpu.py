@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher, remote
+from collnb.ranks import launcher
+from collnb.ranks.remote import connection as remote
 import collnb.collectives as P
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0

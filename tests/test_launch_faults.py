@@ -467,7 +467,7 @@ def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
     (b"Traceback (most recent call last):", False),
 ])
 def test_which_lines_count_as_the_backends_log(line, held):
-    from collnb.ranks.output import _CPP_LOG
+    from collnb.ranks.local.output import _CPP_LOG
     assert (_CPP_LOG.match(line) is not None) == held
 
 

@@ -786,7 +786,7 @@ def test_a_long_line_without_newline_is_captured_in_linear_time(capfd):
     """40 MB through one line costs about ten times 4 MB (quadratic copying would cost ~100 times);
     a ratio of two runs on the same warm ranks, so a loaded machine slows both alike. (The cell shows
     SHOWN_BYTES of the 40 MB; the relay reads them all.)"""
-    from collnb.ranks.output import PIECE_BYTES, SHOWN_BYTES
+    from collnb.ranks.local.output import PIECE_BYTES, SHOWN_BYTES
 
     seconds = {}
     for updates in (400, 4000, 400):  # 4 MB, 40 MB, 4 MB again: the faster 4 MB run is the base

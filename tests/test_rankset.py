@@ -1,6 +1,6 @@
 """The rank-set interface (collnb.ranks.rankset): the launcher's explicit choice of local ranks or
 engines, the per-rank event stream both yield, and the parts of the local pool's wait
-(collnb.ranks.answers), each on its own."""
+(collnb.ranks.local.answers), each on its own."""
 
 import multiprocessing as mp
 import os
@@ -9,12 +9,14 @@ import time
 import pytest
 
 import collnb
-from collnb.ranks import answers, launcher, remote
-from collnb.ranks.failures import event_of
-from collnb.ranks.output import OutputRelay
+from collnb.ranks import launcher
+from collnb.ranks.local import answers
+from collnb.ranks.remote import connection as remote
+from collnb.ranks.explain.failures import event_of
+from collnb.ranks.local.output import OutputRelay
 from collnb.ranks.protocol import Failed, Ready, Result, TimeoutReport, send
 from collnb.ranks.rankset import EventKind, LaunchRequest, RankExit, RankFailure, RankOutput, RankResult
-from collnb.ranks.tracebacks import named_cells
+from collnb.ranks.explain.tracebacks import named_cells
 
 
 def _fn(rank, world_size, *args):
@@ -245,7 +247,7 @@ def _payload(value):
 
 def test_conclude_reads_the_answers_into_results_or_the_error():
     from collnb.ranks.errors import LaunchTimeout, RankError
-    from collnb.ranks.failures import conclude
+    from collnb.ranks.explain.failures import conclude
     ok = {1: RankResult(1, 2.0, _payload([2, 3])), 0: RankResult(0, 1.0, _payload("zero"))}
     assert conclude([0, 1], ok, 5.0, "run", {}) == ["zero", [2, 3]]  # rank order, whatever the arrival order
     ready = {0: RankResult(0, 1.0, seconds=0.1), 1: RankResult(1, 1.0, seconds=0.2)}

@@ -15,7 +15,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher, remote
+from collnb.ranks import launcher
+from collnb.ranks.remote import connection as remote
 
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (pip install 'collnb[cluster]')")
 

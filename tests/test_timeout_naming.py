@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks.failures import Event, failed_event, root_cause
-from collnb.ranks.timeouts import text_hint, which_timeout
+from collnb.ranks.explain.failures import Event, failed_event, root_cause
+from collnb.ranks.instrument.timeouts import text_hint, which_timeout
 from collnb.ranks.protocol import Failed, TimeoutReport
 
 DATA = Path(__file__).resolve().parent / "data" / "gloo_timeouts.json"
@@ -464,7 +464,7 @@ def test_the_report_travels_in_failed_and_the_launcher_reads_the_text_only_witho
 
 def test_the_wrappers_name_a_timeout_from_the_call_they_measured(monkeypatch):
     import inspect
-    from collnb.ranks import _dist_hooks as hooks
+    from collnb.ranks.instrument import _dist_hooks as hooks
     # waits far from each timeout's edges: a stalled test process cannot move them across
     monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     sig = inspect.signature(hooks._originals.get("all_reduce", dist.all_reduce))
@@ -491,7 +491,7 @@ def test_the_wrappers_name_a_timeout_from_the_call_they_measured(monkeypatch):
 
 def test_a_works_wait_names_the_timeout_it_raises_for(monkeypatch):
     import inspect
-    from collnb.ranks import _dist_hooks as hooks
+    from collnb.ranks.instrument import _dist_hooks as hooks
     monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     waited = 0.2
 
@@ -510,7 +510,7 @@ def test_a_works_wait_names_the_timeout_it_raises_for(monkeypatch):
 
 
 def test_an_error_no_wrapper_saw_is_bounded_by_the_time_since_the_call_began(monkeypatch):
-    from collnb.ranks import _dist_hooks as hooks
+    from collnb.ranks.instrument import _dist_hooks as hooks
     monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     monkeypatch.setitem(hooks._state, "since", time.monotonic() - 0.3)
     exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 30000 ms")

@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb.collectives import rank_calls
-from collnb.ranks.rank import same_on_every_rank
+from collnb.ranks import same_on_every_rank
 
 
 def _backend_of_default_group(rank, world_size, *rest):

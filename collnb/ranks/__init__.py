@@ -26,17 +26,17 @@ Other layers import from this package only, never from its modules. Inside it:
 """
 
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
-from .recording import CallRecord, CallRecords
-from .recording import active as active_recorder
-from .timeline import Span, Timeline, region
+from .instrument.recording import CallRecord, CallRecords
+from .instrument.recording import active as active_recorder
+from .instrument.timeline import Span, Timeline, region
 from ._torch_internals import distributed_c10d, flight_recorder_dump, forget_logged_once
-from .flight_recorder import Divergence, divergence, entries_from_json
+from .instrument.flight_recorder import Divergence, divergence, entries_from_json
 from .errors import LaunchError, LaunchTimeout, RankError
 from .launcher import LaunchOptions, backend_info, check_launch_options, check_ranks, launch, shutdown
 from .rankset import BackendFacts
-from .pool import LaunchResults, RankPool
-from .rank import keep_groups, kept_groups, same_on_every_rank
-from .remote import connect, disconnect
+from .local.pool import LaunchResults, RankPool
+from .local.rank import keep_groups, kept_groups, same_on_every_rank
+from .remote.connection import connect, disconnect
 from .serialization import dumps, loads
 from .serialization import iter_functions
 

@@ -66,9 +66,9 @@ import torch
 
 from ..i18n import _
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_size
-from .backends import local_backend_info
-from .pool import RankPool
-from .rank import current_rank
+from .local.backends import local_backend_info
+from .local.pool import RankPool
+from .local.rank import current_rank
 from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod, Where
 
 __all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",

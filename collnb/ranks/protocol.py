@@ -31,7 +31,7 @@ from multiprocessing.connection import Connection
 from typing import TYPE_CHECKING, Any, Union, cast
 
 if TYPE_CHECKING:  # the rank side's records; importing them here would import torch
-    from .recording import CallRecords
+    from .instrument.recording import CallRecords
 
 __all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Settled", "Failed", "TimeoutReport", "Message",
            "Frame", "encode", "send", "receive"]

@@ -21,7 +21,7 @@ from typing import Any, Callable, ClassVar, Literal, Protocol, Union
 
 from ..vocabulary import Backend
 from .protocol import Failed
-from .recording import CallRecords
+from .instrument.recording import CallRecords
 
 __all__ = ["EventKind", "LaunchRequest", "RankOutput", "RankResult", "RankFailure", "RankExit", "RankEvent",
            "RankSet", "BackendFacts", "StartMethod", "Where"]

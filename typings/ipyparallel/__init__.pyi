@@ -1,4 +1,4 @@
-# Types for the parts of ipyparallel 9.2 that collnb.ranks.remote uses (ipyparallel ships none): the
+# Types for the parts of ipyparallel 9.2 that collnb.ranks.remote.connection uses (ipyparallel ships none): the
 # signatures of ipyparallel/client/client.py (Client), client/view.py (DirectView),
 # client/asyncresult.py (AsyncResult) and cluster/cluster.py (Cluster, whose *_sync methods
 # ipyparallel's AsyncFirst makes from its async ones).

@@ -51,7 +51,7 @@ try:
     out = ("ok", fn(rank, world_size, *args))
     dist.barrier()
 except BaseException as e:
-    from collnb.ranks.tracebacks import is_comm_error
+    from collnb.ranks.explain.tracebacks import is_comm_error
     # (kind, type, traceback, when it failed, a consequence of another rank's failure?)
     out = ("error", type(e).__name__, traceback.format_exc(), time.time(), is_comm_error(e))
 try:
@@ -289,7 +289,7 @@ class VirtualCluster:
     def _first_failure(self, procs: list[subprocess.Popen], work: str) -> tuple[int, str]:
         """(rank, traceback) of the rank to blame: the earliest error of a rank's own code (not a
         communication error such as gloo's "Connection closed by peer", which only follows another
-        rank's failure; :func:`collnb.ranks.tracebacks.is_comm_error` decides), else the first rank
+        rank's failure; :func:`collnb.ranks.explain.tracebacks.is_comm_error` decides), else the first rank
         that died without a result (its stderr's end), else the earliest communication error."""
         own, comm = [], []
         for r in range(len(procs)):

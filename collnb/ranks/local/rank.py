@@ -32,19 +32,19 @@ from typing import TYPE_CHECKING, Any, NoReturn, NotRequired, TypedDict, TypeVar
 import torch
 import torch.distributed as dist
 
-from ..i18n import set_language
-from ..vocabulary import Backend
-from . import _dist_hooks, recording, timeline
-from . import _torch_internals as internals
-from .flight_recorder import entries_from_json
+from ...i18n import set_language
+from ...vocabulary import Backend
+from ..instrument import _dist_hooks, recording, timeline
+from .. import _torch_internals as internals
+from ..instrument.flight_recorder import entries_from_json
 from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
-from .protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
-from .rank_state import RankState, Watch, collnb_only
-from .serialization import Unsendable, dumps, loads, restore_files, to_cpu
-from .tracebacks import frames_of, is_comm_error
+from ..protocol import Failed, InitGroup, NewGroup, Ready, Result, Run, Settled, receive, send
+from ..fresh.rank_state import RankState, Watch, collnb_only
+from ..serialization import Unsendable, dumps, loads, restore_files, to_cpu
+from ..explain.tracebacks import frames_of, is_comm_error
 
 if TYPE_CHECKING:  # types only: rank.py does not import the rank-set layer
-    from .rankset import StartMethod
+    from ..rankset import StartMethod
 
 __all__ = ["rank_main", "restore_environment", "current_rank", "resolve_rank_names", "keep_groups", "kept_groups",
            "same_on_every_rank", "runs_unchecked"]

@@ -20,14 +20,14 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, Union
 
-from ..i18n import N_, _
-from .errors import LaunchTimeout, RankError
-from .flight_recorder import Divergence, divergence
-from .protocol import Failed, Frame, TimeoutReport
-from .rankset import RankEvent, RankExit, RankFailure, RankResult
-from .recording import CallRecords
-from .serialization import loads
-from .timeouts import collective_timeout_name, which_timeout
+from ...i18n import N_, _
+from ..errors import LaunchTimeout, RankError
+from ..instrument.flight_recorder import Divergence, divergence
+from ..protocol import Failed, Frame, TimeoutReport
+from ..rankset import RankEvent, RankExit, RankFailure, RankResult
+from ..instrument.recording import CallRecords
+from ..serialization import loads
+from ..instrument.timeouts import collective_timeout_name, which_timeout
 from .tracebacks import format_frames, where
 
 __all__ = ["Event", "Witness", "conclude", "event_of", "call_error", "root_cause", "outcomes_of", "outcome_text",

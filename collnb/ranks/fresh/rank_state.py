@@ -90,7 +90,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import torch
 import torch.distributed as dist
 
-from . import _torch_internals as internals
+from .. import _torch_internals as internals
 from .state_probes import VERSION_VIEW, Namespace, file_id, numpy_state, rng_mark
 
 if TYPE_CHECKING:
@@ -108,7 +108,7 @@ WATCHED_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.nn.init", 
                    "socket", "math", "random", "functools")
 _WATCHED_CLASSES = (("torch.Tensor", torch.Tensor), ("torch.nn.Module", torch.nn.Module))
 
-_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (
     sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p}))
 _UNREADABLE = object()  # a setting whose getter raised (torch refuses to read a mixed matmul precision)

@@ -47,7 +47,7 @@ from typing import Any, Final, Literal, ParamSpec, Protocol, TypeAlias, TypedDic
 import torch
 import torch.distributed as dist
 
-from ._torch_internals import DefaultTimeout, distributed_c10d, has_internal_overlap, patch_default_timeout
+from .._torch_internals import DefaultTimeout, distributed_c10d, has_internal_overlap, patch_default_timeout
 from .timeouts import Candidate, collective_timeout_name, which_timeout
 
 __all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT", "completion_observers"]

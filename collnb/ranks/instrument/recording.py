@@ -55,8 +55,8 @@ from typing import Any, Iterable, Literal, Protocol, Sequence, cast
 import torch
 import torch.distributed as dist
 
-from . import _torch_internals as internals
-from ._torch_internals import OpOverload, OpOverloadPacket, TorchDispatchMode
+from .. import _torch_internals as internals
+from .._torch_internals import OpOverload, OpOverloadPacket, TorchDispatchMode
 
 __all__ = ["CallRecord", "CallRecords", "Issue", "Recorder", "start", "stop", "active", "SOURCES", "Source"]
 

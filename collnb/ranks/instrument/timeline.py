@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
 from . import _dist_hooks
 
 if TYPE_CHECKING:
-    from ._torch_internals import OpOverload
+    from .._torch_internals import OpOverload
 
     from .recording import Issue, Recorder
 

@@ -11,8 +11,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..i18n import _
-from ..vocabulary import MAX_WORLD_SIZE, check_backend
+from ...i18n import _
+from ...vocabulary import MAX_WORLD_SIZE, check_backend
 
 __all__ = ["local_backend_info"]
 

@@ -18,7 +18,7 @@ import math
 import re
 from typing import Sequence, Union
 
-from .protocol import TimeoutReport
+from ..protocol import TimeoutReport
 
 __all__ = ["Candidate", "which_timeout", "text_hint", "timeout_name", "collective_timeout_name"]
 

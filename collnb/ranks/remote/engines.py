@@ -27,12 +27,12 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from . import _torch_internals as internals
-from .protocol import Failed, Result
-from .rank import restore_environment
-from .rank_state import RankState
-from .serialization import dumps, loads, restore_files, to_cpu
-from .tracebacks import frames_of, is_comm_error
+from .. import _torch_internals as internals
+from ..protocol import Failed, Result
+from ..local.rank import restore_environment
+from ..fresh.rank_state import RankState
+from ..serialization import dumps, loads, restore_files, to_cpu
+from ..explain.tracebacks import frames_of, is_comm_error
 
 __all__ = ["EngineInfo", "engine_info", "engine_setup", "engine_teardown", "engine_listen", "engine_init", "engine_group",
            "engine_run"]

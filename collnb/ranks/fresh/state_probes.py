@@ -32,7 +32,7 @@ import torch
 
 __all__ = ["Namespace", "file_id", "rng_mark", "numpy_state", "VERSION_VIEW", "MISSING"]
 
-_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _OWN_DIRS = (_COLLNB_DIR, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
 #: A key a namespace does not hold.
 MISSING = object()

@@ -22,22 +22,22 @@ from typing import Any, Literal, cast, overload
 import psutil
 import torch.multiprocessing as tmp
 
-from ..i18n import _, get_language
-from ..vocabulary import MAX_WORLD_SIZE, Backend
+from ...i18n import _, get_language
+from ...vocabulary import MAX_WORLD_SIZE, Backend
 from .backends import local_backend_info
 from .answers import RankProcess, gather
-from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Stacks, conclude, death_text
+from ..errors import LaunchError, LaunchTimeout, RankError
+from ..explain.failures import Stacks, conclude, death_text
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
-from .protocol import InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
+from ..protocol import InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
 from .rank import RankConfig, rank_main, resolve_rank_names, runs_unchecked
-from .rank_state import Watch
-from .recording import CallRecord, CallRecords
-from .timeline import Timeline
-from .serialization import Unsendable, code_files, dumps
-from .rankset import RankResult, StartMethod
-from .tracebacks import named_cells, parse_stack
+from ..fresh.rank_state import Watch
+from ..instrument.recording import CallRecord, CallRecords
+from ..instrument.timeline import Timeline
+from ..serialization import Unsendable, code_files, dumps
+from ..rankset import RankResult, StartMethod
+from ..explain.tracebacks import named_cells, parse_stack
 
 __all__ = ["RankPool", "LaunchResults"]
 

@@ -21,8 +21,8 @@ from multiprocessing.connection import Connection, wait as _mp_wait
 from typing import Literal, Protocol, Sequence, cast
 
 from .output import OutputRelay
-from .protocol import Failed, Ready, Result, receive
-from .rankset import RankEvent, RankExit, RankFailure, RankResult
+from ..protocol import Failed, Ready, Result, receive
+from ..rankset import RankEvent, RankExit, RankFailure, RankResult
 
 __all__ = ["RankProcess", "Waitable", "LAST_WORDS", "LOST_GRACE", "GRACE", "DYING_S", "Answers", "gather", "waitables", "exited",
            "answer_event", "lost", "wait_limit", "group_verdict", "GroupVerdict"]

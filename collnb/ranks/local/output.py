@@ -31,7 +31,7 @@ from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection, wait as _mp_wait
 from typing import Protocol, cast
 
-from ..i18n import _
+from ...i18n import _
 
 __all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS", "SHOWN_BYTES"]
 

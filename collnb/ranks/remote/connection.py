@@ -62,16 +62,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Se
 
 import torch
 
-from ..i18n import _
-from ..vocabulary import MAX_WORLD_SIZE, check_backend
-from . import launcher as _launcher
+from ...i18n import _
+from ...vocabulary import MAX_WORLD_SIZE, check_backend
+from .. import launcher as _launcher
 from .engines import (EngineInfo, engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
                       engine_teardown)
-from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, Stacks, event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
-from .protocol import Result
-from .rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult, Where
-from .serialization import code_files, dumps
+from ..errors import LaunchError, LaunchTimeout, RankError
+from ..explain.failures import Event, Stacks, event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
+from ..protocol import Result
+from ..rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult, Where
+from ..serialization import code_files, dumps
 
 if TYPE_CHECKING:
     from ipyparallel import AsyncResult, Client, Cluster
