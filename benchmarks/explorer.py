@@ -229,8 +229,8 @@ def learner_call_ratio(blocks=8, calls=20):
 
 def pss_of_pool():
     import psutil
-    from collnb.ranks import launcher
-    pool = launcher.warm_pool()
+    from collnb.ranks import warm_pool
+    pool = warm_pool()
     pids = pool.pids()[:WORLD_SIZE]
     return sum(psutil.Process(p).memory_full_info().pss for p in pids) / 2 ** 20, len(pids)
 

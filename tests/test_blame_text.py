@@ -19,7 +19,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb.ranks.explain import failures
-from collnb.ranks.explain.failures import Event
+from collnb.ranks.explain.failures import Ending
 from collnb.ranks.instrument.timeouts import text_hint
 from collnb.ranks.explain.tracebacks import is_comm_error
 
@@ -83,7 +83,7 @@ def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
         assert all("OpType=ALLREDUCE" in fp and "TensorShape=[4]" in fp for fp in fps.values())
         assert "TensorOptions" not in "".join(fps.values())  # the noise is gone
         assert failures._DIFFER.search(text) is not None
-    events = [Event(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
     root = failures._mismatch(events)
     assert root.rank == 2 and root.kind == "mismatch"  # the one rank that differs from both others
     assert root.message == "Collectives differ in: Tensor dtypes: Long vs Float"
@@ -93,7 +93,7 @@ def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
 
 def test_the_detail_checks_op_mismatch_names_the_rank_that_broadcast():
     got = collnb.launch(_mismatched_op, 3, debug=True)
-    events = [Event(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
     root = failures._mismatch(events)
     assert root.rank == 0
     (many, many_ranks), (odd, odd_ranks) = root.value

@@ -15,7 +15,6 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher
 from collnb.ranks.local import processes
 from conftest import live_children, pool_dirs
 
@@ -100,11 +99,11 @@ def test_a_global_change_is_gone_in_the_next_call(change, capfd):
     capfd.readouterr()  # an earlier test's ranks, retired, may have been replaced by this first call: not ours
     changed = collnb.launch(_change_then_probe, 2, args=(code, probe))
     assert changed != fresh, f"{change}: the change did not take effect in its own call ({changed})"
-    pids = launcher.warm_pool().pids()[:2]
+    pids = collnb.ranks.warm_pool().pids()[:2]
     assert collnb.launch(_probe, 2, args=(probe,)) == fresh
     assert collnb.launch(_probe, 2, args=(probe,)) == fresh
     # undone, not papered over by fresh ranks: every one of these can be put back
-    assert launcher.warm_pool().pids()[:2] == pids
+    assert collnb.ranks.warm_pool().pids()[:2] == pids
     assert "starting fresh ranks" not in capfd.readouterr().err
 
 
@@ -186,7 +185,7 @@ REPLACED = {
 @pytest.mark.parametrize("target", list(REPLACED))
 def test_a_change_that_cannot_be_put_back_retires_the_ranks(target, capfd):
     collnb.launch(lambda r, w: r, 4)
-    old = launcher.warm_pool().pids()
+    old = collnb.ranks.warm_pool().pids()
     assert collnb.launch(_replace_on_rank_2, 4, args=(target,)) == [0, 1, 2, 3]  # the call itself returns
     capfd.readouterr()
     assert collnb.launch(lambda r, w: r, 4) == [0, 1, 2, 3]
@@ -195,7 +194,7 @@ def test_a_change_that_cannot_be_put_back_retires_the_ranks(target, capfd):
     assert len(line) == 1, err
     assert line[0].startswith(f"[collnb] the last call {REPLACED[target]}") and \
         line[0].endswith(" on rank 2; starting fresh ranks"), line
-    assert not set(launcher.warm_pool().pids()) & set(old)  # fresh ranks
+    assert not set(collnb.ranks.warm_pool().pids()) & set(old)  # fresh ranks
 
 
 def test_the_issues_example_line_and_right_values_after_a_patched_all_reduce(capfd):
@@ -221,10 +220,10 @@ def test_collnbs_own_wrappers_and_torchs_own_patches_never_retire_the_ranks(capf
         return t.to_local().tolist()
 
     collnb.launch(lambda r, w: r, 2)
-    pids = launcher.warm_pool().pids()
+    pids = collnb.ranks.warm_pool().pids()
     assert collnb.launch(uses_torch, 2, record_calls=True) == [[0.0, 1.0, 2.0, 3.0]] * 2
     assert collnb.run("all_gather", world_size=2).ok
-    assert launcher.warm_pool().pids() == pids and not launcher.warm_pool().retired
+    assert collnb.ranks.warm_pool().pids() == pids and not collnb.ranks.warm_pool().retired
     assert "[collnb]" not in capfd.readouterr().err
 
 
@@ -329,7 +328,7 @@ def test_pieces_of_a_long_line_stay_behind_one_prefix_and_split_no_character(cap
 def test_a_rank_that_dies_at_its_start_is_a_rank_error_with_its_last_words():
     collnb.shutdown()
     assert collnb.launch(lambda r, w: r, 2) == [0, 1]
-    pool = launcher.warm_pool()
+    pool = collnb.ranks.warm_pool()
     import shutil
     shutil.rmtree(pool.dir)  # a sweep, or the learner: the next ranks cannot open their files
     with pytest.raises(collnb.RankError) as info:
@@ -349,7 +348,7 @@ def test_a_rank_that_cannot_be_reached_is_a_rank_error_in_every_phase(world_size
     how it died, never a bare BrokenPipeError."""
     collnb.shutdown()
     assert collnb.launch(lambda r, w: r, 4) == [0, 1, 2, 3]
-    pool = launcher.warm_pool()
+    pool = collnb.ranks.warm_pool()
     monkeypatch.setattr(type(pool), "dead_ranks", lambda self: {})  # the idle check misses it
     victim = pool.ranks[1].proc
     os.kill(victim.pid, signal.SIGKILL)
@@ -472,7 +471,7 @@ def test_a_double_forked_daemon_ends_with_the_pool(tmp_path):
     exec(_DAEMON, scope)
     grandchildren = collnb.launch(scope["daemonize"], 2, args=(str(tmp_path / "pid"),))
     assert len(set(grandchildren)) == 2 and _alive_in_ps(grandchildren) == grandchildren
-    rank_pids = launcher.warm_pool().pids()
+    rank_pids = collnb.ranks.warm_pool().pids()
     for g in grandchildren:  # re-parented to its rank (a child subreaper), not to init
         assert psutil.Process(g).ppid() in rank_pids
     collnb.shutdown()
@@ -612,7 +611,7 @@ def test_the_sweep_trusts_the_lock_not_the_pid_in_the_name(tmp_path):
 
 def test_ranks_do_not_keep_their_launchers_lock():
     collnb.launch(lambda r, w: r, 2)
-    pool = launcher.warm_pool()
+    pool = collnb.ranks.warm_pool()
     lock = os.path.join(pool.dir, processes.LOCK_NAME)
     for pid in pool.pids():
         held = [f.path for f in psutil.Process(pid).open_files()]
@@ -637,12 +636,12 @@ def test_ranks_do_not_keep_their_launchers_lock():
     (dict(kwargs=[("a", 1)]), TypeError, "kwargs must be a dict of keyword arguments (str keys) or None"),
 ])
 def test_launch_refuses_arguments_of_the_wrong_type(kwargs, exc, text):
-    pool = launcher.warm_pool()
+    pool = collnb.ranks.warm_pool()
     before = pool.pids() if pool and not pool.broken else []
     with pytest.raises(exc) as info:
         collnb.launch(lambda r, w, *a, **k: r, 2, **kwargs)
     assert str(info.value).startswith(text), str(info.value)
-    after = launcher.warm_pool()
+    after = collnb.ranks.warm_pool()
     assert (after.pids() if after and not after.broken else []) == before
 
 

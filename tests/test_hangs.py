@@ -220,8 +220,8 @@ def test_bad_requests_refused():
 
 
 def _timed_out(rank, t, entries):
-    from collnb.ranks.explain.failures import Event
-    return Event(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
+    from collnb.ranks.explain.failures import Ending
+    return Ending(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
                  [], True, flight_recorder=entries)
 
 

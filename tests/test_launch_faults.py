@@ -467,8 +467,8 @@ def test_a_launch_timeout_with_a_rank_left_waiting_does_not_advise_more_time():
     (b"Traceback (most recent call last):", False),
 ])
 def test_which_lines_count_as_the_backends_log(line, held):
-    from collnb.ranks.local.output import _CPP_LOG
-    assert (_CPP_LOG.match(line) is not None) == held
+    from collnb.ranks.instrument.backend_log import is_log_line
+    assert is_log_line(line) == held
 
 
 def test_a_recv_timeout_names_the_groups_own_timeout():

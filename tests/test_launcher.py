@@ -14,7 +14,6 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher
 from conftest import live_children, pool_dirs
 
 
@@ -58,12 +57,12 @@ def test_results_are_real_snapshots():
 
 def test_warm_pool_is_reused_and_resized():
     collnb.launch(_all_reduce_arange, 4)
-    pids = launcher.warm_pool().pids()
+    pids = collnb.ranks.warm_pool().pids()
     collnb.launch(_all_reduce_arange, 4)
-    assert launcher.warm_pool().pids() == pids
+    assert collnb.ranks.warm_pool().pids() == pids
     assert [o["size"] for o in collnb.launch(_all_reduce_arange, 2)] == [2, 2]
     out = collnb.launch(_all_reduce_arange, 4)
-    assert launcher.warm_pool().pids() == pids
+    assert collnb.ranks.warm_pool().pids() == pids
     assert torch.equal(out[3]["t"], sum(torch.arange(4.) + 10 * r for r in range(4)))
 
 
@@ -87,7 +86,7 @@ def test_output_is_captured_whole_lines_prefixed(capfd):
 
 
 def _assert_clean():
-    pool = launcher.warm_pool()
+    pool = collnb.ranks.warm_pool()
     assert pool is None or pool.broken
     deadline = time.monotonic() + 5
     while live_children() and time.monotonic() < deadline:
@@ -228,7 +227,7 @@ def test_bad_input_is_refused_before_any_rank_starts(kwargs, exc, text):
     collnb.shutdown()
     with pytest.raises(exc, match=re.escape(text)):
         collnb.launch(**kwargs)
-    assert launcher.warm_pool() is None and live_children() == []
+    assert collnb.ranks.warm_pool() is None and live_children() == []
 
 
 def test_backend_info_says_what_its_docstring_promises():
@@ -490,7 +489,7 @@ def test_a_stopped_rank_is_named_as_stopped():
 
 def test_a_rank_that_died_while_idle_is_replaced(capfd):
     collnb.launch(_all_reduce_arange, 4)
-    rank2 = launcher.warm_pool().ranks[2].proc
+    rank2 = collnb.ranks.warm_pool().ranks[2].proc
     victim = rank2.pid
     os.kill(victim, signal.SIGKILL)
     # wait until every thread of it is gone (its sentinel closes); reaping is the launcher's job
@@ -499,7 +498,7 @@ def test_a_rank_that_died_while_idle_is_replaced(capfd):
     time.sleep(0.1)
     out = collnb.launch(_all_reduce_arange, 4)
     assert [o["rank"] for o in out] == [0, 1, 2, 3]
-    assert victim not in launcher.warm_pool().pids()
+    assert victim not in collnb.ranks.warm_pool().pids()
     assert "[collnb] warm rank(s) had died while idle (rank 2: killed by SIGKILL)" in capfd.readouterr().err
 
 
@@ -540,7 +539,7 @@ def test_a_forked_child_returning_from_the_function_is_not_a_rank():
         return "parent"
 
     assert collnb.launch(forker, 2) == ["parent", "parent"]
-    pids = launcher.warm_pool().pids()[:2]
+    pids = collnb.ranks.warm_pool().pids()[:2]
     assert collnb.launch(lambda r, w: os.getpid(), 2) == pids
 
 

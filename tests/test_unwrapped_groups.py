@@ -47,17 +47,17 @@ def test_collnbs_own_runs_use_the_same_ranks_without_the_detail_wrapper(probe_in
         # a learner's function on the very same warm ranks is checked, as debug=True promises
         assert collnb.launch(_backend_of_default_group, ws) == [("_ProcessGroupWrapper", ws)] * ws
         assert collnb.launch(_debug_level, ws) == ["DETAIL"] * ws
-    pool = collnb.ranks.launcher.warm_pool()
-    assert pool is not None and pool.debug and len(pool.ranks) == 8  # one pool served every call
+    pool = collnb.ranks.warm_pool()
+    assert pool is not None and pool.setup.debug and len(pool.ranks) == 8  # one pool served every call
     # made when first needed; growing to 8 ranks made the default group again, and dropped 3's
-    assert pool.unchecked == {8, 5} and pool.groups == {8, 5}
+    assert pool.unwrapped == {8, 5} and pool.groups == {8, 5}
 
 
-def test_a_pool_that_runs_learners_functions_only_makes_no_unchecked_group(probe_in_rank_calls):
+def test_a_pool_that_runs_learners_functions_only_makes_no_unwrapped_group(probe_in_rank_calls):
     for ws in (2, 3):
         assert collnb.launch(_backend_of_default_group, ws) == [("_ProcessGroupWrapper", ws)] * ws
-    pool = collnb.ranks.launcher.warm_pool()
-    assert pool.unchecked == set() and pool.groups == {4, 2, 3}
+    pool = collnb.ranks.warm_pool()
+    assert pool.unwrapped == set() and pool.groups == {4, 2, 3}
 
 
 def test_a_learners_function_is_checked_whatever_it_is_marked(probe_in_rank_calls):
