@@ -28,7 +28,8 @@ from typing import Any
 
 #: The request checks whose repeats the count names.
 CHECKS = ("check_backend", "check_world_size", "check_launch_options", "local_backend_info", "check_ranks",
-          "backend_info", "check_request", "check_flag", "check_call_arguments")
+          "_checked_ranks", "backend_info", "check_request", "_check_request", "check_plan", "check_call",
+          "check_flag", "check_call_arguments", "get_spec")
 
 
 def count(primitive: str, world_size: int) -> tuple[collections.Counter[str], int]:
