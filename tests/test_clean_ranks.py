@@ -325,10 +325,9 @@ def test_pieces_of_a_long_line_stay_behind_one_prefix_and_split_no_character(cap
 
 # -- 3: a rank that dies just after it starts --------------------------------------------------
 
-def test_a_rank_that_dies_at_its_start_is_a_rank_error_with_its_last_words():
-    collnb.shutdown()
+def test_a_rank_that_dies_at_its_start_is_a_rank_error_with_its_last_words(fresh_pool):
     assert collnb.launch(lambda r, w: r, 2) == [0, 1]
-    pool = collnb.ranks.warm_pool()
+    pool = fresh_pool()
     import shutil
     shutil.rmtree(pool.dir)  # a sweep, or the learner: the next ranks cannot open their files
     with pytest.raises(collnb.RankError) as info:
@@ -342,13 +341,12 @@ def test_a_rank_that_dies_at_its_start_is_a_rank_error_with_its_last_words():
 
 
 @pytest.mark.parametrize("world_size, phase", [(4, "run"), (3, "new group"), (8, "init")])
-def test_a_rank_that_cannot_be_reached_is_a_rank_error_in_every_phase(world_size, phase, monkeypatch):
+def test_a_rank_that_cannot_be_reached_is_a_rank_error_in_every_phase(world_size, phase, monkeypatch, fresh_pool):
     """Rank 1 dies just before the call reaches it (after the idle check): sending it the call, the
     new group or the new default group fails with a broken pipe, which must become the RankError of
     how it died, never a bare BrokenPipeError."""
-    collnb.shutdown()
     assert collnb.launch(lambda r, w: r, 4) == [0, 1, 2, 3]
-    pool = collnb.ranks.warm_pool()
+    pool = fresh_pool()
     monkeypatch.setattr(type(pool), "dead_ranks", lambda self: {})  # the idle check misses it
     victim = pool.ranks[1].proc
     os.kill(victim.pid, signal.SIGKILL)

@@ -301,7 +301,6 @@ def test_failing_rank_shown_then_fresh_ranks():
         assert not set(collnb.ranks.warm_pool().pids()) & set(old)
     finally:
         ex.close()
-        collnb.shutdown()  # the pool of collective_timeout=1.0 is not the default one
 
 
 def psutil_alive(pid):

@@ -94,7 +94,6 @@ def test_a_rank_whose_function_returned_ends_the_wait_before_any_timeout(debug, 
     waited = float(m.group(2)) / (1000 if m.group(3) == "ms" else 1)
     assert waited < 0.9 * 4  # well before the timeout (a ratio of it, not a wall-clock limit)
     assert err.rank == 1 and err.outcomes[1] == "finished" and "(follows the root cause)" in err.outcomes[0]
-    collnb.shutdown()  # the pools of this collective_timeout are not the default one
 
 
 def test_a_timeout_the_learner_gives_new_group_is_kept_and_named():

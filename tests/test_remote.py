@@ -58,9 +58,8 @@ def _where_am_i(rank, world_size):
     return (os.getpid(), dist.get_rank(), dist.get_world_size(), dist.get_backend())
 
 
-def test_connect_describes_engines_and_ranks_run_there(connected):
-    client, info = connected
-    collnb.shutdown()  # no local ranks: any that appear were started by this test
+def test_connect_describes_engines_and_ranks_run_there(connected, fresh_pool):
+    client, info = connected  # no local ranks (fresh_pool): any that appear were started by this test
     assert [d["rank"] for d in info] == [0, 1, 2, 3]
     assert [d["engine"] for d in info] == sorted(client.ids)
     assert {d["interface"] for d in info} == {"lo"}  # all engines local: loopback only
@@ -238,9 +237,8 @@ def test_every_primitive_matches_the_reference_and_local_ranks(connected, ws):
                 assert a == b, (cfg, r, a, b)
 
 
-def test_explorer_algorithms_and_calibrate_run_on_engines(connected):
-    client, info = connected
-    collnb.shutdown()  # no local ranks: any that appear were started by this test
+def test_explorer_algorithms_and_calibrate_run_on_engines(connected, fresh_pool):
+    client, info = connected  # no local ranks (fresh_pool): any that appear were started by this test
     engine_pids = {d["pid"] for d in info}
     ex = collnb.explore("all_reduce", world_size=3)
     try:

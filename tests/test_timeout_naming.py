@@ -258,10 +258,7 @@ def test_the_stored_forms_and_waits_name_the_timeout_that_ran_out(debug):
 @pytest.mark.parametrize("debug", [False, True], ids=["debug=False", "debug=True"])
 def test_real_ranks_give_the_stored_forms_and_name_the_timeout_that_ran_out(tmp_path, debug):
     known = {p for _, _, _, e in _entries(_stored()) for p in _pieces(e["message"])}
-    try:
-        captured = capture(tmp_path, debug)
-    finally:
-        collnb.shutdown()  # a pool of this collective_timeout is not the default one
+    captured = capture(tmp_path, debug)
     for case, ranks in captured.items():
         assert set(ranks) == ({"0"} if case in P2P else {"0", "1"}), case
         for rank, entries in ranks.items():

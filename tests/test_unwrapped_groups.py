@@ -29,13 +29,11 @@ def _a_learners_marked_function(rank, world_size):
 
 
 @pytest.fixture
-def probe_in_rank_calls(monkeypatch):
+def probe_in_rank_calls(monkeypatch, fresh_pool):
     """rank_cases (collnb's own rank entry of collnb.run) with one more "primitive" that reports the
-    default group's backend: the ranks are forked after it is added, so they have it too."""
-    collnb.shutdown()
+    default group's backend: the ranks are forked after it is added (a fresh pool), so they have it too."""
     monkeypatch.setitem(rank_calls.RANK_CALLS, "backend_of_default_group", _backend_of_default_group)
-    yield [{"primitive": "backend_of_default_group"}]
-    collnb.shutdown()
+    return [{"primitive": "backend_of_default_group"}]
 
 
 @pytest.mark.parametrize("world_sizes", [(3, 8, 5)])
