@@ -162,7 +162,7 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
             collective, shape or dtype than its peers fails with a clear message. Costs extra
             checks per collective: pass ``False`` for benchmarks. collnb's own primitive runs
             (:func:`collnb.run`, the explorer, the backend probe) make the same calls on every
-            rank and skip the check on the same warm ranks (:func:`.rank.same_on_every_rank`).
+            rank and skip the check on the same warm ranks (:func:`.call.groups.same_on_every_rank`).
         start_method: ``"fork"`` (default on Linux) or ``"spawn"`` (each rank imports torch
             afresh; needed when CUDA is already initialised here).
         record_calls: also return every communication operation each rank's function issued

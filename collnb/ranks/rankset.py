@@ -1,16 +1,20 @@
-"""One interface for a set of ranks: the local warm pool or ipyparallel engines.
+"""One interface for a set of ranks: the local warm pool, ipyparallel engines, or another kind.
 
-:func:`collnb.launch` checks a request once (:func:`.launcher.check_request` makes a
-:class:`LaunchRequest`) and hands it to the **active rank set**, which the launcher holds:
-:class:`.launcher.LocalRanks` (processes forked here, :mod:`.pool`) unless :func:`collnb.connect` made
-the engines of an ipyparallel cluster active (:mod:`.remote`); :func:`collnb.disconnect` makes the
-local one active again. The choice is explicit, as ipyparallel's ``engine_launcher_class`` and
-torch elastic's ``PContext`` are: nothing is injected at run time.
+A launch is checked once, where it enters (:mod:`.request`): :func:`collnb.launch`, or an entry
+point such as :func:`collnb.run` that plans its launch first (:func:`.launcher.plan_launch`: a
+:class:`LaunchPlan`, everything but the function), then adds the function (a :class:`LaunchRequest`).
+The request goes down whole to the rank set the plan was checked against, the **active rank set**
+the launcher holds: :class:`.local.rankset.LocalRanks` (processes forked here, :mod:`.local.pool`)
+unless :func:`collnb.connect` made the engines of an ipyparallel cluster active
+(:class:`.remote.connection.Engines`); :func:`collnb.disconnect` makes the local one active again.
+The choice is explicit, as ipyparallel's ``engine_launcher_class`` and torch elastic's ``PContext``
+are: nothing is injected at run time; another kind of rank set becomes active with
+:func:`.launcher.use_rank_set`.
 
 While a call runs, each implementation turns what its ranks send into one stream of per-rank
 events, :data:`RankEvent` (:class:`RankOutput`, :class:`RankResult`, :class:`RankFailure`,
-:class:`RankExit`), and :func:`.failures.event_of` reads that one stream for both to decide how each
-rank's part of the call ended and whom to blame. What the call records (calls, a timeline, the
+:class:`RankExit`), and :func:`.explain.failures.ending_of` reads that one stream for every rank set
+to decide how each rank's part of the call ended and whom to blame. What the call records (calls, a timeline, the
 Flight Recorder, the backend's log) every rank set takes with the same instruments
 (:mod:`.instrument.interface`, whose docstring says how a new rank set gets them).
 """

@@ -10,7 +10,7 @@ comparisons, most of them one read, :mod:`.state_probes`; only what changed is s
 :meth:`RankState.retire_reason`, which drops the modules of the learner's own files that the call
 imported and says what the call changed that cannot be put back (a :class:`.Settled` message). The
 launcher reads that before it sends the rank anything else and, for a change that cannot be put
-back, runs the next call on fresh ranks (:mod:`.pool`), so neither the learner's next call nor
+back, runs the next call on fresh ranks (:mod:`..local.pool`), so neither the learner's next call nor
 collnb's own ``run``/``explore``/``bench``/checks ever runs on a changed torch. A call of collnb's
 own code only (``run``, ``explore``, ``bench``, the algorithms, the examples; :func:`collnb_only`)
 changes none of this, and the rank skips the work after it: a warm slider move costs nothing more.
@@ -55,7 +55,7 @@ replaced, deleted or added in ``torch``, ``torch.nn``, ``torch.nn.functional``, 
 ``signal``, ``threading``, ``io``, ``pickle``, ``cloudpickle``, ``multiprocessing.connection``,
 ``socket``, ``math``, ``random``, ``functools``, any ``collnb`` module, or a top-level library
 module an earlier call imported (torch's and collnb's own wrappers of a function do not count:
-``torch._dynamo`` wraps ``torch.manual_seed`` as it loads, :mod:`._dist_hooks` wraps
+``torch._dynamo`` wraps ``torch.manual_seed`` as it loads, :mod:`..instrument._dist_hooks` wraps
 torch.distributed's functions); inference mode left on; the inter-op thread count changed; a hard
 resource limit lowered; a setting above that could not be put back; a thread the call started
 still running.
@@ -63,7 +63,7 @@ still running.
 On an ipyparallel engine (``own_process=False``) the same is put back, except what belongs to
 ipyparallel's process (streams, signal handlers, threads), and only torch's and collnb's
 namespaces are watched; an engine cannot be swapped for a fresh one, so a changed engine refuses
-later calls (:mod:`.engines`).
+later calls (:mod:`..remote.engines`).
 
 Not seen (C-level state without a getter): ``torch.set_flush_denormal``, custom operators
 registered with ``torch.library``, ``locale.setlocale``; a module's data values changed in place.

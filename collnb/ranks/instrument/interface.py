@@ -4,7 +4,7 @@ it, the same for every rank set (local ranks, ipyparallel engines, and any other
 A launch request carries its :class:`Instruments` (``launch(..., record_calls=, timeline=,
 flight_recorder=, show_backend_log=)``). On each rank a :class:`Taking` runs them around the learner's
 function and gives back a :class:`Recorded` (plain values: it travels with the rank's answer, a
-:class:`.protocol.Result` or :class:`.protocol.Failed`); the launcher turns the ranks' records into
+:class:`..protocol.Result` or :class:`..protocol.Failed`); the launcher turns the ranks' records into
 what :func:`collnb.launch` returns (:func:`launch_results`: a :class:`LaunchResults` with ``.calls``
 and ``.timeline``), reads their Flight Recorder entries when it explains a failure
 (:mod:`..explain.failures`), and keeps the backend's C++ log lines out of the cell
@@ -49,8 +49,12 @@ import time
 from dataclasses import dataclass
 from typing import Any, Iterable, Sequence
 
+import torch.distributed as dist
+
+from .. import _torch_internals as internals
 from . import recording, tracks
 from .backend_log import FdRelay
+from .flight_recorder import entries_from_json
 from .records import CallRecord, CallRecords
 from .timeline import Timeline
 
@@ -113,7 +117,7 @@ class Taking:
 
     def __init__(self, instruments: Instruments) -> None:
         self.instruments = instruments
-        self._since_ns = 0
+        self._since_ns: int | None = None  # set by start()
         self._relay: FdRelay | None = None
         self._track: tracks.Track | None = None
 
@@ -127,7 +131,6 @@ class Taking:
             self._relay.start()
         aligned_ns = None
         if i.timeline and i.align_clocks:
-            import torch.distributed as dist  # noqa: PLC0415 - only ranks on several hosts pay for it
             dist.barrier()
             aligned_ns = time.perf_counter_ns()
         if i.records:
@@ -138,8 +141,11 @@ class Taking:
 
     def stop(self, ok: bool) -> Recorded:
         """Stop every instrument and return what they took. ``ok``: the function returned (else it
-        raised: only the Flight Recorder's entries are kept, for the launcher's blame)."""
+        raised: only the Flight Recorder's entries are kept, for the launcher's blame). Before
+        :meth:`start` (a step before the function failed) there is nothing to stop: ``Recorded()``."""
         i = self.instruments
+        if self._since_ns is None:
+            return Recorded()
         track = None
         if self._track is not None:
             if ok:
@@ -155,6 +161,7 @@ class Taking:
         if self._relay is not None:
             self._relay.stop()
             self._relay = None
+        self._since_ns = None
         return Recorded(calls, track, entries)
 
 
@@ -163,10 +170,6 @@ def _flight_recorder_entries(since_ns: int) -> list[dict[str, Any]] | None:
     default group (at a world size below the pool's, a cached group of ranks 0..k-1 that is
     ``dist.group.WORLD`` inside the call, described ``"undefined"`` by torch) described
     ``"default_pg"``; ``None`` when no dump could be made (the launcher then reads the messages)."""
-    import torch.distributed as dist  # noqa: PLC0415 - the rank side only
-
-    from .. import _torch_internals as internals  # noqa: PLC0415 - likewise
-    from .flight_recorder import entries_from_json  # noqa: PLC0415 - likewise
     try:
         entries = entries_from_json(internals.flight_recorder_json())
         world = dist.group.WORLD.group_name if dist.is_initialized() and dist.group.WORLD is not None else None

@@ -8,7 +8,7 @@ wording). The wording says "in 1500 ms" even when the wait ended after 20 ms bec
 its connections (measured with torch 2.13), so the text alone cannot tell.
 
 A rank's wrapper (:mod:`._dist_hooks`) calls :func:`which_timeout` with what it measured; the
-launcher's blame (:mod:`.failures`) reads the :class:`.TimeoutReport` that made, or asks
+launcher's blame (:mod:`..explain.failures`) reads the :class:`TimeoutReport` that made, or asks
 :func:`which_timeout` from the text alone where nothing was measured (an engine, a set-up step).
 """
 

@@ -5,7 +5,7 @@ A :class:`RankPool` forks its ranks (or spawns them) once, lets them rendezvous 
 in the parent while it forks), and then runs call after call on them: a call at a world size the
 pool has costs a pipe round trip plus the function. It collects each rank's answer, its output
 lines, its death, and turns a failure into one :class:`.RankError` or :class:`.LaunchTimeout`
-(:mod:`.failures`) after stopping every rank.
+(:mod:`..explain.failures`) after stopping every rank.
 """
 
 from __future__ import annotations
@@ -316,7 +316,7 @@ class RankPool:
 
     def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["init", "run"]) -> list[Any] | None:
         """One command's end, in three steps: wait for every rank of ``ranks`` to answer, copying
-        their output (:func:`.answers.gather`); read what the answers come to (:func:`.failures.conclude`:
+        their output (:func:`.answers.gather`); read what the answers come to (:func:`..explain.failures.conclude`:
         the results, or the error it raises, with where unanswered ranks were and a dead rank's last
         words); keep the cached groups the answers allow. Returns the results (run: a list, or
         :class:`..instrument.interface.LaunchResults` with what was recorded) or ``None`` (init)."""
@@ -339,7 +339,7 @@ class RankPool:
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).
 
         Returns ``{rank: [(filename, lineno, name, None), ...]}``, outermost call first, without
-        the launcher's own frames, a kernel cell's file named as the cell (:func:`.tracebacks.named_cells`),
+        the launcher's own frames, a kernel cell's file named as the cell (:func:`..explain.tracebacks.named_cells`),
         and ``{("state", rank): words}`` for a rank whose process could not say.
         """
         stacks: Stacks = {}
