@@ -42,7 +42,7 @@ def test_algbw_and_busbw_values():
     assert cm.busbw("all_reduce", 1e9, 1.0, 4) == 1.5
     assert cm.busbw("all_gather", 1e9, 1.0, 4) == 0.75
     assert cm.busbw("broadcast", 1e9, 2.0, 8) == 0.5
-    with pytest.raises(ValueError, match="unknown primitive for busbw 'barrier'; choose one of: all_reduce, "):
+    with pytest.raises(ValueError, match="unknown primitive for busbw 'barrier'; choose one of: broadcast, scatter, "):
         cm.busbw_factor("barrier", 4)
 
 
@@ -185,7 +185,7 @@ def test_a_size_of_the_wrong_type_is_a_type_error(size):
     (dict(algorithms=["bruck"]), ValueError,
      "unknown algorithm for all_reduce 'bruck'; choose one of: builtin, ring, recursive_doubling"),
     (dict(primitive="barrier"), ValueError,
-     "unknown primitive with a bus bandwidth 'barrier'; choose one of: all_reduce, all_gather, "),
+     "unknown primitive with a bus bandwidth 'barrier'; choose one of: broadcast, scatter, gather, reduce, all_gather, "),
     (dict(world_sizes=40), ValueError,
      "world_size must be an int from 1 to 16; got 40"),
     (dict(world_sizes=[2, "4"]), TypeError,

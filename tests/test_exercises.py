@@ -25,7 +25,7 @@ import collnb
 from collnb import exercises
 from collnb.labs.exercises import NOT_ANSWERED, CheckFailed
 from collnb.torch_versions import applies
-from collnb.labs.exercises.framework import WHERE_SOLUTION, _fail
+from collnb.labs.exercises.framework import WHERE_SOLUTION, fail
 
 NOTEBOOK_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 
@@ -571,6 +571,61 @@ def test_ring_prediction(capsys):
 # --- Recording and rendering ------------------------------------------------------------------------
 
 
+def _check_my_all_reduce(my_all_reduce):
+    """A new check written with the framework's public API only, as its docstring shows (no
+    translations: a test's texts)."""
+    from collnb.labs.exercises.framework import Case, check, world_sizes
+    direction = "Every rank contributes its own tensor to one collective that sums them on every rank."
+
+    def cases(rng):
+        for ws in world_sizes(rng, 2, 4):
+            mine = [torch.tensor([float(rng.randint(-99, 99))]) for _ in range(ws)]
+            yield Case(ws, [(m,) for m in mine], want=sum(mine), what=f"world size {ws}")
+
+    def judge(trial):
+        trial.show([(r, trial.results[r], trial.summary(r)) for r in trial.ranks], ("rank", "returned", "calls"))
+        trial.only({"all_reduce"})
+        wrong = [r for r in trial.ranks if not (isinstance(trial.results[r], torch.Tensor)
+                                                and torch.equal(trial.results[r], trial.want))]
+        if wrong:
+            raise trial.fail(f"{trial.what}: rank(s) {wrong} did not return the sum.")
+
+    check(my_all_reduce, "my_all_reduce(rank, world_size, mine)", direction=direction, cases=cases, judge=judge,
+          passed="every rank returned the sum (world sizes {first_size} and {second_size})")
+
+
+def test_a_new_check_is_a_case_builder_a_judge_and_one_call(capsys):
+    """The framework's frame does what every check of the notebooks does: the signature checked before
+    any rank starts, "not answered yet" for a silent answer, each launch judged with its table, ✓."""
+    def right(rank, world_size, mine):
+        dist.all_reduce(mine)
+        return mine
+
+    out = _passes(capsys, _check_my_all_reduce, right)
+    assert re.search(r"^✓ every rank returned the sum \(world sizes [234] and [234]\)$", out, re.M), out
+    assert out.splitlines()[0].split() == ["rank", "returned", "calls"]
+
+    def unfinished(rank, world_size, mine):
+        ...
+
+    _check_my_all_reduce(unfinished)
+    out = capsys.readouterr().out
+    assert out.startswith("my_all_reduce: not answered yet.") and "✓" not in out, out
+
+    def local(rank, world_size, mine):  # no communication: rank r knows only its own value
+        return mine
+
+    msg = _fails(capsys, _check_my_all_reduce, local, what="did not return the sum",
+                 hint="Every rank contributes its own tensor")
+    assert "  rank  returned  calls" in msg  # the trial's table with the ✗
+
+    def two_args(rank, world_size):
+        return None
+
+    _fails(capsys, _check_my_all_reduce, two_args, what="takes (rank, world_size), but the check calls it as "
+           "my_all_reduce(rank, world_size, mine)")
+
+
 def test_launch_recorded_lists_every_operation_and_checks_group_them_into_calls():
     from collnb.labs.exercises.framework import _calls
 
@@ -623,7 +678,7 @@ def test_solution_code_uncomments_the_solution_after_its_header():
 
 
 def test_check_failed_renders_without_traceback():
-    err = _fail("world size 3: wrong.", "do the right thing.", "  rank  x\n  0     1")
+    err = fail("world size 3: wrong.", "do the right thing.", "  rank  x\n  0     1")
     lines = err._render_traceback_()
     assert "✗ world size 3: wrong." in lines[0]
     assert lines[-1] == "Hint: do the right thing."

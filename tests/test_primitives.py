@@ -331,7 +331,12 @@ def test_run_batch_names_a_config_that_is_not_a_dict():
 
 def test_every_spec_has_its_rank_call_and_the_derived_lists():
     assert list(rank_calls.RANK_CALLS) == list(P.SPECS) == list(P.PRIMITIVES)
-    assert all(fn.__name__ == "_r_" + name for name, fn in rank_calls.RANK_CALLS.items())
+    # made from each row's buffers and call; the two rows whose work is not one call are written out
+    assert all(fn.__name__ == ("_r_" if P.SPECS[name].torch_call is None else "rank_") + name
+               for name, fn in rank_calls.RANK_CALLS.items())
+    assert [n for n, s in P.SPECS.items() if s.torch_call is None] == ["send_recv", "barrier"]
+    assert P.BENCH_PRIMITIVES == ("broadcast", "scatter", "gather", "reduce", "all_gather", "reduce_scatter",
+                                  "all_reduce", "all_to_all")
     assert P.ROOTED_PRIMITIVES == ("broadcast", "scatter", "gather", "reduce", "broadcast_object_list",
                                    "scatter_object_list", "gather_object")
     assert P.REDUCING_PRIMITIVES == ("reduce", "reduce_scatter", "all_reduce", "reduce_scatter_tensor",

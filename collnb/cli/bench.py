@@ -117,7 +117,7 @@ def _cmd_bench(args) -> int:
 
 def add_parser(subparsers) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
-    valid = "; ".join(f"{p}: builtin, {', '.join(ALGORITHMS[p])}" for p in B.PRIMITIVES)
+    valid = "; ".join(f"{p}: {', '.join(('builtin',) + ALGORITHMS.get(p, ()))}" for p in B.PRIMITIVES)
     p = subparsers.add_parser(
         "bench", help=_("measure time, algbw and busbw of a collective and fit the α-β model"),
         description=_("Time a collective on real ranks: warm-up, then timed iterations, by default each one alone "

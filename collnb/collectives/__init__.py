@@ -8,7 +8,7 @@ detected), :mod:`.expected` (the expected outputs and the comparison), :mod:`.re
 :mod:`.primitives` (:func:`run`, :func:`run_batch`).
 
 The spec table's names (:data:`PRIMITIVES`, :data:`ROOTED_PRIMITIVES`, :data:`REDUCING_PRIMITIVES`,
-:data:`SPECS`, ...) import no torch: the pure schedules and :meth:`collnb.Trace.load` use them. Every
+:data:`SPECS`, :class:`Buffer`, :class:`TorchCall`, ...) import no torch: the pure schedules and :meth:`collnb.Trace.load` use them. Every
 other name loads its module, and torch with it, the first time it is used (PEP 562 module
 ``__getattr__``).
 
@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_attributes
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, dtype_name, op_hint, op_name
 from .display import register_renderer
-from .specs import OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS, PrimitiveSpec, get_spec
+from .specs import (BENCH_PRIMITIVES, OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS, Buffer,
+                    PrimitiveSpec, TorchCall, get_spec)
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .inputs import make_tensor, teaching_inputs, teaching_value
@@ -38,7 +39,8 @@ _LAZY = {**dict.fromkeys(("make_tensor", "teaching_inputs", "teaching_value"), "
          **dict.fromkeys(("BackendSupport", "backend_support", "known_support"), ".support")}
 
 __all__ = ["run", "run_batch", "RunResult", "PRIMITIVES", "ROOTED_PRIMITIVES", "REDUCING_PRIMITIVES",
-           "OBJECT_PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "SPECS", "PrimitiveSpec", "get_spec",
+           "OBJECT_PRIMITIVES", "BENCH_PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "SPECS", "PrimitiveSpec", "Buffer",
+           "TorchCall", "get_spec",
            "backend_support", "known_support", "BackendSupport", "dtype_name", "op_name", "op_hint", "teaching_value",
            "teaching_inputs", "make_tensor", "reference", "register_renderer"]
 

@@ -1,9 +1,11 @@
-"""The rank side: what each rank does for each primitive (:data:`RANK_CALLS`), and the two rank
-entries :func:`rank_cases` (a run) and :func:`rank_probe` (the support probe).
+"""The rank side: what each rank does for each primitive (:data:`RANK_CALLS`, made from the spec
+table by :func:`rank_call`), and the two rank entries :func:`rank_cases` (a run) and
+:func:`rank_probe` (the support probe).
 
 Every rank function takes ``(rank, world_size, case, device, group)`` and returns ``(before,
-after)``: the rank's input buffer copied before its one ``torch.distributed`` call (the call in
-:data:`~.specs.SPECS`), and its output buffer after it. ``case`` is the dict
+after)``: the rank's input buffer copied before its one ``torch.distributed`` call (the
+:class:`~.specs.Buffer` rows and :class:`~.specs.TorchCall` of its :data:`~.specs.SPECS` row), and
+its output buffer after it. ``case`` is the dict
 :func:`~.primitives.run_batch` prepared (``primitive``, ``dtype`` name, ``op`` name, ``root``,
 ``chunk_size``, ``inputs`` table; ``stagger_s`` for the probe's barrier); ``group=None`` is the
 default process group. These functions run inside the ranks the launcher started.
@@ -13,15 +15,16 @@ from __future__ import annotations
 
 import time
 import warnings
-from typing import Callable, NotRequired, ParamSpec, TypedDict, TypeVar
+from typing import Callable, NotRequired, TypedDict, cast
 
 import torch
 import torch.distributed as dist
 
 from ..ranks import same_on_every_rank
 from .inputs import InputTable, make_tensor
+from .specs import SPECS, Buffer, PrimitiveSpec
 
-__all__ = ["RANK_CALLS", "BARRIER_STAGGER_S", "Case", "Buffers", "RankCall", "rank_cases", "rank_probe"]
+__all__ = ["RANK_CALLS", "BARRIER_STAGGER_S", "Case", "Buffers", "RankCall", "rank_call", "rank_cases", "rank_probe"]
 
 
 class Case(TypedDict):
@@ -44,9 +47,6 @@ Buffers = tuple[torch.Tensor, torch.Tensor] | tuple[list[object], list[object]]
 #: A rank function: ``fn(rank, world_size, case, device, group) -> (before, after)``; ``group=None``
 #: is the default process group.
 RankCall = Callable[[int, int, Case, torch.device, dist.ProcessGroup | None], Buffers]
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
 
 #: Seconds rank ``r`` of ``barrier`` waits (times ``r``) before it arrives: well above the
 #: scheduling jitter of 16 ranks on 2 cores.
@@ -71,152 +71,76 @@ def _rop(case: Case) -> dist.ReduceOp.RedOpType:
     return op
 
 
-def _r_broadcast(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
+def _read(b: Buffer, n: int, rank: int, case: Case, device: torch.device) -> tuple[object, torch.Tensor | list[object]]:
+    """The buffer ``b`` the call reads, as ``(argument, before)``: from this rank's input row
+    (:func:`~.inputs.make_tensor` for tensors, the objects themselves); ``argument`` is ``None`` on a
+    rank that does not hold it (``n == 0``), whose ``before`` is then empty."""
+    if b.form in ("objects", "object"):
+        objs = list(case["inputs"][rank])
+        if b.form == "object":
+            return objs[0], objs
+        return (objs if n else None), list(objs)
+    if not n:
+        return None, _zeros(0, case, device)
     t = _input(rank, case, device)
     before = t.clone()
-    dist.broadcast(t, src=case["root"], group=g)
-    return before, t
+    if b.form == "tensors":  # one tensor per chunk, each its own storage
+        return [x.clone() for x in torch.split(t, case["chunk_size"])], before
+    return t, before
 
 
-def _r_scatter(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    cs, root = case["chunk_size"], case["root"]
-    out = _zeros(1, case, device)
-    if rank == root:
-        full = _input(rank, case, device)
-        before = full.clone()
-        dist.scatter(out, list(torch.split(full, cs)), src=root, group=g)
-    else:
-        before = _zeros(0, case, device)
-        dist.scatter(out, None, src=root, group=g)
-    return before, out
+def _written(b: Buffer, n: int, case: Case, device: torch.device) -> object:
+    """A fresh buffer ``b`` for the call to write (zeros, or ``None`` placeholders for objects);
+    ``None`` on a rank that does not hold it (``n == 0``)."""
+    if not n:
+        return None
+    if b.form == "objects":
+        return [None] * n
+    if b.form == "tensors":
+        return [_zeros(1, case, device) for _ in range(n)]
+    return _zeros(n, case, device)
 
 
-def _r_gather(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    root = case["root"]
-    t = _input(rank, case, device)
-    before = t.clone()
-    if rank == root:
-        lst = [_zeros(1, case, device) for _ in range(ws)]
-        dist.gather(t, lst, dst=root, group=g)
-        return before, torch.cat(lst)
-    dist.gather(t, None, dst=root, group=g)
-    return before, _zeros(0, case, device)
+def _after(b: Buffer, value: object, case: Case, device: torch.device) -> torch.Tensor | list[object]:
+    """What the call left in buffer ``b``, flat: a list of tensors joined, an empty buffer where the
+    rank holds none."""
+    if value is None:
+        return [] if b.form in ("objects", "object") else _zeros(0, case, device)
+    if b.form == "tensors":
+        return torch.cat(cast(list[torch.Tensor], value))
+    return cast(torch.Tensor | list[object], value)
 
 
-def _r_reduce(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    dist.reduce(t, dst=case["root"], op=_rop(case), group=g)
-    return before, t
+def rank_call(spec: PrimitiveSpec) -> RankCall:
+    """The rank function of ``spec`` (a row with a :attr:`~.specs.PrimitiveSpec.torch_call`): it
+    builds the buffers the row describes from the case, copies the input (``before``), makes the
+    one ``torch.distributed`` call and returns ``(before, after)``. The deprecated flat forms
+    (``all_gather_into_tensor``, ``reduce_scatter_tensor``) print a FutureWarning in every rank;
+    the spec's summary says so once instead, so the call runs with FutureWarning ignored.
 
+    Raises:
+        ValueError: a row without a call (``send_recv``, ``barrier``: written out in this module).
+    """
+    call = spec.torch_call
+    if call is None:
+        raise ValueError(f"{spec.name} has no torch_call: its rank code is written out in {__name__}")
+    read, written = spec.input_buffer(), spec.output_buffer()
 
-def _r_all_gather(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    lst = [_zeros(1, case, device) for _ in range(ws)]
-    dist.all_gather(lst, t, group=g)
-    return before, torch.cat(lst)
+    def run(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
+        root = case["root"]
+        values: dict[str, object] = {}
+        values[read.name], before = _read(read, read.count(ws, rank, root), rank, case, device)
+        if written is not read:
+            values[written.name] = _written(written, written.count(ws, rank, root), case, device)
+        given = {"root": root, "device": device, "op": _rop(case) if spec.reduces else None}
+        kwargs = {key: given[what] for key, what in call.keywords}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            getattr(dist, call.function)(*(values[a] for a in call.args), **kwargs, group=g)
+        return cast(Buffers, (before, _after(written, values[written.name], case, device)))
 
-
-def _r_reduce_scatter(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = _zeros(1, case, device)
-    dist.reduce_scatter(out, list(torch.split(t, case["chunk_size"])), op=_rop(case), group=g)
-    return before, out
-
-
-def _r_all_reduce(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    dist.all_reduce(t, op=_rop(case), group=g)
-    return before, t
-
-
-def _r_all_to_all(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = [_zeros(1, case, device) for _ in range(ws)]
-    dist.all_to_all(out, [x.clone() for x in torch.split(t, case["chunk_size"])], group=g)
-    return before, torch.cat(out)
-
-
-def _r_all_to_all_single(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = torch.zeros_like(t)
-    dist.all_to_all_single(out, t, group=g)
-    return before, out
-
-
-def _quiet(call: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-    # all_gather_into_tensor / reduce_scatter_tensor print a FutureWarning (deprecated in favour
-    # of the *_single names) in every rank; the spec's summary says so once instead.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FutureWarning)
-        return call(*args, **kwargs)
-
-
-def _r_all_gather_into_tensor(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = _zeros(ws, case, device)
-    _quiet(dist.all_gather_into_tensor, out, t, group=g)
-    return before, out
-
-
-def _r_all_gather_single(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = _zeros(ws, case, device)
-    dist.all_gather_single(out, t, group=g)
-    return before, out
-
-
-def _r_reduce_scatter_tensor(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = _zeros(1, case, device)
-    _quiet(dist.reduce_scatter_tensor, out, t, op=_rop(case), group=g)
-    return before, out
-
-
-def _r_reduce_scatter_single(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    t = _input(rank, case, device)
-    before = t.clone()
-    out = _zeros(1, case, device)
-    dist.reduce_scatter_single(out, t, op=_rop(case), group=g)
-    return before, out
-
-
-def _r_broadcast_object_list(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    objs = list(case["inputs"][rank])
-    before = list(objs)
-    dist.broadcast_object_list(objs, src=case["root"], group=g, device=device)
-    return before, objs
-
-
-def _r_scatter_object_list(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    root = case["root"]
-    out: list[object] = [None]
-    before = list(case["inputs"][rank]) if rank == root else []
-    dist.scatter_object_list(out, list(before) if rank == root else None, src=root, group=g)
-    return before, out
-
-
-def _r_gather_object(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    root = case["root"]
-    obj = case["inputs"][rank][0]
-    lst: list[object] | None = [None] * ws if rank == root else None
-    dist.gather_object(obj, lst, dst=root, group=g)
-    return [obj], (lst if lst is not None else [])
-
-
-def _r_all_gather_object(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
-    obj = case["inputs"][rank][0]
-    lst: list[object] = [None] * ws
-    dist.all_gather_object(lst, obj, group=g)
-    return [obj], lst
+    run.__name__ = run.__qualname__ = f"rank_{spec.name}"
+    return run
 
 
 def _r_send_recv(rank: int, ws: int, case: Case, device: torch.device, g: dist.ProcessGroup | None) -> Buffers:
@@ -241,29 +165,12 @@ def _r_barrier(rank: int, ws: int, case: Case, device: torch.device, g: dist.Pro
     return (torch.tensor([arrive], dtype=torch.float64), torch.tensor([leave], dtype=torch.float64))
 
 
+#: The rows of :data:`~.specs.SPECS` whose work is not one ``torch.distributed`` call, written out.
+_WRITTEN_OUT: dict[str, RankCall] = {"send_recv": _r_send_recv, "barrier": _r_barrier}
+
 #: The rank function of every primitive in :data:`~.specs.SPECS`, by name: ``fn(rank, world_size,
-#: case, device, group) -> (before, after)``.
-RANK_CALLS: dict[str, RankCall] = {
-    "broadcast": _r_broadcast,
-    "scatter": _r_scatter,
-    "gather": _r_gather,
-    "reduce": _r_reduce,
-    "all_gather": _r_all_gather,
-    "reduce_scatter": _r_reduce_scatter,
-    "all_reduce": _r_all_reduce,
-    "all_to_all": _r_all_to_all,
-    "all_to_all_single": _r_all_to_all_single,
-    "all_gather_into_tensor": _r_all_gather_into_tensor,
-    "all_gather_single": _r_all_gather_single,
-    "reduce_scatter_tensor": _r_reduce_scatter_tensor,
-    "reduce_scatter_single": _r_reduce_scatter_single,
-    "broadcast_object_list": _r_broadcast_object_list,
-    "scatter_object_list": _r_scatter_object_list,
-    "gather_object": _r_gather_object,
-    "all_gather_object": _r_all_gather_object,
-    "send_recv": _r_send_recv,
-    "barrier": _r_barrier,
-}
+#: case, device, group) -> (before, after)`` (:func:`rank_call` of its row).
+RANK_CALLS: dict[str, RankCall] = {name: _WRITTEN_OUT.get(name) or rank_call(spec) for name, spec in SPECS.items()}
 
 
 def _device(backend: str) -> torch.device:

@@ -13,7 +13,9 @@ The script does what torch.distributed's documentation asks of a torchrun script
 default process group with ``init_process_group`` (``init_method="env://"``, the default), with
 NCCL selects ``cuda:LOCAL_RANK`` through ``torch.cuda.set_device`` and passes ``device_id=``,
 runs the collective on collnb's teaching input (rank ``r``, chunk ``c`` holds ``10*r + c``),
-prints every rank's buffer before and after, and ends with ``destroy_process_group``.
+prints every rank's buffer before and after, and ends with ``destroy_process_group``. The buffers
+and the call are written from the primitive's row of the spec table
+(:class:`collnb.collectives.Buffer`, :class:`collnb.collectives.TorchCall`).
 
 Sources: torchrun's environment variables, https://pytorch.org/docs/stable/elastic/run.html;
 ``init_process_group(device_id=...)``, https://pytorch.org/docs/stable/distributed.html.
@@ -29,7 +31,7 @@ import os
 import textwrap
 import types
 
-from ..collectives import REDUCING_PRIMITIVES
+from ..collectives import PRIMITIVES, REDUCING_PRIMITIVES, SPECS, Buffer, PrimitiveSpec
 from ..i18n import _
 from ..ranks import iter_functions
 from ..vocabulary import check_backend, check_choice, check_int, op_name
@@ -105,143 +107,25 @@ if __name__ == "__main__":
         dist.destroy_process_group()
 '''
 
-# The body of main(rank, world_size, device) for each primitive: the teaching input (rank r,
-# chunk c holds 10*r + c), the call as torch.distributed's docs write it, the printout.
-_BODIES = {
-    "broadcast": """
-    src = {root}
-    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
-    show(rank, "before", tensor)
-    dist.broadcast(tensor, src=src)
-    show(rank, "after", tensor)
-""",
-    "scatter": """
-    src = {root}
-    output = torch.zeros(1, device=device)
-    if rank == src:
-        scatter_list = [torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]
-        show(rank, "before", torch.cat(scatter_list))
-        dist.scatter(output, scatter_list, src=src)
-    else:
-        show(rank, "before", [])
-        dist.scatter(output, None, src=src)
-    show(rank, "after", output)
-""",
-    "gather": """
-    dst = {root}
-    tensor = torch.tensor([10.0 * rank], device=device)
-    show(rank, "before", tensor)
-    if rank == dst:
-        gather_list = [torch.zeros(1, device=device) for _ in range(world_size)]
-        dist.gather(tensor, gather_list, dst=dst)
-        show(rank, "after", torch.cat(gather_list))
-    else:
-        dist.gather(tensor, None, dst=dst)
-        show(rank, "after", [])  # only dst receives
-""",
-    "reduce": """
-    dst = {root}
-    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
-    show(rank, "before", tensor)
-    dist.reduce(tensor, dst=dst, op=dist.ReduceOp.{OP})
-    show(rank, "after", tensor if rank == dst else [])  # other ranks' buffers are undefined
-""",
-    "all_gather": """
-    tensor = torch.tensor([10.0 * rank], device=device)
-    show(rank, "before", tensor)
-    tensor_list = [torch.zeros(1, device=device) for _ in range(world_size)]
-    dist.all_gather(tensor_list, tensor)
-    show(rank, "after", torch.cat(tensor_list))
-""",
-    "reduce_scatter": """
-    input_list = [torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]
-    show(rank, "before", torch.cat(input_list))
-    output = torch.zeros(1, device=device)
-    dist.reduce_scatter(output, input_list, op=dist.ReduceOp.{OP})
-    show(rank, "after", output)
-""",
-    "all_reduce": """
-    tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
-    show(rank, "before", tensor)
-    dist.all_reduce(tensor, op=dist.ReduceOp.{OP})
-    show(rank, "after", tensor)
-""",
-    "all_to_all": """
-    input_list = [torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]
-    show(rank, "before", torch.cat(input_list))
-    output_list = [torch.zeros(1, device=device) for _ in range(world_size)]
-    dist.all_to_all(output_list, input_list)
-    show(rank, "after", torch.cat(output_list))
-""",
-    "all_to_all_single": """
-    input = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
-    show(rank, "before", input)
-    output = torch.zeros_like(input)
-    dist.all_to_all_single(output, input)
-    show(rank, "after", output)
-""",
-    "all_gather_into_tensor": """
-    input = torch.tensor([10.0 * rank], device=device)
-    show(rank, "before", input)
-    output = torch.zeros(world_size, device=device)
-    dist.all_gather_into_tensor(output, input)
-    show(rank, "after", output)
-""",
-    "all_gather_single": """
-    input = torch.tensor([10.0 * rank], device=device)
-    show(rank, "before", input)
-    output = torch.zeros(world_size, device=device)
-    dist.all_gather_single(output, input)
-    show(rank, "after", output)
-""",
-    "reduce_scatter_tensor": """
-    input = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
-    show(rank, "before", input)
-    output = torch.zeros(1, device=device)
-    dist.reduce_scatter_tensor(output, input, op=dist.ReduceOp.{OP})
-    show(rank, "after", output)
-""",
-    "reduce_scatter_single": """
-    input = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
-    show(rank, "before", input)
-    output = torch.zeros(1, device=device)
-    dist.reduce_scatter_single(output, input, op=dist.ReduceOp.{OP})
-    show(rank, "after", output)
-""",
-    "broadcast_object_list": """
-    src = {root}
-    object_list = [f"r{{rank}}c{{c}}" for c in range(world_size)]
-    show(rank, "before", object_list)
-    dist.broadcast_object_list(object_list, src=src, device=device)
-    show(rank, "after", object_list)
-""",
-    "scatter_object_list": """
-    src = {root}
-    output_list = [None]
-    if rank == src:
-        input_list = [f"r{{rank}}c{{c}}" for c in range(world_size)]
-        show(rank, "before", input_list)
-        dist.scatter_object_list(output_list, input_list, src=src)
-    else:
-        show(rank, "before", [])
-        dist.scatter_object_list(output_list, None, src=src)
-    show(rank, "after", output_list)
-""",
-    "gather_object": """
-    dst = {root}
-    obj = f"r{{rank}}c0"
-    show(rank, "before", [obj])
-    object_list = [None] * world_size if rank == dst else None
-    dist.gather_object(obj, object_list, dst=dst)
-    show(rank, "after", object_list if rank == dst else [])
-""",
-    "all_gather_object": """
-    obj = f"r{{rank}}c0"
-    show(rank, "before", [obj])
-    object_list = [None] * world_size
-    dist.all_gather_object(object_list, obj)
-    show(rank, "after", object_list)
-""",
+# What a script builds for a buffer of the spec table (collnb.collectives.Buffer), by form and
+# chunks: the teaching input (rank r, chunk c holds 10*r + c; objects "r{rank}c{c}") for the buffer
+# the call reads, zeros (or None placeholders) for the one it writes.
+_READ = {("tensor", "world"): "torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)",
+         ("tensor", "one"): "torch.tensor([10.0 * rank], device=device)",
+         ("tensors", "world"): "[torch.tensor([10.0 * rank + c], device=device) for c in range(world_size)]",
+         ("tensors", "one"): "[torch.tensor([10.0 * rank], device=device)]",
+         ("objects", "world"): '[f"r{rank}c{c}" for c in range(world_size)]',
+         ("objects", "one"): '[f"r{rank}c0"]',
+         ("object", "one"): 'f"r{rank}c0"'}
+_WRITTEN = {("tensor", "world"): "torch.zeros(world_size, device=device)",
+            ("tensor", "one"): "torch.zeros(1, device=device)",
+            ("tensors", "world"): "[torch.zeros(1, device=device) for _ in range(world_size)]",
+            ("tensors", "one"): "[torch.zeros(1, device=device)]",
+            ("objects", "world"): "[None] * world_size",
+            ("objects", "one"): "[None]"}
+
+# The two rows of the spec table whose work is not one torch.distributed call: their main() body.
+_WRITTEN_OUT = {
     "send_recv": """
     tensor = torch.tensor([10.0 * rank + c for c in range(world_size)], device=device)
     show(rank, "before", tensor)
@@ -267,8 +151,62 @@ _BODIES = {
 """,
 }
 
+
+def _shown(b: Buffer) -> str:
+    """How the script prints buffer ``b``: a list of tensors joined, one object as a list."""
+    return {"tensors": f"torch.cat({b.name})", "object": f"[{b.name}]"}.get(b.form, b.name)
+
+
+def _call_text(spec: PrimitiveSpec, op: str, absent: str = "") -> str:
+    """The spec's call as the script writes it: the root as the variable ``src``/``dst``, the op as
+    ``dist.ReduceOp.SUM``, the device as ``device``; ``absent`` (a buffer name) passed as ``None``."""
+    call = spec.torch_call
+    assert call is not None
+    words = {"root": spec.root_name, "op": f"dist.ReduceOp.{op.upper()}", "device": "device"}
+    args = ["None" if a == absent else a for a in call.args]
+    args += [f"{key}={words[what]}" for key, what in call.keywords]
+    return f"dist.{call.function}({', '.join(args)})"
+
+
+def _body(spec: PrimitiveSpec, root: int, op: str) -> str:
+    """The body of ``main(rank, world_size, device)`` for a spec with a call: the teaching input, the
+    call as torch.distributed's docs write it, the printout of each rank's buffer before and after.
+    A buffer only the root holds is made inside ``if rank == src:`` (a list of objects to receive
+    into: in one line, ``... if rank == dst else None``)."""
+    if spec.torch_call is None:
+        return _WRITTEN_OUT[spec.name]
+    read, written = spec.input_buffer(), spec.output_buffer()
+    make_in = f"{read.name} = {_READ[read.form, read.chunks]}"
+    same = written.form == "tensor" and read.form == "tensor" and written.chunks == read.chunks
+    make_out = f"{written.name} = " + (f"torch.zeros_like({read.name})" if same else _WRITTEN[written.form, written.chunks])
+    who = f"rank == {spec.root_name}"
+    lines = [f"{spec.root_name} = {root}"] if spec.rooted else []
+    if read.at == "root":  # scatter: only src has something to send
+        lines += [make_out, f"if {who}:", f"    {make_in}", f'    show(rank, "before", {_shown(read)})',
+                  f"    {_call_text(spec, op)}", "else:", '    show(rank, "before", [])',
+                  f"    {_call_text(spec, op, absent=read.name)}", f'show(rank, "after", {_shown(written)})']
+    elif written.at == "root" and written.form == "tensors":  # gather: only dst has somewhere to receive
+        lines += [make_in, f'show(rank, "before", {_shown(read)})', f"if {who}:", f"    {make_out}",
+                  f"    {_call_text(spec, op)}", f'    show(rank, "after", {_shown(written)})', "else:",
+                  f"    {_call_text(spec, op, absent=written.name)}",
+                  f'    show(rank, "after", [])  # only {spec.root_name} receives']
+    else:
+        lines += [make_in, f'show(rank, "before", {_shown(read)})']
+        if written is not read:
+            lines.append(make_out + (f" if {who} else None" if written.at == "root" else ""))
+        lines.append(_call_text(spec, op))
+        if written.at == "root":
+            lines.append(f'show(rank, "after", {_shown(written)} if {who} else [])')
+        elif not all(spec.defined(3, r, 0) for r in range(3)):  # reduce: only dst's buffer holds the result
+            lines.append(f'show(rank, "after", {_shown(written)} if {who} else [])  '
+                         f"# other ranks' buffers are undefined")
+        else:
+            lines.append(f'show(rank, "after", {_shown(written)})')
+    return "\n" + "".join(f"    {line}\n" for line in lines)
+
+
 #: Primitives :func:`write_script` can write (the same names as :data:`collnb.PRIMITIVES`).
-SCRIPT_PRIMITIVES = tuple(_BODIES)
+SCRIPT_PRIMITIVES = PRIMITIVES
 
 
 def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: int = 0) -> str:
@@ -295,7 +233,7 @@ def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: in
         raise ValueError(_("{primitive} does not combine values, so it takes no op; ops apply to {reducing}").format(
             primitive=primitive, reducing=", ".join(REDUCING_PRIMITIVES)))
     check_int("root", root, 0, what="a rank, below the world size torchrun starts")
-    body = _BODIES[primitive].format(root=root, OP=op.upper())
+    body = _body(SPECS[primitive], root, op)
     head = _HEADER.format(title=f"{primitive} on every rank: each rank prints its buffer before and after.",
                           how=f"python -m collnb script {primitive} --backend {backend}",
                           name=f"{primitive}.py", nproc="GPUS" if backend == "nccl" else "2",

@@ -65,6 +65,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ...collectives import BENCH_PRIMITIVES, SPECS
 from ...i18n import _
 from ...vocabulary import check_choice, check_int
 from ..schedules import check_algorithm, schedule
@@ -301,21 +302,18 @@ def predict(primitive: str, algorithm: str, world_size: int, nbytes: float, mode
 
 def busbw_factor(primitive: str, world_size: int) -> float:
     """nccl-tests' bus-bandwidth factor: all_reduce ``2(n-1)/n``; all_gather, reduce_scatter,
-    all_to_all, scatter, gather ``(n-1)/n``; broadcast, reduce ``1``.
-
-    Source: NVIDIA nccl-tests, doc/PERFORMANCE.md ("Bus bandwidth", its summary lists all_reduce,
-    reduce_scatter, all_gather, broadcast, reduce, all_to_all); scatter and gather from
-    nccl-tests src/scatter.cu and src/gather.cu (``ScatterGetBw``/``GatherGetBw``: ``(n-1)/n``).
+    all_to_all, scatter, gather ``(n-1)/n``; broadcast, reduce ``1``: the spec table's
+    :attr:`collnb.collectives.PrimitiveSpec.busbw` (which cites nccl-tests' doc/PERFORMANCE.md,
+    src/scatter.cu and src/gather.cu).
 
     Raises:
         TypeError / ValueError: a primitive without a factor (``"unknown primitive for busbw
             'barrier'; choose one of: ..."``), a world size that is not an int >= 1.
     """
     n = check_int("world_size", world_size, 1)
-    table = {"all_reduce": 2 * (n - 1) / n, "all_gather": (n - 1) / n, "reduce_scatter": (n - 1) / n,
-             "all_to_all": (n - 1) / n, "scatter": (n - 1) / n, "gather": (n - 1) / n,
-             "broadcast": 1.0, "reduce": 1.0}
-    return table[check_choice("primitive for busbw", primitive, tuple(table))]
+    factor = SPECS[check_choice("primitive for busbw", primitive, BENCH_PRIMITIVES)].busbw
+    assert factor is not None  # BENCH_PRIMITIVES: the rows with a factor
+    return factor(n)
 
 
 def algbw(nbytes: float, seconds: float) -> float:

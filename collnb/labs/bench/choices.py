@@ -7,18 +7,17 @@ import os
 import re
 
 import torch
-import torch.distributed as dist
 
-from ...algorithms import algorithms_for
-from ...collectives import backend_support
+from ...algorithms import ALGORITHMS, algorithms_for
+from ...collectives import BENCH_PRIMITIVES, SPECS, PrimitiveSpec, backend_support
 from ...i18n import N_, _
 from ...ranks import check_ranks
 from ...units import format_bytes
 from ...vocabulary import check_backend, check_choice, dtype_name
 
-#: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order.
-PRIMITIVES = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "reduce", "scatter", "gather",
-              "all_to_all")
+#: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order: the rows of the spec
+#: table that have a factor (:attr:`collnb.collectives.PrimitiveSpec.busbw`).
+PRIMITIVES = BENCH_PRIMITIVES
 #: The row schema, in column order.
 COLUMNS = ("primitive", "algorithm", "backend", "world_size", "dtype", "nbytes", "time_s", "time_min_s",
            "time_max_s", "algbw_GBps", "busbw_GBps", "ok")
@@ -30,8 +29,6 @@ EXAMPLE_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.p
 #: The largest size measured, in bytes per rank: more does not fit 16 ranks x 4 buffers in a laptop's memory.
 MAX_BYTES = 1 << 30
 
-REDUCING = ("all_reduce", "reduce_scatter", "reduce")
-BLOCKED = ("all_gather", "reduce_scatter", "scatter", "gather", "all_to_all")  # one block per rank
 _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 20, "MB": 1 << 20,
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 
@@ -114,7 +111,7 @@ def check_algorithms(primitive: str, algorithms) -> tuple:
     check_choice(N_("primitive with a bus bandwidth"), primitive, PRIMITIVES)
     if isinstance(algorithms, str):
         algorithms = (algorithms,)
-    valid = ("builtin",) + algorithms_for(primitive)
+    valid = ("builtin",) + (algorithms_for(primitive) if primitive in ALGORITHMS else ())
     out = []
     for a in algorithms:
         out.extend(valid if a == "all" else (check_choice(_("algorithm for {primitive}").format(primitive=primitive), a, valid),))
@@ -124,13 +121,35 @@ def check_algorithms(primitive: str, algorithms) -> tuple:
     return tuple(dict.fromkeys(out))
 
 
+def timed_spec(primitive: str) -> PrimitiveSpec:
+    """The spec row whose call the bench times for ``primitive`` (a name of :data:`PRIMITIVES`):
+    nccl-tests' one flat buffer (``all_gather`` is timed as ``all_gather_single``,
+    :attr:`collnb.collectives.PrimitiveSpec.timed_as`)."""
+    spec = SPECS[primitive]
+    return SPECS[spec.timed_as or primitive]
+
+
+def blocked(primitive: str) -> bool:
+    """Whether ``primitive``'s buffer is cut into one block per rank: True unless every output chunk
+    is made from the same chunk of the inputs, in one flat tensor (all_reduce, broadcast, reduce:
+    where the buffer is cut changes nothing, so it is one block of any size)."""
+    spec, timed = SPECS[primitive], timed_spec(primitive)
+    if any(b.form == "tensors" for b in timed.buffers):
+        return True
+    ws, root = 4, 0
+    return any(spec.n_in(ws, r, root) != spec.n_out(ws, r, root)
+               or any(j != k for k in range(spec.n_out(ws, r, root)) for _, j in spec.sources(ws, r, root, k))
+               for r in range(ws))
+
+
 def counts(primitive, nbytes, world_size, esize):
-    """(elements of the nccl-tests 'size' buffer, elements per block). Blocked primitives round
-    down to a multiple of the world size, as nccl-tests does."""
+    """(elements of the nccl-tests 'size' buffer, elements per block). Blocked primitives
+    (:func:`blocked`) round down to a multiple of the world size, as nccl-tests does."""
     count = nbytes // esize
-    if primitive in BLOCKED:
+    cut = blocked(primitive)
+    if cut:
         count = count // world_size * world_size
-    return count, (count // world_size if primitive in BLOCKED else count)
+    return count, (count // world_size if cut else count)
 
 
 def bench_dtype(dtype) -> torch.dtype:
@@ -164,18 +183,13 @@ def check_dtype(primitive, algorithms, dt, backend):
     :func:`collnb.backend_support`): ValueError naming the dtypes it accepts."""
     sup = backend_support(backend)
     name = str(dt).replace("torch.", "")
-    builtin = {"all_reduce": "all_reduce", "reduce": "reduce", "broadcast": "broadcast",
-               "all_gather": "all_gather_single" if hasattr(dist, "all_gather_single") else "all_gather_into_tensor",
-               "reduce_scatter": ("reduce_scatter_single" if hasattr(dist, "reduce_scatter_single")
-                                  else "reduce_scatter_tensor"),
-               "scatter": "scatter", "gather": "gather", "all_to_all": "all_to_all_single"}[primitive]
     checks = []
     if "builtin" in algorithms:
-        checks.append(builtin)
+        checks.append(timed_spec(primitive).name)
     if any(a != "builtin" for a in algorithms):
         checks.append("send_recv")
     for prim in checks:
-        op = "sum" if prim in REDUCING or prim.startswith("reduce_scatter") else None
+        op = "sum" if SPECS[prim].reduces else None
         if not sup.supports(prim, name, op):
             raise ValueError(_("{backend} cannot run {primitive} on {dtype} tensors (detected on real ranks: "
                                "{error}); dtypes it accepts: {valid}").format(

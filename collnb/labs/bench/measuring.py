@@ -4,13 +4,15 @@ slowest rank, every iteration) or nccl-tests' (one barrier, ``iters`` calls back
 
 from __future__ import annotations
 
+import functools
 import time
 
 import torch
 import torch.distributed as dist
 
 from ...algorithms import cached_schedule, chunk_bounds, execute
-from .choices import REDUCING
+from ...collectives import SPECS
+from .choices import blocked, timed_spec
 
 
 def values(rank, count, reducing, dtype, device, offset=0):
@@ -22,13 +24,17 @@ def values(rank, count, reducing, dtype, device, offset=0):
 
 
 class Case:
-    """One rank's buffers, call, reset and check for one (primitive, algorithm, size)."""
+    """One rank's buffers, call, reset and check for one (primitive, algorithm, size), built from the
+    spec table: the buffers and call of the row the bench times (:func:`.choices.timed_spec`), the
+    reference from the row's sources. A buffer of ``world_size`` chunks holds ``count`` elements,
+    one of one chunk ``block`` (the same number where the primitive is not blocked)."""
 
     def __init__(self, primitive, algorithm, rank, ws, count, block, dtype, device, shared=None):
         """``shared``: a dict through which the cases of one launch share the tensors they never
         write (inputs, the reference) and their working buffers (each reset before every call)."""
         self.primitive, self.algorithm, self.rank, self.ws = primitive, algorithm, rank, ws
-        red = primitive in REDUCING
+        spec, timed = SPECS[primitive], timed_spec(primitive)
+        red = spec.reduces
         shared = {} if shared is None else shared
 
         def m(key, make):
@@ -36,72 +42,82 @@ class Case:
                 shared[key] = make()
             return shared[key]
 
+        def zeros(n):
+            return torch.zeros(n, dtype=dtype, device=device)
+
         V = lambda r, n=count, off=0: m(("V", r, n, off), lambda: values(r, n, red, dtype, device, off))  # noqa: E731
         root = 0
+        read, written = timed.input_buffer(), timed.output_buffer()
+        n_read, n_written = read.count(ws, rank, root), written.count(ws, rank, root)
+        size = {0: 0, 1: block, ws: count}  # elements of a buffer of that many chunks
         self.defined = None  # (start, stop) of the output the primitive defines, or None = all
         if algorithm != "builtin":
+            # the schedule works in place on one buffer of world_size blocks
             self.sched = cached_schedule(primitive, algorithm, ws, root)
             self.bounds = chunk_bounds(count, self.sched.n_chunks)
             self.send_from = None
-            if primitive in ("all_reduce", "reduce", "reduce_scatter", "broadcast"):
-                self.start = V(rank)
-            elif primitive in ("all_gather", "gather"):
+            if n_read == 0:  # scatter's other ranks: nothing yet
+                self.start = m(("zeros", count), lambda: zeros(count))
+            elif read.chunks == "one":  # gather, all_gather: the rank's block in its own slot
                 def own_slot():
-                    t = torch.zeros(count, dtype=dtype, device=device)
+                    t = zeros(count)
                     t[rank * block:(rank + 1) * block] = V(rank, block)
                     return t
                 self.start = m(("own-slot", count), own_slot)
-            elif primitive == "scatter":
-                self.start = V(root) if rank == root else m(("zeros", count), lambda: torch.zeros(
-                    count, dtype=dtype, device=device))
-            else:  # all_to_all
+            elif written is not read and written.chunks == "world":  # all_to_all: blocks leave from the input
                 self.send_from = V(rank)
 
                 def own_block():
-                    t = torch.zeros(count, dtype=dtype, device=device)
+                    t = zeros(count)
                     t[rank * block:(rank + 1) * block] = self.send_from[rank * block:(rank + 1) * block]
                     return t
                 self.start = m(("own-block", count), own_block)
+            else:
+                self.start = V(rank)
             self.work = m(("work", count), self.start.clone)
             self.out = self.work
+            if written.chunks == "one":  # reduce_scatter, scatter: only the rank's own block is its result
+                self.defined = (rank * block, (rank + 1) * block)
         else:
             self.sched = None
-            if primitive in ("all_reduce", "reduce", "broadcast"):
-                self.start = V(rank)
-                self.work = m(("work", count), self.start.clone)
-                self.out = self.work
-            elif primitive in ("all_gather", "gather"):
-                self.start = V(rank, block)
-                self.work = m(("work-block", block), self.start.clone)
-                self.out = m(("out", count), lambda: torch.zeros(count, dtype=dtype, device=device))
-                self.out_list = list(self.out.split(block))
-            else:  # reduce_scatter, scatter, all_to_all: a whole-buffer input, a block (or whole) output
-                self.start = V(root) if primitive == "scatter" else V(rank)
-                self.work = m(("work", count), self.start.clone)
-                self.in_list = list(self.work.split(block))
-                n_out = block if primitive != "all_to_all" else count
-                self.out = m(("out", n_out), lambda: torch.zeros(n_out, dtype=dtype, device=device))
-        self.expected = m(("expected",), lambda: self._reference(primitive, rank, ws, count, block, dtype, device, V))
-        if algorithm != "builtin" and primitive in ("reduce_scatter", "scatter"):
-            self.defined = (rank * block, (rank + 1) * block)
-        self.checked = not (primitive in ("reduce", "gather") and rank != root)
+            self.start = V(rank, size[n_read])
+            self.work = m(("in", size[n_read]), self.start.clone)
+            self.out = self.work if written is read else m(("out", size[n_written]), lambda: zeros(size[n_written]))
+            held = {read.name: (read, n_read, self.work), written.name: (written, n_written, self.out)}
+
+            def argument(name):
+                b, n, t = held[name]
+                if n == 0:  # a buffer only the root holds: None on the others
+                    return None
+                return list(t.split(block)) if b.form == "tensors" else t
+            args = [argument(a) for a in timed.torch_call.args]
+            words = {"root": root, "op": dist.ReduceOp.SUM, "device": device}
+            self.call = functools.partial(getattr(dist, timed.torch_call.function), *args,
+                                          **{key: words[what] for key, what in timed.torch_call.keywords})
+        self.expected = m(("expected",), lambda: self._reference(spec, rank, ws, count, block, dtype, device, V))
+        self.checked = bool(spec.defined(ws, rank, root))
 
     @staticmethod
-    def _reference(primitive, rank, ws, count, block, dtype, device, V):
-        """The exact result, laid out like the output (the same for the built-in and the algorithms)."""
+    def _reference(spec, rank, ws, count, block, dtype, device, V):
+        """The exact result, laid out like the output (the same for the built-in and the algorithms):
+        each output block from the input blocks the spec table's ``sources`` name, combined in int64
+        where the primitive reduces (exact: :func:`values` keeps the sums small). A primitive that is
+        not blocked is one block of ``count`` elements."""
         root = 0
-        if primitive in ("all_reduce", "reduce"):
-            return sum(values(r, count, True, torch.int64, device) for r in range(ws)).to(dtype)
-        if primitive == "broadcast":
-            return V(root)
-        if primitive in ("all_gather", "gather"):
-            return torch.cat([V(r, block) for r in range(ws)])
-        if primitive == "reduce_scatter":
-            return sum(values(r, block, True, torch.int64, device, rank * block) for r in range(ws)).to(dtype)
-        if primitive == "scatter":
-            return V(root, block, rank * block)
-        # all_to_all: block j of my output = rank j's block for me
-        return torch.cat([V(r, block, rank * block) for r in range(ws)])
+        n_out = spec.n_out(ws, rank, root)
+        if blocked(spec.name):
+            chunk = block
+        else:
+            chunk, n_out = count, min(n_out, 1)
+        parts = []
+        for k in range(n_out):
+            sources = spec.sources(ws, rank, root, k)
+            if spec.reduces:
+                parts.append(sum(values(s, chunk, True, torch.int64, device, j * chunk) for s, j in sources).to(dtype))
+            else:
+                (s, j), = sources
+                parts.append(V(s, chunk, j * chunk))
+        return torch.cat(parts) if parts else torch.zeros(0, dtype=dtype, device=device)
 
     def reset(self):
         self.work.copy_(self.start)
@@ -109,32 +125,10 @@ class Case:
             self.out.zero_()
 
     def run(self):
-        p = self.primitive
         if self.sched is not None:
             execute(self.sched, self.work, op="sum", bounds=self.bounds, send_from=self.send_from)
             return
-        if p == "all_reduce":
-            dist.all_reduce(self.work)
-        elif p == "reduce":
-            dist.reduce(self.work, dst=0)
-        elif p == "broadcast":
-            dist.broadcast(self.work, src=0)
-        elif p == "all_gather":
-            if hasattr(dist, "all_gather_single"):
-                dist.all_gather_single(self.out, self.work)
-            else:  # pragma: no cover - older torch
-                dist.all_gather_into_tensor(self.out, self.work)
-        elif p == "reduce_scatter":
-            if hasattr(dist, "reduce_scatter_single"):
-                dist.reduce_scatter_single(self.out, self.work)
-            else:  # pragma: no cover - older torch
-                dist.reduce_scatter_tensor(self.out, self.work)
-        elif p == "scatter":
-            dist.scatter(self.out, self.in_list if self.rank == 0 else None, src=0)
-        elif p == "gather":
-            dist.gather(self.work, self.out_list if self.rank == 0 else None, dst=0)
-        elif p == "all_to_all":
-            dist.all_to_all_single(self.out, self.work)
+        self.call()
 
     def check(self) -> bool:
         if not self.checked:

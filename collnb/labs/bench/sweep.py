@@ -14,7 +14,7 @@ from ...vocabulary import check_choice, check_int
 from .measuring import rank_bench
 from .references import MIN_REPETITIONS, ReferenceSampler
 from .rows import measured_row, to_table
-from .choices import BLOCKED, bench_dtype, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+from .choices import bench_dtype, blocked, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
 
 
 #: How :func:`bench` times (``timing=``), the first the default:
@@ -90,7 +90,7 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
     esize = dt.itemsize
     for ws in world_sizes:
         # one element per rank at least: a block per rank, or a chunk per rank for the send/recv algorithms
-        need = esize * ws if (primitive in BLOCKED or any(a != "builtin" for a in algs)) else esize
+        need = esize * ws if (blocked(primitive) or any(a != "builtin" for a in algs)) else esize
         if sizes[0] < need:
             raise ValueError(_("{n} B is too small for {primitive} on {dtype} at world size {world_size}: it needs "
                                "at least {need} B ({elements} elements, one per rank); start the sweep there").format(

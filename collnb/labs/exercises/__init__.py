@@ -27,8 +27,17 @@ Example (the check cell of ``01_broadcast``)::
     from collnb import exercises
     exercises.check_broadcast(my_broadcast)
 
+Writing a new check: :func:`.framework.check` is the frame every check of the learner's code
+shares (its signature checked, "not answered yet" for a stub, each :class:`.framework.Case`
+launched with every call recorded, each :class:`.framework.Trial` handed to the check's judge, ✓ at
+the end); the check itself is a generator of cases, a judge that raises
+:meth:`.framework.Trial.fail` on the first thing wrong, and the texts.
+:func:`.framework.check_prediction` is the frame of a predicted value. :mod:`.framework`'s docstring
+lists its public API (``from .framework import check, Case, Trial``) with a complete example; every
+module below uses only that API. The framework is for writing checks; a notebook calls the checks.
+
 Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
-learner's calls; ✓, ✗ and "not answered yet"), :mod:`.coding` (checks of code the learner writes),
+learner's calls; ✓, ✗ and "not answered yet"; the public API above), :mod:`.coding` (checks of code the learner writes),
 :mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
 (notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16), :mod:`.overlap`
 (notebook 17: an all_reduce overlapped with compute, measured on the timeline) and :mod:`.hangs` (notebook 18: the

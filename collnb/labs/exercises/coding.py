@@ -12,8 +12,7 @@ from typing import Callable
 import torch
 
 from ...i18n import _
-from .framework import (_check_only, _check_params, _fail, _launch_or_fail, _names, _no_calls, _passed, _rng, _short,
-                        _summary, _table, _unfinished, _world_sizes)
+from .framework import Case, Trial, check, short, summary, world_sizes
 
 
 # ----------------------------------------------------------------------------------------------
@@ -43,49 +42,43 @@ def check_count_ready(count_ready: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(count_ready, "count_ready(rank, world_size, ready)")
-    rng = _rng()
     direction = (_('Each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) to one '
                    'collective that combines them on every rank: which reduce op turns them into a count?'))
 
-    def run(flags):
-        ws = len(flags)
-        results, calls = _launch_or_fail(count_ready, ws, [(f,) for f in flags], hint=direction,
-                                         what=_('at world size {world_size}').format(world_size=ws))
-        return results, calls
+    def cases(rng):
+        runs = []
+        for ws in world_sizes(rng, 3, 6):
+            flags = _ready_flags(rng, ws)
+            flipped = list(flags)
+            flipped[rng.randrange(ws)] ^= True
+            runs += [flags, flipped]
+        for flags in runs:
+            yield Case(len(flags), [(f,) for f in flags], want=flags,
+                       what=_('at world size {world_size}').format(world_size=len(flags)))
 
-    sizes = _world_sizes(rng, 3, 6)
-    runs = []
-    for ws in sizes:
-        flags = _ready_flags(rng, ws)
-        flipped = list(flags)
-        flipped[rng.randrange(ws)] ^= True
-        runs += [flags, flipped]
-    first = run(runs[0])
-    if _no_calls(*first):
-        return _unfinished("count_ready", direction)
-    for i, flags in enumerate(runs):
-        results, calls = first if i == 0 else run(flags)
-        ws, want = len(flags), sum(flags)
-        rows = [(r, flags[r], results[r], want, _summary(calls[r])) for r in range(ws)]
-        table = _table(rows, (_('rank'), _('ready'), _('returned'), _('expected'), _('calls')))
-        _check_only(calls, {"all_reduce"}, hint=_('count with one dist.all_reduce. ') + direction)
-        if any(_names(rc).count("all_reduce") != 1 for rc in calls):
-            raise _fail(_('world size {world_size}: every rank must make exactly one dist.all_reduce.').format(world_size=ws), direction, table)
-        bad = [r for r in range(ws) if not isinstance(results[r], int) or isinstance(results[r], bool)
+    def judge(t: Trial) -> None:
+        flags, ws, results = t.want, t.world_size, t.results
+        want = sum(flags)
+        t.show([(r, flags[r], results[r], want, t.summary(r)) for r in t.ranks],
+               (_('rank'), _('ready'), _('returned'), _('expected'), _('calls')))
+        t.only({"all_reduce"}, hint=_('count with one dist.all_reduce. ') + direction)
+        if any(t.names(r).count("all_reduce") != 1 for r in t.ranks):
+            raise t.fail(_('world size {world_size}: every rank must make exactly one dist.all_reduce.').format(world_size=ws))
+        bad = [r for r in t.ranks if not isinstance(results[r], int) or isinstance(results[r], bool)
                or results[r] != want]
         if bad:
             if all(isinstance(results[r], int) and results[r] == ws for r in bad):
-                raise _fail((_('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the '
-                               '{world_size} ranks was ready (random in every run).') if want == 1 else _('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the {world_size} ranks were ready (random in every run).')).format(world_size=ws, bad=bad, want=want), direction,
-                            table)
+                raise t.fail((_('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the '
+                                '{world_size} ranks was ready (random in every run).') if want == 1 else _('world size {world_size}: rank(s) {bad} returned the world size, but only {want} of the {world_size} ranks were ready (random in every run).')).format(world_size=ws, bad=bad, want=want))
             if any(isinstance(results[r], torch.Tensor) for r in bad):
-                raise _fail(_('world size {world_size}: rank(s) {bad} returned a tensor.').format(world_size=ws, bad=bad),
-                            _('return a Python int: int(t.item()) of the tensor you reduced.'), table)
-            raise _fail(_('world size {world_size}: rank(s) {bad} did not return the number of ready ranks ({want} this '
-                          'run).').format(world_size=ws, bad=bad, want=want), direction, table)
-    _passed(_('every rank counted the ready ranks with one all_reduce ({n_runs} runs, world sizes {first_size} and '
-              '{second_size}, random flags)').format(n_runs=len(runs), first_size=sizes[0], second_size=sizes[1]), table)
+                raise t.fail(_('world size {world_size}: rank(s) {bad} returned a tensor.').format(world_size=ws, bad=bad),
+                             _('return a Python int: int(t.item()) of the tensor you reduced.'))
+            raise t.fail(_('world size {world_size}: rank(s) {bad} did not return the number of ready ranks ({want} this '
+                           'run).').format(world_size=ws, bad=bad, want=want))
+
+    check(count_ready, "count_ready(rank, world_size, ready)", direction=direction, cases=cases, judge=judge,
+          passed=_('every rank counted the ready ranks with one all_reduce ({n_runs} runs, world sizes {first_size} and '
+                   '{second_size}, random flags)'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -107,39 +100,35 @@ def check_broadcast(my_broadcast: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(my_broadcast, "my_broadcast(rank, world_size, src, tensor)")
-    rng = _rng()
     direction = (_('One collective, made by every rank with the same src: on src the tensor is what is sent, on every '
                    'other rank it is overwritten with it.'))
 
-    def case(ws):
-        src = rng.randrange(ws)
-        data = _random_tensor(rng, rng.randint(3, 6))
-        args = [((src, data.clone()) if r == src else (src, torch.zeros_like(data))) for r in range(ws)]
-        return src, data, _launch_or_fail(my_broadcast, ws, args, hint=direction, what=_('world size {world_size}, src={src}').format(world_size=ws, src=src))
+    def cases(rng):
+        for ws in world_sizes(rng, 2, 6):
+            src = rng.randrange(ws)
+            data = _random_tensor(rng, rng.randint(3, 6))
+            args = [((src, data.clone()) if r == src else (src, torch.zeros_like(data))) for r in range(ws)]
+            yield Case(ws, args, want=(src, data), what=_('world size {world_size}, src={src}').format(world_size=ws, src=src))
 
-    sizes = _world_sizes(rng, 2, 6)
-    first = case(sizes[0])
-    if _no_calls(*first[2]):
-        return _unfinished("my_broadcast", direction)
-    for i, ws in enumerate(sizes):
-        src, data, (results, calls) = first if i == 0 else case(ws)
-        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in calls[r]) or _("(none)"))
-                for r in range(ws)]
-        table = _table(rows, (_('rank'), _('returned'), _('calls')))
-        _check_only(calls, {"broadcast"}, hint=direction)
-        bad_calls = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("broadcast", src)]]
+    def judge(t: Trial) -> None:
+        (src, data), ws, results = t.want, t.world_size, t.results
+        t.show([(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in t.calls[r]) or _("(none)"))
+                for r in t.ranks], (_('rank'), _('returned'), _('calls')))
+        t.only({"broadcast"}, hint=direction)
+        bad_calls = [r for r in t.ranks if [(c.name, c.peer) for c in t.calls[r]] != [("broadcast", src)]]
         if bad_calls:
-            raise _fail(_('world size {world_size}, src={src}: rank(s) {bad_calls} did not make exactly one '
-                          'dist.broadcast with src={src}.').format(world_size=ws, src=src, bad_calls=bad_calls), direction, table)
-        wrong = [r for r in range(ws) if not (isinstance(results[r], torch.Tensor)
-                                              and results[r].shape == data.shape and torch.equal(results[r], data))]
+            raise t.fail(_('world size {world_size}, src={src}: rank(s) {bad_calls} did not make exactly one '
+                           'dist.broadcast with src={src}.').format(world_size=ws, src=src, bad_calls=bad_calls))
+        wrong = [r for r in t.ranks if not (isinstance(results[r], torch.Tensor)
+                                            and results[r].shape == data.shape and torch.equal(results[r], data))]
         if wrong:
-            raise _fail(_("world size {world_size}, src={src}: rank(s) {wrong} did not return src's data {data} "
-                          '(random, known only to src).').format(world_size=ws, src=src, wrong=wrong, data=_short(data)), _('return the tensor you broadcast into, on every rank.'),
-                        table)
-    _passed(_("every rank received src's random data through one dist.broadcast, at world sizes {first_size} and "
-              '{second_size}').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_("world size {world_size}, src={src}: rank(s) {wrong} did not return src's data {data} "
+                           '(random, known only to src).').format(world_size=ws, src=src, wrong=wrong, data=short(data)),
+                         _('return the tensor you broadcast into, on every rank.'))
+
+    check(my_broadcast, "my_broadcast(rank, world_size, src, tensor)", direction=direction, cases=cases, judge=judge,
+          passed=_("every rank received src's random data through one dist.broadcast, at world sizes {first_size} and "
+                   '{second_size}'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -157,45 +146,41 @@ def check_gather(my_gather: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(my_gather, "my_gather(rank, world_size, dst, mine)")
-    rng = _rng()
     direction = (_('Every rank makes one collective with the same dst. Only dst needs somewhere to receive: a list with '
                    'one tensor per rank (the other ranks pass None); dst then joins that list into one tensor.'))
 
-    def case(ws):
-        dst = rng.randrange(ws)
-        values = [rng.randint(-9999, 9999) for _ in range(ws)]
-        args = [(dst, torch.tensor([values[r]])) for r in range(ws)]
-        return dst, torch.tensor(values), _launch_or_fail(my_gather, ws, args, hint=direction,
-                                                           what=_('world size {world_size}, dst={dst}').format(world_size=ws, dst=dst))
+    def cases(rng):
+        for ws in world_sizes(rng, 2, 6):
+            dst = rng.randrange(ws)
+            values = [rng.randint(-9999, 9999) for _ in range(ws)]
+            yield Case(ws, [(dst, torch.tensor([values[r]])) for r in range(ws)], want=(dst, torch.tensor(values)),
+                       what=_('world size {world_size}, dst={dst}').format(world_size=ws, dst=dst))
 
-    sizes = _world_sizes(rng, 2, 6)
-    first = case(sizes[0])
-    if _no_calls(*first[2]):
-        return _unfinished("my_gather", direction)
-    for i, ws in enumerate(sizes):
-        dst, want, (results, calls) = first if i == 0 else case(ws)
-        rows = [(r, "dst" if r == dst else "", results[r],
-                 ", ".join(f"{c.name}(dst={c.peer})" for c in calls[r]) or _("(none)")) for r in range(ws)]
-        table = _table(rows, (_('rank'), "", _('returned'), _('calls')))
-        _check_only(calls, {"gather"}, hint=direction)
-        bad = [r for r in range(ws) if [(c.name, c.peer) for c in calls[r]] != [("gather", dst)]]
+    def judge(t: Trial) -> None:
+        (dst, want), ws, results = t.want, t.world_size, t.results
+        t.show([(r, "dst" if r == dst else "", results[r],
+                 ", ".join(f"{c.name}(dst={c.peer})" for c in t.calls[r]) or _("(none)")) for r in t.ranks],
+               (_('rank'), "", _('returned'), _('calls')))
+        t.only({"gather"}, hint=direction)
+        bad = [r for r in t.ranks if [(c.name, c.peer) for c in t.calls[r]] != [("gather", dst)]]
         if bad:
-            raise _fail(_('world size {world_size}, dst={dst}: rank(s) {bad} did not make exactly one dist.gather with '
-                          'dst={dst}.').format(world_size=ws, dst=dst, bad=bad), direction, table)
+            raise t.fail(_('world size {world_size}, dst={dst}: rank(s) {bad} did not make exactly one dist.gather with '
+                           'dst={dst}.').format(world_size=ws, dst=dst, bad=bad))
         got = results[dst]
-        if isinstance(got, (list, tuple)) and got and all(isinstance(t, torch.Tensor) for t in got):
-            raise _fail(_('world size {world_size}, dst={dst}: dst returned the gather list itself ({n_got} tensors).').format(world_size=ws, dst=dst, n_got=len(got)),
-                        _('return one tensor: torch.cat(gather_list).'), table)
+        if isinstance(got, (list, tuple)) and got and all(isinstance(x, torch.Tensor) for x in got):
+            raise t.fail(_('world size {world_size}, dst={dst}: dst returned the gather list itself ({n_got} tensors).').format(world_size=ws, dst=dst, n_got=len(got)),
+                         _('return one tensor: torch.cat(gather_list).'))
         if not (isinstance(got, torch.Tensor) and got.shape == want.shape and torch.equal(got, want)):
-            raise _fail(_("world size {world_size}, dst={dst}: dst returned {got}; the ranks' values in rank order are "
-                          '{want_tolist}.').format(world_size=ws, dst=dst, got=_short(got), want_tolist=want.tolist()), direction, table)
-        others = [r for r in range(ws) if r != dst and results[r] is not None]
+            raise t.fail(_("world size {world_size}, dst={dst}: dst returned {got}; the ranks' values in rank order are "
+                           '{want_tolist}.').format(world_size=ws, dst=dst, got=short(got), want_tolist=want.tolist()))
+        others = [r for r in t.ranks if r != dst and results[r] is not None]
         if others:
-            raise _fail(_('world size {world_size}, dst={dst}: rank(s) {others} returned something; after gather only '
-                          'dst has a result.').format(world_size=ws, dst=dst, others=others), _('return None on every rank other than dst.'), table)
-    _passed(_("dst received every rank's own value in rank order (world sizes {first_size} and {second_size}, random "
-              'dst)').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_('world size {world_size}, dst={dst}: rank(s) {others} returned something; after gather only '
+                           'dst has a result.').format(world_size=ws, dst=dst, others=others), _('return None on every rank other than dst.'))
+
+    check(my_gather, "my_gather(rank, world_size, dst, mine)", direction=direction, cases=cases, judge=judge,
+          passed=_("dst received every rank's own value in rank order (world sizes {first_size} and {second_size}, random "
+                   'dst)'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -215,44 +200,40 @@ def check_all_gather(my_all_gather: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(my_all_gather, "my_all_gather(rank, world_size, mine)")
-    rng = _rng()
     direction = (_('Every rank takes a turn as src: for each src, every rank makes one broadcast of a buffer holding '
                    "src's contribution (on src its own data, elsewhere a buffer to receive into), and keeps it; at the "
                    'end each rank joins the buffers in rank order.'))
 
-    def case(ws):
-        mine = [_random_tensor(rng, 2) for _ in range(ws)]
-        return torch.cat(mine), _launch_or_fail(my_all_gather, ws, [(m,) for m in mine], hint=direction,
-                                                what=_('world size {world_size}').format(world_size=ws))
+    def cases(rng):
+        for ws in world_sizes(rng, 2, 6):
+            mine = [_random_tensor(rng, 2) for _ in range(ws)]
+            yield Case(ws, [(m,) for m in mine], want=torch.cat(mine), what=_('world size {world_size}').format(world_size=ws))
 
-    sizes = _world_sizes(rng, 2, 6)
-    first = case(sizes[0])
-    if _no_calls(*first[1]):
-        return _unfinished("my_all_gather", direction)
-    for i, ws in enumerate(sizes):
-        want, (results, calls) = first if i == 0 else case(ws)
-        rows = [(r, results[r], ", ".join(f"{c.name}(src={c.peer})" if c.source == "torch.distributed"
-                                          else _summary([c]) for c in calls[r]) or _("(none)")) for r in range(ws)]
-        table = _table(rows, (_('rank'), _('returned'), _('calls')))
-        _check_only(calls, {"broadcast"}, hint=_('this exercise builds all_gather from dist.broadcast only. ') + direction)
-        bad = [r for r in range(ws) if sorted(c.peer for c in calls[r]) != list(range(ws))]
+    def judge(t: Trial) -> None:
+        want, ws, results, calls = t.want, t.world_size, t.results, t.calls
+        t.show([(r, results[r], ", ".join(f"{c.name}(src={c.peer})" if c.source == "torch.distributed"
+                                          else summary([c]) for c in calls[r]) or _("(none)")) for r in t.ranks],
+               (_('rank'), _('returned'), _('calls')))
+        t.only({"broadcast"}, hint=_('this exercise builds all_gather from dist.broadcast only. ') + direction)
+        bad = [r for r in t.ranks if sorted(c.peer for c in calls[r]) != list(range(ws))]
         if bad:
-            raise _fail(_('world size {world_size}: rank(s) {bad} did not make one dist.broadcast per source rank '
-                          '0..{ws_1}.').format(world_size=ws, bad=bad, ws_1=ws - 1), direction, table)
-        sizes_bad = [(r, c) for r in range(ws) for c in calls[r] if c.nbytes != 8]
+            raise t.fail(_('world size {world_size}: rank(s) {bad} did not make one dist.broadcast per source rank '
+                           '0..{ws_1}.').format(world_size=ws, bad=bad, ws_1=ws - 1))
+        sizes_bad = [(r, c) for r in t.ranks for c in calls[r] if c.nbytes != 8]
         if sizes_bad:
             r, c = sizes_bad[0]
-            raise _fail(_("world size {world_size}: rank {r}'s broadcast from src={c_peer} moved {c_nbytes} bytes; one "
-                          "rank's contribution is 2 float32 values (8 bytes).").format(world_size=ws, r=r, c_peer=c.peer, c_nbytes=c.nbytes),
-                        _('broadcast a buffer shaped like mine (zeros_like(mine) to receive into).'), table)
-        wrong = [r for r in range(ws) if not (isinstance(results[r], torch.Tensor)
-                                              and results[r].shape == want.shape and torch.equal(results[r], want))]
+            raise t.fail(_("world size {world_size}: rank {r}'s broadcast from src={c_peer} moved {c_nbytes} bytes; one "
+                           "rank's contribution is 2 float32 values (8 bytes).").format(world_size=ws, r=r, c_peer=c.peer, c_nbytes=c.nbytes),
+                         _('broadcast a buffer shaped like mine (zeros_like(mine) to receive into).'))
+        wrong = [r for r in t.ranks if not (isinstance(results[r], torch.Tensor)
+                                            and results[r].shape == want.shape and torch.equal(results[r], want))]
         if wrong:
-            raise _fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's contribution in rank "
-                          'order, {want}.').format(world_size=ws, wrong=wrong, want=_short(want)), direction, table)
-    _passed(_("your broadcasts delivered every rank's random contribution to every rank, as all_gather would (world "
-              'sizes {first_size} and {second_size})').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's contribution in rank "
+                           'order, {want}.').format(world_size=ws, wrong=wrong, want=short(want)))
+
+    check(my_all_gather, "my_all_gather(rank, world_size, mine)", direction=direction, cases=cases, judge=judge,
+          passed=_("your broadcasts delivered every rank's random contribution to every rank, as all_gather would (world "
+                   'sizes {first_size} and {second_size})'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -270,36 +251,30 @@ def check_census(my_census: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(my_census, "my_census(rank, world_size, info)")
-    rng = _rng()
     direction = (_('One object collective gathers a picklable object from every rank onto every rank; it fills a list '
                    'you give it, with one slot per rank.'))
 
-    def case(ws):
-        infos = [{"rank": r, "token": "%06x" % rng.randrange(1 << 24), "load": round(rng.random(), 3)}
-                 for r in range(ws)]
-        return infos, _launch_or_fail(my_census, ws, [(dict(i),) for i in infos], hint=direction,
-                                      what=_('world size {world_size}').format(world_size=ws))
+    def cases(rng):
+        for ws in world_sizes(rng, 2, 6):
+            infos = [{"rank": r, "token": "%06x" % rng.randrange(1 << 24), "load": round(rng.random(), 3)}
+                     for r in range(ws)]
+            yield Case(ws, [(dict(i),) for i in infos], want=infos, what=_('world size {world_size}').format(world_size=ws))
 
-    sizes = _world_sizes(rng, 2, 6)
-    first = case(sizes[0])
-    if _no_calls(*first[1]):
-        return _unfinished("my_census", direction)
-    for i, ws in enumerate(sizes):
-        infos, (results, calls) = first if i == 0 else case(ws)
-        rows = [(r, results[r], _summary(calls[r])) for r in range(ws)]
-        table = _table(rows, (_('rank'), _('returned'), _('calls')))
-        _check_only(calls, {"all_gather_object"}, hint=direction)
-        bad = [r for r in range(ws) if _names(calls[r]) != ["all_gather_object"]]
+    def judge(t: Trial) -> None:
+        infos, ws = t.want, t.world_size
+        t.show([(r, t.results[r], t.summary(r)) for r in t.ranks], (_('rank'), _('returned'), _('calls')))
+        t.only({"all_gather_object"}, hint=direction)
+        bad = [r for r in t.ranks if t.names(r) != ["all_gather_object"]]
         if bad:
-            raise _fail(_('world size {world_size}: rank(s) {bad} did not make exactly one dist.all_gather_object.').format(world_size=ws, bad=bad),
-                        direction, table)
-        wrong = [r for r in range(ws) if results[r] != infos]
+            raise t.fail(_('world size {world_size}: rank(s) {bad} did not make exactly one dist.all_gather_object.').format(world_size=ws, bad=bad))
+        wrong = [r for r in t.ranks if t.results[r] != infos]
         if wrong:
-            raise _fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's dict in rank order "
-                          "(rank 0's dict was {infos_0}).").format(world_size=ws, wrong=wrong, infos_0=infos[0]), direction, table)
-    _passed(_("every rank holds every rank's own dict, in rank order, from one all_gather_object (world sizes "
-              '{first_size} and {second_size})').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's dict in rank order "
+                           "(rank 0's dict was {infos_0}).").format(world_size=ws, wrong=wrong, infos_0=infos[0]))
+
+    check(my_census, "my_census(rank, world_size, info)", direction=direction, cases=cases, judge=judge,
+          passed=_("every rank holds every rank's own dict, in rank order, from one all_gather_object (world sizes "
+                   '{first_size} and {second_size})'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -319,43 +294,38 @@ def check_token_ring(token_ring: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(token_ring, "token_ring(rank, world_size, value)")
-    rng = _rng()
     direction = (_('Rank 0 starts the token with its own value, sends it to rank 1 and finally receives it back from '
                    'the last rank; every other rank first receives from its left neighbour, remembers what arrived, '
                    "adds its own value and sends to its right neighbour (the last rank's right neighbour is rank 0)."))
 
-    def case(ws):
-        values = [rng.randint(1, 999) for _ in range(ws)]
-        want = [sum(values)] + [sum(values[:r]) for r in range(1, ws)]
-        return values, want, _launch_or_fail(token_ring, ws, [(v,) for v in values], hint=direction,
-                                             what=_('world size {world_size}').format(world_size=ws))
+    def cases(rng):
+        for ws in world_sizes(rng, 3, 6):
+            values = [rng.randint(1, 999) for _ in range(ws)]
+            want = [sum(values)] + [sum(values[:r]) for r in range(1, ws)]
+            yield Case(ws, [(v,) for v in values], want=(values, want), what=_('world size {world_size}').format(world_size=ws))
 
     def expected_calls(r, ws):
         return ([("send", 1), ("recv", ws - 1)] if r == 0 else [("recv", r - 1), ("send", (r + 1) % ws)])
 
-    sizes = _world_sizes(rng, 3, 6)
-    first = case(sizes[0])
-    if _no_calls(*first[2]):
-        return _unfinished("token_ring", direction)
-    for i, ws in enumerate(sizes):
-        values, want, (results, calls) = first if i == 0 else case(ws)
-        got_calls = [[(c.name, c.peer) for c in calls[r]] for r in range(ws)]
-        rows = [(r, values[r], results[r], want[r], ", ".join(f"{n}({p})" for n, p in got_calls[r]) or _("(none)"))
-                for r in range(ws)]
-        table = _table(rows, (_('rank'), _('value'), _('returned'), _('expected'), _('calls')))
-        _check_only(calls, {"send", "recv", "isend", "irecv"}, hint=direction)
-        blocking = [[(n.lstrip("i"), p) for n, p in got_calls[r]] for r in range(ws)]
-        bad = [r for r in range(ws) if blocking[r] != expected_calls(r, ws)]
+    def judge(t: Trial) -> None:
+        (values, want), ws, results = t.want, t.world_size, t.results
+        got_calls = [[(c.name, c.peer) for c in t.calls[r]] for r in t.ranks]
+        t.show([(r, values[r], results[r], want[r], ", ".join(f"{n}({p})" for n, p in got_calls[r]) or _("(none)"))
+                for r in t.ranks], (_('rank'), _('value'), _('returned'), _('expected'), _('calls')))
+        t.only({"send", "recv", "isend", "irecv"}, hint=direction)
+        blocking = [[(n.lstrip("i"), p) for n, p in got_calls[r]] for r in t.ranks]
+        bad = [r for r in t.ranks if blocking[r] != expected_calls(r, ws)]
         if bad:
             r = bad[0]
-            raise _fail(_('world size {world_size}: rank {r} made {made}; it should make {expected} (names with their '
-                          'peer rank).').format(world_size=ws, r=r, made=blocking[r] or _('no calls'), expected=expected_calls(r, ws)), direction, table)
+            raise t.fail(_('world size {world_size}: rank {r} made {made}; it should make {expected} (names with their '
+                           'peer rank).').format(world_size=ws, r=r, made=blocking[r] or _('no calls'), expected=expected_calls(r, ws)))
         if results != want:
-            raise _fail(_('world size {world_size}: the ranks returned {results}, expected {want}.').format(world_size=ws, results=results, want=want),
-                        _('each rank returns the value it received (before adding its own).'), table)
-    _passed(_("the token went round the ring through real send/recv; rank 0 received the sum of every rank's own value "
-              '(world sizes {first_size} and {second_size})').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_('world size {world_size}: the ranks returned {results}, expected {want}.').format(world_size=ws, results=results, want=want),
+                         _('each rank returns the value it received (before adding its own).'))
+
+    check(token_ring, "token_ring(rank, world_size, value)", direction=direction, cases=cases, judge=judge,
+          passed=_("the token went round the ring through real send/recv; rank 0 received the sum of every rank's own "
+                   'value (world sizes {first_size} and {second_size})'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -376,53 +346,49 @@ def check_ring_step(my_ring_step: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(my_ring_step, "my_ring_step(rank, world_size, buf, k)")
-    rng = _rng()
     direction = (_('In step k rank r sends the chunk it last completed, (r - k) % world_size, to its right neighbour '
                    'and receives chunk (r - k - 1) % world_size from its left neighbour; post both (isend/irecv) before '
                    'waiting on either, then add what arrived into that chunk of buf. One chunk is one element here.'))
-
-    def case(ws):
-        k = rng.randint(1, ws - 1)
-        start = [torch.tensor([float(rng.randint(0, 99)) for _ in range(ws)], dtype=torch.float64)
-                 for _ in range(ws)]
-        want = [t.clone() for t in start]
-        for r in range(ws):
-            c = (r - k - 1) % ws
-            want[r][c] += start[(r - 1) % ws][c]
-        return k, start, want, _launch_or_fail(my_ring_step, ws, [(start[r].clone(), k) for r in range(ws)],
-                                               hint=direction, what=_('world size {world_size}, step k={k}').format(world_size=ws, k=k))
-
-    sizes = [4, rng.choice([3, 5, 6])]
-    first = case(sizes[0])
-    if _no_calls(*first[3]):
-        return _unfinished("my_ring_step", direction)
     chunk_bytes = torch.empty(1, dtype=torch.float64).element_size()
-    for i, ws in enumerate(sizes):
-        k, start, want, (results, calls) = first if i == 0 else case(ws)
+
+    def cases(rng):
+        for ws in (4, rng.choice([3, 5, 6])):
+            k = rng.randint(1, ws - 1)
+            start = [torch.tensor([float(rng.randint(0, 99)) for _ in range(ws)], dtype=torch.float64)
+                     for _ in range(ws)]
+            want = [x.clone() for x in start]
+            for r in range(ws):
+                c = (r - k - 1) % ws
+                want[r][c] += start[(r - 1) % ws][c]
+            yield Case(ws, [(start[r].clone(), k) for r in range(ws)], want=(k, start, want),
+                       what=_('world size {world_size}, step k={k}').format(world_size=ws, k=k))
+
+    def judge(t: Trial) -> None:
+        (k, start, want), ws, results = t.want, t.world_size, t.results
         marks = []
-        for r in range(ws):
+        for r in t.ranks:
             ok = isinstance(results[r], torch.Tensor) and results[r].shape == want[r].shape \
                 and torch.equal(results[r].double(), want[r])
             marks.append("✓" if ok else "✗")
-        rows = [(r, start[r], results[r], want[r], marks[r]) for r in range(ws)]
-        table = _table(rows, (_('rank'), _('before'), _('yours'), _('expected'), ""))
-        _check_only(calls, {"isend", "irecv", "send", "recv"}, hint=direction)
-        for r in range(ws):
-            made = sorted((c.name.lstrip("i"), c.peer) for c in calls[r])
+        t.show([(r, start[r], results[r], want[r], marks[r]) for r in t.ranks],
+               (_('rank'), _('before'), _('yours'), _('expected'), ""))
+        t.only({"isend", "irecv", "send", "recv"}, hint=direction)
+        for r in t.ranks:
+            made = sorted((c.name.lstrip("i"), c.peer) for c in t.calls[r])
             if made != [("recv", (r - 1) % ws), ("send", (r + 1) % ws)]:
-                raise _fail(_('world size {world_size}, step k={k}: rank {r} made {made}; it should post one isend to '
-                              'rank {right} and one irecv from rank {left}.').format(world_size=ws, k=k, r=r, made=made or _('no calls'), right=(r + 1) % ws, left=(r - 1) % ws),
-                            direction, table)
-            for c in calls[r]:
+                raise t.fail(_('world size {world_size}, step k={k}: rank {r} made {made}; it should post one isend to '
+                               'rank {right} and one irecv from rank {left}.').format(world_size=ws, k=k, r=r, made=made or _('no calls'), right=(r + 1) % ws, left=(r - 1) % ws))
+            for c in t.calls[r]:
                 if c.nbytes != chunk_bytes:
                     moved = _('sent') if c.name.lstrip("i") == "send" else _('received')
-                    raise _fail(_('world size {world_size}, step k={k}: rank {r} {moved} {c_nbytes} bytes ({n_values} '
-                                  'values) in one step; a ring step moves one chunk ({chunk_bytes} bytes: 1 float64 '
-                                  'value).').format(world_size=ws, k=k, r=r, moved=moved, c_nbytes=c.nbytes, n_values=c.nbytes // chunk_bytes, chunk_bytes=chunk_bytes),
-                                _('send a one-chunk slice of buf (buf[i:i + 1], cloned), and receive into a one-chunk '
-                                  "tensor: the ring's bandwidth comes from moving 1/world_size of the buffer per step."), table)
+                    raise t.fail(_('world size {world_size}, step k={k}: rank {r} {moved} {c_nbytes} bytes ({n_values} '
+                                   'values) in one step; a ring step moves one chunk ({chunk_bytes} bytes: 1 float64 '
+                                   'value).').format(world_size=ws, k=k, r=r, moved=moved, c_nbytes=c.nbytes, n_values=c.nbytes // chunk_bytes, chunk_bytes=chunk_bytes),
+                                 _('send a one-chunk slice of buf (buf[i:i + 1], cloned), and receive into a one-chunk '
+                                   "tensor: the ring's bandwidth comes from moving 1/world_size of the buffer per step."))
         if "✗" in marks:
-            raise _fail(_('world size {world_size}, step k={k}: rank(s) {wrong} hold the wrong buffer.').format(world_size=ws, k=k, wrong=[r for r in range(ws) if marks[r] == '✗']), _('which chunk does rank r send in step k, and which does it receive? ') + direction, table)
-    _passed(_('your step matched the ring on every rank, one chunk per message (world sizes {first_size} and '
-              '{second_size}, random buffers and steps)').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_('world size {world_size}, step k={k}: rank(s) {wrong} hold the wrong buffer.').format(world_size=ws, k=k, wrong=[r for r in t.ranks if marks[r] == '✗']), _('which chunk does rank r send in step k, and which does it receive? ') + direction)
+
+    check(my_ring_step, "my_ring_step(rank, world_size, buf, k)", direction=direction, cases=cases, judge=judge,
+          passed=_('your step matched the ring on every rank, one chunk per message (world sizes {first_size} and '
+                   '{second_size}, random buffers and steps)'))

@@ -11,8 +11,7 @@ import torch
 
 from ... import placements
 from ...i18n import _
-from .framework import (_check_params, _fail, _launch_or_fail, _no_calls, _passed, _prediction, _rng, _summary,
-                        _table, _unfinished, _world_sizes)
+from .framework import Case, Trial, check, check_prediction, fail, not_answered, passed, summary, table, world_sizes
 
 #: Names a learner may use for a collective -> the torch.distributed collective it is.
 _COLLECTIVES = {"all_gather": "all_gather", "all_gather_into_tensor": "all_gather", "allgather": "all_gather",
@@ -58,15 +57,15 @@ def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S
             return ("none", None)
         return steps.pop() if len(steps) == 1 else tuple(sorted(steps, key=str))
 
-    _prediction("prediction", prediction, real, normalise=normalise,
-                direction=_('Which mesh dimension does the change touch (compare src and dst dim by dim)? What does '
-                            "that dimension's Shard become: what does every rank of that dimension need from the "
-                            'others?'),
-                hint=_('write a pair such as ("all_reduce", 1): the collective torch issues and the mesh dimension '
-                       'whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that '
-                       "becomes Replicate needs every rank's piece."),
-                passed=_('right: the collective and the mesh dimension the ranks used'),
-                what=_(' (collective name, mesh dim)'))
+    check_prediction("prediction", prediction, real, normalise=normalise,
+                     direction=_('Which mesh dimension does the change touch (compare src and dst dim by dim)? What does '
+                                 "that dimension's Shard become: what does every rank of that dimension need from the "
+                                 'others?'),
+                     hint=_('write a pair such as ("all_reduce", 1): the collective torch issues and the mesh dimension '
+                            'whose ranks take part. Only the dimensions whose placement changes communicate; a Shard that '
+                            "becomes Replicate needs every rank's piece."),
+                     passed=_('right: the collective and the mesh dimension the ranks used'),
+                     what=_(' (collective name, mesh dim)'))
 
 
 def _mesh_dim(group_ranks, mesh_ranks):
@@ -102,18 +101,18 @@ def check_dp_tp_placements(dst) -> None:
                    "1) each rank keeps its own columns. Which placement says 'every rank has it all', which 'split "
                    "along tensor dim 1'?"))
     if dst is None:
-        return _unfinished("dst", direction, what=_('Set `dst` in the exercise cell above'))
+        return not_answered("dst", direction, what=_('Set `dst` in the exercise cell above'))
     try:
         placements.parse_placements(dst, 2, 2, name="dst")
     except (TypeError, ValueError) as exc:
-        raise _fail(_('dst {dst!r} is not two placements: {exc}').format(dst=dst, exc=exc), _('write two placements, e.g. ("S(0)", "R").')) \
+        raise fail(_('dst {dst!r} is not two placements: {exc}').format(dst=dst, exc=exc), _('write two placements, e.g. ("S(0)", "R").')) \
             from None
-    table = ""
+    shown = ""
     for mesh, shape in (((2, 2), (4, 6)), ((2, 3), (4, 6))):
         try:
             res = placements.redistribute(shape, mesh, src=("S(0)", "S(1)"), dst=dst, repeats=0)
         except (TypeError, ValueError) as exc:
-            raise _fail(_('mesh {mesh}: {exc}').format(mesh=placements.mesh_text(mesh), exc=exc), direction) from None
+            raise fail(_('mesh {mesh}: {exc}').format(mesh=placements.mesh_text(mesh), exc=exc), direction) from None
         values = placements.teaching_values(shape)
         cols = shape[1] // mesh[1]
         rows, bad = [], []
@@ -123,19 +122,19 @@ def check_dp_tp_placements(dst) -> None:
             ok = got is not None and got.shape == want.shape and (got == want).all()
             bad += [] if ok else [s.rank]
             rows.append((s.rank, s.coord, "refused" if got is None else tuple(got.shape), want.shape,
-                         _summary(res.calls[s.rank]) if res.calls[s.rank] else "(none)", "✓" if ok else "✗"))
-        table = _table(rows, (_('rank'), _('mesh (dp, tp)'), _('holds'), _('needs'), _('collectives'), ""))
+                         summary(res.calls[s.rank]) if res.calls[s.rank] else "(none)", "✓" if ok else "✗"))
+        shown = table(rows, (_('rank'), _('mesh (dp, tp)'), _('holds'), _('needs'), _('collectives'), ""))
         if res.refused:
-            raise _fail(_('mesh {mesh}: torch refused: {res_refused}').format(mesh=placements.mesh_text(mesh), res_refused=res.refused), direction, table)
+            raise fail(_('mesh {mesh}: torch refused: {res_refused}').format(mesh=placements.mesh_text(mesh), res_refused=res.refused), direction, shown)
         if bad:
-            raise _fail(_('mesh {mesh}: rank(s) {bad} do not hold every row of their column slice.').format(mesh=placements.mesh_text(mesh), bad=bad), direction, table)
+            raise fail(_('mesh {mesh}: rank(s) {bad} do not hold every row of their column slice.').format(mesh=placements.mesh_text(mesh), bad=bad), direction, shown)
         for s in res.shards:
             steps = [(c.operation, _mesh_dim(c.group_ranks, res.mesh_ranks)) for c in res.calls[s.rank]]
             if steps != [("all_gather_into_tensor", 0)]:
-                raise _fail(_('mesh {mesh}: rank {s_rank} issued {steps}; the goal needs one all_gather over the '
-                              'data-parallel dimension.').format(mesh=placements.mesh_text(mesh), s_rank=s.rank, steps=steps), direction, table)
-    _passed(_('every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp (meshes 2×2 '
-              'and 2×3)'), table)
+                raise fail(_('mesh {mesh}: rank {s_rank} issued {steps}; the goal needs one all_gather over the '
+                             'data-parallel dimension.').format(mesh=placements.mesh_text(mesh), s_rank=s.rank, steps=steps), direction, shown)
+    passed(_('every rank holds all the rows of its tensor-parallel columns, after one all_gather over dp (meshes 2×2 '
+             'and 2×3)'), shown)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -160,44 +159,44 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a per-rank table and a hint.
     """
-    _check_params(to_row_shards, "to_row_shards(rank, world_size, local)")
-    rng = _rng()
     direction = (_('Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D '
                    "init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece."))
-    sizes = _world_sizes(rng, 2, 4)
-    table = ""
-    for i, ws in enumerate(sizes):
-        # the first launch uneven (a row count the world size does not divide), the second even
-        rows = ws * rng.randint(1, 2) + rng.randint(1, ws - 1) if i == 0 else ws * rng.randint(1, 3)
-        parts = [_rank_contribution(rng, rows, 3) for _ in range(ws)]
-        total = torch.stack(parts).sum(0)
-        want = list(torch.chunk(total, ws, dim=0)) + [total[:0]] * (ws - len(torch.chunk(total, ws, dim=0)))
-        results, calls = _launch_or_fail(to_row_shards, ws, [(p,) for p in parts], hint=direction,
-                                         what=_('world size {world_size}').format(world_size=ws))
-        if i == 0 and _no_calls(results, calls):
-            return _unfinished("to_row_shards", direction)
+
+    def cases(rng):
+        for i, ws in enumerate(world_sizes(rng, 2, 4)):
+            # the first launch uneven (a row count the world size does not divide), the second even
+            rows = ws * rng.randint(1, 2) + rng.randint(1, ws - 1) if i == 0 else ws * rng.randint(1, 3)
+            parts = [_rank_contribution(rng, rows, 3) for _ in range(ws)]
+            total = torch.stack(parts).sum(0)
+            want = list(torch.chunk(total, ws, dim=0)) + [total[:0]] * (ws - len(torch.chunk(total, ws, dim=0)))
+            yield Case(ws, [(p,) for p in parts], want=(want, rows), what=_('world size {world_size}').format(world_size=ws))
+
+    def judge(t: Trial) -> None:
+        (want, rows), ws = t.want, t.world_size
         out = []
-        for r in range(ws):
-            got = results[r]
+        for r in t.ranks:
+            got = t.results[r]
             ok = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want[r].shape) and \
                 torch.equal(got.to(torch.float32), want[r])
             out.append((r, tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
-                        tuple(want[r].shape), _summary(calls[r]), "✓" if ok else "✗"))
-        table = _table(out, (_('rank'), _('returned'), _('rows of the sum'), _('calls'), ""))
-        for r in range(ws):
-            names = [(c.name, c.source) for c in calls[r]]
+                        tuple(want[r].shape), t.summary(r), "✓" if ok else "✗"))
+        t.show(out, (_('rank'), _('returned'), _('rows of the sum'), _('calls'), ""))
+        for r in t.ranks:
+            names = [(c.name, c.source) for c in t.calls[r]]
             if any(src != "DTensor" for _, src in names):
-                raise _fail(_('world size {world_size}: rank {r} made {calls_r}; this exercise asks for DTensor to do '
-                              'the communication.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), direction, table)
+                raise t.fail(_('world size {world_size}: rank {r} made {calls_r}; this exercise asks for DTensor to do '
+                               'the communication.').format(world_size=ws, r=r, calls_r=t.summary(r)))
             if [n for n, _ in names] != ["reduce_scatter_tensor"]:
-                raise _fail(_('world size {world_size}: rank {r} issued {calls_r}: every rank needs only its own rows '
-                              'of the sum.').format(world_size=ws, r=r, calls_r=_summary(calls[r])), _('a Partial can become a Shard in one step; going through Replicate sends every row to every rank. ') + direction, table)
+                raise t.fail(_('world size {world_size}: rank {r} issued {calls_r}: every rank needs only its own rows '
+                               'of the sum.').format(world_size=ws, r=r, calls_r=t.summary(r)), _('a Partial can become a Shard in one step; going through Replicate sends every row to every rank. ') + direction)
         bad = [row[0] for row in out if row[-1] == "✗"]
         if bad:
-            raise _fail(_('world size {world_size}, {rows} rows: rank(s) {bad} did not return their rows of the sum '
-                          '(torch.chunk of the rows over the ranks).').format(world_size=ws, rows=rows, bad=bad), direction, table)
-    _passed(_('every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes {first_size} and '
-              '{second_size}, random contributions, uneven rows included)').format(first_size=sizes[0], second_size=sizes[1]), table)
+            raise t.fail(_('world size {world_size}, {rows} rows: rank(s) {bad} did not return their rows of the sum '
+                           '(torch.chunk of the rows over the ranks).').format(world_size=ws, rows=rows, bad=bad))
+
+    check(to_row_shards, "to_row_shards(rank, world_size, local)", direction=direction, cases=cases, judge=judge,
+          passed=_('every rank returned its rows of the sum through one DTensor reduce_scatter (world sizes {first_size} '
+                   'and {second_size}, random contributions, uneven rows included)'))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -231,51 +230,53 @@ def check_dp_tp_matmul(dp_tp_matmul: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a per-rank table and a hint.
     """
-    _check_params(dp_tp_matmul, "dp_tp_matmul(rank, world_size, dp, tp, x, w)")
-    rng = _rng()
     direction = _('Wrap each local block with the placements it really has on a (dp, tp) mesh, one placement per '
                   'mesh dimension: along dp, x holds a chunk of the rows and w is the same on every rank; along tp, '
                   'x holds a chunk of the columns and w the matching rows. What does the matmul leave along tp, and '
                   'which placements of Y does every rank need?')
-    meshes = rng.sample(_DP_TP_MESHES, 2)
-    table = ""
-    for i, (dp, tp) in enumerate(meshes):
-        ws = dp * tp
-        n, k, m = dp * rng.randint(1, 2), tp * rng.randint(1, 2), rng.randint(2, 4)
-        x, w = _integers(rng, n, k), _integers(rng, k, m)
-        want = (x @ w).chunk(dp, 0)
-        args = [(dp, tp, x.chunk(dp, 0)[r // tp].chunk(tp, 1)[r % tp].clone(), w.chunk(tp, 0)[r % tp].clone())
-                for r in range(ws)]
+
+    def cases(rng):
+        for dp, tp in rng.sample(_DP_TP_MESHES, 2):
+            ws = dp * tp
+            n, k, m = dp * rng.randint(1, 2), tp * rng.randint(1, 2), rng.randint(2, 4)
+            x, w = _integers(rng, n, k), _integers(rng, k, m)
+            args = [(dp, tp, x.chunk(dp, 0)[r // tp].chunk(tp, 1)[r % tp].clone(), w.chunk(tp, 0)[r % tp].clone())
+                    for r in range(ws)]
+            yield Case(ws, args, want=((dp, tp), (x @ w).chunk(dp, 0)),
+                       what=_('mesh {mesh}').format(mesh=placements.mesh_text((dp, tp))))
+
+    def judge(t: Trial) -> None:
+        (dp, tp), want = t.want
         mesh = placements.mesh_text((dp, tp))
-        # one record per operation (grouped, a full_tensor()'s all_reduce and all_gather would be one call)
-        results, calls = _launch_or_fail(dp_tp_matmul, ws, args, hint=direction,
-                                         what=_('mesh {mesh}').format(mesh=mesh), grouped=False)
-        if i == 0 and _no_calls(results, calls):
-            return _unfinished("dp_tp_matmul", direction)
         rows = []
-        for r in range(ws):
-            got = results[r]
+        for r in t.ranks:
+            got = t.results[r]
             ok = isinstance(got, torch.Tensor) and tuple(got.shape) == tuple(want[r // tp].shape) and \
                 torch.equal(got.to(torch.float64), want[r // tp])
             rows.append((r, divmod(r, tp), tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__,
-                         tuple(want[r // tp].shape), _summary(calls[r]), "✓" if ok else "✗"))
-        table = _table(rows, (_('rank'), _('mesh (dp, tp)'), _('returned'), _('rows of Y'), _('calls'), ""))
+                         tuple(want[r // tp].shape), t.summary(r), "✓" if ok else "✗"))
+        t.show(rows, (_('rank'), _('mesh (dp, tp)'), _('returned'), _('rows of Y'), _('calls'), ""))
         mesh_ranks = [[a * tp + b for b in range(tp)] for a in range(dp)]
-        for r in range(ws):
-            if any(c.source != "DTensor" for c in calls[r]):
-                raise _fail(_('mesh {mesh}: rank {r} made {calls_r}; this exercise asks for DTensor to do the '
-                              'communication.').format(mesh=mesh, r=r, calls_r=_summary(calls[r])), direction, table)
-            steps = [(c.name, _mesh_dim(c.group_ranks, mesh_ranks)) for c in calls[r]]
+        for r in t.ranks:
+            if any(c.source != "DTensor" for c in t.calls[r]):
+                raise t.fail(_('mesh {mesh}: rank {r} made {calls_r}; this exercise asks for DTensor to do the '
+                               'communication.').format(mesh=mesh, r=r, calls_r=t.summary(r)))
+            steps = [(c.name, _mesh_dim(c.group_ranks, mesh_ranks)) for c in t.calls[r]]
             if steps != [("all_reduce", 1)]:
-                raise _fail(_('mesh {mesh}: rank {r} issued {calls_r}; the goal needs one collective, over mesh dim '
-                              '1 (tp).').format(mesh=mesh, r=r, calls_r=_summary(calls[r])),
-                            _('placements that match what each rank holds make the matmul itself local; only the partial '
-                              'sum it leaves along tp needs communication, and every rank keeps its own dp rows. ')
-                            + direction, table)
+                raise t.fail(_('mesh {mesh}: rank {r} issued {calls_r}; the goal needs one collective, over mesh dim '
+                               '1 (tp).').format(mesh=mesh, r=r, calls_r=t.summary(r)),
+                             _('placements that match what each rank holds make the matmul itself local; only the partial '
+                               'sum it leaves along tp needs communication, and every rank keeps its own dp rows. ')
+                             + direction)
         bad = [row[0] for row in rows if row[-1] == "✗"]
         if bad:
-            raise _fail(_('mesh {mesh}: rank(s) {bad} did not return their dp rows of X @ W, every column.').format(
-                mesh=mesh, bad=bad), direction, table)
-    _passed(_('every rank returned its rows of X @ W after one DTensor all_reduce over tp (meshes {first} and '
-              '{second}, random blocks known only to the ranks holding them)').format(
-                  first=placements.mesh_text(meshes[0]), second=placements.mesh_text(meshes[1])), table)
+            raise t.fail(_('mesh {mesh}: rank(s) {bad} did not return their dp rows of X @ W, every column.').format(
+                mesh=mesh, bad=bad))
+
+    # one record per operation (grouped, a full_tensor()'s all_reduce and all_gather would be one call)
+    check(dp_tp_matmul, "dp_tp_matmul(rank, world_size, dp, tp, x, w)", direction=direction, cases=cases,
+          judge=judge, grouped=False,
+          passed=lambda trials: _('every rank returned its rows of X @ W after one DTensor all_reduce over tp (meshes '
+                                  '{first} and {second}, random blocks known only to the ranks holding them)').format(
+                                      first=placements.mesh_text(trials[0].want[0]),
+                                      second=placements.mesh_text(trials[1].want[0])))

@@ -1,7 +1,51 @@
-"""The exercise-check framework: run a learner's function on real ranks with every operation each
-rank issued recorded (:func:`launch_recorded`), group the records into the calls the learner made,
-and report the result as a learner reads it (``✓``, or a :class:`CheckFailed` with a per-rank
-table and a hint, or "not answered yet" with a hint that points a direction)."""
+"""The exercise-check framework, with which every check is written (:func:`check`): run a learner's
+function on real ranks with every operation each rank issued recorded, group the records into the
+calls the learner made, and report the result as a learner reads it (``✓``, or a
+:class:`CheckFailed` with a per-rank table and a hint, or "not answered yet" with a hint that points
+a direction).
+
+The public API (what a module of checks imports; nothing with an underscore):
+
+=========================  ====================================================================
+:func:`check`              the frame of a check that runs the answer: check its signature, launch
+                           each :class:`Case` with every call recorded, say "not answered yet" for
+                           an unfinished answer, hand each :class:`Trial` to the judge, print ✓
+:class:`Case`              one launch: the world size, each rank's arguments, what is right
+:class:`Trial`             one launch as the judge sees it: results, calls, a per-rank table,
+                           :meth:`Trial.fail`, :meth:`Trial.only`
+:func:`check_prediction`   the frame of a check of a predicted value
+:func:`fail`               a ✗ to raise (:class:`CheckFailed`); :func:`passed` the ✓;
+                           :func:`not_answered` the "not answered yet" of a check without a launch
+:func:`table`              a per-rank table; :func:`summary` a rank's calls in one line;
+                           :func:`short` a value in one cell
+:func:`world_sizes`        random world sizes; :func:`integer`, :func:`number_rows` a prediction's form
+=========================  ====================================================================
+
+A check of code is a case builder, a judge and one call of :func:`check`::
+
+    def check_my_all_reduce(my_all_reduce):
+        direction = _("Every rank contributes its own tensor to one collective ...")
+
+        def cases(rng):
+            for ws in world_sizes(rng, 2, 6):
+                mine = [torch.tensor([float(rng.randint(-99, 99))]) for _ in range(ws)]
+                yield Case(ws, [(m,) for m in mine], want=sum(mine),
+                           what=_("world size {world_size}").format(world_size=ws))
+
+        def judge(trial):
+            trial.show([(r, trial.results[r], trial.summary(r)) for r in trial.ranks],
+                       (_("rank"), _("returned"), _("calls")))
+            trial.only({"all_reduce"})
+            wrong = [r for r in trial.ranks if not torch.equal(trial.results[r], trial.want)]
+            if wrong:
+                raise trial.fail(_("{what}: rank(s) {wrong} ...").format(what=trial.what, wrong=wrong))
+
+        check(my_all_reduce, "my_all_reduce(rank, world_size, mine)", direction=direction, cases=cases,
+              judge=judge, passed=_("... at world sizes {first_size} and {second_size}"))
+
+Messages go through ``_()`` (collnb.i18n) with their Chinese translations, as every learner-visible
+string does.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +53,17 @@ import inspect
 import numbers
 import random
 import unicodedata
-from dataclasses import replace
-from typing import Any, Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Iterable, Sequence
 
 import torch
 
 from ...i18n import N_, _
 from ...ranks import LaunchTimeout, RankError, launch
+
+__all__ = ["check", "Case", "Trial", "check_prediction", "CheckFailed", "NOT_ANSWERED", "WHERE_SOLUTION", "fail",
+           "passed", "not_answered", "table", "summary", "short", "world_sizes", "integer", "number_rows",
+           "launch_recorded", "solution_code", "CHECK_TIMEOUT_S"]
 
 #: Printed (never with ✓) when the answer cell is still unfinished. In English as here; the Chinese
 #: line keeps these words beside its own ("尚未作答（not answered yet）"), so that a graded check
@@ -49,7 +97,9 @@ class CheckFailed(AssertionError):
         return ["\x1b[1;31m" + lines[0] + "\x1b[0m", *lines[1:]]
 
 
-def _fail(what: str, hint: str, table: str = "") -> CheckFailed:
+def fail(what: str, hint: str, table: str = "") -> CheckFailed:
+    """A wrong answer, to raise: ``"✗ " + what``, the per-rank ``table`` (:func:`table`) if any, then
+    ``"Hint: " + hint``. ``what`` and ``hint`` are shown as given (translate them with ``_()``)."""
     return CheckFailed("✗ " + what + ("\n" + table if table else "") + "\n" + _("Hint: ") + hint)
 
 
@@ -59,14 +109,18 @@ def _width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def _table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
-    cells = [[str(x) for x in header]] + [[_short(x) for x in row] for row in rows]
+def table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
+    """``rows`` under ``header`` as an aligned text table (each cell :func:`short`; a wide CJK
+    character counts two columns), indented by two spaces."""
+    cells = [[str(x) for x in header]] + [[short(x) for x in row] for row in rows]
     widths = [max(_width(r[i]) for r in cells) for i in range(len(header))]
     return "\n".join("  " + "  ".join(c + " " * (w - _width(c)) for c, w in zip(row, widths)).rstrip()
                       for row in cells)
 
 
-def _short(x: Any) -> str:
+def short(x: Any) -> str:
+    """``x`` in one table cell: a tensor as its list, floats with 4 significant digits, at most 70
+    characters."""
     if isinstance(x, torch.Tensor):
         x = x.tolist()
     if isinstance(x, float):
@@ -77,11 +131,11 @@ def _short(x: Any) -> str:
     return text if len(text) <= 70 else text[:67] + "..."
 
 
-#: What an unanswered exercise asks for (``what`` of :func:`_unfinished`).
+#: What an unanswered exercise asks for (``what`` of :func:`not_answered`).
 WRITE_ANSWER = N_("Write your answer in the exercise cell above")
 
 
-def _unfinished(name: str, direction: str, what: str = WRITE_ANSWER) -> None:
+def not_answered(name: str, direction: str, what: str = WRITE_ANSWER) -> None:
     """An unanswered exercise: say so, point a direction, say where a solution is. No solution
     value, no code, no check mark. ``direction`` and ``what`` are shown translated (pass them
     marked, ``N_("...")``, or already translated: English text translates to itself)."""
@@ -90,10 +144,14 @@ def _unfinished(name: str, direction: str, what: str = WRITE_ANSWER) -> None:
     print(_(WHERE_SOLUTION))
 
 
-def _passed(text: str, table: str = "") -> None:
+def passed(text: str, table: str = "") -> None:
+    """Print the learner's success: the per-rank ``table`` if any, then ``"✓ " + text``."""
     if table:
         print(table)
     print("✓ " + text)
+
+
+_say_passed = passed  # for the frames whose ``passed`` argument is the text
 
 
 # ----------------------------------------------------------------------------------------------
@@ -158,15 +216,15 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
-            raise _fail(_("{what}: the ranks did not meet in the same calls.").format(what=what) + f"\n{head}",
+            raise fail(_("{what}: the ranks did not meet in the same calls.").format(what=what) + f"\n{head}",
                         _("every rank must make the same collective calls in the same order "
                           "(a send needs a matching recv). ") + hint) from None
-        raise _fail(_("{what}: your function raised on a rank.").format(what=what)
+        raise fail(_("{what}: your function raised on a rank.").format(what=what)
                     + f"\n{head}\n{err.rank_traceback.strip()}", hint) from None
     except LaunchTimeout as err:  # a check has no timeout to raise: say what to look for instead
         ranks = ", ".join(map(str, err.pending))
         where = "\n".join(f"  rank {r}: {v}" for r, v in sorted(err.outcomes.items()))
-        raise _fail(_("{what}: your function did not finish within {seconds} s (rank(s) {ranks} still "
+        raise fail(_("{what}: your function did not finish within {seconds} s (rank(s) {ranks} still "
                       "running). A check gives it plenty of time, so waiting longer will not help: look for a rank "
                       "waiting in a call its peers never make (a recv without its send, a collective inside an if "
                       "on the rank), or a loop that never ends; fix the function, run its cell, then run this check "
@@ -175,12 +233,165 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
     hidden = [r for r, c in enumerate(calls) if getattr(c, "unrecorded", 0)]
     if hidden:
         r = hidden[0]
-        raise _fail(_("{what}: rank {rank} communicated where the check cannot see: the backend counted "
+        raise fail(_("{what}: rank {rank} communicated where the check cannot see: the backend counted "
                       "{n} operation(s) that were not recorded (issued from another thread, or "
                       "with torch's dispatch modes switched off).").format(what=what, rank=r, n=calls[r].unrecorded),
                     _("make every torch.distributed call from your function itself, in its own thread."))
     grouped_calls = [_calls(c) if grouped else list(c) for c in calls]
     return (results, grouped_calls, out[2]) if timeline else (results, grouped_calls)
+
+
+
+# ----------------------------------------------------------------------------------------------
+# The frame of a check that runs the learner's function: check(), Case, Trial
+
+
+@dataclass
+class Case:
+    """One launch a check makes.
+
+    Attributes:
+        world_size: ranks to start.
+        args: one tuple per rank: the arguments after ``(rank, world_size)``; rank ``r`` sees only
+            ``args[r]`` (how a check gives data to its source rank only).
+        want: whatever the judge compares with (the check's own expected values).
+        what: how messages name this launch (``"world size 4, src=1"``, translated).
+        fn: what runs on the ranks, ``fn(rank, world_size, *args[rank])``; ``None``: the answer itself
+            (a wrapper, e.g. one that trains with the answer, gets the answer in ``args``).
+    """
+
+    world_size: int
+    args: Sequence[tuple]
+    want: Any = None
+    what: str = ""
+    fn: Callable | None = None
+
+
+@dataclass
+class Trial:
+    """One launch of a :class:`Case`, as :func:`check`'s judge sees it.
+
+    Attributes:
+        case: the case launched (``want``, ``what``, ``world_size`` are also attributes here).
+        results: what each rank returned (tensors as CPU copies).
+        calls: per rank, its calls (:class:`collnb.CallRecord`; grouped into the calls the learner
+            made unless the check asked for every operation, ``grouped=False``).
+        timeline: the ranks' :class:`collnb.ranks.timeline.Timeline` (``timeline=True``), else ``None``.
+        direction: the check's direction, the default hint of :meth:`fail`.
+        table: the per-rank table shown with a ✗ and with the ✓ (:meth:`show`).
+    """
+
+    case: Case
+    results: list
+    calls: list
+    timeline: Any = None
+    direction: str = ""
+    table: str = ""
+
+    @property
+    def world_size(self) -> int:
+        return self.case.world_size
+
+    @property
+    def ranks(self) -> range:
+        """``range(world_size)``."""
+        return range(self.case.world_size)
+
+    @property
+    def want(self) -> Any:
+        return self.case.want
+
+    @property
+    def what(self) -> str:
+        return self.case.what
+
+    @property
+    def silent(self) -> bool:
+        """Every rank returned ``None`` and made no call: what an unfinished answer does."""
+        return all(r is None for r in self.results) and not any(self.calls)
+
+    def show(self, rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> None:
+        """Set the per-rank table (:func:`table`) every later ✗ and the ✓ show."""
+        self.table = table(rows, header)
+
+    def fail(self, problem: str, hint: str | None = None) -> CheckFailed:
+        """A ✗ to raise: ``problem``, this trial's table, and ``hint`` (default: the direction)."""
+        return fail(problem, self.direction if hint is None else hint, self.table)
+
+    def only(self, allowed: set[str], hint: str = "") -> None:
+        """Refuse (raise a ✗) a call that is not one of the ``allowed`` ``torch.distributed``
+        functions: a ``ProcessGroup`` method, a functional collective or DTensor doing the work is
+        refused too."""
+        _check_only(self.calls, allowed, hint)
+
+    def names(self, rank: int) -> list[str]:
+        """The names of ``rank``'s calls, in order."""
+        return [c.name for c in self.calls[rank]]
+
+    def summary(self, rank: int) -> str:
+        """``rank``'s calls in one line (:func:`summary`)."""
+        return summary(self.calls[rank])
+
+
+def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[random.Random], Iterable[Case]],
+          judge: Callable[[Trial], None], passed: str | Callable[[list[Trial]], str],
+          unanswered: str | Callable[[Trial], bool] = "silent", retry: Callable[[Trial], bool] | None = None,
+          grouped: bool = True, timeline: bool = False, collective_timeout: float = 5.0) -> None:
+    """Check ``answer``, a function the learner wrote, on real ranks: the frame every such check shares.
+
+    1. ``answer`` must be callable as ``signature`` says (``"my_broadcast(rank, world_size, src,
+       tensor)"``), else a ✗ before any rank starts.
+    2. ``cases(rng)`` yields the :class:`Case` objects to launch (``rng`` a
+       ``random.SystemRandom``: the data is new in every run, and a learner's ``random.seed`` does
+       not fix it); each is launched with every operation recorded (:func:`launch_recorded`), and a
+       failure of the learner's code (it raised, the ranks did not meet, it did not finish, it
+       communicated where the recorder cannot see) is a ✗ naming ``case.what``.
+    3. An unfinished answer is "not answered yet" with ``direction`` (a hint that points a
+       direction, never a solution): ``unanswered="silent"`` (default): after the first launch,
+       every rank returned ``None`` and made no call (:attr:`Trial.silent`); ``"stub"``: before any
+       launch, a body of only ``...``, ``pass`` or a docstring (for an answer whose ``None`` and
+       silence are a real, wrong answer, or whose ranks return something else); or a function of
+       the first :class:`Trial`.
+    4. ``judge(trial)`` looks at each trial and raises :meth:`Trial.fail` (a :class:`CheckFailed`)
+       on the first thing wrong; ``retry(trial)`` true launches that case once more first (for a
+       measurement a loaded machine, not the answer, spoiled).
+    5. All judged: ✓ with ``passed`` and the last trial's table. ``passed`` is a text (formatted with
+       ``first_size`` and ``second_size``, the first and last trial's world sizes, ``world_size``, the
+       first's, and ``n_runs``) or a function of the trials.
+
+    ``grouped``, ``timeline``, ``collective_timeout``: as :func:`launch_recorded` (``grouped=False``:
+    each rank's records as recorded, one per operation, not grouped into the learner's calls).
+
+    Raises:
+        CheckFailed: a wrong answer, with a hint.
+    """
+    _check_params(answer, signature)
+    name = signature.split("(")[0]
+    if unanswered == "stub" and _is_stub(answer):
+        return not_answered(name, direction)
+    trials: list[Trial] = []
+    for case in cases(random.SystemRandom()):
+        trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
+                     collective_timeout=collective_timeout)
+        if retry is not None and retry(trial):
+            trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
+                         collective_timeout=collective_timeout)
+        if not trials and (trial.silent if unanswered == "silent" else callable(unanswered) and unanswered(trial)):
+            return not_answered(name, direction)
+        judge(trial)
+        trials.append(trial)
+    if callable(passed):
+        text = passed(trials)
+    else:
+        sizes = [t.world_size for t in trials]
+        text = passed.format(first_size=sizes[0], second_size=sizes[-1], world_size=sizes[0], n_runs=len(trials))
+    _say_passed(text, trials[-1].table)
+
+
+def _try(answer: Callable, case: Case, direction: str, **launch_options: Any) -> Trial:
+    out = _launch_or_fail(case.fn or answer, case.world_size, case.args, hint=direction, what=case.what,
+                          **launch_options)
+    return Trial(case, out[0], out[1], out[2] if launch_options.get("timeline") else None, direction)
 
 
 def _calls(records) -> list:
@@ -222,12 +433,8 @@ def _label(call) -> str:
     return f"{call.name} ({_(where)})" if where else call.name
 
 
-def _names(calls: list) -> list[str]:
-    return [c.name for c in calls]
-
-
-def _summary(calls: list) -> str:
-    """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted."""
+def summary(calls: list) -> str:
+    """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted (``"(none)"``)."""
     out = []
     for label in (_label(c) for c in calls):
         if out and out[-1][0] == label:
@@ -235,10 +442,6 @@ def _summary(calls: list) -> str:
         else:
             out.append([label, 1])
     return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or _("(none)")
-
-
-def _no_calls(results, calls) -> bool:
-    return all(r is None for r in results) and not any(calls_r for calls_r in calls)
 
 
 def _check_only(calls, allowed: set, hint: str = "") -> None:
@@ -249,35 +452,38 @@ def _check_only(calls, allowed: set, hint: str = "") -> None:
         extra = [c for c in rank_calls if c.name not in allowed or c.source != "torch.distributed"]
         if extra:
             names = sorted({"dist." + c.name if c.source == "torch.distributed" else _label(c) for c in extra})
-            raise _fail(_("rank {rank} called {names}, which this exercise does not allow (only {allowed}).").format(
+            raise fail(_("rank {rank} called {names}, which this exercise does not allow (only {allowed}).").format(
                 rank=r, names=", ".join(names), allowed=", ".join("dist." + a for a in sorted(allowed))),
                         hint or _("build the result from the allowed calls only."))
 
 
-def _rng() -> random.Random:
-    return random.SystemRandom()
-
-
-def _world_sizes(rng, low: int, high: int, k: int = 2) -> list[int]:
+def world_sizes(rng: random.Random, low: int, high: int, k: int = 2) -> list[int]:
+    """``k`` different world sizes drawn from ``low..high`` with ``rng``."""
     return rng.sample(range(low, high + 1), k)
 
 
-def _prediction(name: str, prediction, real: Callable[[], Any], *, normalise=lambda x: x, direction: str, hint: str,
-                passed: str, what: str = "") -> None:
+def check_prediction(name: str, prediction, real: Callable[[], Any], *, normalise=lambda x: x, direction: str,
+                     hint: str, passed: str, what: str = "") -> None:
     """Check a predicted value against ``real()`` (run on real ranks only once there is an answer).
-    An unanswered prediction gets "not answered yet" and ``direction``; a wrong one a ✗ with
-    ``hint``, never the right value; a right one ✓ and what the ranks did."""
+    An unanswered prediction (``None``) gets "not answered yet" and ``direction``; one that
+    ``normalise`` (e.g. :func:`integer`, :func:`number_rows`) refuses, a ✗ saying it lacks the
+    expected form (``what`` describes it); a wrong one a ✗ with ``hint``, never the right value; a
+    right one ✓, ``passed`` and what the ranks did.
+
+    Raises:
+        CheckFailed: a malformed or wrong prediction.
+    """
     if prediction is None:
-        return _unfinished(name, direction, what=N_("Set `prediction` in the exercise cell above"))
+        return not_answered(name, direction, what=N_("Set `prediction` in the exercise cell above"))
     try:
         answer = normalise(prediction)
     except Exception:  # noqa: BLE001 - any malformed prediction gets the same message
-        raise _fail(_("your prediction {prediction} does not have the expected form{what}.").format(
+        raise fail(_("your prediction {prediction} does not have the expected form{what}.").format(
             prediction=repr(prediction), what=what), hint) from None
     value = real()
     if answer != value:
-        raise _fail(_("not quite: you predicted {prediction}.").format(prediction=repr(prediction)), hint)
-    _passed(passed + "\n  " + _("the real ranks: {value}").format(value=value))
+        raise fail(_("not quite: you predicted {prediction}.").format(prediction=repr(prediction)), hint)
+    _say_passed(passed + "\n  " + _("the real ranks: {value}").format(value=value))
 
 
 def solution_code(source: str) -> str:
@@ -305,14 +511,16 @@ def _real(v) -> float:
     return float(v)
 
 
-def _integer(v) -> int:
+def integer(v) -> int:
     """``v`` when it is an integer (int, a numpy integer): ``44.9``, ``"44"`` and ``True`` raise ``TypeError``."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{v!r} is not an integer")
     return int(v)
 
 
-def _rows(x, cast=_real):
+def number_rows(x, cast=_real):
+    """A prediction of one row of numbers per rank (``None`` for an undefined rank) as lists of
+    floats (``cast`` of each value); anything else raises (a str such as ``"44"`` is not a number)."""
     return [None if row is None else [cast(v) for v in row] for row in x]
 
 
@@ -329,13 +537,13 @@ def _check_params(fn: Callable, call: str) -> None:
     """Refuse, before any rank starts, a function that cannot be called as ``call`` says
     (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``)."""
     if not callable(fn):
-        raise _fail(_("{name} is {value}, not a function.").format(name=call.split("(")[0], value=repr(fn)),
+        raise fail(_("{name} is {value}, not a function.").format(name=call.split("(")[0], value=repr(fn)),
                     _("define it as: def {call}: ...").format(call=call))
     params = call.split("(", 1)[1].rstrip(")").split(", ")
     try:
         inspect.signature(fn).bind(*params)
     except TypeError:
-        raise _fail(_("{name} takes {signature}, but the check calls it as {call}.").format(
+        raise fail(_("{name} takes {signature}, but the check calls it as {call}.").format(
             name=call.split("(")[0], signature=inspect.signature(fn), call=call),
                     _("define it as: def {call}: ...").format(call=call)) from None
     except ValueError:  # no signature (a builtin): let the call itself fail

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from ..hangs import DIVERGES_AT, FaultRun, fault_run, fr_trace_verdict
 from ...i18n import N_, _
-from .framework import _fail, _passed, _unfinished
+from .framework import fail, not_answered, passed
 
 __all__ = ["check_hang_culprit", "hang_mystery", "hide_ranks", "Mystery", "MYSTERY_FAULTS", "WORKED_EXAMPLES"]
 
@@ -137,23 +137,23 @@ def check_hang_culprit(mystery: Mystery, culprit, seq) -> None:
     name = _('Find the culprit')
     truth = _TRUTH.get(mystery) if isinstance(mystery, Mystery) else None
     if truth is None:
-        raise _fail(_('{kind} is not a mystery this check knows.').format(kind=type(mystery).__name__),
-                    _('pass the object exercises.hang_mystery() returned (run the mystery cell again)'))
+        raise fail(_('{kind} is not a mystery this check knows.').format(kind=type(mystery).__name__),
+                   _('pass the object exercises.hang_mystery() returned (run the mystery cell again)'))
     fault, true_culprit = truth
     if culprit is None or seq is None:
-        return _unfinished(name, _("put the Flight Recorder table's rows side by side: in which column "
-                                   "(collective_seq_id) does one rank's cell differ from the others', or stop?"),
-                           what=_('Set `culprit` and `seq` in the exercise cell above'))
+        return not_answered(name, _("put the Flight Recorder table's rows side by side: in which column "
+                                    "(collective_seq_id) does one rank's cell differ from the others', or stop?"),
+                            what=_('Set `culprit` and `seq` in the exercise cell above'))
     if not isinstance(culprit, int) or isinstance(culprit, bool) or not isinstance(seq, int) or isinstance(seq, bool):
-        raise _fail(_('culprit and seq must be ints; got {culprit!r} and {seq!r}.').format(culprit=culprit, seq=seq),
-                    _('a rank number and a collective_seq_id, e.g. culprit = 0, seq = 1'))
+        raise fail(_('culprit and seq must be ints; got {culprit!r} and {seq!r}.').format(culprit=culprit, seq=seq),
+                   _('a rank number and a collective_seq_id, e.g. culprit = 0, seq = 1'))
     if culprit != true_culprit:
-        raise _fail(_('rank {culprit} is not the rank whose code was changed.').format(culprit=culprit),
-                    _('the rank that raised first may be one that timed out waiting; look for the one cell that differs '
-                      'from its column (operation or sizes)'))
+        raise fail(_('rank {culprit} is not the rank whose code was changed.').format(culprit=culprit),
+                   _('the rank that raised first may be one that timed out waiting; look for the one cell that differs '
+                     'from its column (operation or sizes)'))
     if seq != DIVERGES_AT[fault]:
-        raise _fail(_('rank {culprit} is right, but collective {seq} is not where it first diverged.').format(culprit=culprit, seq=seq),
-                    _("read that rank's row from the left: the first sequence number whose cell differs from the other "
-                      "ranks' cells in the same column"))
-    _passed(_("rank {culprit} diverged at collective_seq_id {seq} ({fault}); fr_trace and collnb's blame read the same "
-              'entries').format(culprit=culprit, seq=seq, fault=_(FAULT_WORDS.get(fault, fault.replace('_', ' ')))))
+        raise fail(_('rank {culprit} is right, but collective {seq} is not where it first diverged.').format(culprit=culprit, seq=seq),
+                   _("read that rank's row from the left: the first sequence number whose cell differs from the other "
+                     "ranks' cells in the same column"))
+    passed(_("rank {culprit} diverged at collective_seq_id {seq} ({fault}); fr_trace and collnb's blame read the same "
+             'entries').format(culprit=culprit, seq=seq, fault=_(FAULT_WORDS.get(fault, fault.replace('_', ' ')))))

@@ -11,7 +11,7 @@ import torch
 from ...algorithms import predict
 from ...collectives import run
 from ...i18n import _
-from .framework import _fail, _integer, _passed, _prediction, _rows, _table, _unfinished
+from .framework import check_prediction, fail, integer, not_answered, number_rows, passed, table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -26,14 +26,14 @@ def check_scatter_prediction(prediction) -> None:
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    _prediction("prediction", prediction,
-                lambda: [[float(v) for v in t.tolist()] for t in run("scatter", world_size=4, root=1).after],
-                normalise=_rows,
-                direction=_('Only src (rank 1) has a scatter_list; which of its chunks does rank j receive, and what do '
-                            "the teaching inputs put in rank 1's chunk c?"),
-                hint=_("rank 1 is src: rank j receives chunk j of rank 1's scatter_list (teaching inputs: rank r, chunk "
-                       'c holds 10*r + c). One list per rank.'),
-                passed=_("right: rank j received chunk j of rank 1's scatter_list"))
+    check_prediction("prediction", prediction,
+                     lambda: [[float(v) for v in t.tolist()] for t in run("scatter", world_size=4, root=1).after],
+                     normalise=number_rows,
+                     direction=_('Only src (rank 1) has a scatter_list; which of its chunks does rank j receive, and what do '
+                                 "the teaching inputs put in rank 1's chunk c?"),
+                     hint=_("rank 1 is src: rank j receives chunk j of rank 1's scatter_list (teaching inputs: rank r, chunk "
+                            'c holds 10*r + c). One list per rank.'),
+                     passed=_("right: rank j received chunk j of rank 1's scatter_list"))
 
 
 def check_reduce_prediction(prediction, *, world_size: int = 5, dst: int = 2) -> None:
@@ -46,20 +46,20 @@ def check_reduce_prediction(prediction, *, world_size: int = 5, dst: int = 2) ->
     """
     if isinstance(prediction, list) and len(prediction) == world_size \
             and [p is None for p in prediction] != [r != dst for r in range(world_size)]:
-        raise _fail(_('check which ranks are undefined: you predicted {prediction!r}.').format(prediction=prediction),
-                    _("after reduce only dst's tensor is defined; write None for every other rank."))
+        raise fail(_('check which ranks are undefined: you predicted {prediction!r}.').format(prediction=prediction),
+                   _("after reduce only dst's tensor is defined; write None for every other rank."))
 
     def real():
         result = run("reduce", world_size=world_size, op="max", root=dst)
         return [[float(v) for v in t.tolist()] if d else None for t, d in zip(result.after, result.defined)]
 
-    _prediction("prediction", prediction, real, normalise=_rows,
-                direction=_("After reduce, which rank's output is defined? And which rank's value is the largest in "
-                            'every chunk (teaching inputs: rank r, chunk c holds 10*r + c)? Give {world_size} values '
-                            'for that rank.').format(world_size=world_size),
-                hint=_("MAX over the ranks of 10*r + c: which rank's value wins in every chunk?"),
-                passed=_("right: dst={dst} holds the element-wise MAX (rank {world_size_1}'s values); every other rank "
-                         'is undefined').format(dst=dst, world_size_1=world_size - 1))
+    check_prediction("prediction", prediction, real, normalise=number_rows,
+                     direction=_("After reduce, which rank's output is defined? And which rank's value is the largest in "
+                                 'every chunk (teaching inputs: rank r, chunk c holds 10*r + c)? Give {world_size} values '
+                                 'for that rank.').format(world_size=world_size),
+                     hint=_("MAX over the ranks of 10*r + c: which rank's value wins in every chunk?"),
+                     passed=_("right: dst={dst} holds the element-wise MAX (rank {world_size_1}'s values); every other rank "
+                              'is undefined').format(dst=dst, world_size_1=world_size - 1))
 
 
 def check_reduce_scatter_prediction(prediction, *, world_size: int = 5) -> None:
@@ -69,14 +69,14 @@ def check_reduce_scatter_prediction(prediction, *, world_size: int = 5) -> None:
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    _prediction("prediction", prediction,
-                lambda: [[float(v) for v in t.tolist()]
-                         for t in run("reduce_scatter", world_size=world_size, op="sum").after],
-                normalise=_rows,
-                direction=_('Rank j ends with one chunk: chunk j, reduced over every rank. Add up column j of the '
-                            'inputs (rank r, chunk c holds 10*r + c).'),
-                hint=_('rank j gets the sum over all ranks r of their chunk j (10*r + j): one column of the inputs.'),
-                passed=_("right: rank j holds the sum of everyone's chunk j"))
+    check_prediction("prediction", prediction,
+                     lambda: [[float(v) for v in t.tolist()]
+                              for t in run("reduce_scatter", world_size=world_size, op="sum").after],
+                     normalise=number_rows,
+                     direction=_('Rank j ends with one chunk: chunk j, reduced over every rank. Add up column j of the '
+                                 'inputs (rank r, chunk c holds 10*r + c).'),
+                     hint=_('rank j gets the sum over all ranks r of their chunk j (10*r + j): one column of the inputs.'),
+                     passed=_("right: rank j holds the sum of everyone's chunk j"))
 
 
 def check_int8_prediction(prediction, *, world_size: int = 6, value: int = 50) -> None:
@@ -91,12 +91,12 @@ def check_int8_prediction(prediction, *, world_size: int = 6, value: int = 50) -
         values = sorted({int(v) for t in result.after for v in t.tolist()})
         return values[0] if len(values) == 1 else values
 
-    _prediction("prediction", prediction, real, normalise=_integer, what=_(": a single integer, e.g. 12"),
-                direction=_('The sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of the '
-                            'true sum?'),
-                hint=_('the true sum of {world_size} × {value} does not fit in int8 (-128..127); int8 wraps modulo 256 '
-                       'into that range.').format(world_size=world_size, value=value),
-                passed=_('right: the int8 SUM wrapped around (not {world_size_value})').format(world_size_value=world_size * value))
+    check_prediction("prediction", prediction, real, normalise=integer, what=_(": a single integer, e.g. 12"),
+                     direction=_('The sum happens in int8, which holds -128..127: what does wrapping modulo 256 make of the '
+                                 'true sum?'),
+                     hint=_('the true sum of {world_size} × {value} does not fit in int8 (-128..127); int8 wraps modulo 256 '
+                            'into that range.').format(world_size=world_size, value=value),
+                     passed=_('right: the int8 SUM wrapped around (not {world_size_value})').format(world_size_value=world_size * value))
 
 
 def check_all_to_all_prediction(prediction, *, world_size: int = 3) -> None:
@@ -106,12 +106,12 @@ def check_all_to_all_prediction(prediction, *, world_size: int = 3) -> None:
     Raises:
         CheckFailed: a wrong prediction, with a hint.
     """
-    _prediction("prediction", prediction,
-                lambda: [[float(v) for v in t.tolist()] for t in run("all_to_all", world_size=world_size).after],
-                normalise=_rows,
-                direction=_("Rank i's output chunk j comes from rank j: which of rank j's chunks goes to rank i?"),
-                hint=_("rank i's output chunk j is rank j's input chunk i (10*j + i)."),
-                passed=_('right: after all_to_all, rank i holds chunk i of every rank: the transpose'))
+    check_prediction("prediction", prediction,
+                     lambda: [[float(v) for v in t.tolist()] for t in run("all_to_all", world_size=world_size).after],
+                     normalise=number_rows,
+                     direction=_("Rank i's output chunk j comes from rank j: which of rank j's chunks goes to rank i?"),
+                     hint=_("rank i's output chunk j is rank j's input chunk i (10*j + i)."),
+                     passed=_('right: after all_to_all, rank i holds chunk i of every rank: the transpose'))
 
 
 def check_ring_prediction(prediction, trace) -> None:
@@ -127,17 +127,17 @@ def check_ring_prediction(prediction, trace) -> None:
                    'adds it into its own copy of that chunk.'))
     if prediction is not None:
         try:
-            answer = _rows(prediction)
+            answer = number_rows(prediction)
         except Exception:  # noqa: BLE001
             answer = None
         if answer is not None and len(answer) == len(real):
             rows = [(r, answer[r], "✓" if answer[r] == real[r] else "✗") for r in range(len(real))]
             if answer != real:
-                raise _fail(_('not quite.'), _('replay(ring3) and step to round 2: which chunk did each rank receive, '
-                                               'and from whom?'), _table(rows, (_('rank'), _('yours'), "")))
-    _prediction("prediction", prediction, lambda: real, normalise=_rows, direction=direction,
-                hint=_('give one list of three numbers per rank, e.g. [[a, b, c], [d, e, f], [g, h, i]].'),
-                passed=_('right: after round 2 rank r holds chunk r summed over all three ranks'))
+                raise fail(_('not quite.'), _('replay(ring3) and step to round 2: which chunk did each rank receive, '
+                                              'and from whom?'), table(rows, (_('rank'), _('yours'), "")))
+    check_prediction("prediction", prediction, lambda: real, normalise=number_rows, direction=direction,
+                     hint=_('give one list of three numbers per rank, e.g. [[a, b, c], [d, e, f], [g, h, i]].'),
+                     passed=_('right: after round 2 rank r holds chunk r summed over all three ranks'))
 
 
 def _ring_parts(model, world_size: int, nbytes: float) -> tuple[float, float]:
@@ -177,18 +177,18 @@ def check_time_prediction(latency_part, bandwidth_part, *, model, world_size: in
                    'counts messages and the one that counts bytes, with p = {p}, m in bytes and α, β, γ as printed '
                    'above.').format(p=p))
     if latency_part is None and bandwidth_part is None:
-        return _unfinished("latency_part, bandwidth_part", direction,
-                           what=_('Set both in the exercise cell above'))
+        return not_answered("latency_part, bandwidth_part", direction,
+                            what=_('Set both in the exercise cell above'))
     parts = {"latency_part": latency_part, "bandwidth_part": bandwidth_part}
     for name, value in parts.items():
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
-            raise _fail(_('{name} = {value!r} is not a number of seconds (>= 0).').format(name=name, value=value),
-                        _('give each part in seconds as a float, e.g. 0.0012 for 1.2 ms. ') + direction)
+            raise fail(_('{name} = {value!r} is not a number of seconds (>= 0).').format(name=name, value=value),
+                       _('give each part in seconds as a float, e.g. 0.0012 for 1.2 ms. ') + direction)
     want = dict(zip(parts, _ring_parts(model, p, nbytes)))
     if abs(latency_part - want["bandwidth_part"]) <= 0.01 * want["bandwidth_part"] and \
             abs(bandwidth_part - want["latency_part"]) <= 0.01 * want["latency_part"]:
-        raise _fail(_('your two parts are the right numbers in the wrong places.'),
-                    _('latency_part counts messages (α), bandwidth_part counts bytes (β and γ).'))
+        raise fail(_('your two parts are the right numbers in the wrong places.'),
+                   _('latency_part counts messages (α), bandwidth_part counts bytes (β and γ).'))
     formulas = {"latency_part": "2(p−1)·α", "bandwidth_part": "2(p−1)/p·m·β + (p−1)/p·m·γ"}
     terms = {"latency_part": _("{formula}: the messages").format(formula=formulas["latency_part"]),
              "bandwidth_part": _("{formula}: the bytes").format(formula=formulas["bandwidth_part"])}
@@ -196,8 +196,8 @@ def check_time_prediction(latency_part, bandwidth_part, *, model, world_size: in
         if abs(value - want[name]) > 0.01 * want[name]:
             unit_hint = (_(' Your number looks like milliseconds: the answer is in seconds.')
                          if want[name] > 0 and abs(value / 1e3 - want[name]) <= 0.01 * want[name] else "")
-            raise _fail(_("{name} = {ms:.4g} ms is not the ring's {formula} for these fitted values.").format(name=name, ms=value * 1e3, formula=formulas[name]),
-                        _('{name} is {term}, with p = {p} and m = {nbytes} bytes.').format(name=name, term=terms[name], p=p, nbytes=nbytes) + unit_hint)
+            raise fail(_("{name} = {ms:.4g} ms is not the ring's {formula} for these fitted values.").format(name=name, ms=value * 1e3, formula=formulas[name]),
+                       _('{name} is {term}, with p = {p} and m = {nbytes} bytes.').format(name=name, term=terms[name], p=p, nbytes=nbytes) + unit_hint)
     prediction = latency_part + bandwidth_part
     rows = []
     for attempt in range(1, tries + 1):
@@ -206,11 +206,11 @@ def check_time_prediction(latency_part, bandwidth_part, *, model, world_size: in
         rows.append((attempt, f"{got * 1e3:.3f} ms", f"{prediction * 1e3:.3f} ms", f"{ratio:.2f}"))
         if 1 / tolerance <= ratio <= tolerance:
             share = latency_part / prediction
-            _passed((_('both terms right; their sum predicted a size the sweep never measured, within a factor of '
-                       '{tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: '
-                       'latency-bound.') if share > 0.5 else _('both terms right; their sum predicted a size the sweep never measured, within a factor of {tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: bandwidth-bound.')).format(tolerance=tolerance, kib=nbytes // 1024, share=share),
-                    _table(rows, (_('measurement'), _('measured'), _('predicted'), _('ratio'))))
+            passed((_('both terms right; their sum predicted a size the sweep never measured, within a factor of '
+                      '{tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: '
+                      'latency-bound.') if share > 0.5 else _('both terms right; their sum predicted a size the sweep never measured, within a factor of {tolerance:g} of the measurement. At {kib} KiB the messages are {share:.0%} of the time: bandwidth-bound.')).format(tolerance=tolerance, kib=nbytes // 1024, share=share),
+                   table(rows, (_('measurement'), _('measured'), _('predicted'), _('ratio'))))
             return
-    raise _fail(_('every measurement was more than a factor of {tolerance:g} away from your prediction.').format(tolerance=tolerance),
-                _('both terms match the model, so the machine is probably busy: run this cell again.'),
-                _table(rows, (_('measurement'), _('measured'), _('predicted'), _('ratio'))))
+    raise fail(_('every measurement was more than a factor of {tolerance:g} away from your prediction.').format(tolerance=tolerance),
+               _('both terms match the model, so the machine is probably busy: run this cell again.'),
+               table(rows, (_('measurement'), _('measured'), _('predicted'), _('ratio'))))

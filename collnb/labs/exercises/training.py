@@ -8,8 +8,7 @@ from typing import Any, Callable
 import torch
 
 from ...i18n import _
-from .framework import (_check_only, _check_params, _fail, _is_stub, _launch_or_fail, _names, _passed, _rng,
-                        _summary, _table, _unfinished)
+from .framework import Case, Trial, check
 
 
 # ----------------------------------------------------------------------------------------------
@@ -68,49 +67,50 @@ def check_average_gradients(average_gradients: Callable) -> None:
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(average_gradients, "average_gradients(model)")
-    rng = _rng()
     steps, lr = 3, 0.1
     n_params = sum(p.numel() for p in tiny_model().parameters())
     direction = (_('Each rank holds the gradient of its own shard. Every rank must end with the same, averaged '
                    'gradient: which collective combines a tensor across the ranks in place, and what must follow it to '
                    'turn a sum into a mean?'))
 
-    def case(fn, ws):
+    def cases(rng):
+        ws = rng.randint(2, 4)
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
         x = torch.randn(4 * ws, 3, generator=gen, dtype=torch.float64)
         y = torch.randn(4 * ws, 1, generator=gen, dtype=torch.float64)
         want = train_steps(tiny_model(), x, y, steps, lr)
-        args = [(fn, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
-        return want, _launch_or_fail(_ddp_rank, ws, args, hint=direction, what=_('world size {world_size}').format(world_size=ws))
+        args = [(average_gradients, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
+        yield Case(ws, args, want=want, what=_('world size {world_size}').format(world_size=ws), fn=_ddp_rank)
 
-    ws = rng.randint(2, 4)
-    want, (results, calls) = case(average_gradients, ws)
-    if not any(calls) and _is_stub(average_gradients):
-        return _unfinished("average_gradients", direction)
-    rows = []
-    for r in range(ws):
-        dev = max(float((a - b).abs().max()) for a, b in zip(results[r], want))
-        carried = sum(c.nbytes for c in calls[r] if c.name == "all_reduce") // 8
-        rows.append((r, f"{dev:.2e}", f"{carried}", _summary(calls[r])))
-    table = _table(rows, (_('rank'), _('max |param - single-process|'), _('float64 values all_reduced'), _('calls')))
-    _check_only(calls, {"all_reduce"}, hint=_('average the gradients with dist.all_reduce. ') + direction)
-    if not any(_names(c) for c in calls):
-        raise _fail(_('world size {world_size}: no rank communicated, so each rank trained on its own shard only.').format(world_size=ws),
-                    direction, table)
-    for r in range(ws):
-        odd = [c for c in calls[r] if c.dtypes != ("float64",) * len(c.dtypes)]
-        carried = sum(c.nbytes for c in calls[r]) // 8
-        if odd or carried != steps * n_params:
-            raise _fail(_("world size {world_size}: rank {r}'s all_reduce calls carried {carried} values {odd}over "
-                          '{steps} steps; the gradients are {n_params} float64 values per step ({steps_n_params} in '
-                          'all).').format(world_size=ws, r=r, carried=carried, odd=_('(some not float64) ') if odd else '', steps=steps, n_params=n_params, steps_n_params=steps * n_params),
-                        _('all_reduce the gradients themselves (each p.grad), nothing else. ') + direction, table)
-    bad = [r for r in range(ws) if float(rows[r][1]) > 1e-9]
-    if bad:
-        raise _fail(_('world size {world_size}: rank(s) {bad} ended with parameters that differ from the single-process '
-                      'model trained on the concatenated batch.').format(world_size=ws, bad=bad),
-                    _("the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: a SUM "
-                      'over the ranks, then divided by the world size.'), table)
-    _passed(_("at world size {world_size}, every rank's model equals the single-process model trained on the "
-              'concatenated batch, and the all_reduce calls carried exactly the gradients').format(world_size=ws), table)
+    def judge(t: Trial) -> None:
+        want, ws, calls = t.want, t.world_size, t.calls
+        devs = []
+        rows = []
+        for r in t.ranks:
+            devs.append(max(float((a - b).abs().max()) for a, b in zip(t.results[r], want)))
+            carried = sum(c.nbytes for c in calls[r] if c.name == "all_reduce") // 8
+            rows.append((r, f"{devs[r]:.2e}", f"{carried}", t.summary(r)))
+        t.show(rows, (_('rank'), _('max |param - single-process|'), _('float64 values all_reduced'), _('calls')))
+        t.only({"all_reduce"}, hint=_('average the gradients with dist.all_reduce. ') + direction)
+        if not any(t.names(r) for r in t.ranks):
+            raise t.fail(_('world size {world_size}: no rank communicated, so each rank trained on its own shard only.').format(world_size=ws))
+        for r in t.ranks:
+            odd = [c for c in calls[r] if c.dtypes != ("float64",) * len(c.dtypes)]
+            carried = sum(c.nbytes for c in calls[r]) // 8
+            if odd or carried != steps * n_params:
+                raise t.fail(_("world size {world_size}: rank {r}'s all_reduce calls carried {carried} values {odd}over "
+                               '{steps} steps; the gradients are {n_params} float64 values per step ({steps_n_params} in '
+                               'all).').format(world_size=ws, r=r, carried=carried, odd=_('(some not float64) ') if odd else '', steps=steps, n_params=n_params, steps_n_params=steps * n_params),
+                             _('all_reduce the gradients themselves (each p.grad), nothing else. ') + direction)
+        bad = [r for r in t.ranks if float(rows[r][1]) > 1e-9]
+        if bad:
+            raise t.fail(_('world size {world_size}: rank(s) {bad} ended with parameters that differ from the single-process '
+                           'model trained on the concatenated batch.').format(world_size=ws, bad=bad),
+                         _("the gradient of the mean loss over the whole batch is the MEAN of the ranks' gradients: a SUM "
+                           'over the ranks, then divided by the world size.'))
+
+    # the ranks return their parameters, never None: an unfinished answer is a stub
+    check(average_gradients, "average_gradients(model)", direction=direction, cases=cases, judge=judge,
+          unanswered="stub",
+          passed=_("at world size {world_size}, every rank's model equals the single-process model trained on the "
+                   'concatenated batch, and the all_reduce calls carried exactly the gradients'))
