@@ -782,7 +782,7 @@ def test_a_long_line_without_newline_is_captured_in_linear_time(capfd):
     ~100 times): a ratio of this process's CPU time (where the relay reads and copies), not of wall
     time, so other processes on a loaded machine do not enter it. (The cell shows SHOWN_BYTES of the
     40 MB; the relay reads them all.)"""
-    from collnb.ranks.local.output import PIECE_BYTES, SHOWN_BYTES
+    from collnb.ranks.local.output import PIECE_BYTES, READ_BYTES, SHOWN_BYTES
 
     seconds = {}
     for updates in (400, 4000, 400):  # 4 MB, 40 MB, 4 MB again: the faster 4 MB run is the base
@@ -794,7 +794,10 @@ def test_a_long_line_without_newline_is_captured_in_linear_time(capfd):
         if written <= SHOWN_BYTES:
             assert out.count("x") == written and out.startswith("[rank 0] \r")
         else:  # read all the same (the time is what is measured), shown up to SHOWN_BYTES, the rest said cut
-            assert SHOWN_BYTES - PIECE_BYTES < out.count("x") <= SHOWN_BYTES and "MiB more of stdout cut" in out
+            # the piece that did not fit is cut whole: at most PIECE_BYTES plus one read (how much one
+            # read takes depends on how far the rank got ahead, i.e. on the machine's load)
+            assert SHOWN_BYTES - (PIECE_BYTES + READ_BYTES) < out.count("x") <= SHOWN_BYTES
+            assert "MiB more of stdout cut" in out
     ratio = seconds[4000] / seconds[400]
     assert ratio < 40, f"40 MB took {ratio:.0f}x as long as 4 MB ({seconds})"
 

@@ -317,3 +317,29 @@ def _run_message(pool):
     from collnb.ranks.protocol import Run, encode
     from collnb.ranks.serialization import code_files, dumps
     return encode(Run(2, pool._next_count(), dumps((_fn, (), {}, code_files(_fn)))))
+
+
+def test_fd_relay_copies_what_c_code_writes_into_the_python_streams(capsys):
+    """What an engine does while a call runs: fds 1 and 2 (C and C++ code, gloo's log) copied into
+    sys.stdout/sys.stderr, whole lines, an unfinished last line ended; the fds are as before after."""
+    from collnb.ranks.instrument.backend_log import FdRelay
+    before = (os.fstat(1).st_ino, os.fstat(2).st_ino)
+    relay = FdRelay()
+    relay.start()
+    os.write(2, b"[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] failed\nframe #0: c10::Error\n")
+    os.write(1, b"from C\nno newline")
+    relay.stop()
+    assert (os.fstat(1).st_ino, os.fstat(2).st_ino) == before
+    out, err = capsys.readouterr()
+    assert out == "from C\nno newline\n"
+    assert err == "[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] failed\nframe #0: c10::Error\n"
+
+
+def test_backend_log_keeps_log_lines_and_their_frames_per_rank():
+    from collnb.ranks.instrument.backend_log import BackendLog
+    log = BackendLog()
+    lines = [(0, b"[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] failed"), (1, b"frame #0: not after a log line"),
+             (0, b"frame #0: c10::Error"), (0, b"Traceback (most recent call last):")]
+    kept = [log.keeps(r, line) for r, line in lines]
+    assert kept == [True, False, True, False]
+    assert not BackendLog(show=True).keeps(0, lines[0][1])

@@ -167,6 +167,7 @@ def _copy_lines(r: int, stream: TextIO) -> None:
             end = pending.rfind(b"\n")
             if end < 0 and len(pending) >= _PIECE:  # a line without its end so far: pass it on in a piece
                 end = len(pending) - 1
+            if end >= 0:
                 stream.write(pending[:end + 1].decode("utf-8", "replace"))
                 stream.flush()
                 pending = pending[end + 1:]

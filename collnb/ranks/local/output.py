@@ -33,10 +33,12 @@ from typing import Protocol, cast
 from ...i18n import _
 from ..instrument.backend_log import BackendLog
 
-__all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS", "SHOWN_BYTES"]
+__all__ = ["OutputRelay", "PIECE_BYTES", "READ_BYTES", "LAST_LINE_CHARS", "SHOWN_BYTES"]
 
 #: The most bytes of an unfinished line held before they are passed on as a piece.
 PIECE_BYTES = 64 * 1024
+#: The most bytes one read of a rank's pipe takes (a piece is at most PIECE_BYTES plus one read).
+READ_BYTES = 64 * 1024
 #: The most bytes (UTF-8) of one rank's stdout, and of its stderr, written to the cell in one call.
 SHOWN_BYTES = 4 * 1024 * 1024
 #: The most characters of one line kept among a rank's last words (:attr:`OutputRelay` ``r.last``).
@@ -113,7 +115,7 @@ class OutputRelay:
         fd_kind = 1 if conn is r.out_r else 2
         while True:
             try:
-                data = os.read(conn.fileno(), 65536)
+                data = os.read(conn.fileno(), READ_BYTES)
             except (BlockingIOError, InterruptedError):
                 data = None
             except OSError:
