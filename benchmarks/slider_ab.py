@@ -16,6 +16,11 @@ absolute numbers. Measured 2026-12-02 against 7594fa7, 30 moves a round: nearly 
 3 rounds) 34.8 ms (run 18.9, draw 13.8) vs 58.7 ms (run 41.2, draw 16.5), ratio 0.59; at load ~3
 (4 rounds) 42.3 vs 75.5 ms, ratio 0.56. collnb's own runs no longer pay for
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s per-collective check (:func:`collnb.ranks.same_on_every_rank`).
+Measured 2026-12-05, a hand-made PNG writer (no row filter, zlib level 2, deflated in two halves on two
+threads) against Pillow's PNG encoder (``Image.save(format="PNG", compress_level=1)``), 3 rounds of 30
+moves at load 7-9 on 2 cores: 22.0 ms (run 11.9, draw 9.3) vs 30.8 ms (run 13.5, draw 15.4), ratio
+1.40: Pillow's encoder costs ~6 ms more a move and still meets the 40 ms target, so the views write every
+PNG through Pillow's public API.
 
 Usage: ``python benchmarks/slider_ab.py [--other DIR] [--rounds 2] [--moves 30] [--json FILE]``
 (``DIR``: a folder holding another ``collnb`` package, e.g. ``git archive main collnb | tar -x

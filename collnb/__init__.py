@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .placements import Placement, RedistributeResult, redistribute
     from .labs.script import to_script
     from .i18n import get_language, set_language
+    from .health import doctor
     from .ranks import (BACKENDS, MAX_WORLD_SIZE, CallRecord, LaunchError, LaunchResults, LaunchTimeout, RankError,
                         Timeline, backend_info, connect, disconnect, launch, region, shutdown)
     from .views import (compare, compare_figure, explore, explore_redistribute, explore_rounds, heatmap_figure, heatmap_image, heatmap_png,
@@ -50,6 +51,7 @@ _WHERE = {
     **dict.fromkeys(("bench", "examples", "exercises"), ".labs"),  # collnb.bench.bench(...), collnb.exercises...
     "to_script": ".labs.script",
     **dict.fromkeys(("get_language", "set_language"), ".i18n"),  # collnb.set_language("zh"): Chinese
+    "doctor": ".health",  # collnb.doctor(): this install, for a bug report (also `python -m collnb doctor`)
 }
 #: Layers whose names return :class:`RunResult` objects: loading one also loads :mod:`collnb.views`, which
 #: registers the heatmap a result draws itself with (collectives cannot import views: it is above them).

@@ -5,10 +5,12 @@ import dataclasses
 import threading
 import time
 
+import numpy as np
 import pytest
 
 import collnb
 from collnb.views import binder as B
+from collnb.views.panel import READOUT_PX, SLIDER_TRACK_PX, slider_layout
 from collnb.views import redistribute_explorer as E
 from collnb.views.raster import Canvas
 
@@ -48,6 +50,11 @@ class ToyModel:
         return cv.png(), f"<b>{result}</b>"
 
 
+def values(w):
+    """What a widget offers: its options' values (plain values, or the second of (label, value) pairs)."""
+    return [o[1] if isinstance(o, tuple) else o for o in w.options]
+
+
 def toy(model=None, **kw):
     model = model or ToyModel()
     return B.Binder(Toy(), _choices, _fix, model.run, model.draw, name="toy", **kw), model
@@ -57,14 +64,14 @@ def test_widgets_follow_the_model_and_a_sync_asks_for_no_run():
     b, m = toy()
     assert b.last_result == 20 and len(m.runs) == 1 and b.caption.value == "<b>20</b>"
     assert b.image.format == "png" and b.image.value[:4] == b"\x89PNG"
-    assert [o[1] for o in b.controls["kind"].options] == ["a", "b"]
+    assert values(b.controls["kind"]) == ["a", "b"]
     b.controls["kind"].value = "b"
     b.wait()
     assert b.params == Toy(2, "b") and len(m.runs) == 2
     b.controls["size"].value = 4           # kind "b" is not offered at size 4: fix replaces it, one run
     b.wait()
     assert b.params == Toy(4, "a") and len(m.runs) == 3 and m.runs[-1] == Toy(4, "a")
-    assert [o[1] for o in b.controls["kind"].options] == ["a"] and b.controls["kind"].value == "a"
+    assert values(b.controls["kind"]) == ["a"] and b.controls["kind"].value == "a"
     assert "kind b needs size &lt; 3" in b.note.value and b.notes == ["kind b needs size < 3; showing a"]
     assert set(b.last_timing) == {"run_s", "draw_s", "total_s"}
     b.close()
@@ -121,11 +128,62 @@ def test_a_field_named_in_sliders_is_a_selection_slider_over_its_choices():
     b, m = toy(sliders=("size",))
     slider = b.controls["size"]
     assert isinstance(slider, ipywidgets.SelectionSlider) and isinstance(b.controls["kind"], ipywidgets.Dropdown)
-    assert [o[1] for o in slider.options] == [1, 2, 3, 4] and slider.value == 2
+    assert values(slider) == [1, 2, 3, 4] and slider.value == 2
     slider.value = 3                      # a learner drags it: one run, and kind's choices follow
     b.wait()
-    assert b.last_result == 30 and m.runs[-1] == Toy(3, "a") and [o[1] for o in b.controls["kind"].options] == ["a"]
+    assert b.last_result == 30 and m.runs[-1] == Toy(3, "a") and values(b.controls["kind"]) == ["a"]
     b.close()
+
+
+class Widths(B.Binder):
+    """A new explorer as the binder's docstring writes one: a class with choices, run and draw (fix
+    is the binder's default), drawing pixels (the binder writes the PNG)."""
+
+    name, what = "widths", "widths explorer"
+    labels = {"size": "size of it"}
+    sliders = ("size",)
+
+    def choices(self, p):
+        return _choices(p)
+
+    def run(self, p):
+        return p.size * 2
+
+    def draw(self, result, p):
+        pixels = np.full((10, 20 * result, 3), (0, 100, 200), np.uint8)
+        return B.Picture(pixels=pixels, caption=f"<b>{result}</b>", alt=f"{result} units wide", status=f"drew {result}",
+                         attrs={"size": p.size})
+
+
+def test_a_new_explorer_is_a_small_class_and_the_binder_does_the_rest():
+    import io
+
+    from PIL import Image
+    ex = Widths(Toy(kind="b"))
+    try:
+        assert ex.last_result == 4 and ex.state == Toy(2, "b") and ex.notes == []
+        img = Image.open(io.BytesIO(ex.image.value))
+        assert img.size == (80, 10) and ex.image.width == "80" and img.getpixel((3, 3)) == (0, 100, 200)
+        assert ex.message == "drew 4" and "drew 4" in ex.status.value and ex.caption.value == "<b>4</b>"
+        assert "4 units wide" in ex.figure_text.value and "data-size='2'" in ex.figure_text.value
+        assert ex.controls["size"].description == "size of it" and ex.controls["kind"].description == "kind"
+        assert {"collnb-widths", "collnb-live"} <= set(ex.widget._dom_classes)
+        ex.controls["size"].value = 4          # kind b is not offered at size 4: the default fix says so
+        ex.wait()
+        assert ex.state == Toy(4, "a") and ex.notes == ["kind b is not offered here; showing a"]
+        assert "⚠ kind b is not offered here" in ex.note.value and ex.last_result == 8
+        bundle = ex.static_bundle()
+        assert 'data-size="4"' in bundle["text/html"] and "8 units wide" in bundle["text/html"]
+        assert bundle["text/plain"].startswith("Static picture of the widths explorer's last state")
+        saved = Image.open(io.BytesIO(ex.static_png))
+        assert saved.size[0] == 160 and saved.size[1] > 10   # the picture with its line above
+        with pytest.raises(ValueError, match=r"size=5 is not offered here; choose one of 1, 2, 3, 4"):
+            ex.set(size=5)
+        assert ex.state == Toy(4, "a")
+    finally:
+        ex.close()
+    with pytest.raises(TypeError, match=r"Binder has no run\(\)"):
+        B.Binder(Toy(), _choices, _fix)
 
 
 def test_params_must_be_a_dataclass_instance():
@@ -190,25 +248,25 @@ def _track_room(slider) -> float:
     width = slider.layout.width or ""
     assert width.endswith("px"), f"{slider.description!r}: width {width!r} (auto or unset collapses the track)"
     label = Canvas(1, 1).measure(slider.description, 13)[0] + 12 if slider.description else 0
-    return float(width[:-2]) - label - B._READOUT_PX
+    return float(width[:-2]) - label - READOUT_PX
 
 
 def test_a_binder_slider_has_a_fixed_width_with_room_for_its_track():
     """Issue 34: a Binder slider laid out with width "auto" had a 0 px track in JupyterLab; now its
-    width is its label's + B.SLIDER_TRACK_PX + the readout, however long the label."""
+    width is its label's + SLIDER_TRACK_PX + the readout, however long the label."""
     for label in ("m", "a long label for the size slider"):
         b, _ = toy(sliders=("size",), labels={"size": label})
         (slider,) = _sliders(b.widget)
-        assert _track_room(slider) >= B.SLIDER_TRACK_PX and slider.layout.max_width == "100%"
+        assert _track_room(slider) >= SLIDER_TRACK_PX and slider.layout.max_width == "100%"
         b.close()
     with pytest.raises(ValueError, match="track_px"):
-        B.slider_layout("m", 20)
+        slider_layout("m", 20)
 
 
 def test_every_explorers_sliders_have_room_for_their_track():
     """Issue 34: every slider of every explorer and player (pipeline, DDP buckets, the primitive
     explorer, the round-by-round explorer, the replay, the comparison) has a fixed px width leaving
-    B.SLIDER_TRACK_PX for its track (tests/test_browser.py measures the tracks in Chromium)."""
+    SLIDER_TRACK_PX for its track (tests/test_browser.py measures the tracks in Chromium)."""
     from collnb.labs import overlap, parallel
     from collnb.views.replay import compare, explore_rounds
 
@@ -226,7 +284,7 @@ def test_every_explorers_sliders_have_room_for_their_track():
                 sliders += _sliders(panel.player.widget)
             assert sliders, name
             for s in sliders:
-                assert _track_room(s) >= B.SLIDER_TRACK_PX, (name, s.description, s.layout.width)
+                assert _track_room(s) >= SLIDER_TRACK_PX, (name, s.description, s.layout.width)
     finally:
         for panel in panels.values():
             close = getattr(panel, "close", None)

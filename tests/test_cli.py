@@ -130,7 +130,7 @@ def test_parser_has_every_subcommand_from_its_module():
     """cli.main imports each subcommand module directly; every one adds its subparser."""
     from collnb.cli import SUBCOMMANDS
     names = [m.__name__.rsplit(".", 1)[1] for m in SUBCOMMANDS]
-    assert names == ["run", "examples", "script", "replay", "bench", "redistribute", "present"]
+    assert names == ["run", "examples", "script", "replay", "bench", "redistribute", "present", "doctor"]
     sub = next(a for a in build_parser()._actions if a.dest == "command")
     assert list(sub.choices) == names
     for name in names:

@@ -12,7 +12,7 @@ import pytest
 PACKAGE = Path(__file__).resolve().parent.parent / "collnb"
 README = PACKAGE.parent / "README.md"
 #: Layer of each top-level part of the package, bottom first (README.md, "Layout").
-LAYERS = {"vocabulary": 0, "units": 0, "lazy": 0, "i18n": 0, "torch_versions": 0, "ranks": 1, "collectives": 2, "placements": 2, "algorithms": 3, "views": 4, "labs": 5,
+LAYERS = {"vocabulary": 0, "units": 0, "lazy": 0, "i18n": 0, "torch_versions": 0, "ranks": 1, "collectives": 2, "placements": 2, "algorithms": 3, "views": 4, "labs": 5, "health": 5,
           "cli": 6, "__init__": 7, "__main__": 7}
 MAX_LINES = 600
 MODULES = sorted(p for p in PACKAGE.rglob("*.py"))

@@ -230,6 +230,34 @@ EXPECTED = {
         ("mystery", "the run failed (every rank waited until the timeout): True"),
         ("check", "not answered yet"),
     ],
+    # one small transformer, two AdamW steps under every composition, float64: each equals one process within
+    # 1e-12 (collnb.labs.parallel.composed.TOLERANCE); per dimension the collectives its parallelism issues (TP on a
+    # 2x2 mesh: 4 all_reduces of a (2, 8, 16) float64 activation in forward, 8 in backward; FSDP2: the root and 2
+    # blocks); the table's bytes are the recorded calls' sums; DCP moves values exactly
+    "20_composed_parallelism": [
+        ("predict", " dp_shard: all_gather, reduce_scatter"),
+        ("predict", "       tp: all_reduce"),
+        ("fsdp-tp", "equal within 1e-12: True"),
+        ("fsdp-tp", "tp              forward    all_reduce           4       8 KiB         8 KiB"),
+        ("fsdp-tp", "tp              backward   all_reduce           8      16 KiB        16 KiB"),
+        ("bytes-equal", "the table's per-dimension bytes equal the recorded calls: True"),
+        ("hsdp", "dp_replicate=2 × dp_shard=2 equals one process: True"),
+        ("pp", "pp=2 × dp_shard=2 equals one process: True"),
+        ("pp", "pp              forward    send                 2       2 KiB         2 KiB"),
+        ("ep", "dp_replicate=2 × ep=2 equals one process: True"),
+        ("ep", "ep              forward    all_to_all           4"),
+        ("cp", "ring: equals one process: True"),
+        ("cp", "ulysses: equals one process: True"),
+        ("log", "sequential all_gather operations will be performed"),
+        ("flatten", "all_reduce flattened             1  [4]             512          768"),
+        ("flatten", "all_gather flattened             1  [4]             512          384"),
+        ("flatten", "every result equals the whole tensor: True"),
+        ("debug-mode", "CommDebugMode's counts, rank 0: {'all_gather_into_tensor': 2}"),
+        ("dcp", "largest difference: 0.0"),
+        ("dcp", "temporary folder removed: True"),
+        ("placement", "tp across nodes   tp=2 × dp_shard=2    across nodes     12 MiB (tp)"),
+        ("check", "not answered yet"),
+    ],
     "algorithms": [
         ("predict", "binomial_tree all_reduce at world size 5: 6 rounds"),
     ],

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import collnb
-import collnb.ranks.launcher as launcher
+from collnb.ranks.local.rankset import LocalRanks
 import collnb.collectives as P
 from collnb.collectives import display, rank_calls
 
@@ -203,8 +203,7 @@ def test_result_displays_as_png_and_text():
 def no_launch(monkeypatch, support):
     def boom(*a, **k):
         raise AssertionError("launch must not be called for an invalid request")
-    monkeypatch.setattr(launcher, "launch", boom)
-    monkeypatch.setattr(collnb.ranks, "launch", boom)  # what collectives call
+    monkeypatch.setattr(LocalRanks, "launch", boom)  # where every launch ends, whichever way it came
 
 
 PRIMITIVE_LIST = ", ".join(P.PRIMITIVES)
@@ -391,7 +390,7 @@ def test_run_batch_refuses_configs_that_are_not_a_list(configs, text):
 def test_an_unknown_launch_option_is_refused_by_name_before_anything_runs(where, call, support, monkeypatch):
     def no_launch(*args, **kwargs):
         raise AssertionError("launched although a launch option was unknown")
-    monkeypatch.setattr(collnb.ranks, "launch", no_launch)
+    monkeypatch.setattr(LocalRanks, "launch", no_launch)
     with pytest.raises(TypeError) as err:
         call(timeout=30, timout=30, bogus=1)
     assert str(err.value) == (f"{where}() got unknown launch options 'bogus', 'timout'; the options it passes on "

@@ -22,8 +22,48 @@ def _private(part: str) -> bool:
     return part.startswith("_") and not part.startswith("__")
 
 
+def _torch_private_attributes() -> frozenset[str]:
+    """The private attribute names of the torch objects collnb handles (classes and instances: a Tensor, a
+    Work, a ProcessGroup, an operator and its packet, a DeviceMesh, a DTensor...)."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.tensor import DTensor
+
+    objects = (torch.Tensor, torch.zeros(1), dist.Work, dist.ProcessGroup, internals.OpOverload,
+               internals.OpOverloadPacket, torch.ops.aten.add.Tensor, torch.ops.aten.add, DeviceMesh, DTensor,
+               torch.Generator, torch.nn.Module, torch.dtype, torch.device)
+    return frozenset(n for o in objects for n in dir(o) if _private(n))
+
+
+def _torch_private_files() -> frozenset[str]:
+    """The file names of torch's private modules (``_functional_collectives.py``...)."""
+    return frozenset(p.name for p in Path(torch.__file__).parent.rglob("_*.py") if _private(p.stem))
+
+
+def _own_names() -> frozenset[str]:
+    """Every name collnb defines itself (functions, classes, attributes, variables, files): a private
+    torch attribute of the same name read in collnb is collnb's own."""
+    own = {p.name for p in (ROOT / "collnb").rglob("*.py")}
+    for p in (ROOT / "collnb").rglob("*.py"):
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                own.add(node.name)
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Store):
+                own.add(node.attr)
+            elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
+                own.add(node.id)
+            elif isinstance(node, ast.arg):
+                own.add(node.arg)
+    return frozenset(own)
+
+
+_TORCH_ATTRS = _torch_private_attributes() - _own_names()
+_TORCH_FILES = _torch_private_files() - _own_names()
+
+
 def private_uses(source: str) -> list[tuple[int, str]]:
-    """(line, what) for each private torch name the code imports, reads, or names as a module path."""
+    """(line, what) for each private torch name the code imports, reads, names as a module path, reads off
+    a torch object (``work._source_rank()``, ``op._schema``) or names as a file (``"_functional_collectives.py"``)."""
     tree = ast.parse(source)
     roots: dict[str, str] = {}
     hits = []
@@ -46,9 +86,14 @@ def private_uses(source: str) -> list[tuple[int, str]]:
                 base = base.value
             if isinstance(base, ast.Name) and base.id in roots:
                 hits.append((node.lineno, f"{roots[base.id]}...{node.attr}"))
+        if isinstance(node, ast.Attribute) and node.attr in _TORCH_ATTRS and not (
+                isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+            hits.append((node.lineno, f"{ast.unparse(node.value)}.{node.attr} (a private attribute of a torch object)"))
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and _MODULE_PATH.fullmatch(node.value):
             if any(map(_private, node.value.split("."))):
                 hits.append((node.lineno, repr(node.value)))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in _TORCH_FILES:
+            hits.append((node.lineno, f"{node.value!r} (a private torch module's file)"))
     return hits
 
 
@@ -59,6 +104,12 @@ def test_the_guard_finds_each_kind_of_use():
             "prose = 'torch._mkldnn is opaque memory'\n")
     found = [what for _, what in private_uses(code)]
     assert len(found) == 5, found
+    objects = ("def f(work, op, td):\n    a = work._source_rank()\n    b = op._schema.arguments\n"
+               "    c = td + '_functional_collectives.py'\n    return self._source_rank\n")
+    found = [what for _, what in private_uses(objects)]
+    assert found == ["work._source_rank (a private attribute of a torch object)",
+                     "op._schema (a private attribute of a torch object)",
+                     "'_functional_collectives.py' (a private torch module's file)"], found
     assert not private_uses("import torch\nt = torch.zeros(2).__class__\nmsg = 'see torch._foo in a sentence'\n")
 
 
@@ -101,3 +152,35 @@ def test_the_flight_recorder_dump_names_the_backend_where_torch_takes_it():
     """torch 2.15's dumps take backend= (one recorder per backend); 2.13's do not: both give bytes here."""
     pickled, as_json = internals.flight_recorder_dump("gloo")
     assert isinstance(pickled, bytes) and as_json.startswith(b"{")
+
+
+def test_the_flight_recorder_dump_passes_the_backend_where_the_dump_takes_one(monkeypatch):
+    """torch 2.15's dumps take ``backend=`` (one recorder per backend, gloo's by default), 2.13's take none: the
+    dump names the backend asked for, else the default group's (``"cuda:nccl"`` -> ``"nccl"``), only where torch's
+    signature has it."""
+    from torch._C import _distributed_c10d as c10d_c
+
+    calls = []
+
+    def with_backend(*args, backend="gloo"):
+        calls.append((args, backend))
+        return b"{}"
+    with_backend.__doc__ = ("_dump_fr_trace_json(includeCollectives: bool | None = None, onlyActive: bool | None = None, "
+                            "backend: str = 'gloo') -> bytes")
+
+    monkeypatch.setattr(c10d_c, "_dump_fr_trace_json", with_backend)
+    assert internals.flight_recorder_json("nccl") == b"{}"
+    monkeypatch.setattr(internals.dist, "is_initialized", lambda: True)
+    monkeypatch.setattr(internals.dist, "get_backend", lambda group=None: "cuda:nccl")
+    internals.flight_recorder_json()
+    monkeypatch.setattr(internals.dist, "is_initialized", lambda: False)
+    internals.flight_recorder_json()
+    assert calls == [((True, False), "nccl"), ((True, False), "nccl"), ((True, False), "gloo")]
+
+    def without_backend(*args):
+        calls.append((args, None))
+        return b"{}"
+    without_backend.__doc__ = "_dump_fr_trace_json(includeCollectives: bool | None = None, onlyActive: bool | None = None) -> bytes"
+    monkeypatch.setattr(c10d_c, "_dump_fr_trace_json", without_backend)
+    internals.flight_recorder_json("nccl")
+    assert calls[-1] == ((True, False), None)

@@ -36,7 +36,7 @@ KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
 #: Area -> the paths (relative to collnb/) whose messages its catalogue holds. A file belongs to
 #: the first area that names it or a folder above it; "core" takes every file no area names.
 AREAS = {
-    "explorer": ["views/explorer.py", "views/explorer_text.py", "views/controls.py", "views/binder.py",
+    "explorer": ["views/explorer.py", "views/explorer_text.py", "views/controls.py", "views/binder.py", "views/panel.py",
                  "views/presets.py", "views/redistribute_explorer.py"],
     "views": ["views"],
     "exercises": ["labs/exercises"],

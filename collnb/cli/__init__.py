@@ -1,4 +1,4 @@
-"""Layer 6, the command line: ``python -m collnb run | examples | script | replay | bench | redistribute | present``,
+"""Layer 6, the command line: ``python -m collnb run | examples | script | replay | bench | redistribute | present | doctor``,
 one module per subcommand (:mod:`collnb.cli.run`, ...), put together by :mod:`collnb.cli.main`."""
 
 from .common import EXIT_LAUNCH, EXIT_MISMATCH, EXIT_OK, EXIT_USAGE

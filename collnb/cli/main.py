@@ -1,5 +1,5 @@
 """The ``python -m collnb`` parser: one subcommand per module of this package (``run``,
-``examples``, ``script``, ``replay``, ``bench``, ``redistribute``, ``present``), each adding itself with its
+``examples``, ``script``, ``replay``, ``bench``, ``redistribute``, ``present``, ``doctor``), each adding itself with its
 ``add_parser(subparsers)`` and running as ``args.func(args) -> exit status``.
 
 Exit status: 0 success; 1 a result differs from the reference (✗); 2 bad input (unknown
@@ -13,10 +13,10 @@ import argparse
 import sys
 
 from ..i18n import _
-from . import bench, examples, present, redistribute, replay, run, script
+from . import bench, doctor, examples, present, redistribute, replay, run, script
 
 #: The subcommand modules, in the order ``--help`` lists them.
-SUBCOMMANDS = (run, examples, script, replay, bench, redistribute, present)
+SUBCOMMANDS = (run, examples, script, replay, bench, redistribute, present, doctor)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -25,7 +25,7 @@ from .rank_calls import Case, rank_cases
 from .expected import reference_of, tolerance
 from .result import RunResult
 from .specs import REDUCING_PRIMITIVES, SPECS, get_spec
-from .support import BackendSupport, known_support, support_for
+from .support import BackendSupport, known_for, support_for
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -155,10 +155,15 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
     ``dtype``, ``op``, ``root``, ``chunk_size``, ``inputs`` optional). Every config is validated
     before anything is launched.
 
-    ``check_support=False`` checks each dtype/op against :func:`~.support.known_support` only (what is
-    known without probing) and, where nothing is known yet, lets the backend itself refuse (its error
-    comes back as a :class:`collnb.ranks.RankError`): the explorer's first picture does not wait for
-    the backend probe (1-4 s after an install), which it runs right after.
+    Each dtype/op is checked against what is known without probing (:func:`~.support.known_support`: the
+    answer kept in this process or saved on disk). Where nothing is known yet (the first run after an
+    install, every fresh Colab or Binder session) the batch runs without waiting for the backend probe
+    (2-4 s on 2 cores), so the first picture comes at the cost of one launch. Only when a rank then
+    fails does ``check_support=True`` (the default) probe the backend and, when the probe says it refuses
+    a requested dtype/op, raise the same ValueError a known answer gives before the launch (chained
+    from the rank's error); otherwise the rank's error is raised. ``check_support=False`` never probes:
+    the backend's own error comes back as a :class:`collnb.ranks.RankError` (the explorer, which runs
+    the probe itself right after its first picture).
 
     Returns:
         list of :class:`~.result.RunResult`, one per config, in order (``seconds`` is the shared launch time).
@@ -179,7 +184,7 @@ def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan
     def get_support() -> BackendSupport | None:
         nonlocal support
         if support is None:
-            support = support_for(plan) if check_support else known_support(backend)
+            support = known_for(backend)  # never probes: see run_batch's docstring
         return support
 
     if not isinstance(configs, (list, tuple)):
@@ -188,6 +193,7 @@ def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan
                               example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
                               type=type(configs).__name__))
     cases: list[Case] = []
+    asked: list[tuple[object, dict[str, object]]] = []  # (primitive, its other keys): to check again after a probe
     for cfg in configs:
         if not isinstance(cfg, dict):
             raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
@@ -201,13 +207,26 @@ def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan
         if unknown:
             raise TypeError(_("unknown config keys {keys}; use dtype, op, root, chunk_size, inputs").format(
                 keys=sorted(unknown)))
+        asked.append((primitive, given))
         cases.append(_prepare(primitive, world_size, given.get("dtype", torch.float32), given.get("op", "sum"),
                               given.get("root", 0), backend, given.get("chunk_size", 1), given.get("inputs"),
                               get_support))
     if not cases:
         return []
     t0 = time.perf_counter()
-    per_rank = ranks.launch_planned(plan, rank_cases, (cases, backend))
+    try:
+        per_rank = ranks.launch_planned(plan, rank_cases, (cases, backend))
+    except ranks.RankError as exc:
+        if check_support and support is None:  # nothing was known: did the backend refuse what was asked?
+            probed = support_for(plan)
+            for primitive, given in asked:  # raises the ValueError a known answer gives before a launch
+                try:
+                    _prepare(primitive, world_size, given.get("dtype", torch.float32), given.get("op", "sum"),
+                             given.get("root", 0), backend, given.get("chunk_size", 1), given.get("inputs"),
+                             lambda: probed)
+                except ValueError as refused:
+                    raise refused from exc
+        raise
     seconds = time.perf_counter() - t0
     results: list[RunResult] = []
     for i, case in enumerate(cases):
@@ -264,7 +283,8 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.fl
             0..world_size-1, a chunk size outside 1..4194304, an op given to a primitive
             that does not reduce, or a dtype/op combination the backend refused when probed
             (e.g. Gloo: AVG on integer dtypes, BAND/BOR/BXOR on floats, float8 and int16
-            dtypes) -- the message lists the valid choices.
+            dtypes) -- the message lists the valid choices. Before the first probe after an install,
+            that last one comes after the launch whose rank failed (see :func:`run_batch`).
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
         collnb.ranks.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 
     from ..ranks import LaunchOptions
 
-__all__ = ["BackendSupport", "backend_support", "known_support", "SupportKey"]
+__all__ = ["BackendSupport", "backend_support", "known_support", "SupportKey", "saved_probe_state"]
 
 #: One trial of a probe: ``(primitive, dtype name or None, op name or None)``.
 SupportKey = tuple[str, str | None, str | None]
@@ -204,7 +204,7 @@ def support_for(plan: ranks.LaunchPlan, refresh: bool = False) -> BackendSupport
     (:func:`collnb.ranks.plan_launch`): a probe runs with its options at world size 2 (or 1)."""
     backend = plan.setup.backend
     if not refresh:
-        sup = _known(backend)
+        sup = known_for(backend)
         if sup is not None:
             return sup
     with _probe_locks[backend]:
@@ -225,10 +225,10 @@ def known_support(backend: str = "gloo") -> BackendSupport | None:
         TypeError: a launch option that is not one of :class:`collnb.ranks.LaunchOptions`
             (:func:`collnb.ranks.check_launch_options`), even when the answer is cached.
     """
-    return _known(check_backend(backend))
+    return known_for(check_backend(backend))
 
 
-def _known(backend: Backend) -> BackendSupport | None:
+def known_for(backend: Backend) -> BackendSupport | None:
     """:func:`known_support` of a checked ``backend``."""
     with _support_lock:
         if backend in _support_cache:
@@ -240,6 +240,50 @@ def _known(backend: Backend) -> BackendSupport | None:
                 _support_cache[backend] = sup
             return sup
     return None
+
+
+def saved_probe_state(backend: str = "gloo") -> dict[str, object]:
+    """What the saved probe of ``backend`` is worth now, read without starting a rank (``collnb doctor``).
+
+    Returns:
+        ``{"path": str, "state": str, "trials": int, "refused": int, "saved_torch": str | None,
+        "torch": str, "mtime": float | None, "error": str}`` (``torch``: the installed one) where ``state`` is ``"current"`` (used as it is),
+        ``"absent"`` (nothing saved: the first request that needs the answer probes, 2-4 s on 2
+        cores), ``"stale-torch"`` (saved for another torch version or binary), ``"stale-collnb"``
+        (saved by other probing code of collnb), ``"unreadable"`` (``error`` says why) or
+        ``"disabled"`` (``COLLNB_SUPPORT_CACHE=0``); ``trials`` and ``refused`` count the saved
+        answers (0 unless current or stale) and ``mtime`` is the file's modification time (s since the epoch).
+
+    Raises:
+        TypeError, ValueError: not a backend name (:func:`collnb.vocabulary.check_backend`).
+    """
+    check_backend(backend)
+    path = _disk_path(backend)
+    out: dict[str, object] = {"path": path, "state": "absent", "trials": 0, "refused": 0, "saved_torch": None,
+                              "torch": torch.__version__, "mtime": None, "error": ""}
+    if not _disk_enabled():
+        out["state"] = "disabled"
+        return out
+    try:
+        out["mtime"] = os.stat(path).st_mtime
+        with open(path) as f:
+            data = json.load(f)
+        key, results = data["key"], data["results"]
+        out.update(saved_torch=key["torch"], trials=len(results),
+                   refused=sum(v is not None for v in results.values()))
+    except FileNotFoundError:
+        return out
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        out.update(state="unreadable", error=f"{type(exc).__name__}: {exc}")
+        return out
+    now = json.loads(json.dumps(_disk_key(backend)))
+    if (key.get("torch"), key.get("libs")) != (now["torch"], now["libs"]):
+        out["state"] = "stale-torch"
+    elif key != now:
+        out["state"] = "stale-collnb"
+    else:
+        out["state"] = "current"
+    return out
 
 
 def _probe(plan: ranks.LaunchPlan) -> BackendSupport:

@@ -18,9 +18,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from ..lazy import lazy_attributes
-from .parsing import (DTYPES, MAX_NUMEL, PARTIAL_OPS, Placement, check_shape, mesh_text, parse_mesh, parse_placement,
-                      parse_placements, placements_text)
-from .reference import (coordinates, contributions, expected_local, largest_value, local_bounds, new_partial_dims,
+from .parsing import (DTYPES, MAX_NUMEL, PARTIAL_OPS, Placement, check_shape, largest_value, mesh_text, parse_mesh,
+                      parse_placement, parse_placements, placements_text)
+from .reference import (coordinates, contributions, expected_local, local_bounds, new_partial_dims,
                         owners, partial_dims, partial_sums, refusal, teaching_values, zero_fill_is_exact)
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers

@@ -27,7 +27,7 @@ from ..i18n import N_, _
 from ..vocabulary import MAX_WORLD_SIZE, check_choice, check_int, dtype_name
 
 __all__ = ["Placement", "PARTIAL_OPS", "DTYPES", "parse_placement", "parse_placements", "parse_mesh",
-           "check_shape", "placements_text", "mesh_text"]
+           "check_shape", "placements_text", "mesh_text", "exact_limit", "largest_value", "row_base"]
 
 #: Reduce ops a ``Partial`` placement can hold (torch 2.13 ``Partial.ALL_REDUCE_OPS``).
 PARTIAL_OPS = ("sum", "avg", "min", "max", "product")
@@ -35,6 +35,8 @@ PARTIAL_OPS = ("sum", "avg", "min", "max", "product")
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int64", "int32", "int16", "int8")
 #: Largest tensor (elements) :func:`collnb.redistribute` accepts: 4 MiB of float32 (a few MB per rank).
 MAX_NUMEL = 1 << 20
+_EXACT = {"float32": 2 ** 24, "float64": 2 ** 53, "float16": 2 ** 11, "bfloat16": 2 ** 8,
+          "int64": 2 ** 63 - 1, "int32": 2 ** 31 - 1, "int16": 2 ** 15 - 1, "int8": 2 ** 7 - 1}
 
 _FORMS = "Shard(0) / S(0), Replicate() / R, Partial() / P, Partial('max') / P(max)"
 
@@ -281,13 +283,31 @@ def check_shape(shape, dtype="float32") -> tuple:
             shape=shape, n=math.prod(shape), most=MAX_NUMEL))
     name = dtype_name(dtype)
     check_choice(N_("dtype of the teaching tensor"), name, DTYPES)
-    from .reference import exact_limit, largest_value  # noqa: PLC0415 - one module, no cycle at import
     top, limit = largest_value(shape), exact_limit(name)
     if top > limit:
         raise ValueError(_("the teaching values of shape {shape} go up to {top}, which {dtype} cannot hold exactly "
                            "(its largest exact integer is {limit}); choose a smaller shape or a wider dtype").format(
                                shape=shape, top=top, dtype=name, limit=limit))
     return shape, name
+
+
+def exact_limit(dtype: str) -> int:
+    """The largest integer ``dtype`` (a name of :data:`DTYPES`) holds exactly, with every integer
+    below it (floats: ``2**(mantissa bits + 1)``; ints: their maximum)."""
+    return _EXACT[dtype]
+
+
+def row_base(cols: int) -> int:
+    """The row step ``B`` of a 2-D teaching tensor with ``cols`` columns (``v[i, j] = B*i + j``): the
+    power of ten above the column count, at least 10."""
+    return 10 ** max(1, math.ceil(math.log10(cols))) if cols > 1 else 10
+
+
+def largest_value(shape) -> int:
+    """The largest teaching value (:func:`collnb.placements.teaching_values`) of ``shape`` (an int or
+    1-2 sizes)."""
+    shape = (shape,) if isinstance(shape, int) else tuple(shape)
+    return shape[0] - 1 if len(shape) == 1 else (shape[0] - 1) * row_base(shape[1]) + shape[1] - 1
 
 
 def placements_text(placements) -> str:

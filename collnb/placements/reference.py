@@ -29,25 +29,11 @@ import math
 import numpy as np
 
 from ..i18n import _
-from .parsing import Placement
+from .parsing import Placement, exact_limit, row_base
 
-__all__ = ["teaching_values", "largest_value", "exact_limit", "coordinates", "local_bounds", "contributions",
+__all__ = ["teaching_values", "coordinates", "local_bounds", "contributions",
            "expected_local", "refusal", "owners", "partial_dims", "new_partial_dims", "zero_fill_is_exact",
            "partial_sums"]
-
-_EXACT = {"float32": 2 ** 24, "float64": 2 ** 53, "float16": 2 ** 11, "bfloat16": 2 ** 8,
-          "int64": 2 ** 63 - 1, "int32": 2 ** 31 - 1, "int16": 2 ** 15 - 1, "int8": 2 ** 7 - 1}
-
-
-def exact_limit(dtype: str) -> int:
-    """The largest integer ``dtype`` (a name of :data:`collnb.placements.DTYPES`) holds exactly, with
-    every integer below it (floats: ``2**(mantissa bits + 1)``; ints: their maximum)."""
-    return _EXACT[dtype]
-
-
-def _base(cols: int) -> int:
-    return 10 ** max(1, math.ceil(math.log10(cols))) if cols > 1 else 10
-
 
 def teaching_values(shape) -> np.ndarray:
     """The global teaching tensor (float64 numpy array of ``shape``, an int or 1-2 sizes; see the
@@ -56,13 +42,7 @@ def teaching_values(shape) -> np.ndarray:
     if len(shape) == 1:
         return np.arange(shape[0], dtype=np.float64)
     rows, cols = shape
-    return (np.arange(rows, dtype=np.float64)[:, None] * _base(cols) + np.arange(cols, dtype=np.float64)[None, :])
-
-
-def largest_value(shape) -> int:
-    """The largest teaching value of ``shape``."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return shape[0] - 1 if len(shape) == 1 else (shape[0] - 1) * _base(shape[1]) + shape[1] - 1
+    return (np.arange(rows, dtype=np.float64)[:, None] * row_base(cols) + np.arange(cols, dtype=np.float64)[None, :])
 
 
 def coordinates(rank: int, mesh: tuple) -> tuple:

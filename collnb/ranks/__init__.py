@@ -29,6 +29,9 @@ A new kind of rank set (ranks started elsewhere: another machine, a network name
 
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from ._torch_internals import distributed_c10d, flight_recorder_dump, forget_logged_once
+from ._torch_internals import missing as missing_private_names  # collnb doctor
+# torch's private names that the composed-parallelism lab needs (notebook 20), kept beside the others
+from ._torch_internals import all_to_all_single_autograd, debug_mode_class, flatten_mesh
 from .call.groups import keep_groups, kept_groups, same_on_every_rank
 from .errors import LaunchError, LaunchTimeout, RankError
 from .explain.tracebacks import is_comm_error
@@ -52,5 +55,6 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "dumps", "loads", "distributed_c10d", "check_ranks", "iter_functions", "active_recorder",
            "Timeline", "Span", "region", "flight_recorder_dump", "forget_logged_once", "keep_groups", "kept_groups", "same_on_every_rank",
            "Divergence", "divergence", "entries_from_json", "LaunchOptions", "check_launch_options", "BackendFacts",
+           "missing_private_names", "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class",
            "plan_launch", "launch_planned", "LaunchPlan", "LaunchRequest", "RankSetup", "RankSet", "use_rank_set",
            "active_rank_set", "warm_pool", "Instruments", "Recorded", "Taking", "launch_results", "is_comm_error"]

@@ -27,6 +27,7 @@ import contextlib
 import datetime
 import functools
 from collections.abc import Callable, Iterator
+import sys
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
@@ -40,12 +41,14 @@ if TYPE_CHECKING:
     from torch.utils._device import DeviceContext
 
 __all__ = ["PRIVATE_NAMES", "PrivateName", "missing", "require", "OpOverload", "OpOverloadPacket",
-           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once",
+           "TorchDispatchMode", "functional_op", "profiler_ops", "forget_logged_once", "forget_dtensor_caches",
+           "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class",
            "FUNCTIONAL_COLLECTIVES_MODULE", "flight_recorder_dump", "flight_recorder_json", "distributed_c10d", "set_default_group", "set_group_count", "group_count", "live_groups", "call_store",
            "destroy_all_groups", "sequence_number", "patch_default_timeout", "has_internal_overlap",
            "MKLDNN_LAYOUT", "unbox_group", "resolve_group", "unbox_work", "dispatch_mode_stack",
            "default_device_context", "set_default_device_context", "mode_stack_depths", "pop_modes",
-           "print_options", "backend_flag_readers", "DefaultTimeout", "PrintOptions"]
+           "print_options", "backend_flag_readers", "DefaultTimeout", "PrintOptions", "argument_names",
+           "work_source_rank", "DistributedFiles", "distributed_files"]
 
 class PrivateName(NamedTuple):
     """One private torch name collnb relies on.
@@ -115,8 +118,21 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
                 "forgetting a warning logged once", _BOTH),
     PrivateName("torch.distributed.tensor._redistribute", "torch's log lines shown for every redistribute",
                 "forgetting DTensor's flattening warning", _BOTH),
+    *(PrivateName(n, "a rank's clean state between calls", "forgetting DTensor's mesh-keyed caches", _BOTH) for n in (
+        "torch._C._clear_DTensor_sharding_propagator_cache", "torch.distributed.tensor.DTensor._op_dispatcher",
+        "torch.distributed.tensor._redistribute._gen_transform_infos")),
+    PrivateName("torch.distributed.device_mesh.DeviceMesh._flatten", "notebook 20", "flattening mesh dimensions", _BOTH),
+    PrivateName("torch.distributed._functional_collectives.all_to_all_single_autograd", "notebook 20", "an autograd all_to_all", _BOTH),
+    PrivateName("torch.utils._debug_mode.DebugMode", "notebook 20: DTensor's trace", "DTensor's DebugMode", _BOTH),
     PrivateName("torch.distributed._functional_collectives", "a rank's clean state between calls (watched module)",
                 "a public module of the functional collectives", _BOTH),
+    PrivateName("torch._C.FunctionSchema", "recording calls (an operator's argument names, OpOverload._schema)",
+                "the argument names of a dispatched operator", _BOTH),
+    PrivateName("torch.distributed.Work._source_rank", "recording calls (the peer of a recv from any source)",
+                "the rank a recv without src= received from", _BOTH),
+    PrivateName("torch.distributed._functional_collectives_impl",
+                "recording calls (a functional collective told by its file, _functional_collectives*.py)",
+                "telling which API issued a dispatched collective", _BOTH),
     PrivateName("torch._C._distributed_c10d._dump_fr_trace", "the Flight Recorder dump of gloo ranks (notebook 18)",
                 "dumping a gloo process's Flight Recorder", _BOTH + " (backend= from 2.15)"),
     PrivateName("torch._C._distributed_c10d._dump_fr_trace_json", "launch(flight_recorder=N)",
@@ -196,6 +212,41 @@ def forget_logged_once() -> None:
         getattr(_redistribute, "_warned_flatten_issues", set()).clear()
     except ImportError:
         pass
+
+
+def forget_dtensor_caches() -> None:
+    """Forget DTensor's mesh-keyed caches (sharding propagation in C++ and Python, redistribute plans):
+    ``DeviceMesh.__eq__`` ignores process groups, so after a call's groups are destroyed the next call's
+    equal mesh got the old one back and failed ("Could not resolve the process group registered under
+    the name ..."; every second 2x2 FSDP2 x TP launch on warm ranks). Missing public API: clearing them."""
+    if "torch.distributed.tensor" not in sys.modules:
+        return
+    from torch.distributed.tensor import DTensor, _redistribute  # noqa: PLC0415
+
+    getattr(torch._C, "_clear_DTensor_sharding_propagator_cache", lambda: None)()
+    prop = getattr(getattr(DTensor, "_op_dispatcher", None), "sharding_propagator", None)
+    for cached in (getattr(prop, "propagate_op_sharding", None), getattr(prop, "_propagate_tensor_meta_cached", None),
+                   getattr(_redistribute, "_gen_transform_infos", None)):
+        getattr(cached, "cache_clear", lambda: None)()
+
+
+def flatten_mesh(mesh: Any, name: str) -> Any:
+    """``mesh`` (several dimensions) flattened into one named ``name`` (``DeviceMesh._flatten``, as torchtitan)."""
+    return mesh._flatten(name)
+
+
+def all_to_all_single_autograd(x: torch.Tensor, group: Any) -> torch.Tensor:
+    """A differentiable even-split ``all_to_all_single`` over ``group`` (an AsyncCollectiveTensor). Missing
+    public API: ``torch.distributed.nn.functional.all_to_all_single`` is deprecated for this private one."""
+    from torch.distributed._functional_collectives import all_to_all_single_autograd as a2a  # noqa: PLC0415
+    return a2a(x.contiguous(), None, None, group)
+
+
+def debug_mode_class() -> Any:
+    """DTensor's ``DebugMode`` or ``None``. Missing public API: DebugMode is a prototype in a private module."""
+    import importlib.util  # noqa: PLC0415
+    return importlib.import_module("torch.utils._debug_mode").DebugMode if importlib.util.find_spec(
+        "torch.utils._debug_mode") else None
 
 
 # ``distributed_c10d`` itself: ``torch.distributed`` re-exports its public functions, but torch's own
@@ -461,6 +512,48 @@ def backend_flag_readers() -> list[tuple[str, Callable[[], bool | str]]]:
         if fn is not None:
             out.append((name, functools.partial(fn, *args) if args else fn))
     return out
+
+
+def argument_names(op: OpOverload) -> tuple[str, ...]:
+    """The names of ``op``'s arguments, in its schema's order (``("self", "group_name", ...)``).
+
+    Missing public API: an operator's schema is only ``OpOverload._schema`` (a ``torch._C.FunctionSchema``)."""
+    return tuple(a.name for a in op._schema.arguments)
+
+
+def work_source_rank(work: dist.Work) -> int:
+    """The rank a completed ``dist.irecv`` without ``src=`` received from (in its group's numbering).
+
+    Missing public API: ``Work._source_rank()``; ``dist.recv`` returns the source, ``irecv``'s Work does not."""
+    source: int = work._source_rank()
+    return source
+
+
+class DistributedFiles(NamedTuple):
+    """Where in torch's source tree an operation's Python frames come from (absolute paths; a folder ends
+    with ``os.sep``), for telling which API issued a dispatched collective (:mod:`.recording`)."""
+
+    distributed: str          # torch/distributed/
+    c10d: str                 # torch/distributed/distributed_c10d.py: torch.distributed's functions
+    functional: tuple[str, ...]  # the functional collectives' private modules
+    dtensor: str              # torch/distributed/tensor/
+    debug: str                # torch/distributed/tensor/debug/ (CommDebugMode: a mode, not an issuer)
+    mesh: str                 # torch/distributed/device_mesh.py
+
+
+def distributed_files() -> DistributedFiles:
+    """torch.distributed's source files that tell who issued a collective (:class:`DistributedFiles`).
+
+    Missing public API: which API a dispatched operator was called through; the recorder reads it from
+    the frames' files, and two of them (``_functional_collectives.py``, ``_functional_collectives_impl.py``)
+    are private modules: a release that moves them is changed here only."""
+    import os  # noqa: PLC0415
+
+    td = os.path.dirname(os.path.abspath(dist.__file__)) + os.sep
+    dtensor = td + "tensor" + os.sep
+    return DistributedFiles(td, td + "distributed_c10d.py",
+                            (td + "_functional_collectives.py", td + "_functional_collectives_impl.py"),
+                            dtensor, dtensor + "debug" + os.sep, td + "device_mesh.py")
 
 
 def flight_recorder_dump(backend: str | None = None) -> tuple[bytes, bytes]:

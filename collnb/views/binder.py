@@ -1,321 +1,531 @@
-"""A thin binder between a plain parameter model and ipywidgets: the generic machinery of an
-explorer (first used by :func:`collnb.views.explore_redistribute`).
+"""The one explorer engine of the views: a parameter model bound to ipywidgets, run on real ranks,
+drawn, and kept as a static picture for saved notebooks.
 
-**The contract.** An explorer is four functions and one dataclass; the binder owns every widget
-and thread, the model owns no widget:
+Every explorer is a :class:`Binder`: the primitive explorer (:mod:`.explorer`), the rounds explorer
+(:mod:`.rounds_explorer`), the redistribute explorer (:mod:`.redistribute_explorer`), the
+pipeline-schedule and DDP-bucket explorers of :mod:`collnb.labs`. The worker (one
+:class:`~collnb.views.worker.LatestWorker` thread per explorer), the status line, the notes and the
+static picture exist here once (the widgets' pieces: :mod:`.panel`).
 
-* ``params``: one **frozen dataclass** instance holding every value a learner can set, one field
-  per control (the field's name is the control's name). It is the whole state: the binder keeps
-  the current one in :attr:`Binder.params` and replaces it (``dataclasses.replace``) on each change.
+**The contract.** An explorer's state is one **frozen dataclass** instance holding every value a
+learner can set, one field per control (the field's name is the control's name); the binder keeps
+the current one in :attr:`Binder.state` and replaces it on each change. Four methods make an explorer:
+
 * ``choices(params) -> {field: [value, ...] or [(label, value), ...]}``: **pure**: the values each
   field may take given the others (a field it leaves out keeps its widget as is; an empty list
-  hides the widget). Every field gets a ``Dropdown``, or a ``SelectionSlider`` when it is named in
-  ``sliders`` (an ordered choice such as a count).
-* ``fix(params) -> (params, notes)``: **pure**: the nearest valid parameters: each value that is
-  not among its choices replaced (by the first choice, or a better one the model knows), and for
-  each replacement a note (str) saying what changed and why. ``fix`` is called after every change,
-  before anything runs; it must be idempotent (``fix(fix(p)[0])[0] == fix(p)[0]``).
-* ``run(params) -> result``: runs the work (real ranks); called on the explorer's
-  :class:`~collnb.views.worker.LatestWorker` thread, at most one at a time, only for the latest
-  parameters (a superseded request never runs; a result that is stale when it finishes is not drawn).
-  It may raise: the error is shown in the panel and the explorer stays usable.
-* ``draw(result, params) -> (png bytes, caption html)`` or ``(png, caption, pixels)``: the picture
-  (shown through an ``ipywidgets.Image``) and one line under it; also on the worker thread. Given
-  its ``pixels`` (the ``uint8`` H x W x 3 array the PNG was encoded from), the saved notebook's
-  picture is painted from them (:func:`collnb.views.static.captioned_png`) and no PNG is decoded.
+  hides the widget).
+* ``fix(params) -> (params, notes)`` or ``(params, notes, info)``: **pure**: the nearest valid
+  parameters, and a note (str) for each value replaced, saying what changed and why (``info``: lines
+  that inform rather than warn, shown with ℹ instead of ⚠). It must be idempotent
+  (``fix(fix(p)[0])[0] == fix(p)[0]``). Default: each value its control does not offer replaced by
+  the first one offered, with a note.
+* ``run(params) -> result``: the work (real ranks), on the explorer's worker thread, at most one at
+  a time and only for the latest parameters (a superseded request never runs; a result already
+  stale when it finishes is not drawn). It may raise: the error is shown in the status line and
+  the explorer stays usable.
+* ``draw(result, params) -> Picture``: what the learner sees, on the worker thread too: the
+  picture's pixels (the binder writes the PNG, and paints the saved picture from them: nothing is
+  decoded), the caption under it, its description for screen readers, the status line
+  (:class:`~collnb.views.panel.Picture`). ``(png, caption)`` or ``(png, caption, pixels)`` is read as a Picture.
 
-What the binder does: builds the widgets (``labels`` names them), keeps every widget's options and
-value equal to ``choices``/``fix`` of the current parameters (while it syncs, widget events are
-ignored, so a sync never asks for a run), submits each change to the worker, shows ⏳/the caption/
-the error in :attr:`status`, measures :attr:`last_timing` (``run_s``, ``draw_s``, ``total_s`` from
-the change to the picture), and, displayed in a notebook, shows the static picture of its last
-state above the live panel (:func:`collnb.views.static.static_bundle`) and keeps it current, so a
-saved notebook shows the figure where no kernel runs. :meth:`Binder.set` is the programmatic
-change (one run for several values; ``ValueError`` for a value not offered).
+A new explorer is a small class::
+
+    @dataclasses.dataclass(frozen=True)
+    class RingParams:
+        world_size: int = 4
+
+    class RingExplorer(Binder):
+        name, what = "ring-explorer", "ring explorer"  # CSS class collnb-ring-explorer; the saved line's word
+        labels = {"world_size": N_("world size")}
+        sliders = ("world_size",)                      # a SelectionSlider over its choices, not a Dropdown
+
+        def choices(self, p):
+            return {"world_size": list(range(2, 9))}
+
+        def run(self, p):
+            return collnb.run_algorithm("all_reduce", "ring", p.world_size)
+
+        def draw(self, trace, p):
+            return Picture(pixels=paint_heatmap(trace, trace.n_rounds), caption=f"{trace.n_rounds} rounds")
+
+    RingExplorer(RingParams())  # returns with the first picture; displayed, it is the panel
+
+or, with no class of its own, ``Binder(RingParams(), choices, fix, run, draw, name=..., sliders=...)``.
+
+**Hooks**, for explorers with more than dropdowns and one picture (their defaults suit the others):
+``change(params, values)`` (a learner's change; default: ``fix`` of the values replaced),
+``normalise(name, value)`` (what :meth:`Binder.set` compares, e.g. ``"fp16"`` -> ``"float16"``),
+``control(name, label, offered, value)`` (a field's widget), ``layout()`` (the panel's rows),
+``synced()`` (after the widgets show a new state), ``shown(result, picture)`` (after a picture is
+shown), ``busy_text(params)``, ``done_text(result, picture, timing)`` and ``error_head(exc)`` (the
+status line's words), ``settle()`` (on the worker thread after each run: facts the first picture went
+without). Class attributes: ``name``, ``what``, ``labels``, ``sliders``, ``keep_shown`` (fields whose
+widget stays shown with no choices), ``figure_classes`` (CSS classes of the picture).
+
+**What the binder does.** It builds the widgets, keeps every widget's options and value equal to
+``choices``/``fix`` of the state (while it syncs, widget events are ignored, so a sync never asks for
+a run), submits each change to the worker, shows ⏳ / the status / the error in :attr:`status`,
+measures :attr:`last_timing` (``run_s``, ``draw_s``, ``total_s`` from the change to the picture),
+and, displayed in a notebook, shows the static picture of its last state above the live panel
+(:func:`collnb.views.static.static_bundle`) and keeps it current, so a saved notebook shows the figure
+where no kernel runs. :meth:`Binder.set` is the programmatic change (one run for several values;
+``ValueError``, and nothing changed, for a value not offered).
+
+One slider move walks: the widget's event -> ``change`` -> the widgets synced -> the request in the
+worker's one-slot mailbox -> ``run`` -> ``draw`` (PNG written once) -> the picture, the status line
+and the saved picture set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import html
+import re
+import threading
 import time
-from typing import Callable
+import traceback
+from typing import Any, Callable, Mapping, Sequence
 
 import ipywidgets as widgets
 
 from ..i18n import _
-from .static import captioned_png, esc, rerun_line, static_bundle, update_static
+from .panel import (BAD, BUSY, OK, SR_ONLY, Picture, as_picture, close_widgets, error_head, notes_html, options,
+                    show_choices, slider_layout, status_html)
+from .static import captioned_png, esc, live_bundle, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
-__all__ = ["Binder", "show_choices", "slider_layout", "SLIDER_TRACK_PX"]
-
-#: The width of every explorer slider's track (px), whatever its label says: 12 values 16 px apart.
-#: (A slider laid out with width "auto" in a wrapping row shrinks to its label and readout and its
-#: track to 0 px: a mouse reached only its two ends, issue 34.)
-SLIDER_TRACK_PX = 200
-#: What a slider's readout and the margins beside it take (px): 84 measured in Chromium (ipywidgets 8.1,
-#: JupyterLab 4; its readout is at least 50 px wide).
-_READOUT_PX = 84
-
-
-def slider_layout(description: str, track_px: int = SLIDER_TRACK_PX) -> widgets.Layout:
-    """The ``ipywidgets.Layout`` of a slider labelled ``description`` (shown at its own width,
-    ``description_width="initial"``): a fixed width of the label (measured at 13 px, the widgets'
-    font size) + ``track_px`` of track + the readout, at most the output's width.
-
-    Raises:
-        ValueError: ``track_px`` < 100.
-    """
-    if track_px < 100:
-        raise ValueError(f"track_px must be >= 100 pixels; got {track_px}")
-    from .raster import Canvas  # noqa: PLC0415 - the views' text measure (the same fonts as the pictures)
-
-    label = Canvas(1, 1).measure(description, 13)[0] + 12 if description else 0
-    return widgets.Layout(width=f"{int(label + track_px + _READOUT_PX)}px", max_width="100%")
-
-
-def _options(values) -> list:
-    """``[(label, value), ...]`` of a choices entry (plain values are their own labels)."""
-    return [v if isinstance(v, tuple) else (str(v), v) for v in values]
-
-
-def show_choices(controls: dict, offered: dict, values: dict, keep_shown=()) -> None:
-    """Make each widget of ``controls`` (``{field: widget}``) offer ``offered[field]`` and show
-    ``values[field]``: the one place where a model's choices reach its widgets (the caller ignores
-    the widget events this sends). An ``IntSlider`` takes the choices' first and last value as its
-    ``min``/``max``; a widget with ``options`` (``Dropdown``, ``SelectionSlider``, ``ToggleButtons``)
-    takes them as its options (``(label, value)`` pairs or plain values), set only when they
-    changed; a field whose choices are empty is hidden (unless named in ``keep_shown``) and keeps its options; a field left
-    out of ``offered`` keeps its options. A value not among the options is not set."""
-    for name, w in controls.items():
-        value = values.get(name)
-        if name in offered:
-            opts = _options(offered[name])
-            w.layout.display = None if opts or name in keep_shown else "none"
-            if isinstance(w, widgets.IntSlider):
-                if opts:
-                    lo, hi = int(opts[0][1]), int(opts[-1][1])
-                    if lo > w.max:
-                        w.max, w.min = hi, lo
-                    elif (w.min, w.max) != (lo, hi):
-                        w.min, w.max = lo, hi
-                if isinstance(value, int) and w.min <= value <= w.max and w.value != value:
-                    w.value = value
-                continue
-            if not opts:  # hidden: its options stay (a SelectionSlider cannot have none)
-                continue
-            plain = all(not isinstance(v, tuple) for v in offered[name])
-            current = [o if isinstance(o, tuple) else (str(o), o) for o in w.options]
-            if current != opts:
-                w.options = list(offered[name]) if plain else opts
-        if isinstance(w, widgets.IntSlider):
-            if isinstance(value, int) and w.min <= value <= w.max and w.value != value:
-                w.value = value
-        elif value in [v for _, v in _options(w.options)] and w.value != value:
-            w.value = value
+__all__ = ["Binder", "Picture"]
 
 
 class Binder(WorkerState):
-    """Widgets bound to a parameter model (see the module docstring).
+    """An explorer: widgets bound to a parameter model (see the module docstring).
 
     Args:
         params: the initial parameters (a frozen dataclass instance); ``fix`` is applied first.
-        choices, fix, run, draw: the model's functions (module docstring).
-        labels: ``{field: description}`` of the widgets (default: the field name).
-        name: the worker thread's name and the CSS class of the panel (``collnb-<name>``).
+        choices, fix, run, draw: the model's functions, for an explorer with no class of its own (a
+            subclass defines them as methods instead).
+        labels: ``{field: description}`` of the widgets (default: the class's, else the field name;
+            each goes through ``_()``).
+        name: the worker thread's name (``collnb-<name>``) and the CSS class of the panel.
         what: the word in the saved picture's line ("Static picture of the <what>'s last state").
-        wait: block until the first picture is drawn.
+        wait: block until the first picture is drawn (or the first run failed).
         sliders: the fields drawn as an ``ipywidgets.SelectionSlider`` over their choices (in order)
             instead of a ``Dropdown``.
 
     Attributes:
-        params: the current parameters. controls: ``{field: Dropdown or SelectionSlider}``. image: the
-            ``ipywidgets.Image``. caption, status, note: ``ipywidgets.HTML``. widget: the panel (VBox).
-        last_result, last_png, last_params: of the latest run drawn. error: the latest run's
-            exception or ``None``. notes: what ``fix`` changed at the latest change.
-        last_timing: ``{"run_s", "draw_s", "total_s"}`` of the latest run drawn (seconds).
+        state: the current parameters. controls: ``{field: widget}`` (set ``.value`` as a learner
+            would). image: the ``ipywidgets.Image`` (class ``collnb-figure``); figure_text: the
+            picture's description for screen readers (visually hidden, right after it); caption,
+            status, note: ``ipywidgets.HTML``; picture: the box of the picture (or of a player);
+            widget: the panel (VBox, classes ``collnb-<name>`` and ``collnb-live``).
+        last_result, last_picture, last_png, last_params: of the latest run drawn (``last_params``:
+            of the latest run drawn or failed). error: the latest finished run's exception or ``None``.
+        notes, info: what ``fix``/``change`` said at the latest change. message: the status line as text.
+        last_timing: ``{"run_s", "draw_s", "total_s"}`` of the latest run drawn (seconds; total = from
+            the change that asked for it to the picture in the widget).
+        first_picture_s: seconds from the explorer being made to its first picture.
         draws_skipped: finished runs not drawn because newer parameters were waiting.
+        static_png: the saved picture with its line (PNG), made when first asked for after each picture.
+        in_flight, pending, busy, requests, runs_started, runs_finished: see
+            :class:`~collnb.views.worker.WorkerState`.
+
+    Raises:
+        TypeError: ``params`` is not a dataclass instance, or no ``choices``, ``run`` or ``draw`` was
+            given or defined.
+        TimeoutError: ``wait`` and no first picture after 120 s.
     """
 
-    def __init__(self, params, choices: Callable, fix: Callable, run: Callable, draw: Callable, *,
-                 labels: dict | None = None, name: str = "explorer", what: str = "explorer", wait: bool = True,
-                 sliders: tuple = ()):
+    name: str = "explorer"
+    what: str = "explorer"
+    labels: Mapping[str, str] = {}
+    sliders: tuple[str, ...] = ()
+    keep_shown: tuple[str, ...] = ()
+    figure_classes: tuple[str, ...] = ()
+
+    def __init__(self, params: Any, choices: Callable[..., Any] | None = None, fix: Callable[..., Any] | None = None,
+                 run: Callable[..., Any] | None = None, draw: Callable[..., Any] | None = None, *,
+                 labels: Mapping[str, str] | None = None, name: str | None = None, what: str | None = None,
+                 wait: bool = True, sliders: Sequence[str] | None = None):
         if not dataclasses.is_dataclass(params) or isinstance(params, type):
             raise TypeError(f"params must be a dataclass instance; got {params!r}")
-        self._choices, self._fix, self._run, self._draw = choices, fix, run, draw
-        self.what = what
-        self.last_result = self.last_png = self.last_params = self.error = None
-        self._last_pixels = None
-        self.last_timing: dict = {}
+        self._given = {"choices": choices, "fix": fix, "run": run, "draw": draw}
+        for which in ("choices", "run", "draw"):
+            if self._given[which] is None and getattr(type(self), which) is getattr(Binder, which):
+                raise TypeError(f"{type(self).__name__} has no {which}(): give it to Binder(...) or define the "
+                                f"method (see collnb.views.binder)")
+        if labels is not None:
+            self.labels = dict(labels)
+        if name is not None:
+            self.name = name
+        if what is not None:
+            self.what = what
+        if sliders is not None:
+            self.sliders = tuple(sliders)
+        self.last_result: Any = None
+        self.last_picture: Picture | None = None
+        self.last_png: bytes | None = None
+        self.last_params: Any = None
+        self.error: BaseException | None = None
+        self.last_timing: dict[str, float] = {}
+        self.first_picture_s: float | None = None
         self.draws_skipped = 0
-        self.notes: list = []
+        self.message = ""
+        self.static_png: bytes | None = None
+        self._t_made = time.perf_counter()
         self._syncing = 0
-        self._display_ids: list = []
-        self._static_png = None
-        self._worker = LatestWorker(self._execute, f"collnb-{name}", on_error=self._failed)
-        self.params, self.notes = fix(params)
-        labels = labels or {}
-        style = {"description_width": "initial"}
-        self.controls = {}
-        offered = choices(self.params) if sliders else {}
-        for f in dataclasses.fields(self.params):
-            kind = widgets.SelectionSlider if f.name in sliders else widgets.Dropdown
-            # a SelectionSlider needs its options (and a value among them) when it is made
-            extra = dict(continuous_update=False, options=_options(offered.get(f.name, [])),
-                         value=getattr(self.params, f.name)) if f.name in sliders else {}
-            label = labels.get(f.name, f.name)
-            w = kind(description=label, style=style,
-                     layout=slider_layout(label) if f.name in sliders else widgets.Layout(width="auto"), **extra)
-            w.add_class("collnb-control")
-            w.add_class(f"collnb-{f.name.replace('_', '-')}")
-            self.controls[f.name] = w
-        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto"))
-        self.image.add_class("collnb-figure")
-        self.caption, self.status, self.note = widgets.HTML(), widgets.HTML(), widgets.HTML()
-        self.caption.add_class("collnb-caption")
-        self.status.add_class("collnb-status")
-        self.note.add_class("collnb-note")
-        row = widgets.HBox(list(self.controls.values()),
-                           layout=widgets.Layout(flex_flow="row wrap", align_items="center"))
-        self.widget = widgets.VBox([row, self.note, self.status, self.image, self.caption])
-        self.widget.add_class(f"collnb-{name}")
-        self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
+        self._display_ids: list[str] = []
+        self._lock = threading.RLock()  # the state and the widgets: a learner's change, the worker's settle()
+        self._first = threading.Event()  # the first request finished (drawn or failed)
+        self._worker = LatestWorker(self._execute, f"collnb-{self.name}", on_error=self._worker_error)
+        self.state, self.notes, self.info = self._said(self.fix(params))
+        self._build()
         self._sync()
         for field_name, w in self.controls.items():
             w.observe(self._on_change(field_name), names="value")
         self._request()
-        if wait:
-            self.wait()
+        if wait and not self._first.wait(120.0):
+            raise TimeoutError(_("the explorer was still running after {seconds} s").format(seconds=120.0))
 
-    # -- the model's values in the widgets ------------------------------------------------------
-    def _sync(self):
-        """Make every widget show ``choices``/the value of :attr:`params` (events ignored)."""
-        self._syncing += 1
-        try:
-            offered = {k: _options(vs) for k, vs in self._choices(self.params).items()}
-            show_choices(self.controls, offered, dataclasses.asdict(self.params))
-            self.note.value = ("<div style='color:#8a5300'>" + "<br>".join("⚠ " + esc(n) for n in self.notes) +
-                               "</div>") if self.notes else ""
-        finally:
-            self._syncing -= 1
+    # -- the model (the contract; the functions given, or a subclass's methods) ------------------
+    def choices(self, params: Any) -> Mapping[str, Sequence[Any]]:
+        """The values each field may take given ``params`` (pure)."""
+        offered: Mapping[str, Sequence[Any]] = self._call("choices", params)
+        return offered
 
-    def _on_change(self, name):
-        def handler(change):
-            if self._syncing:
-                return
-            self._apply({name: change["new"]})
+    def fix(self, params: Any) -> tuple[Any, ...]:
+        """``(params, notes)`` or ``(params, notes, info)``: the nearest valid parameters (pure,
+        idempotent). Default: each value not offered replaced by the first one offered, with a note."""
+        if self._given["fix"] is not None:
+            fixed: tuple[Any, ...] = self._call("fix", params)
+            return fixed
+        offered = self.choices(params)
+        notes = []
+        for f in dataclasses.fields(params):
+            allowed = [v for _, v in options(offered.get(f.name, []))]
+            value = getattr(params, f.name)
+            if allowed and value not in allowed:
+                notes.append(_("{control} {value} is not offered here; showing {shown}").format(
+                    control=_(self.labels.get(f.name, f.name)), value=value, shown=allowed[0]))
+                params = dataclasses.replace(params, **{f.name: allowed[0]})
+                offered = self.choices(params)
+        return params, notes
+
+    def run(self, params: Any) -> Any:
+        """The work for ``params`` (on the worker thread); may raise."""
+        return self._call("run", params)
+
+    def draw(self, result: Any, params: Any) -> Any:
+        """The :class:`~collnb.views.panel.Picture` of ``result`` (on the worker thread)."""
+        return self._call("draw", result, params)
+
+    def _call(self, which: str, *args: Any) -> Any:
+        fn = self._given[which]
+        assert fn is not None  # checked when made
+        return fn(*args)
+
+    # -- hooks (defaults) -------------------------------------------------------------------------
+    def change(self, params: Any, values: Mapping[str, Any]) -> tuple[Any, ...]:
+        """A learner's change of ``values`` (``{field: value}``) to ``params``: ``fix`` of them replaced."""
+        return self.fix(dataclasses.replace(params, **values))
+
+    def normalise(self, name: str, value: Any) -> Any:
+        """``value`` of field ``name`` as its control offers it (for :meth:`set`'s check)."""
+        return value
+
+    def control(self, name: str, label: str, offered: list[Any], value: Any) -> widgets.Widget:
+        """The widget of field ``name``: a ``SelectionSlider`` over ``offered`` for the fields named in
+        :attr:`sliders`, else a ``Dropdown`` (filled by the first sync)."""
+        style = {"description_width": "initial"}
+        if name in self.sliders:  # a SelectionSlider needs its options (and a value among them) when made
+            return widgets.SelectionSlider(options=offered, value=value, description=label, continuous_update=False,
+                                           style=style, layout=slider_layout(label))
+        return widgets.Dropdown(description=label, style=style, layout=widgets.Layout(width="auto"))
+
+    def layout(self) -> list[widgets.Widget]:
+        """The panel's rows: the controls (wrapping), the notes, the status line, the picture, its caption."""
+        row = widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap",
+                                                                               align_items="center"))
+        return [row, self.note, self.status, self.picture, self.caption]
+
+    def synced(self) -> None:
+        """Called after the widgets show a new state (the explorer's own widgets follow it here)."""
+
+    def shown(self, result: Any, picture: Picture) -> None:
+        """Called on the worker thread after ``picture`` of ``result`` is shown."""
+
+    def busy_text(self, params: Any) -> str:
+        """The status line while ``params`` run."""
+        return _("⏳ running on real ranks…")
+
+    def done_text(self, result: Any, picture: Picture, timing: Mapping[str, float]) -> str:
+        """The status line after ``picture`` is shown (``timing``: :attr:`last_timing`)."""
+        return picture.status
+
+    def error_head(self, exc: BaseException) -> str:
+        """What kind of failure ``exc`` is (the status line says ``✗ <head>:`` and the message)."""
+        return error_head(exc)
+
+    def settle(self) -> None:
+        """Called on the worker thread after each run (and by :meth:`set`/:meth:`offered` first): the
+        place for slow facts the first picture went without."""
+
+    # -- widgets ----------------------------------------------------------------------------------
+    def _build(self) -> None:
+        offered = self.choices(self.state)
+        self.controls: dict[str, widgets.Widget] = {}
+        for f in dataclasses.fields(self.state):
+            label = _(self.labels.get(f.name, f.name))
+            w = self.control(f.name, label, list(offered.get(f.name, [])), getattr(self.state, f.name))
+            w.add_class("collnb-control")
+            w.add_class(f"collnb-{f.name.replace('_', '-')}")
+            self.controls[f.name] = w
+        self.image = widgets.Image(format="png", layout=widgets.Layout(max_width="100%", height="auto", min_width="0"))
+        self.image.add_class("collnb-figure")
+        for cls in self.figure_classes:
+            self.image.add_class(cls)
+        self.figure_text = widgets.HTML(value=f"<span style='{SR_ONLY}'>{esc(_('no run yet'))}</span>")
+        self.figure_text.add_class("collnb-figure-text")
+        self.picture = widgets.VBox([self.image, self.figure_text], layout=widgets.Layout(min_width="0"))
+        self.picture.add_class("collnb-picture")
+        self.caption, self.status, self.note = widgets.HTML(), widgets.HTML(), widgets.HTML()
+        self.caption.add_class("collnb-caption")
+        self.status.add_class("collnb-status")
+        self.note.add_class("collnb-note")
+        self.widget = widgets.VBox(self.layout())
+        self.widget.add_class(f"collnb-{self.name}")
+        self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
+
+    @staticmethod
+    def _said(out: tuple[Any, ...]) -> tuple[Any, ...]:
+        """``(params, notes, info)`` of a ``fix``/``change`` answer (``info`` may be left out)."""
+        params, notes = out[0], list(out[1])
+        return params, notes, list(out[2]) if len(out) > 2 else []
+
+    def _sync(self) -> None:
+        """Make every widget show :attr:`state` and offer its choices (widget events ignored)."""
+        with self._lock:
+            self._syncing += 1
+            try:
+                show_choices(self.controls, self.choices(self.state), dataclasses.asdict(self.state),
+                             keep_shown=self.keep_shown)
+                self.note.value = notes_html(self.info, self.notes)
+                self.synced()
+            finally:
+                self._syncing -= 1
+
+    def _on_change(self, name: str) -> Callable[[dict[str, Any]], None]:
+        def handler(change: dict[str, Any]) -> None:
+            with self._lock:
+                if self._syncing:  # a value the explorer itself is showing (this thread or the worker's)
+                    return
+                try:
+                    self.state, self.notes, self.info = self._said(self.change(self.state, {name: change["new"]}))
+                except Exception as exc:  # noqa: BLE001 - shown in the panel; the explorer stays usable
+                    self._sync()
+                    self._failed(exc, self.state)
+                    return
+                self._sync()
+                self._request()
         return handler
 
-    def _apply(self, values: dict):
-        self.params, self.notes = self._fix(dataclasses.replace(self.params, **values))
-        self._sync()
-        self._request()
+    def _field_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.state)]
 
-    def offered(self, name: str) -> list:
-        """The values ``name`` offers now (``choices`` of the current parameters)."""
-        return [v for _, v in _options(self._choices(self.params).get(name, []))]
-
-    def set(self, **values) -> "Binder":
-        """Change several parameters at once, asking for ONE run (as a learner would, but together).
+    def offered(self, name: str) -> list[Any]:
+        """The values control ``name`` offers now (``choices`` of :attr:`state`).
 
         Raises:
-            ValueError: an unknown name, or a value not offered now (the message lists the offered ones).
+            KeyError: not a control name.
         """
-        names = {f.name for f in dataclasses.fields(self.params)}
-        unknown = set(values) - names
+        if name not in self._field_names():
+            raise KeyError(name)
+        self.settle()
+        return [v for _, v in options(self.choices(self.state).get(name, []))]
+
+    def set(self, **values: Any) -> "Binder":
+        """Change several controls at once, asking for ONE run (as a learner would, but together);
+        each value is read as :meth:`normalise` reads it and checked against what the controls offer
+        with all of them applied.
+
+        Raises:
+            ValueError: an unknown name, or a value not offered (the message lists the offered ones);
+                nothing is changed then.
+        """
+        names = self._field_names()
+        unknown = set(values) - set(names)
         if unknown:
-            raise ValueError(f"unknown control(s) {sorted(unknown)}; choose from {', '.join(sorted(names))}")
-        trial, _ = self._fix(dataclasses.replace(self.params, **values))
-        for name, v in values.items():
-            offered = [o for _, o in _options(self._choices(trial).get(name, []))]
-            if offered and v not in offered:
-                raise ValueError(f"{name}={v!r} is not offered here; choose one of {', '.join(map(str, offered))}")
-        self._apply(values)
+            raise ValueError(_("unknown control(s) {names}; choose from {valid}").format(
+                names=sorted(unknown), valid=", ".join(names)))
+        self.settle()  # every choice known before a value is checked against them
+        with self._lock:
+            values = {k: self.normalise(k, v) for k, v in values.items()}
+            trial = self._said(self.change(self.state, values))
+            offered = self.choices(trial[0])
+            for name, v in values.items():
+                allowed = [o for _, o in options(offered.get(name, []))]
+                if allowed and v not in allowed:
+                    raise ValueError(_("{name}={value!r} is not offered here; choose one of {valid}").format(
+                        name=name, value=v, valid=", ".join(map(str, allowed))))
+            self.state, self.notes, self.info = trial
+            self._sync()
+            self._request()
         return self
 
-    # -- running --------------------------------------------------------------------------------
-    def _request(self):
+    def refresh(self) -> "Binder":
+        """Run again with the current values."""
+        self._request()
+        return self
+
+    # -- running ----------------------------------------------------------------------------------
+    def _request(self) -> None:
         if self._worker.closed:
             return
-        busy = _("⏳ running on real ranks…")
-        self.status.value = f"<span style='color:#555'>{esc(busy)}</span>"
-        self._worker.submit((self.params, time.perf_counter()))
+        # busy first: a run finishing right after the hand-over must not be overwritten by it
+        self._set_status(self.busy_text(self.state), busy=True)
+        self._worker.submit((self.state, time.perf_counter()))
 
-    def _execute(self, request):
-        params, t_request = request
+    def _execute(self, request: tuple[Any, ...]) -> None:
+        try:
+            self._run_and_show(*request)
+        finally:
+            self._first.set()
+            if not self._worker.closed:
+                try:
+                    self.settle()
+                except Exception as exc:  # noqa: BLE001 - shown in the panel; set() asks again
+                    self._failed(exc, request[0])
+
+    def _run_and_show(self, params: Any, t_request: float) -> None:
         t0 = time.perf_counter()
         try:
-            result = self._run(params)
+            result = self.run(params)
         except Exception as exc:  # noqa: BLE001 - shown in the panel
             if not self._worker.stale():
-                self._failed(exc, request)
+                self._failed(exc, params)
             return
         t1 = time.perf_counter()
         if self._worker.stale():
             self.draws_skipped += 1
             return
-        drawn = self._draw(result, params)
-        png, caption = drawn[0], drawn[1]
-        pixels = drawn[2] if len(drawn) > 2 else None
+        picture = as_picture(self.draw(result, params))
         t2 = time.perf_counter()
         if self._worker.stale():
             self.draws_skipped += 1
             return
-        if png[:8] == b"\x89PNG\r\n\x1a\n":  # shown at its own width (never scaled up), at most the output's
-            self.image.width = str(int.from_bytes(png[16:20], "big"))
-        self.image.value = png
-        self.caption.value = caption
-        self.last_result, self.last_png, self.last_params, self.error = result, png, params, None
-        self._static_png, self._last_pixels = None, pixels
-        self.last_timing = {"run_s": t1 - t0, "draw_s": t2 - t1, "total_s": time.perf_counter() - t_request}
-        self.status.value = ""
-        self._update_static()
+        self._show(picture)
+        self.last_result, self.last_picture, self.last_png = result, picture, picture.png
+        self.last_params, self.error, self.static_png = params, None, None
+        self.shown(result, picture)
+        t3 = time.perf_counter()
+        self.last_timing = {"run_s": t1 - t0, "draw_s": t2 - t1, "total_s": t3 - t_request}
+        if self.first_picture_s is None:
+            self.first_picture_s = t3 - self._t_made
+        text = self.done_text(result, picture, self.last_timing)
+        self._set_status(text, busy=False, color=OK if picture.ok else BAD, effect=picture.effect)
+        if not self._worker.stale():  # during a drag only the last state is worth saving
+            self._update_static()
 
-    def _failed(self, exc, request):
+    def _show(self, picture: Picture) -> None:
+        """Put ``picture`` (or its player) in the panel, its description after it, its caption under it."""
+        old = self.last_picture.player if self.last_picture is not None else None
+        if picture.player is not None:
+            self.picture.children = (picture.player.widget,)
+            picture.player.display_ids = self._display_ids  # the saved picture follows the player's round
+        else:
+            if self.picture.children[:1] != (self.image,):
+                self.picture.children = (self.image, self.figure_text)
+            width = picture.width
+            if width:  # shown at its own width (never scaled up), at most the output's
+                self.image.width = str(width)
+            self.image.value = picture.png or b""
+            text = picture.alt or _plain(picture.caption)
+            data = " ".join(f"data-{k.replace('_', '-')}='{esc(v)}'" for k, v in picture.attrs.items())
+            self.figure_text.value = f"<span style='{SR_ONLY}' {data}>{esc(text)}</span>"
+        self.caption.value = picture.caption
+        if old is not None and old is not picture.player:
+            close_widgets(old.widget)
+
+    def _worker_error(self, exc: BaseException, request: Any) -> None:
+        self._failed(exc, request[0] if isinstance(request, tuple) else request)
+
+    def _failed(self, exc: BaseException, params: Any) -> None:
+        """Show ``exc`` in the status line: ``✗ <error_head>:`` and its message (at most 40 lines)."""
         self.error = exc
-        self.last_params = request[0] if isinstance(request, tuple) else request
-        self.status.value = (f"<div style='color:#b00020;white-space:pre-wrap'>✗ {esc(type(exc).__name__)}: "
-                             f"{esc(exc)}</div>")
+        self.last_params = params
+        text = str(exc) or "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        lines = text.splitlines()
+        if len(lines) > 40:
+            lines = lines[:40] + ["…"]
+        self._set_status(f"✗ {self.error_head(exc)}:\n" + "\n".join(lines), busy=False, color=BAD, pre=True)
 
-    def wait(self, timeout: float = 120.0):
-        """Block until no run is in flight or waiting; returns :attr:`last_result`.
+    def _set_status(self, text: str, busy: bool, color: str = BUSY, pre: bool = False, effect: str = "") -> None:
+        self.message = text + (f"\n{effect}" if effect else "")
+        self.status.value = status_html(text, busy, color, pre, effect) if text or effect else ""
+
+    def wait(self, timeout: float = 120.0) -> Any:
+        """Block until no run is in flight or waiting (nor the ``settle`` after it); returns
+        :attr:`last_result`.
 
         Raises:
             TimeoutError: still busy after ``timeout`` seconds.
         """
-        self._worker.wait(timeout)
+        try:
+            self._worker.wait(timeout)
+        except TimeoutError:
+            raise TimeoutError(_("the explorer was still running after {seconds} s").format(seconds=timeout)) \
+                from None
         return self.last_result
 
     def close(self, timeout: float = 30.0) -> None:
-        """Drop waiting parameters, wait for the run in flight, close the widgets."""
+        """Stop the explorer: drop waiting values, wait for the run in flight, close every widget of
+        the panel. Warm ranks stay (they belong to :mod:`collnb.ranks`; see :func:`collnb.shutdown`)."""
         self._worker.close(timeout)
-        for w in [self.widget, *self.widget.children, *self.widget.children[0].children]:
-            w.close()
+        # the panel, and the binder's widgets a layout() left out of it
+        for w in (self.widget, self.picture, self.image, self.figure_text, self.caption, self.status, self.note,
+                  *self.controls.values()):
+            close_widgets(w)
 
-    # -- display --------------------------------------------------------------------------------
-    def static_bundle(self) -> dict:
-        """The static picture of the current state (see :func:`collnb.views.static.static_bundle`)."""
-        if self.last_png is None:
-            return static_bundle(None, self.what, alt=repr(self), caption=_("no run yet"))
-        if self._static_png is None:  # from the pixels when draw gave them: no PNG decoded
-            picture = self._last_pixels if self._last_pixels is not None else self.last_png
-            self._static_png = captioned_png(picture, rerun_line(self.what))
-        return static_bundle(self.last_png, self.what, alt=repr(self), png_with_line=self._static_png,
-                             below=self.caption.value)
+    # -- display ----------------------------------------------------------------------------------
+    def static_bundle(self) -> dict[str, Any]:
+        """The static picture of the current state as a mime bundle (``text/html``, ``image/png``,
+        ``text/plain``; see :func:`collnb.views.static.static_bundle`): the last picture with the
+        line above it, painted from its pixels (no PNG decoded), once per picture; a player's own."""
+        pic = self.last_picture
+        if pic is None:
+            return static_bundle(None, self.what, alt=repr(self), caption=self.message or _("no run yet"))
+        if pic.player is not None:
+            return dict(pic.player.static_bundle())
+        if self.static_png is None:
+            self.static_png = captioned_png(pic.pixels if pic.pixels is not None else pic.png, rerun_line(self.what))
+        return static_bundle(pic.png, self.what, alt=pic.alt or repr(self), png_with_line=self.static_png,
+                             attrs=pic.attrs, below=pic.caption)
 
-    def _update_static(self):
+    def _update_static(self) -> None:
         update_static(self._display_ids, self.static_bundle)
 
-    def _repr_mimebundle_(self, include=None, exclude=None, **kwargs):
-        data = self.widget._repr_mimebundle_(**kwargs) or {}
-        data["text/plain"] = repr(self) + "\n" + rerun_line(self.what)
-        return data
+    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict[str, Any]:
+        # the panel (ipywidgets' view mime type), the explorer's repr as the plain-text fallback and an
+        # empty text/html where widgets cannot run (the static picture stands in there)
+        return live_bundle(self.widget, repr(self))
 
-    def _ipython_display_(self):
+    def _ipython_display_(self) -> None:
+        """Display the static picture of the current state (kept current) and the live panel, as two
+        outputs of the cell."""
         from IPython.display import display  # noqa: PLC0415
-        did = f"collnb-{self.what}-{id(self):x}-{len(self._display_ids)}"
+        did = f"collnb-{self.name}-{id(self):x}-{len(self._display_ids)}"
         self._display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
         display(self._repr_mimebundle_(), raw=True)
 
-    def __repr__(self):
-        return f"{type(self).__name__}({self.params})"
+    @property
+    def params(self) -> Any:
+        """The current parameters (:attr:`state`)."""
+        return self.state
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.state})"
+
+
+def _plain(html_text: str) -> str:
+    """The text of a line of HTML (tags dropped, entities read)."""
+    return html.unescape(re.sub(r"<[^>]+>", "", html_text)).strip()

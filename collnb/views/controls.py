@@ -42,6 +42,10 @@ class ExplorerParams:
     chunk_size: int = 1
     inputs: str = "teaching"
 
+    def __getitem__(self, name: str) -> Any:
+        """``p["dtype"]`` is ``p.as_dict()["dtype"]`` (``None`` where the primitive takes no dtype)."""
+        return self.as_dict()[name]
+
     def as_dict(self) -> dict:
         """The values a run uses: ``{"primitive", "world_size", "dtype", "op", "root", "backend",
         "chunk_size", "inputs"}``, with ``dtype``/``op``/``root`` ``None`` where the primitive takes

@@ -11,10 +11,10 @@ from ..i18n import _
 from ..units import format_bytes
 from ..vocabulary import dtype_name
 from .static import esc
-from .values import chunk_firsts, differs_exact, format_value
+from .values import format_value
 
-__all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "status_html",
-           "error_head", "notes_html", "length_html", "backend_note_html"]
+__all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "length_html",
+           "backend_note_html"]
 
 
 def figure_alt(grid) -> str:
@@ -36,11 +36,10 @@ def drawn_values(result, grid, him=None) -> dict:
     * given the painted :class:`~collnb.views.heatmap.HeatmapImage` ``him``: ``"cells"`` (its
       ``geometry``: ``{key: (x, y, cell px)}``), ``"layout"`` and ``"min_font_px"`` (the smallest
       label, px)."""
-    after = _values(result, "after")
-    exact = _values(result, "expected_f64")
-    marks = [[_num(x) if differs_exact(v, x) else "" for v, x in zip(a, e)] if e else ["" for _ in a]
-             for a, e in zip(after, exact)]
-    out = dict(before=[[_num(v) for v in row] for row in _values(result, "before")],
+    after, exact = grid.values["after"], grid.values["expected_f64"]
+    marks = [[_num(x) if d else "" for x, d in zip(e[:len(a)], ds)] if e else ["" for _ in a]
+             for a, e, ds in zip(after, exact, grid.differs)]
+    out = dict(before=[[_num(v) for v in row] for row in grid.values["before"]],
                after=[[_num(v) for v in row] for row in after], exact=marks,
                after_text=[list(row) for row in grid.after.text])
     if him is not None:
@@ -54,8 +53,7 @@ def reference_html(result, grid) -> str:
     if result.spec.kind != "tensor":
         return ""
     dname = dtype_name(result.dtype)
-    after = _values(result, "after")
-    exact = _values(result, "expected_f64")
+    after, exact = grid.values["after"], grid.values["expected_f64"]
     rows = []
     n_diff = 0
     for r in range(result.world_size):
@@ -67,7 +65,7 @@ def reference_html(result, grid) -> str:
             for c, x in enumerate(vals):
                 txt = esc(format_value(x))
                 got = after[r][c] if c < len(after[r]) else None
-                if differs_exact(got, x):
+                if grid.differs[r][c]:
                     n_diff += 1
                     g = esc(format_value(got))
                     tip = esc(_("{dtype} gives {value}").format(dtype=dname, value=format_value(got)))
@@ -97,10 +95,6 @@ def reference_html(result, grid) -> str:
 
 
 
-def _values(result, which):
-    return [chunk_firsts(t, result.chunk_size) for t in getattr(result, which)]
-
-
 def _num(v) -> str:
     """A value as exact text for ``data-*`` attributes: ``-56``, ``280`` (integral floats without
     ``.0``), ``0.1``, ``inf``, ``nan``, ``(1+2j)``, ``True``, or the object's ``str``."""
@@ -127,10 +121,9 @@ def dtype_effect_text(result, grid) -> str:
         head = _("{dtype} cannot hold every input asked for: rank {rank}, chunk {chunk} holds {held} for {asked} "
                  "({n} input chunk(s), marked in the before panel)").format(
             dtype=dname, rank=r, chunk=c, held=grid.before.text[r][c], asked=grid.before.asked[r][c], n=len(asked))
-    after = _values(result, "after")
-    exact = _values(result, "expected_f64")
+    after, exact = grid.values["after"], grid.values["expected_f64"]
     diffs = [(r, c) for r in range(result.world_size) if exact[r] is not None
-             for c, x in enumerate(exact[r]) if c < len(after[r]) and differs_exact(after[r][c], x)]
+             for c, x in enumerate(exact[r]) if c < len(after[r]) and grid.differs[r][c]]
     if not diffs:
         return head
     r, c = diffs[0]
@@ -162,43 +155,6 @@ def status_text(result, effect: str, run_s: float, draw_s: float) -> str:
         verdict = _("✓ matches the reference (computed without torch.distributed)")
     return _("{verdict} · {title} · ran in {run_ms:.0f} ms, drawn in {draw_ms:.0f} ms").format(
         verdict=verdict, title=result.title(), run_ms=1000 * run_s, draw_ms=1000 * draw_s)
-
-
-def error_head(exc: BaseException, rank_error: type, launch_timeout: type) -> str:
-    """What kind of failure ``exc`` is, in the panel's words (``rank_error``/``launch_timeout``:
-    :class:`collnb.ranks.RankError` and :class:`~collnb.ranks.LaunchTimeout`)."""
-    if isinstance(exc, (ValueError, TypeError)):
-        return _("invalid combination")
-    if isinstance(exc, rank_error):
-        return _("a rank failed (the ranks were stopped; the next change starts fresh ones)")
-    if isinstance(exc, launch_timeout):
-        return _("the run timed out (the ranks were stopped; the next change starts fresh ones)")
-    return _("the run failed with {error} (the next change starts fresh ranks)").format(error=type(exc).__name__)
-
-
-def status_html(text: str, busy: bool, color: str = "#444", pre: bool = False, effect: str = "") -> str:
-    """The status line as HTML: ``text`` in ``color`` (``pre``: kept as written, for an error's
-    lines), the dtype effect below it in bold; ``data-busy`` says whether a run is under way."""
-    body = esc(text)
-    if pre:
-        body = f"<pre style='white-space:pre-wrap;margin:0;font-size:85%;color:{color}'>{body}</pre>"
-    else:
-        body = f"<span style='color:{color}'>{body.replace(chr(10), '<br>')}</span>"
-    if effect:
-        body += f"<br><span class='collnb-dtype-effect' style='color:#A65400;font-weight:bold'>{esc(effect)}</span>"
-    return f"<div class='collnb-status-box' data-busy='{int(busy)}'>{body}</div>"
-
-
-def notes_html(info, notes) -> str:
-    """The panel's notes: information (ℹ, what a preset changed) and warnings (⚠, a value asked
-    for that was replaced), one a line."""
-    parts = []
-    if info:
-        parts.append("<div class='collnb-info' style='color:#1F4E79'>" + "<br>".join("ℹ " + esc(n) for n in info) +
-                     "</div>")
-    if notes:
-        parts.append("<div style='color:#8a5300'>" + "<br>".join("⚠ " + esc(n) for n in notes) + "</div>")
-    return "".join(parts)
 
 
 def length_html(spec, p) -> str:

@@ -24,7 +24,7 @@ from ..i18n import _
 from ..units import format_bytes, format_seconds
 from .palette import INK, rank_color
 from .raster import Canvas, encode_png, matplotlib_fonts, wrap_text
-from .round_heatmap import _auto_cell, _layout, _max_lanes, _value_cell, heatmap_origin, paint_heatmap
+from .round_heatmap import arrow_lanes, fit_cell, heatmap_origin, paint_heatmap
 
 __all__ = ["FrameRenderer", "axis_unit"]
 
@@ -63,11 +63,7 @@ class FrameRenderer:
         if cell:
             self.cell = int(cell)
         else:  # no wider than MAX_WIDTH while the values still fit
-            self.cell = _auto_cell(trace)
-            lanes = _max_lanes(trace)
-            floor = max(22, _value_cell(trace))
-            while self.cell > floor and _layout(trace, self.cell, lanes)[2] + 2 * self._PAD > self.MAX_WIDTH:
-                self.cell -= 1
+            self.cell = fit_cell(trace, self.MAX_WIDTH - 2 * self._PAD)
         self.dpi = dpi
         R = trace.n_rounds
         self.model_rounds = round_costs(trace, self.model) if R else np.zeros(0)
@@ -90,7 +86,7 @@ class FrameRenderer:
 
     def _build(self):
         t = self.trace
-        self.lanes = _max_lanes(t)
+        self.lanes = arrow_lanes(t)
         heat = paint_heatmap(t, 0, self.cell, lanes=self.lanes)
         hh, hw = heat.shape[:2]
         pad, title_h, side_w = self._PAD, self._TITLE_H, self._SIDE_W

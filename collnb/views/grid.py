@@ -69,6 +69,13 @@ class HeatmapGrid:
     after: Panel
     verdicts: list  # per rank: "✓", "✗" or "undefined"
     legend: list = field(default_factory=list)  # [(label, kind)]
+    #: each chunk's first element per rank, read once: ``{"before", "after", "expected_f64"}`` (a rank
+    #: without a float64 reference: ``None``)
+    values: dict = field(default_factory=dict)
+    #: per rank, per chunk of its float64 reference: whether the output differs from it exactly
+    #: (:func:`~collnb.views.values.differs_exact`; a chunk the output lacks differs); ``None`` where
+    #: the rank has no reference
+    differs: list = field(default_factory=list)
 
 
 def _call_text(result) -> str:
@@ -108,6 +115,8 @@ def heatmap_grid(result) -> HeatmapGrid:
     after_vals = [chunk_firsts(t, cs) for t in result.after]
     exp_vals = [chunk_firsts(t, cs) for t in result.expected]
     ex64_vals = [chunk_firsts(t, cs) if t is not None else None for t in result.expected_f64]
+    differs = [None if x is None else [differs_exact(a[c] if c < len(a) else None, v) for c, v in enumerate(x)]
+               for a, x in zip(after_vals, ex64_vals)]
     nb = max([len(v) for v in before_vals] + [1])
     na = max([len(v) for v in after_vals] + [spec.n_out(ws, r, result.root or 0) for r in range(ws)] + [1])
 
@@ -175,8 +184,8 @@ def heatmap_grid(result) -> HeatmapGrid:
                 if c >= len(vals):
                     a.state[r][c] = "empty"
         if ex64_vals[r] is not None and kind == "tensor":
-            for c, (v, x) in enumerate(zip(vals, ex64_vals[r])):
-                if not a.mismatch[r][c] and differs_exact(v, x):
+            for c, x in enumerate(ex64_vals[r][:len(vals)]):
+                if not a.mismatch[r][c] and differs[r][c]:
                     a.exact[r][c] = format_value(x, short=True)
         verdicts.append("✗" if any(mism) else "✓")
 
@@ -213,4 +222,5 @@ def heatmap_grid(result) -> HeatmapGrid:
     if any(x for row in a.tag for x in row):
         legend.append((_("rN in a corner: the rank this chunk came from (its value does not say)"), "tag"))
     return HeatmapGrid(title=result.title(), call=_call_text(result), status=status, ok=result.ok,
-                       before=b, after=a, verdicts=verdicts, legend=legend)
+                       before=b, after=a, verdicts=verdicts, legend=legend,
+                       values={"before": before_vals, "after": after_vals, "expected_f64": ex64_vals}, differs=differs)

@@ -80,6 +80,8 @@ class ReplayWidget:
         info: ``ipywidgets.HTML`` (this round's caption and transfers).
         widget: the ``ipywidgets.VBox`` to display.
         current_round: the round shown now (int); ``current_data`` its :meth:`FrameRenderer.data`.
+        display_ids: the IPython display ids whose static picture follows the round shown (its own
+            displays; an explorer showing the player hands it its own list).
 
     Displayed in a notebook, it also shows a static picture of the current frame (kept current,
     hidden while the player is live) so that a saved notebook shows the replay without a kernel
@@ -89,13 +91,13 @@ class ReplayWidget:
     def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
         import ipywidgets as w
 
-        from .binder import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
+        from .panel import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         if not trace.has_snapshots:
             raise ValueError(_("this trace has no per-round snapshots (recorded with snapshots=False); run it "
                                "with snapshots=True to replay it"))
         self.trace = trace
         self.renderer = FrameRenderer(trace, model=model, cell=cell)
-        self._display_ids: list = []
+        self.display_ids: list = []
         R = trace.n_rounds
         self.play = w.Play(value=0, min=0, max=max(R, 0), step=1, interval=int(1000 / speed),
                            description=_("play"), show_repeat=True,
@@ -188,12 +190,12 @@ class ReplayWidget:
                              attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size))
 
     def _update_static(self):
-        update_static(getattr(self, "_display_ids", None), self.static_bundle)
+        update_static(self.display_ids, self.static_bundle)
 
     def _ipython_display_(self):
         from IPython.display import display
-        did = f"collnb-replay-{id(self):x}-{len(self._display_ids)}"
-        self._display_ids.append(did)
+        did = f"collnb-replay-{id(self):x}-{len(self.display_ids)}"
+        self.display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
         t = self.trace
         display(live_bundle(self.widget, _("replay of {primitive} / {algorithm} at world size {world_size}").format(
@@ -219,7 +221,7 @@ class CompareWidget:
     def __init__(self, a: Trace, b: Trace, model: CostModel | None = None):
         import ipywidgets as w
 
-        from .binder import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
+        from .panel import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         for t in (a, b):
             if not t.has_snapshots:
                 raise ValueError(_("both traces need snapshots (run with snapshots=True)"))
@@ -228,7 +230,7 @@ class CompareWidget:
         self.left = FrameRenderer(a, model)
         self.right = FrameRenderer(b, model)
         R = max(a.n_rounds, b.n_rounds)
-        self._display_ids: list = []
+        self.display_ids: list = []
         self.play = w.Play(value=0, min=0, max=R, interval=700, description=_("play"),
                            tooltip=_("play / pause both replays"))
         self.slider = w.IntSlider(value=0, min=0, max=R, description=_("round"), layout=slider_layout(_("round")),
@@ -269,7 +271,7 @@ class CompareWidget:
         self.images[1].value = self.right.png(kb)
         self._caption(k)
         _enable_steps((self.first, self.back, self.forward, self.last), k, self.slider.max)
-        update_static(self._display_ids, self.static_bundle)
+        update_static(self.display_ids, self.static_bundle)
 
     def static_bundle(self) -> dict:
         """The summary and both current frames as one static picture (see
@@ -282,8 +284,8 @@ class CompareWidget:
 
     def _ipython_display_(self):
         from IPython.display import display
-        did = f"collnb-compare-{id(self):x}-{len(self._display_ids)}"
-        self._display_ids.append(did)
+        did = f"collnb-compare-{id(self):x}-{len(self.display_ids)}"
+        self.display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
         display(live_bundle(self.widget, _("comparison of {left} and {right}").format(
             left=self.left.trace.algorithm, right=self.right.trace.algorithm)), raw=True)

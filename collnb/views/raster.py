@@ -4,8 +4,9 @@ lines, arrows and PNG encoding, painted with Pillow.
 Heatmaps (:mod:`collnb.views.heatmap`), replay frames (:mod:`collnb.views.frames`) and the static
 pictures of saved widgets (:mod:`collnb.views.static`) all paint through :class:`Canvas`, so they
 share fonts (matplotlib's DejaVu files, rendered by FreeType through Pillow), text placement and
-colours. Pillow paints in C on 8-bit pixels: a world-size-8 heatmap takes ~10 ms of CPU and ~15 ms
-with its PNG, where the float numpy canvas with matplotlib's FreeType text it replaces took ~30-40 ms
+colours. Everything goes through Pillow's public API (``Image.paste``, ``ImageDraw``, ``Image.save``).
+Pillow paints in C on 8-bit pixels: a world-size-8 heatmap takes ~10 ms of CPU and ~15 ms
+with its PNG (``benchmarks/slider_ab.py``), where the float numpy canvas with matplotlib's FreeType text it replaces took ~30-40 ms
 with its PNG, and a few hundred matplotlib Text artists 250-300 ms (2-core machine,
 ``benchmarks/explorer.py``). Matplotlib stays for charts with axes (bar and line plots).
 
@@ -25,14 +26,12 @@ Coordinates are pixels, origin top-left, y down. Colours are ``"#RRGGBB"``, 0..2
 from __future__ import annotations
 
 import importlib.util
+import io
 import math
 import os
 import re
-import struct
 import subprocess
 import threading
-import zlib
-from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache
 
 import numpy as np
@@ -311,64 +310,23 @@ def wrap_text(text: str, width: float, measure) -> list[str]:
     return lines + ([cur] if cur else [])
 
 
+#: The zlib level of every PNG the views write: 1, zlib's fastest (a flat-coloured picture loses
+#: little: 84 KB for a 935 x 595 heatmap where level 6 gives 76 KB, in about half the time).
+PNG_COMPRESS_LEVEL = 1
+
+
 def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
-    """PNG bytes (8-bit RGB, no row filter, zlib level 2) of an RGB ``uint8`` array ``(H, W, 3)``
-    or a Pillow image; ``dpi`` goes into the pHYs chunk (PNG spec, https://www.w3.org/TR/png/).
-
-    Written here rather than by Pillow's encoder, which tries every row filter: for our flat-coloured
-    pictures that costs ~13 ms of CPU for a 935 x 595 heatmap and saves nothing (this writes it in
-    ~6 ms, ~80 KB; Pillow's level 1 gave 84 KB). A picture of 256 KiB or more is deflated in two
-    halves at once where two CPUs are free (:func:`_deflate`: 6.9 -> 4.6 ms for a 991 x 654
-    heatmap on 2 cores; the same PNG to within a few bytes, decoded to the same pixels).
-    """
-    a = np.asarray(pixels_or_image.convert("RGB")) if isinstance(pixels_or_image, Image.Image) else \
-        np.ascontiguousarray(pixels_or_image, dtype=np.uint8)
-    h, w = a.shape[:2]
-    rows = np.empty((h, 1 + 3 * w), dtype=np.uint8)
-    rows[:, 0] = 0  # filter type None on every row
-    rows[:, 1:] = a.reshape(h, 3 * w)
-    out = [b"\x89PNG\r\n\x1a\n", _chunk(b"IHDR", struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0))]
-    if dpi:
-        ppm = int(round(dpi / 0.0254))  # pixels per metre
-        out.append(_chunk(b"pHYs", struct.pack(">IIB", ppm, ppm, 1)))
-    out += [_chunk(b"IDAT", _deflate(rows, 2)), _chunk(b"IEND", b"")]
-    return b"".join(out)
-
-
-_PARALLEL_DEFLATE_BYTES = 256 * 1024
-_deflater: tuple[int, ThreadPoolExecutor] | None = None  # (the pid that made it, one worker thread)
-_deflater_lock = threading.Lock()
-
-
-def _deflate(data: np.ndarray, level: int) -> bytes:
-    """The zlib stream (RFC 1950) of ``data`` (a C-contiguous ``uint8`` array), as ``zlib.compress``
-    makes it, but from two halves deflated at once (zlib lets go of the GIL while it works): the
-    first half ends in a sync flush (an empty stored block, byte-aligned, not final) and the second
-    half is a raw deflate stream of its own, so their concatenation is one valid deflate stream
-    (RFC 1951, 3.2.3-3.2.4; pigz works so); the zlib header and the Adler-32 of the whole wrap it.
-    Below :data:`_PARALLEL_DEFLATE_BYTES`, or with one CPU, plain ``zlib.compress``."""
-    global _deflater
-    n = data.nbytes
-    if n < _PARALLEL_DEFLATE_BYTES or len(os.sched_getaffinity(0)) < 2:
-        return zlib.compress(data, level)
-    with _deflater_lock:
-        if _deflater is None or _deflater[0] != os.getpid():  # a forked child has no worker thread
-            _deflater = (os.getpid(), ThreadPoolExecutor(max_workers=1, thread_name_prefix="collnb-deflate"))
-        pool = _deflater[1]
-    buf = memoryview(data).cast("B")
-    cut = n // 2
-
-    def part(chunk: memoryview, last: bool) -> bytes:
-        c = zlib.compressobj(level, zlib.DEFLATED, -15)
-        return c.compress(chunk) + c.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
-
-    second = pool.submit(part, buf[cut:], True)
-    first = part(buf[:cut], False)
-    return zlib.compress(b"", level)[:2] + first + second.result() + struct.pack(">I", zlib.adler32(buf))
-
-
-def _chunk(tag: bytes, data: bytes) -> bytes:
-    return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data) & 0xFFFFFFFF)
+    """PNG bytes (8-bit RGB) of an RGB ``uint8`` array ``(H, W, 3)`` or a Pillow image, written by
+    Pillow's PNG encoder (``Image.save(format="PNG", compress_level=PNG_COMPRESS_LEVEL)``); ``dpi``
+    goes into the pHYs chunk (Pillow's ``dpi`` option), none without it."""
+    img = pixels_or_image if isinstance(pixels_or_image, Image.Image) else Image.fromarray(
+        np.ascontiguousarray(pixels_or_image, dtype=np.uint8), "RGB")
+    if img.mode != "RGB":
+        img = img.convert("RGB")
+    buf = io.BytesIO()
+    options: dict = {"dpi": (dpi, dpi)} if dpi else {}
+    img.save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL, **options)
+    return buf.getvalue()
 
 
 class Canvas:
@@ -384,7 +342,6 @@ class Canvas:
         self.w, self.h = int(w), int(h)
         self.image = Image.new("RGB", (max(1, self.w), max(1, self.h)), rgb8(background))
         self.draw = ImageDraw.Draw(self.image)
-        self._core = self.image.im  # Pillow's C image: fills and masked pastes without per-call checks
         self.labels: list | None = None
 
     # -- areas ------------------------------------------------------------------------------
@@ -393,16 +350,19 @@ class Canvas:
 
     def rect(self, x0, y0, x1, y1, color) -> None:
         """Fill pixels ``[x0, x1) x [y0, y1)`` (coordinates truncated to ints)."""
-        x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
+        x0, y0, x1, y1 = max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))  # _clip
         if x1 > x0 and y1 > y0:
-            self._core.paste(rgb8(color), (x0, y0, x1, y1))
+            self.image.paste(rgb8(color), (x0, y0, x1, y1))
 
     def frame(self, x0, y0, x1, y1, color, width: int) -> None:
-        """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``."""
-        self.rect(x0, y0, x1, y0 + width, color)
-        self.rect(x0, y1 - width, x1, y1, color)
-        self.rect(x0, y0, x0 + width, y1, color)
-        self.rect(x1 - width, y0, x1, y1, color)
+        """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``: its four sides filled as
+        :meth:`rect` fills (each side's coordinates truncated on their own)."""
+        ink = rgb8(color)
+        for a, b, c, d in ((x0, y0, x1, y0 + width), (x0, y1 - width, x1, y1), (x0, y0, x0 + width, y1),
+                           (x1 - width, y0, x1, y1)):
+            a, b, c, d = max(0, int(a)), max(0, int(b)), min(self.w, int(c)), min(self.h, int(d))
+            if c > a and d > b:
+                self.image.paste(ink, (a, b, c, d))
 
     def hatch(self, x0, y0, x1, y1, bg, fg, period: int = 10, width: int = 3) -> None:
         """Fill the box with ``bg`` crossed by diagonal ``fg`` stripes (``width`` of every
@@ -449,10 +409,7 @@ class Canvas:
         left = int(round(x - (w / 2 if ha == "center" else (w if ha == "right" else 0))))
         if self.labels is not None:
             self.labels.append((text, float(size_px), (left, top, left + w, top + h)))
-        if left >= 0 and top >= 0 and left + w <= self.w and top + h <= self.h:
-            self._core.paste(rgb8(color), (left, top, left + w, top + h), m.im)
-        else:
-            self.image.paste(rgb8(color), (left, top, left + w, top + h), m)
+        self.image.paste(rgb8(color), (left, top, left + w, top + h), m)
         return w
 
     # -- lines ------------------------------------------------------------------------------
@@ -481,7 +438,6 @@ class Canvas:
         out.image = self.image.resize((self.w // factor, self.h // factor), Image.Resampling.BOX)
         out.w, out.h = out.image.size
         out.draw = ImageDraw.Draw(out.image)
-        out._core = out.image.im
         return out
 
     def pixels(self) -> np.ndarray:

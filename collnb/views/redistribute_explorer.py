@@ -2,8 +2,8 @@
 mesh dimension's source and destination placement; every change redistributes on warm ranks and
 redraws the picture of :mod:`collnb.views.redistribute`.
 
-Built on :class:`collnb.views.binder.Binder`: :class:`RedistributeParams` is the whole state,
-:func:`choices` and :func:`fix` are pure functions of it (which placements a mesh dimension may
+A :class:`collnb.views.binder.Binder` (the views' one explorer engine): :class:`RedistributeParams` is
+the whole state, :func:`choices` and :func:`fix` are pure functions of it (which placements a mesh dimension may
 take: ``S(1)`` only for a 2-D tensor, ``P(avg)`` only for a floating-point dtype, one Partial op
 per placement tuple; a destination Partial is offered where the source has none so that torch's
 refusal can be seen), :func:`run` calls :func:`collnb.redistribute` timing the recorded call (``repeats=0``), and
@@ -15,9 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from .. import placements
-from .binder import Binder
 from ..i18n import N_, _
-from .raster import encode_png
+from .binder import Binder, Picture
 from .redistribute import redistribute_image
 from .static import esc
 
@@ -117,25 +116,40 @@ def run(p: RedistributeParams, **launch_kwargs):
                                    dtype=p.dtype, repeats=0, **launch_kwargs)
 
 
-def draw(result, p: RedistributeParams):
-    """``(png, caption html, pixels)`` of a result: the picture of
-    :func:`collnb.views.redistribute.redistribute_image` encoded once, and the ``uint8`` H x W x 3
-    pixels it was encoded from (the binder paints the saved notebook's picture from them)."""
+def draw(result, p: RedistributeParams) -> Picture:
+    """The :class:`~collnb.views.binder.Picture` of a result: the picture of
+    :func:`collnb.views.redistribute.redistribute_image` and a caption with the verdict and the
+    collectives of the first rank."""
     verdict = result.verdict
     kinds = [rec.operation for rec in result.calls[0]] if result.calls else []
     steps = ", ".join(kinds) if kinds else (_("refused by torch") if result.refused else _("no communication"))
-    pixels = redistribute_image(result).pixels
-    return encode_png(pixels), (f"<span class='collnb-verdict'>{esc(verdict)}</span> · "
-                                f"<span class='collnb-steps'>{esc(steps)}</span>"), pixels
+    return Picture(pixels=redistribute_image(result).pixels,
+                   caption=(f"<span class='collnb-verdict'>{esc(verdict)}</span> · "
+                            f"<span class='collnb-steps'>{esc(steps)}</span>"))
 
 
 class RedistributeExplorer(Binder):
-    """The explorer :func:`explore_redistribute` returns (a :class:`~collnb.views.binder.Binder`)."""
+    """The explorer :func:`explore_redistribute` returns: the module's :func:`choices`, :func:`fix`,
+    :func:`run` and :func:`draw` on a :class:`~collnb.views.binder.Binder`."""
+
+    name = "redistribute-explorer"
+    labels = _LABELS
 
     def __init__(self, params: RedistributeParams, wait: bool = True, **launch_kwargs):
-        super().__init__(params, choices, fix, lambda q: run(q, **launch_kwargs), draw,
-                         labels={k: _(v) for k, v in _LABELS.items()},
-                         name="redistribute-explorer", what="explorer", wait=wait)
+        self.launch_kwargs = launch_kwargs
+        super().__init__(params, wait=wait)
+
+    def choices(self, p: RedistributeParams) -> dict:
+        return choices(p)
+
+    def fix(self, p: RedistributeParams):
+        return fix(p)
+
+    def run(self, p: RedistributeParams):
+        return run(p, **self.launch_kwargs)
+
+    def draw(self, result, p: RedistributeParams) -> Picture:
+        return draw(result, p)
 
 
 def explore_redistribute(mesh: str = "2x2", shape: str = "4x6", dtype: str = "float32", src=("S(0)", "S(0)"),

@@ -27,10 +27,20 @@ from .palette import INK, MIN_LABEL_PX
 from .players import SPEED_RANGE, CompareWidget, ReplayWidget
 from .raster import Canvas
 from .round_heatmap import paint_heatmap
-from .rounds_explorer import explore_rounds
 
-__all__ = ["replay", "compare", "save_gif", "save_filmstrip", "explore_rounds", "compare_figure", "FPS_RANGE",
+__all__ = ["replay", "compare", "save_gif", "save_filmstrip", "compare_figure", "FPS_RANGE",
            "SPEED_RANGE"]
+
+
+def __getattr__(name: str) -> object:
+    """``explore_rounds`` is named here too, loaded on first use: the rounds explorer imports ipywidgets,
+    which a replay's picture (and collnb.run's first picture, which imports this module) does not need."""
+    if name == "explore_rounds":
+        from .rounds_explorer import explore_rounds  # noqa: PLC0415 - ipywidgets on first use only
+
+        return explore_rounds
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 FPS_RANGE = (0.01, 50.0)  # GIF frame delays are centiseconds in 16 bits; below 20 ms browsers slow them
 

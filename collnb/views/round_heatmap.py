@@ -20,7 +20,7 @@ from .palette import COMBINED_COLOR, COPY_COLOR, EMPTY_COLOR, INK, REDUCE_COLOR,
 from .raster import Canvas
 from .values import format_value
 
-__all__ = ["paint_heatmap", "heatmap_origin", "COPY_COLOR", "REDUCE_COLOR"]
+__all__ = ["paint_heatmap", "heatmap_origin", "arrow_lanes", "fit_cell", "COPY_COLOR", "REDUCE_COLOR"]
 
 _GREY = (110, 110, 110)
 _EMPTY_EDGE = (215, 215, 215)
@@ -58,7 +58,9 @@ def _lanes(transfers) -> list:
     return out
 
 
-def _max_lanes(trace: Trace) -> int:
+def arrow_lanes(trace: Trace) -> int:
+    """How many lanes the arrow margin right of the grid needs for the busiest round of ``trace``
+    (0 when every transfer is drawn cell to cell): the width every frame of the trace shares."""
     m = 0
     for rnd in trace.rounds:
         lanes = [x for x in _lanes(rnd.transfers) if x is not None]
@@ -79,7 +81,7 @@ def _layout(trace: Trace, cell: int, lanes: int | None = None):
     label_w = _PROBE.measure(f"rank {ws - 1}", _head_px(cell))[0]
     left = int(max(cell * 1.15 + 8, label_w + max(6, int(cell * 0.22)) + 16))
     top = int(max(cell * 0.55, _head_px(cell) + 6)) + 6
-    lanes = _max_lanes(trace) if lanes is None else lanes
+    lanes = arrow_lanes(trace) if lanes is None else lanes
     lane_w = _lane_width(cell)
     right = left + C * cell + (10 + lanes * lane_w if lanes else 6)
     return left, top, right, top + ws * cell + 6
@@ -118,7 +120,7 @@ def paint_heatmap(trace: Trace, k: int, cell: int = 48, arrows: bool = True, val
     ws, C = trace.world_size, trace.n_chunks
     S = max(1, int(scale))
     cs = cell * S
-    lanes = _max_lanes(trace) if lanes is None else lanes
+    lanes = arrow_lanes(trace) if lanes is None else lanes
     left, top, W, H = _layout(trace, cell, lanes)
     cv = Canvas(W * S, H * S)
     prov = trace.provenance[k]
@@ -230,6 +232,17 @@ def heatmap_origin(trace: Trace, cell: int) -> tuple:
     """``(left, top)`` pixel offset of cell (0, 0) in :func:`paint_heatmap`'s image."""
     left, top, _, _ = _layout(trace, cell, 0)
     return left, top
+
+
+def fit_cell(trace: Trace, max_width: int) -> int:
+    """The cell side (pixels) of a replay frame's heatmap: ~440 px across the grid (:func:`_auto_cell`),
+    narrowed while the picture, its margin of :func:`arrow_lanes` included, is wider than ``max_width``,
+    but never below what writes the trace's widest value (nor below 22 px)."""
+    cell, lanes = _auto_cell(trace), arrow_lanes(trace)
+    floor = max(22, _value_cell(trace))
+    while cell > floor and _layout(trace, cell, lanes)[2] > max_width:
+        cell -= 1
+    return cell
 
 
 def _auto_cell(trace: Trace, target: int = 440) -> int:

@@ -40,13 +40,15 @@ Modules: :mod:`.framework` (running on ranks with every operation recorded, grou
 learner's calls; ✓, ✗ and "not answered yet"; the public API above), :mod:`.coding` (checks of code the learner writes),
 :mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
 (notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16), :mod:`.overlap`
-(notebook 17: an all_reduce overlapped with compute, measured on the timeline) and :mod:`.hangs` (notebook 18: the
-culprit of a hang, read from the Flight Recorder).
+(notebook 17: an all_reduce overlapped with compute, measured on the timeline), :mod:`.hangs` (notebook 18: the
+culprit of a hang, read from the Flight Recorder) and :mod:`.composed` (notebook 20: parallelisms composed on one
+DeviceMesh).
 """
 
 from ...ranks import CallRecord
 from .coding import (check_all_gather, check_broadcast, check_census, check_count_ready, check_gather,
                      check_ring_step, check_token_ring)
+from .composed import check_compose, check_tp_placement
 from .dtensor import check_collective_prediction, check_dp_tp_matmul, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .hangs import Mystery, check_hang_culprit, hang_mystery
@@ -66,6 +68,6 @@ __all__ = [
     "check_ring_prediction", "check_ring_step", "check_time_prediction", "check_average_gradients", "tiny_model",
     "train_steps", "launch_recorded", "solution_code", "check_tensor_parallel_mlp", "check_fsdp_prefetch",
     "check_online_softmax", "check_pipeline_forward", "check_collective_prediction", "check_dp_tp_placements", "check_partial_to_row_shards",
-    "check_dp_tp_matmul", "check_tensor_parallel_backward", "check_pipeline_backward", "check_overlapped_all_reduce",
+    "check_dp_tp_matmul", "check_tensor_parallel_backward", "check_compose", "check_tp_placement", "check_pipeline_backward", "check_overlapped_all_reduce",
     "check_hang_culprit", "hang_mystery", "Mystery",
 ]

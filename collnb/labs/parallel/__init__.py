@@ -1,5 +1,5 @@
 """The parallelisms of notebooks 13-16 and the expert-parallel part of 11, on real ranks, each checked
-against one process computing the same thing.
+against one process computing the same thing, and composed on one DeviceMesh (notebook 20).
 
 * :mod:`.tensor`: tensor and sequence parallelism by hand (the Megatron MLP, ``f``/``g``,
   all_gather/reduce_scatter, Megatron's regather; activations saved for backward, measured);
@@ -11,6 +11,15 @@ against one process computing the same thing.
   ``torch.distributed.pipelining``; the bubble and the activations each stage holds, measured;
 * :mod:`.experts`: expert parallelism with a capacity limit (fixed buffers, dropped tokens);
 * :mod:`.accounting`: what a step's recorded collectives add up to (phases, kinds, bytes on the wire).
+
+Notebook 20 composes them on one DeviceMesh (imported as submodules, ``from collnb.labs.parallel import
+composed``): :mod:`.transformer` (the small model and one process's training), :mod:`.composed` (a
+:class:`~.composed.Plan` applied on real ranks: FSDP2 × TP, HSDP, PP × FSDP, EP beside DP, ring and
+Ulysses CP), :mod:`.context` (the differentiable ring and Ulysses cores), :mod:`.mesh_traffic` and
+:mod:`.mesh_picture` (every collective by mesh dimension and phase, and the picture), :mod:`.memory`
+(what each rank holds, beside the formulas), :mod:`.flattening` (mesh flattening measured; DebugMode
+beside CommDebugMode), :mod:`.resharding` (DCP from one layout to another), :mod:`.placement` (TP
+inside a node vs across, on a virtual cluster) and :mod:`.composed_explorer`.
 
 Rank functions here are meant for ``collnb.launch(..., record_calls=True)``; those that build DTensors,
 FSDP2 or DDP import ``torch._dynamo`` on first use (seconds per fresh rank): give such launches a

@@ -100,13 +100,14 @@ def online_softmax_update(o: torch.Tensor, m: torch.Tensor, l: torch.Tensor, sco
 
     Returns:
         ``(o, m, l)`` after the block (new tensors). A row whose scores so far are all ``-inf``
-        keeps ``o = 0``, ``l = 0``.
+        keeps ``o = 0``, ``l = 0``. Leading batch dimensions (``(..., q, d)``, ``(..., q)``) are
+        kept: :mod:`.context` folds a batch of heads at once.
     """
     m_new = torch.maximum(m, scores.max(dim=-1).values)
     safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)   # rows with nothing yet
     scale = torch.exp(m - safe)
-    p = torch.exp(scores - safe[:, None])
-    return o * scale[:, None] + p @ v, m_new, l * scale + p.sum(-1)
+    p = torch.exp(scores - safe[..., None])
+    return o * scale[..., None] + p @ v, m_new, l * scale + p.sum(-1)
 
 
 def _ring_step(send: list, recv: list, rank: int, world_size: int):

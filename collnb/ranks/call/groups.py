@@ -116,6 +116,8 @@ def end_together(store: dist.Store, group_count: int, world_size: int, rank: int
             pass
     for g in made:
         dist.destroy_process_group(g)
+    if made:   # DTensor's caches may hold meshes of these groups (DeviceMesh equality ignores groups)
+        internals.forget_dtensor_caches()
 
 
 def forget_kept_groups() -> None:

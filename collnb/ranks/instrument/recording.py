@@ -44,7 +44,6 @@ method); :mod:`.tracks` (a rank's part of a timeline) is built on this.
 from __future__ import annotations
 
 import dataclasses
-import os
 import sys
 import time
 import weakref
@@ -154,7 +153,7 @@ def _specs() -> dict[OpOverload, tuple[_Spec, tuple[str, ...]]]:
                 continue
             for overload in packet.overloads():
                 op = getattr(packet, overload)
-                out[op] = (spec, tuple(a.name for a in op._schema.arguments))
+                out[op] = (spec, internals.argument_names(op))
     return out
 
 
@@ -165,12 +164,7 @@ _LETS_THROUGH: dict[type, bool] = {}  # tensor type -> whether it dispatches fir
 _DTYPE_NAMES: dict[torch.dtype, str] = {}  # torch.float32 -> "float32" (_dtype)
 
 # Where the Python stack says an operation came from.
-_TD = os.path.dirname(os.path.abspath(dist.__file__)) + os.sep
-_C10D_FILE = _TD + "distributed_c10d.py"
-_FUNCOL_FILES = (_TD + "_functional_collectives.py", _TD + "_functional_collectives_impl.py")
-_DTENSOR_DIR = _TD + "tensor" + os.sep
-_DEBUG_DIR = _DTENSOR_DIR + "debug" + os.sep   # CommDebugMode: a mode, not an issuer
-_MESH_FILE = _TD + "device_mesh.py"
+_TD, _C10D_FILE, _FUNCOL_FILES, _DTENSOR_DIR, _DEBUG_DIR, _MESH_FILE = internals.distributed_files()
 _PUBLIC = frozenset(getattr(internals.distributed_c10d, "__all__", ()))
 
 
@@ -240,7 +234,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
         for index, work, ranks in self._pending_peer:
             try:
                 if work.is_completed():
-                    out[index] = dataclasses.replace(out[index], peer=ranks[work._source_rank()])
+                    out[index] = dataclasses.replace(out[index], peer=ranks[internals.work_source_rank(work)])
             except Exception:  # noqa: BLE001 - not completed, or failed: the peer stays unknown
                 pass
         return CallRecords(out, self.unrecorded())

@@ -1,0 +1,153 @@
+"""Where each mesh dimension lands on a cluster: tensor parallelism inside a node and FSDP across
+nodes, against the opposite placement, on a :class:`collnb.labs.cluster.VirtualCluster` (nodes as
+network namespaces, the link between nodes shaped by tbf) and in bytes.
+
+Ranks are placed node by node (rank ``r`` on node ``r // L`` for ``L`` ranks per node, torchrun's
+and Slurm's block placement) and ``init_device_mesh`` numbers a mesh row-major, so the
+**innermost** mesh dimension's groups are consecutive ranks: with ``L`` equal to its size they share
+a node. ``Plan.parse("dp_shard=2, tp=2")`` on 2 nodes of 2 ranks keeps TP's groups ``{0, 1}``,
+``{2, 3}`` inside the nodes and sends FSDP's all_gathers and reduce_scatters across; ``"tp=2,
+dp_shard=2"`` does the opposite. torchtitan orders its mesh ``pp, dp_replicate, dp_shard, cp, tp``
+(tp innermost) for this reason: TP's all_reduces come four or more per block, forward and backward,
+each on the critical path and as large as the activations, while FSDP's collectives are one per
+block and can overlap with compute. Narayanan et al. 2021 (*Efficient Large-Scale Language Model
+Training on GPU Clusters Using Megatron-LM*, SC21, arXiv:2104.04473, Takeaway #1) use tensor
+parallelism up to the GPUs of one server and pipeline parallelism across servers.
+
+:func:`placement_bytes` counts, from the recorded calls of each placement, the bytes whose groups
+cross nodes; :func:`placement_step` times training steps on a cluster's ranks;
+:func:`compare_placements` does both.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+import torch
+
+from ...i18n import N_, _
+from ...units import format_bytes
+from .composed import Plan, build, run_composition
+from .mesh_traffic import inter_node_bytes, traffic
+from .transformer import TransformerConfig, loss_fn, make_batch
+
+__all__ = ["PLACEMENTS", "placement_bytes", "placement_step", "PlacementResult", "compare_placements",
+           "format_placements", "MEASURE_CONFIG"]
+
+#: The two placements on 2 nodes of 2 ranks: TP inside the nodes (the innermost dimension) or across them.
+PLACEMENTS = {N_("tp inside nodes"): Plan.parse("dp_shard=2, tp=2"), N_("tp across nodes"): Plan.parse("tp=2, dp_shard=2")}
+#: A model whose activations outweigh its parameters (long sequences, narrow layers): TP's bytes per
+#: step are then several times FSDP's, as in long-context training.
+MEASURE_CONFIG = TransformerConfig(hidden=64, heads=4, ffn=128, blocks=2)
+
+
+def placement_bytes(plan: Plan, config: TransformerConfig, batch: int, seq_len: int, ranks_per_node: int) -> dict:
+    """Run one placement on collnb's ranks with the calls recorded and return, for the last of 2
+    steps, ``{"inter": {dimension: bytes}, "total": {dimension: bytes}}``: the wire bytes summed over
+    every rank, of the dimensions whose groups cross nodes and of all dimensions."""
+    from .mesh_traffic import dimension_bytes
+
+    results, _ref, _plan = run_composition(plan, config, batch=batch, seq_len=seq_len)
+    rows = traffic(results, plan)
+    return {"inter": inter_node_bytes(rows, plan, ranks_per_node, step=2), "total": dimension_bytes(rows, step=2)}
+
+
+def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor,
+                   y: torch.Tensor, steps: int = 3) -> dict:
+    """On a rank (of a :class:`collnb.labs.cluster.VirtualCluster` or :func:`collnb.launch`): build
+    the model under ``plan``, run one untimed step, then ``steps`` timed AdamW steps, a barrier
+    before each. Returns ``{"seconds": [per step], "loss": last loss}``."""
+    import torch.distributed as dist
+    from torch.distributed.device_mesh import init_device_mesh
+
+    mesh = init_device_mesh("cpu", plan.sizes, mesh_dim_names=plan.names)
+    coords = plan.coordinates(rank)
+    xb, yb = x.chunk(plan.batch_shards)[plan.batch_index(rank)], y.chunk(plan.batch_shards)[plan.batch_index(rank)]
+    if plan.has("cp"):
+        xb, yb = xb.chunk(plan.size("cp"), 1)[coords["cp"]], yb.chunk(plan.size("cp"), 1)[coords["cp"]]
+    model, by_hand = build(plan, config, mesh, rank)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    seconds, loss = [], None
+    for k in range(steps + 1):
+        dist.barrier()
+        t0 = time.perf_counter()
+        opt.zero_grad()
+        out = loss_fn(model(xb), yb)
+        out.backward()
+        if by_hand is not None:
+            by_hand()
+        opt.step()
+        dist.barrier()
+        if k:
+            seconds.append(time.perf_counter() - t0)
+        loss = out.item()
+    return {"seconds": seconds, "loss": loss}
+
+
+@dataclass(frozen=True)
+class PlacementResult:
+    """One placement: ``name``, its ``plan``, ``inter_bytes`` (wire bytes per step summed over ranks
+    whose groups cross nodes, by dimension), ``total_bytes`` (all dimensions), ``seconds`` (median
+    step time of the slowest rank on the cluster; ``None`` when not measured), ``mode``
+    (``"emulated"`` or ``"modelled"``)."""
+
+    name: str
+    plan: Plan
+    inter_bytes: dict
+    total_bytes: dict
+    seconds: float | None
+    mode: str
+
+
+def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int = 8, seq_len: int = 128,
+                       inter_gbps: float = 0.2, steps: int = 3, measure: bool = True, timeout: float = 300.0) -> list:
+    """Both :data:`PLACEMENTS` on 2 nodes of 2 ranks: the bytes crossing nodes (recorded on
+    collnb's ranks) and, where a virtual cluster can be made and ``measure``, the step time on one
+    whose inter-node link runs at ``inter_gbps`` Gbit/s.
+
+    Returns:
+        a list of :class:`PlacementResult`, in :data:`PLACEMENTS` order.
+    """
+    from ..cluster import VirtualCluster, available
+
+    x, y = make_batch(config, batch, seq_len)
+    out = []
+    can, _why = available()
+    cluster = None
+    try:
+        if measure and can:
+            cluster = VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=inter_gbps).__enter__()
+        for name, plan in PLACEMENTS.items():
+            counted = placement_bytes(plan, config, batch, seq_len, 2)
+            seconds = None
+            if cluster is not None:
+                per_rank = cluster.launch(placement_step, (plan, config, x, y, steps), timeout=timeout)
+                seconds = max(statistics.median(r["seconds"]) for r in per_rank)
+            out.append(PlacementResult(name, plan, counted["inter"], counted["total"], seconds,
+                                       "emulated" if cluster is not None else "modelled"))
+    finally:
+        if cluster is not None:
+            cluster.__exit__(None, None, None)
+    return out
+
+
+def format_placements(rows: list, inter_gbps: float | None = None) -> str:
+    """A text table of :func:`compare_placements`: per placement the bytes crossing nodes per step
+    (summed over ranks; which dimensions), the total, the measured step time, and (with
+    ``inter_gbps``) the time those bytes take on one link (``bytes / 2 nodes / rate``)."""
+    lines = []
+    for r in rows:
+        inter = sum(r.inter_bytes.values())
+        dims = ", ".join(sorted(r.inter_bytes)) or "-"
+        line = _("{name:<17} {plan:<20} across nodes {inter:>10} ({dims}), all {total:>10}").format(
+            name=_(r.name), plan=r.plan.text(), inter=format_bytes(inter), dims=dims,
+            total=format_bytes(sum(r.total_bytes.values())))
+        if inter_gbps:
+            line += _(", on a {rate:g} Gbit/s link ≥ {t:.0f} ms").format(rate=inter_gbps,
+                                                                         t=inter / 2 / (inter_gbps * 1e9 / 8) * 1e3)
+        if r.seconds is not None:
+            line += _(", measured {t:.0f} ms per step").format(t=r.seconds * 1e3)
+        lines.append(line)
+    return "\n".join(lines)
