@@ -3,7 +3,7 @@ pinned torch (2.13.0) really writes, produced on real gloo ranks here: a changed
 these tests instead of silently changing whom a RankError blames.
 
 Structured sources come first where torch has them (the Flight Recorder's entries,
-``collnb.ranks.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
+``collnb.ranks.instrument.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
 text: the DETAIL check's collective fingerprints and "differ in" line (``failures._mismatch``), the
 timeout and closed-connection wordings (``timeouts.text_hint``) and torch's communication-error markers
 (``tracebacks.is_comm_error``).
@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import failures
-from collnb.ranks.failures import Event
-from collnb.ranks.timeouts import text_hint
-from collnb.ranks.tracebacks import is_comm_error
+from collnb.ranks.explain import failures
+from collnb.ranks.explain.failures import Ending
+from collnb.ranks.instrument.timeouts import text_hint
+from collnb.ranks.explain.tracebacks import is_comm_error
 
 pytestmark = pytest.mark.skipif(torch.__version__.split("+")[0] != "2.13.0",
                                 reason="the texts are those of the pinned torch 2.13.0")
@@ -65,12 +65,6 @@ def _peer_dies(rank, world_size, path):
             fh.write(f"{type(exc).__name__}\n{is_comm_error(exc)}\n{exc}")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ranks():
-    yield
-    collnb.shutdown()  # the ranks' groups saw failures: none of it carries to the next test
-
-
 def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
     got = collnb.launch(_mismatched_dtype, 3, debug=True)
     assert {exc_type for exc_type, _, _ in got} == {"RuntimeError"}
@@ -83,7 +77,7 @@ def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
         assert all("OpType=ALLREDUCE" in fp and "TensorShape=[4]" in fp for fp in fps.values())
         assert "TensorOptions" not in "".join(fps.values())  # the noise is gone
         assert failures._DIFFER.search(text) is not None
-    events = [Event(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
     root = failures._mismatch(events)
     assert root.rank == 2 and root.kind == "mismatch"  # the one rank that differs from both others
     assert root.message == "Collectives differ in: Tensor dtypes: Long vs Float"
@@ -93,7 +87,7 @@ def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
 
 def test_the_detail_checks_op_mismatch_names_the_rank_that_broadcast():
     got = collnb.launch(_mismatched_op, 3, debug=True)
-    events = [Event(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
     root = failures._mismatch(events)
     assert root.rank == 0
     (many, many_ranks), (odd, odd_ranks) = root.value

@@ -220,13 +220,13 @@ def test_bad_requests_refused():
 
 
 def _timed_out(rank, t, entries):
-    from collnb.ranks.failures import Event
-    return Event(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
+    from collnb.ranks.explain.failures import Ending
+    return Ending(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
                  [], True, flight_recorder=entries)
 
 
 def test_rank_error_names_the_diverged_rank_from_flight_recorder_entries():
-    from collnb.ranks.failures import call_error
+    from collnb.ranks.explain.failures import call_error
     a2a = "gloo:all_to_all"
     good = [_entry(1), _entry(2), _entry(3)]
     odd = [_entry(1), _entry(2), _entry(3, a2a, ((8,),))]  # rank 2 skipped an all_reduce

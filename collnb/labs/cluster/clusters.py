@@ -335,11 +335,8 @@ _PAYLOAD = 1448 / 1514
 
 def _engine_hosts() -> list[str] | None:
     """The host of every connected engine, in rank order, or ``None`` when not connected."""
-    from ...ranks import remote
-    conn = getattr(remote, "_connection", None)
-    if conn is None:
-        return None
-    return [d["host"] for d in conn.describe()]
+    from ...ranks import connected_hosts
+    return connected_hosts()
 
 
 def cluster(nodes: int | None = 2, ranks_per_node: int | None = 2, inter: object = "1 Gbit/s",

@@ -3,8 +3,8 @@
 lab, :func:`collnb.run_algorithm`, a function that makes a ``DeviceMesh``) run on the cluster's
 ranks, in its network namespaces, as :func:`collnb.connect` makes them run on ipyparallel engines.
 
-This is written against today's :class:`collnb.ranks.rankset.RankSet` protocol (``where``,
-``backend_info``, ``refuse``, ``launch``), in the smallest way: the launch is
+This is written against :class:`collnb.ranks.RankSet` (``where``, ``backend_info``, ``accept``,
+``launch``), in the smallest way: the launch is
 :meth:`collnb.labs.cluster.VirtualCluster.launch` (fresh processes inside the namespaces, kept warm
 between calls), its errors become :class:`collnb.RankError` / :class:`collnb.LaunchTimeout`. What
 the local pool adds inside its ranks and these ranks do not have yet is refused by name before
@@ -47,21 +47,23 @@ class ClusterRanks:
         return dict(backend="gloo", available=True, max_world_size=n, reason="",
                     limit=_("the virtual cluster has {n} ranks").format(n=n))
 
-    def refuse(self, request: Any) -> None:
-        for name, on in (("record_calls", request.record_calls), ("timeline", request.timeline),
-                         ("flight_recorder", request.flight_recorder), ("show_backend_log", request.show_backend_log),
-                         ("start_method", request.start_method is not None)):
+    def accept(self, plan: Any) -> Any:
+        i, setup = plan.instruments, plan.setup
+        for name, on in (("record_calls", i.record_calls), ("timeline", i.timeline),
+                         ("flight_recorder", setup.flight_recorder), ("show_backend_log", i.show_backend_log),
+                         ("start_method", setup.start_method is not None)):
             if on:
                 raise NotImplementedError(_("{option}= is not supported on a virtual cluster's ranks yet; "
                                             "collnb.cluster(...).close() returns to this machine's ranks").format(
                                                 option=name))
+        return plan
 
     def launch(self, request: Any) -> list[Any]:
-        self.refuse(request)
+        plan = request.plan
         vc = self.cluster._vc
         try:
             return vc.launch(_call, (request.fn, tuple(request.args), dict(request.kwargs or {})),
-                             timeout=request.timeout, world_size=int(request.world_size))
+                             timeout=plan.timeout, world_size=int(plan.world_size))
         except ClusterRankError as exc:
             first = exc.traceback.strip().splitlines()[-1] if exc.traceback.strip() else _("failed")
             exc_type = first.split(":", 1)[0] if ":" in first else "Exited"

@@ -46,7 +46,7 @@ threading.Thread(target=_watch, daemon=True).start()
 import datetime, traceback
 import cloudpickle
 import torch.distributed as dist
-from collnb.ranks.tracebacks import is_comm_error
+from collnb.ranks import is_comm_error
 def failure(e):  # (kind, type, traceback, when it failed, a consequence of another rank's failure?)
     return ("error", type(e).__name__, traceback.format_exc(), time.time(), is_comm_error(e))
 joined = None
@@ -392,7 +392,7 @@ class VirtualCluster:
     def _first_failure(self, procs: list[subprocess.Popen], work: str, seq: int) -> tuple[int, str]:
         """(rank, traceback) of the rank to blame: the earliest error of a rank's own code (not a
         communication error such as gloo's "Connection closed by peer", which only follows another
-        rank's failure; :func:`collnb.ranks.tracebacks.is_comm_error` decides), else the first rank
+        rank's failure; :func:`collnb.ranks.explain.tracebacks.is_comm_error` decides), else the first rank
         that died without a result (its stderr's end), else the earliest communication error."""
         own, comm = [], []
         for r in range(len(procs)):
