@@ -48,7 +48,18 @@ from .local.rankset import warm_pool
 from .rankset import BackendFacts, LaunchPlan, LaunchRequest, RankSet, RankSetup
 from .remote.connection import connect, connected_hosts, disconnect
 from .request import LaunchOptions, check_launch_options
-from .serialization import dumps, iter_functions, loads
+from .serialization import code_files, dumps, iter_functions, loads
+# What a rank set of another layer (collnb.labs.cluster's network namespaces) takes to give its ranks
+# every instrument (.instrument.interface's docstring says how): a call's steps on a rank and what the
+# rank answers; the launcher's reading of the answers, the ranks' stacks and the backend's log.
+from .call.steps import Call, failure, resolve_rank_names, restore_environment
+from .explain.failures import conclude
+from .explain.tracebacks import named_cells, parse_stack
+from .fresh.rank_state import RankState
+from .instrument.backend_log import BackendLog
+from .instrument.backend_log import attach as attach_backend_log
+from .protocol import Failed, Result, Run
+from .rankset import RankEvent, RankExit, RankFailure, RankResult
 
 __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "LaunchTimeout",
            "LaunchResults", "CallRecord", "CallRecords", "MAX_WORLD_SIZE", "BACKENDS", "RankPool", "connect", "disconnect",
@@ -58,4 +69,7 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "missing_private_names", "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class",
            "plan_launch", "launch_planned", "LaunchPlan", "LaunchRequest", "RankSetup", "RankSet", "use_rank_set",
            "active_rank_set", "warm_pool", "Instruments", "Recorded", "Taking", "launch_results", "is_comm_error",
-           "on_shutdown", "connected_hosts"]
+           "on_shutdown", "connected_hosts", "code_files", "Call", "failure", "resolve_rank_names",
+           "restore_environment", "conclude", "named_cells", "parse_stack", "RankState", "BackendLog",
+           "attach_backend_log", "Failed", "Result", "Run", "RankEvent", "RankExit", "RankFailure",
+           "RankResult"]

@@ -295,8 +295,9 @@ class Cluster(int):
         """Make this cluster's ranks the ones :func:`collnb.launch` (and :func:`collnb.run`, the
         explorers, the bandwidth lab, ...) runs on, until :meth:`close` or :meth:`deactivate`
         (emulated only: a modelled cluster's values come from this machine's ranks anyway, a real
-        one's from the connected engines). Returns the cluster. :mod:`.rankset` says what such a
-        launch cannot do yet."""
+        one's from the connected engines). Returns the cluster. Every instrument of
+        :func:`collnb.launch` works there (``record_calls``, ``timeline``, ``flight_recorder``,
+        ``show_backend_log``); :mod:`.rankset` says what differs from local ranks."""
         if self.mode == "emulated":
             from .rankset import activate
             activate(self)
