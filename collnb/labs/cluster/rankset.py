@@ -7,7 +7,7 @@ ipyparallel engines.
 :class:`ClusterRanks` is a :class:`collnb.ranks.RankSet` (``where``, ``backend_info``, ``accept``,
 ``launch``). Its ranks run each call with the steps every collnb rank takes
 (:class:`collnb.ranks.Call`, :mod:`.rank_main`), so every instrument works as on local ranks and
-engines (:mod:`collnb.ranks.instrument.interface`): ``record_calls=True`` (each rank's
+engines (:class:`collnb.ranks.Instruments`, whose module's docstring says how a rank set gets them): ``record_calls=True`` (each rank's
 :class:`collnb.CallRecord` list), ``timeline=True`` (one clock: the ranks share this machine's
 monotonic clock, no alignment needed), ``flight_recorder=N`` (warm ranks with another buffer restart
 with ``TORCH_FR_BUFFER_SIZE=N``) and ``show_backend_log=True`` (the ranks' stderr is read here, so no
@@ -33,7 +33,8 @@ __all__ = ["ClusterRanks", "activate", "deactivate", "active"]
 
 
 class ClusterRanks:
-    """:class:`collnb.ranks.RankSet` of an emulated :class:`.clusters.Cluster` (module doc)."""
+    """:class:`collnb.ranks.RankSet` of an emulated :class:`.clusters.Cluster` or
+    :class:`.virtual.VirtualCluster` (module doc)."""
 
     where = N_("on the virtual cluster's ranks")
 
@@ -41,7 +42,8 @@ class ClusterRanks:
         self.cluster = cluster
 
     def backend_info(self, backend: str) -> BackendFacts:
-        """gloo on every rank of the cluster; NCCL unavailable (no GPU in a namespace)."""
+        """gloo on every rank of the cluster (at most its world size); NCCL unavailable (no GPU in a
+        namespace)."""
         n = self.cluster.world_size
         if backend != "gloo":
             return dict(backend=backend, available=False, max_world_size=0, limit="",
@@ -64,7 +66,7 @@ class ClusterRanks:
 
     def launch(self, request: LaunchRequest) -> list[Any]:
         """Run ``request`` on the cluster's ranks (:meth:`.virtual.VirtualCluster.run`)."""
-        vc = self.cluster._vc
+        vc = _virtual(self.cluster)
         if vc is None:
             from .network import ClusterUnavailable
             raise ClusterUnavailable(_("this cluster was closed: make a new one with collnb.cluster(...)"))
@@ -84,11 +86,19 @@ def deactivate(cluster: Any) -> None:
         use_rank_set(None)
 
 
+def _virtual(cluster: Any) -> Any:
+    """The :class:`.virtual.VirtualCluster` that runs ``cluster``'s ranks (a :class:`.clusters.Cluster`'s,
+    or ``cluster`` itself), ``None`` when it has none (closed, modelled)."""
+    from .virtual import VirtualCluster
+    return cluster if isinstance(cluster, VirtualCluster) else getattr(cluster, "_vc", None)
+
+
 @contextlib.contextmanager
 def active(cluster: Any) -> Iterator[None]:
-    """Within the block, :func:`collnb.launch` runs on ``cluster``'s ranks when it is emulated (a
-    check's launch, for one); the rank set active before is active again after it."""
-    if getattr(cluster, "mode", None) != "emulated" or getattr(cluster, "_vc", None) is None:
+    """Within the block, :func:`collnb.launch` runs on the ranks of ``cluster`` (a
+    :func:`collnb.cluster` or a :class:`.virtual.VirtualCluster`) when it is emulated: a check's
+    launch, a recorded run; the rank set active before is active again after it."""
+    if getattr(cluster, "mode", None) != "emulated" or _virtual(cluster) is None:
         yield
         return
     before: RankSet = active_rank_set()

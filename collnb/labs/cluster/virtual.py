@@ -165,6 +165,13 @@ class VirtualCluster:
     def addresses(self) -> list[str]:
         return list(self._network.addresses) if self._network else []
 
+    @property
+    def warm_collective_timeout(self) -> float:
+        """Seconds the warm ranks' collectives wait (a :meth:`run` that asks for another
+        ``collective_timeout`` restarts them); without warm ranks, what a :meth:`launch` gives new
+        ones (:attr:`collective_timeout`)."""
+        return self._group_timeout if self._procs else self.collective_timeout
+
     def node_of(self, rank: int) -> int:
         """The node rank ``rank`` runs on (``rank // ranks_per_node``)."""
         return rank // self.ranks_per_node
