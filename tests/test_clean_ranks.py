@@ -685,7 +685,5 @@ def test_a_launch_inside_a_rank_is_refused_and_leaves_no_directory():
     assert all(o.startswith("collnb.launch was called inside rank ") for o in out), out
     assert "ranks cannot start ranks of their own" in out[0]
     collnb.shutdown()
-    import glob
-    import tempfile
-    assert glob.glob(os.path.join(tempfile.gettempdir(), "collnb-*")) == [] or set(pool_dirs()) <= before
+    assert set(pool_dirs()) <= before  # this process's pool folders only: other sessions share the folder
     assert live_children() == []

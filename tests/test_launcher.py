@@ -4,6 +4,7 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -334,7 +335,7 @@ def test_interrupt_stops_every_rank_and_next_launch_works(tmp_path):
     assert proc.returncode == 0, rest
     assert "interrupted; children alive: 0" in rest
     assert "next: [0, 1, 2, 3]" in rest
-    assert not [d for d in os.listdir("/tmp") if d.startswith(f"collnb-{proc.pid}-")]
+    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(f"collnb-{proc.pid}-")]
 
 
 @pytest.mark.slow
@@ -351,7 +352,7 @@ def test_killed_parent_takes_its_ranks_along(tmp_path):
     # the killed parent's directory is swept by the next pool that starts
     collnb.shutdown()
     collnb.launch(lambda r, w: None, 1)
-    assert not [d for d in os.listdir("/tmp") if d.startswith(f"collnb-{proc.pid}-")]
+    assert not [d for d in os.listdir(tempfile.gettempdir()) if d.startswith(f"collnb-{proc.pid}-")]
 
 
 _STRESS = r"""

@@ -36,7 +36,7 @@ with the variable set (warm ranks made their groups already). Each rank dumps in
 group's ``pg_config`` ``''`` while its entries say ``('0', 'default_pg')``; :func:`fr_trace_verdict`
 re-keys it to ``'0'`` in a copy, then runs torch's analyser. With the recorder on, every rank also sends its
 entries with its error or result, and collnb's :class:`collnb.RankError` names the culprit from them
-(``CollectiveMismatch``, :mod:`collnb.ranks.instrument.flight_recorder`: the same reading as :meth:`FaultRun.blame`). Sources: torch's
+(``CollectiveMismatch``, :func:`collnb.ranks.divergence`: the same reading as :meth:`FaultRun.blame`). Sources: torch's
 ``torch/distributed/flight_recorder/fr_trace.py`` and ``components/builder.py`` (read in torch
 2.13.0), https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html.
 """

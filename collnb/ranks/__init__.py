@@ -1,5 +1,5 @@
 """Layer 1, ranks: start real ranks from a Python process or a Jupyter kernel and run a function
-on them (:func:`launch`), on this machine or on ipyparallel engines (:mod:`collnb.ranks.remote`).
+on them (:func:`launch`), on this machine or on ipyparallel engines (:func:`connect`).
 
 Other layers import from this package only, never from its modules. Inside it:
 

@@ -3,7 +3,7 @@ namespace as ``ip netns exec NODE python rank_main.py DIR RANK WORLD_SIZE GROUP_
 
 It runs a call with the steps every rank of collnb takes (:class:`collnb.ranks.Call`, the same as a
 local rank's and an ipyparallel engine's), so what a call records works here as there
-(:mod:`collnb.ranks.instrument.interface`): calls, its track of the timeline, its Flight Recorder
+(:class:`collnb.ranks.Instruments` (its module's docstring says how a rank set gets every instrument)): calls, its track of the timeline, its Flight Recorder
 entries; torch.distributed's wrappers are in place (layouts gloo misreads, the groups' timeouts,
 which timeout ended a wait).
 

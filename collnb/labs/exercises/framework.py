@@ -183,7 +183,7 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
         operation its function issued, in order, whichever API issued it (recorded by
         ``collnb.launch(..., record_calls=True)``), with ``.unrecorded`` counting operations the
         backend saw that the recorder could not. With ``timeline=True``: ``(results, calls,
-        timeline)``, ``timeline`` a :class:`collnb.ranks.timeline.Timeline`.
+        timeline)``, ``timeline`` a :class:`collnb.ranks.Timeline`.
 
     Raises:
         ValueError: ``per_rank_args`` does not have one entry per rank.
@@ -276,7 +276,7 @@ class Trial:
         results: what each rank returned (tensors as CPU copies).
         calls: per rank, its calls (:class:`collnb.CallRecord`; grouped into the calls the learner
             made unless the check asked for every operation, ``grouped=False``).
-        timeline: the ranks' :class:`collnb.ranks.timeline.Timeline` (``timeline=True``), else ``None``.
+        timeline: the ranks' :class:`collnb.ranks.Timeline` (``timeline=True``), else ``None``.
         direction: the check's direction, the default hint of :meth:`fail`.
         table: the per-rank table shown with a ✗ and with the ✓ (:meth:`show`).
     """

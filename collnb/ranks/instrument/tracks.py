@@ -107,7 +107,7 @@ class Track:
         self._unfinished: list[_Op] = []  # entries of Works without a future (gloo send/recv), not yet complete
         self._open_functions: list[tuple[str, int, int]] = []  # (name, start_ns, depth) of open record_functions
 
-    # -- observer of collnb.ranks.recording ------------------------------------------------------
+    # -- observer of .recording's Recorder --------------------------------------------------------
     def issued(self, issue: Issue) -> None:
         """Observe one operation the rank's backend accepted (see :mod:`.recording`)."""
         r = issue.record
