@@ -190,6 +190,10 @@ def test_a_size_of_the_wrong_type_is_a_type_error(size):
      "world_size must be an int from 1 to 16; got 40"),
     (dict(world_sizes=[2, "4"]), TypeError,
      "world_size must be an int from 1 to 16; got '4'"),
+    (dict(world_sizes=True), TypeError,  # not "'bool' object is not iterable"
+     "world_size must be an int from 1 to 16; got True"),
+    (dict(world_sizes=2.5), TypeError,
+     "world_size must be an int from 1 to 16; got 2.5"),
     (dict(dtype="float128"), ValueError, "unknown dtype 'float128'; choose one of: float32, "),
     (dict(backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl"),
     (dict(timing="nccl"), ValueError, "unknown timing method 'nccl'; choose one of: collnb, nccl-tests"),
@@ -277,6 +281,12 @@ def test_every_primitive_and_algorithm_measures_a_correct_result():
         assert [r["algorithm"] for r in rows] == list(B.check_algorithms(primitive, "all"))
         bad = [(r["primitive"], r["algorithm"]) for r in rows if not r["ok"]]
         assert not bad, bad
+
+
+def test_the_columns_are_the_files_columns_in_order():
+    """COLUMNS is read from the Row type: its order is the JSON and CSV files' column order."""
+    assert B.COLUMNS == ("primitive", "algorithm", "backend", "world_size", "dtype", "nbytes", "time_s", "time_min_s",
+                         "time_max_s", "algbw_GBps", "busbw_GBps", "ok")
 
 
 def test_row_schema_values_and_files(tmp_path):
@@ -611,3 +621,21 @@ def test_bench_argument_errors_are_chinese_when_chinese_is_spoken(chinese, capsy
                                                "请把较小的大小写在前面，例如 1K:64M")
     assert main(["bench", "all_reduce", "-a", "tree"]) == EXIT_USAGE
     assert capsys.readouterr().err.startswith("错误：all_reduce 的算法 'tree' 不存在；请从以下选择：builtin, ring")
+
+
+def test_the_example_files_note_and_a_fits_line_are_in_the_language_spoken():
+    """Issue 34: the Chinese bandwidth notebook printed the example file's note and every fit in English."""
+    import collnb
+    from collnb import bench as B
+    from collnb import costmodel as cm
+
+    fits = cm.fit_each(B.load(B.EXAMPLE_FILE))
+    try:
+        collnb.set_language("en")
+        assert B.note(B.EXAMPLE_FILE).startswith("EXAMPLE measured on CPU, not a GPU")
+        assert "relative RMS error" in str(next(iter(fits.values())))
+        collnb.set_language("zh")
+        assert B.note(B.EXAMPLE_FILE).startswith("示例：在 CPU 上测得")
+        assert "相对均方根误差" in str(next(iter(fits.values())))
+    finally:
+        collnb.set_language(None)

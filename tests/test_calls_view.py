@@ -79,6 +79,26 @@ def test_text_names_the_mesh_dimension_group_shapes_and_bytes():
     assert C.calls_text([[], []]) == "no communication recorded"
 
 
+def test_every_operation_that_reads_one_tensor_and_writes_another_shows_input_arrow_output():
+    """Issue 34: FSDP2's all_gathers read "(108,) (54,)", output then input in the operator's argument
+    order, with no arrow: an operation recorded output first reads input → output, like a functional one."""
+    for name, out, inp in (("all_gather_into_tensor", (108,), (54,)), ("reduce_scatter_tensor", (54,), (108,)),
+                           ("all_gather_single", (16, 8), (4, 8)), ("reduce_scatter_single", (4, 8), (16, 8)),
+                           ("all_to_all_single", (8,), (8,))):
+        for source in ("torch.distributed", "ProcessGroup"):
+            rec = R(name, (0, 1), shapes=(out, inp), source=source, dtypes=("float64", "float64"))
+            want = f"({', '.join(map(str, inp))}{',' if len(inp) == 1 else ''}) → " \
+                   f"({', '.join(map(str, out))}{',' if len(out) == 1 else ''}) float64"
+            assert C._shapes_text(rec) == want, (name, source)
+    # a functional collective's (DTensor's) shapes are already input, then output
+    assert C._shapes_text(R("all_gather_into_tensor", (0, 1))) == "(1, 6) → (2, 6) float32"
+    # one tensor read and written, or a list form: no arrow
+    assert C._shapes_text(R("all_reduce", (0, 1), shapes=((4,),), source="ProcessGroup",
+                            dtypes=("float32",))) == "(4,) float32"
+    assert C._shapes_text(R("all_gather", (0, 1), shapes=((2,), (2,), (2,)), source="torch.distributed",
+                            dtypes=("float32",) * 3)) == "(2,) (2,) (2,) float32"
+
+
 def test_bad_calls_are_named():
     with pytest.raises(TypeError, match="record_calls=True"):
         C.call_steps("all_gather")

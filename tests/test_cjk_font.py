@@ -158,3 +158,22 @@ def test_matplotlib_gets_the_cjk_font_as_fallback_in_chinese():
     a, b = drawn("全"), drawn("规")
     assert (a < 128).sum() > 100 and not np.array_equal(a, b)
     Image.fromarray(a)  # a real picture, not an error
+
+
+def test_a_bold_chinese_title_in_a_matplotlib_figure_logs_nothing(caplog):
+    """Issue 34: a replay frame's bold title in Chinese made matplotlib log "findfont: Failed to find font
+    weight bold for Noto Sans CJK SC" on stderr (it knew only the regular file); the bold file is registered too."""
+    import logging
+
+    import collnb
+    from collnb.algorithms import run_algorithm
+    from collnb.views.frames import FrameRenderer
+
+    collnb.set_language("zh")
+    try:
+        trace = run_algorithm("all_reduce", "ring", world_size=3)
+        with caplog.at_level(logging.WARNING, logger="matplotlib"):
+            FrameRenderer(trace).png(1)
+    finally:
+        collnb.set_language(None)
+    assert not [r for r in caplog.records if "findfont" in r.getMessage()], [r.getMessage() for r in caplog.records]

@@ -98,7 +98,7 @@ CODE = {
     "12_device_mesh_dtensor": (None, None, "dp_tp_matmul"),
     "13_tensor_parallel": "tp_mlp_backward",
     "14_fsdp": "configure",
-    "15_context_parallel": "update",
+    "15_context_parallel": ("update", "step"),
     "16_pipeline_parallel": ("stage_forward", "stage_backward"),
     "17_overlap": "overlapped_step",
     "20_composed_parallelism": ("compose", None),
@@ -393,6 +393,27 @@ def test_average_gradients_with_one_flattened_bucket_passes(capsys):
             offset += g.numel()
 
     _passes(capsys, exercises.check_average_gradients, average_gradients)
+
+
+def test_train_steps_leaves_a_parameter_without_a_gradient_alone_as_sgd_does():
+    """A parameter the loss does not use has no .grad after backward: train_steps skips it, as
+    torch.optim.SGD does (it raised TypeError: float * None)."""
+    from collnb.labs.exercises.training import tiny_model, train_steps
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
+    model = tiny_model()
+    model.register_parameter("unused", torch.nn.Parameter(torch.ones(2, dtype=torch.float64)))  # first in parameters()
+    reference = tiny_model()
+    optimiser = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        optimiser.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        optimiser.step()
+    after = train_steps(model, x, y, steps=2, lr=0.1)
+    assert torch.equal(after[0], torch.ones(2, dtype=torch.float64))
+    # SGD adds -lr * grad in one fused step: the same up to rounding
+    assert len(after) == 5 and all(torch.allclose(a, b, rtol=0, atol=1e-12) for a, b in zip(after[1:], reference.parameters()))
 
 
 def test_a_function_with_the_wrong_parameters_is_refused_before_any_rank_starts(capsys):
@@ -954,3 +975,18 @@ def test_overlapped_all_reduce_without_the_average_or_computing_twice_fails(caps
         return grad
 
     _fails(capsys, exercises.check_overlapped_all_reduce, no_communication, what="exactly one dist.all_reduce")
+
+
+def test_a_verdict_over_a_table_of_checkmarks_says_the_rows_are_right():
+    """Issue 34: a ✗ verdict sat over a table whose every row was ✓ (the values right, the collectives
+    wrong): every check fails through framework.fail, which now says the rows are right and the verdict
+    is about something else; a table with a ✗ row, or none, is shown as before."""
+    from collnb.labs.exercises import framework
+    rows = framework.table([(0, [1.0], "✓"), (1, [2.0], "✓")], ["rank", "got", ""])
+    msg = str(framework.fail("world size 2: rank 0 made two all_gathers, expected one.", "one all_reduce", rows))
+    lines = msg.splitlines()
+    assert lines[0].startswith("✗ world size 2") and lines[1] == framework.VALUES_RIGHT, msg
+    assert lines[3].endswith("✓") and lines[4].endswith("✓"), msg
+    wrong = framework.table([(0, [1.0], "✓"), (1, [3.0], "✗")], ["rank", "got", ""])
+    assert framework.VALUES_RIGHT not in str(framework.fail("rank 1 is wrong.", "h", wrong))
+    assert framework.VALUES_RIGHT not in str(framework.fail("no table.", "h"))

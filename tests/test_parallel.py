@@ -358,3 +358,17 @@ def test_matrix_image_is_readable():
     assert wide.pixels.shape[1] <= 1000                      # panels go below each other
     with pytest.raises(ValueError, match="same non-empty 2-D shape"):
         matrix_image([MatrixPanel("a", [[1, 2]]), MatrixPanel("b", [[1], [2]])])
+
+
+def test_phase_labels_are_shown_in_the_language_spoken_and_stay_names_in_the_marks():
+    """Issue 34: the Chinese edition's tables and FSDP2 order read "forward", "setup", "▸ step 1"."""
+    from collnb.labs.parallel.accounting import phase_label
+    collnb.set_language("en")
+    try:
+        assert [phase_label(x) for x in ("setup", "forward 2", "step 1", "zig-zag")] == \
+            ["setup", "forward 2", "step 1", "zig-zag"]
+        collnb.set_language("zh")
+        assert [phase_label(x) for x in ("setup", "forward 2", "step 1", "backward", "zig-zag", "forward x")] == \
+            ["准备", "前向 2", "第 1 步", "反向", "zig-zag", "forward x"]
+    finally:
+        collnb.set_language(None)

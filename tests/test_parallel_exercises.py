@@ -124,3 +124,40 @@ def test_online_softmax_that_communicates_fails(capsys):
         return _right(o, m, l, scores, v)
 
     _fails(capsys, exercises.check_online_softmax, chatty, what="update must not communicate")
+
+
+# --- 15 · passing K and V round the ring ----------------------------------------------------------
+
+def test_kv_ring_pass_the_library_step_passes(capsys):
+    from collnb.labs.parallel import ring_step
+    exercises.check_kv_ring_pass(ring_step)
+    assert "✓" in capsys.readouterr().out
+
+
+def test_kv_ring_pass_the_wrong_way_round_fails_on_the_peers(capsys):
+    def backwards(send, recv, rank, world_size):
+        nxt, prev = (rank - 1) % world_size, (rank + 1) % world_size
+        return dist.batch_isend_irecv([dist.P2POp(dist.isend, t, nxt) for t in send]
+                                      + [dist.P2POp(dist.irecv, t, prev) for t in recv])
+
+    _fails(capsys, exercises.check_kv_ring_pass, backwards, what="isend to rank")
+
+
+def test_kv_ring_pass_with_blocking_sends_never_meets(capsys):
+    def blocking(send, recv, rank, world_size):
+        for t in send:
+            dist.send(t, (rank + 1) % world_size)      # every rank sends first: each waits for its receiver
+        for t in recv:
+            dist.recv(t, (rank - 1) % world_size)
+        return []
+
+    _fails(capsys, exercises.check_kv_ring_pass, blocking, hint="batch_isend_irecv")
+
+
+def test_kv_ring_pass_without_communication_fails(capsys):
+    def copy_only(send, recv, rank, world_size):
+        for s, r in zip(send, recv):
+            r.copy_(s)                                   # keeps its own block: never sees the others'
+        return []
+
+    _fails(capsys, exercises.check_kv_ring_pass, copy_only, what="isend to rank")

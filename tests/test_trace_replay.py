@@ -737,3 +737,35 @@ def test_replay_frame_speaks_chinese(ag4):
     # the heatmap itself has no words to translate: the same pixels in both languages
     x0, y0, x1, y1 = ren.heat_box
     assert np.array_equal(zh[y0:y1, x0:x1], en[y0:y1, x0:x1])
+
+
+def test_the_running_total_says_why_measured_and_model_are_far_apart(ag4):
+    """Issue 34: the replay's timing panel put "measured" near 150 ms beside the model near 0.3 ms with
+    nothing explaining the gap. When they differ by more than 3x a note under the plots says by how much and
+    why (the model's α and β are a network's; gloo's per-round software cost on shared cores), and it sits
+    clear of the plots; measured times close to the model (a fitted model) or none get no note."""
+    import dataclasses
+
+    from collnb.views.frames import FrameRenderer
+
+    assert ag4.round_seconds() is not None
+    ren = FrameRenderer(ag4)
+    ratio = float(ren.measured_cum[-1] / ren.model_cum[-1])
+    if not 1 / 3 <= ratio <= 3:
+        note = ren.gap_note()
+        assert note.startswith("measured = ") and "× the model" in note and "α = 50 µs" in note, note
+        ren.png(ag4.n_rounds)
+        fig = ren.fig
+        r = fig.canvas.get_renderer()
+        text_box = ren.gap_text.get_window_extent(r)
+        for ax in (ren.ax_time, ren.ax_bytes):
+            assert not text_box.overlaps(ax.get_tightbbox(r)), (text_box, ax.get_tightbbox(r))
+        assert text_box.x1 <= fig.bbox.width + 1, "the note runs off the frame"
+    # measured within 3x of the model: nothing to explain
+    model = dataclasses.replace(ren.model, alpha=float(ren.measured_cum[-1]) / max(1, ag4.n_rounds))
+    assert FrameRenderer(ag4, model=model).gap_note() == ""
+    # no measured times: no note
+    plain = A.run_algorithm("all_gather", "ring", world_size=4)
+    for rnd in plain.rounds:
+        rnd.seconds = None
+    assert plain.round_seconds() is None and FrameRenderer(plain).gap_note() == ""

@@ -4,7 +4,10 @@
 Every string wrapped in ``_()``, ``N_()`` or ``ngettext()`` in ``collnb/`` is a message. The
 messages are kept in one catalogue per **area** of the package (``AREAS``: a few folders or files
 each), ``collnb/locale/zh_CN/LC_MESSAGES/collnb-AREA.po``, so that work on two areas never edits
-the same file; ``collnb.i18n`` loads every compiled ``collnb-*.mo`` of a language.
+the same file; ``collnb.i18n`` loads every compiled ``collnb-*.mo`` of a language. The English
+notebooks' code cells are one more area, ``notebooks``: what a notebook prints for a learner is
+written ``print(_("...").format(...))`` (``from collnb.i18n import _``), so its Chinese twin, whose
+code is the same (``tools/twins.py``), prints Chinese.
 
     python tools/catalogues.py           # extract; add new messages to each .po, drop gone ones; compile .mo
     python tools/catalogues.py --check   # change nothing; exit 1 listing what is missing or stale
@@ -46,6 +49,9 @@ AREAS = {
     "cli": ["cli"],
     "core": [""],
 }
+#: The area of the messages in the English notebooks' code cells (``notebooks/*.ipynb``).
+NOTEBOOK_AREA = "notebooks"
+NOTEBOOKS = ROOT / "notebooks"
 #: Fixed header dates: the catalogues change only when their messages do.
 DATE = datetime.datetime(2026, 12, 1, tzinfo=datetime.timezone.utc)
 PLACEHOLDER = re.compile(r"\{([^{}:!]*)[^{}]*\}")
@@ -72,7 +78,30 @@ def extracted() -> dict[str, Catalog]:
                                                                      comment_tags=("TRANSLATORS:",)):
             out[area].add(message, locations=[(path.relative_to(ROOT).as_posix(), lineno)],
                           auto_comments=comments, flags=("python-brace-format",) if _braces(message) else ())
+    out[NOTEBOOK_AREA] = Catalog(project="collnb", domain=f"collnb-{NOTEBOOK_AREA}", creation_date=DATE,
+                                 revision_date=DATE, version="0.1.0",
+                                 msgid_bugs_address="https://github.com/collnb/collnb/issues",
+                                 copyright_holder="collnb contributors")
+    for path, cell_id, lineno, message in notebook_messages():
+        out[NOTEBOOK_AREA].add(message, locations=[(f"{path.relative_to(ROOT).as_posix()}#{cell_id}", lineno)],
+                               flags=("python-brace-format",) if _braces(message) else ())
     return out
+
+
+def notebook_messages(folder: Path = NOTEBOOKS):
+    """``(path, cell id, line, message)`` for every ``_()``/``ngettext()`` message in the code cells of the
+    English notebooks of ``folder`` (their Chinese twins hold the same code)."""
+    import json
+    from babel.messages.extract import extract
+
+    for path in sorted(folder.glob("*.ipynb")):
+        for cell in json.loads(path.read_text())["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            code = "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+            for lineno, message, _comments, _context in extract("python", io.BytesIO(code.encode()),
+                                                                 keywords=KEYWORDS):
+                yield path, cell.get("id", "?"), lineno, message
 
 
 def _braces(message) -> bool:

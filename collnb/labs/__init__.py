@@ -5,9 +5,9 @@ parallelisms of notebooks 11 and 13-16 (:mod:`collnb.labs.parallel`), the DDP pa
 notebook 17 (:mod:`collnb.labs.overlap`: buckets, comm hooks, HTA's overlap two ways) and the hang lab of
 notebook 18 (:mod:`collnb.labs.hangs`: faults, the Flight Recorder's dumps, fr_trace), and a virtual
 cluster on one machine (:mod:`collnb.labs.cluster`: nodes as network namespaces, a shaped link,
-hierarchical all_reduce).
+hierarchical all_reduce), and the code of a named piece as a notebook shows it (:mod:`collnb.labs.code`).
 """
 
-from . import bench, cluster, examples, exercises, hangs, overlap, parallel, script
+from . import bench, cluster, code, examples, exercises, hangs, overlap, parallel, script
 
-__all__ = ["bench", "cluster", "examples", "exercises", "hangs", "overlap", "parallel", "script"]
+__all__ = ["bench", "cluster", "code", "examples", "exercises", "hangs", "overlap", "parallel", "script"]

@@ -172,13 +172,16 @@ class Fit:
         return m.alpha * A + m.beta * B + m.gamma * G
 
     def summary(self) -> str:
+        """One line, in the language spoken: what was fitted, at which world sizes, α, β (and 1/β), γ, and
+        how well (points, relative RMS error)."""
         m = self.model
         what = f"{self.primitive or 'mixed'}/{self.algorithm or 'mixed'}"
         g = f", γ = {m.gamma * 1e9:.3f} ns/B ({self.gamma_from})" if m.gamma else ""
         bw = f"{1 / m.beta / 1e9:.2f} GB/s" if m.beta > 0 else "∞"
-        return (f"{what} at world size {', '.join(map(str, self.world_sizes))}: α = {m.alpha * 1e6:.1f} µs, "
-                f"β = {m.beta * 1e9:.3f} ns/B (1/β = {bw}){g}; {self.n} points, relative RMS error "
-                f"{self.rel_rms * 100:.0f}%")
+        return _("{what} at world size {sizes}: α = {alpha:.1f} µs, β = {beta:.3f} ns/B (1/β = {bw}){gamma}; "
+                 "{n} points, relative RMS error {error:.0f}%").format(
+            what=what, sizes=", ".join(map(str, self.world_sizes)), alpha=m.alpha * 1e6, beta=m.beta * 1e9, bw=bw,
+            gamma=g, n=self.n, error=self.rel_rms * 100)
 
     def __str__(self) -> str:
         return self.summary()

@@ -53,13 +53,14 @@ import inspect
 import numbers
 import random
 import unicodedata
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Generic, Literal, TypeVar, cast, overload
 
 import torch
 
 from ...i18n import N_, _
-from ...ranks import LaunchTimeout, RankError, launch
+from ...ranks import CallRecord, LaunchResults, LaunchTimeout, RankError, Timeline, launch
 
 __all__ = ["check", "Case", "Trial", "check_prediction", "CheckFailed", "NOT_ANSWERED", "WHERE_SOLUTION", "fail",
            "passed", "not_answered", "table", "summary", "short", "world_sizes", "integer", "number_rows",
@@ -91,15 +92,23 @@ class CheckFailed(AssertionError):
     It is an ``AssertionError``, so tests and scripts detect the failure as usual.
     """
 
-    def _render_traceback_(self):
+    def _render_traceback_(self) -> list[str]:
         lines = str(self).splitlines() or ["✗"]
         # Red ✗ line, then the rest as plain text.
         return ["\x1b[1;31m" + lines[0] + "\x1b[0m", *lines[1:]]
 
 
+#: Said between a ✗ verdict and a table whose every row is ✓ (issue 34: a table of ✓ under a ✗ read as
+#: a contradiction; the values are right, something else, said in the verdict, is not).
+VALUES_RIGHT = N_("Every row below is right (✓); what failed is the line above:")
+
+
 def fail(what: str, hint: str, table: str = "") -> CheckFailed:
     """A wrong answer, to raise: ``"✗ " + what``, the per-rank ``table`` (:func:`table`) if any, then
-    ``"Hint: " + hint``. ``what`` and ``hint`` are shown as given (translate them with ``_()``)."""
+    ``"Hint: " + hint``. ``what`` and ``hint`` are shown as given (translate them with ``_()``). A table whose
+    every row is ✓ is introduced by :data:`VALUES_RIGHT` (the verdict is about something else)."""
+    if table and "✓" in table and "✗" not in table:
+        table = _(VALUES_RIGHT) + "\n" + table
     return CheckFailed("✗ " + what + ("\n" + table if table else "") + "\n" + _("Hint: ") + hint)
 
 
@@ -109,7 +118,7 @@ def _width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
+def table(rows: Sequence[tuple[object, ...]], header: Sequence[str]) -> str:
     """``rows`` under ``header`` as an aligned text table (each cell :func:`short`; a wide CJK
     character counts two columns), indented by two spaces."""
     cells = [[str(x) for x in header]] + [[short(x) for x in row] for row in rows]
@@ -118,7 +127,7 @@ def table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
                       for row in cells)
 
 
-def short(x: Any) -> str:
+def short(x: object) -> str:
     """``x`` in one table cell: a tensor as its list, floats with 4 significant digits, at most 70
     characters."""
     if isinstance(x, torch.Tensor):
@@ -158,14 +167,31 @@ _say_passed = passed  # for the frames whose ``passed`` argument is the text
 # Running a learner's function on real ranks, with every operation each rank issued
 
 
-def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Sequence[tuple]):
+#: A function that runs on ranks: ``fn(rank, world_size, *args)``, returning anything (a learner's).
+RankFn = Callable[..., object]
+#: Per rank, its records (:class:`collnb.ranks.CallRecords`) or the calls grouped from them.
+Calls = Sequence[list[CallRecord]]
+#: One tuple of arguments per rank (``None``: none); ``(results, calls, timeline)`` of a launch.
+PerRankArgs = Iterable[Iterable[object]] | None
+Recorded = tuple[list[object], Calls, Timeline | None]
+
+
+def _run_recorded(rank: int, world_size: int, fn: RankFn, per_rank_args: Sequence[tuple[object, ...]]) -> object:
     """Runs on a rank: ``fn(rank, world_size, *per_rank_args[rank])`` (only this rank's own
     arguments reach ``fn``)."""
     return fn(rank, world_size, *per_rank_args[rank])
 
 
-def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0, *, timeline: bool = False):
+@overload
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: Literal[False] = False) -> tuple[list[object], Calls]: ...
+@overload
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: Literal[True]) -> Recorded: ...
+
+
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: bool = False) -> tuple[list[object], Calls] | Recorded:
     """Run ``fn(rank, world_size, *per_rank_args[rank])`` on real ranks; record each rank's operations.
 
     Args:
@@ -189,11 +215,12 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
         ValueError: ``per_rank_args`` does not have one entry per rank.
         collnb.RankError / collnb.LaunchTimeout: as :func:`collnb.launch`.
     """
-    per_rank_args = [tuple(a) for a in (per_rank_args or [()] * world_size)]
-    if len(per_rank_args) != world_size:
-        raise ValueError(f"per_rank_args has {len(per_rank_args)} entries; need one per rank ({world_size})")
-    out = launch(_run_recorded, world_size, args=(fn, per_rank_args), timeout=timeout,
-                 collective_timeout=collective_timeout, record_calls=True, timeline=timeline)
+    args = [tuple(a) for a in (per_rank_args or [()] * world_size)]
+    if len(args) != world_size:
+        raise ValueError(f"per_rank_args has {len(args)} entries; need one per rank ({world_size})")
+    out = cast(LaunchResults,  # what launch returns with record_calls=True
+               launch(_run_recorded, world_size, args=(fn, args), timeout=timeout,
+                      collective_timeout=collective_timeout, record_calls=True, timeline=timeline))
     return (list(out), out.calls, out.timeline) if timeline else (list(out), out.calls)
 
 
@@ -201,18 +228,22 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
 CHECK_TIMEOUT_S = 60.0
 
 
-def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str, collective_timeout: float = 5.0,
-                    grouped: bool = True, timeline: bool = False):
+def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, *, hint: str, what: str,
+                    collective_timeout: float = 5.0, grouped: bool = True, timeline: bool = False) -> Recorded:
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
     ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
     becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
     need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
-    (more for code whose first backward imports modules lazily, e.g. FSDP2). ``timeline=True``:
-    returns ``(results, calls, timeline)`` (:func:`launch_recorded`)."""
+    (more for code whose first backward imports modules lazily, e.g. FSDP2). Returns ``(results,
+    calls, timeline)``, ``timeline`` ``None`` unless ``timeline=True`` (:func:`launch_recorded`)."""
+    ranks_timeline: Timeline | None = None
     try:
-        out = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
-                              collective_timeout=collective_timeout, timeline=timeline)
-        results, calls = out[0], out[1]
+        if timeline:
+            results, calls, ranks_timeline = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
+                                                             collective_timeout=collective_timeout, timeline=True)
+        else:
+            results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
+                                             collective_timeout=collective_timeout)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
         if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
@@ -230,24 +261,27 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
                       "on the rank), or a loop that never ends; fix the function, run its cell, then run this check "
                       "again.").format(what=what, seconds=f"{CHECK_TIMEOUT_S:g}", ranks=ranks) + f"\n{where}",
                     hint) from None
-    hidden = [r for r, c in enumerate(calls) if getattr(c, "unrecorded", 0)]
+    hidden = [(r, n) for r, c in enumerate(calls) if (n := getattr(c, "unrecorded", 0))]
     if hidden:
-        r = hidden[0]
+        r, n = hidden[0]
         raise fail(_("{what}: rank {rank} communicated where the check cannot see: the backend counted "
                       "{n} operation(s) that were not recorded (issued from another thread, or "
-                      "with torch's dispatch modes switched off).").format(what=what, rank=r, n=calls[r].unrecorded),
+                      "with torch's dispatch modes switched off).").format(what=what, rank=r, n=n),
                     _("make every torch.distributed call from your function itself, in its own thread."))
     grouped_calls = [_calls(c) if grouped else list(c) for c in calls]
-    return (results, grouped_calls, out[2]) if timeline else (results, grouped_calls)
-
+    return results, grouped_calls, ranks_timeline
 
 
 # ----------------------------------------------------------------------------------------------
 # The frame of a check that runs the learner's function: check(), Case, Trial
 
 
+#: What a check's :class:`Case` holds for its judge (``want``): its own expected values.
+W = TypeVar("W")
+
+
 @dataclass
-class Case:
+class Case(Generic[W]):
     """One launch a check makes.
 
     Attributes:
@@ -261,19 +295,19 @@ class Case:
     """
 
     world_size: int
-    args: Sequence[tuple]
-    want: Any = None
+    args: Sequence[tuple[object, ...]]
+    want: W
     what: str = ""
-    fn: Callable | None = None
+    fn: RankFn | None = None
 
 
 @dataclass
-class Trial:
+class Trial(Generic[W]):
     """One launch of a :class:`Case`, as :func:`check`'s judge sees it.
 
     Attributes:
         case: the case launched (``want``, ``what``, ``world_size`` are also attributes here).
-        results: what each rank returned (tensors as CPU copies).
+        results: what each rank returned (tensors as CPU copies): the learner's, so anything.
         calls: per rank, its calls (:class:`collnb.CallRecord`; grouped into the calls the learner
             made unless the check asked for every operation, ``grouped=False``).
         timeline: the ranks' :class:`collnb.ranks.Timeline` (``timeline=True``), else ``None``.
@@ -281,10 +315,10 @@ class Trial:
         table: the per-rank table shown with a ✗ and with the ✓ (:meth:`show`).
     """
 
-    case: Case
-    results: list
-    calls: list
-    timeline: Any = None
+    case: Case[W]
+    results: list[object]
+    calls: Calls
+    timeline: Timeline | None = None
     direction: str = ""
     table: str = ""
 
@@ -298,7 +332,7 @@ class Trial:
         return range(self.case.world_size)
 
     @property
-    def want(self) -> Any:
+    def want(self) -> W:
         return self.case.want
 
     @property
@@ -310,7 +344,7 @@ class Trial:
         """Every rank returned ``None`` and made no call: what an unfinished answer does."""
         return all(r is None for r in self.results) and not any(self.calls)
 
-    def show(self, rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> None:
+    def show(self, rows: Sequence[tuple[object, ...]], header: Sequence[str]) -> None:
         """Set the per-rank table (:func:`table`) every later ✗ and the ✓ show."""
         self.table = table(rows, header)
 
@@ -318,7 +352,7 @@ class Trial:
         """A ✗ to raise: ``problem``, this trial's table, and ``hint`` (default: the direction)."""
         return fail(problem, self.direction if hint is None else hint, self.table)
 
-    def only(self, allowed: set[str], hint: str = "") -> None:
+    def only(self, allowed: Collection[str], hint: str = "") -> None:
         """Refuse (raise a ✗) a call that is not one of the ``allowed`` ``torch.distributed``
         functions: a ``ProcessGroup`` method, a functional collective or DTensor doing the work is
         refused too."""
@@ -333,10 +367,11 @@ class Trial:
         return summary(self.calls[rank])
 
 
-def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[random.Random], Iterable[Case]],
-          judge: Callable[[Trial], None], passed: str | Callable[[list[Trial]], str],
-          unanswered: str | Callable[[Trial], bool] = "silent", retry: Callable[[Trial], bool] | None = None,
-          grouped: bool = True, timeline: bool = False, collective_timeout: float = 5.0) -> None:
+def check(answer: object, signature: str, *, direction: str, cases: Callable[[random.Random], Iterable[Case[W]]],
+          judge: Callable[[Trial[W]], None], passed: str | Callable[[list[Trial[W]]], str],
+          unanswered: Literal["silent", "stub"] | Callable[[Trial[W]], bool] = "silent",
+          retry: Callable[[Trial[W]], bool] | None = None, grouped: bool = True, timeline: bool = False,
+          collective_timeout: float = 5.0) -> None:
     """Check ``answer``, a function the learner wrote, on real ranks: the frame every such check shares.
 
     1. ``answer`` must be callable as ``signature`` says (``"my_broadcast(rank, world_size, src,
@@ -365,17 +400,15 @@ def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(answer, signature)
+    fn = _check_params(answer, signature)
     name = signature.split("(")[0]
-    if unanswered == "stub" and _is_stub(answer):
+    if unanswered == "stub" and _is_stub(fn):
         return not_answered(name, direction)
-    trials: list[Trial] = []
+    trials: list[Trial[W]] = []
     for case in cases(random.SystemRandom()):
-        trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
-                     collective_timeout=collective_timeout)
+        trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout)
         if retry is not None and retry(trial):
-            trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
-                         collective_timeout=collective_timeout)
+            trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout)
         if not trials and (trial.silent if unanswered == "silent" else callable(unanswered) and unanswered(trial)):
             return not_answered(name, direction)
         judge(trial)
@@ -388,29 +421,33 @@ def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[
     _say_passed(text, trials[-1].table)
 
 
-def _try(answer: Callable, case: Case, direction: str, **launch_options: Any) -> Trial:
-    out = _launch_or_fail(case.fn or answer, case.world_size, case.args, hint=direction, what=case.what,
-                          **launch_options)
-    return Trial(case, out[0], out[1], out[2] if launch_options.get("timeline") else None, direction)
+def _try(answer: RankFn, case: Case[W], direction: str, *, grouped: bool, timeline: bool,
+         collective_timeout: float) -> Trial[W]:
+    """One launch of ``case`` (:func:`_launch_or_fail`) as a :class:`Trial`."""
+    results, calls, ranks_timeline = _launch_or_fail(case.fn or answer, case.world_size, case.args, hint=direction,
+                                                     what=case.what, grouped=grouped, timeline=timeline,
+                                                     collective_timeout=collective_timeout)
+    return Trial(case, results, calls, ranks_timeline, direction)
 
 
-def _calls(records) -> list:
+def _calls(records: Iterable[CallRecord]) -> list[CallRecord]:
     """The calls a rank's code made, from its records: the operations of one call (the two
     broadcasts of ``broadcast_object_list``) become one entry named by the call; each operation
     of a ``batch_isend_irecv`` list counts as the ``isend``/``irecv`` it is. Each entry is a
     :class:`collnb.CallRecord` (for a call of several operations: the first, with ``op=None``, the
     first peer any of them had, every shape, and the bytes summed)."""
-    out, group = [], []
+    out: list[CallRecord] = []
+    group: list[CallRecord] = []
 
-    def flush():
+    def flush() -> None:
         if not group:
             return
         if len(group) == 1:
             out.append(group[0])
         else:
             peer = next((g.peer for g in group if g.peer is not None), None)
-            out.append(replace(group[0], op=None, peer=peer, shapes=sum((g.shapes for g in group), ()),
-                               dtypes=sum((g.dtypes for g in group), ()), nbytes=sum(g.nbytes for g in group)))
+            out.append(replace(group[0], op=None, peer=peer, shapes=tuple(s for g in group for s in g.shapes),
+                               dtypes=tuple(d for g in group for d in g.dtypes), nbytes=sum(g.nbytes for g in group)))
         group.clear()
 
     for rec in records:
@@ -426,25 +463,25 @@ def _calls(records) -> list:
     return out
 
 
-def _label(call) -> str:
+def _label(call: CallRecord) -> str:
     """``"broadcast"``, or ``"all_gather (a ProcessGroup method)"`` for a call not made through a
     ``torch.distributed`` function."""
     where = _SOURCE_WORDS.get(call.source)
     return f"{call.name} ({_(where)})" if where else call.name
 
 
-def summary(calls: list) -> str:
+def summary(calls: Iterable[CallRecord]) -> str:
     """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted (``"(none)"``)."""
-    out = []
+    out: list[tuple[str, int]] = []
     for label in (_label(c) for c in calls):
         if out and out[-1][0] == label:
-            out[-1][1] += 1
+            out[-1] = (label, out[-1][1] + 1)
         else:
-            out.append([label, 1])
+            out.append((label, 1))
     return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or _("(none)")
 
 
-def _check_only(calls, allowed: set, hint: str = "") -> None:
+def _check_only(calls: Calls, allowed: Collection[str], hint: str = "") -> None:
     """Refuse any call that is not one of the ``allowed`` ``torch.distributed`` functions (a
     ``ProcessGroup`` method, a functional collective or DTensor doing the work is refused too).
     ``calls``: per rank, the :func:`_calls` list."""
@@ -462,8 +499,9 @@ def world_sizes(rng: random.Random, low: int, high: int, k: int = 2) -> list[int
     return rng.sample(range(low, high + 1), k)
 
 
-def check_prediction(name: str, prediction, real: Callable[[], Any], *, normalise=lambda x: x, direction: str,
-                     hint: str, passed: str, what: str = "") -> None:
+def check_prediction(name: str, prediction: object, real: Callable[[], object], *,
+                     normalise: Callable[[object], object] = lambda x: x, direction: str, hint: str, passed: str,
+                     what: str = "") -> None:
     """Check a predicted value against ``real()`` (run on real ranks only once there is an answer).
     An unanswered prediction (``None``) gets "not answered yet" and ``direction``; one that
     ``normalise`` (e.g. :func:`integer`, :func:`number_rows`) refuses, a ✗ saying it lacks the
@@ -503,7 +541,7 @@ def solution_code(source: str) -> str:
     return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in lines[start:]) + "\n"
 
 
-def _real(v) -> float:
+def _real(v: object) -> float:
     """``v`` as a float when it is a number a learner wrote (int, float, a numpy number); a str such as
     ``"44"``, a bool or anything else raises ``TypeError`` (a prediction is a number, not its text)."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -511,20 +549,28 @@ def _real(v) -> float:
     return float(v)
 
 
-def integer(v) -> int:
+def integer(v: object) -> int:
     """``v`` when it is an integer (int, a numpy integer): ``44.9``, ``"44"`` and ``True`` raise ``TypeError``."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{v!r} is not an integer")
     return int(v)
 
 
-def number_rows(x, cast=_real):
+def number_rows(x: object, cast: Callable[[object], float] = _real) -> list[list[float] | None]:
     """A prediction of one row of numbers per rank (``None`` for an undefined rank) as lists of
-    floats (``cast`` of each value); anything else raises (a str such as ``"44"`` is not a number)."""
-    return [None if row is None else [cast(v) for v in row] for row in x]
+    floats (``cast`` of each value); anything else raises (a str such as ``"44"`` is not a number;
+    what is not a list of rows, TypeError)."""
+    return [None if row is None else [cast(v) for v in _iterable(row)] for row in _iterable(x)]
 
 
-def _is_stub(fn: Callable) -> bool:
+def _iterable(x: object) -> Iterable[object]:
+    """``x`` when it can be iterated, else the TypeError iterating it raises."""
+    if not isinstance(x, Iterable):
+        raise TypeError(f"{type(x).__name__!r} object is not iterable")
+    return x
+
+
+def _is_stub(fn: RankFn) -> bool:
     """True for a function whose body is only ``...``, ``pass`` or a docstring (an unfinished answer):
     its code refers to no name and holds no constant but ``None``, ``...`` and its docstring."""
     code = getattr(fn, "__code__", None)
@@ -533,9 +579,9 @@ def _is_stub(fn: Callable) -> bool:
     return not code.co_names and all(c is None or c is Ellipsis or isinstance(c, str) for c in code.co_consts)
 
 
-def _check_params(fn: Callable, call: str) -> None:
+def _check_params(fn: object, call: str) -> RankFn:
     """Refuse, before any rank starts, a function that cannot be called as ``call`` says
-    (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``)."""
+    (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``); return it."""
     if not callable(fn):
         raise fail(_("{name} is {value}, not a function.").format(name=call.split("(")[0], value=repr(fn)),
                     _("define it as: def {call}: ...").format(call=call))
@@ -548,3 +594,4 @@ def _check_params(fn: Callable, call: str) -> None:
                     _("define it as: def {call}: ...").format(call=call)) from None
     except ValueError:  # no signature (a builtin): let the call itself fail
         pass
+    return fn

@@ -15,10 +15,14 @@ import re
 import tempfile
 import weakref
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from ..hangs import DIVERGES_AT, FaultRun, fault_run, fr_trace_verdict
+from ..hangs import DIVERGES_AT, Entry, EntryRow, FaultRun, fault_run, fr_trace_verdict
 from ...i18n import N_, _
 from .framework import fail, not_answered, passed
+
+if TYPE_CHECKING:
+    from ...views import MatrixPicture
 
 __all__ = ["check_hang_culprit", "hang_mystery", "hide_ranks", "Mystery", "MYSTERY_FAULTS", "WORKED_EXAMPLES"]
 
@@ -38,7 +42,7 @@ _NAMES_A_RANK = (re.compile(r"(Culprit rank )\d+"), re.compile(r"(missing ranks:
                  re.compile(r"(Missing dump files from ranks )\{[\d, ]*\}"))
 
 # {Mystery: (fault, culprit)}: the truth, held here and not on the learner's object
-_TRUTH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TRUTH: weakref.WeakKeyDictionary[Mystery, tuple[str, int]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
@@ -55,7 +59,7 @@ class Mystery:
 
     world_size: int
     dump_dir: str
-    entries: dict = field(default_factory=dict)
+    entries: dict[int, list[Entry]] = field(default_factory=dict)
     failed: bool = False
 
     def _view(self) -> FaultRun:
@@ -63,7 +67,7 @@ class Mystery:
         run.entries = self.entries
         return run
 
-    def rows(self) -> list:
+    def rows(self) -> list[EntryRow]:
         """``(rank, seq, op, input_sizes, output_sizes, state)`` per entry (:meth:`FaultRun.rows`)."""
         return self._view().rows()
 
@@ -71,7 +75,7 @@ class Mystery:
         """The per-rank table of recent collectives as text (:meth:`FaultRun.table`)."""
         return self._view().table()
 
-    def image(self, last: int = 6):
+    def image(self, last: int = 6) -> MatrixPicture:
         """The table as a rank × sequence-number picture, nothing framed (:meth:`FaultRun.image`)."""
         return self._view().image(last, show_blame=False, title="Flight Recorder: the mystery run")
 
@@ -120,7 +124,7 @@ def _remember(mystery: Mystery, fault: str, culprit: int) -> None:
     _TRUTH[mystery] = (fault, culprit)
 
 
-def check_hang_culprit(mystery: Mystery, culprit, seq) -> None:
+def check_hang_culprit(mystery: object, culprit: object, seq: object) -> None:
     """Check the learner's reading of ``mystery`` (from :func:`hang_mystery`).
 
     Args:

@@ -33,9 +33,9 @@ from .tensor import (ColumnParallelLinearRegather, CopyToTensorParallel, GatherF
                      saved_activation_bytes, scatter_to_sequence_parallel, sequence_shard, shard_columns, shard_rows)
 from .experts import capacity_slots, expert, expert_capacity, moe_capacity_layer, moe_reference, skewed_routes
 from .pipeline import (SCHEDULES, bubble_formula, bubble_measured, max_grad_difference, messages, microbatch_data,
-                       peak_formula, pipeline_model, schedule_text, pipeline_step, reference_grads, schedule_order,
-                       stage_module, torch_pipeline_step, ScheduleParams, explore_schedules)
-from .ring import (LAYOUTS, attention, gather_sequence, online_softmax_update, plain_layout, ring_attention,
+                       peak_formula, pipeline_model, schedule_text, pipeline_step, reference_grads, run_stage,
+                       schedule_order, stage_module, torch_pipeline_step, ScheduleParams, explore_schedules)
+from .ring import (LAYOUTS, attention, gather_sequence, online_softmax_update, plain_layout, ring_attention, ring_step,
                    work_matrix, zigzag_layout)
 from .sharding import (block_of, ddp_train, fsdp_block_bytes, fsdp_train, label, layered_model, max_difference,
                        order_text, sgd_reference, zero_train)
@@ -50,10 +50,10 @@ __all__ = [
     "deviation", "tensor_parallel_plan", "dtensor_mlp_step", "assemble", "dtensor_deviation",
     "layered_model", "sgd_reference", "ddp_train", "zero_train", "fsdp_train", "fsdp_block_bytes", "block_of", "label",
     "order_text", "max_difference",
-    "attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "work_matrix",
+    "attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "ring_step", "work_matrix",
     "gather_sequence",
     "SCHEDULES", "schedule_order", "bubble_formula", "peak_formula", "stage_module", "pipeline_model",
-    "microbatch_data", "reference_grads", "pipeline_step", "torch_pipeline_step", "max_grad_difference",
+    "microbatch_data", "reference_grads", "pipeline_step", "run_stage", "torch_pipeline_step", "max_grad_difference",
     "bubble_measured", "schedule_text", "messages", "ScheduleParams", "explore_schedules",
     "expert_capacity", "skewed_routes", "expert", "capacity_slots", "moe_capacity_layer", "moe_reference",
 ]

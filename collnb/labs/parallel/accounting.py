@@ -25,10 +25,11 @@ from dataclasses import dataclass
 
 from ...algorithms import busbw_factor
 from ...ranks import active_recorder
-from ...i18n import _
+from ...i18n import N_, _
 from ...units import format_bytes, pad
 
-__all__ = ["Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table"]
+__all__ = ["Phases", "split", "by_step", "phase_range", "interleave", "kind", "wire_bytes", "CallSummary", "summarize", "summary_table",
+           "PHASE_NAMES", "NUMBERED", "phase_label"]
 
 #: The primitive of each recorded operation name (:attr:`collnb.CallRecord.operation`).
 _KINDS = {
@@ -41,6 +42,26 @@ _KINDS = {
     "broadcast": "broadcast", "reduce": "reduce", "scatter": "scatter", "gather": "gather",
     "send": "send", "isend": "send", "recv": "recv", "irecv": "recv", "barrier": "barrier",
 }
+
+
+#: The phases the labs mark (:meth:`Phases.begin`; ``"setup"``: before the first mark), as shown to a
+#: learner: :func:`phase_label` translates them (the marks themselves stay these names); ``NUMBERED``:
+#: the ones marked with a block's or a step's number (``"forward 2"``, ``"step 1"``).
+PHASE_NAMES = {"setup": N_("setup"), "forward": N_("forward"), "backward": N_("backward"), "grads": N_("grads"),
+               "optimizer": N_("optimizer"), "dispatch": N_("dispatch"), "combine": N_("combine"),
+               "gather": N_("gather")}
+NUMBERED = {"forward": N_("forward {number}"), "backward": N_("backward {number}"), "step": N_("step {number}")}
+
+
+def phase_label(label: str) -> str:
+    """A phase's name as shown, in the language spoken now: ``"forward"``, ``"backward 2"``, ``"step 1"``
+    (:data:`PHASE_NAMES`, :data:`NUMBERED`) translated; any other label as is."""
+    word, _sep, number = label.partition(" ")
+    if not number and word in PHASE_NAMES:
+        return _(PHASE_NAMES[word])
+    if number.isdigit() and word in NUMBERED:
+        return _(NUMBERED[word]).format(number=number)
+    return label
 
 
 class Phases:
@@ -218,6 +239,6 @@ def summary_table(phases: dict, steps: int = 1) -> str:
              + pad(_("on the wire"), 14, ">")]
     for phase, records in phases.items():
         for row in summarize(records, steps) or [CallSummary(_("(none)"), 0, 0, 0)]:
-            lines.append(f"{pad(phase, 12)}{pad(row.kind, 16)}{_number(row.count):>6}{format_bytes(row.nbytes):>12}"
+            lines.append(f"{pad(phase_label(phase), 12)}{pad(row.kind, 16)}{_number(row.count):>6}{format_bytes(row.nbytes):>12}"
                          f"{format_bytes(row.wire_bytes):>14}")
     return "\n".join(lines)

@@ -44,7 +44,7 @@ from ...i18n import _
 from ...ranks import launch, region
 
 __all__ = ["SCHEDULES", "schedule_order", "bubble_formula", "stage_module", "pipeline_model", "microbatch_data",
-           "reference_grads", "pipeline_step", "torch_pipeline_step", "max_grad_difference", "bubble_measured",
+           "reference_grads", "pipeline_step", "run_stage", "torch_pipeline_step", "max_grad_difference", "bubble_measured",
            "schedule_text", "messages", "peak_formula"]
 
 #: The schedules :func:`schedule_order` knows, by name.
@@ -190,14 +190,40 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
     Raises:
         ValueError: as :func:`schedule_order`, or ``x`` rows not divisible by ``m``.
     """
-    p, s = world_size, rank
-    order = schedule_order(schedule, s, p, m)
+    order = schedule_order(schedule, rank, world_size, m)
     if x.shape[0] % m:
         raise ValueError(_("{rows} rows do not split into m={m} equal microbatches").format(rows=x.shape[0], m=m))
-    rows, b = x.shape[0], x.shape[0] // m
+    stage = stage_module(rank, width, seed)
+    peak, loss_sum = run_stage(rank, world_size, stage, order, x.chunk(m), y.chunk(m), x.shape[0],
+                               forward_ms=forward_ms, backward_ms=backward_ms)
+    return dict(grads=[q.grad.clone() for q in stage.parameters()], peak=peak, order=order,
+                loss=loss_sum if rank == world_size - 1 else None)
+
+
+def run_stage(rank: int, world_size: int, stage: torch.nn.Module, order: list, xs: tuple, ys: tuple, rows: int, *,
+              forward_ms: float = 0.0, backward_ms: float = 0.0) -> tuple[int, float]:
+    """Runs on a rank: the loop every stage of :func:`pipeline_step` runs, one training step of
+    ``stage`` (stage ``rank`` of ``world_size``) in the order ``order`` (:func:`schedule_order`), with
+    send/recv: ``F j`` receives microbatch ``j``'s activation from stage ``rank - 1`` (stage 0 takes
+    ``xs[j]``), runs the stage and sends its output to ``rank + 1``; ``B j`` receives the gradient of
+    that output from ``rank + 1`` (the last stage computes the loss against ``ys[j]`` instead),
+    backpropagates and sends the gradient of its input to ``rank - 1``. A send followed by a receive
+    from the same peer is posted as one ``dist.batch_isend_irecv`` (1F1B deadlocks otherwise: see
+    the module docstring).
+
+    Args:
+        stage: this rank's stage module (its gradients accumulate on its parameters).
+        order: the ``("F", j)`` / ``("B", j)`` run. xs, ys: the ``m`` microbatches of inputs and targets,
+            ``(b, width)`` float64 each. rows: the whole batch's rows (the loss divides by them).
+        forward_ms, backward_ms: a sleep per forward / backward (ms).
+
+    Returns:
+        ``(peak, loss_sum)``: the most microbatches whose activations the stage held at once, and (last
+        stage) the summed loss, float (``0.0`` on the other stages).
+    """
+    s, p = rank, world_size
     first, last = s == 0, s == p - 1
-    stage = stage_module(s, width, seed)
-    xs, ys = x.chunk(m), y.chunk(m)
+    b, width = xs[0].shape
     held, inbox, peak, loss_sum = {}, {}, 0, 0.0
 
     def source(op):
@@ -247,8 +273,7 @@ def pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y:
                     w.wait()
             else:
                 dist.send(tensor, dst=dst)
-    return dict(grads=[q.grad.clone() for q in stage.parameters()], peak=peak, order=order,
-                loss=loss_sum if last else None)
+    return peak, loss_sum
 
 
 def torch_pipeline_step(rank: int, world_size: int, schedule: str, x: torch.Tensor, y: torch.Tensor, m: int, *,

@@ -35,7 +35,7 @@ import torch.distributed as dist
 
 from ...i18n import _
 
-__all__ = ["attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention",
+__all__ = ["attention", "plain_layout", "zigzag_layout", "LAYOUTS", "online_softmax_update", "ring_attention", "ring_step",
            "work_matrix", "gather_sequence"]
 
 
@@ -110,9 +110,11 @@ def online_softmax_update(o: torch.Tensor, m: torch.Tensor, l: torch.Tensor, sco
     return o * scale[..., None] + p @ v, m_new, l * scale + p.sum(-1)
 
 
-def _ring_step(send: list, recv: list, rank: int, world_size: int):
-    """Post the sends of ``send`` to the next rank and the receives into ``recv`` from the previous
-    one, in one ``batch_isend_irecv``; returns its requests."""
+def ring_step(send: list, recv: list, rank: int, world_size: int) -> list:
+    """One round of ring attention's communication: post the sends of the tensors of ``send`` (this
+    rank's K and V blocks) to the next rank and the receives into ``recv`` from the previous one, in one
+    ``dist.batch_isend_irecv``, without waiting; returns its requests (:func:`ring_attention` waits on
+    them after computing the block it holds)."""
     nxt, prev = (rank + 1) % world_size, (rank - 1) % world_size
     ops = [dist.P2POp(dist.isend, t, nxt) for t in send] + [dist.P2POp(dist.irecv, t, prev) for t in recv]
     return dist.batch_isend_irecv(ops)
@@ -120,7 +122,7 @@ def _ring_step(send: list, recv: list, rank: int, world_size: int):
 
 def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
                    causal: bool = False, layout: str = "plain",
-                   update: Callable = online_softmax_update) -> tuple:
+                   update: Callable = online_softmax_update, step: Callable = ring_step) -> tuple:
     """On a rank: ring attention for this rank's queries (a rank function for :func:`collnb.launch`).
 
     Args:
@@ -130,6 +132,8 @@ def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor,
         layout: ``"plain"`` or ``"zigzag"`` (:data:`LAYOUTS`): which positions every rank holds.
         update: the running-softmax step, ``update(o, m, l, scores, v) -> (o, m, l)``
             (:func:`online_softmax_update`).
+        step: one round's communication, ``step(send, recv, rank, world_size) -> requests``
+            (:func:`ring_step`).
 
     Returns:
         ``(out, work)``: ``out`` the ``(n, d)`` attention output of this rank's queries; ``work`` a
@@ -154,7 +158,7 @@ def ring_attention(rank: int, world_size: int, q: torch.Tensor, k: torch.Tensor,
         src = (rank - t) % world_size
         if t < world_size - 1:
             incoming = [torch.empty_like(kv[0]), torch.empty_like(kv[1])]
-            requests = _ring_step(kv, incoming, rank, world_size)   # in flight while we compute
+            requests = step(kv, incoming, rank, world_size)   # in flight while we compute
         scores = q @ kv[0].t() / math.sqrt(d)
         visible = positions[src][None, :] <= mine[:, None] if causal else torch.ones(n, n, dtype=torch.bool)
         pairs = int(visible.sum())

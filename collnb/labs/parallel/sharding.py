@@ -29,8 +29,8 @@ import torch
 import torch.distributed as dist
 
 from ...i18n import _
-from ...units import format_bytes
-from .accounting import interleave, kind
+from ...units import format_bytes, pad
+from .accounting import interleave, kind, phase_label
 
 __all__ = ["layered_model", "sgd_reference", "ddp_train", "zero_train", "fsdp_train", "fsdp_block_bytes",
            "block_of", "label", "order_text", "max_difference"]
@@ -243,9 +243,9 @@ def order_text(records, marks, widths, world_size: int) -> str:
         if isinstance(entry, str):
             if entry == "gather":
                 break
-            lines.append("▸ " + entry)
+            lines.append("▸ " + phase_label(entry))
             continue
         block = block_of(entry, widths, world_size)
-        where = f"block {block}" if block is not None else ""
-        lines.append(f"    {kind(entry):<16}{where:<9}{format_bytes(entry.nbytes):>10}")
+        where = _("block {block}").format(block=block) if block is not None else ""
+        lines.append(f"    {kind(entry):<16}{pad(where, 9)}{format_bytes(entry.nbytes):>10}")
     return "\n".join(lines)

@@ -300,19 +300,31 @@ class TensorParallelMLP(torch.nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """``(s, h)`` -> ``(s, h)`` (tensor parallel) or ``(s/t, h)`` -> ``(s/t, h)`` (sequence
-        parallel), float64."""
-        F = torch.nn.functional
+        parallel), float64: ``x + fc2(gelu(fc1(norm(x))))``, the MLP by :meth:`tensor_parallel_mlp` or
+        :meth:`sequence_parallel_mlp`."""
         h = self.norm(x)
-        if not self.sequence_parallel:
-            a = F.linear(copy_to_tensor_parallel(h, self.group), self.fc1_weight, self.fc1_bias)
-            partial = F.linear(F.gelu(a), self.fc2_weight)            # this rank's share of fc2
-            return x + reduce_from_tensor_parallel(partial, self.group) + self.fc2_bias
+        mlp = self.sequence_parallel_mlp if self.sequence_parallel else self.tensor_parallel_mlp
+        return x + mlp(h) + self.fc2_bias
+
+    def tensor_parallel_mlp(self, h: torch.Tensor) -> torch.Tensor:
+        """Tensor parallelism: ``fc2(gelu(fc1(h)))`` without ``fc2``'s bias, ``(s, h)`` -> ``(s, h)``, the
+        same on every rank: ``f`` before the column-parallel ``fc1``, ``g`` after the row-parallel ``fc2``."""
+        F = torch.nn.functional
+        a = F.linear(copy_to_tensor_parallel(h, self.group), self.fc1_weight, self.fc1_bias)   # f, then my columns
+        partial = F.linear(F.gelu(a), self.fc2_weight)            # this rank's share of fc2
+        return reduce_from_tensor_parallel(partial, self.group)   # g: the sum of every rank's share
+
+    def sequence_parallel_mlp(self, h: torch.Tensor) -> torch.Tensor:
+        """Sequence parallelism: ``fc2(gelu(fc1(h)))`` without ``fc2``'s bias, this rank's ``(s/t, h)``
+        sequence shard in and out: all_gather into ``fc1`` (with ``regather``, again in backward),
+        reduce_scatter out of ``fc2``."""
+        F = torch.nn.functional
         if self.regather:
             a = ColumnParallelLinearRegather.apply(h, self.fc1_weight, self.fc1_bias, self.group)
         else:
             a = F.linear(gather_from_sequence_parallel(h, self.group), self.fc1_weight, self.fc1_bias)
         partial = F.linear(F.gelu(a), self.fc2_weight)
-        return x + scatter_to_sequence_parallel(partial, self.group) + self.fc2_bias
+        return scatter_to_sequence_parallel(partial, self.group)
 
     def replicated(self) -> list:
         """The parameters every rank holds whole: the LayerNorm's weight and bias, ``fc2``'s bias."""

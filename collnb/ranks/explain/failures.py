@@ -28,7 +28,7 @@ from ..instrument.timeouts import TimeoutReport, collective_timeout_name, which_
 from ..protocol import Failed, Frame
 from ..rankset import RankEvent, RankExit, RankFailure, RankResult
 from ..serialization import loads
-from .tracebacks import format_frames, where
+from .tracebacks import format_frames, waiting_in_collective, where
 
 __all__ = ["Ending", "Witness", "conclude", "ending_of", "call_error", "root_cause", "outcomes_of", "outcome_text",
            "rank_error", "death_text", "rebuild_result", "failed_ending", "returned_diverged", "add_last_words"]
@@ -155,7 +155,7 @@ def root_cause(failed: Sequence[Ending], endings: dict[int, Ending], pending: Se
     # one (when a returned rank's groups close, some peers fail at once and others are still waiting).
     first = min(failed, key=lambda e: e.t)
     returned = [r for r, e in endings.items() if e.kind == "ok"]
-    elsewhere = [r for r in pending if not where(_frames(stacks, r)).startswith("waiting in ")]
+    elsewhere = [r for r in pending if not waiting_in_collective(_frames(stacks, r))]
     absent = sorted(elsewhere + returned) or list(pending)
     if absent:
         names = ", ".join(map(str, absent))
@@ -246,7 +246,7 @@ def call_error(ranks: Sequence[int], endings: dict[int, Ending], failed: Sequenc
     still-running ranks were (see :func:`root_cause`); ``phase``: ``"init"`` or ``"run"``."""
     if not failed:
         outcomes = outcomes_of(ranks, endings, stacks, None)
-        waiting = [r for r in pending if where(_frames(stacks, r)).startswith("waiting in ")]
+        waiting = [r for r in pending if waiting_in_collective(_frames(stacks, r))]
         finished = [r for r in ranks if r in endings]
         if waiting and finished:
             # a group with a timeout= longer than the launch's: more time would not help

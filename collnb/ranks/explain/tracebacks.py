@@ -19,9 +19,11 @@ from typing import Sequence
 
 import torch
 
+from ...i18n import _
 from ..protocol import Frame
 
-__all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "named_cells", "where", "parse_stack",
+__all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "named_cells", "where", "waiting_in_collective",
+           "parse_stack",
            "is_comm_error", "RANK_FILE"]
 
 _RANKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -52,18 +54,27 @@ def is_comm_error(exc: BaseException) -> bool:
     return any(m in str(exc) for m in _COMM_MARKERS)
 
 
+def _in_torch_distributed(frames: Sequence[Frame]) -> list[Frame]:
+    return [f for f in frames if os.path.abspath(f[0]).startswith(_TORCH_DIR) and f[0].endswith("distributed_c10d.py")]
+
+
+def waiting_in_collective(frames: Sequence[Frame] | None) -> bool:
+    """Whether a stack waits inside a ``torch.distributed`` call (a collective or a send/recv)."""
+    return bool(frames) and bool(_in_torch_distributed(frames or []))
+
+
 def where(frames: Sequence[Frame] | None) -> str:
-    """One line saying where a stack is: the collective it waits in and the user's frame."""
+    """One line saying where a stack is, in the language spoken: the collective it waits in and the
+    user's frame (:func:`waiting_in_collective` tells the two kinds apart)."""
     if not frames:
         return ""
     user = [f for f in frames if not os.path.abspath(f[0]).startswith(_TORCH_DIR)]
-    in_torch = [f for f in frames if os.path.abspath(f[0]).startswith(_TORCH_DIR)
-                and f[0].endswith("distributed_c10d.py")]
+    in_torch = _in_torch_distributed(frames)
     at = user[-1] if user else frames[-1]
     place = f'File "{at[0]}", line {at[1]}, in {at[2]}'
     if in_torch:
-        return f"waiting in {in_torch[-1][2]}, called from {place}"
-    return f"at {place}"
+        return _("waiting in {call}, called from {place}").format(call=in_torch[-1][2], place=place)
+    return _("at {place}").format(place=place)
 
 
 def frames_of(tb: TracebackType | None, entry: str = RANK_FILE) -> list[Frame]:

@@ -22,6 +22,8 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
+from ..i18n import _
+
 __all__ = ["Divergence", "divergence", "entries_from_json", "FIELDS"]
 
 #: The fields of an entry collnb keeps (the rest of a dump is stacks and timings).
@@ -101,9 +103,10 @@ def _group_divergence(group: tuple[str, ...], by_rank: dict[int, dict[int, Entry
         if absent and len(here) >= len(absent):
             never = [r for r in absent if last[r] < seq]
             return Divergence(tuple(absent), seq, group, "never issued",
-                              f"rank(s) {absent} never issued collective {seq}, which rank(s) {sorted(here)} issued "
-                              f"({', '.join(sorted({_op(e) for e in here.values()}))})"
-                              + ("" if never == absent else " (their entries skip it)"),
+                              _("rank(s) {absent} never issued collective {seq}, which rank(s) {issued} issued "
+                                "({ops})").format(absent=absent, seq=seq, issued=sorted(here),
+                                                  ops=", ".join(sorted({_op(e) for e in here.values()})))
+                              + ("" if never == absent else _(" (their entries skip it)")),
                               len(absent) < len(here))
         sigs = {r: _signature(e) for r, e in here.items()}
         ops = Counter(s[0] for s in sigs.values())
@@ -112,8 +115,9 @@ def _group_divergence(group: tuple[str, ...], by_rank: dict[int, dict[int, Entry
             odd = tuple(sorted(r for r, s in sigs.items() if s[0] != common))
             theirs = ", ".join(sorted({_op(here[r]) for r in odd}))
             return Divergence(odd, seq, group, "operation",
-                              f"collective {seq} is {theirs} on rank(s) {list(odd)} but "
-                              f"{common.split(':')[-1]} on the other ranks", len(odd) < count)
+                              _("collective {seq} is {theirs} on rank(s) {odd} but {common} on the other ranks").format(
+                                  seq=seq, theirs=theirs, odd=list(odd), common=common.split(":")[-1]),
+                              len(odd) < count)
         op = next(iter(ops))
         if op.endswith("all_to_all") or op.endswith("alltoall"):
             sent = sum(_numel(e["input_sizes"]) for e in here.values())
@@ -122,17 +126,19 @@ def _group_divergence(group: tuple[str, ...], by_rank: dict[int, dict[int, Entry
                 usual, count = Counter(sigs.values()).most_common(1)[0]
                 odd = tuple(sorted(r for r, s in sigs.items() if s != usual))
                 return Divergence(odd, seq, group, "all_to_all totals",
-                                  f"collective {seq} ({_op(here[odd[0]]) if odd else op}) sends {sent} elements "
-                                  f"in all but receives {got}: rank(s) {list(odd)} have input sizes "
-                                  f"{here[odd[0]]['input_sizes'] if odd else '?'}, the others {usual[1]}",
+                                  _("collective {seq} ({op}) sends {sent} elements in all but receives {got}: "
+                                    "rank(s) {odd} have input sizes {sizes}, the others {usual}").format(
+                                      seq=seq, op=_op(here[odd[0]]) if odd else op, sent=sent, got=got, odd=list(odd),
+                                      sizes=here[odd[0]]["input_sizes"] if odd else "?", usual=usual[1]),
                                   0 < len(odd) < count)
             continue
         if len(set(sigs.values())) > 1:
             usual, count = Counter(sigs.values()).most_common(1)[0]
             odd = tuple(sorted(r for r, s in sigs.items() if s != usual))
             return Divergence(odd, seq, group, "sizes",
-                              f"collective {seq} ({_op(here[odd[0]])}) has input sizes "
-                              f"{here[odd[0]]['input_sizes']} on rank(s) {list(odd)}, {usual[1]} on the other ranks",
+                              _("collective {seq} ({op}) has input sizes {sizes} on rank(s) {odd}, {usual} on the other "
+                                "ranks").format(seq=seq, op=_op(here[odd[0]]), sizes=here[odd[0]]["input_sizes"],
+                                                odd=list(odd), usual=usual[1]),
                               len(odd) < count)
     return None
 

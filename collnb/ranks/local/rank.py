@@ -19,6 +19,7 @@ import ctypes
 import datetime
 import faulthandler
 import io
+import logging
 import os
 import shutil
 import signal
@@ -121,10 +122,12 @@ def rank_main(rank: int, cfg: RankConfig, cmd_r: Connection, res_w: Connection, 
         devnull = os.open(os.devnull, os.O_RDONLY)
         os.dup2(devnull, 0)
         sys.stdin = open(0, "r", closefd=False)
+        parent_streams = (sys.stdout, sys.stderr)
         sys.stdout = io.TextIOWrapper(open(1, "wb", buffering=0, closefd=False),
                                       encoding="utf-8", line_buffering=True, write_through=True)
         sys.stderr = io.TextIOWrapper(open(2, "wb", buffering=0, closefd=False),
                                       encoding="utf-8", line_buffering=True, write_through=True)
+        repoint_log_handlers(parent_streams, (sys.stdout, sys.stderr))
         stack_file = open(os.path.join(cfg["dir"], f"stack-{rank}.txt"), "w")
         err_stream = sys.stderr
 
@@ -228,3 +231,22 @@ def _idle_forever() -> NoReturn:
     collective do not pile "connection closed" errors on top of the root cause."""
     while True:
         time.sleep(3600)
+
+
+def repoint_log_handlers(inherited: tuple[object, object], streams: tuple[object, object]) -> None:
+    """Point every logging handler that writes to the parent's ``sys.stdout``/``sys.stderr``
+    (``inherited``) at this rank's own (``streams``, the pipes the launcher relays to the calling cell).
+
+    Handlers made before the fork keep the parent's stream objects: torch gives its loggers a
+    ``StreamHandler`` on ``sys.stderr`` when it is imported (``torch._logging``), in a notebook an
+    ipykernel ``OutStream``, which sends a forked child's writes to the cell that was running when the
+    rank was started. A DTensor warning logged by a learner's call in a later cell showed under the
+    first cell that launched ranks, without its ``[rank r]`` (issue 34, notebook 12)."""
+    loggers = [logging.getLogger()] + [lg for lg in logging.Logger.manager.loggerDict.values()
+                                       if isinstance(lg, logging.Logger)]
+    for lg in loggers:
+        for handler in lg.handlers:
+            if isinstance(handler, logging.StreamHandler) and not isinstance(handler, logging.FileHandler):
+                for old, new in zip(inherited, streams):
+                    if handler.stream is old:
+                        handler.setStream(new)
