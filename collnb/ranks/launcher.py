@@ -300,10 +300,12 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
             :class:`LaunchResults` whose ``.timeline`` is a :class:`.timeline.Timeline` (draw it with
             :func:`collnb.views.timeline_image`, export it with ``.save_chrome_trace(path)``).
             Off by default and then free: nothing is installed in the ranks.
-        flight_recorder: entries of torch's Flight Recorder per rank (keyword only; 0, the
-            default, leaves it off). Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is
-            made, and warm ranks made theirs already, so a value other than the warm pool's starts
-            fresh ranks with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
+        flight_recorder: entries of torch's Flight Recorder per rank, which collnb then reads
+            (keyword only). 0, the default, leaves ``TORCH_FR_BUFFER_SIZE`` unset: torch's own
+            default then applies (the recorder on, 2000 entries, since pytorch#142260) and collnb
+            reads no entries. Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is made, and
+            warm ranks made theirs already, so a value other than the warm pool's starts fresh ranks
+            with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
         show_backend_log: print the lines the backend's C++ code logs (``[E... ProcessGroupGloo.cpp:...]``)
             in the cell as they come (keyword only). By default they are kept out of the cell and
             attached to the error as ``err.backend_log`` (its message says how many); after a call
@@ -399,8 +401,8 @@ def check_request(fn: Callable[..., Any], world_size: int, args: Sequence[Any] =
                        ("timeline", timeline)):
         check_flag(name, flag)
     if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
-        raise ValueError(_("flight_recorder must be a number of entries >= 0 (e.g. 200; 0 = off); got {value}").format(
-            value=repr(flight_recorder)))
+        raise ValueError(_("flight_recorder must be a number of entries >= 0 (e.g. 200; 0: torch's own default, "
+                           "entries not read); got {value}").format(value=repr(flight_recorder)))
     _check_signature(fn, tuple(args), kwargs)
     _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     request = LaunchRequest(fn, world_size, tuple(args), dict(kwargs or {}), check_backend(backend), float(timeout),

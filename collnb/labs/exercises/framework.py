@@ -210,23 +210,28 @@ CHECK_TIMEOUT_S = 60.0
 
 
 def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str, collective_timeout: float = 5.0,
-                    grouped: bool = True, timeline: bool = False):
+                    grouped: bool = True, timeline: bool = False,
+                    on_hang: Callable[[RankError], str | None] | None = None):
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
     ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
     becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
     need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
     (more for code whose first backward imports modules lazily, e.g. FSDP2). ``timeline=True``:
-    returns ``(results, calls, timeline)`` (:func:`launch_recorded`)."""
+    returns ``(results, calls, timeline)`` (:func:`launch_recorded`). ``on_hang``: for ranks that did
+    not meet, the hint from the :class:`collnb.RankError` (where each rank waited), or ``None`` for ``hint``."""
     try:
         out = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
                               collective_timeout=collective_timeout, timeline=timeline)
         results, calls = out[0], out[1]
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
-        if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
+        # a rank that waited in vain: its own timeout, or its connection closed by a peer that timed out first
+        waited = "timed out" in head.lower() or ("connection closed" in head.lower()
+                                                 and any("timed out" in v.lower() for v in err.outcomes.values()))
+        if err.exc_type in ("DidNotJoin",) or waited or "Timeout" in err.exc_type:
             raise fail(_("{what}: the ranks did not meet in the same calls.").format(what=what) + f"\n{head}",
                         _("every rank must make the same collective calls in the same order "
-                          "(a send needs a matching recv). ") + hint) from None
+                          "(a send needs a matching recv). ") + ((on_hang(err) if on_hang else None) or hint)) from None
         raise fail(_("{what}: your function raised on a rank.").format(what=what)
                     + f"\n{head}\n{err.rank_traceback.strip()}", hint) from None
     except LaunchTimeout as err:  # a check has no timeout to raise: say what to look for instead
@@ -344,7 +349,8 @@ class Trial:
 def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[random.Random], Iterable[Case]],
           judge: Callable[[Trial], None], passed: str | Callable[[list[Trial]], str],
           unanswered: str | Callable[[Trial], bool] = "silent", retry: Callable[[Trial], bool] | None = None,
-          grouped: bool = True, timeline: bool = False, collective_timeout: float = 5.0) -> None:
+          grouped: bool = True, timeline: bool = False, collective_timeout: float = 5.0,
+          on_hang: Callable[[RankError], str | None] | None = None) -> None:
     """Check ``answer``, a function the learner wrote, on real ranks: the frame every such check shares.
 
     1. ``answer`` must be callable as ``signature`` says (``"my_broadcast(rank, world_size, src,
@@ -369,6 +375,9 @@ def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[
 
     ``grouped``, ``timeline``, ``collective_timeout``: as :func:`launch_recorded` (``grouped=False``:
     each rank's records as recorded, one per operation, not grouped into the learner's calls).
+    ``on_hang(err)``: for a check about hangs, the hint of a launch whose ranks did not meet, read from
+    its :class:`collnb.RankError` (which call each rank waited in, which ranks had returned), or
+    ``None`` to keep ``direction``.
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
@@ -380,10 +389,10 @@ def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[
     trials: list[Trial] = []
     for case in cases(random.SystemRandom()):
         trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
-                     collective_timeout=collective_timeout)
+                     collective_timeout=collective_timeout, on_hang=on_hang)
         if retry is not None and retry(trial):
             trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
-                         collective_timeout=collective_timeout)
+                         collective_timeout=collective_timeout, on_hang=on_hang)
         if not trials and (trial.silent if unanswered == "silent" else callable(unanswered) and unanswered(trial)):
             return not_answered(name, direction)
         judge(trial)
