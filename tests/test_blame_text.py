@@ -115,7 +115,7 @@ def test_the_detail_checks_op_mismatch_names_the_rank_that_broadcast():
 
 
 def test_fingerprints_of_two_kinds_are_read_from_each_ranks_own_account():
-    """Issue 34: when the two calls differ in kind their fingerprints differ in length and torch 2.13 misreads
+    """Issue 34: when the two calls differ in kind their fingerprints differ in length and torch (2.13, 2.15) misreads
     the other side's (rank 1 reads the others' all_reduce as OpType=GATHER, they read its all_to_all as
     OpType=REDUCE); each rank's account of its own call is right, and the summary is built from those."""
     got = collnb.launch(_all_to_all_against_all_reduce, 4, debug=True)

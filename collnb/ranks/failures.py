@@ -493,7 +493,7 @@ def _mismatch(failed: Sequence[Event]) -> Event | None:
     found = [(e, int(rank), fp.strip()) for e in sorted(failed, key=lambda e: e.t)
              for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message))]
     # A rank's own account of its call first: when the two calls differ in kind their fingerprints differ in
-    # length and torch 2.13 misreads the other side's (rank 1's all_to_all read as "OpType=REDUCE" by the
+    # length and torch (2.13, 2.15) misreads the other side's (rank 1's all_to_all read as "OpType=REDUCE" by the
     # others, theirs as "OpType=GATHER" by rank 1), while each reads its own right.
     for e, rank, fp in found:
         if rank == e.rank:
