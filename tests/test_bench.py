@@ -190,6 +190,10 @@ def test_a_size_of_the_wrong_type_is_a_type_error(size):
      "world_size must be an int from 1 to 16; got 40"),
     (dict(world_sizes=[2, "4"]), TypeError,
      "world_size must be an int from 1 to 16; got '4'"),
+    (dict(world_sizes=True), TypeError,  # not "'bool' object is not iterable"
+     "world_size must be an int from 1 to 16; got True"),
+    (dict(world_sizes=2.5), TypeError,
+     "world_size must be an int from 1 to 16; got 2.5"),
     (dict(dtype="float128"), ValueError, "unknown dtype 'float128'; choose one of: float32, "),
     (dict(backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl"),
     (dict(timing="nccl"), ValueError, "unknown timing method 'nccl'; choose one of: collnb, nccl-tests"),
@@ -277,6 +281,12 @@ def test_every_primitive_and_algorithm_measures_a_correct_result():
         assert [r["algorithm"] for r in rows] == list(B.check_algorithms(primitive, "all"))
         bad = [(r["primitive"], r["algorithm"]) for r in rows if not r["ok"]]
         assert not bad, bad
+
+
+def test_the_columns_are_the_files_columns_in_order():
+    """COLUMNS is read from the Row type: its order is the JSON and CSV files' column order."""
+    assert B.COLUMNS == ("primitive", "algorithm", "backend", "world_size", "dtype", "nbytes", "time_s", "time_min_s",
+                         "time_max_s", "algbw_GBps", "busbw_GBps", "ok")
 
 
 def test_row_schema_values_and_files(tmp_path):

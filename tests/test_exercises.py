@@ -396,6 +396,27 @@ def test_average_gradients_with_one_flattened_bucket_passes(capsys):
     _passes(capsys, exercises.check_average_gradients, average_gradients)
 
 
+def test_train_steps_leaves_a_parameter_without_a_gradient_alone_as_sgd_does():
+    """A parameter the loss does not use has no .grad after backward: train_steps skips it, as
+    torch.optim.SGD does (it raised TypeError: float * None)."""
+    from collnb.labs.exercises.training import tiny_model, train_steps
+
+    torch.manual_seed(0)
+    x, y = torch.randn(4, 3, dtype=torch.float64), torch.randn(4, 1, dtype=torch.float64)
+    model = tiny_model()
+    model.register_parameter("unused", torch.nn.Parameter(torch.ones(2, dtype=torch.float64)))  # first in parameters()
+    reference = tiny_model()
+    optimiser = torch.optim.SGD(reference.parameters(), lr=0.1)
+    for _ in range(2):
+        optimiser.zero_grad()
+        torch.nn.functional.mse_loss(reference(x), y).backward()
+        optimiser.step()
+    after = train_steps(model, x, y, steps=2, lr=0.1)
+    assert torch.equal(after[0], torch.ones(2, dtype=torch.float64))
+    # SGD adds -lr * grad in one fused step: the same up to rounding
+    assert len(after) == 5 and all(torch.allclose(a, b, rtol=0, atol=1e-12) for a, b in zip(after[1:], reference.parameters()))
+
+
 def test_a_function_with_the_wrong_parameters_is_refused_before_any_rank_starts(capsys):
     def my_broadcast(rank, world_size, src):          # the signature of an older version
         ...

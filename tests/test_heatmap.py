@@ -195,6 +195,19 @@ def test_format_value():
     assert H.format_value(12345678901) == "1.23e10"
     assert H.format_value(True) == "True" and H.format_value(2 + 0j) == "2+0j"
     assert H.format_value("r1c0") == "r1c0"
+    # barrier's times are ms to 0.1; what is not a number is written as text (float() raised before)
+    assert H.format_value(12.345, "time") == "12.3" and H.format_value(7, "time") == "7.0"
+    assert H.format_value("late", "time") == "late"
+
+
+def test_differs_exact_compares_numbers_only():
+    from collnb.views.values import differs_exact
+    assert differs_exact(-56, 200.0) and not differs_exact(True, 1.0) and differs_exact(False, 1.0)
+    assert not differs_exact(float("nan"), float("nan")) and differs_exact(float("nan"), 1.0)
+    assert differs_exact(1 + 2j, 1.0) and not differs_exact(2 + 0j, 2.0)
+    assert not differs_exact(np.float32(0.5), 0.5) and differs_exact(np.int8(-56), 200.0)  # numpy scalars as numbers
+    # what is not a number never differs, a str that reads as one included (float("2") made it differ)
+    assert not differs_exact("2", 1.5) and not differs_exact("r1c0", "r1c1") and not differs_exact(None, 1.0)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -34,6 +34,18 @@ def test_short_and_torch_forms_and_the_torch_object_round_trip():
     assert P.parse_placement("S(-1)", 2) == Placement("shard", 1)  # torch normalises negative dims
 
 
+def test_a_placement_made_without_its_dim_or_op_says_so():
+    assert Placement("shard", 1).shard_dim == 1 and Placement("partial", op="max").partial_op == "max"
+    with pytest.raises(ValueError, match=r"^Placement\(kind='shard', dim=None, op=None\) is not a Shard of a tensor dim$"):
+        Placement("shard").to_torch()
+    with pytest.raises(ValueError, match="is not a Shard of a tensor dim"):
+        Placement("replicate").shard_dim  # noqa: B018 - the property raises
+    with pytest.raises(ValueError, match="is not a Partial with a reduce op"):
+        Placement("partial").to_torch()
+    with pytest.raises(ValueError, match="is not a Shard of a tensor dim"):
+        P.parse_placement(Placement("shard"), 2)
+
+
 def test_placements_per_mesh_dimension_as_a_list_or_one_string():
     want = (Placement("shard", 0), Placement("replicate"))
     for value in ("S(0),R", "S(0), R", "(Shard(0), Replicate())", "[S(0), R]", ["S(0)", "R"], (Shard(0), Replicate())):

@@ -222,6 +222,17 @@ def test_overlap_as_hta_defines_it_exact():
 
 
 @pytest.mark.slow
+def test_the_recording_hook_has_the_annotations_ddp_compares():
+    """DistributedDataParallel.register_comm_hook refuses a hook whose bucket or return annotation is not
+    dist.GradBucket / torch.futures.Future[torch.Tensor] themselves (a postponed annotation's string is refused)."""
+    import inspect
+
+    from collnb.labs import overlap
+    sig = inspect.signature(overlap.recording_hook)
+    assert sig.parameters["bucket"].annotation is dist.GradBucket
+    assert sig.return_annotation == torch.futures.Future[torch.Tensor]
+
+
 def test_ddp_buckets_per_cap_and_the_wait_counted_as_compute_only_raises_overlap():
     from collnb.labs import overlap
     # 8 Linear(512, 512): each layer's weight + bias is 262656 float32 (1.0 MiB); DDP fills a bucket

@@ -16,6 +16,7 @@ backend refuses, NCCL without a GPU, an output path that cannot be written); 3 t
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
 
 from ..algorithms import ALGORITHMS, fit_each
@@ -23,7 +24,7 @@ from ..i18n import N_, _
 from ..labs import bench as B
 from ..units import format_bytes, format_seconds
 from ..vocabulary import BACKENDS, DTYPE_NAMES, check_int
-from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, Subparsers, check_outputs, on_ranks, write_output
 
 #: How each timing method is described in the header line of the output.
 _TIMING_WORDS = {"collnb": N_("time = median over iterations of the slowest rank, each iteration after a barrier"),
@@ -31,7 +32,7 @@ _TIMING_WORDS = {"collnb": N_("time = median over iterations of the slowest rank
                                   "mean per call, averaged over the ranks")}
 
 
-def _world_sizes(text: str) -> list:
+def _world_sizes(text: str) -> list[int]:
     """``"4"`` or ``"2,4,8"`` -> list of ints (argparse type)."""
     out = []
     for part in str(text).replace(" ", "").split(","):
@@ -48,7 +49,7 @@ def _world_sizes(text: str) -> list:
     return out
 
 
-def _cmd_bench_cluster(args) -> int:
+def _cmd_bench_cluster(args: argparse.Namespace) -> int:
     """``--nodes N --ranks-per-node K``: measure each tier of a :func:`collnb.cluster` (one stream,
     16 MiB messages), then every algorithm of the primitive beside the two-tier model."""
     from ..labs import cluster as C
@@ -65,17 +66,19 @@ def _cmd_bench_cluster(args) -> int:
         return EXIT_USAGE
     with c:
         print(c.describe(), flush=True)
-        link, status = on_ranks(lambda: c.measure(verbose=True))
-        if status is not None:
-            return status
+        measured = on_ranks(lambda: c.measure(verbose=True))
+        if measured[1] is not None:
+            return measured[1]
         algorithms = None if not args.algorithm or "all" in args.algorithm else args.algorithm
-        cmp, status = on_ranks(lambda: compare_algorithms(c, args.primitive, algorithms, sizes=sizes,
-                                                          repeats=max(1, args.iters), timeout=args.timeout))
-        if status is not None:
-            return status
+        compared = on_ranks(lambda: compare_algorithms(c, args.primitive, algorithms, sizes=sizes,
+                                                       repeats=max(1, args.iters), timeout=args.timeout))
+        if compared[1] is not None:
+            return compared[1]
+        cmp = compared[0]
         print(cmp.table())
         if args.png:
-            status = write_output("--png", args.png, lambda: cmp.figure().savefig(args.png))
+            status = write_output("--png", args.png,
+                                  lambda: cmp.figure().savefig(args.png))  # type: ignore[no-untyped-call]  # labs.cluster: not typed yet
             if status is not None:
                 return status
             print(_("{what} written to {path}").format(what="png", path=args.png))
@@ -85,7 +88,7 @@ def _cmd_bench_cluster(args) -> int:
     return EXIT_OK
 
 
-def _cmd_bench(args) -> int:
+def _cmd_bench(args: argparse.Namespace) -> int:
     if args.nodes is not None or args.ranks_per_node is not None:
         if args.nodes is None or args.ranks_per_node is None:
             print(_("error: give both --nodes and --ranks-per-node"), file=sys.stderr)
@@ -96,14 +99,13 @@ def _cmd_bench(args) -> int:
                            (args.png, "--png", (".png",)))
     if status is not None:
         return status
-    world_sizes = [w for group in (args.world_size or [[2, 4]]) for w in group]
-    world_sizes = list(dict.fromkeys(world_sizes))
+    given = list(dict.fromkeys(w for group in (args.world_size or [[2, 4]]) for w in group))
     try:  # everything that needs no rank, before any rank starts
         algorithms = B.check_algorithms(args.primitive, args.algorithm or ["builtin"])
         sizes = B.parse_sizes(args.sizes)
         check_int("iters", args.iters, 1, what=N_("timed iterations per measurement"))
         check_int("warmup", args.warmup, 0, what=N_("untimed iterations before them"))
-        world_sizes = B.check_world_sizes(world_sizes, args.backend)
+        world_sizes = B.check_world_sizes(given, args.backend)
     except (TypeError, ValueError, RuntimeError) as exc:  # RuntimeError: the backend cannot run here
         print(_("error: {message}").format(message=exc), file=sys.stderr)
         return EXIT_USAGE
@@ -114,12 +116,13 @@ def _cmd_bench(args) -> int:
                                    smallest=format_bytes(sizes[0]), largest=format_bytes(sizes[-1]),
                                    warmup=args.warmup, iters=args.iters, timing=_(_TIMING_WORDS[args.timing])),
           flush=True)
-    rows, status = on_ranks(lambda: B.bench(
+    out = on_ranks(lambda: B.bench(
         args.primitive, world_sizes, sizes, args.dtype, iters=args.iters, warmup=args.warmup, algorithms=algorithms,
         backend=args.backend, references=not args.no_references, progress=not args.quiet, timeout=args.timeout,
         as_frame=False, timing=args.timing))
-    if status is not None:
-        return status
+    if out[1] is not None:
+        return out[1]
+    rows = out[0]
     print(B.format_table(rows))
     fits = fit_each(rows)
     if fits:
@@ -131,12 +134,12 @@ def _cmd_bench(args) -> int:
         print("\n" + _("what TORCH_DISTRIBUTED_DEBUG=DETAIL costs ({algorithm}, world size {world_size}):").format(
             algorithm=algorithms[0], world_size=world_sizes[0]))
         for n in extremes:
-            cost, status = on_ranks(lambda n=n: B.debug_cost(args.primitive, world_sizes[0], n, args.dtype,
-                                                             algorithm=algorithms[0], iters=args.iters,
-                                                             warmup=args.warmup, backend=args.backend,
-                                                             timeout=args.timeout))
-            if status is not None:
-                return status
+            measured = on_ranks(functools.partial(B.debug_cost, args.primitive, world_sizes[0], n, args.dtype,
+                                                  algorithm=algorithms[0], iters=args.iters, warmup=args.warmup,
+                                                  backend=args.backend, timeout=args.timeout))
+            if measured[1] is not None:
+                return measured[1]
+            cost = measured[0]
             extra = ("+" if cost["extra_s"] >= 0 else "") + format_seconds(cost["extra_s"])
             print(f"  {format_bytes(n):>8}: " + _("off {off}, on {on} ({ratio}x, {extra} per call)").format(
                 off=format_seconds(cost["off"]["time_s"]), on=format_seconds(cost["on"]["time_s"]),
@@ -158,7 +161,7 @@ def _cmd_bench(args) -> int:
     return EXIT_OK
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``bench`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     valid = "; ".join(f"{p}: {', '.join(('builtin',) + ALGORITHMS.get(p, ()))}" for p in B.PRIMITIVES)
     p = subparsers.add_parser(

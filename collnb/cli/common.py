@@ -2,22 +2,32 @@
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 from ..i18n import _
 from ..ranks import LaunchError
 
 EXIT_OK, EXIT_MISMATCH, EXIT_USAGE, EXIT_LAUNCH = 0, 1, 2, 3
 
+#: What ``parser.add_subparsers()`` returns, to which each subcommand module adds itself
+#: (``add_parser(subparsers)``); argparse gives its class no public name.
+Subparsers = argparse._SubParsersAction
 
-def on_ranks(call):
+T = TypeVar("T")
+
+
+def on_ranks(call: Callable[[], T]) -> tuple[T, None] | tuple[None, int]:
     """Run ``call()`` (which launches ranks) and map its errors to exit statuses.
 
     Returns ``(value, None)`` on success, or ``(None, status)`` after printing ``error: ...`` to
     stderr: bad input (ValueError/TypeError, or RuntimeError such as a backend that cannot run
     here) gives :data:`EXIT_USAGE`; a failed launch (:class:`collnb.LaunchError`) gives
-    :data:`EXIT_LAUNCH`.
+    :data:`EXIT_LAUNCH`. A caller tests ``out[1] is not None`` (not the unpacked pair) so that
+    ``out[0]`` is known to hold the value after it.
     """
     try:
         return call(), None
@@ -32,7 +42,7 @@ def on_ranks(call):
         return None, EXIT_USAGE
 
 
-def output_problem(path, what, suffixes=()):
+def output_problem(path: str | None, what: str, suffixes: Sequence[str] = ()) -> str | None:
     """Why ``path`` cannot be written as ``what`` (e.g. "--png"), or ``None`` when it can.
 
     Checked before any rank starts, so a typo in an output path (or a folder such as ``/proc`` that
@@ -56,7 +66,7 @@ def output_problem(path, what, suffixes=()):
     return _open_problem(path, what)
 
 
-def _open_problem(path, what):
+def _open_problem(path: str, what: str) -> str | None:
     """Why ``path`` cannot be opened for writing, found by opening it (a folder can look writable
     and refuse files: ``/proc``, ``/sys``, a read-only mount, a full disk's quota), or ``None``. A
     file that did not exist is removed again; one that did is neither truncated nor written."""
@@ -76,7 +86,7 @@ def _open_problem(path, what):
     return None
 
 
-def write_output(what, path, write):
+def write_output(what: str, path: str, write: Callable[[], object]) -> int | None:
     """Call ``write()`` (which writes ``path``); on failure print ``error: ...`` and return
     :data:`EXIT_USAGE`, else ``None``. The pre-checks of :func:`output_problem` cannot foresee
     everything (a dangling symlink, a name over 255 bytes, a full disk, a trace without the
@@ -90,7 +100,7 @@ def write_output(what, path, write):
     return None
 
 
-def check_outputs(*checks):
+def check_outputs(*checks: tuple[str | None, str, Sequence[str]]) -> int | None:
     """Print the first problem of ``(path, what, suffixes)`` checks; return EXIT_USAGE or None."""
     for path, what, suffixes in checks:
         problem = output_problem(path, what, suffixes)

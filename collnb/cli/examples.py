@@ -4,19 +4,20 @@ result line with ✓/✗ against the reference."""
 
 from __future__ import annotations
 
+import argparse
 from ..i18n import _
 from ..labs.examples import run_examples
-from .common import EXIT_MISMATCH, EXIT_OK, on_ranks
+from .common import EXIT_MISMATCH, EXIT_OK, Subparsers, on_ranks
 
 
-def _cmd_examples(args) -> int:
-    ok, status = on_ranks(lambda: run_examples(timeout=args.timeout))
-    if status is not None:
-        return status
-    return EXIT_OK if ok else EXIT_MISMATCH
+def _cmd_examples(args: argparse.Namespace) -> int:
+    out = on_ranks(lambda: run_examples(timeout=args.timeout))
+    if out[1] is not None:
+        return out[1]
+    return EXIT_OK if out[0] else EXIT_MISMATCH
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``examples`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     s = subparsers.add_parser(
         "examples", help=_("run every scenario of the two original examples, with check marks"),

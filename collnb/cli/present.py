@@ -16,6 +16,7 @@ Exit status: 0 when Voilà ends normally; 2 when Voilà is not installed or the 
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import os
 import subprocess
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from ..i18n import N_, _
 from ..vocabulary import check_int
+from .common import Subparsers
 
 #: The notebook Voilà serves.
 NOTEBOOK = Path(__file__).resolve().parent.parent / "data" / "present.ipynb"
@@ -71,7 +73,7 @@ def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.
             *([] if open_browser else ["--no-browser"])]
 
 
-def _cmd_present(args) -> int:
+def _cmd_present(args: argparse.Namespace) -> int:
     if importlib.util.find_spec("voila") is None:
         print(_("error: Voilà is not installed; install the present extra: "
                 "pip install -e '.[present]' (make test installs it)"), file=sys.stderr)
@@ -88,7 +90,7 @@ def _cmd_present(args) -> int:
         return 0
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Register ``present`` on the ``python -m collnb`` command line."""
     p = subparsers.add_parser(
         "present", help=_("projector view: explorer and replay as a Voilà app, no code, laid out for a room"),

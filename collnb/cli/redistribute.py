@@ -13,24 +13,26 @@ path that cannot be written), checked before any rank starts; 3 the ranks failed
 
 from __future__ import annotations
 
+import argparse
 import json
 
 from .. import placements
 from ..i18n import _
 from ..views import redistribute_text
 from ..vocabulary import BACKENDS
-from .common import EXIT_MISMATCH, EXIT_OK, check_outputs, on_ranks, write_output
+from .common import EXIT_MISMATCH, EXIT_OK, Subparsers, check_outputs, on_ranks, write_output
 
 
-def _cmd(args) -> int:
+def _cmd(args: argparse.Namespace) -> int:
     status = check_outputs((args.png, "--png", (".png",)), (args.json, "--json", (".json",)))
     if status is not None:
         return status
-    result, status = on_ranks(lambda: placements.redistribute(
+    out = on_ranks(lambda: placements.redistribute(
         args.shape, args.mesh, src=args.src, dst=args.dst, dtype=args.dtype, backend=args.backend,
         repeats=args.repeats, timeout=args.timeout))
-    if status is not None:
-        return status
+    if out[1] is not None:
+        return out[1]
+    result = out[0]
     print(redistribute_text(result))
     for flag, path, write in (("--png", args.png, lambda: result.save(args.png)),
                               ("--json", args.json, lambda: _write_json(result, args.json))):
@@ -42,12 +44,13 @@ def _cmd(args) -> int:
     return EXIT_OK if result.ok else EXIT_MISMATCH
 
 
-def _write_json(result, path):
+def _write_json(result: placements.RedistributeResult, path: str) -> None:
+    """Write ``result.to_dict()`` to ``path`` as JSON."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(result.to_dict(), f, indent=1)
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``redistribute`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
         "redistribute", help=_("change a DTensor's placements on real ranks and print the collectives it issues"),

@@ -12,6 +12,7 @@ bad world size or root); 3 the launch failed.
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..i18n import N_, _
@@ -19,10 +20,10 @@ from ..algorithms import ALGORITHM_NAMES, ALGORITHMS, PRIMITIVES, Trace, run_alg
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
 from ..views import FPS_RANGE, save_filmstrip, save_gif
 from ..vocabulary import BACKENDS, DTYPE_NAMES, MAX_WORLD_SIZE, REDUCE_OPS, check_real
-from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, Subparsers, check_outputs, on_ranks, write_output
 
 
-def _cmd_replay(args) -> int:
+def _cmd_replay(args: argparse.Namespace) -> int:
     status = check_outputs((args.gif, "--gif", (".gif",)), (args.png, "--png", (".png",)),
                            (args.trace, "--trace", (".json", ".npz")))
     if status is not None:
@@ -60,12 +61,13 @@ def _cmd_replay(args) -> int:
                     "{valid}").format(primitive=args.primitive, algorithm=repr(algorithm), valid=", ".join(valid)),
                   file=sys.stderr)
             return EXIT_USAGE
-        trace, status = on_ranks(lambda: run_algorithm(
+        out = on_ranks(lambda: run_algorithm(
             args.primitive, algorithm, args.world_size, dtype=args.dtype, op=args.op or "sum",
             root=args.root, chunk_size=args.chunk_size, segments=args.segments,
             backend=args.backend, timeout=args.timeout, snapshots=True))
-        if status is not None:
-            return status
+        if out[1] is not None:
+            return out[1]
+        trace = out[0]
     print(trace.summary())
     for rnd in trace.rounds:
         moved = max((t.nbytes for t in rnd.transfers), default=0)
@@ -93,7 +95,7 @@ def _cmd_replay(args) -> int:
     return EXIT_OK
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``replay`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     valid = "; ".join(f"{p}: {', '.join(a)}" for p, a in ALGORITHMS.items())
     reducing = [q for q in PRIMITIVES if q in REDUCING_PRIMITIVES]  # those with an algorithm here

@@ -7,15 +7,16 @@ rank's buffer before and after, with ✓/✗ against the reference computed with
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..i18n import _
 from ..collectives import PRIMITIVES, REDUCING_PRIMITIVES, SPECS, run
 from ..vocabulary import BACKENDS, DTYPE_NAMES, MAX_WORLD_SIZE, REDUCE_OPS
-from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, on_ranks, write_output
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, Subparsers, check_outputs, on_ranks, write_output
 
 
-def _cmd_run(args) -> int:
+def _cmd_run(args: argparse.Namespace) -> int:
     spec = SPECS[args.primitive]
     if args.op is not None and not spec.reduces:
         print(_("error: {primitive} does not combine values, so it takes no --op; ops apply to {reducing}").format(
@@ -24,11 +25,12 @@ def _cmd_run(args) -> int:
     status = check_outputs((args.png, "--png", (".png",)))
     if status is not None:
         return status
-    result, status = on_ranks(lambda: run(
+    out = on_ranks(lambda: run(
         args.primitive, world_size=args.world_size, dtype=args.dtype, op=args.op or "sum",
         root=args.root, backend=args.backend, chunk_size=args.chunk_size, timeout=args.timeout))
-    if status is not None:
-        return status
+    if out[1] is not None:
+        return out[1]
+    result = out[0]
     print(result.summary())
     if args.png:
         status = write_output("--png", args.png, lambda: result.save(args.png))
@@ -38,7 +40,7 @@ def _cmd_run(args) -> int:
     return EXIT_OK if result.ok else EXIT_MISMATCH
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``run`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
         "run", help=_("run one primitive on real ranks and print every rank's before/after"),

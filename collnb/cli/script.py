@@ -3,16 +3,17 @@ writes a standalone torchrun script for one primitive (:func:`collnb.labs.script
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..i18n import _
 from ..collectives import REDUCING_PRIMITIVES, ROOTED_PRIMITIVES
 from ..labs.script import SCRIPT_PRIMITIVES, script_text, write_script
 from ..vocabulary import BACKENDS, REDUCE_OPS
-from .common import EXIT_OK, EXIT_USAGE, check_outputs, write_output
+from .common import EXIT_OK, EXIT_USAGE, Subparsers, check_outputs, write_output
 
 
-def _cmd_script(args) -> int:
+def _cmd_script(args: argparse.Namespace) -> int:
     status = check_outputs((args.output, "-o", (".py",)))
     if status is not None:
         return status
@@ -29,7 +30,7 @@ def _cmd_script(args) -> int:
     return EXIT_OK
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``script`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
         "script", help=_("write a standalone torchrun script for one primitive"),

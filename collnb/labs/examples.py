@@ -25,9 +25,10 @@ checked against the same reference.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.resources import files
-from typing import Callable
+from typing import Any, TypedDict, cast
 
 import torch
 import torch.distributed as dist
@@ -46,6 +47,19 @@ EXAMPLE_TITLES = {
     "collectives_gloo_script.txt": N_("original example 1: 'PyTorch collective communication' script"),
     "collectives_teaching_page.txt": N_("original example 2: interactive teaching page, CPU examples"),
 }
+
+
+class Native(TypedDict):
+    """Which optional native calls the backend has (detected: :func:`collnb.backend_support`)."""
+
+    reduce_scatter: bool
+    all_to_all: bool
+
+
+#: What a scenario's rank function returns: named values (tensors, lists, objects) its report prints.
+Answer = dict[str, object]
+#: One line a report prints and its mark: ``True`` (✓), ``False`` (✗) or ``None`` (no check).
+Line = tuple[str, bool | None]
 
 
 def example_text(name: str) -> str:
@@ -82,15 +96,17 @@ class Scenario:
     example: str
     name: str
     world_size: int
-    rank_fn: Callable
-    report: Callable
+    rank_fn: Callable[[int, int, Native], Answer]
+    report: Callable[[list[Answer], int, Native], list[Line]]
 
 
-def _mark(ok):
+def _mark(ok: bool | None) -> str:
+    """✓, ✗ or nothing for an unchecked line."""
     return {True: "✓", False: "✗", None: ""}[ok]
 
 
-def _eq(a, b) -> bool:
+def _eq(a: object, b: object) -> bool:
+    """Both are tensors of one dtype, shape and values."""
     return isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype == b.dtype \
         and a.shape == b.shape and bool(torch.equal(a, b))
 
@@ -98,67 +114,69 @@ def _eq(a, b) -> bool:
 # ----------------------------------------------------------------------------------------------
 # Original example 1: "PyTorch collective communication", world size 2
 
-def _cm_broadcast_object(rank, ws, native):
+def _cm_broadcast_object(rank: int, ws: int, native: Native) -> Answer:
     objects = ["foo", 12, {"key": "value"}] if rank == 0 else [None, None, None]
     dist.broadcast_object_list(objects, src=0, device=torch.device("cpu"))
     return {"objects": objects}
 
 
-def _rep_broadcast_object(res, ws, native):
+def _rep_broadcast_object(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = ["foo", 12, {"key": "value"}]
     return [(f"[rank {r}] rank: {r}, objects: {d['objects']}", d["objects"] == want) for r, d in enumerate(res)]
 
 
-def _cm_broadcast(rank, ws, native):
+def _cm_broadcast(rank: int, ws: int, native: Native) -> Answer:
     tensor = torch.arange(10) if rank == 0 else torch.zeros(10, dtype=torch.int64)
     dist.broadcast(tensor, src=0)
     return {"tensor": tensor}
 
 
-def _rep_broadcast(res, ws, native):
+def _rep_broadcast(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = torch.arange(10)
     return [(f"[rank {r}] {d['tensor']}", _eq(d["tensor"], want)) for r, d in enumerate(res)]
 
 
-def _cm_allreduce(rank, ws, native):
+def _cm_allreduce(rank: int, ws: int, native: Native) -> Answer:
     tensor = torch.arange(2) + 2 * rank
     before = tensor.clone()
     dist.all_reduce(tensor=tensor, op=dist.ReduceOp.SUM)
     return {"before": before, "after": tensor}
 
 
-def _rep_allreduce(res, ws, native):
+def _rep_allreduce(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = sum(torch.arange(2) + 2 * r for r in range(ws))
-    lines = [(f"[rank {r}] before allreduce, rank: {r}, tensor: {d['before']}", None) for r, d in enumerate(res)]
+    lines: list[Line] = [(f"[rank {r}] before allreduce, rank: {r}, tensor: {d['before']}", None)
+                         for r, d in enumerate(res)]
     lines += [(f"[rank {r}] after allreduce, rank: {r}, tensor: {d['after']}", _eq(d["after"], want))
               for r, d in enumerate(res)]
     return lines
 
 
-def _cm_gather(rank, ws, native):
+def _cm_gather(rank: int, ws: int, native: Native) -> Answer:
     tensor = torch.tensor([rank])
     output = [torch.zeros_like(tensor) for _ in range(ws)]
     dist.gather(tensor, output if rank == 0 else None, dst=0)
     return {"tensor": tensor, "output": output if rank == 0 else None}
 
 
-def _rep_gather(res, ws, native):
-    lines = [(f"[rank {r}] before gather, rank: {r}, tensor: {d['tensor']}", None) for r, d in enumerate(res)]
-    out = res[0]["output"]
+def _rep_gather(res: list[Answer], ws: int, native: Native) -> list[Line]:
+    lines: list[Line] = [(f"[rank {r}] before gather, rank: {r}, tensor: {d['tensor']}", None)
+                         for r, d in enumerate(res)]
+    out = cast("list[torch.Tensor]", res[0]["output"])  # dst's gather list (_cm_gather)
     want = [torch.tensor([r]) for r in range(ws)]
     ok = len(out) == ws and all(_eq(a, b) for a, b in zip(out, want))
     lines.append((f"[rank 0] after gather, rank: 0, output: {out}, concat output: {torch.concat(out)}", ok))
     return lines
 
 
-def _cm_scatter(rank, ws, native):
+def _cm_scatter(rank: int, ws: int, native: Native) -> Answer:
     scatter_list = [torch.ones(2), torch.ones(2) * 3]
     output_tensor = torch.zeros_like(scatter_list[0])
     dist.scatter(output_tensor, scatter_list if rank == 0 else None, src=0)
     return {"scatter_list": scatter_list, "output": output_tensor}
 
 
-def _rep_scatter(res, ws, native):
+def _rep_scatter(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = [torch.ones(2), torch.ones(2) * 3]
     return [(f"[rank {r}] scatter_list: {d['scatter_list']}, rank: {r}, output: {d['output']}",
              _eq(d["output"], want[r])) for r, d in enumerate(res)]
@@ -167,20 +185,20 @@ def _rep_scatter(res, ws, native):
 # ----------------------------------------------------------------------------------------------
 # Original example 2: the teaching page's CPU examples, world size 4
 
-def _p_broadcast(rank, ws, native):
+def _p_broadcast(rank: int, ws: int, native: Native) -> Answer:
     tensor = torch.tensor([1.0, 2.0, 3.0]) if rank == 0 else torch.zeros(3)
     before = tensor.tolist()
     dist.broadcast(tensor, src=0)
     return {"before": before, "after": tensor.tolist()}
 
 
-def _rep_p_broadcast(res, ws, native):
-    lines = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
+def _rep_p_broadcast(res: list[Answer], ws: int, native: Native) -> list[Line]:
+    lines: list[Line] = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
     lines += [(f"[rank {r}] after : {d['after']}", d["after"] == [1.0, 2.0, 3.0]) for r, d in enumerate(res)]
     return lines
 
 
-def _p_scatter(rank, ws, native):
+def _p_scatter(rank: int, ws: int, native: Native) -> Answer:
     output_tensor = torch.zeros(2)
     full = None
     if rank == 0:
@@ -193,37 +211,38 @@ def _p_scatter(rank, ws, native):
     return {"full_data": full, "received": output_tensor.tolist()}
 
 
-def _rep_p_scatter(res, ws, native):
-    lines = [(f"[rank 0] full_data = {res[0]['full_data']}", None)]
+def _rep_p_scatter(res: list[Answer], ws: int, native: Native) -> list[Line]:
+    lines: list[Line] = [(f"[rank 0] full_data = {res[0]['full_data']}", None)]
     lines += [(f"[rank {r}] received: {d['received']}", d["received"] == [2.0 * r, 2.0 * r + 1])
               for r, d in enumerate(res)]
     return lines
 
 
-def _p_gather(rank, ws, native):
+def _p_gather(rank: int, ws: int, native: Native) -> Answer:
     my_chunk = torch.full((2,), fill_value=float(rank))
     gather_list = [torch.zeros(2) for _ in range(ws)] if rank == 0 else None
     dist.gather(my_chunk, gather_list=gather_list, dst=0)
-    return {"my_chunk": my_chunk.tolist(), "gathered": [t.tolist() for t in gather_list] if rank == 0 else None}
+    return {"my_chunk": my_chunk.tolist(),
+            "gathered": [t.tolist() for t in gather_list] if gather_list is not None else None}  # rank 0's
 
 
-def _rep_p_gather(res, ws, native):
-    lines = [(f"[rank {r}] my_chunk = {d['my_chunk']}", None) for r, d in enumerate(res)]
+def _rep_p_gather(res: list[Answer], ws: int, native: Native) -> list[Line]:
+    lines: list[Line] = [(f"[rank {r}] my_chunk = {d['my_chunk']}", None) for r, d in enumerate(res)]
     want = [[float(r)] * 2 for r in range(ws)]
     lines.append((f"[rank 0] gathered: {res[0]['gathered']}", res[0]["gathered"] == want))
     return lines
 
 
-def _p_reduce(rank, ws, native):
+def _p_reduce(rank: int, ws: int, native: Native) -> Answer:
     tensor = torch.full((4,), fill_value=float(rank + 1))
     before = tensor.tolist()
     dist.reduce(tensor, dst=0, op=dist.ReduceOp.SUM)
     return {"before": before, "after": tensor.tolist()}
 
 
-def _rep_p_reduce(res, ws, native):
+def _rep_p_reduce(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = [float(sum(r + 1 for r in range(ws)))] * 4
-    lines = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
+    lines: list[Line] = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
     for r, d in enumerate(res):
         if r == 0:
             lines.append((f"[rank {r}] after : {d['after']}", d["after"] == want))
@@ -232,21 +251,21 @@ def _rep_p_reduce(res, ws, native):
     return lines
 
 
-def _p_all_gather(rank, ws, native):
+def _p_all_gather(rank: int, ws: int, native: Native) -> Answer:
     my_chunk = torch.full((2,), fill_value=float(rank))
     gather_list = [torch.zeros(2) for _ in range(ws)]
     dist.all_gather(gather_list, my_chunk)
     return {"my_chunk": my_chunk.tolist(), "gathered": [t.tolist() for t in gather_list]}
 
 
-def _rep_p_all_gather(res, ws, native):
+def _rep_p_all_gather(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = [[float(r)] * 2 for r in range(ws)]
-    lines = [(f"[rank {r}] my_chunk = {d['my_chunk']}", None) for r, d in enumerate(res)]
+    lines: list[Line] = [(f"[rank {r}] my_chunk = {d['my_chunk']}", None) for r, d in enumerate(res)]
     lines += [(f"[rank {r}] gathered: {d['gathered']}", d["gathered"] == want) for r, d in enumerate(res)]
     return lines
 
 
-def _p_reduce_scatter(rank, ws, native):
+def _p_reduce_scatter(rank: int, ws: int, native: Native) -> Answer:
     input_list = [torch.full((2,), fill_value=float(rank * 10 + j)) for j in range(ws)]
     output = torch.zeros(2)
     for j in range(ws):  # the teaching page's emulation: world_size reduce calls
@@ -254,7 +273,7 @@ def _p_reduce_scatter(rank, ws, native):
         dist.reduce(part, dst=j, op=dist.ReduceOp.SUM)
         if rank == j:
             output = part
-    out = {"input_list": [t.tolist() for t in input_list], "emulated": output.tolist()}
+    out: Answer = {"input_list": [t.tolist() for t in input_list], "emulated": output.tolist()}
     if native["reduce_scatter"]:
         o = torch.zeros(2)
         dist.reduce_scatter(o, [t.clone() for t in input_list], op=dist.ReduceOp.SUM)
@@ -262,8 +281,8 @@ def _p_reduce_scatter(rank, ws, native):
     return out
 
 
-def _rep_p_reduce_scatter(res, ws, native):
-    lines = [(f"[rank {r}] input_list = {d['input_list']}", None) for r, d in enumerate(res)]
+def _rep_p_reduce_scatter(res: list[Answer], ws: int, native: Native) -> list[Line]:
+    lines: list[Line] = [(f"[rank {r}] input_list = {d['input_list']}", None) for r, d in enumerate(res)]
     for r, d in enumerate(res):
         want = [float(sum(s * 10 + r for s in range(ws)))] * 2
         lines.append((f"[rank {r}] reduce_scatter result: {d['emulated']}", d["emulated"] == want))
@@ -280,26 +299,26 @@ def _rep_p_reduce_scatter(res, ws, native):
     return lines
 
 
-def _p_all_reduce(rank, ws, native):
+def _p_all_reduce(rank: int, ws: int, native: Native) -> Answer:
     tensor = torch.full((4,), fill_value=float(rank + 1))
     before = tensor.tolist()
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
     return {"before": before, "after": tensor.tolist()}
 
 
-def _rep_p_all_reduce(res, ws, native):
+def _rep_p_all_reduce(res: list[Answer], ws: int, native: Native) -> list[Line]:
     want = [float(sum(r + 1 for r in range(ws)))] * 4
-    lines = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
+    lines: list[Line] = [(f"[rank {r}] before: {d['before']}", None) for r, d in enumerate(res)]
     lines += [(f"[rank {r}] after : {d['after']}", d["after"] == want) for r, d in enumerate(res)]
     return lines
 
 
-def _p_all_to_all(rank, ws, native):
+def _p_all_to_all(rank: int, ws: int, native: Native) -> Answer:
     chunk_size = 2
     input_tensor = torch.cat([torch.full((chunk_size,), fill_value=float(rank * 10 + j)) for j in range(ws)])
     output_tensor = torch.zeros_like(input_tensor)
     dist.all_to_all_single(output_tensor, input_tensor)
-    out = {"input_tensor": input_tensor.tolist(),
+    out: Answer = {"input_tensor": input_tensor.tolist(),
            "received": [t.tolist() for t in output_tensor.chunk(ws)]}
     if native["all_to_all"]:
         outs = [torch.zeros(chunk_size) for _ in range(ws)]
@@ -308,8 +327,8 @@ def _p_all_to_all(rank, ws, native):
     return out
 
 
-def _rep_p_all_to_all(res, ws, native):
-    lines = [(f"[rank {r}] input_tensor = {d['input_tensor']}", None) for r, d in enumerate(res)]
+def _rep_p_all_to_all(res: list[Answer], ws: int, native: Native) -> list[Line]:
+    lines: list[Line] = [(f"[rank {r}] input_tensor = {d['input_tensor']}", None) for r, d in enumerate(res)]
     for r, d in enumerate(res):
         want = [[float(j * 10 + r)] * 2 for j in range(ws)]
         lines.append((f"[rank {r}] received: {d['received']}", d["received"] == want))
@@ -345,11 +364,12 @@ SCENARIOS = (
 )
 
 
-def _example_rank(rank, world_size, indices, native):
+def _example_rank(rank: int, world_size: int, indices: list[int], native: Native) -> list[Answer]:
+    """Runs on a rank: the rank functions of the scenarios ``indices`` (of :data:`SCENARIOS`), in order."""
     return [SCENARIOS[i].rank_fn(rank, world_size, native) for i in indices]
 
 
-def run_examples(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool:
+def run_examples(backend: str = "gloo", print_fn: Callable[[str], object] = print, **launch_kwargs: Any) -> bool:
     """Run every scenario of the original examples on real ranks and print it with check marks.
 
     One launch per world size (2, then 4) runs that world size's scenarios one after another.
@@ -363,8 +383,8 @@ def run_examples(backend: str = "gloo", print_fn=print, **launch_kwargs) -> bool
         True when every checked line got ✓.
     """
     sup = backend_support(backend, **launch_kwargs)
-    native = {"reduce_scatter": sup.supports("reduce_scatter", "float32", "sum"),
-              "all_to_all": sup.supports("all_to_all", "float32")}
+    native = Native(reduce_scatter=sup.supports("reduce_scatter", "float32", "sum"),
+                    all_to_all=sup.supports("all_to_all", "float32"))
     all_ok = True
     n_checked = n_bad = 0
     for ws in sorted({s.world_size for s in SCENARIOS}):

@@ -53,7 +53,9 @@ import pickle
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
@@ -62,6 +64,9 @@ from ..i18n import _
 from ..units import pad
 from ..ranks import LaunchTimeout, RankError, divergence, flight_recorder_dump, launch, shutdown
 from ..views import MatrixPanel, matrix_image
+
+if TYPE_CHECKING:
+    from ..views import MatrixPicture
 
 __all__ = ["FAULTS", "DIVERGES_AT", "faulty_step", "fault_run", "FaultRun", "Blame", "fr_trace_verdict", "fr_trace_command",
            "fr_trace_main"]
@@ -76,8 +81,15 @@ FAULTS = ("none", "skipped_collective", "mismatched_shape", "wrong_splits", "sle
 #: floats (2), or the one the sleeper never reached (2); the all_to_all is the 4th (4).
 DIVERGES_AT = {"skipped_collective": 3, "mismatched_shape": 2, "wrong_splits": 4, "sleeping_rank": 2}
 
+#: One Flight Recorder entry as its JSON dump holds it (``collective_seq_id``, ``profiling_name``,
+#: ``input_sizes``, ``output_sizes``, ``state``, ``process_group``...: values of several kinds, as
+#: :mod:`collnb.ranks` reads them).
+Entry = dict[str, Any]
+#: One row of :meth:`FaultRun.rows`: ``(rank, seq, op, input_sizes, output_sizes, state)``.
+EntryRow = tuple[int, int, str, list[list[int]], list[list[int]], str]
 
-def faulty_step(rank: int, world_size: int, fault: str, culprit: int, dump_dir: str, sleep_s: float) -> list:
+
+def faulty_step(rank: int, world_size: int, fault: str, culprit: int, dump_dir: str, sleep_s: float) -> list[float]:
     """Runs on every rank: three all_reduces of 4 float32 and one all_to_all_single of 2 float32
     per peer, with ``fault`` injected on rank ``culprit`` (see the module docstring); then, whatever
     happened, writes this rank's Flight Recorder dump to ``dump_dir``. Returns the all_to_all's
@@ -120,7 +132,7 @@ class Blame:
         reason: in words.
     """
 
-    ranks: tuple
+    ranks: tuple[int, ...]
     seq: int | None
     reason: str
 
@@ -143,15 +155,15 @@ class FaultRun:
     world_size: int
     dump_dir: str
     error: Exception | None = None
-    results: list | None = None
-    entries: dict = field(default_factory=dict)
+    results: list[list[float]] | None = None
+    entries: dict[int, list[Entry]] = field(default_factory=dict)
 
     @property
-    def missing(self) -> list:
+    def missing(self) -> list[int]:
         """Ranks that left no dump (still running when collnb stopped them, or dead)."""
         return [r for r in range(self.world_size) if r not in self.entries]
 
-    def rows(self) -> list:
+    def rows(self) -> list[EntryRow]:
         """``(rank, seq, op, input_sizes, output_sizes, state)`` per entry, rank then sequence order."""
         return [(r, e["collective_seq_id"], e["profiling_name"].split(":")[-1], e["input_sizes"], e["output_sizes"],
                  e["state"]) for r in sorted(self.entries) for e in self.entries[r]]
@@ -182,15 +194,18 @@ class FaultRun:
                          + (_(" in collective {seq}").format(seq=last) if last is not None else ""))
         return Blame((), None, _("every rank issued the same collectives"))
 
-    def image(self, last: int = 6, show_blame: bool = True, title: str | None = None):
+    def image(self, last: int = 6, show_blame: bool = True, title: str | None = None) -> MatrixPicture:
         """The table as a rank × sequence-number picture (:func:`collnb.views.matrix_image`): each
         cell the operation and its input sizes, the blamed cells framed red (``show_blame``), ranks
         without a dump marked. Shows the ``last`` sequence numbers; ``title`` defaults to the fault's name."""
         seqs = sorted({e["collective_seq_id"] for es in self.entries.values() for e in es})[-last:] or [1]
         blame = self.blame() if show_blame else Blame((), None, "")
-        values, texts, framed = [], [], set()
+        values: list[list[float]] = []
+        texts: list[list[str]] = []
+        framed: set[tuple[int, int]] = set()
         for r in range(self.world_size):
-            row_v, row_t = [], []
+            row_v: list[float] = []
+            row_t: list[str] = []
             got = {e["collective_seq_id"]: e for e in self.entries.get(r, [])}
             for c, seq in enumerate(seqs):
                 e = got.get(seq)
@@ -268,7 +283,7 @@ def fault_run(fault: str, world_size: int = 4, culprit: int = 1, *, collective_t
     return run
 
 
-def fr_trace_command(dump_dir: str) -> list:
+def fr_trace_command(dump_dir: str) -> list[str]:
     """The command line of torch's analyser on the re-keyed copy :func:`fr_trace_verdict` makes:
     ``python -m torch.distributed.flight_recorder.fr_trace DIR -p rank``."""
     return ["python", "-m", "torch.distributed.flight_recorder.fr_trace", _rekeyed(dump_dir), "-p", "rank"]
@@ -294,7 +309,7 @@ def _rekeyed(dump_dir: str) -> str:
     return out
 
 
-def fr_trace_main():
+def fr_trace_main() -> Callable[[Sequence[str] | None], None]:
     """torch's Flight Recorder analyser, ``torch.distributed.flight_recorder.fr_trace.main``, imported
     without the line its import logs to stderr when the optional ``tabulate`` package is missing
     ("tabulate is not installed. Proceeding without it.", ``components/builder.py``: the analyser

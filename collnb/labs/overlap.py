@@ -29,17 +29,25 @@ communication and computation both run, over the time communication runs;
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 import warnings
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, TypedDict, cast, get_type_hints
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from ..ranks import launch, region
+from ..ranks import LaunchResults, Timeline, launch, region
 from ..i18n import _, ngettext
 from ..views import Binder, timeline_image
+
+if TYPE_CHECKING:
+    from torch.utils.hooks import RemovableHandle
+
+    from ..views import MatrixPicture
 
 __all__ = ["ddp_step", "recording_hook", "bucket_run", "overlap_both_ways", "BucketRun", "HONEST", "NAIVE",
            "explore_buckets", "bucket_image", "BUCKET_CAPS"]
@@ -52,8 +60,18 @@ HONEST = ("forward", "grad")
 #: ... and as a learner who marks ``loss.backward()`` would count them: the wait at its end included.
 NAIVE = ("forward", "backward")
 
+#: One bucket's firing: ``(index, numel, n_params, fired_ns)`` (``fired_ns``: ``time.perf_counter_ns()``).
+Fired = tuple[int, int, int, int]
 
-def recording_hook(state: list, bucket):
+
+class StepResult(TypedDict):
+    """What :func:`ddp_step` returns on a rank (its docstring)."""
+
+    buckets: list[Fired]
+    grad0: float
+
+
+def recording_hook(state: list[Fired], bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
     """A DDP communication hook (``ddp.register_comm_hook(state, recording_hook)``): torch's
     ``allreduce_hook`` on the default group, its call marked as the region ``bucket <index>`` and
     ``(index, numel, n_params, fired_ns)`` appended to ``state`` (``fired_ns``: ``time.perf_counter_ns()``,
@@ -62,20 +80,27 @@ def recording_hook(state: list, bucket):
 
     state.append((bucket.index(), bucket.buffer().numel(), len(bucket.parameters()), time.perf_counter_ns()))
     with region(f"bucket {bucket.index()}"):
-        return allreduce_hook(None, bucket)
+        return allreduce_hook(None, bucket)  # type: ignore[arg-type]  # torch's annotation omits None: the default group
 
 
-def _mark_grads(model):
+# DDP's register_comm_hook compares the hook's annotations with dist.GradBucket and
+# torch.futures.Future[torch.Tensor] themselves (DistributedDataParallel._check_comm_hook): the
+# strings `from __future__ import annotations` leaves there are refused, so they are evaluated.
+recording_hook.__annotations__ = get_type_hints(recording_hook)
+
+
+def _mark_grads(model: nn.Module) -> list[RemovableHandle]:
     """Each Linear's gradient computation as a region ``grad`` (backward pre-hook opens it, the
     backward hook closes it); returns the hook handles."""
-    handles, open_regions = [], []
+    handles: list[RemovableHandle] = []
+    open_regions: list[contextlib.AbstractContextManager[None]] = []
 
-    def pre(module, grad_output):
+    def pre(module: nn.Module, grad_output: tuple[torch.Tensor, ...]) -> None:
         r = region("grad")
         r.__enter__()
         open_regions.append(r)
 
-    def post(module, grad_input, grad_output):
+    def post(module: nn.Module, grad_input: tuple[torch.Tensor, ...], grad_output: tuple[torch.Tensor, ...]) -> None:
         if open_regions:
             open_regions.pop().__exit__(None, None, None)
 
@@ -86,14 +111,15 @@ def _mark_grads(model):
 
 
 def ddp_step(rank: int, world_size: int, bucket_cap_mb: float, layers: int = 8, width: int = 512,
-             batch: int = 256) -> dict:
+             batch: int = 256) -> StepResult:
     """Runs on every rank: the DDP step of the module docstring. Returns ``{"buckets": [(index, numel,
     n_params, fired_ns), ...]}`` of the timed step (in firing order) and ``"grad0"``, the first weight's
     averaged gradient's first value (the same on every rank)."""
     torch.manual_seed(0)
-    model = nn.Sequential(*[nn.Linear(width, width) for _ in range(layers)])
+    linears = [nn.Linear(width, width) for _ in range(layers)]
+    model = nn.Sequential(*linears)
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=bucket_cap_mb)
-    fired: list = []
+    fired: list[Fired] = []
     ddp.register_comm_hook(fired, recording_hook)
     x = torch.randn(batch, width, generator=torch.Generator().manual_seed(rank + 1))
     ddp(x).square().mean().backward()  # warm-up: DDP rebuilds its buckets in gradient-ready order
@@ -110,7 +136,10 @@ def ddp_step(rank: int, world_size: int, bucket_cap_mb: float, layers: int = 8, 
             loss.backward()
     for h in handles:
         h.remove()
-    return {"buckets": list(fired), "grad0": float(model[0].weight.grad[0, 0])}
+    grad = linears[0].weight.grad
+    if grad is None:
+        raise RuntimeError("DDP's backward left the first weight without a gradient")
+    return {"buckets": list(fired), "grad0": float(grad[0, 0])}
 
 
 class BucketRun:
@@ -123,7 +152,7 @@ class BucketRun:
         grad0: per rank, the first weight's averaged gradient's first value (equal on every rank).
     """
 
-    def __init__(self, bucket_cap_mb, timeline, results):
+    def __init__(self, bucket_cap_mb: float, timeline: Timeline, results: Sequence[StepResult]) -> None:
         self.bucket_cap_mb = bucket_cap_mb
         self.timeline = timeline
         self.buckets = [r["buckets"] for r in results]
@@ -134,14 +163,15 @@ class BucketRun:
         """Buckets of the timed step (rank 0; every rank has the same)."""
         return len({b[0] for b in self.buckets[0]})
 
-    def overlap(self, rank: int, compute=HONEST) -> dict:
+    def overlap(self, rank: int, compute: str | Iterable[str] = HONEST) -> dict[str, float]:
         """:meth:`collnb.Timeline.overlap` within the ``step`` region, ``compute`` the regions counted as
         computation (:data:`HONEST` or :data:`NAIVE`)."""
         return self.timeline.overlap(rank, compute=compute, within="step")
 
 
-def bucket_run(bucket_cap_mb: float, world_size: int = 2, **kwargs) -> BucketRun:
-    """:func:`ddp_step` on ``world_size`` ranks with ``launch(..., timeline=True)``.
+def bucket_run(bucket_cap_mb: float, world_size: int = 2, **kwargs: int) -> BucketRun:
+    """:func:`ddp_step` on ``world_size`` ranks with ``launch(..., timeline=True)`` (``kwargs``:
+    its ``layers``, ``width``, ``batch``).
 
     Raises:
         ValueError: ``bucket_cap_mb`` not a number > 0.
@@ -149,17 +179,20 @@ def bucket_run(bucket_cap_mb: float, world_size: int = 2, **kwargs) -> BucketRun
     if isinstance(bucket_cap_mb, bool) or not isinstance(bucket_cap_mb, (int, float)) or not bucket_cap_mb > 0:
         raise ValueError(_("bucket_cap_mb must be a number of MiB > 0 (DDP's default is 25); got {value}").format(
             value=repr(bucket_cap_mb)))
-    out = launch(ddp_step, world_size, (float(bucket_cap_mb),), kwargs, timeline=True, debug=False)
+    out = cast(LaunchResults,  # what launch returns with timeline=True
+               launch(ddp_step, world_size, (float(bucket_cap_mb),), kwargs, timeline=True, debug=False))
+    if out.timeline is None:
+        raise RuntimeError("launch(..., timeline=True) returned no timeline")
     return BucketRun(float(bucket_cap_mb), out.timeline, list(out))
 
 
-def overlap_both_ways(run: BucketRun) -> list:
+def overlap_both_ways(run: BucketRun) -> list[tuple[int, dict[str, float], dict[str, float]]]:
     """Per rank, ``(rank, honest, naive)``: :meth:`BucketRun.overlap` with :data:`HONEST` and with
     :data:`NAIVE` (the backward's wait for its buckets counted as compute) as compute."""
     return [(r, run.overlap(r, HONEST), run.overlap(r, NAIVE)) for r in range(run.timeline.world_size)]
 
 
-def bucket_image(run: BucketRun, width: int = 1000):
+def bucket_image(run: BucketRun, width: int = 1000) -> MatrixPicture:
     """The timed step of ``run`` on the timeline (:func:`collnb.timeline_image`, the ``step`` window
     only), titled with the setting, the buckets and each rank's exposed communication."""
     steps = [s for r in range(run.timeline.world_size) for s in run.timeline.regions(r) if s.name == "step"]
@@ -183,18 +216,18 @@ def explore_buckets(bucket_cap_mb: float = 2.0, wait: bool = True) -> Binder:
     :func:`bucket_image`, with the buckets that fired and HTA's overlap (honest and naive) per rank in
     the caption. Returns the :class:`collnb.views.Binder` (``.last_result``: the :class:`BucketRun`)."""
 
-    def fix(p):
+    def fix(p: BucketParams) -> tuple[BucketParams, list[str]]:
         if p.bucket_cap_mb in BUCKET_CAPS:
             return p, []
         near = min(BUCKET_CAPS, key=lambda c: abs(c - p.bucket_cap_mb))
         return BucketParams(near), [_("bucket_cap_mb={asked} is not offered; {near} is the nearest").format(
             asked=f"{p.bucket_cap_mb:g}", near=f"{near:g}")]
 
-    def draw(run, p):
+    def draw(run: BucketRun, p: BucketParams) -> tuple[bytes, str]:
         rows = "; ".join(_("rank {rank}: overlap {honest} % (naive {naive} %)").format(
             rank=r, honest=f"{h['overlap_pct']:.0f}", naive=f"{n['overlap_pct']:.0f}")
                          for r, h, n in overlap_both_ways(run))
-        fired = ", ".join(f"#{i} {numel * 4 / 2**20:.1f} MiB" for i, numel, _start, _end in run.buckets[0])
+        fired = ", ".join(f"#{i} {numel * 4 / 2**20:.1f} MiB" for i, numel, _n_params, _fired_ns in run.buckets[0])
         return bucket_image(run).png, _("buckets in firing order: {fired}. HTA's overlap: {rows}").format(
             fired=fired, rows=rows)
 

@@ -241,8 +241,14 @@ def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: in
     return head + _INIT.format() + "\ndef main(rank, world_size, device):" + body + _MAIN
 
 
-def _write(text, path):
-    path = os.fspath(path)
+def _write(text: str, to: str | os.PathLike[str]) -> str:
+    """Write ``text`` to the file ``to`` (made executable); returns its path (str).
+
+    Raises:
+        ValueError: the folder does not exist, or ``to`` is a folder.
+        OSError: the file cannot be written.
+    """
+    path = os.fspath(to)
     parent = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(parent):
         raise ValueError(_("cannot write {path}: the folder {folder} does not exist; create it first").format(
@@ -256,7 +262,8 @@ def _write(text, path):
     return path
 
 
-def write_script(primitive: str, path, backend: str = "gloo", op: str = "sum", root: int = 0) -> str:
+def write_script(primitive: str, path: str | os.PathLike[str], backend: str = "gloo", op: str = "sum",
+                 root: int = 0) -> str:
     """Write :func:`script_text` to ``path`` (made executable); returns the path (str).
 
     Raises:
@@ -270,7 +277,8 @@ def write_script(primitive: str, path, backend: str = "gloo", op: str = "sum", r
 # A function from a notebook
 
 
-def _source(fn) -> str:
+def _source(fn: types.FunctionType) -> str:
+    """``fn``'s source, dedented (ValueError where it cannot be found)."""
     try:
         return textwrap.dedent(inspect.getsource(fn))
     except (OSError, TypeError) as exc:
@@ -278,7 +286,8 @@ def _source(fn) -> str:
                            "or a .py file").format(name=repr(getattr(fn, "__name__", fn)), error=exc)) from None
 
 
-def _global_names(code) -> set:
+def _global_names(code: types.CodeType) -> set[str]:
+    """The names ``code`` and the code objects nested in it read (globals, and attribute names)."""
     names = set(code.co_names)
     for const in code.co_consts:
         if isinstance(const, types.CodeType):
@@ -292,7 +301,7 @@ _LITERAL_TYPES = (bool, int, float, complex, str, bytes, type(None))
 _MAX_LITERAL_CHARS = 100_000
 
 
-def literal_text(value, _depth: int = 0):
+def literal_text(value: object, _depth: int = 0) -> str | None:
     """``value`` as Python source (str) that :func:`ast.literal_eval` turns back into an equal value,
     or ``None`` when it cannot be written so.
 
@@ -305,17 +314,18 @@ def literal_text(value, _depth: int = 0):
         return None
     kind = type(value)
     if kind in _LITERAL_TYPES:
-        if kind is float and not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # kind is float
             return None
-        if kind is complex and not (math.isfinite(value.real) and math.isfinite(value.imag)):
+        if isinstance(value, complex) and not (math.isfinite(value.real) and math.isfinite(value.imag)):
             return None
         try:
             text = repr(value)  # the built-in types' own repr (exact type checked above)
         except ValueError:  # an int beyond sys.get_int_max_str_digits()
             return None
-    elif kind in (tuple, list, set):
-        parts = [literal_text(v, _depth + 1) for v in value]
-        if any(p is None for p in parts):
+    elif kind in (tuple, list, set) and isinstance(value, (tuple, list, set)):
+        given = [literal_text(v, _depth + 1) for v in value]
+        parts = [p for p in given if p is not None]
+        if len(parts) != len(given):
             return None
         if kind is tuple:
             text = "(" + ", ".join(parts) + ("," if len(parts) == 1 else "") + ")"
@@ -323,11 +333,11 @@ def literal_text(value, _depth: int = 0):
             text = "[" + ", ".join(parts) + "]"
         else:
             text = "{" + ", ".join(sorted(parts)) + "}" if parts else "set()"
-    elif kind is dict:
-        parts = [(literal_text(k, _depth + 1), literal_text(v, _depth + 1)) for k, v in value.items()]
-        if any(k is None or v is None for k, v in parts):
+    elif kind is dict and isinstance(value, dict):
+        pairs = [(literal_text(k, _depth + 1), literal_text(v, _depth + 1)) for k, v in value.items()]
+        if any(k is None or v is None for k, v in pairs):
             return None
-        text = "{" + ", ".join(f"{k}: {v}" for k, v in parts) + "}"
+        text = "{" + ", ".join(f"{k}: {v}" for k, v in pairs) + "}"
     else:
         return None
     if _depth == 0:
@@ -341,7 +351,7 @@ def literal_text(value, _depth: int = 0):
     return text
 
 
-def to_script(fn, path, backend: str = "gloo") -> str:
+def to_script(fn: object, path: str | os.PathLike[str], backend: str = "gloo") -> str:
     """Write a standalone torchrun script that runs ``fn(rank, world_size)`` on every rank.
 
     ``fn`` is a function written for :func:`collnb.launch` (``def f(rank, world_size): ...``;
@@ -376,7 +386,9 @@ def to_script(fn, path, backend: str = "gloo") -> str:
                                                                  names=", ".join(fn.__code__.co_freevars)))
     funcs = [f for f in iter_functions(fn) if f.__closure__ is None]
     defined = {f.__name__ for f in funcs}
-    imports, constants, problems = [], [], []
+    imports: list[str] = []
+    constants: list[str] = []
+    problems: list[str] = []
     standard = {"torch", "dist", "os", "datetime"}
     for f in funcs:
         for name in sorted(_global_names(f.__code__)):

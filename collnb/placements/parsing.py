@@ -21,10 +21,16 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, cast
 
 from ..i18n import N_, _
 from ..vocabulary import MAX_WORLD_SIZE, check_choice, check_int, dtype_name
+
+if TYPE_CHECKING:
+    from torch.distributed.tensor import Partial, Shard
+    from torch.distributed.tensor.placement_types import Placement as TorchPlacement
 
 __all__ = ["Placement", "PARTIAL_OPS", "DTYPES", "parse_placement", "parse_placements", "parse_mesh",
            "check_shape", "placements_text", "mesh_text", "exact_limit", "largest_value", "row_base"]
@@ -51,7 +57,7 @@ class Placement:
         op: the reduce op of a partial (one of :data:`PARTIAL_OPS`), else ``None``.
     """
 
-    kind: str
+    kind: Literal["shard", "replicate", "partial"]
     dim: int | None = None
     op: str | None = None
 
@@ -73,16 +79,38 @@ class Placement:
             return "Replicate()"
         return "Partial()" if self.op == "sum" else f"Partial({self.op!r})"
 
-    def to_torch(self):
+    def to_torch(self) -> TorchPlacement:
         """The ``torch.distributed.tensor`` placement object (imports torch)."""
         from torch.distributed.tensor import Partial, Replicate, Shard  # noqa: PLC0415 - rank side
         if self.kind == "shard":
-            return Shard(self.dim)
+            return Shard(self.shard_dim)
         if self.kind == "replicate":
             return Replicate()
-        return Partial(self.op)
+        return Partial(self.partial_op)
 
-    def __str__(self):
+    @property
+    def shard_dim(self) -> int:
+        """The tensor dim of a shard (``dim``, as an int).
+
+        Raises:
+            ValueError: not a shard, or a shard made without a dim.
+        """
+        if self.kind != "shard" or self.dim is None:
+            raise ValueError(_("{placement} is not a Shard of a tensor dim").format(placement=repr(self)))
+        return self.dim
+
+    @property
+    def partial_op(self) -> str:
+        """The reduce op of a partial (``op``, one of :data:`PARTIAL_OPS`).
+
+        Raises:
+            ValueError: not a partial, or a partial made without an op.
+        """
+        if self.kind != "partial" or self.op is None:
+            raise ValueError(_("{placement} is not a Partial with a reduce op").format(placement=repr(self)))
+        return self.op
+
+    def __str__(self) -> str:
         return self.short
 
 
@@ -91,7 +119,7 @@ _REPLICATE = re.compile(r"^(?:R|Replicate(?:\s*\(\s*\))?)$", re.I)
 _PARTIAL = re.compile(r"^(?:P|Partial)(?:\s*\(\s*(?:reduce_op\s*=\s*)?['\"]?(\w*)['\"]?\s*\))?$", re.I)
 
 
-def parse_placement(value, ndim: int | None = None) -> Placement:
+def parse_placement(value: object, ndim: int | None = None) -> Placement:
     """One placement from any of the forms in the module docstring (or a torch placement object).
 
     Args:
@@ -115,12 +143,12 @@ def parse_placement(value, ndim: int | None = None) -> Placement:
         raise TypeError(_("a placement is a str ({forms}) or a torch placement; got {value}").format(
             forms=_FORMS, value=repr(value)))
     if p.kind == "shard" and ndim is not None:
-        if not -ndim <= p.dim < ndim:
+        if not -ndim <= p.shard_dim < ndim:
             raise ValueError(_("{placement} shards tensor dim {dim}, but the tensor has {ndim} dim(s) "
                                "(dims 0..{last}); choose a dim below {ndim}").format(
                                    placement=p.torch_repr, dim=p.dim, ndim=ndim, last=ndim - 1))
-        if p.dim < 0:
-            p = Placement("shard", p.dim + ndim)
+        if p.shard_dim < 0:
+            p = Placement("shard", p.shard_dim + ndim)
     return p
 
 
@@ -138,22 +166,24 @@ def _parse_text(text: str) -> Placement:
     raise ValueError(_("unknown placement {value}; write one of: {forms}").format(value=repr(text), forms=_FORMS))
 
 
-def _parse_torch(obj) -> Placement:
+def _parse_torch(obj: object) -> Placement:
+    """A torch placement object as a :class:`Placement` (by class name: torch is not imported here)."""
     name = type(obj).__name__
     if name == "Shard":
-        return Placement("shard", int(obj.dim))
+        return Placement("shard", int(cast("Shard", obj).dim))
     if name == "Replicate":
         return Placement("replicate")
     if name == "Partial":
-        op = str(obj.reduce_op)
+        op = str(cast("Partial", obj).reduce_op)
         check_choice(N_("reduce op of a Partial placement"), op, PARTIAL_OPS)
         return Placement("partial", op=op)
     raise ValueError(_("collnb shows Shard, Replicate and Partial placements; got {value}").format(value=repr(obj)))
 
 
-def _split(text: str) -> list:
+def _split(text: str) -> list[str]:
     """``"S(0), Partial('max')"`` -> ``["S(0)", "Partial('max')"]`` (commas inside brackets kept)."""
-    parts, depth, cur = [], 0, ""
+    parts: list[str] = []
+    depth, cur = 0, ""
     for ch in text:
         if ch == "(":
             depth += 1
@@ -168,12 +198,14 @@ def _split(text: str) -> list:
     return [p.strip() for p in parts]
 
 
-def parse_placements(value, mesh_ndim: int, ndim: int | None = None, *, name: str = "placements") -> tuple:
+def parse_placements(value: object, mesh_ndim: int, ndim: int | None = None, *,
+                     name: str = "placements") -> tuple[Placement, ...]:
     """One placement per mesh dimension: a list/tuple of placements (any form of
     :func:`parse_placement`), one placement for a 1-D mesh, or one string with the placements
     separated by commas (``"S(0),R"``, ``"(Shard(0), Replicate())"``).
 
     Args:
+        value: the placements in any of those forms.
         mesh_ndim: the mesh's number of dimensions (that many placements are needed).
         ndim: the tensor's number of dims (shard dims are checked against it).
         name: the argument's name in error messages (``"src"``, ``"dst"``).
@@ -185,6 +217,7 @@ def parse_placements(value, mesh_ndim: int, ndim: int | None = None, *, name: st
         TypeError / ValueError: as :func:`parse_placement`, or the wrong number of placements; a
             Partial of two different reduce ops (torch refuses mixed Partial types).
     """
+    items: Sequence[object]
     if isinstance(value, str):
         text = value.strip()
         if _single(text):
@@ -208,7 +241,7 @@ def parse_placements(value, mesh_ndim: int, ndim: int | None = None, *, name: st
             out.append(parse_placement(item, ndim))
         except (TypeError, ValueError) as exc:
             raise type(exc)(_("{name}, mesh dim {i}: {error}").format(name=name, i=i, error=exc)) from None
-    ops = {p.op for p in out if p.kind == "partial"}
+    ops = {p.partial_op for p in out if p.kind == "partial"}
     if len(ops) > 1:
         raise ValueError(_("{name} mixes Partial reduce ops ({ops}); torch refuses mixed Partial "
                            "types in one DTensor (assert_no_mixed_partial_types): use one op").format(
@@ -225,7 +258,7 @@ def _single(text: str) -> bool:
         return False
 
 
-def parse_mesh(value) -> tuple:
+def parse_mesh(value: object) -> tuple[int, ...]:
     """A mesh shape: an int (``4``), a tuple/list of ints (``(2, 2)``) or text (``"2x2"``, ``"2,4"``,
     ``"8"``). Ranks are laid out row-major, as ``init_device_mesh`` does (rank ``r`` of a 2x4 mesh at
     ``(r // 4, r % 4)``).
@@ -259,7 +292,7 @@ def parse_mesh(value) -> tuple:
     return tuple(int(s) for s in shape)
 
 
-def check_shape(shape, dtype="float32") -> tuple:
+def check_shape(shape: object, dtype: object = "float32") -> tuple[tuple[int, ...], str]:
     """Check a global tensor shape (1 or 2 dims, sizes >= 1, at most :data:`MAX_NUMEL` elements) and
     that its teaching values (:func:`collnb.placements.teaching_values`) are exact in ``dtype``;
     returns ``(shape tuple, dtype name)``.
@@ -303,19 +336,19 @@ def row_base(cols: int) -> int:
     return 10 ** max(1, math.ceil(math.log10(cols))) if cols > 1 else 10
 
 
-def largest_value(shape) -> int:
+def largest_value(shape: int | Sequence[int]) -> int:
     """The largest teaching value (:func:`collnb.placements.teaching_values`) of ``shape`` (an int or
     1-2 sizes)."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    return shape[0] - 1 if len(shape) == 1 else (shape[0] - 1) * row_base(shape[1]) + shape[1] - 1
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    return dims[0] - 1 if len(dims) == 1 else (dims[0] - 1) * row_base(dims[1]) + dims[1] - 1
 
 
-def placements_text(placements) -> str:
+def placements_text(placements: Iterable[object]) -> str:
     """``(S(0), R)`` as torch prints a tuple of placements (short forms); one placement alone as is."""
     ps = [str(p) for p in placements]
     return ps[0] if len(ps) == 1 else "(" + ", ".join(ps) + ")"
 
 
-def mesh_text(shape) -> str:
+def mesh_text(shape: Iterable[int]) -> str:
     """``(2, 2)`` -> ``"2×2"``."""
     return "×".join(str(s) for s in shape)

@@ -27,24 +27,63 @@ from __future__ import annotations
 
 import logging
 import time
+from typing import TYPE_CHECKING, Literal, TypedDict
 
-__all__ = ["redistribute_on_rank", "import_dtensor", "LOGGER"]
+if TYPE_CHECKING:
+    import torch
+    from torch.distributed import ProcessGroup
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from .parsing import Placement
+    from .reference import Floats
+    from .result import MeshRanks
+
+__all__ = ["redistribute_on_rank", "import_dtensor", "LOGGER", "RankRequest", "RankAnswer"]
 
 #: Meshes made by earlier calls on this rank: (device, mesh shape) -> (the call's default group,
 #: the DeviceMesh). Every rank of a call of a given world size has run the same calls of that size
 #: since its default group was made, so every rank finds the same entries.
-_MESHES: dict = {}
+_MESHES: dict[tuple[str, tuple[int, ...]], tuple[ProcessGroup | None, DeviceMesh]] = {}
 
 #: torch's DTensor logger: ``_redistribute`` and ``_collective_utils`` log under it.
 LOGGER = "torch.distributed.tensor"
 
 
-class _Lines(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.INFO)
-        self.lines: list = []
+class RankRequest(TypedDict):
+    """What :func:`redistribute_on_rank` is asked (see its docstring)."""
 
-    def emit(self, record):
+    shape: tuple[int, ...]
+    dtype: str
+    mesh: tuple[int, ...]
+    src: tuple[Placement, ...]
+    dst: tuple[Placement, ...]
+    before: list[Floats] | None
+    values: Floats
+    repeats: int
+    device: Literal["cpu", "cuda"]
+
+
+class RankAnswer(TypedDict):
+    """What :func:`redistribute_on_rank` hands back (see its docstring)."""
+
+    coord: tuple[int, ...]
+    before: torch.Tensor
+    after: torch.Tensor | None
+    refused: str | None
+    comm_counts: dict[str, int]
+    times: list[float]
+    log: list[str]
+    mesh_ranks: MeshRanks
+
+
+class _Lines(logging.Handler):
+    """A handler that keeps each record's message (the log lines torch writes during the call)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
         try:
             self.lines.append(record.getMessage())
         except Exception:  # noqa: BLE001 - a malformed record: keep its template
@@ -65,7 +104,7 @@ def import_dtensor(rank: int, world_size: int) -> bool:
     return had
 
 
-def _mesh(device: str, shape: tuple):
+def _mesh(device: str, shape: tuple[int, ...]) -> DeviceMesh:
     """A ``DeviceMesh`` of ``shape`` over this call's ranks: the one an earlier call made on the
     same default group while its groups are still kept, else a new one, kept for later calls."""
     import torch.distributed as dist  # noqa: PLC0415
@@ -85,7 +124,7 @@ def _mesh(device: str, shape: tuple):
     return mesh
 
 
-def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
+def redistribute_on_rank(rank: int, world_size: int, request: RankRequest) -> RankAnswer:
     """Run one redistribute on this rank (see the module docstring).
 
     Args:
@@ -132,7 +171,7 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
         dist.barrier()
         try:
             t0 = time.perf_counter()
-            with CommDebugMode() as comm:
+            with CommDebugMode() as comm:  # type: ignore[no-untyped-call]  # torch's __init__ has no annotations
                 out = d.redistribute(mesh, dst)
             if device == "cuda":
                 torch.cuda.synchronize()
@@ -157,6 +196,8 @@ def redistribute_on_rank(rank: int, world_size: int, request: dict) -> dict:
     finally:
         log.handlers = handlers
         log.propagate = propagate
-    return {"coord": tuple(int(c) for c in mesh.get_coordinate()), "before": before, "after": after,
+    coord = mesh.get_coordinate()
+    assert coord is not None, "every rank is in the mesh of all the call's ranks"
+    return {"coord": tuple(int(c) for c in coord), "before": before, "after": after,
             "refused": refused, "comm_counts": counts, "times": times, "log": list(dict.fromkeys(caught.lines)),
             "mesh_ranks": mesh.mesh.tolist()}

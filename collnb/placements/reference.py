@@ -25,8 +25,10 @@ with numpy as torch's placements define it, without DTensor or torch.distributed
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Container, Sequence
 
 import numpy as np
+import numpy.typing as npt
 
 from ..i18n import _
 from .parsing import Placement, exact_limit, row_base
@@ -35,42 +37,47 @@ __all__ = ["teaching_values", "coordinates", "local_bounds", "contributions",
            "expected_local", "refusal", "owners", "partial_dims", "new_partial_dims", "zero_fill_is_exact",
            "partial_sums"]
 
-def teaching_values(shape) -> np.ndarray:
+#: A float64 numpy array: teaching values, contributions, local tensors of the reference.
+Floats = npt.NDArray[np.float64]
+
+
+def teaching_values(shape: int | Sequence[int]) -> Floats:
     """The global teaching tensor (float64 numpy array of ``shape``, an int or 1-2 sizes; see the
     module docstring)."""
-    shape = (shape,) if isinstance(shape, int) else tuple(shape)
-    if len(shape) == 1:
-        return np.arange(shape[0], dtype=np.float64)
-    rows, cols = shape
+    dims = (shape,) if isinstance(shape, int) else tuple(shape)
+    if len(dims) == 1:
+        return np.arange(dims[0], dtype=np.float64)
+    rows, cols = dims
     return (np.arange(rows, dtype=np.float64)[:, None] * row_base(cols) + np.arange(cols, dtype=np.float64)[None, :])
 
 
-def coordinates(rank: int, mesh: tuple) -> tuple:
+def coordinates(rank: int, mesh: Sequence[int]) -> tuple[int, ...]:
     """Rank ``rank``'s coordinate in a row-major mesh of shape ``mesh`` (as ``init_device_mesh``)."""
     return tuple(int(c) for c in np.unravel_index(rank, mesh))
 
 
-def local_bounds(shape, mesh: tuple, placements, coord) -> tuple:
+def local_bounds(shape: Sequence[int], mesh: Sequence[int], placements: Sequence[Placement],
+                 coord: Sequence[int]) -> tuple[tuple[int, int], ...]:
     """``((lo, hi), ...)`` per tensor dim: the global index range a rank at mesh coordinate ``coord``
     holds under ``placements`` (torch.chunk's split, mesh dimensions left to right)."""
-    bounds = [[0, s] for s in shape]
+    bounds = [(0, s) for s in shape]
     for d, p in enumerate(placements):
         if p.kind != "shard":
             continue
-        lo, hi = bounds[p.dim]
+        lo, hi = bounds[p.shard_dim]
         length, k = hi - lo, mesh[d]
         size = -(-length // k)  # ceil, as torch.chunk
         start = min(coord[d] * size, length)
-        bounds[p.dim] = [lo + start, lo + min(start + size, length)]
-    return tuple(tuple(b) for b in bounds)
+        bounds[p.shard_dim] = (lo + start, lo + min(start + size, length))
+    return tuple(bounds)
 
 
-def partial_dims(placements) -> tuple:
+def partial_dims(placements: Sequence[Placement]) -> tuple[int, ...]:
     """The mesh dimensions whose placement is a Partial."""
     return tuple(d for d, p in enumerate(placements) if p.kind == "partial")
 
 
-def contributions(values: np.ndarray, k: int, op: str) -> np.ndarray:
+def contributions(values: npt.ArrayLike, k: int, op: str) -> Floats:
     """``(k, *values.shape)`` float64: what each of ``k`` Partial ranks holds so that ``op`` over
     them gives ``values`` exactly (module docstring)."""
     v = np.asarray(values, dtype=np.float64)
@@ -92,18 +99,22 @@ def contributions(values: np.ndarray, k: int, op: str) -> np.ndarray:
     raise ValueError(f"no contributions for reduce op {op!r}")
 
 
-def _reduce(a: np.ndarray, axes: tuple, op: str) -> np.ndarray:
+def _reduce(a: Floats, axes: tuple[int, ...], op: str) -> Floats:
+    """``op`` (a name of :data:`collnb.placements.PARTIAL_OPS`) of ``a`` over ``axes``."""
     if not axes:
         return a
-    return {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min, "product": np.prod}[op](a, axis=axes)
+    reducers: dict[str, Callable[..., Floats]] = {"sum": np.sum, "avg": np.mean, "max": np.max, "min": np.min,
+                                                  "product": np.prod}
+    return reducers[op](a, axis=axes)
 
 
-def new_partial_dims(src, dst) -> tuple:
+def new_partial_dims(src: Sequence[Placement], dst: Sequence[Placement]) -> tuple[int, ...]:
     """The mesh dimensions where ``dst`` asks for a Partial that ``src`` does not hold there."""
     return tuple(d for d, (a, b) in enumerate(zip(src, dst)) if b.kind == "partial" and a != b)
 
 
-def expected_local(values: np.ndarray, mesh: tuple, src, placements, coord) -> np.ndarray:
+def expected_local(values: Floats, mesh: Sequence[int], src: Sequence[Placement], placements: Sequence[Placement],
+                   coord: Sequence[int]) -> Floats:
     """The local tensor (float64) a rank at ``coord`` holds under ``placements`` for a DTensor whose
     source placements ``src`` made each Partial rank hold its :func:`contributions`: reduced over
     ``src``'s Partial mesh dimensions that ``placements`` does not keep, then sliced by its shards.
@@ -115,7 +126,7 @@ def expected_local(values: np.ndarray, mesh: tuple, src, placements, coord) -> n
     mesh dimension is the tensor. Any other Partial ``placements`` asks for is refused by torch."""
     pdims = partial_dims(src)
     if pdims:
-        op = src[pdims[0]].op
+        op = src[pdims[0]].partial_op
         sizes = tuple(mesh[d] for d in pdims)
         c = contributions(values, math.prod(sizes), op).reshape(sizes + values.shape)
         keep = [i for i, d in enumerate(pdims) if placements[d].kind == "partial"]
@@ -131,7 +142,8 @@ def expected_local(values: np.ndarray, mesh: tuple, src, placements, coord) -> n
     return np.ascontiguousarray(full[tuple(slice(lo, hi) for lo, hi in bounds)])
 
 
-def zero_fill_is_exact(shape, mesh: tuple, src, dst) -> bool:
+def zero_fill_is_exact(shape: Sequence[int], mesh: Sequence[int], src: Sequence[Placement],
+                       dst: Sequence[Placement]) -> bool:
     """Whether :func:`expected_local`'s zero-fill for ``src -> dst`` is a layout torch can reach without
     moving data: summed over the new Partial mesh dimensions, the ranks' locals give every rank's
     local under ``dst`` with those dimensions replicated. It is not where a changed Shard on another
@@ -151,15 +163,17 @@ def zero_fill_is_exact(shape, mesh: tuple, src, dst) -> bool:
     return True
 
 
-def partial_sums(locals_: list, mesh: tuple, dims: tuple, coord) -> np.ndarray:
+def partial_sums(locals_: Sequence[npt.ArrayLike], mesh: Sequence[int], dims: Container[int],
+                 coord: Sequence[int]) -> Floats:
     """The sum of the ranks' local tensors (``locals_`` in rank order, float64) over mesh dimensions
     ``dims``, for the group of the rank at ``coord``: what a Partial(sum) on ``dims`` stands for."""
     group = [r for r in range(math.prod(mesh))
              if all(coordinates(r, mesh)[e] == coord[e] for e in range(len(mesh)) if e not in dims)]
-    return np.sum([np.asarray(locals_[r], dtype=np.float64) for r in group], axis=0)
+    summed: Floats = np.sum([np.asarray(locals_[r], dtype=np.float64) for r in group], axis=0)
+    return summed
 
 
-def refusal(src, dst, version: str | None = None) -> str | None:
+def refusal(src: Sequence[Placement], dst: Sequence[Placement], version: str | None = None) -> str | None:
     """Why torch refuses ``src -> dst`` (``None`` when it does not), by the rule of the installed torch
     (or release ``version``), ``DTensor.redistribute`` in ``torch/distributed/tensor/_api.py``:
 
@@ -186,12 +200,12 @@ def refusal(src, dst, version: str | None = None) -> str | None:
     return None
 
 
-def _torch_str(p) -> str:
+def _torch_str(p: Placement) -> str:
     """A placement as torch's ``str()`` writes it: ``S(0)``, ``R``, ``P(sum)``."""
     return f"P({p.op})" if p.kind == "partial" else p.short
 
 
-def owners(shape, mesh: tuple, placements) -> np.ndarray:
+def owners(shape: Sequence[int], mesh: Sequence[int], placements: Sequence[Placement]) -> npt.NDArray[np.bool_]:
     """``(world size, *shape)`` bool: which ranks hold (a contribution to) each global element."""
     n = math.prod(mesh)
     out = np.zeros((n,) + tuple(shape), dtype=bool)
@@ -201,7 +215,7 @@ def owners(shape, mesh: tuple, placements) -> np.ndarray:
     return out
 
 
-def check_values_fit(shape, mesh: tuple, src, dtype: str) -> None:
+def check_values_fit(shape: Sequence[int], mesh: Sequence[int], src: Sequence[Placement], dtype: str) -> None:
     """Check that every value a rank holds or computes (contributions, their sums for ``avg``) is
     exact in ``dtype``.
 
@@ -212,7 +226,7 @@ def check_values_fit(shape, mesh: tuple, src, dtype: str) -> None:
     pdims = partial_dims(src)
     if not pdims:
         return
-    op = src[pdims[0]].op
+    op = src[pdims[0]].partial_op
     k = math.prod(mesh[d] for d in pdims)
     c = contributions(teaching_values(shape), k, op)
     top = float(np.abs(c).max()) * (k if op in ("avg", "sum") else 1)

@@ -9,19 +9,45 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import Callable
+from os import PathLike
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import numpy as np
 
 from ..i18n import _
-from .parsing import mesh_text, placements_text
+from .parsing import Placement, mesh_text, placements_text
+from .reference import Floats
+
+if TYPE_CHECKING:
+    import torch
+    from ..ranks import CallRecord
 
 __all__ = ["LocalShard", "RedistributeResult", "register_display"]
 
-_display: dict = {}
+#: ``png_fn(result, **kw) -> bytes`` (PNG) and ``text_fn(result) -> str``.
+PngFn = Callable[..., bytes]
+TextFn = Callable[["RedistributeResult"], str]
+#: The mesh's global ranks as nested lists, one level per mesh dimension (1 to 3).
+MeshRanks = list[int] | list[list[int]] | list[list[list[int]]]
 
 
-def register_display(png_fn: Callable, text_fn: Callable) -> None:
+class _Printer(Protocol):
+    """The part of IPython's ``RepresentationPrinter`` that ``_repr_pretty_`` uses (its ``text`` has no annotations)."""
+
+    def text(self, obj: str) -> None: ...
+
+
+class _Display:
+    """What :func:`register_display` registered (``None`` before)."""
+
+    png: PngFn | None = None
+    text: TextFn | None = None
+
+
+_display = _Display()
+
+
+def register_display(png_fn: PngFn, text_fn: TextFn) -> None:
     """Make ``png_fn(result, **kw) -> bytes`` and ``text_fn(result) -> str`` draw and write a
     :class:`RedistributeResult` (:mod:`collnb.views.redistribute` registers its own when imported;
     ``import collnb`` does that).
@@ -32,7 +58,7 @@ def register_display(png_fn: Callable, text_fn: Callable) -> None:
     for name, fn in (("png_fn", png_fn), ("text_fn", text_fn)):
         if not callable(fn):
             raise TypeError(f"{name} must be a function fn(result); got {fn!r}")
-    _display["png"], _display["text"] = png_fn, text_fn
+    _display.png, _display.text = png_fn, text_fn
 
 
 @dataclass
@@ -55,18 +81,18 @@ class LocalShard:
     """
 
     rank: int
-    coord: tuple
-    before: object
-    after: object
-    expected_before: np.ndarray
-    expected_after: np.ndarray | None
-    bounds_before: tuple
-    bounds_after: tuple
-    expected_sum: np.ndarray | None = None
-    group_sum: np.ndarray | None = None
+    coord: tuple[int, ...]
+    before: torch.Tensor
+    after: torch.Tensor | None
+    expected_before: Floats
+    expected_after: Floats | None
+    bounds_before: tuple[tuple[int, int], ...]
+    bounds_after: tuple[tuple[int, int], ...]
+    expected_sum: Floats | None = None
+    group_sum: Floats | None = None
 
     @staticmethod
-    def _same(t, ref) -> bool:
+    def _same(t: torch.Tensor | Floats | None, ref: Floats | None) -> bool:
         if t is None or ref is None:
             return t is None and ref is None
         got = t.double().numpy() if hasattr(t, "double") else np.asarray(t, dtype=np.float64)
@@ -112,22 +138,22 @@ class RedistributeResult:
         seconds: wall time of the launch (s).
     """
 
-    shape: tuple
+    shape: tuple[int, ...]
     dtype: str
-    mesh: tuple
+    mesh: tuple[int, ...]
     backend: str
-    src: tuple
-    dst: tuple
-    shards: list
-    calls: list
+    src: tuple[Placement, ...]
+    dst: tuple[Placement, ...]
+    shards: list[LocalShard]
+    calls: list[list[CallRecord]]
     unrecorded: int = 0
-    comm_counts: list = field(default_factory=list)
-    times: list = field(default_factory=list)
-    log: list = field(default_factory=list)
+    comm_counts: list[dict[str, int]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)
     refused: str | None = None
     expected_refusal: str | None = None
-    summed_over: tuple = ()
-    mesh_ranks: list = field(default_factory=list)
+    summed_over: tuple[int, ...] = ()
+    mesh_ranks: MeshRanks = field(default_factory=list)
     seconds: float = 0.0
 
     @property
@@ -188,30 +214,30 @@ class RedistributeResult:
 
     def text(self) -> str:
         """The full text (steps, prediction, torch's notes) by the registered display, else :meth:`summary`."""
-        fn = _display.get("text")
+        fn = _display.text
         return fn(self) if fn else self.summary()
 
-    def png(self, **kwargs) -> bytes:
+    def png(self, **kwargs: Any) -> bytes:
         """The picture (PNG bytes) by the registered display.
 
         Raises:
             RuntimeError: nothing registered (``import collnb`` registers it).
         """
-        fn = _display.get("png")
+        fn = _display.png
         if fn is None:
             raise RuntimeError("no display is registered for a RedistributeResult: `import collnb` (or collnb.views) "
                                "registers it")
         return fn(self, **kwargs)
 
-    def save(self, path, **kwargs) -> None:
-        """Write :meth:`png` to ``path``."""
+    def save(self, path: str | PathLike[str], **kwargs: Any) -> None:
+        """Write :meth:`png` to ``path`` (``kwargs``: :meth:`png`'s)."""
         data = self.png(**kwargs)
         with open(path, "wb") as f:
             f.write(data)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, object]:
         """The result as JSON-able data (shapes, placements, local tensors as nested lists, calls)."""
-        def arr(t):
+        def arr(t: torch.Tensor | Floats | None) -> object:
             return None if t is None else (t.double().tolist() if hasattr(t, "double") else np.asarray(t).tolist())
         return {
             "shape": list(self.shape), "dtype": self.dtype, "mesh": list(self.mesh), "backend": self.backend,
@@ -228,14 +254,14 @@ class RedistributeResult:
                       for recs in self.calls],
         }
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"RedistributeResult({self.title}, ok={self.ok})"
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text()
 
-    def _repr_png_(self):
-        return self.png() if "png" in _display else None
+    def _repr_png_(self) -> bytes | None:
+        return self.png() if _display.png is not None else None
 
-    def _repr_pretty_(self, p, cycle):
+    def _repr_pretty_(self, p: _Printer, cycle: bool) -> None:
         p.text(self.text())

@@ -11,27 +11,38 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Any, TypedDict, cast
 
 from .. import ranks
 from ..i18n import N_, _
 from ..vocabulary import check_backend, check_int, op_hint
 from .parsing import check_shape, parse_mesh, parse_placements
-from .rank_side import import_dtensor, redistribute_on_rank
+from .rank_side import RankAnswer, RankRequest, import_dtensor, redistribute_on_rank
 from .parsing import Placement
-from .reference import (check_values_fit, coordinates, expected_local, local_bounds, new_partial_dims, partial_sums,
+from .reference import (Floats, check_values_fit, coordinates, expected_local, local_bounds, new_partial_dims, partial_sums,
                         refusal, teaching_values, zero_fill_is_exact)
 from .result import LocalShard, RedistributeResult
 
 __all__ = ["redistribute", "check_request", "Request"]
 
 
-class Request(dict):
+class Request(TypedDict):
     """A checked request: ``shape``, ``dtype`` (name), ``mesh`` (shape tuple), ``src``/``dst``
     (tuples of :class:`~collnb.placements.Placement`), ``backend``, ``repeats``; ``refusal`` (why
     torch must refuse it, or ``None``)."""
 
+    shape: tuple[int, ...]
+    dtype: str
+    mesh: tuple[int, ...]
+    src: tuple[Placement, ...]
+    dst: tuple[Placement, ...]
+    backend: str
+    repeats: int
+    refusal: str | None
 
-def check_request(shape, mesh, src, dst, dtype="float32", backend="gloo", repeats=3) -> Request:
+
+def check_request(shape: object, mesh: object, src: object, dst: object, dtype: object = "float32",
+                  backend: object = "gloo", repeats: object = 3) -> Request:
     """Check a redistribute request without starting any rank (what :func:`redistribute` does first).
 
     Raises:
@@ -42,29 +53,30 @@ def check_request(shape, mesh, src, dst, dtype="float32", backend="gloo", repeat
             source whose reduce op the dtype cannot do (``avg`` of integers), ``repeats`` out of 0..100.
         RuntimeError: the backend cannot run here (NCCL without CUDA), with the reason.
     """
-    mesh = parse_mesh(mesh)
-    shape, dtype = check_shape(shape, dtype)
-    src = parse_placements(src, len(mesh), len(shape), name="src")
-    dst = parse_placements(dst, len(mesh), len(shape), name="dst")
-    for p in src:
+    mesh_shape = parse_mesh(mesh)
+    shape_, dtype_ = check_shape(shape, dtype)
+    src_ = parse_placements(src, len(mesh_shape), len(shape_), name="src")
+    dst_ = parse_placements(dst, len(mesh_shape), len(shape_), name="dst")
+    for p in src_:
         if p.kind == "partial":
-            hint = op_hint(p.op, dtype)
+            hint = op_hint(p.partial_op, dtype_)
             if p.op == "avg" and hint:
                 raise ValueError(_("src {placement} on {dtype}:{hint} Choose a floating-point dtype or another op").format(
-                    placement=p.torch_repr, dtype=dtype, hint=hint))
-    check_values_fit(shape, mesh, src, dtype)
-    check_backend(backend)
-    check_int("repeats", repeats, 0, 100, what=N_("timed calls after the recorded one (0: time the recorded one)"))
-    ranks.check_ranks(math.prod(mesh), backend)
-    return Request(shape=shape, dtype=dtype, mesh=mesh, src=src, dst=dst, backend=backend, repeats=int(repeats),
-                   refusal=refusal(src, dst))
+                    placement=p.torch_repr, dtype=dtype_, hint=hint))
+    check_values_fit(shape_, mesh_shape, src_, dtype_)
+    backend_ = check_backend(backend)
+    repeats_ = check_int("repeats", repeats, 0, 100,
+                         what=N_("timed calls after the recorded one (0: time the recorded one)"))
+    ranks.check_ranks(math.prod(mesh_shape), backend_)
+    return Request(shape=shape_, dtype=dtype_, mesh=mesh_shape, src=src_, dst=dst_, backend=backend_,
+                   repeats=repeats_, refusal=refusal(src_, dst_))
 
 
 #: The largest world size whose ranks have DTensor imported (:func:`_import_dtensor`).
 _imported = {"world_size": 0}
 
 
-def _import_dtensor(world_size, backend, timeout, launch_kwargs):
+def _import_dtensor(world_size: int, backend: str, timeout: float, launch_kwargs: dict[str, Any]) -> None:
     """Import DTensor here, so that ranks forked from now on have it, and in the ranks of this
     call that may predate it (the first call, a larger world size than before): a launch without
     communication, so that no rank's import counts against a collective's timeout."""
@@ -75,8 +87,9 @@ def _import_dtensor(world_size, backend, timeout, launch_kwargs):
         _imported["world_size"] = world_size
 
 
-def redistribute(shape=(4, 6), mesh=(2, 2), *, src, dst, dtype="float32", backend: str = "gloo",
-                 repeats: int = 3, timeout: float = 60.0, **launch_kwargs) -> RedistributeResult:
+def redistribute(shape: object = (4, 6), mesh: object = (2, 2), *, src: object, dst: object, dtype: object = "float32",
+                 backend: str = "gloo", repeats: int = 3, timeout: float = 60.0,
+                 **launch_kwargs: Any) -> RedistributeResult:
     """Redistribute a DTensor of teaching values from ``src`` to ``dst`` placements on real ranks.
 
     Each element of the global tensor names its global index (``v[i, j] = 10*i + j`` up to 10
@@ -110,47 +123,52 @@ def redistribute(shape=(4, 6), mesh=(2, 2), *, src, dst, dtype="float32", backen
         collnb.RankError / collnb.LaunchTimeout: the ranks failed.
     """
     req = check_request(shape, mesh, src, dst, dtype, backend, repeats)
-    shape, mesh, src, dst = req["shape"], req["mesh"], req["src"], req["dst"]
-    values = teaching_values(shape)
-    n = math.prod(mesh)
-    coords = [coordinates(r, mesh) for r in range(n)]
-    partial_src = any(p.kind == "partial" for p in src)
-    before = [expected_local(values, mesh, src, src, c) for c in coords]
-    request = {"shape": shape, "dtype": req["dtype"], "mesh": mesh, "src": src, "dst": dst,
-               "before": before if partial_src else None, "values": values, "repeats": req["repeats"],
-               "device": "cuda" if backend == "nccl" else "cpu"}
+    shape_, mesh_, src_, dst_ = req["shape"], req["mesh"], req["src"], req["dst"]
+    values = teaching_values(shape_)
+    n = math.prod(mesh_)
+    coords = [coordinates(r, mesh_) for r in range(n)]
+    partial_src = any(p.kind == "partial" for p in src_)
+    before = [expected_local(values, mesh_, src_, src_, c) for c in coords]
+    request: RankRequest = {"shape": shape_, "dtype": req["dtype"], "mesh": mesh_, "src": src_, "dst": dst_,
+                            "before": before if partial_src else None, "values": values, "repeats": req["repeats"],
+                            "device": "cuda" if backend == "nccl" else "cpu"}
     _import_dtensor(n, backend, timeout, launch_kwargs)
     t0 = time.perf_counter()
-    res = ranks.launch(redistribute_on_rank, n, args=(request,), backend=backend, timeout=timeout,
-                       record_calls=True, **launch_kwargs)
+    launched = cast(ranks.LaunchResults,  # what launch returns with record_calls=True
+                    ranks.launch(redistribute_on_rank, n, args=(request,), backend=backend, timeout=timeout,
+                                 record_calls=True, **launch_kwargs))
     seconds = time.perf_counter() - t0
-    calls, unrecorded = [], 0
+    res: list[RankAnswer] = launched  # each rank's redistribute_on_rank answer
+    calls: list[list[ranks.CallRecord]] = []
+    unrecorded = 0
     for r in range(n):
-        recs = list(res.calls[r])
+        recs = list(launched.calls[r])
         marks = [i for i, rec in enumerate(recs) if rec.operation == "barrier"] + [len(recs)]
         calls.append(recs[marks[0] + 1:marks[1]])
-        unrecorded = max(unrecorded, getattr(res.calls[r], "unrecorded", 0))
+        unrecorded = max(unrecorded, getattr(launched.calls[r], "unrecorded", 0))
     # From torch 2.14 a Shard -> Partial("sum") is a local zero-fill; where data moves on another mesh
     # dimension first, which rank holds which part depends on torch's plan: the sums are checked there.
-    summed_over = () if req["refusal"] or zero_fill_is_exact(shape, mesh, src, dst) else new_partial_dims(src, dst)
-    replicated = tuple(Placement("replicate") if d in summed_over else p for d, p in enumerate(dst))
-    afters = [None if res[r]["after"] is None else res[r]["after"].double().numpy() for r in range(n)]
+    summed_over = (() if req["refusal"] or zero_fill_is_exact(shape_, mesh_, src_, dst_)
+                   else new_partial_dims(src_, dst_))
+    replicated = tuple(Placement("replicate") if d in summed_over else p for d, p in enumerate(dst_))
+    afters = [a.double().numpy() for r in range(n) if (a := res[r]["after"]) is not None]  # rank order
     shards = []
     for r in range(n):
         c = tuple(res[r]["coord"])
-        expected_after = None if req["refusal"] or summed_over else expected_local(values, mesh, src, dst, c)
-        expected_sum = group_sum = None
+        expected_after = None if req["refusal"] or summed_over else expected_local(values, mesh_, src_, dst_, c)
+        expected_sum: Floats | None = None
+        group_sum: Floats | None = None
         if summed_over:
-            expected_sum = expected_local(values, mesh, src, replicated, c)
-            if all(a is not None and a.shape == expected_sum.shape for a in afters):
-                group_sum = partial_sums(afters, mesh, summed_over, c)
+            expected_sum = expected_local(values, mesh_, src_, replicated, c)
+            if len(afters) == n and all(a.shape == expected_sum.shape for a in afters):
+                group_sum = partial_sums(afters, mesh_, summed_over, c)
         shards.append(LocalShard(r, c, res[r]["before"], res[r]["after"], before[r], expected_after,
-                                 local_bounds(shape, mesh, src, c), local_bounds(shape, mesh, dst, c),
+                                 local_bounds(shape_, mesh_, src_, c), local_bounds(shape_, mesh_, dst_, c),
                                  expected_sum, group_sum))
     times = [max(res[r]["times"][i] for r in range(n)) for i in range(len(res[0]["times"]))]
     refused = next((res[r]["refused"] for r in range(n) if res[r]["refused"]), None)
     log = list(dict.fromkeys(line for r in range(n) for line in res[r]["log"]))
-    return RedistributeResult(shape=shape, dtype=req["dtype"], mesh=mesh, backend=backend, src=src, dst=dst,
+    return RedistributeResult(shape=shape_, dtype=req["dtype"], mesh=mesh_, backend=backend, src=src_, dst=dst_,
                               shards=shards, calls=calls, unrecorded=unrecorded,
                               comm_counts=[res[r]["comm_counts"] for r in range(n)], times=times, log=log,
                               refused=refused, expected_refusal=req["refusal"], mesh_ranks=res[0]["mesh_ranks"],

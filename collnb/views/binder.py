@@ -34,7 +34,7 @@ A new explorer is a small class::
     class RingParams:
         world_size: int = 4
 
-    class RingExplorer(Binder):
+    class RingExplorer(Binder[RingParams, Trace]):  # the parameters' dataclass, what run returns
         name, what = "ring-explorer", "ring explorer"  # CSS class collnb-ring-explorer; the saved line's word
         labels = {"world_size": N_("world size")}
         sliders = ("world_size",)                      # a SelectionSlider over its choices, not a Dropdown
@@ -84,21 +84,33 @@ import re
 import threading
 import time
 import traceback
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Generic, Mapping, Sequence, TypeAlias
 
 import ipywidgets as widgets
+from typing_extensions import TypeVar  # default= (PEP 696): a Binder left unparameterised is Binder[Any, Any]
 
 from ..i18n import _
-from .panel import (BAD, BUSY, OK, SR_ONLY, Picture, as_picture, close_widgets, error_head, notes_html, options,
-                    show_choices, slider_layout, status_html)
-from .static import captioned_png, esc, live_bundle, rerun_line, static_bundle, update_static
+from .panel import (BAD, BUSY, OK, SR_ONLY, Choices, Control, Drawn, Picture, as_picture, close_widgets, error_head,
+                    notes_html, options, show_choices, slider_layout, status_html)
+from .static import MimeBundle, captioned_png, esc, live_bundle, rerun_line, static_bundle, update_static
 from .worker import LatestWorker, WorkerState
 
-__all__ = ["Binder", "Picture"]
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+__all__ = ["Binder", "Picture", "Fixed"]
+
+#: An explorer's parameters: a (frozen) dataclass instance.
+P = TypeVar("P", bound="DataclassInstance", default=Any)
+#: What its ``run`` returns and its ``draw`` reads.
+R = TypeVar("R", default=Any)
+#: ``fix``'s and ``change``'s answer: ``(params, notes)`` or ``(params, notes, info)``.
+Fixed: TypeAlias = tuple[P, Sequence[str]] | tuple[P, Sequence[str], Sequence[str]]
 
 
-class Binder(WorkerState):
-    """An explorer: widgets bound to a parameter model (see the module docstring).
+class Binder(WorkerState[tuple[P, float]], Generic[P, R]):
+    """An explorer: widgets bound to a parameter model (see the module docstring). ``Binder[P, R]``:
+    ``P`` its parameters' dataclass, ``R`` what its ``run`` returns (left out: ``Any``).
 
     Args:
         params: the initial parameters (a frozen dataclass instance); ``fix`` is applied first.
@@ -142,15 +154,16 @@ class Binder(WorkerState):
     keep_shown: tuple[str, ...] = ()
     figure_classes: tuple[str, ...] = ()
 
-    def __init__(self, params: Any, choices: Callable[..., Any] | None = None, fix: Callable[..., Any] | None = None,
-                 run: Callable[..., Any] | None = None, draw: Callable[..., Any] | None = None, *,
-                 labels: Mapping[str, str] | None = None, name: str | None = None, what: str | None = None,
-                 wait: bool = True, sliders: Sequence[str] | None = None):
+    def __init__(self, params: P, choices: Callable[[P], Choices] | None = None,
+                 fix: Callable[[P], Fixed[P]] | None = None, run: Callable[[P], R] | None = None,
+                 draw: Callable[[R, P], Drawn] | None = None, *, labels: Mapping[str, str] | None = None,
+                 name: str | None = None, what: str | None = None, wait: bool = True,
+                 sliders: Sequence[str] | None = None) -> None:
         if not dataclasses.is_dataclass(params) or isinstance(params, type):
             raise TypeError(f"params must be a dataclass instance; got {params!r}")
-        self._given = {"choices": choices, "fix": fix, "run": run, "draw": draw}
-        for which in ("choices", "run", "draw"):
-            if self._given[which] is None and getattr(type(self), which) is getattr(Binder, which):
+        self._choices, self._fix, self._run, self._draw = choices, fix, run, draw
+        for which, given in (("choices", choices), ("run", run), ("draw", draw)):
+            if given is None and getattr(type(self), which) is getattr(Binder, which):
                 raise TypeError(f"{type(self).__name__} has no {which}(): give it to Binder(...) or define the "
                                 f"method (see collnb.views.binder)")
         if labels is not None:
@@ -161,10 +174,10 @@ class Binder(WorkerState):
             self.what = what
         if sliders is not None:
             self.sliders = tuple(sliders)
-        self.last_result: Any = None
+        self.last_result: R | None = None
         self.last_picture: Picture | None = None
         self.last_png: bytes | None = None
-        self.last_params: Any = None
+        self.last_params: P | None = None
         self.error: BaseException | None = None
         self.last_timing: dict[str, float] = {}
         self.first_picture_s: float | None = None
@@ -187,19 +200,18 @@ class Binder(WorkerState):
             raise TimeoutError(_("the explorer was still running after {seconds} s").format(seconds=120.0))
 
     # -- the model (the contract; the functions given, or a subclass's methods) ------------------
-    def choices(self, params: Any) -> Mapping[str, Sequence[Any]]:
+    def choices(self, params: P) -> Choices:
         """The values each field may take given ``params`` (pure)."""
-        offered: Mapping[str, Sequence[Any]] = self._call("choices", params)
-        return offered
+        assert self._choices is not None  # given, or this method overridden: checked when made
+        return self._choices(params)
 
-    def fix(self, params: Any) -> tuple[Any, ...]:
+    def fix(self, params: P) -> Fixed[P]:
         """``(params, notes)`` or ``(params, notes, info)``: the nearest valid parameters (pure,
         idempotent). Default: each value not offered replaced by the first one offered, with a note."""
-        if self._given["fix"] is not None:
-            fixed: tuple[Any, ...] = self._call("fix", params)
-            return fixed
+        if self._fix is not None:
+            return self._fix(params)
         offered = self.choices(params)
-        notes = []
+        notes: list[str] = []
         for f in dataclasses.fields(params):
             allowed = [v for _, v in options(offered.get(f.name, []))]
             value = getattr(params, f.name)
@@ -210,29 +222,26 @@ class Binder(WorkerState):
                 offered = self.choices(params)
         return params, notes
 
-    def run(self, params: Any) -> Any:
+    def run(self, params: P) -> R:
         """The work for ``params`` (on the worker thread); may raise."""
-        return self._call("run", params)
+        assert self._run is not None  # see choices
+        return self._run(params)
 
-    def draw(self, result: Any, params: Any) -> Any:
+    def draw(self, result: R, params: P) -> Drawn:
         """The :class:`~collnb.views.panel.Picture` of ``result`` (on the worker thread)."""
-        return self._call("draw", result, params)
-
-    def _call(self, which: str, *args: Any) -> Any:
-        fn = self._given[which]
-        assert fn is not None  # checked when made
-        return fn(*args)
+        assert self._draw is not None  # see choices
+        return self._draw(result, params)
 
     # -- hooks (defaults) -------------------------------------------------------------------------
-    def change(self, params: Any, values: Mapping[str, Any]) -> tuple[Any, ...]:
+    def change(self, params: P, values: Mapping[str, object]) -> Fixed[P]:
         """A learner's change of ``values`` (``{field: value}``) to ``params``: ``fix`` of them replaced."""
         return self.fix(dataclasses.replace(params, **values))
 
-    def normalise(self, name: str, value: Any) -> Any:
+    def normalise(self, name: str, value: object) -> object:
         """``value`` of field ``name`` as its control offers it (for :meth:`set`'s check)."""
         return value
 
-    def control(self, name: str, label: str, offered: list[Any], value: Any) -> widgets.Widget:
+    def control(self, name: str, label: str, offered: list[object], value: object) -> Control:
         """The widget of field ``name``: a ``SelectionSlider`` over ``offered`` for the fields named in
         :attr:`sliders`, else a ``Dropdown`` (filled by the first sync)."""
         style = {"description_width": "initial"}
@@ -241,7 +250,7 @@ class Binder(WorkerState):
                                            style=style, layout=slider_layout(label))
         return widgets.Dropdown(description=label, style=style, layout=widgets.Layout(width="auto"))
 
-    def layout(self) -> list[widgets.Widget]:
+    def layout(self) -> Sequence[widgets.Widget]:
         """The panel's rows: the controls (wrapping), the notes, the status line, the picture, its caption."""
         row = widgets.HBox(list(self.controls.values()), layout=widgets.Layout(flex_flow="row wrap",
                                                                                align_items="center"))
@@ -250,14 +259,14 @@ class Binder(WorkerState):
     def synced(self) -> None:
         """Called after the widgets show a new state (the explorer's own widgets follow it here)."""
 
-    def shown(self, result: Any, picture: Picture) -> None:
+    def shown(self, result: R, picture: Picture) -> None:
         """Called on the worker thread after ``picture`` of ``result`` is shown."""
 
-    def busy_text(self, params: Any) -> str:
+    def busy_text(self, params: P) -> str:
         """The status line while ``params`` run."""
         return _("⏳ running on real ranks…")
 
-    def done_text(self, result: Any, picture: Picture, timing: Mapping[str, float]) -> str:
+    def done_text(self, result: R, picture: Picture, timing: Mapping[str, float]) -> str:
         """The status line after ``picture`` is shown (``timing``: :attr:`last_timing`)."""
         return picture.status
 
@@ -272,7 +281,7 @@ class Binder(WorkerState):
     # -- widgets ----------------------------------------------------------------------------------
     def _build(self) -> None:
         offered = self.choices(self.state)
-        self.controls: dict[str, widgets.Widget] = {}
+        self.controls: dict[str, Control] = {}
         for f in dataclasses.fields(self.state):
             label = _(self.labels.get(f.name, f.name))
             w = self.control(f.name, label, list(offered.get(f.name, [])), getattr(self.state, f.name))
@@ -296,7 +305,7 @@ class Binder(WorkerState):
         self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
 
     @staticmethod
-    def _said(out: tuple[Any, ...]) -> tuple[Any, ...]:
+    def _said(out: Fixed[P]) -> tuple[P, list[str], list[str]]:
         """``(params, notes, info)`` of a ``fix``/``change`` answer (``info`` may be left out)."""
         params, notes = out[0], list(out[1])
         return params, notes, list(out[2]) if len(out) > 2 else []
@@ -313,8 +322,8 @@ class Binder(WorkerState):
             finally:
                 self._syncing -= 1
 
-    def _on_change(self, name: str) -> Callable[[dict[str, Any]], None]:
-        def handler(change: dict[str, Any]) -> None:
+    def _on_change(self, name: str) -> Callable[[Mapping[str, object]], None]:
+        def handler(change: Mapping[str, object]) -> None:  # traitlets' change: {"name", "old", "new", ...}
             with self._lock:
                 if self._syncing:  # a value the explorer itself is showing (this thread or the worker's)
                     return
@@ -331,7 +340,7 @@ class Binder(WorkerState):
     def _field_names(self) -> list[str]:
         return [f.name for f in dataclasses.fields(self.state)]
 
-    def offered(self, name: str) -> list[Any]:
+    def offered(self, name: str) -> list[object]:
         """The values control ``name`` offers now (``choices`` of :attr:`state`).
 
         Raises:
@@ -342,7 +351,7 @@ class Binder(WorkerState):
         self.settle()
         return [v for _, v in options(self.choices(self.state).get(name, []))]
 
-    def set(self, **values: Any) -> "Binder":
+    def set(self, **values: object) -> Binder[P, R]:
         """Change several controls at once, asking for ONE run (as a learner would, but together);
         each value is read as :meth:`normalise` reads it and checked against what the controls offer
         with all of them applied.
@@ -371,7 +380,7 @@ class Binder(WorkerState):
             self._request()
         return self
 
-    def refresh(self) -> "Binder":
+    def refresh(self) -> Binder[P, R]:
         """Run again with the current values."""
         self._request()
         return self
@@ -384,7 +393,7 @@ class Binder(WorkerState):
         self._set_status(self.busy_text(self.state), busy=True)
         self._worker.submit((self.state, time.perf_counter()))
 
-    def _execute(self, request: tuple[Any, ...]) -> None:
+    def _execute(self, request: tuple[P, float]) -> None:
         try:
             self._run_and_show(*request)
         finally:
@@ -395,7 +404,7 @@ class Binder(WorkerState):
                 except Exception as exc:  # noqa: BLE001 - shown in the panel; set() asks again
                     self._failed(exc, request[0])
 
-    def _run_and_show(self, params: Any, t_request: float) -> None:
+    def _run_and_show(self, params: P, t_request: float) -> None:
         t0 = time.perf_counter()
         try:
             result = self.run(params)
@@ -445,10 +454,10 @@ class Binder(WorkerState):
         if old is not None and old is not picture.player:
             close_widgets(old.widget)
 
-    def _worker_error(self, exc: BaseException, request: Any) -> None:
-        self._failed(exc, request[0] if isinstance(request, tuple) else request)
+    def _worker_error(self, exc: BaseException, request: tuple[P, float]) -> None:
+        self._failed(exc, request[0])
 
-    def _failed(self, exc: BaseException, params: Any) -> None:
+    def _failed(self, exc: BaseException, params: P) -> None:
         """Show ``exc`` in the status line: ``✗ <error_head>:`` and its message (at most 40 lines)."""
         self.error = exc
         self.last_params = params
@@ -462,7 +471,7 @@ class Binder(WorkerState):
         self.message = text + (f"\n{effect}" if effect else "")
         self.status.value = status_html(text, busy, color, pre, effect) if text or effect else ""
 
-    def wait(self, timeout: float = 120.0) -> Any:
+    def wait(self, timeout: float = 120.0) -> R | None:
         """Block until no run is in flight or waiting (nor the ``settle`` after it); returns
         :attr:`last_result`.
 
@@ -486,7 +495,7 @@ class Binder(WorkerState):
             close_widgets(w)
 
     # -- display ----------------------------------------------------------------------------------
-    def static_bundle(self) -> dict[str, Any]:
+    def static_bundle(self) -> MimeBundle:
         """The static picture of the current state as a mime bundle (``text/html``, ``image/png``,
         ``text/plain``; see :func:`collnb.views.static.static_bundle`): the last picture with the
         line above it, painted from its pixels (no PNG decoded), once per picture; a player's own."""
@@ -503,7 +512,7 @@ class Binder(WorkerState):
     def _update_static(self) -> None:
         update_static(self._display_ids, self.static_bundle)
 
-    def _repr_mimebundle_(self, include: Any = None, exclude: Any = None, **kwargs: Any) -> dict[str, Any]:
+    def _repr_mimebundle_(self, include: object = None, exclude: object = None, **kwargs: object) -> MimeBundle:
         # the panel (ipywidgets' view mime type), the explorer's repr as the plain-text fallback and an
         # empty text/html where widgets cannot run (the static picture stands in there)
         return live_bundle(self.widget, repr(self))
@@ -518,7 +527,7 @@ class Binder(WorkerState):
         display(self._repr_mimebundle_(), raw=True)
 
     @property
-    def params(self) -> Any:
+    def params(self) -> P:
         """The current parameters (:attr:`state`)."""
         return self.state
 

@@ -28,17 +28,36 @@ row-major, as ``init_device_mesh`` lays them out) or the mesh's ranks as nested 
 from __future__ import annotations
 
 import itertools
+import os
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Iterable, Sequence, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..i18n import _
 from ..units import format_bytes
-from .palette import GREY_TEXT, INK, MAX_WIDTH_PX, MIN_LABEL_PX, rank_color, rank_text_color
-from .raster import Canvas, encode_png, wrap_text
+from .palette import GREY_TEXT, INK, MAX_WIDTH_PX, MIN_LABEL_PX, FloatRGB, rank_color, rank_text_color
+from .raster import Box, Canvas, Label, Pixels, RGB8, encode_png, wrap_text
+
+if TYPE_CHECKING:
+    from IPython.lib.pretty import PrettyPrinter
+    from torch.distributed.device_mesh import DeviceMesh
+
+    from ..ranks import CallRecord, LaunchResults
 
 __all__ = ["Step", "CallsView", "CallsImage", "call_steps", "calls_text", "calls_image", "calls_png",
            "call_counts", "mesh_dims_of", "mesh_ranks"]
+
+#: The records a function reads: ``launch(..., record_calls=True)``'s result (its ``.calls``), or one
+#: sequence of :class:`~collnb.ranks.CallRecord` per rank.
+Calls: TypeAlias = "LaunchResults | Iterable[Iterable[CallRecord]]"
+#: A mesh (see :func:`mesh_ranks`): its shape, its ranks as nested lists or an int array, or a DeviceMesh.
+MeshLike: TypeAlias = "int | tuple[int, ...] | Sequence[object] | NDArray[np.integer] | DeviceMesh | None"
+#: ``start``/``stop``: one bound for every rank, or one per rank (``None``: the end).
+Bound: TypeAlias = "int | None | Iterable[int | None]"
+#: A group's ranks (global, group order).
+_Group: TypeAlias = tuple[int, ...]
 
 #: Widest picture, in pixels: JupyterLab's output area at a 1440 px window (see views.heatmap).
 #: Line and text colours of the groups of one step (dark: >= 4.5:1 on the tinted cells, checked in the tests).
@@ -59,17 +78,17 @@ class Step:
     """
 
     index: int
-    records: tuple
+    records: tuple[tuple[int, CallRecord], ...]
     count: int = 1
-    mesh_dims: dict = field(default_factory=dict)
+    mesh_dims: dict[_Group, tuple[int, ...] | None] = field(default_factory=dict)
 
     @property
-    def ranks(self) -> tuple:
+    def ranks(self) -> tuple[int, ...]:
         """The ranks with a record at this step."""
         return tuple(r for r, _ in self.records)
 
     @property
-    def kinds(self) -> tuple:
+    def kinds(self) -> tuple[str, ...]:
         """The distinct operations (``CallRecord.operation``) at this step, in rank order."""
         return tuple(dict.fromkeys(rec.operation for _, rec in self.records))
 
@@ -80,23 +99,23 @@ class Step:
         return kinds[0] if len(kinds) == 1 else f"mixed ({', '.join(kinds)})"
 
     @property
-    def groups(self) -> tuple:
+    def groups(self) -> tuple[_Group, ...]:
         """The distinct process groups (global ranks, group order) at this step, by first rank."""
         return tuple(dict.fromkeys(rec.group_ranks for _, rec in self.records))
 
     @property
-    def mesh_dim(self):
+    def mesh_dim(self) -> tuple[int, ...] | None:
         """The mesh dimension(s) every group of the step spans (a tuple of int), or ``None``
         when they differ or are not known."""
         dims = set(self.mesh_dims.get(g) for g in self.groups)
         return dims.pop() if len(dims) == 1 else None
 
-    def record(self, rank: int):
+    def record(self, rank: int) -> CallRecord | None:
         """Rank ``rank``'s :class:`CallRecord` at this step, or ``None``."""
         return dict(self.records).get(rank)
 
     @property
-    def nbytes(self) -> dict:
+    def nbytes(self) -> dict[int, int]:
         """``{rank: bytes}`` of one operation of this step (``CallRecord.nbytes``)."""
         return {r: rec.nbytes for r, rec in self.records}
 
@@ -105,7 +124,7 @@ class Step:
 # Lining the records up
 
 
-def _per_rank(calls) -> list:
+def _per_rank(calls: Calls) -> list[list[CallRecord]]:
     per = getattr(calls, "calls", calls)
     if per is None or isinstance(per, (str, bytes)):
         raise TypeError("calls must be a launch(..., record_calls=True) result or one list of CallRecords "
@@ -118,16 +137,16 @@ def _per_rank(calls) -> list:
     return [list(recs) for recs in per]
 
 
-def _bound(value, n: int, name: str) -> list:
+def _bound(value: Bound, n: int, name: str) -> list[int | None]:
     if value is None or isinstance(value, int):
         return [value] * n
-    value = list(value)
-    if len(value) != n or not all(v is None or isinstance(v, int) for v in value):
-        raise ValueError(f"{name} must be an int or one int per rank ({n} ranks); got {value!r}")
-    return value
+    values = list(value)
+    if len(values) != n or not all(v is None or isinstance(v, int) for v in values):
+        raise ValueError(f"{name} must be an int or one int per rank ({n} ranks); got {values!r}")
+    return values
 
 
-def mesh_ranks(mesh) -> np.ndarray | None:
+def mesh_ranks(mesh: MeshLike) -> NDArray[np.int64] | None:
     """The mesh's global ranks as an int array: ``mesh`` a shape (``(2, 2)``: ranks 0..3 row-major,
     as ``init_device_mesh`` lays them out), nested lists of ranks (``DeviceMesh.mesh.tolist()``),
     an array, or ``None`` (returns ``None``).
@@ -151,7 +170,7 @@ def mesh_ranks(mesh) -> np.ndarray | None:
     return arr.astype(np.int64)
 
 
-def mesh_dims_of(group_ranks, mesh) -> tuple | None:
+def mesh_dims_of(group_ranks: Iterable[int], mesh: MeshLike) -> tuple[int, ...] | None:
     """The mesh dimensions a process group spans: the smallest set of dimensions ``D`` such that
     the group's ranks are the sub-mesh through its first rank along ``D`` (``(1,)``: a row of a
     2-D mesh, ``(0, 1)``: the whole mesh); ``None`` when the group is no such sub-mesh (or
@@ -174,12 +193,13 @@ def mesh_dims_of(group_ranks, mesh) -> tuple | None:
 
 
 def _same(a: Step, b: Step) -> bool:
-    def key(s):
+    def key(s: Step) -> tuple[tuple[object, ...], ...]:
         return tuple((r, rec.operation, rec.group_ranks, rec.shapes, rec.dtypes, rec.nbytes) for r, rec in s.records)
     return key(a) == key(b)
 
 
-def call_steps(calls, *, mesh=None, start=0, stop=None, merge: bool = False) -> list:
+def call_steps(calls: Calls, *, mesh: MeshLike = None, start: Bound = 0, stop: Bound = None,
+               merge: bool = False) -> list[Step]:
     """The records lined up as :class:`Step` objects (see the module docstring).
 
     Args:
@@ -199,10 +219,11 @@ def call_steps(calls, *, mesh=None, start=0, stop=None, merge: bool = False) -> 
     starts, stops = _bound(start, n, "start"), _bound(stop, n, "stop")
     per = [recs[(s or 0):e] for recs, s, e in zip(per, starts, stops)]
     mesh_arr = mesh_ranks(mesh)
-    steps, dims_cache = [], {}
+    steps: list[Step] = []
+    dims_cache: dict[_Group, tuple[int, ...] | None] = {}
     for i in range(max((len(r) for r in per), default=0)):
         records = tuple((r, recs[i]) for r, recs in enumerate(per) if i < len(recs))
-        dims = {}
+        dims: dict[_Group, tuple[int, ...] | None] = {}
         for _r, rec in records:
             g = rec.group_ranks
             if g not in dims_cache:
@@ -217,7 +238,7 @@ def call_steps(calls, *, mesh=None, start=0, stop=None, merge: bool = False) -> 
     return steps
 
 
-def call_counts(calls, *, start=0, stop=None) -> list:
+def call_counts(calls: Calls, *, start: Bound = 0, stop: Bound = None) -> list[dict[str, int]]:
     """Per rank, ``{operation: count}`` of its records (``CallRecord.operation``), as
     :class:`torch.distributed.tensor.debug.CommDebugMode`'s ``get_comm_counts`` counts by operator
     (one dict per rank, rank order; ``start``/``stop`` as for :func:`call_steps`)."""
@@ -225,7 +246,7 @@ def call_counts(calls, *, start=0, stop=None) -> list:
     starts, stops = _bound(start, len(per), "start"), _bound(stop, len(per), "stop")
     out = []
     for recs, s, e in zip(per, starts, stops):
-        counts: dict = {}
+        counts: dict[str, int] = {}
         for rec in recs[(s or 0):e]:
             counts[rec.operation] = counts.get(rec.operation, 0) + 1
         out.append(counts)
@@ -236,14 +257,14 @@ def call_counts(calls, *, start=0, stop=None) -> list:
 # Words
 
 
-def _coord(rank, mesh_arr):
+def _coord(rank: int, mesh_arr: NDArray[np.int64] | None) -> tuple[int, ...] | None:
     if mesh_arr is None:
         return None
     where = np.argwhere(mesh_arr == rank)
     return tuple(int(c) for c in where[0]) if len(where) else None
 
 
-def _dims_text(dims, dim_names=None) -> str:
+def _dims_text(dims: tuple[int, ...] | None, dim_names: Sequence[str] | None = None) -> str:
     if dims is None:
         return ""
     names = [f"{d} ({dim_names[d]!r})" if dim_names and d < len(dim_names) else str(d) for d in dims]
@@ -256,7 +277,7 @@ OUTPUT_FIRST = frozenset({"all_gather_into_tensor", "all_gather_single", "_all_g
                           "reduce_scatter_single", "_reduce_scatter_base", "all_to_all_single"})
 
 
-def _shapes_text(rec) -> str:
+def _shapes_text(rec: CallRecord) -> str:
     """A record's shapes (and dtype) as text: ``(4, 8) → (16, 8) float64`` for an operation that reads
     one tensor and writes another (input first, whatever the order of its arguments), the shapes side by
     side otherwise (a list form's tensors, in argument order)."""
@@ -273,7 +294,8 @@ def _shapes_text(rec) -> str:
     return text + (f" {dt.pop()}" if len(dt) == 1 else "")
 
 
-def calls_text(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: bool = False) -> str:
+def calls_text(calls: Calls, *, mesh: MeshLike = None, dim_names: Sequence[str] | None = None, start: Bound = 0,
+               stop: Bound = None, merge: bool = False) -> str:
     """The steps as text: for each step its operation, mesh dimension and groups, then one line
     per rank (mesh coordinate, group, shapes and dtype as recorded, bytes), and at the end each
     rank's totals. Arguments as for :func:`call_steps`; ``dim_names`` names the mesh dimensions."""
@@ -317,19 +339,21 @@ class CallsImage:
     (``{(step index, rank): (x0, y0, x1, y1)}`` pixel boxes), ``labels`` (every text as
     ``(text, size_px, box)``; none below :data:`collnb.views.palette.MIN_LABEL_PX`)."""
 
-    pixels: np.ndarray
-    steps: list
-    cells: dict
-    labels: list
+    pixels: Pixels
+    steps: list[Step]
+    cells: dict[tuple[int, int], Box]
+    labels: list[Label]
 
     def png(self) -> bytes:
+        """The picture as PNG bytes."""
         return encode_png(self.pixels)
 
 
 _LABEL_W, _COL_W, _ROW_H, _HEAD_H, _PAD = 120, 178, 54, 40, 10
 
 
-def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: bool = True,
+def calls_image(calls: Calls, *, mesh: MeshLike = None, dim_names: Sequence[str] | None = None, start: Bound = 0,
+                stop: Bound = None, merge: bool = True,
                 title: str | None = None, max_width: int = MAX_WIDTH_PX) -> CallsImage:
     """Paint the steps (see the module docstring): rows = ranks, columns = steps, bands of at most
     ``max_width`` pixels. Arguments as for :func:`call_steps`; ``title`` goes above the picture.
@@ -348,7 +372,7 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
     height = top + band_h * len(bands) + _PAD
     cv = Canvas(width, height)
     cv.labels = []
-    cells = {}
+    cells: dict[tuple[int, int], Box] = {}
     for i, line in enumerate(heading):
         cv.text(line, _PAD, _PAD + 8 + 20 * i, 14, INK, "bold", ha="left")
     if not steps:
@@ -401,7 +425,7 @@ def calls_image(calls, *, mesh=None, dim_names=None, start=0, stop=None, merge: 
     return CallsImage(cv.pixels(), steps, cells, cv.labels)
 
 
-def _peer_text(rec) -> str:
+def _peer_text(rec: CallRecord) -> str:
     """Where a point-to-point operation goes (``"  to 1"``, ``"  from 0"``) or a rooted one's root."""
     if rec.peer is None:
         return ""
@@ -413,16 +437,17 @@ def _peer_text(rec) -> str:
     return "  " + _("root {peer}").format(peer=rec.peer)
 
 
-def _wrap(cv: Canvas, text: str, size: float, room: float, weight: str = "regular") -> list:
+def _wrap(cv: Canvas, text: str, size: float, room: float, weight: str = "regular") -> list[str]:
     """``text`` in lines no wider than ``room`` pixels at ``size`` (words kept whole unless one
     alone is wider: then it is cut with an ellipsis)."""
     lines = wrap_text(text, room, lambda t: cv.measure(t, size, weight)[0])
     return [_fit(cv, t, size, room) if cv.measure(t, size, weight)[0] > room else t for t in lines]
 
 
-def _tint(color):
+def _tint(color: FloatRGB) -> RGB8:
     c = np.asarray(color, dtype=np.float32)
-    return tuple(int(v) for v in (255 * (0.35 * c + 0.65)))
+    r, g, b = (int(v) for v in (255 * (0.35 * c + 0.65)))
+    return r, g, b
 
 
 def _fit(cv: Canvas, text: str, size: float, room: float) -> str:
@@ -435,9 +460,11 @@ def _fit(cv: Canvas, text: str, size: float, room: float) -> str:
     return text + "…"
 
 
-def calls_png(calls, **kwargs) -> bytes:
+def calls_png(calls: Calls, *, mesh: MeshLike = None, dim_names: Sequence[str] | None = None, start: Bound = 0,
+              stop: Bound = None, merge: bool = True, title: str | None = None, max_width: int = MAX_WIDTH_PX) -> bytes:
     """PNG bytes of :func:`calls_image` (same arguments)."""
-    return calls_image(calls, **kwargs).png()
+    return calls_image(calls, mesh=mesh, dim_names=dim_names, start=start, stop=stop, merge=merge, title=title,
+                       max_width=max_width).png()
 
 
 class CallsView:
@@ -452,34 +479,40 @@ class CallsView:
         steps: the :class:`Step` list (unmerged). counts: :func:`call_counts`.
     """
 
-    def __init__(self, calls, *, mesh=None, dim_names=None, start=0, stop=None, title=None):
-        self._calls, self._kw = calls, dict(mesh=mesh, dim_names=dim_names, start=start, stop=stop)
+    def __init__(self, calls: Calls, *, mesh: MeshLike = None, dim_names: Sequence[str] | None = None,
+                 start: Bound = 0, stop: Bound = None, title: str | None = None) -> None:
+        self._calls, self._mesh, self._dim_names, self._start, self._stop = calls, mesh, dim_names, start, stop
         self.title = title
         self.steps = call_steps(calls, mesh=mesh, start=start, stop=stop)
         self.counts = call_counts(calls, start=start, stop=stop)
 
     def text(self, merge: bool = False) -> str:
-        return calls_text(self._calls, merge=merge, **self._kw)
+        """:func:`calls_text` of the records."""
+        return calls_text(self._calls, mesh=self._mesh, dim_names=self._dim_names, start=self._start, stop=self._stop,
+                          merge=merge)
 
     def image(self) -> CallsImage:
-        return calls_image(self._calls, title=self.title, **self._kw)
+        """:func:`calls_image` of the records."""
+        return calls_image(self._calls, mesh=self._mesh, dim_names=self._dim_names, start=self._start,
+                           stop=self._stop, title=self.title)
 
     def png(self) -> bytes:
+        """The picture as PNG bytes."""
         return self.image().png()
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the picture to ``path`` (PNG)."""
         with open(path, "wb") as f:
             f.write(self.png())
 
-    def __str__(self):
+    def __str__(self) -> str:
         return self.text()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return f"CallsView({len(self.steps)} step(s), {len(self.counts)} rank(s))"
 
-    def _repr_png_(self):
+    def _repr_png_(self) -> bytes:
         return self.png()
 
-    def _repr_pretty_(self, p, cycle):
+    def _repr_pretty_(self, p: PrettyPrinter, cycle: bool) -> None:
         p.text(self.text())

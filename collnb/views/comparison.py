@@ -87,11 +87,11 @@ def _compare_figure(a: Trace, b: Trace, model: CostModel, dpi: int, n: int) -> F
     ax.set_title(_("bytes each rank sends over the whole run"), fontsize=13 * pt)
     ax.tick_params(labelsize=11.5 * pt)
     ax2 = fig.add_subplot(gs[0, 2])
-    ca = np.concatenate([[0], np.cumsum(round_costs(a, model))])
-    cb = np.concatenate([[0], np.cumsum(round_costs(b, model))])
-    ts, tu = axis_unit(max(ca[-1], cb[-1], 1e-9), "seconds")
-    ax2.plot(np.arange(len(ca)), ca / ts, "-o", ms=3, label=f"{a.algorithm}", color=_A)
-    ax2.plot(np.arange(len(cb)), cb / ts, "-o", ms=3, label=f"{b.algorithm}", color=_B)
+    cum_a = np.concatenate([[0], np.cumsum(round_costs(a, model))])  # seconds after each round
+    cum_b = np.concatenate([[0], np.cumsum(round_costs(b, model))])
+    ts, tu = axis_unit(max(cum_a[-1], cum_b[-1], 1e-9), "seconds")
+    ax2.plot(np.arange(len(cum_a)), cum_a / ts, "-o", ms=3, label=f"{a.algorithm}", color=_A)
+    ax2.plot(np.arange(len(cum_b)), cum_b / ts, "-o", ms=3, label=f"{b.algorithm}", color=_B)
     ax2.set_xlabel(_("round"), fontsize=12 * pt)
     ax2.set_ylabel(tu, fontsize=12 * pt)
     ax2.set_title(_("predicted running total, {nbytes} per rank").format(nbytes=format_bytes(a.nbytes)),

@@ -11,14 +11,34 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, TypeAlias, TypedDict
 
 from .. import collectives
 from ..i18n import _
 from ..vocabulary import MAX_WORLD_SIZE, check_rank, dtype_name, op_hint, op_name
 from .presets import CHUNK_SIZES, INPUT_PRESETS, preset_label, presets_for
 
-__all__ = ["ExplorerParams", "Facts", "choices", "update", "fix", "normalised", "ORDER"]
+if TYPE_CHECKING:
+    from ..collectives import BackendSupport
+    from ..ranks import BackendFacts
+
+__all__ = ["ExplorerParams", "RunValues", "Facts", "choices", "update", "fix", "normalised", "ORDER", "Updated"]
+
+#: :func:`update`'s and :func:`fix`'s answer: the parameters, the notes (warnings) and the information lines.
+Updated: TypeAlias = tuple["ExplorerParams", list[str], list[str]]
+
+
+class RunValues(TypedDict):
+    """The values a run uses (:meth:`ExplorerParams.as_dict`): ``None`` where the primitive takes none."""
+
+    primitive: str
+    world_size: int
+    dtype: str | None
+    op: str | None
+    root: int | None
+    backend: str
+    chunk_size: int
+    inputs: str
 
 #: The order in which :func:`update` applies several changes (so that a value given explicitly
 #: wins over the one an inputs preset would choose).
@@ -42,20 +62,21 @@ class ExplorerParams:
     chunk_size: int = 1
     inputs: str = "teaching"
 
-    def __getitem__(self, name: str) -> Any:
+    def __getitem__(self, name: str) -> object:
         """``p["dtype"]`` is ``p.as_dict()["dtype"]`` (``None`` where the primitive takes no dtype)."""
-        return self.as_dict()[name]
+        values: Mapping[str, object] = self.as_dict()
+        return values[name]
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> RunValues:
         """The values a run uses: ``{"primitive", "world_size", "dtype", "op", "root", "backend",
         "chunk_size", "inputs"}``, with ``dtype``/``op``/``root`` ``None`` where the primitive takes
         none (and ``inputs`` ``"teaching"`` where it takes no tensor)."""
         spec = collectives.SPECS[self.primitive]
         tensor = spec.kind == "tensor"
-        return dict(primitive=self.primitive, world_size=self.world_size,
-                    dtype=self.dtype if tensor else None, op=self.op if spec.reduces else None,
-                    root=self.root if spec.rooted else None, backend=self.backend,
-                    chunk_size=self.chunk_size, inputs=self.inputs if tensor else "teaching")
+        return RunValues(primitive=self.primitive, world_size=self.world_size,
+                         dtype=self.dtype if tensor else None, op=self.op if spec.reduces else None,
+                         root=self.root if spec.rooted else None, backend=self.backend,
+                         chunk_size=self.chunk_size, inputs=self.inputs if tensor else "teaching")
 
 
 @dataclass
@@ -70,16 +91,19 @@ class Facts:
             is kept in :attr:`known`), and only when a tensor primitive's dtypes are needed.
     """
 
-    primitives: tuple
-    infos: Mapping[str, dict]
-    support: Callable[[str], Any]
-    known: dict = field(default_factory=dict)  # support(backend) and the dtypes/ops worked out from it
+    primitives: tuple[str, ...]
+    infos: Mapping[str, BackendFacts]
+    support: Callable[[str], BackendSupport]
+    known: dict[str, BackendSupport] = field(default_factory=dict)  # support(backend), once asked
+    #: the dtypes and ops worked out from it: ``("dtypes", backend, primitive)`` / ``("ops", backend,
+    #: primitive, dtype)`` -> names
+    _lists: dict[tuple[str, ...], tuple[str, ...]] = field(default_factory=dict, repr=False)
     #: Before the backend's first probe: ``{"dtype": name, "op": name}``, the only dtype and op offered
     #: (those of the first picture, which the backend itself ran); ``None`` once support is known.
-    provisional: dict | None = None
+    provisional: dict[str, str] | None = None
 
     @property
-    def usable(self) -> list:
+    def usable(self) -> list[str]:
         """The backends that can run here, in :data:`collnb.vocabulary.BACKENDS` order."""
         return [b for b, i in self.infos.items() if i["available"]]
 
@@ -87,33 +111,33 @@ class Facts:
         """The largest world size ``backend`` can run here (1..16)."""
         return max(1, min(MAX_WORLD_SIZE, int(self.infos[backend]["max_world_size"])))
 
-    def backend_support(self, backend: str):
+    def backend_support(self, backend: str) -> BackendSupport:
         """``support(backend)``, asked once per backend."""
         if backend not in self.known:
             self.known[backend] = self.support(backend)
         return self.known[backend]
 
-    def dtypes(self, backend: str, primitive: str) -> tuple:
+    def dtypes(self, backend: str, primitive: str) -> tuple[str, ...]:
         """The dtype names ``backend`` accepts for ``primitive`` (``BackendSupport.dtypes``, which
         scans every probe result: worked out once per pair, not at each slider move)."""
         if self.provisional is not None:
             return (self.provisional["dtype"],)
         key = ("dtypes", backend, primitive)
-        if key not in self.known:
-            self.known[key] = tuple(self.backend_support(backend).dtypes(primitive))
-        return self.known[key]
+        if key not in self._lists:
+            self._lists[key] = tuple(self.backend_support(backend).dtypes(primitive))
+        return self._lists[key]
 
-    def ops(self, backend: str, primitive: str, dtype: str) -> tuple:
+    def ops(self, backend: str, primitive: str, dtype: str) -> tuple[str, ...]:
         """The reduce op names ``backend`` accepts for ``primitive`` on ``dtype`` (once per triple)."""
         if self.provisional is not None:
             return (self.provisional["op"],) if dtype == self.provisional["dtype"] else ()
         key = ("ops", backend, primitive, dtype)
-        if key not in self.known:
-            self.known[key] = tuple(self.backend_support(backend).ops(primitive, dtype))
-        return self.known[key]
+        if key not in self._lists:
+            self._lists[key] = tuple(self.backend_support(backend).ops(primitive, dtype))
+        return self._lists[key]
 
 
-def choices(p: ExplorerParams, facts: Facts) -> dict:
+def choices(p: ExplorerParams, facts: Facts) -> dict[str, list[object]]:
     """The values each control offers for ``p`` (pure but for the one support look-up per backend).
 
     Returns:
@@ -125,15 +149,15 @@ def choices(p: ExplorerParams, facts: Facts) -> dict:
     """
     spec = collectives.SPECS[p.primitive]
     tensor = spec.kind == "tensor"
-    out: dict = {"primitive": list(facts.primitives), "backend": facts.usable,
+    out: dict[str, list[object]] = {"primitive": list(facts.primitives), "backend": list(facts.usable),
                  "world_size": list(range(1, facts.max_world_size(p.backend) + 1)),
                  "dtype": [], "op": [], "root": [], "chunk_size": [], "inputs": []}
     if tensor:
-        dtypes = list(facts.dtypes(p.backend, spec.name))
+        dtypes = facts.dtypes(p.backend, spec.name)
         if not dtypes:
             raise RuntimeError(_("{backend} ran {primitive} with no dtype here (detected on real ranks)").format(
                 backend=p.backend, primitive=spec.name))
-        out["dtype"] = dtypes
+        out["dtype"] = list(dtypes)
         if spec.reduces:
             out["op"] = list(facts.ops(p.backend, spec.name, p.dtype)) if p.dtype in dtypes else []
         out["chunk_size"] = list(CHUNK_SIZES)
@@ -143,7 +167,7 @@ def choices(p: ExplorerParams, facts: Facts) -> dict:
     return out
 
 
-def normalised(name: str, value, notes: list):
+def normalised(name: str, value: object, notes: list[str]) -> object:
     """``value`` as the name a control offers (a dtype alias or ``torch.dtype`` -> its name, a
     ``ReduceOp`` or any case -> the op's name); a value that does not normalise adds the error
     to ``notes`` and comes back as ``None``."""
@@ -158,7 +182,8 @@ def normalised(name: str, value, notes: list):
     return value
 
 
-def _fix(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info: list) -> ExplorerParams:
+def _fix(p: ExplorerParams, facts: Facts, explicit: frozenset[str], notes: list[str],
+         info: list[str]) -> ExplorerParams:
     """``p`` with every value that is not offered replaced, in :data:`ORDER`; a note for each
     replacement of a value the learner asked for (``explicit`` names those fields) and for an op
     that stopped being valid."""
@@ -202,7 +227,7 @@ def _fix(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info
     if spec.rooted:
         r = p.root
         try:
-            r = check_rank(r, p.world_size, spec.root_name)
+            r = check_rank(r, p.world_size, spec.root_name or "root")
         except (TypeError, ValueError) as exc:
             fixed = min(max(r, 0), p.world_size - 1) if isinstance(exc, ValueError) else 0
             if "root" in explicit:
@@ -213,7 +238,8 @@ def _fix(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info
     return p
 
 
-def _preset(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, info: list) -> ExplorerParams:
+def _preset(p: ExplorerParams, facts: Facts, explicit: frozenset[str], notes: list[str],
+            info: list[str]) -> ExplorerParams:
     """The inputs preset of ``p`` just chosen: set the dtype/op/world size its lesson needs (keeping
     what the learner set in the same change), and say what it changed."""
     spec = collectives.SPECS[p.primitive]
@@ -250,7 +276,7 @@ def _preset(p: ExplorerParams, facts: Facts, explicit: frozenset, notes: list, i
     return p
 
 
-def update(p: ExplorerParams, changes: Mapping[str, Any], facts: Facts) -> tuple:
+def update(p: ExplorerParams, changes: Mapping[str, object], facts: Facts) -> Updated:
     """Apply ``changes`` (``{field: value}``, as a learner would, in :data:`ORDER`) to ``p``.
 
     Each value is normalised (a dtype alias or ``torch.dtype`` -> its name, a ``ReduceOp`` or any
@@ -271,11 +297,13 @@ def update(p: ExplorerParams, changes: Mapping[str, Any], facts: Facts) -> tuple
     if unknown:
         raise ValueError(_("unknown control(s) {names}; choose from {valid}").format(
             names=sorted(unknown), valid=", ".join(ORDER)))
-    notes: list = []
-    info: list = []
+    notes: list[str] = []
+    info: list[str] = []
     values = {k: normalised(k, v, notes) for k, v in changes.items()}
     explicit = frozenset(k for k, v in values.items() if v is not None)
-    q = dataclasses.replace(p, **{k: v for k, v in values.items() if v is not None})
+    # the learner's values as given (a wrong type included): _fix below checks each against what is offered
+    given: dict[str, Any] = {k: v for k, v in values.items() if v is not None}
+    q = dataclasses.replace(p, **given)
     if "inputs" in explicit:
         q = _preset(q, facts, explicit - {"inputs"}, notes, info)
     else:
@@ -283,12 +311,12 @@ def update(p: ExplorerParams, changes: Mapping[str, Any], facts: Facts) -> tuple
     return q, notes, info
 
 
-def fix(p: ExplorerParams, facts: Facts, explicit=ORDER) -> tuple:
+def fix(p: ExplorerParams, facts: Facts, explicit: Iterable[str] = ORDER) -> Updated:
     """``(params, notes, info)`` as :func:`update` gives them, for parameters made whole (an
     explorer's first values): every value not offered replaced, with a note for each field named in
     ``explicit`` (default: all); an inputs preset's lesson is not applied (the values given win).
     Idempotent: ``fix(fix(p)[0])[0] == fix(p)[0]``."""
-    notes: list = []
-    info: list = []
+    notes: list[str] = []
+    info: list[str] = []
     q = _fix(p, facts, frozenset(explicit), notes, info)
     return q, notes, info

@@ -59,7 +59,7 @@ Errors (an invalid combination, a failing rank) are shown in the panel; the expl
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence, TypedDict, cast
 
 import ipywidgets as widgets
 
@@ -68,18 +68,38 @@ from .. import ranks
 from ..i18n import N_, _
 from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_choice, check_world_size, dtype_name
 from .binder import Binder, Picture
-from .panel import slider_layout
-from .controls import ExplorerParams, Facts, choices, normalised, update
+from .panel import Choices, Control, slider_layout
+from .controls import ExplorerParams, Facts, RunValues, Updated, choices, normalised, update
 from .controls import fix as fix_params
-from .explorer_text import (backend_note_html, drawn_values, dtype_effect_text, figure_alt, length_html,
+from .explorer_text import (DrawnValues, backend_note_html, drawn_values, dtype_effect_text, figure_alt, length_html,
                             reference_html, status_text)
 from .heatmap import heatmap_grid, heatmap_image
 from .presets import CHUNK_SIZES, INPUT_PRESETS, about_text, presets_for
 
+if TYPE_CHECKING:
+    from torch import dtype as TorchDtype
+    from typing_extensions import Unpack
+    from torch.distributed import ReduceOp
+
+    from ..collectives import PrimitiveSpec, RunResult
+    from ..ranks import BackendFacts, LaunchOptions
+    from .raster import Pixels
+
 __all__ = ["explore", "Explorer"]
 
 
-class Explorer(Binder):
+class _Shown(TypedDict):
+    """The explorer's :attr:`Picture.data <collnb.views.panel.Picture.data>`."""
+
+    drawn: DrawnValues
+    reference: str  # the float64 table (HTML), "" where the primitive does not reduce
+
+
+def _shown(picture: Picture) -> _Shown:
+    return cast(_Shown, picture.data)  # the explorer's own draw made it
+
+
+class Explorer(Binder[ExplorerParams, "RunResult"]):
     """An interactive before | after heatmap of one primitive on warm ranks (a
     :class:`~collnb.views.binder.Binder`).
 
@@ -119,15 +139,14 @@ class Explorer(Binder):
     figure_classes = ("collnb-heatmap",)
 
     def __init__(self, primitive: str | Sequence[str] = "all_reduce", *, world_size: int = 4,
-                 dtype="float32", op="sum", root: int = 0, backend: str = "gloo",
-                 chunk_size: int = 1, inputs: str = "teaching", dpi: float = 80,
-                 wait: bool = True, **launch_kwargs):
-        chosen = list(primitive) if isinstance(primitive, (list, tuple)) else [primitive]
-        if not chosen:
+                 dtype: str | TorchDtype = "float32", op: str | ReduceOp | ReduceOp.RedOpType = "sum",
+                 root: int = 0, backend: str = "gloo", chunk_size: int = 1, inputs: str = "teaching", dpi: float = 80,
+                 wait: bool = True, **launch_kwargs: Unpack[LaunchOptions]) -> None:
+        given: list[object] = list(primitive) if isinstance(primitive, (list, tuple)) else [primitive]
+        if not given:
             raise ValueError(_("give a primitive; choose one of: {valid}").format(
                 valid=", ".join(collectives.PRIMITIVES)))
-        for p in chosen:
-            check_choice("primitive", p, collectives.PRIMITIVES)
+        chosen = [check_choice("primitive", p, collectives.PRIMITIVES) for p in given]
         check_backend(backend)
         check_choice("inputs preset", inputs, tuple(INPUT_PRESETS))
         if inputs not in presets_for(chosen[0]):
@@ -139,34 +158,35 @@ class Explorer(Binder):
                 valid=", ".join(map(str, CHUNK_SIZES)), got=chunk_size))
         check_world_size(world_size)
         self.dpi = dpi
-        self.launch_kwargs = dict(ranks.check_launch_options(launch_kwargs, "collnb.explore"))
+        self.launch_kwargs: LaunchOptions = ranks.check_launch_options(launch_kwargs, "collnb.explore")
         self.first_before_probe = False
         self._chosen = chosen
 
         # which backends can run here (asked once), and what each accepted (asked once per backend)
-        self.backend_infos = {b: ranks.backend_info(b) for b in BACKENDS}
+        self.backend_infos: dict[str, BackendFacts] = {b: ranks.backend_info(b) for b in BACKENDS}
         self.facts = Facts(tuple(chosen), self.backend_infos,
                            lambda b: collectives.backend_support(b, **self.launch_kwargs))
         if not self.facts.usable:
             raise RuntimeError(_("no backend can run here: {reasons}").format(
                 reasons="; ".join(f"{b}: {i['reason']}" for b, i in self.backend_infos.items())))
-        self._given_notes: list = []
-        dtype = normalised("dtype", dtype, self._given_notes) or "float32"  # a value that is no dtype: noted
-        op = normalised("op", op, self._given_notes) or "sum"
-        start = ExplorerParams(chosen[0], world_size, dtype, op, root, backend, chunk_size, inputs)
+        self._given_notes: list[str] = []
+        # a value that is no dtype or op: noted, and float32 or SUM shown
+        dtype_ = str(normalised("dtype", dtype, self._given_notes) or "float32")
+        op_ = str(normalised("op", op, self._given_notes) or "sum")
+        start = ExplorerParams(chosen[0], world_size, dtype_, op_, root, backend, chunk_size, inputs)
         # the first picture before the backend's first probe (1-4 s after an install): when nothing is
         # known yet and the first view is float32 SUM (which every backend runs for every tensor
         # primitive), the controls offer just that until the probe, run right after the picture, answers
         first_backend = backend if backend in self.facts.usable else self.facts.usable[0]
-        if (dtype, op) == ("float32", "sum") and collectives.known_support(first_backend) is None:
-            self.facts.provisional = {"dtype": dtype, "op": op}
+        if (dtype_, op_) == ("float32", "sum") and collectives.known_support(first_backend) is None:
+            self.facts.provisional = {"dtype": dtype_, "op": op_}
         super().__init__(start, wait=wait)
 
     # -- the model ---------------------------------------------------------------------------
-    def choices(self, params: ExplorerParams) -> Mapping[str, Sequence[Any]]:
+    def choices(self, params: ExplorerParams) -> Choices:
         return choices(params, self.facts)
 
-    def fix(self, params: ExplorerParams) -> tuple:
+    def fix(self, params: ExplorerParams) -> Updated:
         """The first values made whole (:func:`~collnb.views.controls.fix`), with the notes about the
         values given to :func:`explore` that were no dtype or op, and the line saying the dtype and op
         lists fill in once the backend has been probed."""
@@ -175,10 +195,10 @@ class Explorer(Binder):
             info = [*info, self._probing_line(q.backend)]
         return q, self._given_notes + notes, info
 
-    def change(self, params: ExplorerParams, values: Mapping[str, Any]) -> tuple:
+    def change(self, params: ExplorerParams, values: Mapping[str, object]) -> Updated:
         return update(params, values, self.facts)
 
-    def normalise(self, name: str, value: Any) -> Any:
+    def normalise(self, name: str, value: object) -> object:
         norm = {"dtype": dtype_name, "op": collectives.op_name}.get(name)
         if norm is None:
             return value
@@ -187,14 +207,14 @@ class Explorer(Binder):
         except (ValueError, TypeError):  # the check against what is offered names the valid values
             return value
 
-    def run(self, params: ExplorerParams):
-        p = params.as_dict()
+    def run(self, params: ExplorerParams) -> RunResult:
+        p: RunValues = params.as_dict()
         return collectives.run(p["primitive"], p["world_size"], dtype=p["dtype"] or "float32", op=p["op"] or "sum",
                                root=p["root"] if p["root"] is not None else 0, backend=p["backend"],
                                chunk_size=p["chunk_size"], inputs=INPUT_PRESETS[p["inputs"]][1],
                                check_support=self.facts.provisional is None, **self.launch_kwargs)
 
-    def draw(self, result, params: ExplorerParams) -> Picture:
+    def draw(self, result: RunResult, params: ExplorerParams) -> Picture:
         """The heatmap of :meth:`RunResult.png <collnb.collectives.RunResult.png>` (the drawing path
         of a result's notebook display), its description, the values drawn and the float64 table."""
         grid = heatmap_grid(result)
@@ -203,11 +223,11 @@ class Explorer(Binder):
                        effect=dtype_effect_text(result, grid),
                        attrs=dict(world_size=result.world_size, primitive=result.primitive,
                                   dtype=dtype_name(result.dtype) if result.dtype is not None else ""),
-                       data=dict(drawn=drawn_values(result, grid, him),
-                                 reference=reference_html(result, grid) if result.spec.reduces else ""))
+                       data=_Shown(drawn=drawn_values(result, grid, him),
+                                   reference=reference_html(result, grid) if result.spec.reduces else ""))
 
     # -- the panel ---------------------------------------------------------------------------
-    def control(self, name: str, label: str, offered: list, value: Any) -> widgets.Widget:
+    def control(self, name: str, label: str, offered: list[object], value: object) -> Control:
         style = {"description_width": "initial"}
         if name == "primitive":
             return widgets.Dropdown(options=self._chosen, value=value, description=label,
@@ -217,6 +237,7 @@ class Explorer(Binder):
             return widgets.ToggleButtons(options=usable, value=value, tooltips=[
                 _("run on {backend} ranks").format(backend=b) for b in usable], style={"button_width": "70px"})
         if name in ("world_size", "root"):
+            assert isinstance(value, int)  # ExplorerParams' fields
             return widgets.IntSlider(value=value, min=0 if name == "root" else 1, max=MAX_WORLD_SIZE, step=1,
                                      description=label, continuous_update=True, style=style,
                                      layout=slider_layout(label))
@@ -229,7 +250,7 @@ class Explorer(Binder):
         return widgets.Dropdown(options=[value], value=value, description=label, style=style,
                                 layout=widgets.Layout(width="auto"))
 
-    def layout(self) -> list:
+    def layout(self) -> list[widgets.Widget]:
         c = self.controls
         self.backend_note = widgets.HTML(value=backend_note_html(self.backend_infos),
                                          layout=widgets.Layout(margin="0 0 0 8px"))
@@ -261,15 +282,15 @@ class Explorer(Binder):
         self.about.value = (f"<div style='color:#333;line-height:1.4;max-width:900px'>"
                             f"{about_text(spec, p.op)}</div>")
 
-    def shown(self, result, picture: Picture) -> None:
-        self.reference.value = picture.data["reference"]
+    def shown(self, result: RunResult, picture: Picture) -> None:
+        self.reference.value = _shown(picture)["reference"]
         if self.first_picture_s is None:
             self.first_before_probe = self.facts.provisional is not None
 
     def busy_text(self, params: ExplorerParams) -> str:
         return _("⏳ running {primitive} on {n} rank(s)…").format(primitive=params.primitive, n=params.world_size)
 
-    def done_text(self, result, picture: Picture, timing: Mapping[str, float]) -> str:
+    def done_text(self, result: RunResult, picture: Picture, timing: Mapping[str, float]) -> str:
         return status_text(result, picture.effect, timing["run_s"], timing["draw_s"])
 
     @staticmethod
@@ -307,36 +328,43 @@ class Explorer(Binder):
         return self.image
 
     @property
-    def drawn(self) -> dict:
-        return self.last_picture.data["drawn"] if self.last_picture is not None else {}
+    def drawn(self) -> DrawnValues | dict[str, object]:
+        """What the picture shows, as text (see the class docstring); ``{}`` before the first picture."""
+        return _shown(self.last_picture)["drawn"] if self.last_picture is not None else {}
 
     @property
     def alt(self) -> str:
+        """The picture's description as text."""
         return self.last_picture.alt if self.last_picture is not None else ""
 
     @property
-    def last_pixels(self):
+    def last_pixels(self) -> Pixels | None:
         """The figure's pixels (uint8 H x W x 3): the static picture is painted from them."""
         return self.last_picture.pixels if self.last_picture is not None else None
 
     @property
-    def spec(self):
+    def spec(self) -> PrimitiveSpec:
+        """The :class:`~collnb.collectives.PrimitiveSpec` of the primitive shown."""
         return collectives.SPECS[self.state.primitive]
 
-    def params(self) -> dict:  # type: ignore[override]  # the explorer's values as a dict since its first release
+    # a method (the explorer's values as a dict, since its first release), where the binder has a property
+    def params(self) -> RunValues:  # type: ignore[override]
         """The current values: ``{"primitive", "world_size", "dtype", "op", "root", "backend",
         "chunk_size", "inputs"}`` (``dtype``/``op``/``root`` are ``None`` where the primitive takes
         none): :meth:`ExplorerParams.as_dict <collnb.views.controls.ExplorerParams.as_dict>` of
         :attr:`state`."""
         return self.state.as_dict()
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         p = self.params()
         return (f"Explorer({p['primitive']}, world_size={p['world_size']}, dtype={p['dtype']}, "
                 f"op={p['op']}, root={p['root']}, backend={p['backend']}, runs={self.runs_finished})")
 
 
-def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Explorer:
+def explore(primitive: str | Sequence[str] = "all_reduce", *, world_size: int = 4, dtype: str | TorchDtype = "float32",
+            op: str | ReduceOp | ReduceOp.RedOpType = "sum", root: int = 0, backend: str = "gloo",
+            chunk_size: int = 1, inputs: str = "teaching", dpi: float = 80, wait: bool = True,
+            **launch_kwargs: Unpack[LaunchOptions]) -> Explorer:
     """Open an interactive explorer of ``primitive`` on warm ranks.
 
     Args:
@@ -364,4 +392,5 @@ def explore(primitive: str | Sequence[str] = "all_reduce", **kwargs: Any) -> Exp
             1..16 (the words of :mod:`collnb.vocabulary`; the message lists the valid choices).
         RuntimeError: no backend can run here.
     """
-    return Explorer(primitive, **kwargs)
+    return Explorer(primitive, world_size=world_size, dtype=dtype, op=op, root=root, backend=backend,
+                    chunk_size=chunk_size, inputs=inputs, dpi=dpi, wait=wait, **launch_kwargs)

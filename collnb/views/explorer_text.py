@@ -6,6 +6,7 @@ read), the float64 reference table, and the line saying what the dtype did.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Mapping, NotRequired, TypedDict
 
 from ..i18n import _
 from ..units import format_bytes
@@ -13,11 +14,30 @@ from ..vocabulary import dtype_name
 from .static import esc
 from .values import format_value
 
+if TYPE_CHECKING:
+    from ..collectives import PrimitiveSpec, RunResult
+    from ..ranks import BackendFacts
+    from .controls import ExplorerParams
+    from .grid import HeatmapGrid
+    from .heatmap import HeatmapImage
+
 __all__ = ["figure_alt", "drawn_values", "reference_html", "dtype_effect_text", "status_text", "length_html",
-           "backend_note_html"]
+           "backend_note_html", "DrawnValues"]
 
 
-def figure_alt(grid) -> str:
+class DrawnValues(TypedDict):
+    """What the heatmap shows, as text (:func:`drawn_values`): per rank a list of str, one per chunk."""
+
+    before: list[list[str]]
+    after: list[list[str]]
+    exact: list[list[str]]
+    after_text: list[list[str]]
+    cells: NotRequired[dict[str, tuple[int, int, int]]]  # with the painted picture: HeatmapImage.geometry
+    layout: NotRequired[str]
+    min_font_px: NotRequired[float]
+
+
+def figure_alt(grid: HeatmapGrid) -> str:
     """The description of the heatmap of ``grid`` (a :class:`~collnb.views.heatmap.HeatmapGrid`):
     its title, every rank's output chunks as drawn and the verdict, e.g. "all_reduce (SUM) ...
     After: rank 0: [60, 64, 68, 72]; rank 1: [...]. ✓ ..."."""
@@ -26,7 +46,7 @@ def figure_alt(grid) -> str:
     return _("{title}. After: {rows}. {status}").format(title=grid.title, rows=alt_rows, status=grid.status)
 
 
-def drawn_values(result, grid, him=None) -> dict:
+def drawn_values(result: RunResult, grid: HeatmapGrid, him: HeatmapImage | None = None) -> DrawnValues:
     """What the heatmap of ``result`` shows, as text (per rank a list of str, one per chunk):
 
     * ``"before"``, ``"after"``: each chunk's first element, exactly (``-56``, ``280``, ``inf``,
@@ -37,17 +57,18 @@ def drawn_values(result, grid, him=None) -> dict:
       ``geometry``: ``{key: (x, y, cell px)}``), ``"layout"`` and ``"min_font_px"`` (the smallest
       label, px)."""
     after, exact = grid.values["after"], grid.values["expected_f64"]
-    marks = [[_num(x) if d else "" for x, d in zip(e[:len(a)], ds)] if e else ["" for _ in a]
+    marks = [[_num(x) if d else "" for x, d in zip(e[:len(a)], ds)] if e and ds is not None else ["" for _ in a]
              for a, e, ds in zip(after, exact, grid.differs)]
-    out = dict(before=[[_num(v) for v in row] for row in grid.values["before"]],
-               after=[[_num(v) for v in row] for row in after], exact=marks,
-               after_text=[list(row) for row in grid.after.text])
+    out = DrawnValues(before=[[_num(v) for v in row] for row in grid.values["before"]],
+                      after=[[_num(v) for v in row] for row in after], exact=marks,
+                      after_text=[list(row) for row in grid.after.text])
     if him is not None:
-        out.update(cells=dict(him.geometry), layout=him.layout, min_font_px=min(s_ for _l, s_, _c in him.labels))
+        out["cells"], out["layout"] = dict(him.geometry), him.layout
+        out["min_font_px"] = min(s_ for _l, s_, _c in him.labels)
     return out
 
 
-def reference_html(result, grid) -> str:
+def reference_html(result: RunResult, grid: HeatmapGrid) -> str:
     """Float64 result of the same inputs, per rank and chunk; cells where the run's dtype gave
     another value are highlighted and show what the dtype gave."""
     if result.spec.kind != "tensor":
@@ -57,15 +78,15 @@ def reference_html(result, grid) -> str:
     rows = []
     n_diff = 0
     for r in range(result.world_size):
-        vals = exact[r]
-        if vals is None:
+        vals, differs = exact[r], grid.differs[r]  # None together: the rank has no float64 reference
+        if vals is None or differs is None:
             cells = ["<td class='undef'>" + esc(_("undefined")) + "</td>"]
         else:
             cells = []
             for c, x in enumerate(vals):
                 txt = esc(format_value(x))
                 got = after[r][c] if c < len(after[r]) else None
-                if grid.differs[r][c]:
+                if differs[c]:
                     n_diff += 1
                     g = esc(format_value(got))
                     tip = esc(_("{dtype} gives {value}").format(dtype=dname, value=format_value(got)))
@@ -95,7 +116,7 @@ def reference_html(result, grid) -> str:
 
 
 
-def _num(v) -> str:
+def _num(v: object) -> str:
     """A value as exact text for ``data-*`` attributes: ``-56``, ``280`` (integral floats without
     ``.0``), ``0.1``, ``inf``, ``nan``, ``(1+2j)``, ``True``, or the object's ``str``."""
     if isinstance(v, bool) or v is None:
@@ -107,7 +128,7 @@ def _num(v) -> str:
     return str(v)
 
 
-def dtype_effect_text(result, grid) -> str:
+def dtype_effect_text(result: RunResult, grid: HeatmapGrid) -> str:
     """One line saying what the dtype did, e.g. "dtype effect: int8 gives -56 where float64 gives
     200 (...)", preceded by what it did to the inputs where it could not hold them ("bfloat16
     cannot hold every input asked for: rank 13, chunk 0 holds 1296 for 1300 ..."), or ``""``."""
@@ -122,25 +143,28 @@ def dtype_effect_text(result, grid) -> str:
                  "({n} input chunk(s), marked in the before panel)").format(
             dtype=dname, rank=r, chunk=c, held=grid.before.text[r][c], asked=grid.before.asked[r][c], n=len(asked))
     after, exact = grid.values["after"], grid.values["expected_f64"]
-    diffs = [(r, c) for r in range(result.world_size) if exact[r] is not None
-             for c, x in enumerate(exact[r]) if c < len(after[r]) and grid.differs[r][c]]
+    diffs: list[tuple[int, int, object]] = []  # (rank, chunk, the float64 value)
+    for r in range(result.world_size):
+        x64, differs = exact[r], grid.differs[r]
+        if x64 is not None and differs is not None:
+            diffs += [(r, c, x) for c, x in enumerate(x64) if c < len(after[r]) and differs[c]]
     if not diffs:
         return head
-    r, c = diffs[0]
+    r, c, x = diffs[0]
     if not result.spec.reduces:
         body = _("{dtype} cannot hold every input value: the inputs changed when the tensors were made "
                  "(rank {rank}, chunk {chunk}: {got} for {exact}); {primitive} itself copied them unchanged").format(
-            dtype=dname, rank=r, chunk=c, got=format_value(after[r][c]), exact=format_value(exact[r][c]),
+            dtype=dname, rank=r, chunk=c, got=format_value(after[r][c]), exact=format_value(x),
             primitive=result.primitive)
     else:
         body = _("dtype effect: {dtype} gives {got} where float64 gives {exact} (rank {rank}, chunk {chunk}; "
                  "{n} chunk(s) differ from the float64 result, highlighted)").format(
-            dtype=dname, got=format_value(after[r][c]), exact=format_value(exact[r][c]), rank=r, chunk=c,
+            dtype=dname, got=format_value(after[r][c]), exact=format_value(x), rank=r, chunk=c,
             n=len(diffs))
     return f"{head}; {body}" if head else body
 
 
-def status_text(result, effect: str, run_s: float, draw_s: float) -> str:
+def status_text(result: RunResult, effect: str, run_s: float, draw_s: float) -> str:
     """The status line after a run drawn: the verdict against the reference (✓/✗; with a dtype
     effect, that the dtype and not the communication changed the value), the run's title and how
     long it ran and was drawn (``run_s``, ``draw_s`` in seconds, shown in ms)."""
@@ -157,7 +181,7 @@ def status_text(result, effect: str, run_s: float, draw_s: float) -> str:
         verdict=verdict, title=result.title(), run_ms=1000 * run_s, draw_ms=1000 * draw_s)
 
 
-def length_html(spec, p) -> str:
+def length_html(spec: PrimitiveSpec, p: ExplorerParams) -> str:
     """The tensor length per rank of parameters ``p`` (an ``ExplorerParams`` of a tensor primitive
     ``spec``): "4 chunk(s) × 1 = 4 elements (16 B)", the longest rank's."""
     import torch  # noqa: PLC0415
@@ -169,7 +193,7 @@ def length_html(spec, p) -> str:
     return f"<span title='{esc(tip)}'>{text}</span>"
 
 
-def backend_note_html(infos) -> str:
+def backend_note_html(infos: Mapping[str, BackendFacts]) -> str:
     """Why each backend that cannot run here cannot (``infos``: backend -> ``backend_info``), or ``""``."""
     down = [_("<b>{backend}</b> unavailable: {reason}").format(backend=b, reason=esc(i["reason"]))
             for b, i in infos.items() if not i["available"]]

@@ -16,22 +16,60 @@ the Agg buffer, because a few hundred matplotlib text and arrow artists cost 100
 from __future__ import annotations
 
 import textwrap
+from typing import TYPE_CHECKING, TypedDict, cast
 
 import numpy as np
+from numpy.typing import NDArray
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, round_costs
 from ..i18n import _
 from ..units import format_bytes, format_rate, format_seconds
 from .palette import INK, rank_color
-from .raster import Canvas, encode_png, matplotlib_fonts, wrap_text
+from .raster import Box, Canvas, Pixels, encode_png, matplotlib_fonts, wrap_text
 from .round_heatmap import arrow_lanes, fit_cell, heatmap_origin, paint_heatmap
 
-__all__ = ["FrameRenderer", "axis_unit"]
+if TYPE_CHECKING:  # matplotlib is imported when the first frame is built
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.container import BarContainer
+    from matplotlib.figure import Figure
+    from matplotlib.lines import Line2D
+    from matplotlib.text import Text
+
+__all__ = ["FrameRenderer", "axis_unit", "FrameData", "TransferData"]
+
+
+class TransferData(TypedDict):
+    """One message of a round as plain data (:meth:`collnb.algorithms.Transfer.to_dict`'s layout)."""
+
+    src: int
+    dst: int
+    chunks: list[int]
+    dst_chunks: list[int]
+    reduce: bool
+    nbytes: int  # a trace's transfers have their size (a Schedule's, None, are not frames)
+
+
+class FrameData(TypedDict):
+    """What frame ``k`` shows, as plain data (:meth:`FrameRenderer.data`)."""
+
+    round: int
+    n_rounds: int
+    label: str
+    detail: str
+    values: list[list[object]] | None  # world_size x n_chunks: each chunk's first value; None without snapshots
+    provenance: list[list[list[int]]]  # per rank and chunk: the sorted ranks whose data it holds
+    contributors: list[list[int]]  # per rank and chunk: how many ranks
+    transfers: list[TransferData]
+    bytes_sent: list[int]  # per rank, this round
+    bytes_received: list[int]
+    critical_bytes: int  # the busiest rank's
+    model_seconds: float  # running totals after round k
+    measured_seconds: float | None
 
 _SCALES = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "s": 1.0, "ms": 1e-3, "µs": 1e-6, "ns": 1e-9}
 
 
-def axis_unit(top: float, kind: str) -> tuple:
+def axis_unit(top: float, kind: str) -> tuple[float, str]:
     """``(scale, unit)`` for an axis whose largest value is ``top`` bytes (``kind="bytes"``) or
     seconds (``"seconds"``): the unit :func:`collnb.units.format_bytes` / ``format_seconds`` write
     ``top`` in, and its size (1024 ** n bytes, or 1e-3 ** n seconds)."""
@@ -54,7 +92,7 @@ class FrameRenderer:
     frame shows as plain data.
     """
 
-    def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, dpi: int = 80):
+    def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, dpi: int = 80) -> None:
         if not isinstance(trace, Trace):
             raise TypeError(f"expected a collnb.Trace; got {type(trace).__name__} (make one with "
                             f"collnb.algorithms.run_algorithm or Trace.load)")
@@ -66,16 +104,18 @@ class FrameRenderer:
             self.cell = fit_cell(trace, self.MAX_WIDTH - 2 * self._PAD)
         self.dpi = dpi
         R = trace.n_rounds
-        self.model_rounds = round_costs(trace, self.model) if R else np.zeros(0)
-        self.model_cum = np.concatenate([[0.0], np.cumsum(self.model_rounds)])
+        #: seconds the model predicts for each round, and their running total from round 0 (0.0)
+        self.model_rounds: NDArray[np.float64] = round_costs(trace, self.model) if R else np.zeros(0)
+        self.model_cum: NDArray[np.float64] = np.concatenate([[0.0], np.cumsum(self.model_rounds)])
         meas = trace.round_seconds()
-        self.measured_cum = None if meas is None or not R else np.concatenate([[0.0], np.cumsum(meas)])
-        self._sent = [trace.bytes_sent(k) for k in range(R + 1)]
-        self._recv = [trace.bytes_received(k) for k in range(R + 1)]
+        self.measured_cum: NDArray[np.float64] | None = (None if meas is None or not R else
+                                                         np.concatenate([[0.0], np.cumsum(meas)]))
+        self._sent: list[NDArray[np.int64]] = [trace.bytes_sent(k) for k in range(R + 1)]  # bytes per rank
+        self._recv: list[NDArray[np.int64]] = [trace.bytes_received(k) for k in range(R + 1)]
         self._critical = np.array([max(int(s.max()), int(r.max())) if len(s) else 0
                                    for s, r in zip(self._sent, self._recv)], dtype=np.int64)
         self._build()
-        self._cache: dict = {}
+        self._cache: dict[int, bytes] = {}  # round -> its PNG
 
     # -------------------------------------------------------------- figure
     _TITLE_H = 92
@@ -84,7 +124,7 @@ class FrameRenderer:
     #: widest frame drawn side by side (pixels); wider, the bytes and time plots go below the heatmap
     MAX_WIDTH = 1000
 
-    def _build(self):
+    def _build(self) -> None:
         t = self.trace
         self.lanes = arrow_lanes(t)
         heat = paint_heatmap(t, 0, self.cell, lanes=self.lanes)
@@ -100,22 +140,24 @@ class FrameRenderer:
         else:
             W = hw + side_w + 3 * pad
             H = max(hh + title_h + pad + foot_h, 490 + foot_h - 40)
-        self.size = (W, H)
-        self.heat_box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
-        self.title_box = (pad, 26, W - pad, title_h - 2)
-        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - on first use only:
-        from matplotlib import rc_context  # noqa: PLC0415
-        from matplotlib.figure import Figure  # noqa: PLC0415 - importing views stays free of matplotlib
+        self.size = (W, H)  # pixels
+        self.heat_box: Box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
+        self.title_box: Box = (pad, 26, W - pad, title_h - 2)
+        from matplotlib import rc_context  # noqa: PLC0415 - on first use only: importing views stays free of matplotlib
 
         with rc_context({"font.family": matplotlib_fonts()}):  # a Text keeps the family it is made with
-            self._build_figure(W, H, hh, hw, pad, title_h, side_w, pt, plots_h if self.stacked else 0, Figure,
-                               FigureCanvasAgg)
+            self._build_figure(W, H, hh, hw, pad, title_h, side_w, pt, plots_h if self.stacked else 0)
 
-    def _build_figure(self, W, H, hh, hw, pad, title_h, side_w, pt, plots_h, Figure, FigureCanvasAgg):
+    def _build_figure(self, W: int, H: int, hh: int, hw: int, pad: int, title_h: int, side_w: int, pt: float,
+                      plots_h: int) -> None:
+        """The figure, its axes drawn once (sizes in pixels; ``pt``: points per pixel)."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - see _build
+        from matplotlib.figure import Figure  # noqa: PLC0415
+
         t = self.trace
         fig = Figure(figsize=(W / self.dpi, H / self.dpi), dpi=self.dpi)
-        FigureCanvasAgg(fig)
-        self.fig = fig
+        self.canvas: FigureCanvasAgg = FigureCanvasAgg(fig)  # fig.canvas, as the Agg canvas it is
+        self.fig: Figure = fig
         op = f" ({t.op})" if t.op else ""
         root = _(", root {root}").format(root=t.root) if t.primitive in ("broadcast", "reduce", "scatter",
                                                                            "gather") else ""
@@ -146,10 +188,11 @@ class FrameRenderer:
         ymax = max(1, int(max(max(s.max() for s in self._sent), max(r.max() for r in self._recv))))
         self._bscale, bunit = axis_unit(ymax, "bytes")
         ranks = np.arange(t.world_size)
-        colors = [rank_color(r) for r in ranks]
-        self.bars_sent = ax_b.bar(ranks - 0.2, np.zeros(t.world_size), width=0.4, color=colors, animated=True)
-        self.bars_recv = ax_b.bar(ranks + 0.2, np.zeros(t.world_size), width=0.4, color="white", edgecolor=colors,
-                                  linewidth=1.2, animated=True)
+        colors = [rank_color(r) for r in range(t.world_size)]
+        self.bars_sent: BarContainer = ax_b.bar(ranks - 0.2, np.zeros(t.world_size), width=0.4, color=colors,
+                                                animated=True)
+        self.bars_recv: BarContainer = ax_b.bar(ranks + 0.2, np.zeros(t.world_size), width=0.4, color="white",
+                                                edgecolor=colors, linewidth=1.2, animated=True)
         ax_b.set_ylim(0, ymax / self._bscale * 1.15)
         ax_b.set_xlim(-0.7, t.world_size - 0.3)
         ax_b.set_xticks(ranks if t.world_size <= 8 else ranks[::2])
@@ -190,12 +233,12 @@ class FrameRenderer:
         ax_t.set_title(_("running total time"), fontsize=fs)
         ax_t.tick_params(labelsize=11.5 * pt)
         ax_t.legend(fontsize=11 * pt, loc="center right" if log else "upper left", frameon=False)
-        self.vline = ax_t.axvline(0, color="#C0392B", lw=1.2, animated=True)
-        self.total_text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
+        self.vline: Line2D = ax_t.axvline(0, color="#C0392B", lw=1.2, animated=True)
+        self.total_text: Text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
                                     fontsize=11 * pt, animated=True)
         self.ax_bytes, self.ax_time = ax_b, ax_t
         note = self.gap_note()
-        self.gap_text = None
+        self.gap_text: Text | None = None
         if note:  # why the two running totals are so far apart: two lines above the arrows' legend
             self.gap_text = fig.text(pad / W, 38 / H, note, fontsize=11 * pt, color="#2E7D32", ha="left",
                                      va="bottom", linespacing=1.25)
@@ -204,8 +247,8 @@ class FrameRenderer:
                  va="bottom")
         fig.text(pad / W, 4 / H, _("arrows in the right margin: several chunks, or ranks that are not neighbours"),
                  fontsize=11 * pt, color="#444444", ha="left", va="bottom")
-        fig.canvas.draw()
-        self._bg = fig.canvas.copy_from_bbox(fig.bbox)
+        self.canvas.draw()
+        self._bg = self.canvas.copy_from_bbox(fig.bbox)
 
     def gap_note(self) -> str:
         """What the running-total panel's two lines mean when the measured one is far (over 3x) from the
@@ -225,7 +268,7 @@ class FrameRenderer:
             bandwidth=format_rate(1 / self.model.beta) if self.model.beta > 0 else "∞",
             on=_(" on {cpus} shared CPU cores").format(cpus=cpus) if cpus else "")
 
-    def cell_box(self, rank: int, chunk: int) -> tuple:
+    def cell_box(self, rank: int, chunk: int) -> Box:
         """Pixel box ``(x0, y0, x1, y1)`` (origin top-left, y down, as in :meth:`rgb` and the PNG)
         of heatmap cell (``rank``, ``chunk``) in every frame."""
         left, top = heatmap_origin(self.trace, self.cell)
@@ -245,7 +288,7 @@ class FrameRenderer:
         return _("round {round} of {n_rounds} — {label}: {n} message(s), busiest rank moves {nbytes}").format(
             round=k, n_rounds=t.n_rounds, label=rnd.label, n=len(rnd.transfers), nbytes=format_bytes(self._critical[k]))
 
-    def _title_strip(self, k: int) -> np.ndarray:
+    def _title_strip(self, k: int) -> Pixels:
         t = self.trace
         x0, y0, x1, y1 = self.title_box
         cv = Canvas(x1 - x0, y1 - y0)
@@ -262,11 +305,11 @@ class FrameRenderer:
         return cv.pixels()
 
     # -------------------------------------------------------------- data
-    def data(self, k: int) -> dict:
+    def data(self, k: int) -> FrameData:
         """What frame ``k`` shows, as plain data.
 
         Returns:
-            dict with ``round`` (int), ``n_rounds``, ``label``, ``detail``, ``values``
+            :class:`FrameData`: ``round`` (int), ``n_rounds``, ``label``, ``detail``, ``values``
             (``world_size`` x ``n_chunks`` list of the chunks' first values, or ``None``
             without snapshots), ``provenance`` (list of lists of sorted rank lists),
             ``contributors`` (counts), ``transfers`` (list of dicts: src, dst, chunks,
@@ -281,10 +324,10 @@ class FrameRenderer:
         except ValueError:
             vals = None
         prov = [[sorted(s) for s in row] for row in t.provenance_sets(k)]
-        return dict(round=k, n_rounds=t.n_rounds, label=t.label(k),
+        return FrameData(round=k, n_rounds=t.n_rounds, label=t.label(k),
                     detail="" if k == 0 else t.rounds[k - 1].detail, values=vals, provenance=prov,
                     contributors=t.contributors(k).tolist(),
-                    transfers=[tr.to_dict() for tr in t.transfers(k)],
+                    transfers=[cast(TransferData, tr.to_dict()) for tr in t.transfers(k)],
                     bytes_sent=self._sent[k].tolist(), bytes_received=self._recv[k].tolist(),
                     critical_bytes=int(self._critical[k]), model_seconds=float(self.model_cum[k]),
                     measured_seconds=None if self.measured_cum is None else float(self.measured_cum[k]))
@@ -296,8 +339,8 @@ class FrameRenderer:
         straight into the Agg buffer."""
         t = self.trace
         k = t.check_round(k)
-        fig = self.fig
-        fig.canvas.restore_region(self._bg)
+        canvas = self.canvas
+        canvas.restore_region(self._bg)
         for bar, v in zip(self.bars_sent, self._sent[k]):
             bar.set_height(v / self._bscale)
         for bar, v in zip(self.bars_recv, self._recv[k]):
@@ -311,17 +354,18 @@ class FrameRenderer:
             self.ax_bytes.draw_artist(bar)
         self.ax_time.draw_artist(self.vline)
         self.ax_time.draw_artist(self.total_text)
-        buf = np.asarray(fig.canvas.buffer_rgba())
+        buf = np.asarray(canvas.buffer_rgba())
         x0, y0, x1, y1 = self.heat_box
         buf[y0:y1, x0:x1, :3] = paint_heatmap(t, k, self.cell, lanes=self.lanes)
         buf[y0:y1, x0:x1, 3] = 255
         x0, y0, x1, y1 = self.title_box
         buf[y0:y1, x0:x1, :3] = self._title_strip(k)
 
-    def rgb(self, k: int) -> np.ndarray:
+    def rgb(self, k: int) -> Pixels:
         """Frame ``k`` as a ``uint8`` ``(H, W, 3)`` array."""
         self.draw(k)
-        return np.asarray(self.fig.canvas.buffer_rgba())[..., :3].copy()
+        rgba: np.ndarray[tuple[int, int, int], np.dtype[np.uint8]] = np.asarray(self.canvas.buffer_rgba())
+        return rgba[..., :3].copy()
 
     def png(self, k: int) -> bytes:
         """Frame ``k`` as PNG bytes (cached per round)."""

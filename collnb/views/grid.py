@@ -8,12 +8,22 @@ text read it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal, Sequence, TypeAlias, TypedDict
 
 from .. import collectives
 from ..i18n import N_, _
 from .values import chunk_firsts, differs_exact, format_value
 
-__all__ = ["Panel", "HeatmapGrid", "heatmap_grid", "PANEL_NAMES", "VERDICT_WORDS"]
+if TYPE_CHECKING:
+    from ..collectives import RunResult
+
+__all__ = ["Panel", "HeatmapGrid", "heatmap_grid", "PANEL_NAMES", "VERDICT_WORDS", "CellState", "Verdict",
+           "FirstValues"]
+
+#: A cell's state (:attr:`Panel.state`).
+CellState: TypeAlias = Literal["value", "undefined", "empty"]
+#: A rank's verdict (:attr:`HeatmapGrid.verdicts`).
+Verdict: TypeAlias = Literal["✓", "✗", "undefined"]
 
 #: A panel's name (its key) -> the heading drawn over it (translated where drawn: ``_(PANEL_NAMES[n])``).
 PANEL_NAMES = {"before": N_("before"), "after": N_("after")}
@@ -46,15 +56,23 @@ class Panel:
     title: str
     n_rows: int
     n_cols: int
-    text: list
-    state: list
-    ranks: list
-    mismatch: list
-    expected: list
-    exact: list
-    row_note: list
-    tag: list = field(default_factory=list)
-    asked: list = field(default_factory=list)
+    text: list[list[str]]
+    state: list[list[CellState]]
+    ranks: list[list[tuple[int, ...]]]
+    mismatch: list[list[bool]]
+    expected: list[list[str]]
+    exact: list[list[str]]
+    row_note: list[str]
+    tag: list[list[str]] = field(default_factory=list)
+    asked: list[list[str]] = field(default_factory=list)
+
+
+class FirstValues(TypedDict):
+    """Each chunk's first element per rank, as Python scalars (:func:`~collnb.views.values.chunk_firsts`)."""
+
+    before: list[list[object]]
+    after: list[list[object]]
+    expected_f64: list[list[object] | None]  # None: the rank has no float64 reference
 
 
 @dataclass
@@ -67,18 +85,20 @@ class HeatmapGrid:
     ok: bool
     before: Panel
     after: Panel
-    verdicts: list  # per rank: "✓", "✗" or "undefined"
-    legend: list = field(default_factory=list)  # [(label, kind)]
+    verdicts: list[Verdict]  # per rank
+    #: ``[(label, kind)]``, kind one of ``"rank"``, ``"stripes"``, ``"undefined"``, ``"mismatch"``,
+    #: ``"exact"``, ``"asked"``, ``"tag"``
+    legend: list[tuple[str, str]] = field(default_factory=list)
     #: each chunk's first element per rank, read once: ``{"before", "after", "expected_f64"}`` (a rank
     #: without a float64 reference: ``None``)
-    values: dict = field(default_factory=dict)
+    values: FirstValues = field(default_factory=lambda: FirstValues(before=[], after=[], expected_f64=[]))
     #: per rank, per chunk of its float64 reference: whether the output differs from it exactly
-    #: (:func:`~collnb.views.values.differs_exact`; a chunk the output lacks differs); ``None`` where
-    #: the rank has no reference
-    differs: list = field(default_factory=list)
+    #: (:func:`~collnb.views.values.differs_exact`; a chunk the output lacks does not: it is a
+    #: mismatch, outlined, not a dtype effect); ``None`` where the rank has no reference
+    differs: list[list[bool] | None] = field(default_factory=list)
 
 
-def _call_text(result) -> str:
+def _call_text(result: RunResult) -> str:
     spec = result.spec
     call = spec.call
     if result.op:
@@ -89,11 +109,11 @@ def _call_text(result) -> str:
     return call
 
 
-def _is_number(x) -> bool:
+def _is_number(x: object) -> bool:
     return isinstance(x, (int, float)) and not isinstance(x, bool)
 
 
-def names_its_rank(result, asked, src: int, chunk: int) -> bool:
+def names_its_rank(result: RunResult, asked: Sequence[Sequence[str]], src: int, chunk: int) -> bool:
     """Whether the input of rank ``src``'s chunk ``chunk`` tells the rank it came from: a teaching
     value (``10*rank + chunk``, ``100*rank + chunk`` above 10 ranks) or the rank itself, held
     exactly by the dtype (``asked``: the before panel's :attr:`Panel.asked`)."""
@@ -106,7 +126,7 @@ def names_its_rank(result, asked, src: int, chunk: int) -> bool:
     return not (src < len(asked) and chunk < len(asked[src]) and asked[src][chunk])
 
 
-def heatmap_grid(result) -> HeatmapGrid:
+def heatmap_grid(result: RunResult) -> HeatmapGrid:
     """What the heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`) shows, as data:
     values as text, cell states, contributing ranks, mismatches, per-rank verdicts."""
     spec = result.spec
@@ -114,13 +134,13 @@ def heatmap_grid(result) -> HeatmapGrid:
     before_vals = [chunk_firsts(t, cs) for t in result.before]
     after_vals = [chunk_firsts(t, cs) for t in result.after]
     exp_vals = [chunk_firsts(t, cs) for t in result.expected]
-    ex64_vals = [chunk_firsts(t, cs) if t is not None else None for t in result.expected_f64]
+    ex64_vals = [chunk_firsts(t, cs) for t in result.expected_f64]
     differs = [None if x is None else [differs_exact(a[c] if c < len(a) else None, v) for c, v in enumerate(x)]
                for a, x in zip(after_vals, ex64_vals)]
     nb = max([len(v) for v in before_vals] + [1])
     na = max([len(v) for v in after_vals] + [spec.n_out(ws, r, result.root or 0) for r in range(ws)] + [1])
 
-    def blank(n):
+    def blank(n: int) -> list[list[str]]:
         return [["" for _ in range(n)] for _ in range(ws)]
 
     # before: rank r's own data
@@ -152,7 +172,7 @@ def heatmap_grid(result) -> HeatmapGrid:
     a.tag, a.asked = blank(na), blank(na)
     if kind == "time":
         a.title = _("after: departure from dist.barrier() (ms)")
-    verdicts = []
+    verdicts: list[Verdict] = []
     for r in range(ws):
         vals = after_vals[r]
         defined = result.defined[r]
@@ -183,9 +203,10 @@ def heatmap_grid(result) -> HeatmapGrid:
                     a.expected[r][c] = ("≥ " if kind == "time" else "") + format_value(e[c], kind)
                 if c >= len(vals):
                     a.state[r][c] = "empty"
-        if ex64_vals[r] is not None and kind == "tensor":
-            for c, x in enumerate(ex64_vals[r][:len(vals)]):
-                if not a.mismatch[r][c] and differs[r][c]:
+        x64, diff = ex64_vals[r], differs[r]  # both None where the rank has no float64 reference
+        if x64 is not None and diff is not None and kind == "tensor":
+            for c, x in enumerate(x64[:len(vals)]):
+                if not a.mismatch[r][c] and diff[c]:
                     a.exact[r][c] = format_value(x, short=True)
         verdicts.append("✗" if any(mism) else "✓")
 

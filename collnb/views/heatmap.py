@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable, TypedDict
 
 import numpy as np
 from PIL import Image
@@ -38,17 +38,21 @@ from .grid import PANEL_NAMES, VERDICT_WORDS, HeatmapGrid, Panel, heatmap_grid
 from .palette import (COMBINED_COLOR, EMPTY_COLOR, EXACT_COLOR, GREY_TEXT, HATCH_COLOR, INK, MAX_WIDTH_PX,
                       MIN_LABEL_PX, MISMATCH_COLOR, OK_GREEN, RANK_COLORS, RANK_TEXT_COLORS, UNDEFINED_COLOR,
                       contrast_ratio, rank_color, rank_text_color)
-from .raster import Canvas, encode_png, rgb8, wrap_text
+from .raster import Box, Canvas, Label, Pixels, encode_png, rgb8, wrap_text
 from .values import format_value
 
 if TYPE_CHECKING:  # matplotlib is imported by heatmap_figure only (~0.65 s of a first picture otherwise)
+    from matplotlib.axes import Axes
     from matplotlib.figure import Figure
+    from matplotlib.patches import Rectangle
+
+    from ..collectives import RunResult
 
 __all__ = ["heatmap_image", "heatmap_figure", "heatmap_png", "cell_box", "HeatmapImage",
            # what a heatmap is made of, named here for its readers and tests
            "heatmap_grid", "HeatmapGrid", "Panel", "format_value", "RANK_COLORS", "RANK_TEXT_COLORS",
            "MIN_LABEL_PX", "contrast_ratio", "rank_color", "rank_text_color", "UNDEFINED_COLOR", "COMBINED_COLOR",
-           "EMPTY_COLOR", "MISMATCH_COLOR"]
+           "EMPTY_COLOR", "MISMATCH_COLOR", "HeatmapParts"]
 
 _BAND = 0.30  # share of a combined cell's height taken by its band of contributor colours
 _PROBE = Canvas(1, 1)  # measures text (glyph masks are cached per text, size and style)
@@ -63,13 +67,23 @@ class HeatmapImage:
     not fit :data:`collnb.views.palette.MAX_WIDTH_PX`) and ``labels`` (every painted text as ``(text, size_px, box)``,
     size in pixels per em; none is below :data:`MIN_LABEL_PX`)."""
 
-    pixels: np.ndarray
+    pixels: Pixels
     dpi: float
     grid: HeatmapGrid
-    geometry: dict
-    outlines: list
+    geometry: dict[str, tuple[int, int, int]]
+    outlines: list[Box]
     layout: str = "side by side"
-    labels: list = field(default_factory=list)
+    labels: list[Label] = field(default_factory=list)
+
+
+class HeatmapParts(TypedDict):
+    """What :func:`heatmap_figure` keeps on its figure as ``fig.collnb``."""
+
+    image: HeatmapImage
+    grid: HeatmapGrid
+    geometry: dict[str, tuple[int, int, int]]
+    ax: Axes
+    outlines: list[Rectangle]
 
 
 #: Widest heatmap drawn at the default dpi, in pixels: JupyterLab 4's output area in a 1440 px
@@ -78,7 +92,7 @@ class HeatmapImage:
 _SAFE_PX = MIN_LABEL_PX + 1  # painted sizes keep a pixel in hand
 
 
-def _fit_size(text, size_px, max_w, style, floor=MIN_LABEL_PX):
+def _fit_size(text: str, size_px: float, max_w: float, style: str, floor: float = MIN_LABEL_PX) -> float:
     """The largest size <= ``size_px`` (not below ``floor``) at which ``text`` is <= ``max_w`` px
     wide (measured with the real glyphs)."""
     w = _PROBE.measure(text, size_px, style)[0]
@@ -87,18 +101,18 @@ def _fit_size(text, size_px, max_w, style, floor=MIN_LABEL_PX):
     return max(floor, size_px * max_w / w * 0.98)
 
 
-def _fit_text(text, size_px, max_w, style):
+def _fit_text(text: str, size_px: float, max_w: float, style: str) -> str:
     """``text`` cut with "…" until it fits ``max_w`` pixels at ``size_px``."""
     while len(text) > 1 and _PROBE.measure(text, size_px, style)[0] > max_w:
         text = text[:-2] + "…" if not text.endswith("…") else text[:-2] + "…"
     return text
 
 
-def _band_text(n, ws):
+def _band_text(n: int, ws: int) -> str:
     return _("all {n}").format(n=n) if n == ws else _("{n} ranks").format(n=n)
 
 
-def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
+def heatmap_image(result: RunResult, *, dpi: float = 100, show_exact: bool = True,
                   grid: HeatmapGrid | None = None) -> HeatmapImage:
     """Paint the before | after heatmap of ``result`` (a :class:`~collnb.collectives.RunResult`).
 
@@ -123,7 +137,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     b, a = g.before, g.after
     ws = result.world_size
     k = dpi / 100.0
-    F = lambda base: max(_SAFE_PX, base * k)  # noqa: E731 - a font size in pixels, floored
+    F: Callable[[float], float] = lambda base: max(_SAFE_PX, base * k)  # noqa: E731 - a font size in pixels, floored
     max_w = MAX_WIDTH_PX * max(1.0, k / 1.25)
     total_cols = b.n_cols + a.n_cols
     cell_in = float(np.clip(11.5 / (total_cols + 5), 0.36, 0.62))
@@ -200,10 +214,10 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     long_cols = probe.measure(_("chunk {chunk}").format(chunk="00"), col_px)[0] < cell * 0.96
     pw_b, pw_a = b.n_cols * cell, a.n_cols * cell
 
-    def wrap(text, width):
+    def wrap(text: str, width: float) -> list[str]:
         return wrap_text(text, width, lambda t: probe.measure(t, desc_px)[0])
 
-    def description(title):  # "before: each rank's input" -> "each rank's input" (or "之前：...")
+    def description(title: str) -> str:  # "before: each rank's input" -> "each rank's input" (or "之前：...")
         return title.split(": ", 1)[-1].split("：", 1)[-1]
 
     if stacked:
@@ -240,7 +254,9 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
         legend.append((label, kind))
     sw, sh = int(max(18, 24 * k)), int(max(11, 14 * k))
     entries = [(label, kind, sw + 7 * k + probe.measure(label, leg_px)[0] + 20 * k) for label, kind in legend]
-    rows, row, roww = [], [], 0.0
+    rows: list[tuple[list[tuple[str, str, float]], float]] = []
+    row: list[tuple[str, str, float]] = []
+    roww = 0.0
     for e in entries:
         if row and roww + e[2] > W - 40 * k:
             rows.append((row, roww))
@@ -276,7 +292,7 @@ def heatmap_image(result, *, dpi: float = 100, show_exact: bool = True,
     cv.text(g.title, W / 2, 14 * k, title_px, INK, "bold", va="top")
     cv.text(g.call, W / 2, 46 * k, call_px, "#333333", "mono", va="top")
 
-    outlines: list = []
+    outlines: list[Box] = []
     cap = (21 if ws <= 8 else 17) * k
     val_px = max(val_floor, min(cap, 0.40 * cell))
     sub_px = max(_SAFE_PX, min(11 * k, 0.22 * cell))
@@ -343,10 +359,11 @@ class _CellStyle:
     sub_px: float
     show_exact: bool
     long_subs: bool
-    strips: dict = field(default_factory=dict)  # contributors -> their band, painted once
+    strips: dict[tuple[int, ...], Image.Image] = field(default_factory=dict)  # contributors -> their band, painted once
 
 
-def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _CellStyle, outlines: list) -> None:
+def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple[int, int], cs: _CellStyle,
+                outlines: list[Box]) -> None:
     """Cell (rank ``r``, column ``c``) of ``panel`` whose row starts at ``origin`` (x of the panel,
     y of the row): fill, contributor band, value, note under it, red outline (appended to
     ``outlines``)."""
@@ -372,11 +389,11 @@ def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _Ce
         if inner / len(ranks) >= 5:
             strip = strips.get(ranks)
             if strip is None:  # one band per set of contributors, pasted where it recurs
-                strip = np.empty((band, inner, 3), dtype=np.uint8)
+                stripes: Pixels = np.empty((band, inner, 3), dtype=np.uint8)
                 edges = np.linspace(0, inner, len(ranks) + 1).round().astype(int)
                 for i, s_ in enumerate(ranks):
-                    strip[:, edges[i]:edges[i + 1]] = rgb8(rank_color(s_))
-                strip = strips[ranks] = Image.fromarray(strip, "RGB")
+                    stripes[:, edges[i]:edges[i + 1]] = rgb8(rank_color(s_))
+                strip = strips[ranks] = Image.fromarray(stripes, "RGB")
             cv.paste(strip, cx0, cy0)
         else:  # too many contributors for stripes: say how many
             bt = _band_text(len(ranks), ws)
@@ -427,8 +444,8 @@ def _paint_cell(cv: Canvas, panel: Panel, r: int, c: int, origin: tuple, cs: _Ce
         outlines.append(box)
 
 
-def _paint_legend(cv: Canvas, rows: list, y: float, ws: int, k: float, swatch: tuple, leg_px: float,
-                  leg_step: float) -> None:
+def _paint_legend(cv: Canvas, rows: list[tuple[list[tuple[str, str, float]], float]], y: float, ws: int, k: float,
+                  swatch: tuple[int, int], leg_px: float, leg_step: float) -> None:
     """The legend rows (``[(entries, width)]``, each entry ``(label, kind, width)``) centred below
     ``y``: a swatch of each kind (rank colour, band of stripes, hatching, red outline, orange N)
     and its label."""
@@ -461,7 +478,7 @@ def _paint_legend(cv: Canvas, rows: list, y: float, ws: int, k: float, swatch: t
             x += ew
 
 
-def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,
+def heatmap_figure(result: RunResult, *, dpi: float = 100, show_exact: bool = True,
                    grid: HeatmapGrid | None = None) -> Figure:
     """The heatmap of ``result`` as a :class:`matplotlib.figure.Figure` (Agg canvas attached,
     not registered with pyplot; safe to build from any thread).
@@ -469,8 +486,8 @@ def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,
     The painted image (:func:`heatmap_image`) is placed 1:1 with ``fig.figimage``; each red
     outline is also a :class:`~matplotlib.patches.Rectangle` artist (gid ``"mismatch"``) on an
     overlay Axes whose data coordinates are the image's pixels (y down). ``fig.collnb`` is a
-    dict: ``image`` (:class:`HeatmapImage`), ``grid``, ``geometry``, ``ax``, ``outlines``
-    (the Rectangles). Save it at ``dpi=fig.dpi`` to keep pixels 1:1.
+    dict (:class:`HeatmapParts`): ``image`` (:class:`HeatmapImage`), ``grid``, ``geometry``, ``ax``,
+    ``outlines`` (the Rectangles). Save it at ``dpi=fig.dpi`` to keep pixels 1:1.
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: PLC0415 - see TYPE_CHECKING above
     from matplotlib.figure import Figure  # noqa: PLC0415
@@ -493,21 +510,27 @@ def heatmap_figure(result, *, dpi: float = 100, show_exact: bool = True,
                          edgecolor=MISMATCH_COLOR, linewidth=lw * 72 / dpi, gid="mismatch")
         ax.add_patch(rect)
         rects.append(rect)
-    fig.collnb = {"image": him, "grid": him.grid, "geometry": him.geometry, "ax": ax, "outlines": rects}
+    parts = HeatmapParts(image=him, grid=him.grid, geometry=him.geometry, ax=ax, outlines=rects)
+    fig.collnb = parts  # type: ignore[attr-defined]  # our own attribute on the Figure (documented above)
     return fig
 
 
-def heatmap_png(result, *, dpi: float = 100, **kwargs) -> bytes:
+def heatmap_png(result: RunResult, *, dpi: float = 100, show_exact: bool = True,
+                grid: HeatmapGrid | None = None) -> bytes:
     """The heatmap of ``result`` as PNG bytes (headless; the pixels of :func:`heatmap_image`,
-    encoded with Pillow). ``kwargs`` as :func:`heatmap_image`."""
-    return encode_png(heatmap_image(result, dpi=dpi, **kwargs).pixels, dpi)
+    encoded with Pillow). Arguments as :func:`heatmap_image`."""
+    return encode_png(heatmap_image(result, dpi=dpi, show_exact=show_exact, grid=grid).pixels, dpi)
 
 
-def cell_box(fig_or_image, panel: str, rank: int, chunk: int) -> tuple:
+def cell_box(fig_or_image: Figure | HeatmapImage, panel: str, rank: int, chunk: int) -> Box:
     """Pixel box ``(x0, y0, x1, y1)`` (origin top-left, y down, as in the PNG) of cell
     (``rank``, ``chunk``) of ``panel`` (``"before"``/``"after"``), for a figure from
     :func:`heatmap_figure` or a :class:`HeatmapImage`."""
-    geometry = fig_or_image.collnb["geometry"] if hasattr(fig_or_image, "collnb") else fig_or_image.geometry
+    if isinstance(fig_or_image, HeatmapImage):
+        geometry = fig_or_image.geometry
+    else:
+        parts: HeatmapParts = fig_or_image.collnb  # type: ignore[attr-defined]  # set by heatmap_figure
+        geometry = parts["geometry"]
     x0, y0, cell = geometry[panel]
     return (x0 + chunk * cell, y0 + rank * cell, x0 + (chunk + 1) * cell, y0 + (rank + 1) * cell)
 

@@ -10,31 +10,36 @@ labels >= :data:`collnb.views.palette.MIN_LABEL_PX`, at most :data:`collnb.views
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
+from numpy.typing import NDArray
 
-from .palette import INK, MAX_WIDTH_PX, MIN_LABEL_PX, MISMATCH_COLOR, contrast_ratio, hex_rgb
-from .raster import Canvas, encode_png, wrap_text
+from .palette import INK, MAX_WIDTH_PX, MIN_LABEL_PX, MISMATCH_COLOR, FloatRGB, contrast_ratio, hex_rgb
+from .raster import Canvas, Label, Pixels, encode_png, wrap_text
 
 __all__ = ["MatrixPanel", "MatrixPicture", "matrix_image", "ramp_color"]
 
-#: ColorBrewer's sequential "Blues" (9 classes), light to dark.
-_BLUES = np.array([hex_rgb(h) for h in ("#F7FBFF", "#DEEBF7", "#C6DBEF", "#9ECAE1", "#6BAED6", "#4292C6",
+#: ColorBrewer's sequential "Blues" (9 classes), light to dark: float32, shape ``(9, 3)``.
+_BLUES: np.ndarray[tuple[int, int], np.dtype[np.float32]] = np.array([hex_rgb(h) for h in ("#F7FBFF", "#DEEBF7", "#C6DBEF", "#9ECAE1", "#6BAED6", "#4292C6",
                                         "#2171B5", "#08519C", "#08306B")])
 _BORDER = hex_rgb("#BDBDBD")
 _WHITE = np.array([1.0, 1.0, 1.0], dtype=np.float32)
 
 
-def ramp_color(share: float) -> np.ndarray:
+def ramp_color(share: float) -> FloatRGB:
     """The fill (RGB, 0..1) of a cell holding ``share`` of the scale's maximum: ColorBrewer's
     "Blues" from near white (0) to dark blue (1), interpolated; clipped to 0..1."""
     x = float(np.clip(share, 0.0, 1.0)) * (len(_BLUES) - 1)
     i = min(int(x), len(_BLUES) - 2)
-    return ((1 - (x - i)) * _BLUES[i] + (x - i) * _BLUES[i + 1]).astype(np.float32)
+    lo: FloatRGB = _BLUES[i]
+    hi: FloatRGB = _BLUES[i + 1]
+    return ((1 - (x - i)) * lo + (x - i) * hi).astype(np.float32)
 
 
-def _text_color(fill) -> np.ndarray:
+def _text_color(fill: FloatRGB) -> FloatRGB:
     return INK if contrast_ratio(INK, fill) >= contrast_ratio(_WHITE, fill) else _WHITE
 
 
@@ -51,9 +56,9 @@ class MatrixPanel:
     """
 
     title: str
-    values: object
-    texts: object = None
-    framed: set = field(default_factory=set)
+    values: Sequence[Sequence[float]] | NDArray[np.number]
+    texts: Sequence[Sequence[object]] | NDArray[np.generic] | None = None
+    framed: set[tuple[int, int]] = field(default_factory=set)
     footer: str = ""
 
 
@@ -65,31 +70,32 @@ class MatrixPicture:
     x1, y1))``, its ink's box in pixels (tests check that no two overlap); else empty."""
 
     png: bytes
-    pixels: np.ndarray
-    labels: list = field(default_factory=list)
+    pixels: Pixels
+    labels: list[Label] = field(default_factory=list)
 
     def _repr_png_(self) -> bytes:
         return self.png
 
-    def save(self, path) -> None:
+    def save(self, path: str | os.PathLike[str]) -> None:
         """Write the PNG to ``path``."""
         with open(path, "wb") as f:
             f.write(self.png)
 
 
-def _wrap(cv: Canvas, text: str, width: float, size: float) -> list:
+def _wrap(cv: Canvas, text: str, width: float, size: float) -> list[str]:
     """``text`` cut at spaces (Chinese: between ideographs) into lines no wider than ``width`` pixels
     (a word wider stays whole; :func:`collnb.views.raster.wrap_text`)."""
     return wrap_text(text, width, lambda t: cv.measure(t, size)[0])
 
 
-def _cell_text(v) -> str:
+def _cell_text(v: object) -> str:
     if isinstance(v, float) and not v.is_integer():
         return f"{v:.3g}"
     return str(int(v)) if isinstance(v, (int, float, np.integer, np.floating)) else str(v)
 
 
-def matrix_image(panels, *, row_label: str = "rank", column_label: str = "", row_names=None, column_names=None,
+def matrix_image(panels: Sequence[MatrixPanel], *, row_label: str = "rank", column_label: str = "",
+                 row_names: Sequence[object] | None = None, column_names: Sequence[object] | None = None,
                  title: str = "", note: str = "", framed_note: str = "", vmax: float | None = None) -> MatrixPicture:
     """Paint one or more :class:`MatrixPanel` side by side (below each other when wider than :data:`collnb.views.palette.MAX_WIDTH_PX`)
     on one colour scale.

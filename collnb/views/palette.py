@@ -1,18 +1,26 @@
 """The views' colours and smallest label: one hue per rank (Okabe-Ito), cell fills, text colours, the WCAG contrast
 arithmetic that chose them. Heatmaps, replay frames and charts all take their colours from here.
 
-Colours are float32 RGB arrays in 0..1 (:func:`collnb.views.raster.rgb8` turns any of them into
-0..255 pixels).
+Colours are float32 RGB arrays in 0..1 (:data:`FloatRGB`; :func:`collnb.views.raster.rgb8` turns any
+of them into 0..255 pixels).
 """
 
 from __future__ import annotations
 
+from typing import Sequence, TypeAlias, cast
+
 import numpy as np
+from numpy.typing import NDArray
 
 __all__ = ["RANK_COLORS", "RANK_TEXT_COLORS", "MIN_LABEL_PX", "UNDEFINED_COLOR", "HATCH_COLOR", "COMBINED_COLOR",
            "EMPTY_COLOR", "MISMATCH_COLOR", "EXACT_COLOR", "INK", "GREY_TEXT", "OK_GREEN", "COPY_COLOR",
            "REDUCE_COLOR", "relative_luminance", "contrast_ratio", "rank_color", "rank_text_color", "hex_rgb", "cielab",
-           "delta_e2000"]
+           "delta_e2000", "FloatRGB", "RGBLike"]
+
+#: A colour as the palette holds it: 3 float32 in 0..1 (red, green, blue), shape ``(3,)``.
+FloatRGB: TypeAlias = np.ndarray[tuple[int], np.dtype[np.float32]]
+#: What the colour arithmetic below reads: 3 floats in 0..1, as a sequence or an array.
+RGBLike: TypeAlias = Sequence[float] | NDArray[np.floating]
 
 #: distinguishable with protanopia, deuteranopia and tritanopia, with its black replaced by Paul
 #: Tol's olive (#999933) so that a cell can hold black text (Tol's indigo, tried first, merges
@@ -37,27 +45,27 @@ MIN_LABEL_PX = 10.0      #: the smallest font (pixels per em) of any label a lea
 MAX_WIDTH_PX = 1000
 
 
-def hex_rgb(h) -> np.ndarray:
+def hex_rgb(h: str) -> FloatRGB:
     """``"#RRGGBB"`` -> float32 RGB array in 0..1."""
     h = h.lstrip("#")
     return np.array([int(h[i:i + 2], 16) / 255.0 for i in (0, 2, 4)], dtype=np.float32)
 
 
-def relative_luminance(rgb) -> float:
+def relative_luminance(rgb: RGBLike) -> float:
     """WCAG 2.x relative luminance of an sRGB colour (3 floats in 0..1)."""
     c = np.asarray(rgb, dtype=np.float64)
     lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
     return float(0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2])
 
 
-def contrast_ratio(fg, bg=(1.0, 1.0, 1.0)) -> float:
+def contrast_ratio(fg: RGBLike, bg: RGBLike = (1.0, 1.0, 1.0)) -> float:
     """WCAG 2.x contrast ratio (1..21) of two sRGB colours (3 floats in 0..1); 4.5 is the AA
     minimum for normal text (https://www.w3.org/TR/WCAG21/#dfn-contrast-ratio)."""
     a, b = sorted((relative_luminance(fg), relative_luminance(bg)))
     return (b + 0.05) / (a + 0.05)
 
 
-def cielab(rgb) -> np.ndarray:
+def cielab(rgb: RGBLike) -> NDArray[np.float64]:
     """CIE L*a*b* (D65) of an sRGB colour (3 floats in 0..1), as float64 ``[L, a, b]``."""
     c = np.asarray(rgb, dtype=np.float64)
     lin = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
@@ -67,7 +75,7 @@ def cielab(rgb) -> np.ndarray:
     return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
 
 
-def delta_e2000(lab1, lab2) -> float:
+def delta_e2000(lab1: RGBLike, lab2: RGBLike) -> float:
     """CIEDE2000 colour difference of two CIE L*a*b* colours (about 1 is just noticeable, 10 plainly
     different at a glance). Formula and test data: G. Sharma, W. Wu, E. N. Dalal, "The CIEDE2000
     color-difference formula", Color Research & Application 30(1), 2005."""
@@ -97,20 +105,22 @@ def delta_e2000(lab1, lab2) -> float:
     return float(np.sqrt(dl ** 2 + dc ** 2 + dhh ** 2 + rt * dc * dhh))
 
 
-def _tint_for_ink(hue, lo=0.35):
-    """The least white (>= lo) mixed into ``hue`` so that #111 text on it has AAA contrast."""
+def _tint_for_ink(hue: FloatRGB, lo: float = 0.35) -> NDArray[np.floating]:
+    """The least white (>= lo) mixed into ``hue`` so that #111 text on it has AAA contrast (float64
+    where found: the mix is taken in float64)."""
     ink = hex_rgb("#111111")
     for t in np.linspace(lo, 0.95, 61):
-        fill = (1 - t) * hue + t
+        fill: NDArray[np.float64] = (1 - t) * hue + t
         if contrast_ratio(ink, fill) >= _FILL_CONTRAST:
             return fill
     return (1 - 0.95) * hue + 0.95
 
 
-def _darken_for_text(hue):
-    """``hue`` darkened (mixed with black) just enough for AA contrast as text on white."""
+def _darken_for_text(hue: FloatRGB) -> NDArray[np.floating]:
+    """``hue`` darkened (mixed with black) just enough for AA contrast as text on white (float64 where
+    found)."""
     for s in np.linspace(0.0, 0.9, 91):
-        c = hue * (1 - s)
+        c: NDArray[np.float64] = hue * (1 - s)
         if contrast_ratio(c) >= _TEXT_CONTRAST + 0.05:
             return c
     return hue * 0.1
@@ -118,10 +128,11 @@ def _darken_for_text(hue):
 
 _HUES = [hex_rgb(h) for h in _BASE_COLORS]
 _EXTRA = [hex_rgb(h) for h in _EXTRA_FILLS]
-#: RGB (0..1) fill colour of each rank's cells, index = rank (16 entries).
-RANK_COLORS = np.array([_tint_for_ink(h) for h in _HUES] + _EXTRA, dtype=np.float32)
-#: RGB (0..1) of each rank's label text (its hue, dark enough for 4.5:1 on white), index = rank.
-RANK_TEXT_COLORS = np.array([_darken_for_text(h) for h in _HUES + _EXTRA], dtype=np.float32)
+#: RGB (0..1) fill colour of each rank's cells, index = rank (16 entries): float32, shape ``(16, 3)``.
+RANK_COLORS: np.ndarray[tuple[int, int], np.dtype[np.float32]] = np.array([_tint_for_ink(h) for h in _HUES] + _EXTRA, dtype=np.float32)
+#: RGB (0..1) of each rank's label text (its hue, dark enough for 4.5:1 on white), index = rank:
+#: float32, shape ``(16, 3)``.
+RANK_TEXT_COLORS: np.ndarray[tuple[int, int], np.dtype[np.float32]] = np.array([_darken_for_text(h) for h in _HUES + _EXTRA], dtype=np.float32)
 #: Fill of undefined cells, and their hatch lines.
 UNDEFINED_COLOR = np.array([0.90, 0.90, 0.90], dtype=np.float32)
 HATCH_COLOR = np.array([0.74, 0.74, 0.74], dtype=np.float32)
@@ -134,14 +145,14 @@ MISMATCH_COLOR = "#D62728"
 EXACT_COLOR = "#A65400"
 
 
-def rank_color(rank: int) -> np.ndarray:
+def rank_color(rank: int) -> FloatRGB:
     """RGB fill (3 floats in 0..1) of ``rank``'s data."""
-    return RANK_COLORS[rank % len(RANK_COLORS)]
+    return cast(FloatRGB, RANK_COLORS[rank % len(RANK_COLORS)])  # a row: numpy's stubs type it Any
 
 
-def rank_text_color(rank: int) -> np.ndarray:
+def rank_text_color(rank: int) -> FloatRGB:
     """RGB (3 floats in 0..1) for text naming ``rank`` on white (contrast >= 4.5:1)."""
-    return RANK_TEXT_COLORS[rank % len(RANK_TEXT_COLORS)]
+    return cast(FloatRGB, RANK_TEXT_COLORS[rank % len(RANK_TEXT_COLORS)])
 #: Dark text, grey text (undefined values) and the green of a passing verdict.
 INK = hex_rgb("#111111")
 GREY_TEXT = hex_rgb("#6E6E6E")

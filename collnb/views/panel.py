@@ -8,17 +8,23 @@ and a panel closed with every widget model under it (:func:`close_widgets`).
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Mapping, Sequence
+import operator
+from typing import Mapping, Protocol, Sequence, SupportsIndex, TypeAlias
 
 import ipywidgets as widgets
 
 from .. import ranks
 from ..i18n import _
-from .raster import encode_png
-from .static import esc
+from .raster import Pixels, encode_png
+from .static import MimeBundle, esc
 
 __all__ = ["Picture", "as_picture", "show_choices", "slider_layout", "close_widgets", "status_html", "notes_html", "error_head", "options",
-           "SLIDER_TRACK_PX", "READOUT_PX", "SR_ONLY", "OK", "BAD", "BUSY"]
+           "SLIDER_TRACK_PX", "READOUT_PX", "SR_ONLY", "OK", "BAD", "BUSY", "Control", "Player", "Choices", "Drawn"]
+
+#: A field's widget: an ``IntSlider`` (its choices set ``min``/``max``) or a widget with options.
+Control: TypeAlias = widgets.IntSlider | widgets.Dropdown | widgets.SelectionSlider | widgets.ToggleButtons
+#: ``choices``' answer: ``{field: [value, ...] or [(label, value), ...]}``.
+Choices: TypeAlias = Mapping[str, Sequence[object]]
 
 #: The width of every explorer slider's track (px), whatever its label says: 12 values 16 px apart.
 #: (A slider laid out with width "auto" in a wrapping row shrinks to its label and readout and its
@@ -51,12 +57,13 @@ def slider_layout(description: str, track_px: int = SLIDER_TRACK_PX) -> widgets.
     return widgets.Layout(width=f"{int(label + track_px + READOUT_PX)}px", max_width="100%")
 
 
-def options(values: Sequence[Any]) -> list[tuple[str, Any]]:
-    """``[(label, value), ...]`` of a choices entry (plain values are their own labels)."""
-    return [v if isinstance(v, tuple) else (str(v), v) for v in values]
+def options(values: Sequence[object]) -> list[tuple[str, object]]:
+    """``[(label, value), ...]`` of a choices entry (plain values are their own labels; a tuple is a
+    ``(label, value)`` pair)."""
+    return [(str(v[0]), v[1]) if isinstance(v, tuple) else (str(v), v) for v in values]
 
 
-def show_choices(controls: Mapping[str, Any], offered: Mapping[str, Sequence[Any]], values: Mapping[str, Any],
+def show_choices(controls: Mapping[str, Control], offered: Choices, values: Mapping[str, object],
                  keep_shown: Sequence[str] = ()) -> None:
     """Make each widget of ``controls`` (``{field: widget}``) offer ``offered[field]`` and show
     ``values[field]``: the one place where a model's choices reach its widgets (the caller ignores
@@ -73,7 +80,7 @@ def show_choices(controls: Mapping[str, Any], offered: Mapping[str, Sequence[Any
             w.layout.display = None if opts or name in keep_shown else "none"
             if isinstance(w, widgets.IntSlider):
                 if opts:
-                    lo, hi = int(opts[0][1]), int(opts[-1][1])
+                    lo, hi = _int(opts[0][1], name), _int(opts[-1][1], name)
                     if lo > w.max:
                         w.max, w.min = hi, lo
                     elif (w.min, w.max) != (lo, hi):
@@ -94,16 +101,25 @@ def show_choices(controls: Mapping[str, Any], offered: Mapping[str, Sequence[Any
             w.value = value
 
 
-def close_widgets(root: Any) -> None:
+def _int(value: object, name: str) -> int:
+    """A choice of an ``IntSlider`` field as the int it is (a Python or numpy int)."""
+    if isinstance(value, SupportsIndex):
+        return operator.index(value)
+    raise TypeError(f"the choices of {name} (an IntSlider) must be ints; got {value!r}")
+
+
+def close_widgets(root: widgets.Widget) -> None:
     """Close ``root`` and every widget model under it (children, and the ``layout`` and ``style``
     models each widget has), so that nothing of a closed panel stays in the kernel."""
-    todo, seen = [root], []  # type: list[Any], list[Any]
+    todo: list[widgets.Widget] = [root]
+    seen: list[widgets.Widget] = []
     while todo:
         w = todo.pop()
         if any(w is s for s in seen):
             continue
         seen.append(w)
-        todo.extend(getattr(w, "children", ()))
+        if isinstance(w, widgets.Box):
+            todo.extend(w.children)
         for part in ("layout", "style"):
             sub = getattr(w, part, None)
             if isinstance(sub, widgets.Widget):
@@ -150,6 +166,21 @@ def error_head(exc: BaseException) -> str:
     return _("the run failed with {error} (the next change starts fresh ranks)").format(error=type(exc).__name__)
 
 
+class Player(Protocol):
+    """A live view an explorer shows instead of its picture (a replay:
+    :class:`~collnb.views.players.ReplayWidget`)."""
+
+    @property
+    def widget(self) -> widgets.Widget:
+        """What is shown."""
+
+    #: the IPython display ids whose saved picture follows the player (the binder hands it its own)
+    display_ids: list[str]
+
+    def static_bundle(self) -> MimeBundle:
+        """The player's saved picture (:func:`collnb.views.static.static_bundle`)."""
+
+
 @dataclasses.dataclass
 class Picture:
     """What an explorer's ``draw`` returns: the picture and the words around it.
@@ -174,17 +205,17 @@ class Picture:
             values as text).
     """
 
-    pixels: Any = None
+    pixels: Pixels | None = None
     png: bytes | None = None
     dpi: float | None = None
     caption: str = ""
     alt: str = ""
-    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    attrs: dict[str, object] = dataclasses.field(default_factory=dict)
     status: str = ""
     ok: bool = True
     effect: str = ""
-    player: Any = None
-    data: Any = None
+    player: Player | None = None
+    data: object = None
 
     @property
     def width(self) -> int | None:
@@ -196,10 +227,18 @@ class Picture:
         return None
 
 
-def as_picture(drawn: Any) -> Picture:
+#: ``draw``'s answer: a :class:`Picture`, or ``(png, caption)`` or ``(png, caption, pixels)``.
+Drawn: TypeAlias = Picture | tuple[bytes, str] | tuple[bytes, str, Pixels]
+
+
+def as_picture(drawn: Drawn) -> Picture:
     """``draw``'s answer as a :class:`Picture` (a Picture, or ``(png, caption[, pixels])``), its PNG written."""
-    picture = drawn if isinstance(drawn, Picture) else Picture(png=drawn[0], caption=drawn[1],
-                                                               pixels=drawn[2] if len(drawn) > 2 else None)
+    if isinstance(drawn, Picture):
+        picture = drawn
+    elif len(drawn) > 2:
+        picture = Picture(png=drawn[0], caption=drawn[1], pixels=drawn[2])
+    else:
+        picture = Picture(png=drawn[0], caption=drawn[1])
     if picture.png is None and picture.pixels is not None:
         picture.png = encode_png(picture.pixels, picture.dpi)
     return picture

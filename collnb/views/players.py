@@ -9,20 +9,24 @@ from __future__ import annotations
 
 import html
 import io
+from typing import TYPE_CHECKING, Callable, Mapping
 
 from ..algorithms import CostModel, Trace
 from ..i18n import _
 from ..units import format_bytes
 from .comparison import compare_figure
-from .frames import FrameRenderer
-from .static import captioned_png, live_bundle, rerun_line, stack_pngs, static_bundle, update_static
+from .frames import FrameData, FrameRenderer
+from .static import MimeBundle, captioned_png, live_bundle, rerun_line, stack_pngs, static_bundle, update_static
+
+if TYPE_CHECKING:  # ipywidgets is imported where a player is made
+    import ipywidgets
 
 __all__ = ["ReplayWidget", "CompareWidget", "SPEED_RANGE"]
 
 SPEED_RANGE = (0.25, 8.0)  #: the replay's rounds-per-second slider
 
 
-def _transfers_html(data: dict, limit: int = 24) -> str:
+def _transfers_html(data: FrameData, limit: int = 24) -> str:
     ts = data["transfers"]
     if not ts:
         return "<i>" + html.escape(_("no messages: this is the state before the first round")) + "</i>"
@@ -39,25 +43,37 @@ def _transfers_html(data: dict, limit: int = 24) -> str:
     return "<code style='font-size:12px'>" + "<br>".join(html.escape(x) for x in lines) + "</code>" + more
 
 
-def _step_buttons(w, slider, first_tip: str, last_tip: str) -> tuple:
+_Buttons = tuple["ipywidgets.Button", "ipywidgets.Button", "ipywidgets.Button", "ipywidgets.Button"]
+
+
+def _step_buttons(slider: ipywidgets.IntSlider, first_tip: str, last_tip: str) -> _Buttons:
     """The ``|◀``, ``◀ step``, ``step ▶``, ``▶|`` buttons of a player: each moves ``slider``
     (0..``slider.max``) to round 0, one round back, one round on, or the last round. Each has a
     tooltip and the CSS classes ``collnb-step`` and ``collnb-step-NAME`` (first/back/forward/last).
     """
+    import ipywidgets as w  # noqa: PLC0415 - see TYPE_CHECKING above
+
     bl, sl = w.Layout(width="44px"), w.Layout(width="68px")
     buttons = (w.Button(description="|◀", tooltip=first_tip, layout=bl),
                w.Button(description=_("◀ step"), tooltip=_("step back one round"), layout=sl),
                w.Button(description=_("step ▶"), tooltip=_("step forward one round"), layout=sl),
                w.Button(description="▶|", tooltip=last_tip, layout=bl))
-    moves = (lambda k: 0, lambda k: k - 1, lambda k: k + 1, lambda k: slider.max)
+    moves: tuple[Callable[[int], int], ...] = (lambda k: 0, lambda k: k - 1, lambda k: k + 1, lambda k: slider.max)
     for b, name, move in zip(buttons, ("first", "back", "forward", "last"), moves):
         b.add_class("collnb-step")
         b.add_class(f"collnb-step-{name}")
-        b.on_click(lambda _, move=move: setattr(slider, "value", min(max(move(slider.value), 0), slider.max)))
+        b.on_click(_mover(slider, move))
     return buttons
 
 
-def _enable_steps(buttons: tuple, k: int, last: int) -> None:
+def _mover(slider: ipywidgets.IntSlider, move: Callable[[int], int]) -> Callable[[ipywidgets.Button], None]:
+    """A button's click: ``slider`` to ``move(its value)``, kept within 0..``slider.max``."""
+    def click(_button: ipywidgets.Button) -> None:
+        slider.value = min(max(move(slider.value), 0), slider.max)
+    return click
+
+
+def _enable_steps(buttons: _Buttons, k: int, last: int) -> None:
     """Disable the step buttons that cannot move from round ``k`` (of 0..``last``)."""
     first, back, forward, end = buttons
     first.disabled = back.disabled = k <= 0
@@ -88,8 +104,9 @@ class ReplayWidget:
     (see :func:`collnb.views.static.static_bundle`).
     """
 
-    def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5):
-        import ipywidgets as w
+    def __init__(self, trace: Trace, model: CostModel | None = None, cell: int | None = None,
+                 speed: float = 1.5) -> None:
+        import ipywidgets as w  # noqa: PLC0415 - see TYPE_CHECKING above
 
         from .panel import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         if not trace.has_snapshots:
@@ -97,7 +114,7 @@ class ReplayWidget:
                                "with snapshots=True to replay it"))
         self.trace = trace
         self.renderer = FrameRenderer(trace, model=model, cell=cell)
-        self.display_ids: list = []
+        self.display_ids: list[str] = []
         R = trace.n_rounds
         self.play = w.Play(value=0, min=0, max=max(R, 0), step=1, interval=int(1000 / speed),
                            description=_("play"), show_repeat=True,
@@ -107,7 +124,7 @@ class ReplayWidget:
                                   layout=slider_layout(_("round")),
                                   tooltip=_("drag, or click it and press ← / → to step round by round"))
         self.first, self.back, self.forward, self.last = _step_buttons(
-            w, self.slider, _("first: round 0, before any message"), _("last: round {round}, the result").format(round=R))
+            self.slider, _("first: round 0, before any message"), _("last: round {round}, the result").format(round=R))
         self.speed = w.FloatSlider(value=speed, min=SPEED_RANGE[0], max=SPEED_RANGE[1], step=0.25,
                                    description=_("speed"), readout_format=".2f",
                                    tooltip=_("rounds per second while playing"),
@@ -139,19 +156,19 @@ class ReplayWidget:
         self.widget.add_class("collnb-replay")
         self.widget.add_class("collnb-live")  # hides the static picture while the player is live
 
-    def _on_play(self, change):
+    def _on_play(self, change: Mapping[str, int]) -> None:
         # jslink keeps them in step in the browser; without a front end (tests, voila export)
         # mirror it here so the Python side agrees.
         if self.slider.value != change["new"]:
             self.slider.value = change["new"]
 
-    def _on_speed(self, change):
+    def _on_speed(self, change: Mapping[str, float]) -> None:
         self.play.interval = int(1000 / max(0.01, float(change["new"])))
 
-    def _on_round(self, change):
+    def _on_round(self, change: Mapping[str, int]) -> None:
         self._show(int(change["new"]))
 
-    def _show(self, k: int):
+    def _show(self, k: int) -> None:
         self.current_round = k
         self.current_data = self.renderer.data(k)
         self.image.value = self.renderer.png(k)
@@ -177,7 +194,7 @@ class ReplayWidget:
         self.slider.value = int(k)
 
     # -- saved notebooks -----------------------------------------------------------------------
-    def static_bundle(self) -> dict:
+    def static_bundle(self) -> MimeBundle:
         """The current frame as a static display bundle (see :func:`collnb.views.static.static_bundle`)."""
         k = self.current_round
         png = self.renderer.png(k)
@@ -189,11 +206,11 @@ class ReplayWidget:
                              png_with_line=captioned_png(png, rerun_line("replay")),
                              attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size))
 
-    def _update_static(self):
+    def _update_static(self) -> None:
         update_static(self.display_ids, self.static_bundle)
 
-    def _ipython_display_(self):
-        from IPython.display import display
+    def _ipython_display_(self) -> None:
+        from IPython.display import display  # noqa: PLC0415
         did = f"collnb-replay-{id(self):x}-{len(self.display_ids)}"
         self.display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)
@@ -218,8 +235,8 @@ class CompareWidget:
         widget: the VBox.
     """
 
-    def __init__(self, a: Trace, b: Trace, model: CostModel | None = None):
-        import ipywidgets as w
+    def __init__(self, a: Trace, b: Trace, model: CostModel | None = None) -> None:
+        import ipywidgets as w  # noqa: PLC0415 - see TYPE_CHECKING above
 
         from .panel import slider_layout  # noqa: PLC0415 - ipywidgets only where a widget is made
         for t in (a, b):
@@ -230,21 +247,20 @@ class CompareWidget:
         self.left = FrameRenderer(a, model)
         self.right = FrameRenderer(b, model)
         R = max(a.n_rounds, b.n_rounds)
-        self.display_ids: list = []
+        self.display_ids: list[str] = []
         self.play = w.Play(value=0, min=0, max=R, interval=700, description=_("play"),
                            tooltip=_("play / pause both replays"))
         self.slider = w.IntSlider(value=0, min=0, max=R, description=_("round"), layout=slider_layout(_("round")),
                                   style={"description_width": "initial"},
                                   tooltip=_("drag, or click it and press ← / → to step round by round"))
         self.first, self.back, self.forward, self.last = _step_buttons(
-            w, self.slider, _("first: round 0"), _("last: round {round}").format(round=R))
+            self.slider, _("first: round 0"), _("last: round {round}").format(round=R))
         self.link = w.jslink((self.play, "value"), (self.slider, "value"))
-        self.images = tuple(w.Image(format="png", value=ren.png(0), layout=w.Layout(
-            width=f"{ren.size[0]}px", max_width="100%", height="auto")) for ren in (self.left, self.right))
+        self.images = (self._frame_image(self.left), self._frame_image(self.right))
         self.captions = (w.HTML(), w.HTML())
         self.summary = w.Image(format="png", value=buf.getvalue())
         self.slider.observe(self._on_round, names="value")
-        self.play.observe(lambda c: setattr(self.slider, "value", c["new"]), names="value")
+        self.play.observe(self._on_play, names="value")
         self._caption(0)
         controls = w.HBox([self.first, self.back, self.play, self.forward, self.last, self.slider],
                           layout=w.Layout(flex_flow="row wrap", align_items="center"))
@@ -253,18 +269,29 @@ class CompareWidget:
         self.widget.add_class("collnb-compare")
         self.widget.add_class("collnb-live")
 
-    def rounds_shown(self, k: int) -> tuple:
+    @staticmethod
+    def _frame_image(ren: FrameRenderer) -> ipywidgets.Image:
+        """The Image of one side's frames, shown 1:1 (at most the output's width), round 0 first."""
+        import ipywidgets as w  # noqa: PLC0415
+
+        return w.Image(format="png", value=ren.png(0),
+                       layout=w.Layout(width=f"{ren.size[0]}px", max_width="100%", height="auto"))
+
+    def _on_play(self, change: Mapping[str, int]) -> None:
+        self.slider.value = change["new"]
+
+    def rounds_shown(self, k: int) -> tuple[int, int]:
         """The round each side shows when the slider is at ``k``."""
         return min(k, self.left.trace.n_rounds), min(k, self.right.trace.n_rounds)
 
-    def _caption(self, k):
+    def _caption(self, k: int) -> None:
         for cap, ren, kk in zip(self.captions, (self.left, self.right), self.rounds_shown(k)):
             t = ren.trace
             stay = _(" (finished: stays on its last round)") if k > t.n_rounds else ""
             cap.value = (f"<b style='font-size:115%'>{t.algorithm}</b>: "
                          + _("round {round} of {n_rounds}").format(round=kk, n_rounds=t.n_rounds) + stay)
 
-    def _on_round(self, change):
+    def _on_round(self, change: Mapping[str, int]) -> None:
         k = int(change["new"])
         ka, kb = self.rounds_shown(k)
         self.images[0].value = self.left.png(ka)
@@ -273,7 +300,7 @@ class CompareWidget:
         _enable_steps((self.first, self.back, self.forward, self.last), k, self.slider.max)
         update_static(self.display_ids, self.static_bundle)
 
-    def static_bundle(self) -> dict:
+    def static_bundle(self) -> MimeBundle:
         """The summary and both current frames as one static picture (see
         :func:`collnb.views.static.static_bundle`)."""
         png = stack_pngs([self.summary.value, self.images[0].value, self.images[1].value])
@@ -282,8 +309,8 @@ class CompareWidget:
                              png_with_line=captioned_png(png, rerun_line("comparison")),
                              attrs=dict(round=self.slider.value))
 
-    def _ipython_display_(self):
-        from IPython.display import display
+    def _ipython_display_(self) -> None:
+        from IPython.display import display  # noqa: PLC0415
         did = f"collnb-compare-{id(self):x}-{len(self.display_ids)}"
         self.display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)

@@ -8,15 +8,23 @@ from __future__ import annotations
 
 import functools
 import html
+from typing import TYPE_CHECKING, Callable, TypeAlias
 
 from .. import collectives
 from ..i18n import N_, _
 from ..vocabulary import check_choice
 
-__all__ = ["INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "teaching_label", "preset_label", "about_text"]
+if TYPE_CHECKING:
+    from ..collectives import PrimitiveSpec
+
+__all__ = ["INPUT_PRESETS", "CHUNK_SIZES", "presets_for", "teaching_label", "preset_label", "about_text", "Preset"]
+
+#: One input preset: (label, inputs ``f(rank, chunk) -> value`` or ``None`` for the teaching values,
+#: ``(dtype, op, min_world_size)`` its effect needs or ``None``).
+Preset: TypeAlias = tuple[str, Callable[[int, int], float] | None, tuple[str, str | None, int] | None]
 
 
-def _special_float(r, c):
+def _special_float(r: int, c: int) -> float:
     return (float("nan"), float("inf"), float("-inf"), 1 / 3)[(r + c) % 4]
 
 
@@ -26,7 +34,7 @@ def _special_float(r, c):
 #: that dtype and op (reducing primitives) and keeps the learner's world size unless it is below
 #: ``min_world_size``; the panel says what it changed. Which presets a primitive offers:
 #: :func:`presets_for`.
-INPUT_PRESETS: dict[str, tuple] = {
+INPUT_PRESETS: dict[str, Preset] = {
     "teaching": (N_("10·rank + chunk (teaching values)"), None, None),
     "int8_wrap": (N_("100 on every rank: int8 SUM wraps past 127 (2 ranks: 200 → -56)"), lambda r, c: 100,
                   ("int8", "sum", 2)),
@@ -43,7 +51,7 @@ _REDUCING_PRESETS = ("teaching", "int8_wrap", "fp16_inf", "bf16_round", "rank_id
 _MOVING_PRESETS = ("teaching", "rank_ids", "special_floats")
 
 
-def presets_for(primitive: str) -> tuple:
+def presets_for(primitive: str) -> tuple[str, ...]:
     """The keys of :data:`INPUT_PRESETS` that show something real for ``primitive``: the dtype
     lessons (int8 wraps, float16 overflows, bfloat16 rounds) only where the primitive does
     arithmetic (reduces); values naming their source rank and special floats where it only moves
@@ -126,7 +134,7 @@ _ABOUT_TIME = N_("<b>{p}</b> moves no data: each rank leaves only after every ra
 CHUNK_SIZES = tuple(2 ** i for i in range(0, 17))
 
 
-def about_text(spec, op: str) -> str:
+def about_text(spec: PrimitiveSpec, op: str) -> str:
     """One paragraph (HTML) on what ``spec``'s primitive does with the data; ``op`` is the reduce
     op shown for reducing primitives."""
     if spec.kind == "time":

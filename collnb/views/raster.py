@@ -33,13 +33,30 @@ import re
 import subprocess
 import threading
 from functools import lru_cache
+from typing import Callable, Iterable, Sequence, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 from PIL import Image, ImageDraw, ImageFont
 
 __all__ = ["Canvas", "rgb8", "encode_png", "font", "cjk_font", "cjk_font_file", "has_cjk", "matplotlib_fonts",
            "wrap_text",
-           "FONT_FILES", "CAP_HEIGHT", "CJK_FONT_ENV", "CjkFontMissing"]
+           "FONT_FILES", "CAP_HEIGHT", "CJK_FONT_ENV", "CjkFontMissing", "Pixels", "Color", "RGB8", "Box", "Label",
+           "Point"]
+
+#: A picture's pixels: ``uint8`` RGB, shape ``(height, width, 3)``, row 0 at the top.
+Pixels: TypeAlias = np.ndarray[tuple[int, int, int], np.dtype[np.uint8]]
+#: A colour as the painters take it: ``"#RRGGBB"``, a 0..255 int triple, or 0..1 floats (a triple or
+#: an array such as :data:`collnb.views.palette.FloatRGB`).
+Color: TypeAlias = str | Sequence[float] | NDArray[np.floating]
+#: A colour as Pillow paints it: 0..255 ints (red, green, blue).
+RGB8: TypeAlias = tuple[int, int, int]
+#: A pixel box ``(x0, y0, x1, y1)``: left, top, right and bottom edges (right and bottom excluded).
+Box: TypeAlias = tuple[int, int, int, int]
+#: A painted text as :attr:`Canvas.labels` keeps it: ``(text, size in pixels per em, its ink's box)``.
+Label: TypeAlias = tuple[str, float, Box]
+#: A point ``(x, y)`` in pixels (floats: the painters round).
+Point: TypeAlias = tuple[float, float]
 
 #: DejaVu font file of each text style (shipped with matplotlib, so present wherever collnb runs).
 FONT_FILES = {"regular": "DejaVuSans.ttf", "bold": "DejaVuSans-Bold.ttf",
@@ -48,13 +65,15 @@ FONT_FILES = {"regular": "DejaVuSans.ttf", "bold": "DejaVuSans-Bold.ttf",
 CAP_HEIGHT = 0.73
 
 _lock = threading.Lock()  # one FreeType face per style and size: render one text at a time
-_masks: dict = {}         # (text, size, style) -> (L mask Image, x offset, y offset of the ink from the baseline)
+# (text, size, style) -> (L mask Image, x offset, y offset of the ink from the baseline)
+_masks: dict[tuple[str, float, str], tuple[Image.Image, int, int]] = {}
 
 
-def rgb8(color) -> tuple:
+def rgb8(color: Color) -> RGB8:
     """``color`` as a 0..255 int triple: ``"#D62728"``, ``(214, 39, 40)``, ``(0.84, 0.15, 0.16)``
     (floats, or a float numpy array, are 0..1 and rounded as ``int(v * 255 + 0.5)``, a float32
     array in float32 as numpy rounds a float32 image)."""
+    key: tuple[str, bytes] | str | tuple[float, ...]
     if isinstance(color, np.ndarray):
         key = (color.dtype.str, color.tobytes())
     elif isinstance(color, str):
@@ -67,20 +86,25 @@ def rgb8(color) -> tuple:
     return hit
 
 
-_colors: dict = {}  # colour as given -> 0..255 triple (the views use a few dozen colours)
+# colour as given -> 0..255 triple (the views use a few dozen colours)
+_colors: dict[tuple[str, bytes] | str | tuple[float, ...], RGB8] = {}
 
 
-def _rgb8(color) -> tuple:
+def _rgb8(color: Color) -> RGB8:
     if isinstance(color, str):
         h = color.lstrip("#")
-        return tuple(int(h[i:i + 2], 16) for i in (0, 2, 4))
+        return int(h[0:2], 16), int(h[2:4], 16), int(h[4:6], 16)
     if isinstance(color, np.ndarray):
         if color.dtype.kind == "f":
-            return tuple(int(v) for v in (np.clip(color[:3], 0, 1) * color.dtype.type(255) + color.dtype.type(0.5)))
-        return tuple(int(v) for v in color[:3])
+            r, g, b = (int(v) for v in (np.clip(color[:3], 0, 1) * color.dtype.type(255) + color.dtype.type(0.5)))
+            return r, g, b
+        r, g, b = (int(v) for v in color[:3])
+        return r, g, b
     if any(isinstance(v, float) for v in color):
-        return tuple(int(min(max(float(v), 0.0), 1.0) * 255 + 0.5) for v in color[:3])
-    return tuple(int(v) for v in color[:3])
+        r, g, b = (int(min(max(float(v), 0.0), 1.0) * 255 + 0.5) for v in color[:3])
+        return r, g, b
+    r, g, b = (int(v) for v in color[:3])
+    return r, g, b
 
 
 @lru_cache(maxsize=256)
@@ -255,7 +279,7 @@ def _matplotlib_cjk_family() -> str:
     return str(cjk_font(12).getname()[0])
 
 
-def _mask(text: str, size_px: float, style: str):
+def _mask(text: str, size_px: float, style: str) -> tuple[Image.Image, int, int]:
     """``(mask, dx, dy)``: the text's anti-aliased ink as an ``"L"`` image (cropped to the ink) and
     the offset of its top-left corner from the pen position (left end of the baseline)."""
     key = (text, round(size_px * 4) / 4, style)
@@ -264,7 +288,7 @@ def _mask(text: str, size_px: float, style: str):
         return hit
     with _lock:
         f = text_font(text, key[1], style)
-        x0, y0, x1, y1 = f.getbbox(text, anchor="ls")
+        x0, y0, x1, y1 = (int(v) for v in f.getbbox(text, anchor="ls"))  # ints already (a FreeType font)
         w, h = max(1, x1 - x0), max(1, y1 - y0)
         m = Image.new("L", (w, h), 0)
         ImageDraw.Draw(m).text((-x0, -y0), text, fill=255, font=f, anchor="ls")
@@ -282,7 +306,7 @@ _OPENING = "（「『《〈“‘"
 _UNITS = re.compile(f"[{_OPENING}]*(?:[{_CJK_RANGES}]|[^\\s{_CJK_RANGES}]+)[{_CLOSING}]*")
 
 
-def wrap_text(text: str, width: float, measure) -> list[str]:
+def wrap_text(text: str, width: float, measure: Callable[[str], float]) -> list[str]:
     """``text`` broken into lines no wider than ``width`` (a line holds at least one unit):
     English breaks at spaces only; Chinese, which has no spaces, may break before any ideograph
     (but not before the punctuation that closes a phrase, ``，`` ``。`` ``）`` ..., nor after an
@@ -318,7 +342,7 @@ def wrap_text(text: str, width: float, measure) -> list[str]:
 PNG_COMPRESS_LEVEL = 1
 
 
-def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
+def encode_png(pixels_or_image: Pixels | NDArray[np.uint8] | Image.Image, dpi: float | None = None) -> bytes:
     """PNG bytes (8-bit RGB) of an RGB ``uint8`` array ``(H, W, 3)`` or a Pillow image, written by
     Pillow's PNG encoder (``Image.save(format="PNG", compress_level=PNG_COMPRESS_LEVEL)``); ``dpi``
     goes into the pHYs chunk (Pillow's ``dpi`` option), none without it."""
@@ -327,7 +351,7 @@ def encode_png(pixels_or_image, dpi: float | None = None) -> bytes:
     if img.mode != "RGB":
         img = img.convert("RGB")
     buf = io.BytesIO()
-    options: dict = {"dpi": (dpi, dpi)} if dpi else {}
+    options: dict[str, tuple[float, float]] = {"dpi": (dpi, dpi)} if dpi else {}
     img.save(buf, format="PNG", compress_level=PNG_COMPRESS_LEVEL, **options)
     return buf.getvalue()
 
@@ -341,23 +365,23 @@ class Canvas:
             ``(text, size_px, (x0, y0, x1, y1))`` (tests check that no label is too small).
     """
 
-    def __init__(self, w: int, h: int, background=(255, 255, 255)):
+    def __init__(self, w: float, h: float, background: Color = (255, 255, 255)) -> None:
         self.w, self.h = int(w), int(h)
         self.image = Image.new("RGB", (max(1, self.w), max(1, self.h)), rgb8(background))
         self.draw = ImageDraw.Draw(self.image)
-        self.labels: list | None = None
+        self.labels: list[Label] | None = None
 
     # -- areas ------------------------------------------------------------------------------
-    def _clip(self, x0, y0, x1, y1):
+    def _clip(self, x0: float, y0: float, x1: float, y1: float) -> Box:
         return max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))
 
-    def rect(self, x0, y0, x1, y1, color) -> None:
+    def rect(self, x0: float, y0: float, x1: float, y1: float, color: Color) -> None:
         """Fill pixels ``[x0, x1) x [y0, y1)`` (coordinates truncated to ints)."""
         x0, y0, x1, y1 = max(0, int(x0)), max(0, int(y0)), min(self.w, int(x1)), min(self.h, int(y1))  # _clip
         if x1 > x0 and y1 > y0:
             self.image.paste(rgb8(color), (x0, y0, x1, y1))
 
-    def frame(self, x0, y0, x1, y1, color, width: int) -> None:
+    def frame(self, x0: float, y0: float, x1: float, y1: float, color: Color, width: float) -> None:
         """A ``width``-pixel border inside the box ``[x0, x1) x [y0, y1)``: its four sides filled as
         :meth:`rect` fills (each side's coordinates truncated on their own)."""
         ink = rgb8(color)
@@ -367,7 +391,8 @@ class Canvas:
             if c > a and d > b:
                 self.image.paste(ink, (a, b, c, d))
 
-    def hatch(self, x0, y0, x1, y1, bg, fg, period: int = 10, width: int = 3) -> None:
+    def hatch(self, x0: float, y0: float, x1: float, y1: float, bg: Color, fg: Color, period: int = 10,
+              width: int = 3) -> None:
         """Fill the box with ``bg`` crossed by diagonal ``fg`` stripes (``width`` of every
         ``period`` pixels along x + y), aligned to the canvas so neighbouring boxes continue."""
         x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
@@ -376,13 +401,13 @@ class Canvas:
         self.image.paste(_hatch_tile(x1 - x0, y1 - y0, (x0 + y0) % period, period, width, rgb8(bg), rgb8(fg)),
                          (x0, y0))
 
-    def paste(self, pixels, x: int, y: int) -> None:
+    def paste(self, pixels: Pixels | NDArray[np.uint8] | Image.Image, x: float, y: float) -> None:
         """Copy an RGB ``uint8`` array or a Pillow image with its top-left corner at ``(x, y)``."""
         img = pixels if isinstance(pixels, Image.Image) else Image.fromarray(
             np.ascontiguousarray(pixels, dtype=np.uint8), "RGB")
         self.image.paste(img, (int(x), int(y)))
 
-    def fade(self, x0, y0, x1, y1, keep: float) -> None:
+    def fade(self, x0: float, y0: float, x1: float, y1: float, keep: float) -> None:
         """Blend the box towards white, keeping ``keep`` of its ink (``255 - (255 - v) * keep``)."""
         x0, y0, x1, y1 = self._clip(x0, y0, x1, y1)
         if x1 <= x0 or y1 <= y0:
@@ -392,12 +417,12 @@ class Canvas:
         self.image.paste(Image.blend(part, Image.new("RGB", part.size, (255, 255, 255)), 1.0 - keep), box)
 
     # -- text -------------------------------------------------------------------------------
-    def measure(self, text: str, size_px: float, style: str = "regular") -> tuple:
+    def measure(self, text: str, size_px: float, style: str = "regular") -> tuple[int, int]:
         """``(width, height)`` in pixels of the ink of ``text`` at ``size_px``."""
         m = _mask(text, size_px, style)[0]
         return m.size
 
-    def text(self, text: str, x: float, y: float, size_px: float, color=(0, 0, 0), style: str = "regular",
+    def text(self, text: str, x: float, y: float, size_px: float, color: Color = (0, 0, 0), style: str = "regular",
              ha: str = "center", va: str = "center") -> int:
         """Paint ``text`` at ``size_px`` pixels per em. ``ha``: ``"left"``/``"center"``/``"right"``
         end of the ink at ``x``; ``va="center"`` centres the cap height on ``y``, ``"top"`` puts the
@@ -416,14 +441,15 @@ class Canvas:
         return w
 
     # -- lines ------------------------------------------------------------------------------
-    def line(self, points, color, width: int) -> None:
+    def line(self, points: Iterable[Sequence[float]], color: Color, width: float) -> None:
         """A polyline through ``points`` (rounded joints)."""
         self.draw.line([tuple(p) for p in points], fill=rgb8(color), width=max(1, int(width)), joint="curve")
 
-    def polygon(self, points, color) -> None:
+    def polygon(self, points: Iterable[Sequence[float]], color: Color) -> None:
+        """A filled polygon through ``points``."""
         self.draw.polygon([tuple(p) for p in points], fill=rgb8(color))
 
-    def arrow(self, p0, p1, color, width: int, head: float, bend: float = 0.0) -> None:
+    def arrow(self, p0: Point, p1: Point, color: Color, width: float, head: float, bend: float = 0.0) -> None:
         """An arrow from ``p0`` to ``p1`` along a quadratic Bezier bowing sideways by ``bend`` x its
         length, its head (``head`` pixels long) with the tip on ``p1``."""
         pts = bezier(p0, p1, bend)
@@ -443,7 +469,7 @@ class Canvas:
         out.draw = ImageDraw.Draw(out.image)
         return out
 
-    def pixels(self) -> np.ndarray:
+    def pixels(self) -> Pixels:
         """The picture as a ``uint8`` array ``(h, w, 3)`` (a copy)."""
         return np.asarray(self.image, dtype=np.uint8).copy()
 
@@ -452,7 +478,7 @@ class Canvas:
         return encode_png(self.image, dpi)
 
 
-def bezier(p0, p1, bend: float, n: int = 24) -> list:
+def bezier(p0: Point, p1: Point, bend: float, n: int = 24) -> list[Point]:
     """``n`` points of a quadratic Bezier from ``p0`` to ``p1`` bowing sideways by ``bend`` x length."""
     (x0, y0), (x1, y1) = p0, p1
     dx, dy = x1 - x0, y1 - y0
@@ -464,7 +490,7 @@ def bezier(p0, p1, bend: float, n: int = 24) -> list:
 
 
 @lru_cache(maxsize=64)
-def _hatch_tile(w, h, phase, period, width, bg, fg) -> Image.Image:
+def _hatch_tile(w: int, h: int, phase: int, period: int, width: int, bg: RGB8, fg: RGB8) -> Image.Image:
     yy, xx = np.mgrid[0:h, 0:w]
     on = ((xx + yy + phase) % period) < width
     arr = np.empty((h, w, 3), dtype=np.uint8)

@@ -26,20 +26,27 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, Sequence, TypeAlias, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from .. import placements
-from ..algorithms import BUILTIN_FORM, DEFAULT_MODEL, predict
+from ..algorithms import BUILTIN_FORM, DEFAULT_MODEL, CostModel, predict
 from ..i18n import _
 from ..units import format_bytes, format_rate, format_seconds
 from .calls import calls_image, calls_text
 from .grid import PANEL_NAMES
-from .palette import GREY_TEXT, HATCH_COLOR, INK, MISMATCH_COLOR, OK_GREEN, rank_color, rank_text_color
-from .raster import Canvas, encode_png, rgb8, wrap_text
+from .palette import GREY_TEXT, HATCH_COLOR, INK, MISMATCH_COLOR, OK_GREEN, FloatRGB, rank_color, rank_text_color
+from .raster import Box, Canvas, Label, Pixels, encode_png, rgb8, wrap_text
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..placements import LocalShard, RedistributeResult
 
 __all__ = ["redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "nccl_note", "uneven_note",
-           "RedistributeImage", "COLLECTIVE_OF"]
+           "RedistributeImage", "COLLECTIVE_OF", "StepPrediction"]
 
 #: The primitive of :mod:`collnb.algorithms.costmodel` each recorded operation is.
 COLLECTIVE_OF = {"all_gather_into_tensor": "all_gather", "all_gather": "all_gather",
@@ -49,9 +56,25 @@ COLLECTIVE_OF = {"all_gather_into_tensor": "all_gather", "all_gather": "all_gath
 _FALLBACK = "does not support alltoall"
 _MAX_CELLS = 48
 _W = 1000
+#: ``("global", "src" | "dst")`` or ``("before" | "after", rank)``: what a box of :attr:`RedistributeImage.boxes` holds
+_BoxKey: TypeAlias = tuple[str, str | int]
+#: Which ranks hold a cell (one: that rank's colour; several: a band of theirs), per row and column
+_Holders: TypeAlias = list[list[tuple[int, ...]]]
 
 
-def predict_steps(result, model=None) -> list:
+class StepPrediction(TypedDict):
+    """The α-β prediction of one recorded step (:func:`predict_steps`)."""
+
+    step: int  # 1-based, in the rank's records
+    operation: str  # as recorded (CallRecord.operation)
+    primitive: str  # of the cost model
+    algorithm: str
+    group_size: int
+    nbytes: int  # the busiest rank's
+    seconds: float
+
+
+def predict_steps(result: RedistributeResult, model: CostModel | None = None) -> list[StepPrediction]:
     """The α-β prediction of each step: ``[{"step", "operation", "primitive", "algorithm",
     "group_size", "nbytes", "seconds"}]`` (the busiest rank's bytes; ``CallRecord.nbytes`` counts
     as nccl-tests does, which is what :func:`~collnb.algorithms.costmodel.predict` takes), with the
@@ -68,12 +91,12 @@ def predict_steps(result, model=None) -> list:
         nbytes = max(r.nbytes for r in recs)
         algo = BUILTIN_FORM[prim]
         secs = predict(prim, algo, size, nbytes, model or DEFAULT_MODEL).seconds if size > 1 else 0.0
-        out.append({"step": i + 1, "operation": recs[0].operation, "primitive": prim, "algorithm": algo,
-                    "group_size": size, "nbytes": nbytes, "seconds": secs})
+        out.append(StepPrediction(step=i + 1, operation=recs[0].operation, primitive=prim, algorithm=algo,
+                                  group_size=size, nbytes=nbytes, seconds=secs))
     return out
 
 
-def nccl_note(result, model=None) -> str:
+def nccl_note(result: RedistributeResult, model: CostModel | None = None) -> str:
     """Where NCCL would differ: for a Shard(i) -> Shard(j) step torch's CPU fallback (an
     all_gather and a local chunk, logged by torch) against what NCCL issues, one all_to_all of
     the rank's shard (``shard_dim_alltoall`` in ``torch/distributed/tensor/_collective_utils.py``,
@@ -97,7 +120,7 @@ def nccl_note(result, model=None) -> str:
               "one all_to_all instead: ") + "; ".join(parts))
 
 
-def uneven_note(result) -> str:
+def uneven_note(result: RedistributeResult) -> str:
     """Which placement shards unevenly (its local shapes differ, as ``torch.chunk`` splits) and what
     torch does about it before a collective (pads every shard to the largest, cuts the padding
     after: ``Shard._split_tensor(with_padding=True)``), or ``""``."""
@@ -115,7 +138,7 @@ def uneven_note(result) -> str:
               "recorded shapes are the padded ones."))
 
 
-def _timing_line(result, model=None) -> str:
+def _timing_line(result: RedistributeResult, model: CostModel | None = None) -> str:
     steps = predict_steps(result, model)
     pred = sum(p["seconds"] for p in steps)
     m = model or DEFAULT_MODEL
@@ -129,7 +152,7 @@ def _timing_line(result, model=None) -> str:
         n_collectives=len(steps), alpha=format_seconds(m.alpha), rate=format_rate(1 / m.beta))
 
 
-def redistribute_text(result, model=None) -> str:
+def redistribute_text(result: RedistributeResult, model: CostModel | None = None) -> str:
     """The result as text: the title, the steps (:func:`collnb.views.calls.calls_text`), each rank's
     local shard before → after with ✓/✗, the timing line, torch's notes."""
     lines = [result.title]
@@ -139,7 +162,8 @@ def redistribute_text(result, model=None) -> str:
     if result.unrecorded:
         lines.append(_("{n} operation(s) the backend counted were not recorded").format(n=result.unrecorded))
     for s in result.shards:
-        rng = lambda b: ", ".join(f"{lo}:{hi}" for lo, hi in b)  # noqa: E731
+        def rng(b: Sequence[tuple[int, int]]) -> str:
+            return ", ".join(f"{lo}:{hi}" for lo, hi in b)
         after = _("refused") if s.after is None else f"{tuple(s.after.shape)} [{rng(s.bounds_after)}]"
         mark = "✓" if s.before_ok and s.after_ok else "✗"
         lines.append(_("rank {rank} {coord}: before {shape} [{bounds}] → after {after} {mark}").format(
@@ -173,42 +197,45 @@ class RedistributeImage:
     ``("global", "src"|"dst")`` of the global ones), ``cell`` (pixels per element) and ``stride``
     (every ``stride``-th element drawn)."""
 
-    pixels: np.ndarray
-    labels: list
-    boxes: dict
+    pixels: Pixels
+    labels: list[Label]
+    boxes: dict[_BoxKey, Box]
     cell: int
     stride: int
 
     def png(self) -> bytes:
+        """The picture as PNG bytes."""
         return encode_png(self.pixels)
 
 
-def _as2d(a):
-    a = np.asarray(a, dtype=np.float64)
-    return a.reshape(1, -1) if a.ndim == 1 else a
+def _as2d(a: ArrayLike) -> NDArray[np.float64]:
+    """``a`` as a float64 matrix: a 1-D array as one row."""
+    m = np.asarray(a, dtype=np.float64)
+    return m.reshape(1, -1) if m.ndim == 1 else m
 
 
-def _bounds2d(b):
+def _bounds2d(b: Sequence[tuple[int, int]]) -> tuple[tuple[int, int], ...]:
     return ((0, 1),) + tuple(b) if len(b) == 1 else tuple(b)
 
 
-def _mesh_grid(mesh):
+def _mesh_grid(mesh: Sequence[int]) -> tuple[int, int]:
+    """How the ranks of ``mesh`` are laid out on the picture: (rows, columns)."""
     if len(mesh) == 1:
         cols = min(mesh[0], 4)
         return math.ceil(mesh[0] / cols), cols
     if len(mesh) == 2:
-        return mesh
+        return mesh[0], mesh[1]
     return mesh[0] * mesh[1], mesh[2]
 
 
-def _fill(c):
+def _fill(c: FloatRGB) -> NDArray[np.uint8]:
     return np.asarray(np.asarray(c, dtype=np.float32) * 255 + 0.5, dtype=np.uint8)
 
 
-def _tile(hs: tuple, hatch: bool, cell: int) -> np.ndarray:
+def _tile(hs: tuple[int, ...], hatch: bool, cell: int) -> Pixels:
     """One cell: ``hs`` one rank (its colour) or several (white, a band of their colours on top),
     diagonal hatching for a pending reduction, a white 1-pixel gap right and below."""
-    tile = np.full((cell, cell, 3), 255, dtype=np.uint8)
+    tile: Pixels = np.full((cell, cell, 3), 255, dtype=np.uint8)
     band = max(2, int(cell * 0.3))
     if len(hs) == 1:
         tile[:] = _fill(rank_color(hs[0]))
@@ -226,7 +253,7 @@ def _tile(hs: tuple, hatch: bool, cell: int) -> np.ndarray:
     return tile
 
 
-def _paint_cells(cv, x, y, holders, cell, hatch):
+def _paint_cells(cv: Canvas, x: int, y: int, holders: _Holders, cell: int, hatch: Sequence[Sequence[bool]]) -> None:
     """Fill a matrix of cells: ``holders[i][j]`` = tuple of ranks (one: that rank's colour; several:
     white with a band of their colours); ``hatch[i][j]``: diagonal hatching (a pending reduction).
     One tile per distinct (holders, hatch), placed with numpy (no per-cell drawing)."""
@@ -234,7 +261,7 @@ def _paint_cells(cv, x, y, holders, cell, hatch):
     if not rows or not cols:
         return
     img = np.full((rows, cols, cell, cell, 3), 255, dtype=np.uint8)
-    keys = {}
+    keys: dict[tuple[tuple[int, ...], bool], int] = {}
     index = np.empty((rows, cols), dtype=np.int64)
     for i in range(rows):
         for j in range(cols):
@@ -244,7 +271,7 @@ def _paint_cells(cv, x, y, holders, cell, hatch):
     cv.paste(img.transpose(0, 2, 1, 3, 4).reshape(rows * cell, cols * cell, 3), x, y)
 
 
-def _values_text(cv, x, y, vals, cell, font):
+def _values_text(cv: Canvas, x: int, y: int, vals: NDArray[np.float64], cell: int, font: float) -> None:
     for i in range(vals.shape[0]):
         for j in range(vals.shape[1]):
             v = vals[i, j]
@@ -252,13 +279,14 @@ def _values_text(cv, x, y, vals, cell, font):
                     y + i * cell + cell * 0.58, font, INK, "bold")
 
 
-def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeImage:
+def redistribute_image(result: RedistributeResult, model: CostModel | None = None,
+                       max_width: int = _W) -> RedistributeImage:
     """Paint ``result`` (a :class:`collnb.placements.RedistributeResult`; see the module docstring).
     ``model``: the :class:`~collnb.CostModel` of the prediction. No label is below
     :data:`collnb.views.palette.MIN_LABEL_PX`; the picture is at most ``max_width`` pixels wide."""
     shape, mesh = result.shape, result.mesh
     R, C = _as2d(np.zeros(shape)).shape
-    stride = max(1, math.ceil(max(R, C) / _MAX_CELLS))
+    stride: int = max(1, math.ceil(max(R, C) / _MAX_CELLS))
     gr, gc = _mesh_grid(mesh)
     local_cols = max([max(_as2d(s.expected_before).shape[1], 1) for s in result.shards] +
                      [max(_as2d(s.expected_after).shape[1], 1) for s in result.shards if s.expected_after is not None])
@@ -275,7 +303,9 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
         if any(result.calls) else None
     # heights
     g_h = math.ceil(R / stride) * cell
-    box_h = lambda rows: 30 + math.ceil(rows / stride) * cell + 8  # noqa: E731
+
+    def box_h(rows: int) -> int:
+        return 30 + math.ceil(rows / stride) * cell + 8
     before_h = gr * max(box_h(_as2d(s.expected_before).shape[0]) + 8 for s in result.shards)
     after_rows = [(_as2d(np.zeros(tuple(s.after.shape))).shape[0] if s.after is not None else 0) for s in result.shards]
     after_h = gr * (box_h(max(after_rows + [1])) + 8)
@@ -297,15 +327,16 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     height = 44 + 24 + g_h + 100 + 28 + before_h + steps_h + 28 + after_h + 20 * len(notes) + 30 + 40 * gr
     cv = Canvas(max_width, height)
     cv.labels = []
-    boxes = {}
+    boxes: dict[_BoxKey, Box] = {}
     y = 12
     cv.text(_cut(cv, result.title, 15, max_width - 24), 12, y + 8, 15, INK, "bold", ha="left")
     cv.text(result.verdict, 12, y + 30, 13, OK_GREEN if result.ok else rgb8(MISMATCH_COLOR), "bold", ha="left")
     y += 50
 
     # the global tensor, coloured by owner, under src and under dst
-    for k, (which, own, partial, pl) in enumerate((("src", owners_src, p_src, result.src),
-                                                   ("dst", owners_dst, p_dst, result.dst))):
+    sides: tuple[tuple[str, NDArray[np.bool_], bool, Sequence[placements.Placement]], ...] = (
+        ("src", owners_src, p_src, result.src), ("dst", owners_dst, p_dst, result.dst))
+    for k, (which, own, partial, pl) in enumerate(sides):
         x = 12 + k * (max(gw, 300) + 40)
         cv.text(_("{which} {placements}: held by").format(which=which, placements=placements.placements_text(pl)),
                 x, y + 6, 12, INK, "bold", ha="left")
@@ -347,11 +378,12 @@ def redistribute_image(result, model=None, max_width: int = _W) -> RedistributeI
     return RedistributeImage(np.asarray(img, dtype=np.uint8), cv.labels, boxes, cell, stride)
 
 
-def _as2d_owner(own, i, j):
+def _as2d_owner(own: NDArray[np.bool_], i: int, j: int) -> NDArray[np.bool_]:
+    """Which ranks (rank order) own element (``i``, ``j``) (a 1-D tensor's ``j``)."""
     return own[:, i, j] if own.ndim == 3 else own[:, j]
 
 
-def _notes(result, model):
+def _notes(result: RedistributeResult, model: CostModel | None) -> list[str]:
     out = [_timing_line(result, model)]
     out += [f"torch: {line}" for line in result.log]
     out += [note for note in (uneven_note(result), nccl_note(result, model)) if note]
@@ -360,12 +392,12 @@ def _notes(result, model):
     return out
 
 
-def _wrap_px(cv, text, size, room):
+def _wrap_px(cv: Canvas, text: str, size: float, room: float) -> list[str]:
     """``text`` in lines no wider than ``room`` pixels at ``size``."""
     return wrap_text(text, room, lambda t: cv.measure(t, size)[0])
 
 
-def _cut(cv, text, size, room):
+def _cut(cv: Canvas, text: str, size: float, room: float) -> str:
     if cv.measure(text, size)[0] <= room:
         return text
     while len(text) > 1 and cv.measure(text + "…", size)[0] > room:
@@ -373,8 +405,10 @@ def _cut(cv, text, size, room):
     return text + "…"
 
 
-def _panel_rows(cv, kind, result, y, gr, gc, cell, stride, show_values, font, owners_src, p_src, p_dst, boxes,
-                col_w):
+def _panel_rows(cv: Canvas, kind: Literal["before", "after"], result: RedistributeResult, y: int, gr: int, gc: int,
+                cell: int, stride: int, show_values: bool, font: float, owners_src: NDArray[np.bool_], p_src: bool,
+                p_dst: bool, boxes: dict[_BoxKey, Box], col_w: int) -> int:
+    """Every rank's local tensor ``kind``, in rows as the mesh lays them out, from ``y``; returns the y below."""
     cv.text(_(PANEL_NAMES[kind]), 12, y + 8, 14, INK, "bold", ha="left")
     y += 22
     mesh = result.mesh
@@ -393,8 +427,10 @@ def _panel_rows(cv, kind, result, y, gr, gc, cell, stride, show_values, font, ow
     return y
 
 
-def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_values, font, owners_src, p_src,
-                 p_dst, boxes):
+def _paint_local(cv: Canvas, kind: Literal["before", "after"], s: LocalShard, local: torch.Tensor | None,
+                 expected: NDArray[np.float64] | None, x: int, y: int, room: int, cell: int, stride: int,
+                 show_values: bool, font: float, owners_src: NDArray[np.bool_], p_src: bool, p_dst: bool,
+                 boxes: dict[_BoxKey, Box]) -> int:
     """One rank's local tensor: a header (rank, coordinate, shape, ✓/✗) and its cells. Returns its height."""
     ok = s.before_ok if kind == "before" else s.after_ok
     head = f"rank {s.rank} {s.coord}"
@@ -402,7 +438,7 @@ def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_va
         cv.text(head, x, y + 8, 12, rank_text_color(s.rank), "bold", ha="left")
         cv.text(_("refused"), x, y + 26, 11, rgb8(MISMATCH_COLOR), "bold", ha="left")
         return 40
-    vals = _as2d(local.double().numpy() if hasattr(local, "double") else local)
+    vals = _as2d(local.double().numpy())
     shape_txt = "×".join(map(str, tuple(local.shape))) or _("scalar")
     w = cv.text(head, x, y + 8, 12, rank_text_color(s.rank), "bold", ha="left")
     cv.text(f"{shape_txt}" + ("" if vals.size else _(" (empty)")), x + w + 6, y + 8, 11, GREY_TEXT, ha="left")
@@ -412,9 +448,11 @@ def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_va
     b = _bounds2d(s.bounds_before if kind == "before" else s.bounds_after)
     rows = range(0, vals.shape[0], stride)
     cols = range(0, vals.shape[1], stride)
-    holders, hatch = [], []
+    holders: _Holders = []
+    hatch: list[list[bool]] = []
     for i in rows:
-        hrow, trow = [], []
+        hrow: list[tuple[int, ...]] = []
+        trow: list[bool] = []
         for j in cols:
             gi, gj = b[0][0] + i, b[1][0] + j
             if kind == "before":
@@ -450,9 +488,9 @@ def _paint_local(cv, kind, s, local, expected, x, y, room, cell, stride, show_va
     return h + 24
 
 
-def redistribute_png(result, model=None, **kwargs) -> bytes:
+def redistribute_png(result: RedistributeResult, model: CostModel | None = None, max_width: int = _W) -> bytes:
     """PNG bytes of :func:`redistribute_image`."""
-    return redistribute_image(result, model, **kwargs).png()
+    return redistribute_image(result, model, max_width).png()
 
 
 placements.register_display(redistribute_png, redistribute_text)

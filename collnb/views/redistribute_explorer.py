@@ -13,12 +13,19 @@ refusal can be seen), :func:`run` calls :func:`collnb.redistribute` timing the r
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 from .. import placements
 from ..i18n import N_, _
 from .binder import Binder, Picture
 from .redistribute import redistribute_image
 from .static import esc
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from ..placements import RedistributeResult
+    from ..ranks import LaunchOptions
 
 __all__ = ["explore_redistribute", "RedistributeParams", "RedistributeExplorer", "choices", "fix", "MESHES",
            "SHAPES", "EXPLORER_DTYPES"]
@@ -48,32 +55,35 @@ class RedistributeParams:
     dst1: str = "S(0)"
 
     @property
-    def mesh_shape(self) -> tuple:
-        return placements.parse_mesh(self.mesh)
+    def mesh_shape(self) -> tuple[int, ...]:
+        """The mesh's shape (``"2x2"`` -> ``(2, 2)``)."""
+        shape: tuple[int, ...] = placements.parse_mesh(self.mesh)
+        return shape
 
-    def placements(self, which: str) -> list:
+    def placements(self, which: str) -> list[str]:
         """The ``"src"`` or ``"dst"`` placements of the mesh's dimensions."""
-        return [getattr(self, f"{which}{d}") for d in range(len(self.mesh_shape))]
+        return [str(getattr(self, f"{which}{d}")) for d in range(len(self.mesh_shape))]
 
 
 _LABELS = {"mesh": N_("mesh"), "shape": N_("shape"), "dtype": N_("dtype"), "src0": N_("src dim 0"),
            "src1": N_("src dim 1"), "dst0": N_("dst dim 0"), "dst1": N_("dst dim 1")}
 
 
-def _partial_op(values) -> str | None:
+def _partial_op(values: Iterable[str]) -> str | None:
     for v in values:
         p = placements.parse_placement(v)
         if p.kind == "partial":
-            return p.short
+            short: str = p.short
+            return short
     return None
 
 
-def choices(p: RedistributeParams) -> dict:
+def choices(p: RedistributeParams) -> dict[str, list[object]]:
     """The values each control offers for ``p`` (pure; see the module docstring)."""
     ndim = len(placements.check_shape(p.shape)[0]) if p.shape in dict((v, v) for _, v in SHAPES) else 2
     mesh_ndim = len(p.mesh_shape)
     shards = ["S(0)", "S(1)"][:ndim]
-    out = {"mesh": list(MESHES), "shape": list(SHAPES), "dtype": list(EXPLORER_DTYPES)}
+    out: dict[str, list[object]] = {"mesh": list(MESHES), "shape": list(SHAPES), "dtype": list(EXPLORER_DTYPES)}
     for d in range(2):
         if d >= mesh_ndim:
             out[f"src{d}"] = out[f"dst{d}"] = []
@@ -81,18 +91,18 @@ def choices(p: RedistributeParams) -> dict:
         others = [getattr(p, f"src{e}") for e in range(mesh_ndim) if e != d]
         held = _partial_op(others)
         partials = [held] if held else ["P", "P(max)"] + (["P(avg)"] if p.dtype in _FLOAT else [])
-        out[f"src{d}"] = shards + ["R"] + partials
+        out[f"src{d}"] = [*shards, "R", *partials]
         own = _partial_op([getattr(p, f"src{d}")])
         mine = own or held or "P"
-        out[f"dst{d}"] = shards + ["R"] + ([mine] if own else [(f"{mine} (torch refuses)", mine)])
+        out[f"dst{d}"] = [*shards, "R", *([mine] if own else [(f"{mine} (torch refuses)", mine)])]
     return out
 
 
-def fix(p: RedistributeParams):
+def fix(p: RedistributeParams) -> tuple[RedistributeParams, list[str]]:
     """``(params, notes)``: ``p`` with every value its control does not offer replaced (pure)."""
-    notes = []
+    notes: list[str] = []
     for name in ("mesh", "shape", "dtype", "src0", "src1", "dst0", "dst1"):
-        offered = [v[1] if isinstance(v, tuple) else v for v in choices(p)[name]]
+        offered = [str(v[1]) if isinstance(v, tuple) else str(v) for v in choices(p)[name]]  # names
         value = getattr(p, name)
         if offered and value not in offered:
             better = "R" if name.startswith(("src", "dst")) and "R" in offered else offered[0]
@@ -110,13 +120,15 @@ def fix(p: RedistributeParams):
     return p, notes
 
 
-def run(p: RedistributeParams, **launch_kwargs):
+def run(p: RedistributeParams, **launch_kwargs: Unpack[LaunchOptions]) -> RedistributeResult:
     """:func:`collnb.redistribute` of ``p``, the recorded call timed (``repeats=0``: one call per move)."""
-    return placements.redistribute(p.shape, p.mesh, src=p.placements("src"), dst=p.placements("dst"),
-                                   dtype=p.dtype, repeats=0, **launch_kwargs)
+    result: RedistributeResult = placements.redistribute(p.shape, p.mesh, src=p.placements("src"),
+                                                         dst=p.placements("dst"), dtype=p.dtype, repeats=0,
+                                                         **launch_kwargs)
+    return result
 
 
-def draw(result, p: RedistributeParams) -> Picture:
+def draw(result: RedistributeResult, p: RedistributeParams) -> Picture:
     """The :class:`~collnb.views.binder.Picture` of a result: the picture of
     :func:`collnb.views.redistribute.redistribute_image` and a caption with the verdict and the
     collectives of the first rank."""
@@ -128,32 +140,33 @@ def draw(result, p: RedistributeParams) -> Picture:
                             f"<span class='collnb-steps'>{esc(steps)}</span>"))
 
 
-class RedistributeExplorer(Binder):
+class RedistributeExplorer(Binder[RedistributeParams, "RedistributeResult"]):
     """The explorer :func:`explore_redistribute` returns: the module's :func:`choices`, :func:`fix`,
     :func:`run` and :func:`draw` on a :class:`~collnb.views.binder.Binder`."""
 
     name = "redistribute-explorer"
     labels = _LABELS
 
-    def __init__(self, params: RedistributeParams, wait: bool = True, **launch_kwargs):
+    def __init__(self, params: RedistributeParams, wait: bool = True, **launch_kwargs: Unpack[LaunchOptions]) -> None:
         self.launch_kwargs = launch_kwargs
         super().__init__(params, wait=wait)
 
-    def choices(self, p: RedistributeParams) -> dict:
+    def choices(self, p: RedistributeParams) -> dict[str, list[object]]:
         return choices(p)
 
-    def fix(self, p: RedistributeParams):
+    def fix(self, p: RedistributeParams) -> tuple[RedistributeParams, list[str]]:
         return fix(p)
 
-    def run(self, p: RedistributeParams):
+    def run(self, p: RedistributeParams) -> RedistributeResult:
         return run(p, **self.launch_kwargs)
 
-    def draw(self, result, p: RedistributeParams) -> Picture:
+    def draw(self, result: RedistributeResult, p: RedistributeParams) -> Picture:
         return draw(result, p)
 
 
-def explore_redistribute(mesh: str = "2x2", shape: str = "4x6", dtype: str = "float32", src=("S(0)", "S(0)"),
-                         dst=("R", "S(0)"), *, wait: bool = True, **launch_kwargs) -> RedistributeExplorer:
+def explore_redistribute(mesh: str = "2x2", shape: str = "4x6", dtype: str = "float32",
+                         src: Sequence[object] = ("S(0)", "S(0)"), dst: Sequence[object] = ("R", "S(0)"), *,
+                         wait: bool = True, **launch_kwargs: Unpack[LaunchOptions]) -> RedistributeExplorer:
     """An interactive redistribute: dropdowns for the mesh (1-D 2/4/8, 2-D 2x2, 2x4), the tensor's
     shape and dtype, and each mesh dimension's source and destination placement; every change runs
     :func:`collnb.redistribute` on warm ranks and redraws the global tensor coloured by owner, the
@@ -171,8 +184,8 @@ def explore_redistribute(mesh: str = "2x2", shape: str = "4x6", dtype: str = "fl
     Raises:
         TypeError / ValueError: initial values of the wrong kind (unknown ones are replaced, with a note).
     """
-    src, dst = list(src) + ["R"] * (2 - len(src)), list(dst) + ["R"] * (2 - len(dst))
-    short = [placements.parse_placement(v).short for v in src + dst]
+    src_, dst_ = [*src, *["R"] * (2 - len(src))], [*dst, *["R"] * (2 - len(dst))]
+    short: list[str] = [placements.parse_placement(v).short for v in src_ + dst_]
     params = RedistributeParams(str(mesh).replace("×", "x").replace(" ", ""), str(shape).replace("×", "x"),
                                 str(dtype).replace("torch.", ""), *short)
     return RedistributeExplorer(params, wait=wait, **launch_kwargs)

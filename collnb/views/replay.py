@@ -45,7 +45,8 @@ def __getattr__(name: str) -> object:
 FPS_RANGE = (0.01, 50.0)  # GIF frame delays are centiseconds in 16 bits; below 20 ms browsers slow them
 
 
-def _check_file_args(trace, path, suffix, fn, cell=None, columns=None):
+def _check_file_args(trace: object, path: object, suffix: str, fn: str, cell: int | None = None,
+                     columns: int | None = None) -> None:
     """Raise TypeError/ValueError, naming the argument, for what the writers below cannot use."""
     if not isinstance(trace, Trace):
         raise TypeError(f"{fn}() takes a collnb.Trace; got {type(trace).__name__}")
@@ -60,8 +61,8 @@ def _check_file_args(trace, path, suffix, fn, cell=None, columns=None):
 
 
 
-def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = None, cell: int | None = None,
-             hold_last: float = 2.0) -> str:
+def save_gif(trace: Trace, path: str | os.PathLike[str], *, fps: float = 1.5, model: CostModel | None = None,
+             cell: int | None = None, hold_last: float = 2.0) -> str:
     """Write the replay as an animated GIF: one frame for the start plus one per round.
 
     Frames are drawn headless by :class:`FrameRenderer` (matplotlib Agg) and written with
@@ -86,19 +87,20 @@ def save_gif(trace: Trace, path, *, fps: float = 1.5, model: CostModel | None = 
     if not trace.has_snapshots:
         raise ValueError(_("this trace has no per-round snapshots (recorded with snapshots=False); "
                            "run it with snapshots=True to animate it"))
-    path = os.fspath(path)
+    out = os.fspath(path)
     ren = FrameRenderer(trace, model=model, cell=cell)
     frames = [Image.fromarray(ren.rgb(k)) for k in range(trace.n_rounds + 1)]  # Pillow's GIF writer
     pal = [f.quantize(colors=255, method=Image.Quantize.MEDIANCUT, dither=Image.Dither.NONE) for f in frames]
     dur = int(round(1000 / fps))
     durations = [dur] * len(pal)
     durations[-1] = int(max(dur, 1000 * hold_last))
-    pal[0].save(path, format="GIF", save_all=True, append_images=pal[1:], duration=durations, loop=0,
+    pal[0].save(out, format="GIF", save_all=True, append_images=pal[1:], duration=durations, loop=0,
                 optimize=False, disposal=1)
-    return path
+    return out
 
 
-def save_filmstrip(trace: Trace, path, *, columns: int | None = None, cell: int | None = None, dpi: int = 80) -> str:
+def save_filmstrip(trace: Trace, path: str | os.PathLike[str], *, columns: int | None = None, cell: int | None = None,
+                   dpi: int = 80) -> str:
     """Write a static PNG of every round's heatmap (start + one panel per round), row by row.
 
     Args:
@@ -116,7 +118,7 @@ def save_filmstrip(trace: Trace, path, *, columns: int | None = None, cell: int 
             outside 4..200.
     """
     _check_file_args(trace, path, ".png", "save_filmstrip", cell=cell, columns=columns)
-    path = os.fspath(path)
+    out = os.fspath(path)
     R = trace.n_rounds
     n = R + 1
     cols = int(columns or min(6, n))
@@ -146,9 +148,9 @@ def save_filmstrip(trace: Trace, path, *, columns: int | None = None, cell: int 
         cv.paste(img, x, ytop + title_h)
         label = _("start") if k == 0 else _("round {round}: {label}").format(round=k, label=trace.rounds[k - 1].label)
         cv.text(label, x + 4, ytop + 8, 10 * px, INK, "bold" if k else "regular", ha="left", va="top")
-    with open(path, "wb") as f:
+    with open(out, "wb") as f:
         f.write(cv.png(dpi))
-    return path
+    return out
 
 
 def replay(trace: Trace, model: CostModel | None = None, cell: int | None = None, speed: float = 1.5) -> ReplayWidget:
@@ -175,8 +177,8 @@ def replay(trace: Trace, model: CostModel | None = None, cell: int | None = None
 
 
 
-def compare(a, b=None, world_size: int | None = None, *, primitive: str | None = None, model=None,
-            **run_kwargs) -> CompareWidget:
+def compare(a: Trace | str, b: Trace | str | None = None, world_size: int | None = None, *,
+            primitive: str | None = None, model: CostModel | None = None, **run_kwargs: object) -> CompareWidget:
     """Compare two algorithms side by side.
 
     Either ``compare(trace_a, trace_b)``, or ``compare("ring", "recursive_doubling",

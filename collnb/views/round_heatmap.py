@@ -12,12 +12,13 @@ result are faded. Painted on a :class:`collnb.views.raster.Canvas` at 2x and shr
 from __future__ import annotations
 
 import math
+from typing import Sequence
 
 import numpy as np
 
-from ..algorithms import Trace
+from ..algorithms import Trace, Transfer
 from .palette import COMBINED_COLOR, COPY_COLOR, EMPTY_COLOR, INK, REDUCE_COLOR, rank_color
-from .raster import Canvas
+from .raster import Canvas, Pixels
 from .values import format_value
 
 __all__ = ["paint_heatmap", "heatmap_origin", "arrow_lanes", "fit_cell", "COPY_COLOR", "REDUCE_COLOR"]
@@ -29,19 +30,19 @@ _DESCENT = 0.24  # DejaVu's descent (em): text "standing on" a line has its base
 _PROBE = Canvas(1, 1)
 
 
-def _in_margin(t) -> bool:
+def _in_margin(t: Transfer) -> bool:
     """Whether transfer ``t`` is drawn in the margin right of the grid: several chunks, or one
     chunk between ranks that are not neighbours (a straight arrow would cross other ranks' cells,
     e.g. a ring's wrap-around from the last rank to rank 0)."""
     return len(t.chunks) > 1 or abs(t.src - t.dst) > 1
 
 
-def _lanes(transfers) -> list:
+def _lanes(transfers: Sequence[Transfer]) -> list[int | None]:
     """Lane index of every transfer of one round drawn in the margin (:func:`_in_margin`; None
     for the others): transfers whose rank spans overlap get different lanes (greedy interval
     colouring)."""
-    out = [None] * len(transfers)
-    busy: list = []  # per lane: list of (lo, hi)
+    out: list[int | None] = [None] * len(transfers)
+    busy: list[list[tuple[int, int]]] = []  # per lane: the (lo, hi) rank spans it holds
     order = sorted((i for i, t in enumerate(transfers) if _in_margin(t)),
                    key=lambda i: (min(transfers[i].src, transfers[i].dst), max(transfers[i].src, transfers[i].dst)))
     for i in order:
@@ -76,7 +77,9 @@ def _head_px(cell: int) -> int:
     return max(_MIN_PX, int(cell * 0.24))
 
 
-def _layout(trace: Trace, cell: int, lanes: int | None = None):
+def _layout(trace: Trace, cell: int, lanes: int | None = None) -> tuple[int, int, int, int]:
+    """``(left, top, right, bottom)`` in pixels: cell (0, 0)'s offset, and the picture's right and
+    bottom edges (its width and height)."""
     ws, C = trace.world_size, trace.n_chunks
     label_w = _PROBE.measure(f"rank {ws - 1}", _head_px(cell))[0]
     left = int(max(cell * 1.15 + 8, label_w + max(6, int(cell * 0.22)) + 16))
@@ -93,7 +96,7 @@ def _lane_width(cell: int) -> int:
 
 
 def paint_heatmap(trace: Trace, k: int, cell: int = 48, arrows: bool = True, values: bool | None = None,
-                  scale: int = 2, lanes: int | None = None) -> np.ndarray:
+                  scale: int = 2, lanes: int | None = None) -> Pixels:
     """The rank x chunk heatmap after round ``k`` with this round's arrows, as an RGB array.
 
     Args:
@@ -196,7 +199,7 @@ def paint_heatmap(trace: Trace, k: int, cell: int = 48, arrows: bool = True, val
     return cv.pixels()
 
 
-def _paint_arrows(cv: Canvas, ts, x0, y0, cs, C, lw_, S) -> None:
+def _paint_arrows(cv: Canvas, ts: Sequence[Transfer], x0: int, y0: int, cs: int, C: int, lw_: int, S: int) -> None:
     """This round's transfers ``ts``: one chunk between neighbouring ranks as a curved arrow from
     cell to cell, the others as arrows in the margin right of the grid (one lane per overlap)."""
     head = cs * 0.22
@@ -228,7 +231,7 @@ def _paint_arrows(cv: Canvas, ts, x0, y0, cs, C, lw_, S) -> None:
             cv.polygon([tip, (tip[0] + hh, yd - hh * 0.45), (tip[0] + hh, yd + hh * 0.45)], color)
 
 
-def heatmap_origin(trace: Trace, cell: int) -> tuple:
+def heatmap_origin(trace: Trace, cell: int) -> tuple[int, int]:
     """``(left, top)`` pixel offset of cell (0, 0) in :func:`paint_heatmap`'s image."""
     left, top, _, _ = _layout(trace, cell, 0)
     return left, top

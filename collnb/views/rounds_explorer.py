@@ -12,15 +12,15 @@ from __future__ import annotations
 import math
 import numbers
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Mapping
 
 import ipywidgets as widgets
 
-from ..algorithms import ALGORITHMS, PRIMITIVES, prepare_case, run_algorithm
+from ..algorithms import ALGORITHMS, PRIMITIVES, Trace, prepare_case, run_algorithm
 from ..i18n import N_, _
 from ..vocabulary import MAX_WORLD_SIZE, check_backend, check_choice, check_world_size
-from .binder import Binder, Picture
-from .panel import slider_layout
+from .binder import Binder, Fixed, Picture
+from .panel import Control, slider_layout
 from .players import ReplayWidget
 
 __all__ = ["RoundsExplorer", "RoundsParams", "explore_rounds", "rank_slider_label"]
@@ -42,7 +42,7 @@ class RoundsParams:
     world_size: int = 4
 
 
-class RoundsExplorer(Binder):
+class RoundsExplorer(Binder[RoundsParams, Trace]):
     """The "choose a primitive and the world size, then play" page (see :func:`explore_rounds`).
 
     Attributes:
@@ -56,28 +56,29 @@ class RoundsExplorer(Binder):
     what = "replay"
     labels = {"primitive": N_("primitive"), "algorithm": N_("algorithm")}
 
-    def __init__(self, primitive="all_reduce", algorithm=None, world_size=4, dtype="float32", backend="gloo",
-                 timeout=60.0, wait: bool = True):
+    def __init__(self, primitive: str = "all_reduce", algorithm: str | None = None, world_size: int = 4,
+                 dtype: str = "float32", backend: str = "gloo", timeout: float = 60.0, wait: bool = True) -> None:
         self._dtype, self._backend, self._timeout = dtype, backend, timeout
         super().__init__(RoundsParams(primitive, algorithm or next(iter(ALGORITHMS[primitive])), world_size), wait=wait)
 
     # -- the model ---------------------------------------------------------------------------
-    def choices(self, p: RoundsParams) -> Mapping[str, list]:
+    def choices(self, p: RoundsParams) -> Mapping[str, list[object]]:
         return {"primitive": list(PRIMITIVES), "algorithm": list(ALGORITHMS[p.primitive]),
                 "world_size": list(range(1, MAX_WORLD_SIZE + 1))}
 
-    def change(self, p: RoundsParams, values: Mapping[str, Any]) -> tuple:
+    def change(self, p: RoundsParams, values: Mapping[str, object]) -> Fixed[RoundsParams]:
         """A new primitive starts at its first algorithm (unless one is given with it)."""
-        q = replace(p, **values)
+        q = replace(p, **values)  # type: ignore[arg-type]  # a learner's values: fix below checks them
         if "primitive" in values and "algorithm" not in values:
             q = replace(q, algorithm=next(iter(ALGORITHMS[q.primitive])))
         return self.fix(q)
 
-    def run(self, p: RoundsParams):
-        return run_algorithm(p.primitive, p.algorithm, p.world_size, dtype=self._dtype, backend=self._backend,
-                             timeout=self._timeout)
+    def run(self, p: RoundsParams) -> Trace:
+        trace: Trace = run_algorithm(p.primitive, p.algorithm, p.world_size, dtype=self._dtype, backend=self._backend,
+                                     timeout=self._timeout)
+        return trace
 
-    def draw(self, tr, p: RoundsParams) -> Picture:
+    def draw(self, tr: Trace, p: RoundsParams) -> Picture:
         """The replay of trace ``tr`` in a player, and the line saying whether it equals torch's own."""
         folded, kept = tr.meta.get("fold", [0, 0])[::-1]
         fold = _("; {folded} rank(s) fold onto {kept} (see the fold/unfold rounds)").format(
@@ -90,8 +91,9 @@ class RoundsExplorer(Binder):
             primitive=p.primitive, algorithm=p.algorithm, n=p.world_size, n_rounds=tr.n_rounds, fold=fold))
 
     # -- the panel ---------------------------------------------------------------------------
-    def control(self, name: str, label: str, offered: list, value: Any) -> widgets.Widget:
+    def control(self, name: str, label: str, offered: list[object], value: object) -> Control:
         if name == "world_size":
+            assert isinstance(value, int)  # RoundsParams.world_size
             label = rank_slider_label(self._backend)
             return widgets.IntSlider(value=value, min=1, max=MAX_WORLD_SIZE, description=label,
                                      continuous_update=False, style={"description_width": "initial"},
@@ -103,33 +105,39 @@ class RoundsExplorer(Binder):
             primitive=p.primitive, algorithm=p.algorithm, n=p.world_size)
 
     @property
-    def primitive(self) -> widgets.Dropdown:
+    def primitive(self) -> Control:
+        """The primitive's ``Dropdown``."""
         return self.controls["primitive"]
 
     @property
-    def algorithm(self) -> widgets.Dropdown:
+    def algorithm(self) -> Control:
+        """The algorithm's ``Dropdown``."""
         return self.controls["algorithm"]
 
     @property
-    def world_size(self) -> widgets.IntSlider:
+    def world_size(self) -> Control:
+        """The world size's ``IntSlider``."""
         return self.controls["world_size"]
 
     @property
     def player(self) -> ReplayWidget | None:
-        return self.last_picture.player if self.last_picture is not None else None
+        """The replay shown (``None`` until a run succeeded)."""
+        player = self.last_picture.player if self.last_picture is not None else None
+        return player if isinstance(player, ReplayWidget) else None
 
     @property
-    def trace(self):
+    def trace(self) -> Trace | None:
+        """The trace of the replay shown."""
         return self.last_result
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         p = self.state
         return _("rounds explorer: {primitive} / {algorithm} at world size {world_size}").format(
             primitive=p.primitive, algorithm=p.algorithm, world_size=p.world_size)
 
 
 def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, world_size: int = 4,
-                   dtype="float32", backend: str = "gloo", timeout: float = 60.0) -> RoundsExplorer:
+                   dtype: str = "float32", backend: str = "gloo", timeout: float = 60.0) -> RoundsExplorer:
     """Pick a primitive, an algorithm and the world size (the number of ranks: processes on gloo,
     GPUs on NCCL); the algorithm runs on real ranks (:func:`collnb.algorithms.run_algorithm`) and
     its replay appears below. Returns once the first replay is shown; later control changes run in

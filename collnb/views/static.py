@@ -11,15 +11,24 @@ import base64
 import html
 import io
 import re
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, Sequence, TypeAlias
 
 import numpy as np
 from PIL import Image
 
 from ..i18n import N_, _
-from .raster import Canvas, wrap_text
+from .raster import Canvas, Pixels, wrap_text
+
+if TYPE_CHECKING:
+    from ipywidgets import Widget
 
 __all__ = ["update_static", "static_bundle", "captioned_png", "stack_pngs", "live_bundle", "RERUN_LINE", "BOOK_LINE",
-           "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc", "rerun_line", "WHAT_WORDS"]
+           "SLIDES_LINE", "LIVE_HINT", "APP_HINT", "STATIC_CSS", "IMG_STYLE", "esc", "rerun_line", "WHAT_WORDS",
+           "MimeBundle"]
+
+#: What a display shows, by mime type: ``text/plain``, ``text/html``, ``image/png`` (base64 text),
+#: ipywidgets' view (``application/vnd.jupyter.widget-view+json``: a JSON object).
+MimeBundle: TypeAlias = dict[str, object]
 
 #: The line above a saved explorer's or replay's static picture in a notebook (JupyterLab,
 #: Notebook 7, nbviewer) reopened without its kernel.
@@ -52,12 +61,12 @@ def rerun_line(what: str, line: str = RERUN_LINE) -> str:
 IMG_STYLE = "max-width:100%;height:auto;display:block"
 
 
-def esc(s) -> str:
+def esc(s: object) -> str:
     """``s`` as HTML text (quotes escaped too, for attributes)."""
     return html.escape(str(s), quote=True)
 
 
-def update_static(display_ids, bundle) -> None:
+def update_static(display_ids: Sequence[str], bundle: Callable[[], MimeBundle]) -> None:
     """Replace the static picture shown under each of ``display_ids`` (IPython display ids) with
     ``bundle()`` (a MIME bundle, e.g. :func:`static_bundle`'s), made once and only when some display
     shows it. Does nothing outside IPython, and never raises (the kernel may be going away)."""
@@ -72,7 +81,7 @@ def update_static(display_ids, bundle) -> None:
         pass
 
 
-def captioned_png(png, line: str) -> bytes | None:
+def captioned_png(png: bytes | Pixels | None, line: str) -> bytes | None:
     """The picture ``png`` with ``line`` painted above it (14 px bold text on light yellow, wrapped
     to the picture's width so that no word is cut off), as PNG bytes, for frontends that show only
     the ``image/png`` of a saved output; ``None`` stays ``None``.
@@ -97,7 +106,7 @@ def captioned_png(png, line: str) -> bytes | None:
     return cv.png()
 
 
-def stack_pngs(pngs, gap: int = 10) -> bytes:
+def stack_pngs(pngs: Iterable[bytes], gap: int = 10) -> bytes:
     """PNG images one below the other, left-aligned on white, ``gap`` pixels apart (and below)."""
     imgs = [Image.open(io.BytesIO(p)).convert("RGB") for p in pngs]
     cv = Canvas(max(i.size[0] for i in imgs), sum(i.size[1] + gap for i in imgs))
@@ -139,18 +148,19 @@ LIVE_HINT = N_("These controls lost their kernel (it was restarted or stopped): 
 APP_HINT = N_("These controls lost their kernel: reload the page to start them again.")
 
 
-def live_bundle(widget, text: str) -> dict:
+def live_bundle(widget: Widget, text: str) -> MimeBundle:
     """The display bundle of a live panel: ipywidgets' view of ``widget``, ``text`` as its plain
     text, and an empty ``text/html``, so that a page that cannot run widgets (the book, nbviewer)
     shows only the static picture displayed above it, not a dead panel's repr."""
-    data = dict(widget._repr_mimebundle_() or {})
+    data: MimeBundle = dict(widget._repr_mimebundle_() or {})
     data["text/plain"] = text
     data["text/html"] = "<span class='collnb-live-placeholder' style='display:none'></span>"
     return data
 
 
 def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str = "",
-                  png_with_line: bytes | None = None, attrs: dict | None = None, below: str = "") -> dict:
+                  png_with_line: bytes | None = None, attrs: Mapping[str, object] | None = None,
+                  below: str = "") -> MimeBundle:
     """A display bundle standing in for a live widget (an explorer or a replay) where no kernel
     runs: a saved notebook reopened, nbviewer, a code host, a MyST-NB book.
 
@@ -173,7 +183,7 @@ def static_bundle(png: bytes | None, what: str, *, alt: str = "", caption: str =
     """
     line = rerun_line(what)
     below_text = html.unescape(re.sub(r"<[^>]+>", "", below)).strip()
-    data = {"text/plain": line + ("\n" + below_text if below_text else "")}
+    data: MimeBundle = {"text/plain": line + ("\n" + below_text if below_text else "")}
     hint = (f"<div class='collnb-live-hint' style='color:#8a5300;font-size:12px;line-height:1.4'>"
             f"<span class='collnb-hint-notebook'>{esc(_(LIVE_HINT))}</span>"
             f"<span class='collnb-hint-app'>{esc(_(APP_HINT))}</span></div>")

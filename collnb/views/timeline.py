@@ -12,12 +12,17 @@ size 8 (16 fits, with smaller rows).
 from __future__ import annotations
 
 import math
+import os
+from typing import TYPE_CHECKING, Literal
 
 from ..i18n import _, ngettext
 from ..units import format_seconds
 from .matrix import MatrixPicture
 from .palette import GREY_TEXT, HATCH_COLOR, INK, rank_color
 from .raster import Canvas, wrap_text
+
+if TYPE_CHECKING:
+    from ..ranks import Span, Timeline
 
 __all__ = ["timeline_image", "timeline_png"]
 
@@ -29,20 +34,20 @@ _REGION_EDGE = "#5A6F8A"
 def _nice_step(span_ms: float, ticks: int = 8) -> float:
     """The 1-2-5 x 10^k step (ms) giving at most ``ticks`` intervals over ``span_ms``."""
     raw = max(span_ms, 1e-6) / ticks
-    p = 10 ** math.floor(math.log10(raw))
+    p: float = 10 ** math.floor(math.log10(raw))  # an int from 1 up
     for m in (1, 2, 5, 10):
         if m * p >= raw:
             return m * p
     return 10 * p
 
 
-def _longest_wait(timeline, start_ms: float, end_ms: float):
+def _longest_wait(timeline: Timeline, start_ms: float, end_ms: float) -> Span | None:
     """The operation that waited longest among those drawn in the window (ms), or ``None``."""
     shown = [s for s in timeline.operations() if s.end / 1e6 > start_ms and s.start / 1e6 < end_ms]
     return max(shown, key=lambda s: s.waiting, default=None)
 
 
-def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: float | None = None,
+def timeline_image(timeline: Timeline, *, title: str = "", width: int = 1100, start_ms: float | None = None,
                    end_ms: float | None = None, labels: bool = True) -> MatrixPicture:
     """Paint ``timeline`` as a Gantt chart.
 
@@ -84,13 +89,16 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
                               "timeline of {n} ranks (one clock: CLOCK_MONOTONIC)", n).format(n=n)
     heading = wrap_text(title, width - left - right, lambda t: probe.measure(t, 15, "bold")[0]) or [""]
     # the legend: its items side by side, flowing onto a new row where the next would not fit
-    items = [("wait", _("waiting for the last rank")),
+    items: list[tuple[Literal["wait", "transfer", "region"], str]] = [("wait", _("waiting for the last rank")),
              ("transfer", _("transfer, solid in each rank's colour (until completed on that rank)"))]
     if max_depth:
         items.append(("region", _("region (collnb.region / record_function)")))
     shown = min(n, 8)
     stripe = max(4, 26 // shown)
-    legend, lx, row = [], left, 0
+    # (kind, its text's lines, x, row, swatch width)
+    legend: list[tuple[Literal["wait", "transfer", "region"], list[str], float, int, int]] = []
+    lx: float = left
+    row = 0
     for kind, text in items:
         swatch = shown * stripe if kind == "transfer" else 26
         lines = [text]
@@ -107,7 +115,7 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
     top = legend_y + 20 * (row + 1) + 8
     # the note under the axis, wrapped: on its own lines below the axis label, never over it
     longest = _longest_wait(timeline, t0, t1)
-    note = []
+    note: list[str] = []
     if longest is not None and longest.waiting:
         note = wrap_text(_("longest wait: rank {rank}, {name} #{index}, {seconds} before its last rank arrived").format(
             rank=longest.rank, name=longest.name, index=longest.index,
@@ -118,7 +126,7 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
     cv.labels = []
     scale = plot_w / (t1 - t0)
 
-    def x_of(ns):
+    def x_of(ns: float) -> float:
         return left + (ns / 1e6 - t0) * scale
 
     for i, line in enumerate(heading):
@@ -155,9 +163,10 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
     for i, line in enumerate(note):
         cv.text(line, left, axis_y + 52 + 18 * i, 12, GREY_TEXT, ha="left")
 
-    placed: dict = {}  # (rank, row) -> the x intervals of the bar labels written there: no label over another
+    # (rank, row) -> the x intervals of the bar labels written there: no label over another
+    placed: dict[tuple[int, int | str], list[tuple[float, float]]] = {}
 
-    def free(key, x0, x1):
+    def free(key: tuple[int, int | str], x0: float, x1: float) -> bool:
         spans = placed.setdefault(key, [])
         if any(x0 < b + 3 and a < x1 + 3 for a, b in spans):
             return False
@@ -181,7 +190,7 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
                 cv.text(s.name, x0 + 3, ry + (region_h - 2) / 2, 10, INK, ha="left")
         cy = y + region_h * max_depth
         color = rank_color(rank)
-        names = []  # (x0, x1, name) of each bar drawn
+        names: list[tuple[float, float, str]] = []  # (x0, x1, name) of each bar drawn
         for s in timeline.operations(rank):
             xs, xr, xe = x_of(s.start), x_of(max(s.ready, s.start)), x_of(s.end)
             if xe < left or xs > left + plot_w:
@@ -210,8 +219,9 @@ def timeline_image(timeline, *, title: str = "", width: int = 1100, start_ms: fl
     return MatrixPicture(cv.png(), cv.pixels(), cv.labels)
 
 
-def timeline_png(timeline, path, **kwargs) -> str:
+def timeline_png(timeline: Timeline, path: str | os.PathLike[str], *, title: str = "", width: int = 1100,
+                 start_ms: float | None = None, end_ms: float | None = None, labels: bool = True) -> str:
     """Paint ``timeline`` (:func:`timeline_image`, same keywords) and write the PNG to ``path``;
     returns the path as str."""
-    timeline_image(timeline, **kwargs).save(path)
+    timeline_image(timeline, title=title, width=width, start_ms=start_ms, end_ms=end_ms, labels=labels).save(path)
     return str(path)

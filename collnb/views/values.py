@@ -7,6 +7,7 @@ reference. Byte counts and durations are written by :mod:`collnb.units`, not her
 from __future__ import annotations
 
 import math
+from typing import Iterable, overload
 
 import numpy as np
 import torch
@@ -35,12 +36,12 @@ def _fmt_real(v: float, short: bool) -> str:
     return _compact_exp(f"{v:.3g}" if 1e-2 <= abs(v) < 1e5 else f"{v:.2g}")
 
 
-def format_value(v, kind: str = "tensor", *, short: bool = False) -> str:
+def format_value(v: object, kind: str = "tensor", *, short: bool = False) -> str:
     """Text for one value in a cell.
 
     Args:
         v: a Python or numpy scalar (int, float, complex, bool), a str, or any object.
-        kind: ``"tensor"``; ``"time"`` writes milliseconds (a float) to 0.1.
+        kind: ``"tensor"``; ``"time"`` writes milliseconds (a number) to 0.1.
         short: at most ~6 characters, for small cells and notes under a value: ints past 5 digits
             and floats to 2-3 significant digits (``2.9e5``, ``0.33``), bools as ``T``/``F``.
 
@@ -52,7 +53,7 @@ def format_value(v, kind: str = "tensor", *, short: bool = False) -> str:
     """
     if isinstance(v, np.generic):
         v = v.item()
-    if kind == "time":
+    if kind == "time" and isinstance(v, (int, float)):
         return f"{float(v):.1f}"
     if isinstance(v, bool):
         return ("T" if v else "F") if short else ("True" if v else "False")
@@ -74,7 +75,13 @@ def format_value(v, kind: str = "tensor", *, short: bool = False) -> str:
     return s if len(s) <= 12 else s[:11] + "…"
 
 
-def chunk_firsts(t, chunk_size):
+@overload
+def chunk_firsts(t: torch.Tensor | Iterable[object], chunk_size: int) -> list[object]: ...
+@overload
+def chunk_firsts(t: None, chunk_size: int) -> None: ...
+@overload
+def chunk_firsts(t: torch.Tensor | Iterable[object] | None, chunk_size: int) -> list[object] | None: ...
+def chunk_firsts(t: torch.Tensor | Iterable[object] | None, chunk_size: int) -> list[object] | None:
     """First element of every chunk of a flat tensor ``t`` (``chunk_size`` elements per chunk), as
     Python scalars (bools as bools, float8 through float32); ``None`` stays ``None``, a list (object
     collectives) is returned as a list."""
@@ -95,22 +102,24 @@ def chunk_firsts(t, chunk_size):
         return first.to(torch.float64).tolist()
 
 
-def differs_exact(v, x) -> bool:
+def differs_exact(v: object, x: object) -> bool:
     """Whether a result value ``v`` differs from the float64 reference ``x`` (nan equals nan;
-    bools compare by truth value; values that are not numbers never differ)."""
-    if isinstance(v, bool):
-        v = float(v)
-    try:
-        if isinstance(x, complex) or isinstance(v, complex):
-            return complex(v) != complex(x) and not (_isnan(v) and _isnan(x))
-        v, x = float(v), float(x)
-    except (TypeError, ValueError):
+    bools compare by truth value, numpy scalars as their Python value; values that are not numbers,
+    a str that reads as one included, never differ)."""
+    if isinstance(v, np.generic):
+        v = v.item()
+    if isinstance(x, np.generic):
+        x = x.item()
+    if not isinstance(v, (int, float, complex)) or not isinstance(x, (int, float, complex)):
         return False
-    if math.isnan(v) and math.isnan(x):
+    if isinstance(x, complex) or isinstance(v, complex):
+        return complex(v) != complex(x) and not (_isnan(v) and _isnan(x))
+    fv, fx = float(v), float(x)
+    if math.isnan(fv) and math.isnan(fx):
         return False
-    return v != x
+    return fv != fx
 
 
-def _isnan(z):
-    z = complex(z)
+def _isnan(value: complex) -> bool:
+    z = complex(value)
     return math.isnan(z.real) or math.isnan(z.imag)

@@ -13,14 +13,17 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable, Generic, TypeVar
 
 from ..i18n import _
 
 __all__ = ["LatestWorker", "WorkerState"]
 
+#: What a request is (an explorer's: its parameters and when they were asked for).
+T = TypeVar("T")
 
-class LatestWorker:
+
+class LatestWorker(Generic[T]):
     """Runs ``task(request)`` for the newest request, one at a time, on a background thread.
 
     Args:
@@ -34,12 +37,11 @@ class LatestWorker:
         started, finished: how many tasks began / ended (int).
     """
 
-    def __init__(self, task: Callable[[Any], None], name: str,
-                 on_error: Callable[[BaseException, Any], None] | None = None):
+    def __init__(self, task: Callable[[T], None], name: str,
+                 on_error: Callable[[BaseException, T], None] | None = None) -> None:
         self._task, self._name, self._on_error = task, name, on_error
         self._cv = threading.Condition()
-        self._pending: Any = None
-        self._has_pending = False
+        self._mailbox: list[T] = []  # the one request waiting, if any
         self._thread: threading.Thread | None = None
         self._in_flight = 0
         self._closed = False
@@ -56,12 +58,12 @@ class LatestWorker:
     @property
     def pending(self) -> bool:
         """Whether a newer request waits for the running task to finish."""
-        return self._has_pending
+        return bool(self._mailbox)
 
     @property
     def busy(self) -> bool:
         """A task is running or a request is waiting."""
-        return self._in_flight > 0 or self._has_pending
+        return self._in_flight > 0 or bool(self._mailbox)
 
     @property
     def closed(self) -> bool:
@@ -70,16 +72,16 @@ class LatestWorker:
     def stale(self) -> bool:
         """Whether the running task's result is already replaced (a newer request waits) or unwanted
         (the worker is closed): the task should not draw it."""
-        return self._has_pending or self._closed
+        return bool(self._mailbox) or self._closed
 
     # -- use -----------------------------------------------------------------------------------
-    def submit(self, request: Any) -> None:
+    def submit(self, request: T) -> None:
         """Make ``request`` the one to run next, replacing any waiting request; returns at once.
         Does nothing once the worker is closed."""
         with self._cv:
             if self._closed:
                 return
-            self._pending, self._has_pending = request, True
+            self._mailbox = [request]
             self.requests += 1
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
@@ -94,7 +96,7 @@ class LatestWorker:
         """
         deadline = time.monotonic() + timeout
         with self._cv:
-            while self._in_flight or self._has_pending:
+            while self._in_flight or self._mailbox:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise TimeoutError(_("still running after {timeout} s").format(timeout=timeout))
@@ -104,7 +106,7 @@ class LatestWorker:
         """Drop the waiting request and wait (up to ``timeout`` s) for the running task to end."""
         with self._cv:
             self._closed = True
-            self._pending, self._has_pending = None, False
+            self._mailbox = []
             thread = self._thread
             self._cv.notify_all()
         if thread is not None and thread is not threading.current_thread():
@@ -113,11 +115,11 @@ class LatestWorker:
     def _loop(self) -> None:
         while True:
             with self._cv:
-                if not self._has_pending or self._closed:
+                if not self._mailbox or self._closed:
                     self._thread = None
                     self._cv.notify_all()
                     return
-                request, self._pending, self._has_pending = self._pending, None, False
+                request = self._mailbox.pop()
                 self._in_flight += 1
                 self.started += 1
             try:
@@ -135,11 +137,11 @@ class LatestWorker:
                     self._cv.notify_all()
 
 
-class WorkerState:
-    """What a widget that runs ranks through ``self._worker`` (a :class:`LatestWorker`) tells about
-    its runs; the explorers inherit it so that they answer alike."""
+class WorkerState(Generic[T]):
+    """What a widget that runs ranks through ``self._worker`` (a :class:`LatestWorker` of requests
+    ``T``) tells about its runs; the explorers inherit it so that they answer alike."""
 
-    _worker: LatestWorker
+    _worker: LatestWorker[T]
 
     @property
     def in_flight(self) -> int:

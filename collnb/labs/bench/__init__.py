@@ -84,11 +84,11 @@ Sources:
 from .figure import format_table, measurement_flags, plot
 from .references import reference_rows
 from .rows import as_rows, load, note, save_csv, save_json, to_table
-from .choices import (COLUMNS, EXAMPLE_FILE, MAX_BYTES, PRIMITIVES, REFERENCES, check_algorithms, check_world_sizes,
-                    parse_size, parse_sizes)
+from .choices import (COLUMNS, EXAMPLE_FILE, MAX_BYTES, PRIMITIVES, REFERENCES, Row, check_algorithms,
+                      check_world_sizes, parse_size, parse_sizes)
 from .sweep import TIMINGS, bench, debug_cost
 
-__all__ = ["PRIMITIVES", "COLUMNS", "REFERENCES", "EXAMPLE_FILE", "MAX_BYTES", "TIMINGS", "bench", "parse_size",
+__all__ = ["PRIMITIVES", "COLUMNS", "Row", "REFERENCES", "EXAMPLE_FILE", "MAX_BYTES", "TIMINGS", "bench", "parse_size",
            "parse_sizes",
            "check_algorithms", "check_world_sizes", "reference_rows", "debug_cost", "to_table", "as_rows",
            "save_json", "save_csv", "load", "note", "plot", "format_table", "measurement_flags"]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Collection, Iterable
+from typing import TypedDict
 
 import torch
 
@@ -18,9 +20,29 @@ from ...vocabulary import check_backend, check_choice, dtype_name
 #: Primitives with a bus-bandwidth definition (nccl-tests), in teaching order: the rows of the spec
 #: table that have a factor (:attr:`collnb.collectives.PrimitiveSpec.busbw`).
 PRIMITIVES = BENCH_PRIMITIVES
-#: The row schema, in column order.
-COLUMNS = ("primitive", "algorithm", "backend", "world_size", "dtype", "nbytes", "time_s", "time_min_s",
-           "time_max_s", "algbw_GBps", "busbw_GBps", "ok")
+
+
+class Row(TypedDict):
+    """One bench row, its columns in order (what each means: :mod:`collnb.bench`); a row read
+    from a file or a DataFrame may hold more columns."""
+
+    primitive: str
+    algorithm: str
+    backend: str
+    world_size: int
+    dtype: str
+    nbytes: int
+    time_s: float
+    time_min_s: float
+    time_max_s: float
+    algbw_GBps: float
+    busbw_GBps: float
+    ok: bool
+
+
+#: The row schema, in column order (:class:`Row`'s keys).
+COLUMNS: tuple[str, ...] = tuple(Row.__annotations__)
+
 #: Physical references measured beside the collectives (``primitive`` column of their rows).
 REFERENCES = ("memcpy", "tcp_loopback", "local_reduce")
 #: A small results file measured on CPU (gloo, a loaded 2-core machine), labelled as such in its note.
@@ -33,7 +55,7 @@ _UNITS = {"": 1, "B": 1, "K": 1 << 10, "KB": 1 << 10, "KIB": 1 << 10, "M": 1 << 
           "MIB": 1 << 20, "G": 1 << 30, "GB": 1 << 30, "GIB": 1 << 30}
 
 
-def parse_size(text) -> int:
+def parse_size(text: object) -> int:
     """Bytes from ``"64M"``, ``"1K"``, ``"512"``, ``"4MiB"`` (K/M/G are powers of 1024), or an int.
 
     Raises:
@@ -56,7 +78,7 @@ def parse_size(text) -> int:
     return n
 
 
-def parse_sizes(spec) -> list:
+def parse_sizes(spec: object) -> list[int]:
     """Bytes per rank to measure: ``"MIN:MAX"`` gives every power of two from MIN to MAX
     (``"1K:64M"`` -> 1 KiB, 2 KiB, ..., 64 MiB); a single size, or a list of sizes, as given.
 
@@ -96,7 +118,7 @@ def parse_sizes(spec) -> list:
     return sorted(set(sizes))
 
 
-def check_algorithms(primitive: str, algorithms) -> tuple:
+def check_algorithms(primitive: str, algorithms: str | Iterable[object]) -> tuple[str, ...]:
     """The algorithm names to bench for ``primitive``: ``"builtin"`` and/or names from
     :func:`collnb.algorithms.algorithms_for` (``"all"``: builtin plus every one).
 
@@ -112,7 +134,7 @@ def check_algorithms(primitive: str, algorithms) -> tuple:
     if isinstance(algorithms, str):
         algorithms = (algorithms,)
     valid = ("builtin",) + (algorithms_for(primitive) if primitive in ALGORITHMS else ())
-    out = []
+    out: list[str] = []
     for a in algorithms:
         out.extend(valid if a == "all" else (check_choice(_("algorithm for {primitive}").format(primitive=primitive), a, valid),))
     if not out:
@@ -142,9 +164,10 @@ def blocked(primitive: str) -> bool:
                for r in range(ws))
 
 
-def counts(primitive, nbytes, world_size, esize):
+def counts(primitive: str, nbytes: int, world_size: int, esize: int) -> tuple[int, int]:
     """(elements of the nccl-tests 'size' buffer, elements per block). Blocked primitives
-    (:func:`blocked`) round down to a multiple of the world size, as nccl-tests does."""
+    (:func:`blocked`) round down to a multiple of the world size, as nccl-tests does. ``nbytes``:
+    bytes per rank; ``esize``: bytes per element."""
     count = nbytes // esize
     cut = blocked(primitive)
     if cut:
@@ -152,13 +175,14 @@ def counts(primitive, nbytes, world_size, esize):
     return count, (count // world_size if cut else count)
 
 
-def bench_dtype(dtype) -> torch.dtype:
+def bench_dtype(dtype: object) -> torch.dtype:
     """``torch.dtype`` from a dtype or its name (``None``: float32), checked by
     :func:`collnb.vocabulary.dtype_name` (TypeError / ValueError with its words)."""
-    return getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
+    dt: torch.dtype = getattr(torch, dtype_name(dtype if dtype is not None else torch.float32))
+    return dt
 
 
-def check_world_sizes(world_sizes, backend: str) -> tuple:
+def check_world_sizes(world_sizes: object, backend: str) -> tuple[int, ...]:
     """The world sizes to measure, as a tuple of ints: an int or a non-empty sequence of them, each
     ``1..MAX_WORLD_SIZE`` (NCCL: at most the visible GPUs), checked before any rank starts.
 
@@ -168,17 +192,16 @@ def check_world_sizes(world_sizes, backend: str) -> tuple:
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
     """
     check_backend(backend)
-    if isinstance(world_sizes, int) and not isinstance(world_sizes, bool):
-        world_sizes = (world_sizes,)
-    world_sizes = tuple(world_sizes)
-    if not world_sizes:
+    # anything but a sequence is one world size, refused with check_ranks' words if it is not an int
+    given = tuple(world_sizes) if isinstance(world_sizes, Iterable) and not isinstance(world_sizes, str) else (world_sizes,)
+    if not given:
         raise ValueError(_("no world size given"))
-    for ws in world_sizes:
+    for ws in given:
         check_ranks(ws, backend)
-    return tuple(int(ws) for ws in world_sizes)
+    return tuple(int(ws) for ws in given)
 
 
-def check_dtype(primitive, algorithms, dt, backend):
+def check_dtype(primitive: str, algorithms: Collection[str], dt: torch.dtype, backend: str) -> None:
     """Refuse a dtype ``backend`` cannot run ``primitive`` on (detected on real ranks by
     :func:`collnb.backend_support`): ValueError naming the dtypes it accepts."""
     sup = backend_support(backend)

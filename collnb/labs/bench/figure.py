@@ -18,12 +18,25 @@ import math
 import os
 import re
 import textwrap
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Literal
 
 from ...algorithms import BUILTIN_FORM, DEFAULT_MODEL, algbw, busbw_factor, crossovers, fit_each, predict
 from ...i18n import N_, _
 from ...units import display_width, format_bytes, format_rate, format_seconds, pad
 from .rows import as_rows
-from .choices import PRIMITIVES
+from .choices import PRIMITIVES, Row
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ...algorithms import CostModel, costmodel
+
+    #: ``{(primitive, algorithm): fit}``, as :func:`collnb.costmodel.fit_each` makes them.
+    Fits = Mapping[tuple[str, str], costmodel.Fit]
+
+#: One flag of :func:`measurement_flags`: ``(kind, text)``.
+Flag = tuple[Literal["memcpy<tcp", "busbw>memcpy", "poor fit"], str]
 
 _COLORS = ("#4E79A7", "#E15759", "#59A14F", "#F28E2B", "#B07AA1", "#76B7B2", "#EDC948", "#FF9DA7")
 
@@ -37,11 +50,12 @@ CLEANER = N_("For a cleaner measurement: let the machine go quiet (close other p
              "python -m collnb bench all_reduce -n 2 --sizes 4K:16M --iters 50.")
 
 
-def _refs_at(rows, name):
+def _refs_at(rows: Iterable[Row], name: str) -> dict[int, Row]:
+    """The rows of reference ``name`` by size (bytes)."""
     return {r["nbytes"]: r for r in rows if r["primitive"] == name}
 
 
-def measurement_flags(rows, fits=None, *, primitive: str | None = None) -> list:
+def measurement_flags(rows: object, fits: Fits | None = None, *, primitive: str | None = None) -> list[Flag]:
     """The measurements in ``rows`` that break physics or fit poorly, in plain words (see the module
     doc): a list of ``(kind, text)``, kind ``"memcpy<tcp"``, ``"busbw>memcpy"`` or ``"poor fit"``;
     empty when everything is consistent. ``fits`` as for :func:`plot` (default: fitted here);
@@ -49,7 +63,7 @@ def measurement_flags(rows, fits=None, *, primitive: str | None = None) -> list:
     both were measured."""
     rows = as_rows(rows)
     mem, tcp = _refs_at(rows, "memcpy"), _refs_at(rows, "tcp_loopback")
-    flags = []
+    flags: list[Flag] = []
     slow = [(n, mem[n]["busbw_GBps"], tcp[n]["busbw_GBps"]) for n in sorted(set(mem) & set(tcp))
             if mem[n]["busbw_GBps"] < tcp[n]["busbw_GBps"]]
     if slow:
@@ -109,12 +123,12 @@ def _wrap(text: str, width: int, subsequent_indent: str = "") -> list[str]:
     return lines
 
 
-def _tick(v, _pos=None) -> str:
+def _tick(v: float, _pos: int | None = None) -> str:
     """A byte axis tick: ``64K``, ``1M`` (:func:`collnb.units.format_bytes`, compact)."""
     return format_bytes(v, compact=True) if v > 0 else ""
 
 
-def format_table(rows) -> str:
+def format_table(rows: object) -> str:
     """The rows as nccl-tests-like text: size, algorithm, time (us), algbw, busbw, ✓/✗."""
     rows = as_rows(rows)
     # the words translated (right-aligned by display width: a CJK character takes two columns); nccl-tests'
@@ -130,7 +144,8 @@ def format_table(rows) -> str:
     return "\n".join(lines)
 
 
-def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, naive=None, dpi: int = 80):
+def plot(rows: object, fits: Fits | None = None, *, primitive: str | None = None,
+         world_sizes: Iterable[int] | None = None, naive: CostModel | None = None, dpi: int = 80) -> Figure:
     """Measured time and busbw against the fitted α-β(-γ) model, per algorithm; crossovers of
     the fitted models marked; memcpy / TCP references as lines.
 
@@ -160,7 +175,8 @@ def plot(rows, fits=None, *, primitive: str | None = None, world_sizes=None, nai
         return _plot(rows, fits, primitive=primitive, world_sizes=world_sizes, naive=naive, dpi=dpi)
 
 
-def _plot(rows, fits, *, primitive, world_sizes, naive, dpi):
+def _plot(rows: object, fits: Fits | None, *, primitive: str | None, world_sizes: Iterable[int] | None,
+          naive: CostModel | None, dpi: int) -> Figure:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
@@ -269,11 +285,11 @@ def _plot(rows, fits, *, primitive, world_sizes, naive, dpi):
         note_ax.text(0.005, y, warned, fontsize=pt, color="#7A3E00", va="top", ha="left", linespacing=1.35,
                      transform=note_ax.transAxes,
                      bbox=dict(boxstyle="round,pad=0.5", facecolor="#FFF4D6", edgecolor="#A65400"))
-    fig.collnb_flags = flags
+    fig.collnb_flags = flags  # type: ignore[attr-defined]  # a mark on the figure: the flags it shows
     return fig
 
 
-def _notes_text(coll, flags) -> tuple:
+def _notes_text(coll: list[Row], flags: list[Flag]) -> tuple[str, str]:
     """``(notes, flagged)``: the text under the panels (what the lines are, why measured sits above
     the naive model) and the flags of :func:`measurement_flags` with how to measure more cleanly
     (``""`` when there are none)."""

@@ -24,13 +24,14 @@ import socket
 import statistics
 import threading
 import time
+from collections.abc import Iterable, Sequence
 
 import torch
 
 from ...vocabulary import check_choice, check_int
 from .measuring import values
 from .rows import reference_row
-from .choices import REFERENCES, bench_dtype, parse_sizes
+from .choices import REFERENCES, Row, bench_dtype, parse_sizes
 
 __all__ = ["reference_rows", "ReferenceSampler", "best_half_median", "MIN_REPETITIONS"]
 
@@ -38,7 +39,7 @@ __all__ = ["reference_rows", "ReferenceSampler", "best_half_median", "MIN_REPETI
 MIN_REPETITIONS = 30
 
 
-def best_half_median(times) -> float:
+def best_half_median(times: Iterable[float]) -> float:
     """The median of the fastest half (rounded up) of ``times`` (seconds).
 
     Raises:
@@ -57,11 +58,14 @@ def _pattern(nbytes: int, period: int) -> torch.Tensor:
 
 
 class _Memcpy:
-    def __init__(self, nbytes):
+    """``dst.copy_(src)`` of ``nbytes`` bytes."""
+
+    def __init__(self, nbytes: int) -> None:
         self.src = _pattern(nbytes, 251)
         self.dst = torch.empty_like(self.src)
 
-    def once(self):
+    def once(self) -> tuple[float, bool]:
+        """One timed copy: ``(seconds, whether dst equals src)``."""
         self.dst.zero_()
         t0 = time.perf_counter()
         self.dst.copy_(self.src)
@@ -70,7 +74,9 @@ class _Memcpy:
 
 
 class _LocalReduce:
-    def __init__(self, nbytes, dtype):
+    """``y.add_(x)`` (``logical_or_`` for bool) of ``nbytes`` bytes of ``dtype``, whole elements."""
+
+    def __init__(self, nbytes: int, dtype: torch.dtype) -> None:
         esize = torch.empty(0, dtype=dtype).element_size()
         self.n = n = max(1, nbytes // esize)
         self.nbytes = n * esize
@@ -80,7 +86,8 @@ class _LocalReduce:
         self.want = (values(1, n, True, torch.int64, "cpu") + values(2, n, True, torch.int64, "cpu")).to(dtype)
         self.y = self.y0.clone()
 
-    def once(self):
+    def once(self) -> tuple[float, bool]:
+        """One timed reduction: ``(seconds, whether y is the exact sum)``."""
         self.y.copy_(self.y0)
         t0 = time.perf_counter()
         if self.dtype == torch.bool:
@@ -91,7 +98,7 @@ class _LocalReduce:
         return dt, bool(torch.equal(self.y, self.want))
 
 
-def _tcp_times(nbytes, reps, warmup, timeout=60.0):
+def _tcp_times(nbytes: int, reps: int, warmup: int, timeout: float = 60.0) -> tuple[list[float], bool]:
     """``(times, ok)`` of ``reps`` sends of ``nbytes`` over one loopback TCP stream (a receiver
     thread reads the whole payload; it is checked)."""
     payload = _pattern(nbytes, 253).numpy()
@@ -108,9 +115,9 @@ def _tcp_times(nbytes, reps, warmup, timeout=60.0):
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         s.settimeout(timeout)
     go, done = threading.Semaphore(0), threading.Semaphore(0)
-    errors = []
+    errors: list[Exception] = []
 
-    def receiver():
+    def receiver() -> None:
         try:
             for _ in range(warmup + reps):
                 go.acquire()
@@ -127,8 +134,9 @@ def _tcp_times(nbytes, reps, warmup, timeout=60.0):
 
     th = threading.Thread(target=receiver, daemon=True, name="collnb-tcp-reference")
     th.start()
-    times, ok = [], True
-    data = memoryview(payload)
+    times: list[float] = []
+    ok = True
+    data = payload.data  # a memoryview of the array
     try:
         for it in range(warmup + reps):
             view[:1] = b"\xff"  # a stale buffer would fail the check
@@ -161,17 +169,18 @@ class ReferenceSampler:
             before them (>= 0).
     """
 
-    def __init__(self, which=REFERENCES, dtype=torch.float32, reps: int = 10, warmup: int = 1):
+    def __init__(self, which: Iterable[str] = REFERENCES, dtype: torch.dtype = torch.float32, reps: int = 10,
+                 warmup: int = 1) -> None:
         for w in which:
             check_choice("reference", w, REFERENCES)
         check_int("reps", reps, 1, what="repetitions per sample")
         check_int("warmup", warmup, 0, what="untimed repetitions before them")
         self.which, self.dtype, self.reps, self.warmup = tuple(which), dtype, reps, warmup
-        self.times: dict = {}   # (name, nbytes) -> [seconds]
-        self.ok: dict = {}      # (name, nbytes) -> every repetition checked out
-        self._nbytes: dict = {}  # (name, nbytes asked) -> nbytes measured (local_reduce: whole elements)
+        self.times: dict[tuple[str, int], list[float]] = {}   # (name, nbytes) -> [seconds]
+        self.ok: dict[tuple[str, int], bool] = {}      # (name, nbytes) -> every repetition checked out
+        self._nbytes: dict[tuple[str, int], int] = {}  # (name, nbytes asked) -> nbytes measured (local_reduce: whole elements)
 
-    def _add(self, name, nbytes, times, ok):
+    def _add(self, name: str, nbytes: int, times: Sequence[float], ok: bool) -> None:
         key = (name, nbytes)
         self.times.setdefault(key, []).extend(times)
         self.ok[key] = self.ok.get(key, True) and ok
@@ -188,13 +197,13 @@ class ReferenceSampler:
             torch.set_num_threads(threads)
 
     def _sample(self, nbytes: int) -> None:
-        cases = {}
+        cases: dict[str, _Memcpy | _LocalReduce] = {}
         if "memcpy" in self.which:
             cases["memcpy"] = _Memcpy(nbytes)
         if "local_reduce" in self.which:
             cases["local_reduce"] = lr = _LocalReduce(nbytes, self.dtype)
             self._nbytes[("local_reduce", nbytes)] = lr.nbytes
-        got = {k: ([], True) for k in cases}
+        got: dict[str, tuple[list[float], bool]] = {k: ([], True) for k in cases}
         for it in range(self.warmup + self.reps):
             for name, case in cases.items():
                 dt, ok = case.once()
@@ -208,7 +217,7 @@ class ReferenceSampler:
             times, ok = _tcp_times(nbytes, self.reps, self.warmup)
             self._add("tcp_loopback", nbytes, times, ok)
 
-    def rows(self, sizes=None) -> list:
+    def rows(self, sizes: Iterable[int] | None = None) -> list[Row]:
         """Rows (the bench schema) of everything sampled, per size in the order of ``which``:
         ``time_s`` the median of the fastest half of the repetitions (:func:`best_half_median`),
         ``time_min_s`` / ``time_max_s`` the fastest / slowest. ``sizes``: which sizes, in that
@@ -216,22 +225,24 @@ class ReferenceSampler:
         if sizes is None:
             sizes = sorted({n for _, n in self.times})
         out = []
+        columns = {"memcpy": ("cpu", "uint8", 1), "tcp_loopback": ("tcp", "uint8", 2),  # backend, dtype, world_size
+                   "local_reduce": ("cpu", str(self.dtype).replace("torch.", ""), 1)}
         for n in sizes:
             for name in self.which:
                 times = self.times.get((name, n))
                 if not times:
                     continue
-                backend, extra = {"memcpy": ("cpu", {}), "tcp_loopback": ("tcp", {"world_size": 2}),
-                                  "local_reduce": ("cpu", {"dtype": str(self.dtype).replace("torch.", "")})}[name]
+                backend, dtype, world_size = columns[name]
                 nbytes = self._nbytes.get((name, n), n)
                 best = sorted(times)[:max(1, math.ceil(len(times) / 2))]
-                row = reference_row(name, backend, nbytes, best, self.ok[(name, n)], **extra)
+                row = reference_row(name, backend, nbytes, best, self.ok[(name, n)], dtype, world_size)
                 row["time_max_s"] = max(times)
                 out.append(row)
         return out
 
 
-def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", which=REFERENCES) -> list:
+def reference_rows(sizes: object, *, iters: int = 10, warmup: int = 2, dtype: object = "float32",
+                   which: Iterable[str] = REFERENCES) -> list[Row]:
     """Rows (the bench schema) of the physical references at each size: ``memcpy``,
     ``tcp_loopback`` (one stream over 127.0.0.1) and ``local_reduce`` (``add_`` of ``dtype``),
     measured in this process, robustly (the module doc): at least :data:`MIN_REPETITIONS`
@@ -250,12 +261,12 @@ def reference_rows(sizes, *, iters: int = 10, warmup: int = 2, dtype="float32", 
     Raises:
         TypeError / ValueError: bad sizes, counts or names (the words of :mod:`collnb.vocabulary`).
     """
-    sizes = parse_sizes(sizes)
+    sizes_ = parse_sizes(sizes)
     check_int("iters", iters, 1, what="timed iterations per size")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
     sampler = ReferenceSampler(which, bench_dtype(dtype), reps=max(iters, math.ceil(MIN_REPETITIONS / 3)),
                                warmup=warmup)
     for _ in range(3):  # three rounds over the sizes: a burst of load hits one round, not all
-        for n in sizes:
+        for n in sizes_:
             sampler.sample(n)
-    return sampler.rows(sizes)
+    return sampler.rows(sizes_)

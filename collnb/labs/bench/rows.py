@@ -7,33 +7,43 @@ import csv
 import json
 import os
 import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Literal, SupportsFloat, SupportsIndex, SupportsInt, cast, overload
 
 import torch
 
 from ...algorithms import algbw, busbw_factor
 from ...i18n import _
-from .choices import COLUMNS
+from .choices import COLUMNS, Row
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .measuring import RankTimes
 
 _INT_COLS = ("world_size", "nbytes")
 _FLOAT_COLS = ("time_s", "time_min_s", "time_max_s", "algbw_GBps", "busbw_GBps")
 
 
-def stats(times):
+def stats(times: Sequence[float]) -> tuple[float, float, float]:
     """``(median, min, max)`` of a list of seconds."""
     return statistics.median(times), min(times), max(times)
 
 
-def reference_row(name, backend, nbytes, times, ok, dtype="uint8", world_size=1):
+def reference_row(name: str, backend: str, nbytes: int, times: Sequence[float], ok: bool, dtype: str = "uint8",
+                  world_size: int = 1) -> Row:
     """The row of a physical reference (``algorithm="reference"``, busbw = algbw) from its times (s)."""
     med, lo, hi = stats(times)
     bw = algbw(nbytes, med)
-    return dict(primitive=name, algorithm="reference", backend=backend, world_size=world_size, dtype=dtype,
-                nbytes=int(nbytes), time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=bw, busbw_GBps=bw,
-                ok=bool(ok))
+    return Row(primitive=name, algorithm="reference", backend=backend, world_size=world_size, dtype=dtype,
+               nbytes=int(nbytes), time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=bw, busbw_GBps=bw,
+               ok=bool(ok))
 
 
-def measured_row(primitive, alg, backend, ws, dname, nbytes, per_rank, iters, timing: str = "collnb") -> dict:
-    """One row (dict, :data:`COLUMNS`) from every rank's ``{times, ok}``.
+def measured_row(primitive: str, alg: str, backend: str, ws: int, dname: str, nbytes: int, per_rank: Sequence[RankTimes],
+                 iters: int, timing: str = "collnb") -> Row:
+    """One row (dict, :data:`COLUMNS`) from every rank's ``{times, ok}`` (``nbytes``: bytes per rank,
+    ``iters``: timed iterations).
 
     ``timing="collnb"``: ``times`` are seconds per timed iteration; per iteration the slowest
     rank's time counts, and the row has the median, min and max of those.
@@ -47,9 +57,9 @@ def measured_row(primitive, alg, backend, ws, dname, nbytes, per_rank, iters, ti
         slowest = [max(pr["times"][k] for pr in per_rank) for k in range(iters)]
         med, lo, hi = stats(slowest)
     ab = algbw(nbytes, med)
-    return dict(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname, nbytes=int(nbytes),
-                time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab, busbw_GBps=ab * busbw_factor(primitive, ws),
-                ok=all(pr["ok"] for pr in per_rank))
+    return Row(primitive=primitive, algorithm=alg, backend=backend, world_size=ws, dtype=dname, nbytes=int(nbytes),
+               time_s=med, time_min_s=lo, time_max_s=hi, algbw_GBps=ab, busbw_GBps=ab * busbw_factor(primitive, ws),
+               ok=all(pr["ok"] for pr in per_rank))
 
 
 def _have_pandas() -> bool:
@@ -60,20 +70,27 @@ def _have_pandas() -> bool:
     return True
 
 
-def to_table(rows, as_frame: bool | None = None):
+@overload
+def to_table(rows: Iterable[Row] | pd.DataFrame, as_frame: Literal[False]) -> list[Row]: ...
+@overload
+def to_table(rows: Iterable[Row] | pd.DataFrame, as_frame: bool | None = None) -> list[Row] | pd.DataFrame: ...
+
+
+def to_table(rows: Iterable[Row] | pd.DataFrame, as_frame: bool | None = None) -> list[Row] | pd.DataFrame:
     """Rows as a pandas ``DataFrame`` (columns :data:`COLUMNS` first) when pandas is installed
     (``as_frame=None``) or asked for (``True``), else the list of dicts."""
-    rows = list(rows.to_dict("records")) if hasattr(rows, "to_dict") else list(rows)
+    # a DataFrame's records are the rows it was made from
+    listed = cast("list[Row]", rows.to_dict("records")) if hasattr(rows, "to_dict") else list(rows)
     if as_frame is None:
         as_frame = _have_pandas()
     if not as_frame:
-        return rows
+        return listed
     import pandas as pd  # noqa: PLC0415
-    cols = list(COLUMNS) + sorted({k for r in rows for k in r} - set(COLUMNS))
-    return pd.DataFrame(rows, columns=cols)
+    cols = list(COLUMNS) + sorted({k for r in listed for k in r} - set(COLUMNS))
+    return pd.DataFrame(listed, columns=cols)
 
 
-def as_rows(table) -> list:
+def as_rows(table: object) -> list[Row]:
     """A DataFrame, a list of dicts, or a path (JSON/CSV) -> list of dicts (the bench rows), each
     value of its column's type.
 
@@ -85,14 +102,14 @@ def as_rows(table) -> list:
     if isinstance(table, (str, os.PathLike)):
         return load(table, as_frame=False)
     if hasattr(table, "to_dict"):
-        table = table.to_dict("records")
-    if isinstance(table, (dict, str, bytes)) or not hasattr(table, "__iter__"):
+        table = cast("pd.DataFrame", table).to_dict("records")
+    if isinstance(table, (dict, str, bytes)) or not isinstance(table, Iterable):
         raise TypeError(_("rows must be a DataFrame, a list of row dicts or a results file's path; got {type}").format(
             type=type(table).__name__))
     return _checked_rows(table)
 
 
-def _checked_rows(rows, where: str = "") -> list:
+def _checked_rows(rows: Iterable[object], where: str = "") -> list[Row]:
     """``rows`` (an iterable of dicts) as bench rows of their columns' types (see :func:`_typed`);
     ``where`` starts every message (a file's ``"path: "``).
 
@@ -113,19 +130,22 @@ def _checked_rows(rows, where: str = "") -> list:
     return out
 
 
-def _clean(row) -> dict:
+def _clean(row: Mapping[str, object]) -> dict[str, object]:
+    """The :data:`COLUMNS` of ``row``, numpy scalars as Python's (for JSON and CSV)."""
     out = {}
     for k in COLUMNS:
         if k not in row:
             raise ValueError(f"row has no {k!r} column: {row}")
-        v = row[k]
-        if hasattr(v, "item"):
-            v = v.item()
-        out[k] = v
+        out[k] = _item(row[k])
     return out
 
 
-def _typed(row, where) -> dict:
+def _item(value: object) -> object:
+    """A numpy scalar as Python's (``.item()``); anything else as it is."""
+    return value.item() if hasattr(value, "item") else value
+
+
+def _typed(row: Mapping[str, object], where: str) -> Row:
     """A loaded row with its columns as their types: ints, finite-or-inf floats >= 0 (NaN too, which
     means "not measured"), a bool ``ok``, names as str.
 
@@ -135,23 +155,27 @@ def _typed(row, where) -> dict:
     """
     r = dict(row)
     for c in _INT_COLS:
-        v = r[c].item() if hasattr(r[c], "item") else r[c]
+        v = _item(r[c])
         try:
             if isinstance(v, bool) or isinstance(v, float) and not v.is_integer():
                 raise ValueError
-            r[c] = int(v)
-            if r[c] < 0:
+            if not isinstance(v, (str, SupportsInt, SupportsIndex)):  # what int() takes; else its TypeError
+                raise TypeError
+            r[c] = n = int(v)
+            if n < 0:
                 raise ValueError
         except (TypeError, ValueError, OverflowError):
             raise ValueError(_("{where}: column {column} must be an int >= 0; got {value}").format(
                 where=where, column=repr(c), value=repr(v))) from None
     for c in _FLOAT_COLS:
-        v = r[c].item() if hasattr(r[c], "item") else r[c]
+        v = _item(r[c])
         try:
             if isinstance(v, bool):
                 raise ValueError
-            r[c] = float(v)
-            if r[c] < 0:
+            if not isinstance(v, (str, SupportsFloat, SupportsIndex)):  # what float() takes; else its TypeError
+                raise TypeError
+            r[c] = x = float(v)
+            if x < 0:
                 raise ValueError
         except (TypeError, ValueError):
             raise ValueError(_("{where}: column {column} must be a number >= 0; got {value}").format(
@@ -160,7 +184,7 @@ def _typed(row, where) -> dict:
         if not isinstance(r[c], str):
             raise ValueError(_("{where}: column {column} must be a name (str); got {value}").format(
                 where=where, column=repr(c), value=repr(r[c])))
-    ok = r["ok"].item() if hasattr(r["ok"], "item") else r["ok"]  # numpy's bool_
+    ok = _item(r["ok"])  # numpy's bool_
     r["ok"] = ok
     if isinstance(ok, bool):
         pass
@@ -170,33 +194,33 @@ def _typed(row, where) -> dict:
         r["ok"] = bool(ok)
     else:
         raise ValueError(_("{where}: column 'ok' must be true or false; got {value}").format(where=where, value=repr(ok)))
-    return r
+    return cast(Row, r)  # every column of Row checked above
 
 
-def save_json(rows, path, *, note: str = "") -> str:
+def save_json(rows: object, path: str | os.PathLike[str], *, note: str = "") -> str:
     """Write the rows to ``path`` as JSON: ``{"columns", "machine", "note", "rows"}`` (the machine:
     torch version, CPU count, CUDA devices). Returns the path."""
-    rows = [_clean(r) for r in as_rows(rows)]
+    cleaned = [_clean(r) for r in as_rows(rows)]
     machine = dict(torch=torch.__version__, cpu_count=os.cpu_count(),
                    cuda_devices=[torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
                    if torch.cuda.is_available() else [])
     with open(path, "w") as f:
-        json.dump(dict(columns=list(COLUMNS), machine=machine, note=note, rows=rows), f, indent=1)
+        json.dump(dict(columns=list(COLUMNS), machine=machine, note=note, rows=cleaned), f, indent=1)
         f.write("\n")
     return str(path)
 
 
-def save_csv(rows, path) -> str:
+def save_csv(rows: object, path: str | os.PathLike[str]) -> str:
     """Write the rows to ``path`` as CSV with the :data:`COLUMNS` header. Returns the path."""
-    rows = [_clean(r) for r in as_rows(rows)]
+    cleaned = [_clean(r) for r in as_rows(rows)]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(COLUMNS))
         w.writeheader()
-        w.writerows(rows)
+        w.writerows(cleaned)
     return str(path)
 
 
-def note(path) -> str:
+def note(path: str | os.PathLike[str]) -> str:
     """The ``note`` a JSON results file carries (where and how it was measured), in the language spoken
     when the file has one in it (``note_zh``), or ``""``."""
     from ...i18n import get_language  # noqa: PLC0415 - layer 0
@@ -211,7 +235,13 @@ def note(path) -> str:
     return str(data.get(f"note_{get_language()}") or data.get("note", ""))
 
 
-def load(path, as_frame: bool | None = None):
+@overload
+def load(path: str | os.PathLike[str], as_frame: Literal[False]) -> list[Row]: ...
+@overload
+def load(path: str | os.PathLike[str], as_frame: bool | None = None) -> list[Row] | pd.DataFrame: ...
+
+
+def load(path: str | os.PathLike[str], as_frame: bool | None = None) -> list[Row] | pd.DataFrame:
     """Rows from a file :func:`save_json` / :func:`save_csv` wrote (also a bare JSON list of rows),
     e.g. one measured on a GPU machine. Returns what :func:`bench` returns.
 
@@ -224,6 +254,7 @@ def load(path, as_frame: bool | None = None):
     path = str(path)
     with open(path) as f:
         text = f.read()
+    rows: object
     if path.lower().endswith(".csv"):
         rows = list(csv.DictReader(text.splitlines()))
     else:

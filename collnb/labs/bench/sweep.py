@@ -5,16 +5,21 @@
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Literal, Never, TypedDict, overload
 
 from ...i18n import _
 from ...ranks import launch
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
-from .measuring import rank_bench
+from .measuring import Job, RankTimes, rank_bench
 from .references import MIN_REPETITIONS, ReferenceSampler
 from .rows import measured_row, to_table
-from .choices import bench_dtype, blocked, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+from .choices import Row, bench_dtype, blocked, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from tqdm.auto import tqdm
 
 
 #: How :func:`bench` times (``timing=``), the first the default:
@@ -33,17 +38,46 @@ from .choices import bench_dtype, blocked, check_algorithms, check_dtype, check_
 TIMINGS = ("collnb", "nccl-tests")
 
 
-def _progress(total, enabled, desc):
+class DebugRow(Row):
+    """A :func:`debug_cost` row: a bench row and whether ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` was on."""
+
+    debug: bool
+
+
+class DebugCost(TypedDict):
+    """:func:`debug_cost`'s answer (its docstring)."""
+
+    off: DebugRow
+    on: DebugRow
+    ratio: float
+    extra_s: float
+
+
+def _progress(total: int, enabled: bool, desc: str) -> tqdm[Never] | None:
+    """A progress bar of ``total`` runs (updated by hand: it iterates over nothing, hence ``Never``),
+    or ``None`` when not ``enabled``."""
     if not enabled:
         return None
     from tqdm.auto import tqdm  # the notebook widget in Jupyter, a plain bar in a terminal
     return tqdm(total=total, desc=desc, unit="run", leave=True)
 
 
-def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 4), sizes="1K:64M",
-          dtype="float32", *, iters: int = 20, warmup: int = 5, algorithms: str | Sequence[str] = ("builtin",),
+@overload
+def bench(primitive: str = ..., world_sizes: int | Sequence[int] = ..., sizes: object = ..., dtype: object = ..., *,
+          iters: int = ..., warmup: int = ..., algorithms: str | Sequence[str] = ..., backend: str = ...,
+          references: bool = ..., progress: bool = ..., timeout: float = ..., as_frame: Literal[False],
+          timing: str = ...) -> list[Row]: ...
+@overload
+def bench(primitive: str = ..., world_sizes: int | Sequence[int] = ..., sizes: object = ..., dtype: object = ..., *,
+          iters: int = ..., warmup: int = ..., algorithms: str | Sequence[str] = ..., backend: str = ...,
+          references: bool = ..., progress: bool = ..., timeout: float = ..., as_frame: bool | None = ...,
+          timing: str = ...) -> list[Row] | pd.DataFrame: ...
+
+
+def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 4), sizes: object = "1K:64M",
+          dtype: object = "float32", *, iters: int = 20, warmup: int = 5, algorithms: str | Sequence[str] = ("builtin",),
           backend: str = "gloo", references: bool = True, progress: bool = True, timeout: float = 600.0,
-          as_frame: bool | None = None, timing: str = "collnb"):
+          as_frame: bool | None = None, timing: str = "collnb") -> list[Row] | pd.DataFrame:
     """Measure ``primitive`` on real ranks at every world size, size and algorithm (module doc).
 
     Args:
@@ -79,43 +113,43 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
         collnb.LaunchError: the ranks failed.
     """
     algs = check_algorithms(primitive, algorithms)
-    sizes = parse_sizes(sizes)
-    timing = check_choice("timing method", timing, TIMINGS)
+    sizes_ = parse_sizes(sizes)
+    timing_ = _timing(timing)
     check_int("iters", iters, 1, what="timed iterations per measurement")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
-    world_sizes = check_world_sizes(world_sizes, backend)
+    world_sizes_ = check_world_sizes(world_sizes, backend)
     dt = bench_dtype(dtype)
     dname = str(dt).replace("torch.", "")
     check_dtype(primitive, algs, dt, backend)
     esize = dt.itemsize
-    for ws in world_sizes:
+    for ws in world_sizes_:
         # one element per rank at least: a block per rank, or a chunk per rank for the send/recv algorithms
         need = esize * ws if (blocked(primitive) or any(a != "builtin" for a in algs)) else esize
-        if sizes[0] < need:
+        if sizes_[0] < need:
             raise ValueError(_("{n} B is too small for {primitive} on {dtype} at world size {world_size}: it needs "
                                "at least {need} B ({elements} elements, one per rank); start the sweep there").format(
-                                   n=sizes[0], primitive=primitive, dtype=dname, world_size=ws, need=need,
+                                   n=sizes_[0], primitive=primitive, dtype=dname, world_size=ws, need=need,
                                    elements=need // esize))
-    jobs = [(ws, n) for ws in world_sizes for n in sizes]
-    bar = _progress(len(jobs) * len(algs) + (len(sizes) if references else 0), progress, f"bench {primitive}")
-    rows = []
+    jobs = [(ws, n) for ws in world_sizes_ for n in sizes_]
+    bar = _progress(len(jobs) * len(algs) + (len(sizes_) if references else 0), progress, f"bench {primitive}")
+    rows: list[Row] = []
     # the references are sampled right after each launch at their size, and once more at the end
     # (references.py: interleaved with the collective, the median of the fastest half)
-    refs = ReferenceSampler(dtype=dt, reps=max(3, MIN_REPETITIONS // (len(world_sizes) + 1)),
+    refs = ReferenceSampler(dtype=dt, reps=max(3, MIN_REPETITIONS // (len(world_sizes_) + 1)),
                             warmup=min(warmup, 1)) if references else None
     try:
         for ws, nbytes in jobs:
             count, block = counts(primitive, nbytes, ws, esize)
-            job = dict(primitive=primitive, algorithms=list(algs), dtype=dname, count=count, block=block, iters=iters,
-                       warmup=warmup, timing=timing)
+            job = Job(primitive=primitive, algorithms=list(algs), dtype=dname, count=count, block=block, iters=iters,
+                      warmup=warmup, timing=timing_)
             if bar is not None:
                 bar.set_postfix_str(f"ws {ws}, {format_bytes(nbytes)}, {'/'.join(algs)}")
-            res = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout, debug=False,
-                         collective_timeout=max(60.0, timeout / 4))
+            res: list[dict[str, RankTimes]] = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout,
+                                                     debug=False, collective_timeout=max(60.0, timeout / 4))
             actual = count * esize
             for alg in algs:
                 rows.append(measured_row(primitive, alg, backend, ws, dname, actual, [res[r][alg] for r in range(ws)], iters,
-                                         timing))
+                                         timing_))
                 if not rows[-1]["ok"]:
                     first = next(res[r][alg]["bad"] for r in range(ws) if not res[r][alg]["ok"])
                     warnings.warn(f"{primitive}/{alg} at world size {ws}, {format_bytes(actual)}: the result differs "
@@ -124,23 +158,29 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
                 refs.sample(nbytes)
             if bar is not None:
                 bar.update(len(algs))
-        if references:
-            for nbytes in sizes:
+        if refs is not None:
+            for nbytes in sizes_:
                 if bar is not None:
                     bar.set_postfix_str(f"references, {format_bytes(nbytes)}")
                 refs.sample(nbytes)
                 if bar is not None:
                     bar.update(1)
-            rows.extend(refs.rows(sizes))
+            rows.extend(refs.rows(sizes_))
     finally:
         if bar is not None:
             bar.close()
     return to_table(rows, as_frame)
 
 
-def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes=1 << 10, dtype="float32", *,
-               algorithm: str = "builtin", iters: int = 20, warmup: int = 5, backend: str = "gloo",
-               timeout: float = 600.0) -> dict:
+def _timing(timing: object) -> Literal["collnb", "nccl-tests"]:
+    """``timing`` checked: one of :data:`TIMINGS` (TypeError / ValueError with the words of
+    :func:`collnb.vocabulary.check_choice`)."""
+    return "nccl-tests" if check_choice("timing method", timing, TIMINGS) == "nccl-tests" else "collnb"
+
+
+def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes: object = 1 << 10, dtype: object = "float32",
+               *, algorithm: str = "builtin", iters: int = 20, warmup: int = 5, backend: str = "gloo",
+               timeout: float = 600.0) -> DebugCost:
     """What ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (collnb's default for teaching, ``launch(debug=True)``)
     costs: the same measurement with the checks off and on.
 
@@ -152,26 +192,25 @@ def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes=1 << 1
         as :func:`bench`.
     """
     algs = check_algorithms(primitive, algorithm)
-    nbytes = parse_sizes([nbytes])[0]
+    size = parse_sizes([nbytes])[0]
     check_int("iters", iters, 1, what="timed iterations per measurement")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
-    (world_size,) = check_world_sizes(world_size, backend)
+    (ws,) = check_world_sizes(world_size, backend)
     dt = bench_dtype(dtype)
     check_dtype(primitive, algs, dt, backend)
-    count, block = counts(primitive, nbytes, world_size, dt.itemsize)
-    if count < world_size:
+    count, block = counts(primitive, size, ws, dt.itemsize)
+    if count < ws:
         raise ValueError(_("{n} B is too small for {primitive} at world size {world_size}").format(
-            n=nbytes, primitive=primitive, world_size=world_size))
+            n=size, primitive=primitive, world_size=ws))
     dname = str(dt).replace("torch.", "")
-    job = dict(primitive=primitive, algorithms=[algs[0]], dtype=dname, count=count, block=block, iters=iters,
-               warmup=warmup)
-    out = {}
+    job = Job(primitive=primitive, algorithms=[algs[0]], dtype=dname, count=count, block=block, iters=iters,
+              warmup=warmup)
+    rows = {}
     for debug in (False, True):
-        res = launch(rank_bench, world_size, args=(job,), backend=backend, timeout=timeout, debug=debug,
-                     collective_timeout=max(60.0, timeout / 4))
-        row = measured_row(primitive, algs[0], backend, world_size, dname, count * dt.itemsize,
-                   [res[r][algs[0]] for r in range(world_size)], iters)
-        out["on" if debug else "off"] = dict(row, debug=debug)
-    out["ratio"] = out["on"]["time_s"] / out["off"]["time_s"]
-    out["extra_s"] = out["on"]["time_s"] - out["off"]["time_s"]
-    return out
+        res: list[dict[str, RankTimes]] = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout,
+                                                 debug=debug, collective_timeout=max(60.0, timeout / 4))
+        row = measured_row(primitive, algs[0], backend, ws, dname, count * dt.itemsize,
+                           [res[r][algs[0]] for r in range(ws)], iters)
+        rows[debug] = DebugRow(**row, debug=debug)
+    off, on = rows[False], rows[True]
+    return DebugCost(off=off, on=on, ratio=on["time_s"] / off["time_s"], extra_s=on["time_s"] - off["time_s"])

@@ -39,7 +39,8 @@ module below uses only that API. The framework is for writing checks; a notebook
 Modules: :mod:`.framework` (running on ranks with every operation recorded, grouped into the
 learner's calls; ✓, ✗ and "not answered yet"; the public API above), :mod:`.coding` (checks of code the learner writes),
 :mod:`.predictions` (checks of predicted values), :mod:`.training` (notebook 11), :mod:`.dtensor`
-(notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-16), :mod:`.overlap`
+(notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-15), :mod:`.pipeline`
+(notebook 16), :mod:`.overlap`
 (notebook 17: an all_reduce overlapped with compute, measured on the timeline), :mod:`.hangs` (notebook 18: the
 culprit of a hang, read from the Flight Recorder; a step whose ranks hang, fixed) and :mod:`.composed` (notebook 20: parallelisms composed on one
 DeviceMesh).
@@ -53,8 +54,9 @@ from .dtensor import check_collective_prediction, check_dp_tp_matmul, check_dp_t
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
 from .hangs import Mystery, check_hang_culprit, check_hang_fix, hang_mystery
 from .overlap import check_overlapped_all_reduce
-from .parallel import (check_fsdp_prefetch, check_kv_ring_pass, check_online_softmax, check_pipeline_backward, check_pipeline_forward,
-                       check_tensor_parallel_backward, check_tensor_parallel_mlp)
+from .parallel import (check_fsdp_prefetch, check_kv_ring_pass, check_online_softmax, check_tensor_parallel_backward,
+                       check_tensor_parallel_mlp)
+from .pipeline import check_pipeline_backward, check_pipeline_forward
 from .predictions import (check_all_to_all_prediction, check_int8_prediction, check_reduce_prediction,
                           check_reduce_scatter_prediction, check_ring_prediction, check_scatter_prediction,
                           check_time_prediction)

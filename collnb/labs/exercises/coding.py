@@ -7,7 +7,8 @@ message sizes the sizes are checked."""
 
 from __future__ import annotations
 
-from typing import Callable
+import random
+from collections.abc import Iterator
 
 import torch
 
@@ -19,7 +20,7 @@ from .framework import Case, Trial, check, short, summary, world_sizes
 # 00 · count the ready ranks
 
 
-def _ready_flags(rng, ws: int) -> list[bool]:
+def _ready_flags(rng: random.Random, ws: int) -> list[bool]:
     """Random flags with at least one rank ready and one not (so the count is neither 0 nor the
     world size)."""
     while True:
@@ -28,7 +29,7 @@ def _ready_flags(rng, ws: int) -> list[bool]:
             return flags
 
 
-def check_count_ready(count_ready: Callable) -> None:
+def check_count_ready(count_ready: object) -> None:
     """Check ``count_ready(rank, world_size, ready)`` (notebook 00): every rank returns how many
     ranks are ready (a Python ``int``), found with one ``dist.all_reduce``.
 
@@ -45,7 +46,7 @@ def check_count_ready(count_ready: Callable) -> None:
     direction = (_('Each rank knows only its own flag. Let every rank contribute a number (1 if ready, else 0) to one '
                    'collective that combines them on every rank: which reduce op turns them into a count?'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[bool]]]:
         runs = []
         for ws in world_sizes(rng, 3, 6):
             flags = _ready_flags(rng, ws)
@@ -56,7 +57,7 @@ def check_count_ready(count_ready: Callable) -> None:
             yield Case(len(flags), [(f,) for f in flags], want=flags,
                        what=_('at world size {world_size}').format(world_size=len(flags)))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[bool]]) -> None:
         flags, ws, results = t.want, t.world_size, t.results
         want = sum(flags)
         t.show([(r, flags[r], results[r], want, t.summary(r)) for r in t.ranks],
@@ -85,11 +86,12 @@ def check_count_ready(count_ready: Callable) -> None:
 # 01 · broadcast
 
 
-def _random_tensor(rng, n: int) -> torch.Tensor:
+def _random_tensor(rng: random.Random, n: int) -> torch.Tensor:
+    """``n`` random float32 values, multiples of 1/8 in -124.875..124.875 (exact)."""
     return torch.tensor([rng.randint(-999, 999) / 8 for _ in range(n)], dtype=torch.float32)
 
 
-def check_broadcast(my_broadcast: Callable) -> None:
+def check_broadcast(my_broadcast: object) -> None:
     """Check ``my_broadcast(rank, world_size, src, tensor)`` (notebook 01).
 
     On rank ``src``, ``tensor`` holds data only that rank knows (random float32 values, random
@@ -103,14 +105,14 @@ def check_broadcast(my_broadcast: Callable) -> None:
     direction = (_('One collective, made by every rank with the same src: on src the tensor is what is sent, on every '
                    'other rank it is overwritten with it.'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[int, torch.Tensor]]]:
         for ws in world_sizes(rng, 2, 6):
             src = rng.randrange(ws)
             data = _random_tensor(rng, rng.randint(3, 6))
             args = [((src, data.clone()) if r == src else (src, torch.zeros_like(data))) for r in range(ws)]
             yield Case(ws, args, want=(src, data), what=_('world size {world_size}, src={src}').format(world_size=ws, src=src))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[int, torch.Tensor]]) -> None:
         (src, data), ws, results = t.want, t.world_size, t.results
         t.show([(r, results[r], ", ".join(f"{c.name}(src={c.peer})" for c in t.calls[r]) or _("(none)"))
                 for r in t.ranks], (_('rank'), _('returned'), _('calls')))
@@ -119,8 +121,8 @@ def check_broadcast(my_broadcast: Callable) -> None:
         if bad_calls:
             raise t.fail(_('world size {world_size}, src={src}: rank(s) {bad_calls} did not make exactly one '
                            'dist.broadcast with src={src}.').format(world_size=ws, src=src, bad_calls=bad_calls))
-        wrong = [r for r in t.ranks if not (isinstance(results[r], torch.Tensor)
-                                            and results[r].shape == data.shape and torch.equal(results[r], data))]
+        wrong = [r for r in t.ranks if not (isinstance(got := results[r], torch.Tensor)
+                                            and got.shape == data.shape and torch.equal(got, data))]
         if wrong:
             raise t.fail(_("world size {world_size}, src={src}: rank(s) {wrong} did not return src's data {data} "
                            '(random, known only to src).').format(world_size=ws, src=src, wrong=wrong, data=short(data)),
@@ -135,7 +137,7 @@ def check_broadcast(my_broadcast: Callable) -> None:
 # 03 · gather
 
 
-def check_gather(my_gather: Callable) -> None:
+def check_gather(my_gather: object) -> None:
     """Check ``my_gather(rank, world_size, dst, mine)`` (notebook 03).
 
     Each rank's ``mine`` is a random 1-element int64 tensor only that rank knows. ``dst`` must
@@ -149,14 +151,14 @@ def check_gather(my_gather: Callable) -> None:
     direction = (_('Every rank makes one collective with the same dst. Only dst needs somewhere to receive: a list with '
                    'one tensor per rank (the other ranks pass None); dst then joins that list into one tensor.'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[int, torch.Tensor]]]:
         for ws in world_sizes(rng, 2, 6):
             dst = rng.randrange(ws)
             values = [rng.randint(-9999, 9999) for _ in range(ws)]
             yield Case(ws, [(dst, torch.tensor([values[r]])) for r in range(ws)], want=(dst, torch.tensor(values)),
                        what=_('world size {world_size}, dst={dst}').format(world_size=ws, dst=dst))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[int, torch.Tensor]]) -> None:
         (dst, want), ws, results = t.want, t.world_size, t.results
         t.show([(r, "dst" if r == dst else "", results[r],
                  ", ".join(f"{c.name}(dst={c.peer})" for c in t.calls[r]) or _("(none)")) for r in t.ranks],
@@ -187,7 +189,7 @@ def check_gather(my_gather: Callable) -> None:
 # 05 · all_gather built from broadcasts
 
 
-def check_all_gather(my_all_gather: Callable) -> None:
+def check_all_gather(my_all_gather: object) -> None:
     """Check ``my_all_gather(rank, world_size, mine)`` (notebook 05), built **from broadcasts only**.
 
     Each rank's ``mine`` is a random float32 tensor of 2 values only that rank knows. Every rank
@@ -204,18 +206,18 @@ def check_all_gather(my_all_gather: Callable) -> None:
                    "src's contribution (on src its own data, elsewhere a buffer to receive into), and keeps it; at the "
                    'end each rank joins the buffers in rank order.'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[torch.Tensor]]:
         for ws in world_sizes(rng, 2, 6):
             mine = [_random_tensor(rng, 2) for _ in range(ws)]
             yield Case(ws, [(m,) for m in mine], want=torch.cat(mine), what=_('world size {world_size}').format(world_size=ws))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[torch.Tensor]) -> None:
         want, ws, results, calls = t.want, t.world_size, t.results, t.calls
         t.show([(r, results[r], ", ".join(f"{c.name}(src={c.peer})" if c.source == "torch.distributed"
                                           else summary([c]) for c in calls[r]) or _("(none)")) for r in t.ranks],
                (_('rank'), _('returned'), _('calls')))
         t.only({"broadcast"}, hint=_('this exercise builds all_gather from dist.broadcast only. ') + direction)
-        bad = [r for r in t.ranks if sorted(c.peer for c in calls[r]) != list(range(ws))]
+        bad = [r for r in t.ranks if sorted(-1 if c.peer is None else c.peer for c in calls[r]) != list(range(ws))]
         if bad:
             raise t.fail(_('world size {world_size}: rank(s) {bad} did not make one dist.broadcast per source rank '
                            '0..{ws_1}.').format(world_size=ws, bad=bad, ws_1=ws - 1))
@@ -225,8 +227,8 @@ def check_all_gather(my_all_gather: Callable) -> None:
             raise t.fail(_("world size {world_size}: rank {r}'s broadcast from src={c_peer} moved {c_nbytes} bytes; one "
                            "rank's contribution is 2 float32 values (8 bytes).").format(world_size=ws, r=r, c_peer=c.peer, c_nbytes=c.nbytes),
                          _('broadcast a buffer shaped like mine (zeros_like(mine) to receive into).'))
-        wrong = [r for r in t.ranks if not (isinstance(results[r], torch.Tensor)
-                                            and results[r].shape == want.shape and torch.equal(results[r], want))]
+        wrong = [r for r in t.ranks if not (isinstance(got := results[r], torch.Tensor)
+                                            and got.shape == want.shape and torch.equal(got, want))]
         if wrong:
             raise t.fail(_("world size {world_size}: rank(s) {wrong} did not return every rank's contribution in rank "
                            'order, {want}.').format(world_size=ws, wrong=wrong, want=short(want)))
@@ -240,7 +242,7 @@ def check_all_gather(my_all_gather: Callable) -> None:
 # 09 · object collectives
 
 
-def check_census(my_census: Callable) -> None:
+def check_census(my_census: object) -> None:
     """Check ``my_census(rank, world_size, info)`` (notebook 09).
 
     Each rank's ``info`` is a dict only that rank knows (``{"rank": r, "token": <random str>,
@@ -254,13 +256,13 @@ def check_census(my_census: Callable) -> None:
     direction = (_('One object collective gathers a picklable object from every rank onto every rank; it fills a list '
                    'you give it, with one slot per rank.'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[dict[str, object]]]]:
         for ws in world_sizes(rng, 2, 6):
-            infos = [{"rank": r, "token": "%06x" % rng.randrange(1 << 24), "load": round(rng.random(), 3)}
+            infos: list[dict[str, object]] = [{"rank": r, "token": "%06x" % rng.randrange(1 << 24), "load": round(rng.random(), 3)}
                      for r in range(ws)]
             yield Case(ws, [(dict(i),) for i in infos], want=infos, what=_('world size {world_size}').format(world_size=ws))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[dict[str, object]]]) -> None:
         infos, ws = t.want, t.world_size
         t.show([(r, t.results[r], t.summary(r)) for r in t.ranks], (_('rank'), _('returned'), _('calls')))
         t.only({"all_gather_object"}, hint=direction)
@@ -281,7 +283,7 @@ def check_census(my_census: Callable) -> None:
 # 10 · token ring
 
 
-def check_token_ring(token_ring: Callable) -> None:
+def check_token_ring(token_ring: object) -> None:
     """Check ``token_ring(rank, world_size, value)`` (notebook 10).
 
     Each rank's ``value`` is a random int only that rank knows. Rank 0 sends
@@ -298,16 +300,16 @@ def check_token_ring(token_ring: Callable) -> None:
                    'the last rank; every other rank first receives from its left neighbour, remembers what arrived, '
                    "adds its own value and sends to its right neighbour (the last rank's right neighbour is rank 0)."))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[list[int], list[int]]]]:
         for ws in world_sizes(rng, 3, 6):
             values = [rng.randint(1, 999) for _ in range(ws)]
             want = [sum(values)] + [sum(values[:r]) for r in range(1, ws)]
             yield Case(ws, [(v,) for v in values], want=(values, want), what=_('world size {world_size}').format(world_size=ws))
 
-    def expected_calls(r, ws):
+    def expected_calls(r: int, ws: int) -> list[tuple[str, int]]:
         return ([("send", 1), ("recv", ws - 1)] if r == 0 else [("recv", r - 1), ("send", (r + 1) % ws)])
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[list[int], list[int]]]) -> None:
         (values, want), ws, results = t.want, t.world_size, t.results
         got_calls = [[(c.name, c.peer) for c in t.calls[r]] for r in t.ranks]
         t.show([(r, values[r], results[r], want[r], ", ".join(f"{n}({p})" for n, p in got_calls[r]) or _("(none)"))
@@ -332,7 +334,7 @@ def check_token_ring(token_ring: Callable) -> None:
 # algorithms · one ring step
 
 
-def check_ring_step(my_ring_step: Callable) -> None:
+def check_ring_step(my_ring_step: object) -> None:
     """Check ``my_ring_step(rank, world_size, buf, k)`` (algorithms notebook).
 
     ``buf`` is a float64 tensor of ``world_size`` random values (one 1-element chunk per rank),
@@ -351,7 +353,7 @@ def check_ring_step(my_ring_step: Callable) -> None:
                    'waiting on either, then add what arrived into that chunk of buf. One chunk is one element here.'))
     chunk_bytes = torch.empty(1, dtype=torch.float64).element_size()
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[int, list[torch.Tensor], list[torch.Tensor]]]]:
         for ws in (4, rng.choice([3, 5, 6])):
             k = rng.randint(1, ws - 1)
             start = [torch.tensor([float(rng.randint(0, 99)) for _ in range(ws)], dtype=torch.float64)
@@ -363,12 +365,12 @@ def check_ring_step(my_ring_step: Callable) -> None:
             yield Case(ws, [(start[r].clone(), k) for r in range(ws)], want=(k, start, want),
                        what=_('world size {world_size}, step k={k}').format(world_size=ws, k=k))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[int, list[torch.Tensor], list[torch.Tensor]]]) -> None:
         (k, start, want), ws, results = t.want, t.world_size, t.results
         marks = []
         for r in t.ranks:
-            ok = isinstance(results[r], torch.Tensor) and results[r].shape == want[r].shape \
-                and torch.equal(results[r].double(), want[r])
+            got = results[r]
+            ok = isinstance(got, torch.Tensor) and got.shape == want[r].shape and torch.equal(got.double(), want[r])
             marks.append("✓" if ok else "✗")
         t.show([(r, start[r], results[r], want[r], marks[r]) for r in t.ranks],
                (_('rank'), _('before'), _('yours'), _('expected'), ""))

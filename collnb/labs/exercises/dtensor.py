@@ -5,8 +5,10 @@ operation it issued (recorded where torch dispatched it, as every check records)
 
 from __future__ import annotations
 
-from typing import Callable
+import random
+from collections.abc import Iterator, Sequence
 
+import numpy.typing as npt
 import torch
 
 from ... import placements
@@ -21,7 +23,12 @@ _COLLECTIVES = {"all_gather": "all_gather", "all_gather_into_tensor": "all_gathe
                 "broadcast": "broadcast", "none": "none", "nothing": "none"}
 
 
-def _collective(name) -> str:
+def _collective(name: object) -> str:
+    """The torch.distributed collective a learner's ``name`` means (``"dist.allgather"`` -> ``"all_gather"``).
+
+    Raises:
+        KeyError: not a collective's name.
+    """
     key = str(name).strip().lower().removeprefix("dist.").replace("-", "_").replace(" ", "_")
     return _COLLECTIVES[key]
 
@@ -30,7 +37,8 @@ def _collective(name) -> str:
 # Predict: which collective, over which mesh dimension
 
 
-def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S(0),R", dst="R,R") -> None:
+def check_collective_prediction(prediction: object, *, shape: object = (4, 6), mesh: object = (2, 2),
+                                src: object = "S(0),R", dst: object = "R,R") -> None:
     """Check a prediction ``(collective, mesh dim)`` for ``src -> dst`` on ``mesh`` (by default
     ``(S(0), R) -> (R, R)`` on a 2x2 mesh, a change notebook 12 does not run before asking):
     ``collective`` is a name (``"all_gather"``, ``"all_reduce"``, ``"reduce_scatter"``,
@@ -42,14 +50,16 @@ def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S
     """
     mesh_shape = placements.parse_mesh(mesh)
 
-    def normalise(p):
-        name, dim = p
-        name = _collective(name)
+    def normalise(p: object) -> tuple[str, int | None]:
+        if not isinstance(p, (tuple, list)) or len(p) != 2:
+            raise ValueError
+        given, dim = p
+        name = _collective(given)
         if name != "none" and not (isinstance(dim, int) and 0 <= dim < len(mesh_shape)):
             raise ValueError
         return name, (None if name == "none" else dim)
 
-    def real():
+    def real() -> tuple[str, int | None] | tuple[tuple[str, int | None], ...]:
         res = placements.redistribute(shape, mesh, src=src, dst=dst, repeats=0)
         steps = {(_collective(c.operation), _mesh_dim(c.group_ranks, res.mesh_ranks)) for recs in res.calls
                  for c in recs}
@@ -68,7 +78,10 @@ def check_collective_prediction(prediction, *, shape=(4, 6), mesh=(2, 2), src="S
                      what=_(' (collective name, mesh dim)'))
 
 
-def _mesh_dim(group_ranks, mesh_ranks):
+def _mesh_dim(group_ranks: Sequence[int], mesh_ranks: npt.ArrayLike) -> int | None:
+    """The mesh dimension whose ranks (through the rank of ``group_ranks[0]``) are ``group_ranks``,
+    in a mesh whose global ranks are ``mesh_ranks`` (nested lists, one level per mesh dimension);
+    ``None`` when no dimension's are."""
     import numpy as np  # noqa: PLC0415
     arr = np.asarray(mesh_ranks)
     where = np.argwhere(arr == group_ranks[0])[0]
@@ -83,7 +96,7 @@ def _mesh_dim(group_ranks, mesh_ranks):
 # Choose the placements for a goal
 
 
-def check_dp_tp_placements(dst) -> None:
+def check_dp_tp_placements(dst: object) -> None:
     """Check ``dst`` (notebook 12): the placements, one per mesh dimension (``("dp", "tp")``), that
     turn a weight held as ``(Shard(0), Shard(1))`` into the layout every data-parallel replica needs
     for tensor parallelism: rank ``(i, j)`` holds **every row** and **its tensor-parallel slice of
@@ -141,11 +154,12 @@ def check_dp_tp_placements(dst) -> None:
 # Write the redistribute: a Partial becomes row shards
 
 
-def _rank_contribution(rng, rows: int, cols: int) -> torch.Tensor:
+def _rank_contribution(rng: random.Random, rows: int, cols: int) -> torch.Tensor:
+    """A ``(rows, cols)`` float32 tensor of random integers in -50..50."""
     return torch.tensor([[float(rng.randint(-50, 50)) for _ in range(cols)] for _ in range(rows)])
 
 
-def check_partial_to_row_shards(to_row_shards: Callable) -> None:
+def check_partial_to_row_shards(to_row_shards: object) -> None:
     """Check ``to_row_shards(rank, world_size, local)`` (notebook 12): on a 1-D mesh of every rank,
     ``local`` is this rank's contribution to a pending sum (what a row-parallel matmul leaves: a
     ``Partial()`` DTensor's local tensor), a random float32 ``(rows, 3)`` tensor only this rank knows.
@@ -162,7 +176,7 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
     direction = (_('Wrap `local` as a DTensor with the placement it really has (DTensor.from_local on a 1-D '
                    "init_device_mesh), then ask for the placement you want; to_local() gives this rank's piece."))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[list[torch.Tensor], int]]]:
         for i, ws in enumerate(world_sizes(rng, 2, 4)):
             # the first launch uneven (a row count the world size does not divide), the second even
             rows = ws * rng.randint(1, 2) + rng.randint(1, ws - 1) if i == 0 else ws * rng.randint(1, 3)
@@ -171,7 +185,7 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
             want = list(torch.chunk(total, ws, dim=0)) + [total[:0]] * (ws - len(torch.chunk(total, ws, dim=0)))
             yield Case(ws, [(p,) for p in parts], want=(want, rows), what=_('world size {world_size}').format(world_size=ws))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[list[torch.Tensor], int]]) -> None:
         (want, rows), ws = t.want, t.world_size
         out = []
         for r in t.ranks:
@@ -206,12 +220,12 @@ def check_partial_to_row_shards(to_row_shards: Callable) -> None:
 _DP_TP_MESHES = ((2, 2), (2, 3), (3, 2))
 
 
-def _integers(rng, rows: int, cols: int) -> torch.Tensor:
+def _integers(rng: random.Random, rows: int, cols: int) -> torch.Tensor:
     """Small random integers as float64: sums of their products are exact whatever the order."""
     return torch.tensor([[float(rng.randint(-9, 9)) for _ in range(cols)] for _ in range(rows)], dtype=torch.float64)
 
 
-def check_dp_tp_matmul(dp_tp_matmul: Callable) -> None:
+def check_dp_tp_matmul(dp_tp_matmul: object) -> None:
     """Check ``dp_tp_matmul(rank, world_size, dp, tp, x, w)`` (notebook 12): ``Y = X @ W`` on a
     ``(dp, tp)`` device mesh with DTensor, every rank returning **its data-parallel rows of ``Y``,
     every column** (``Y`` as ``(Shard(0), Replicate())``).
@@ -235,7 +249,7 @@ def check_dp_tp_matmul(dp_tp_matmul: Callable) -> None:
                   'x holds a chunk of the columns and w the matching rows. What does the matmul leave along tp, and '
                   'which placements of Y does every rank need?')
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[tuple[int, int], tuple[torch.Tensor, ...]]]]:
         for dp, tp in rng.sample(_DP_TP_MESHES, 2):
             ws = dp * tp
             n, k, m = dp * rng.randint(1, 2), tp * rng.randint(1, 2), rng.randint(2, 4)
@@ -245,7 +259,7 @@ def check_dp_tp_matmul(dp_tp_matmul: Callable) -> None:
             yield Case(ws, args, want=((dp, tp), (x @ w).chunk(dp, 0)),
                        what=_('mesh {mesh}').format(mesh=placements.mesh_text((dp, tp))))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[tuple[int, int], tuple[torch.Tensor, ...]]]) -> None:
         (dp, tp), want = t.want
         mesh = placements.mesh_text((dp, tp))
         rows = []

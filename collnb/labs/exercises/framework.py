@@ -53,13 +53,14 @@ import inspect
 import numbers
 import random
 import unicodedata
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterable, Sequence
+from typing import Generic, Literal, TypeVar, cast, overload
 
 import torch
 
 from ...i18n import N_, _
-from ...ranks import LaunchTimeout, RankError, launch
+from ...ranks import CallRecord, LaunchResults, LaunchTimeout, RankError, Timeline, launch
 
 __all__ = ["check", "Case", "Trial", "check_prediction", "CheckFailed", "NOT_ANSWERED", "WHERE_SOLUTION", "fail",
            "passed", "not_answered", "table", "summary", "short", "world_sizes", "integer", "number_rows",
@@ -91,7 +92,7 @@ class CheckFailed(AssertionError):
     It is an ``AssertionError``, so tests and scripts detect the failure as usual.
     """
 
-    def _render_traceback_(self):
+    def _render_traceback_(self) -> list[str]:
         lines = str(self).splitlines() or ["✗"]
         # Red ✗ line, then the rest as plain text.
         return ["\x1b[1;31m" + lines[0] + "\x1b[0m", *lines[1:]]
@@ -117,7 +118,7 @@ def _width(text: str) -> int:
     return sum(2 if unicodedata.east_asian_width(ch) in "WF" else 1 for ch in text)
 
 
-def table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
+def table(rows: Sequence[tuple[object, ...]], header: Sequence[str]) -> str:
     """``rows`` under ``header`` as an aligned text table (each cell :func:`short`; a wide CJK
     character counts two columns), indented by two spaces."""
     cells = [[str(x) for x in header]] + [[short(x) for x in row] for row in rows]
@@ -126,7 +127,7 @@ def table(rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> str:
                       for row in cells)
 
 
-def short(x: Any) -> str:
+def short(x: object) -> str:
     """``x`` in one table cell: a tensor as its list, floats with 4 significant digits, at most 70
     characters."""
     if isinstance(x, torch.Tensor):
@@ -166,14 +167,31 @@ _say_passed = passed  # for the frames whose ``passed`` argument is the text
 # Running a learner's function on real ranks, with every operation each rank issued
 
 
-def _run_recorded(rank: int, world_size: int, fn: Callable, per_rank_args: Sequence[tuple]):
+#: A function that runs on ranks: ``fn(rank, world_size, *args)``, returning anything (a learner's).
+RankFn = Callable[..., object]
+#: Per rank, its records (:class:`collnb.ranks.CallRecords`) or the calls grouped from them.
+Calls = Sequence[list[CallRecord]]
+#: One tuple of arguments per rank (``None``: none); ``(results, calls, timeline)`` of a launch.
+PerRankArgs = Iterable[Iterable[object]] | None
+Recorded = tuple[list[object], Calls, Timeline | None]
+
+
+def _run_recorded(rank: int, world_size: int, fn: RankFn, per_rank_args: Sequence[tuple[object, ...]]) -> object:
     """Runs on a rank: ``fn(rank, world_size, *per_rank_args[rank])`` (only this rank's own
     arguments reach ``fn``)."""
     return fn(rank, world_size, *per_rank_args[rank])
 
 
-def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple] | None = None,
-                    timeout: float = 60.0, collective_timeout: float = 5.0, *, timeline: bool = False):
+@overload
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: Literal[False] = False) -> tuple[list[object], Calls]: ...
+@overload
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: Literal[True]) -> Recorded: ...
+
+
+def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, timeout: float = 60.0,
+                    collective_timeout: float = 5.0, *, timeline: bool = False) -> tuple[list[object], Calls] | Recorded:
     """Run ``fn(rank, world_size, *per_rank_args[rank])`` on real ranks; record each rank's operations.
 
     Args:
@@ -197,11 +215,12 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
         ValueError: ``per_rank_args`` does not have one entry per rank.
         collnb.RankError / collnb.LaunchTimeout: as :func:`collnb.launch`.
     """
-    per_rank_args = [tuple(a) for a in (per_rank_args or [()] * world_size)]
-    if len(per_rank_args) != world_size:
-        raise ValueError(f"per_rank_args has {len(per_rank_args)} entries; need one per rank ({world_size})")
-    out = launch(_run_recorded, world_size, args=(fn, per_rank_args), timeout=timeout,
-                 collective_timeout=collective_timeout, record_calls=True, timeline=timeline)
+    args = [tuple(a) for a in (per_rank_args or [()] * world_size)]
+    if len(args) != world_size:
+        raise ValueError(f"per_rank_args has {len(args)} entries; need one per rank ({world_size})")
+    out = cast(LaunchResults,  # what launch returns with record_calls=True
+               launch(_run_recorded, world_size, args=(fn, args), timeout=timeout,
+                      collective_timeout=collective_timeout, record_calls=True, timeline=timeline))
     return (list(out), out.calls, out.timeline) if timeline else (list(out), out.calls)
 
 
@@ -209,25 +228,27 @@ def launch_recorded(fn: Callable, world_size: int, per_rank_args: Sequence[tuple
 CHECK_TIMEOUT_S = 60.0
 
 
-def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str, collective_timeout: float = 5.0,
-                    grouped: bool = True, timeline: bool = False,
-                    on_hang: Callable[[RankError], str | None] | None = None):
+def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, *, hint: str, what: str,
+                    collective_timeout: float = 5.0, grouped: bool = True, timeline: bool = False,
+                    on_hang: Callable[[RankError], str | None] | None = None) -> Recorded:
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
     ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
     becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
     need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
-    (more for code whose first backward imports modules lazily, e.g. FSDP2). ``timeline=True``:
-    returns ``(results, calls, timeline)`` (:func:`launch_recorded`). ``on_hang``: for ranks that did
-    not meet, the hint from the :class:`collnb.RankError` (where each rank waited), or ``None`` for ``hint``."""
+    (more for code whose first backward imports modules lazily, e.g. FSDP2). Returns ``(results,
+    calls, timeline)``, ``timeline`` ``None`` unless ``timeline=True`` (:func:`launch_recorded`). ``on_hang``: :func:`check`'s."""
+    ranks_timeline: Timeline | None = None
     try:
-        out = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
-                              collective_timeout=collective_timeout, timeline=timeline)
-        results, calls = out[0], out[1]
+        if timeline:
+            results, calls, ranks_timeline = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
+                                                             collective_timeout=collective_timeout, timeline=True)
+        else:
+            results, calls = launch_recorded(fn, world_size, per_rank_args, timeout=CHECK_TIMEOUT_S,
+                                             collective_timeout=collective_timeout)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
-        # a rank that waited in vain: its own timeout, or its connection closed by a peer that timed out first
-        waited = "timed out" in head.lower() or ("connection closed" in head.lower()
-                                                 and any("timed out" in v.lower() for v in err.outcomes.values()))
+        waited = "timed out" in head.lower() or (  # or its connection closed by a peer that had timed out
+            "connection closed" in head.lower() and any("timed out" in v.lower() for v in err.outcomes.values()))
         if err.exc_type in ("DidNotJoin",) or waited or "Timeout" in err.exc_type:
             raise fail(_("{what}: the ranks did not meet in the same calls.").format(what=what) + f"\n{head}",
                         _("every rank must make the same collective calls in the same order "
@@ -243,24 +264,27 @@ def _launch_or_fail(fn, world_size, per_rank_args=None, *, hint: str, what: str,
                       "on the rank), or a loop that never ends; fix the function, run its cell, then run this check "
                       "again.").format(what=what, seconds=f"{CHECK_TIMEOUT_S:g}", ranks=ranks) + f"\n{where}",
                     hint) from None
-    hidden = [r for r, c in enumerate(calls) if getattr(c, "unrecorded", 0)]
+    hidden = [(r, n) for r, c in enumerate(calls) if (n := getattr(c, "unrecorded", 0))]
     if hidden:
-        r = hidden[0]
+        r, n = hidden[0]
         raise fail(_("{what}: rank {rank} communicated where the check cannot see: the backend counted "
                       "{n} operation(s) that were not recorded (issued from another thread, or "
-                      "with torch's dispatch modes switched off).").format(what=what, rank=r, n=calls[r].unrecorded),
+                      "with torch's dispatch modes switched off).").format(what=what, rank=r, n=n),
                     _("make every torch.distributed call from your function itself, in its own thread."))
     grouped_calls = [_calls(c) if grouped else list(c) for c in calls]
-    return (results, grouped_calls, out[2]) if timeline else (results, grouped_calls)
-
+    return results, grouped_calls, ranks_timeline
 
 
 # ----------------------------------------------------------------------------------------------
 # The frame of a check that runs the learner's function: check(), Case, Trial
 
 
+#: What a check's :class:`Case` holds for its judge (``want``): its own expected values.
+W = TypeVar("W")
+
+
 @dataclass
-class Case:
+class Case(Generic[W]):
     """One launch a check makes.
 
     Attributes:
@@ -274,19 +298,19 @@ class Case:
     """
 
     world_size: int
-    args: Sequence[tuple]
-    want: Any = None
+    args: Sequence[tuple[object, ...]]
+    want: W
     what: str = ""
-    fn: Callable | None = None
+    fn: RankFn | None = None
 
 
 @dataclass
-class Trial:
+class Trial(Generic[W]):
     """One launch of a :class:`Case`, as :func:`check`'s judge sees it.
 
     Attributes:
         case: the case launched (``want``, ``what``, ``world_size`` are also attributes here).
-        results: what each rank returned (tensors as CPU copies).
+        results: what each rank returned (tensors as CPU copies): the learner's, so anything.
         calls: per rank, its calls (:class:`collnb.CallRecord`; grouped into the calls the learner
             made unless the check asked for every operation, ``grouped=False``).
         timeline: the ranks' :class:`collnb.ranks.timeline.Timeline` (``timeline=True``), else ``None``.
@@ -294,10 +318,10 @@ class Trial:
         table: the per-rank table shown with a ✗ and with the ✓ (:meth:`show`).
     """
 
-    case: Case
-    results: list
-    calls: list
-    timeline: Any = None
+    case: Case[W]
+    results: list[object]
+    calls: Calls
+    timeline: Timeline | None = None
     direction: str = ""
     table: str = ""
 
@@ -311,7 +335,7 @@ class Trial:
         return range(self.case.world_size)
 
     @property
-    def want(self) -> Any:
+    def want(self) -> W:
         return self.case.want
 
     @property
@@ -323,7 +347,7 @@ class Trial:
         """Every rank returned ``None`` and made no call: what an unfinished answer does."""
         return all(r is None for r in self.results) and not any(self.calls)
 
-    def show(self, rows: Sequence[tuple[Any, ...]], header: Sequence[str]) -> None:
+    def show(self, rows: Sequence[tuple[object, ...]], header: Sequence[str]) -> None:
         """Set the per-rank table (:func:`table`) every later ✗ and the ✓ show."""
         self.table = table(rows, header)
 
@@ -331,7 +355,7 @@ class Trial:
         """A ✗ to raise: ``problem``, this trial's table, and ``hint`` (default: the direction)."""
         return fail(problem, self.direction if hint is None else hint, self.table)
 
-    def only(self, allowed: set[str], hint: str = "") -> None:
+    def only(self, allowed: Collection[str], hint: str = "") -> None:
         """Refuse (raise a ✗) a call that is not one of the ``allowed`` ``torch.distributed``
         functions: a ``ProcessGroup`` method, a functional collective or DTensor doing the work is
         refused too."""
@@ -346,53 +370,48 @@ class Trial:
         return summary(self.calls[rank])
 
 
-def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[random.Random], Iterable[Case]],
-          judge: Callable[[Trial], None], passed: str | Callable[[list[Trial]], str],
-          unanswered: str | Callable[[Trial], bool] = "silent", retry: Callable[[Trial], bool] | None = None,
-          grouped: bool = True, timeline: bool = False, collective_timeout: float = 5.0,
-          on_hang: Callable[[RankError], str | None] | None = None) -> None:
+def check(answer: object, signature: str, *, direction: str, cases: Callable[[random.Random], Iterable[Case[W]]],
+          judge: Callable[[Trial[W]], None], passed: str | Callable[[list[Trial[W]]], str],
+          unanswered: Literal["silent", "stub"] | Callable[[Trial[W]], bool] = "silent",
+          retry: Callable[[Trial[W]], bool] | None = None, grouped: bool = True, timeline: bool = False,
+          collective_timeout: float = 5.0, on_hang: Callable[[RankError], str | None] | None = None) -> None:
     """Check ``answer``, a function the learner wrote, on real ranks: the frame every such check shares.
 
     1. ``answer`` must be callable as ``signature`` says (``"my_broadcast(rank, world_size, src,
        tensor)"``), else a ✗ before any rank starts.
-    2. ``cases(rng)`` yields the :class:`Case` objects to launch (``rng`` a
-       ``random.SystemRandom``: the data is new in every run, and a learner's ``random.seed`` does
-       not fix it); each is launched with every operation recorded (:func:`launch_recorded`), and a
-       failure of the learner's code (it raised, the ranks did not meet, it did not finish, it
-       communicated where the recorder cannot see) is a ✗ naming ``case.what``.
-    3. An unfinished answer is "not answered yet" with ``direction`` (a hint that points a
-       direction, never a solution): ``unanswered="silent"`` (default): after the first launch,
-       every rank returned ``None`` and made no call (:attr:`Trial.silent`); ``"stub"``: before any
-       launch, a body of only ``...``, ``pass`` or a docstring (for an answer whose ``None`` and
-       silence are a real, wrong answer, or whose ranks return something else); or a function of
-       the first :class:`Trial`.
-    4. ``judge(trial)`` looks at each trial and raises :meth:`Trial.fail` (a :class:`CheckFailed`)
-       on the first thing wrong; ``retry(trial)`` true launches that case once more first (for a
-       measurement a loaded machine, not the answer, spoiled).
+    2. ``cases(rng)`` yields the :class:`Case` objects to launch (``rng`` a ``random.SystemRandom``: the data
+       is new in every run, and a learner's ``random.seed`` does not fix it); each is launched with every
+       operation recorded (:func:`launch_recorded`), and a failure of the learner's code (it raised, it did not
+       finish, it communicated where the recorder cannot see, the ranks did not meet: then with the hint
+       ``on_hang(err)`` reads from its :class:`collnb.RankError`, if given and not ``None``) is a ✗ naming ``case.what``.
+    3. An unfinished answer is "not answered yet" with ``direction`` (a hint that points a direction, never a
+       solution): ``unanswered="silent"`` (default): after the first launch, every rank returned ``None`` and
+       made no call (:attr:`Trial.silent`); ``"stub"``: before any launch, a body of only ``...``, ``pass`` or a
+       docstring (for an answer whose ``None`` and silence are a real, wrong answer, or whose ranks return
+       something else); or a function of the first :class:`Trial`.
+    4. ``judge(trial)`` looks at each trial and raises :meth:`Trial.fail` (a :class:`CheckFailed`) on the first
+       thing wrong; ``retry(trial)`` true launches that case once more first (a measurement a loaded machine spoiled).
     5. All judged: ✓ with ``passed`` and the last trial's table. ``passed`` is a text (formatted with
        ``first_size`` and ``second_size``, the first and last trial's world sizes, ``world_size``, the
        first's, and ``n_runs``) or a function of the trials.
 
     ``grouped``, ``timeline``, ``collective_timeout``: as :func:`launch_recorded` (``grouped=False``:
     each rank's records as recorded, one per operation, not grouped into the learner's calls).
-    ``on_hang(err)``: for a check about hangs, the hint of a launch whose ranks did not meet, read from
-    its :class:`collnb.RankError` (which call each rank waited in, which ranks had returned), or
-    ``None`` to keep ``direction``.
 
     Raises:
         CheckFailed: a wrong answer, with a hint.
     """
-    _check_params(answer, signature)
+    fn = _check_params(answer, signature)
     name = signature.split("(")[0]
-    if unanswered == "stub" and _is_stub(answer):
+    if unanswered == "stub" and _is_stub(fn):
         return not_answered(name, direction)
-    trials: list[Trial] = []
+    trials: list[Trial[W]] = []
     for case in cases(random.SystemRandom()):
-        trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
-                     collective_timeout=collective_timeout, on_hang=on_hang)
+        trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout,
+                     on_hang=on_hang)
         if retry is not None and retry(trial):
-            trial = _try(answer, case, direction, grouped=grouped, timeline=timeline,
-                         collective_timeout=collective_timeout, on_hang=on_hang)
+            trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout,
+                         on_hang=on_hang)
         if not trials and (trial.silent if unanswered == "silent" else callable(unanswered) and unanswered(trial)):
             return not_answered(name, direction)
         judge(trial)
@@ -405,29 +424,33 @@ def check(answer: Callable, signature: str, *, direction: str, cases: Callable[[
     _say_passed(text, trials[-1].table)
 
 
-def _try(answer: Callable, case: Case, direction: str, **launch_options: Any) -> Trial:
-    out = _launch_or_fail(case.fn or answer, case.world_size, case.args, hint=direction, what=case.what,
-                          **launch_options)
-    return Trial(case, out[0], out[1], out[2] if launch_options.get("timeline") else None, direction)
+def _try(answer: RankFn, case: Case[W], direction: str, *, grouped: bool, timeline: bool,
+         collective_timeout: float, on_hang: Callable[[RankError], str | None] | None = None) -> Trial[W]:
+    """One launch of ``case`` (:func:`_launch_or_fail`) as a :class:`Trial`."""
+    results, calls, ranks_timeline = _launch_or_fail(case.fn or answer, case.world_size, case.args, hint=direction,
+                                                     what=case.what, grouped=grouped, timeline=timeline,
+                                                     collective_timeout=collective_timeout, on_hang=on_hang)
+    return Trial(case, results, calls, ranks_timeline, direction)
 
 
-def _calls(records) -> list:
+def _calls(records: Iterable[CallRecord]) -> list[CallRecord]:
     """The calls a rank's code made, from its records: the operations of one call (the two
     broadcasts of ``broadcast_object_list``) become one entry named by the call; each operation
     of a ``batch_isend_irecv`` list counts as the ``isend``/``irecv`` it is. Each entry is a
     :class:`collnb.CallRecord` (for a call of several operations: the first, with ``op=None``, the
     first peer any of them had, every shape, and the bytes summed)."""
-    out, group = [], []
+    out: list[CallRecord] = []
+    group: list[CallRecord] = []
 
-    def flush():
+    def flush() -> None:
         if not group:
             return
         if len(group) == 1:
             out.append(group[0])
         else:
             peer = next((g.peer for g in group if g.peer is not None), None)
-            out.append(replace(group[0], op=None, peer=peer, shapes=sum((g.shapes for g in group), ()),
-                               dtypes=sum((g.dtypes for g in group), ()), nbytes=sum(g.nbytes for g in group)))
+            out.append(replace(group[0], op=None, peer=peer, shapes=tuple(s for g in group for s in g.shapes),
+                               dtypes=tuple(d for g in group for d in g.dtypes), nbytes=sum(g.nbytes for g in group)))
         group.clear()
 
     for rec in records:
@@ -443,25 +466,25 @@ def _calls(records) -> list:
     return out
 
 
-def _label(call) -> str:
+def _label(call: CallRecord) -> str:
     """``"broadcast"``, or ``"all_gather (a ProcessGroup method)"`` for a call not made through a
     ``torch.distributed`` function."""
     where = _SOURCE_WORDS.get(call.source)
     return f"{call.name} ({_(where)})" if where else call.name
 
 
-def summary(calls: list) -> str:
+def summary(calls: Iterable[CallRecord]) -> str:
     """``"all_reduce ×6, broadcast"``: a rank's calls in order, repeats counted (``"(none)"``)."""
-    out = []
+    out: list[tuple[str, int]] = []
     for label in (_label(c) for c in calls):
         if out and out[-1][0] == label:
-            out[-1][1] += 1
+            out[-1] = (label, out[-1][1] + 1)
         else:
-            out.append([label, 1])
+            out.append((label, 1))
     return ", ".join(n if k == 1 else f"{n} ×{k}" for n, k in out) or _("(none)")
 
 
-def _check_only(calls, allowed: set, hint: str = "") -> None:
+def _check_only(calls: Calls, allowed: Collection[str], hint: str = "") -> None:
     """Refuse any call that is not one of the ``allowed`` ``torch.distributed`` functions (a
     ``ProcessGroup`` method, a functional collective or DTensor doing the work is refused too).
     ``calls``: per rank, the :func:`_calls` list."""
@@ -479,8 +502,9 @@ def world_sizes(rng: random.Random, low: int, high: int, k: int = 2) -> list[int
     return rng.sample(range(low, high + 1), k)
 
 
-def check_prediction(name: str, prediction, real: Callable[[], Any], *, normalise=lambda x: x, direction: str,
-                     hint: str, passed: str, what: str = "") -> None:
+def check_prediction(name: str, prediction: object, real: Callable[[], object], *,
+                     normalise: Callable[[object], object] = lambda x: x, direction: str, hint: str, passed: str,
+                     what: str = "") -> None:
     """Check a predicted value against ``real()`` (run on real ranks only once there is an answer).
     An unanswered prediction (``None``) gets "not answered yet" and ``direction``; one that
     ``normalise`` (e.g. :func:`integer`, :func:`number_rows`) refuses, a ✗ saying it lacks the
@@ -520,7 +544,7 @@ def solution_code(source: str) -> str:
     return "\n".join(line[2:] if line.startswith("# ") else line.lstrip("#") for line in lines[start:]) + "\n"
 
 
-def _real(v) -> float:
+def _real(v: object) -> float:
     """``v`` as a float when it is a number a learner wrote (int, float, a numpy number); a str such as
     ``"44"``, a bool or anything else raises ``TypeError`` (a prediction is a number, not its text)."""
     if isinstance(v, bool) or not isinstance(v, numbers.Real):
@@ -528,20 +552,28 @@ def _real(v) -> float:
     return float(v)
 
 
-def integer(v) -> int:
+def integer(v: object) -> int:
     """``v`` when it is an integer (int, a numpy integer): ``44.9``, ``"44"`` and ``True`` raise ``TypeError``."""
     if isinstance(v, bool) or not isinstance(v, numbers.Integral):
         raise TypeError(f"{v!r} is not an integer")
     return int(v)
 
 
-def number_rows(x, cast=_real):
+def number_rows(x: object, cast: Callable[[object], float] = _real) -> list[list[float] | None]:
     """A prediction of one row of numbers per rank (``None`` for an undefined rank) as lists of
-    floats (``cast`` of each value); anything else raises (a str such as ``"44"`` is not a number)."""
-    return [None if row is None else [cast(v) for v in row] for row in x]
+    floats (``cast`` of each value); anything else raises (a str such as ``"44"`` is not a number;
+    what is not a list of rows, TypeError)."""
+    return [None if row is None else [cast(v) for v in _iterable(row)] for row in _iterable(x)]
 
 
-def _is_stub(fn: Callable) -> bool:
+def _iterable(x: object) -> Iterable[object]:
+    """``x`` when it can be iterated, else the TypeError iterating it raises."""
+    if not isinstance(x, Iterable):
+        raise TypeError(f"{type(x).__name__!r} object is not iterable")
+    return x
+
+
+def _is_stub(fn: RankFn) -> bool:
     """True for a function whose body is only ``...``, ``pass`` or a docstring (an unfinished answer):
     its code refers to no name and holds no constant but ``None``, ``...`` and its docstring."""
     code = getattr(fn, "__code__", None)
@@ -550,9 +582,9 @@ def _is_stub(fn: Callable) -> bool:
     return not code.co_names and all(c is None or c is Ellipsis or isinstance(c, str) for c in code.co_consts)
 
 
-def _check_params(fn: Callable, call: str) -> None:
+def _check_params(fn: object, call: str) -> RankFn:
     """Refuse, before any rank starts, a function that cannot be called as ``call`` says
-    (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``)."""
+    (e.g. ``"my_broadcast(rank, world_size, src, tensor)"``); return it."""
     if not callable(fn):
         raise fail(_("{name} is {value}, not a function.").format(name=call.split("(")[0], value=repr(fn)),
                     _("define it as: def {call}: ...").format(call=call))
@@ -565,3 +597,4 @@ def _check_params(fn: Callable, call: str) -> None:
                     _("define it as: def {call}: ...").format(call=call)) from None
     except ValueError:  # no signature (a builtin): let the call itself fail
         pass
+    return fn

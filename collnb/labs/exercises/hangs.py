@@ -17,14 +17,18 @@ import re
 import tempfile
 import weakref
 from dataclasses import dataclass, field
-from typing import Callable
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import torch
 
-from ..hangs import DIVERGES_AT, FaultRun, fault_run, fr_trace_verdict
+from ..hangs import DIVERGES_AT, Entry, EntryRow, FaultRun, fault_run, fr_trace_verdict
 from ...i18n import N_, _
 from ...ranks import RankError
 from .framework import Case, Trial, check, fail, not_answered, passed
+
+if TYPE_CHECKING:
+    from ...views import MatrixPicture
 
 __all__ = ["check_hang_culprit", "check_hang_fix", "hang_hint", "hang_mystery", "hide_ranks", "Mystery", "MYSTERY_FAULTS",
            "WORKED_EXAMPLES", "STEP_NUMEL"]
@@ -45,7 +49,7 @@ _NAMES_A_RANK = (re.compile(r"(Culprit rank )\d+"), re.compile(r"(missing ranks:
                  re.compile(r"(Missing dump files from ranks )\{[\d, ]*\}"))
 
 # {Mystery: (fault, culprit)}: the truth, held here and not on the learner's object
-_TRUTH: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_TRUTH: weakref.WeakKeyDictionary[Mystery, tuple[str, int]] = weakref.WeakKeyDictionary()
 
 
 @dataclass(eq=False)
@@ -62,7 +66,7 @@ class Mystery:
 
     world_size: int
     dump_dir: str
-    entries: dict = field(default_factory=dict)
+    entries: dict[int, list[Entry]] = field(default_factory=dict)
     failed: bool = False
 
     def _view(self) -> FaultRun:
@@ -70,7 +74,7 @@ class Mystery:
         run.entries = self.entries
         return run
 
-    def rows(self) -> list:
+    def rows(self) -> list[EntryRow]:
         """``(rank, seq, op, input_sizes, output_sizes, state)`` per entry (:meth:`FaultRun.rows`)."""
         return self._view().rows()
 
@@ -78,7 +82,7 @@ class Mystery:
         """The per-rank table of recent collectives as text (:meth:`FaultRun.table`)."""
         return self._view().table()
 
-    def image(self, last: int = 6):
+    def image(self, last: int = 6) -> MatrixPicture:
         """The table as a rank × sequence-number picture, nothing framed (:meth:`FaultRun.image`)."""
         return self._view().image(last, show_blame=False, title="Flight Recorder: the mystery run")
 
@@ -127,7 +131,7 @@ def _remember(mystery: Mystery, fault: str, culprit: int) -> None:
     _TRUTH[mystery] = (fault, culprit)
 
 
-def check_hang_culprit(mystery: Mystery, culprit, seq) -> None:
+def check_hang_culprit(mystery: object, culprit: object, seq: object) -> None:
     """Check the learner's reading of ``mystery`` (from :func:`hang_mystery`).
 
     Args:
@@ -205,7 +209,11 @@ def hang_hint(err: RankError) -> str | None:
     return None
 
 
-def _step_expected(xs: list) -> tuple[list, torch.Tensor]:
+#: What :func:`check_hang_fix`'s judge compares with: every rank's ``x``, every rank's right ``y``, the loss.
+_StepWant = tuple[list[torch.Tensor], list[torch.Tensor], torch.Tensor]
+
+
+def _step_expected(xs: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor]:
     """Every rank's ``y`` (its ``x`` plus the previous rank's) and the loss every rank returns (the mean
     over the ranks of ``sum(y**2)``)."""
     n = len(xs)
@@ -213,7 +221,7 @@ def _step_expected(xs: list) -> tuple[list, torch.Tensor]:
     return ys, torch.stack([(y ** 2).sum() for y in ys]).mean()
 
 
-def check_hang_fix(fixed_step: Callable) -> None:
+def check_hang_fix(fixed_step: Callable[..., object]) -> None:
     """Check ``fixed_step(rank, world_size, x)`` (notebook 18): notebook 18's ``broken_step`` without its
     two hangs. Each rank passes its ``x`` (``(4,)`` float64, known only to that rank) to rank ``rank + 1``
     (the last to rank 0) and receives rank ``rank - 1``'s; it returns ``(y, loss)``: ``y = x +`` the
@@ -239,33 +247,37 @@ def check_hang_fix(fixed_step: Callable) -> None:
                   "first, nobody receives. And every rank must call the loss's all_reduce, not only the rank that "
                   "logs it.")
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[_StepWant]]:
         for ws in rng.sample(range(2, 6), 2):
             xs = [torch.tensor([float(rng.randint(-9, 9)) for _ in range(STEP_NUMEL)], dtype=torch.float64)
                   for _ in range(ws)]
-            yield Case(ws, [(x,) for x in xs], want=(xs, *_step_expected(xs)),
+            ys, mean = _step_expected(xs)
+            yield Case(ws, [(x,) for x in xs], want=(xs, ys, mean),
                        what=_("world size {world_size}").format(world_size=ws))
 
-    def unpack(got):
+    def unpack(got: object) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(y, loss)`` as tensors, or ``None`` for anything else."""
         if not isinstance(got, (tuple, list)) or len(got) != 2:
             return None
         y, loss = got
         if not isinstance(y, torch.Tensor) or tuple(y.shape) != (STEP_NUMEL,):
             return None
-        loss = torch.as_tensor(loss, dtype=torch.float64) if isinstance(loss, (int, float, torch.Tensor)) else None
-        return None if loss is None or loss.numel() != 1 else (y.to(torch.float64), loss.reshape(()))
+        if not isinstance(loss, (int, float, torch.Tensor)):
+            return None
+        value = torch.as_tensor(loss, dtype=torch.float64)
+        return None if value.numel() != 1 else (y.to(torch.float64), value.reshape(()))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[_StepWant]) -> None:
         xs, ys, mean = t.want
         n = t.world_size
-        got = [unpack(r) for r in t.results]
-        ok_y = [g is not None and torch.allclose(g[0], ys[r]) for r, g in enumerate(got)]
-        ok_loss = [g is not None and torch.allclose(g[1], mean) for g in got]
+        returned = [unpack(r) for r in t.results]
+        ok_y = [g is not None and torch.allclose(g[0], ys[r]) for r, g in enumerate(returned)]
+        ok_loss = [g is not None and torch.allclose(g[1], mean) for g in returned]
         t.show([(r, xs[r], None if g is None else g[0], None if g is None else f"{float(g[1]):.4g}", t.summary(r),
-                 "✓" if ok_y[r] and ok_loss[r] else "✗") for r, g in enumerate(got)],
+                 "✓" if ok_y[r] and ok_loss[r] else "✗") for r, g in enumerate(returned)],
                (_("rank"), "x", _("returned y"), _("returned loss"), _("calls"), ""))
-        if any(g is None for g in got):
+        got = [g for g in returned if g is not None]
+        if len(got) < n:
             raise t.fail(_("{what}: every rank must return (y, loss): y the {n} float64 values x + the previous "
                            "rank's x, loss one number.").format(what=t.what, n=STEP_NUMEL))
         t.only(STEP_CALLS, hint=_("the ring needs one send and one receive per rank (send/recv, isend/irecv or "

@@ -4,12 +4,14 @@ rank computes, checked on real ranks from their timeline (HTA's computation-comm
 
 from __future__ import annotations
 
-from typing import Callable
+import random
+from collections.abc import Callable, Iterable, Iterator
+from typing import cast
 
 import torch
 
 from ...i18n import _
-from ...ranks import region
+from ...ranks import Timeline, region
 from .framework import Case, Trial, check
 
 __all__ = ["check_overlapped_all_reduce", "GRAD_NUMEL", "COMPUTE_REGION"]
@@ -21,13 +23,14 @@ GRAD_NUMEL = 1 << 20
 COMPUTE_REGION = "compute"
 
 
-def _overlap_rank(rank: int, world_size: int, learner: Callable, seed: int, numel: int):
+def _overlap_rank(rank: int, world_size: int, learner: Callable[..., object], seed: int,
+                  numel: int) -> tuple[object, int]:
     """Runs on a rank: this rank's gradient (random integers from ``seed``, known only to this rank) and
     a ``compute()`` that marks its region and counts its calls; then the learner's function."""
     gen = torch.Generator().manual_seed(seed)
     grad = torch.randint(-50, 51, (numel,), generator=gen).to(torch.float32)
     a0 = torch.randn(256, 256, generator=gen) / 16
-    calls = []
+    calls: list[int] = []
 
     def compute() -> torch.Tensor:
         """Independent work (40 matmuls): the gradient's all_reduce can run beside it."""
@@ -42,13 +45,27 @@ def _overlap_rank(rank: int, world_size: int, learner: Callable, seed: int, nume
     return out, len(calls)
 
 
-def _expected(seeds, numel: int) -> torch.Tensor:
+def _expected(seeds: Iterable[int], numel: int) -> torch.Tensor:
+    """The ranks' gradients (:func:`_overlap_rank`'s, from ``seeds``) averaged: float32, ``numel`` values."""
+    seeds = list(seeds)
     parts = [torch.randint(-50, 51, (numel,), generator=torch.Generator().manual_seed(s)).to(torch.float32)
              for s in seeds]
     return torch.stack(parts).sum(0) / len(seeds)
 
 
-def check_overlapped_all_reduce(overlapped_step: Callable) -> None:
+def _timeline(t: Trial[torch.Tensor]) -> Timeline:
+    """The ranks' timeline of a trial (the check launches with ``timeline=True``)."""
+    if t.timeline is None:
+        raise RuntimeError("the overlap check launches its ranks with timeline=True")
+    return t.timeline
+
+
+def _answer(t: Trial[torch.Tensor], rank: int) -> tuple[object, int]:
+    """``(what the answer returned, compute() calls)`` of ``rank`` (:func:`_overlap_rank`'s result)."""
+    return cast("tuple[object, int]", t.results[rank])
+
+
+def check_overlapped_all_reduce(overlapped_step: object) -> None:
     """Check ``overlapped_step(rank, world_size, grad, compute)`` (notebook 17): return ``grad``
     (a float32 tensor of :data:`GRAD_NUMEL` random values, this rank's own) **averaged over the
     ranks**, with one ``dist.all_reduce`` that runs **while** ``compute()`` (independent work the
@@ -70,26 +87,27 @@ def check_overlapped_all_reduce(overlapped_step: Callable) -> None:
                   'while it runs, then wait() on the Work before you use grad; divide by world_size once the sum is '
                   'there.')
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[torch.Tensor]]:
         for ws in (2, 3):
             seeds = [rng.randrange(1 << 31) for _ in range(ws)]
             yield Case(ws, [(overlapped_step, s, GRAD_NUMEL) for s in seeds], want=_expected(seeds, GRAD_NUMEL),
                        what=_('world size {world_size}').format(world_size=ws), fn=_overlap_rank)
 
-    def overlaps(t: Trial) -> list:
-        return [t.timeline.overlap(r, compute=COMPUTE_REGION) for r in t.ranks]
+    def overlaps(t: Trial[torch.Tensor]) -> list[dict[str, float]]:
+        return [_timeline(t).overlap(r, compute=COMPUTE_REGION) for r in t.ranks]
 
-    def unlucky(t: Trial) -> bool:
+    def unlucky(t: Trial[torch.Tensor]) -> bool:
         """A rank started its all_reduce before the compute and still measured no overlap: descheduled
         on a loaded machine between the two, not the answer's doing."""
-        tl, shares = t.timeline, overlaps(t)
+        tl, shares = _timeline(t), overlaps(t)
         starts = [[s.start for s in tl.regions(r) if s.name == COMPUTE_REGION] for r in t.ranks]
         issued = [[s.start for s in tl.operations(r)] for r in t.ranks]
-        return any(shares[r]["overlap_pct"] == 0 and starts[r] and issued[r] and issued[r][0] < starts[r][0]
+        return any(shares[r]["overlap_pct"] == 0 and bool(starts[r]) and bool(issued[r]) and issued[r][0] < starts[r][0]
                    for r in t.ranks)
 
-    def judge(t: Trial) -> None:
-        want, what, results, calls, tl = t.want, t.what, t.results, t.calls, t.timeline
+    def judge(t: Trial[torch.Tensor]) -> None:
+        want, what, calls, tl = t.want, t.what, t.calls, _timeline(t)
+        results = [_answer(t, r) for r in t.ranks]
         shares = overlaps(t)
         ok = []
         for r in t.ranks:
@@ -127,6 +145,6 @@ def check_overlapped_all_reduce(overlapped_step: Callable) -> None:
     # the ranks return (the answer's value, compute() calls): unfinished is a None value and no call
     check(overlapped_step, "overlapped_step(rank, world_size, grad, compute)", direction=direction, cases=cases,
           judge=judge, timeline=True, retry=unlucky,
-          unanswered=lambda t: all(r[0] is None for r in t.results) and not any(t.calls),
+          unanswered=lambda t: all(_answer(t, r)[0] is None for r in t.ranks) and not any(t.calls),
           passed=_('every rank averaged its gradient with one all_reduce that ran beside compute() (overlap above 0 % on '
                    'every rank, measured on the timeline; world sizes 2 and 3, random gradients)'))

@@ -1,14 +1,15 @@
-"""Exercise checks of notebooks 13-16 (tensor parallelism, FSDP2 prefetching, ring attention, a pipeline stage), on
-real ranks with the calls recorded. Each passes only for the learner's own working answer: the
+"""Exercise checks of notebooks 13-15 (tensor parallelism, FSDP2 prefetching, ring attention; notebook 16's pipeline
+stage: :mod:`.pipeline`), on real ranks with the calls recorded. Each passes only for the learner's own working answer: the
 data each rank needs from the others is known to that rank only (random per run), the result is
 compared with one process computing the same thing, and the recorded calls must be the ones the
 exercise asks for."""
 
 from __future__ import annotations
 
-import copy
 import math
-from typing import Callable
+import random
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -17,15 +18,22 @@ from ..parallel import (LAYOUTS, Phases, attention, block_of, fsdp_train, kind, 
 from ...i18n import _
 from .framework import Case, Trial, check, summary, world_sizes
 
+if TYPE_CHECKING:
+    from ...ranks import CallRecord
+
+#: The Megatron MLP's gradients ``(dx, dw1, db1, dw2)``.
+Grads = tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]
+
 # ----------------------------------------------------------------------------------------------
 # 13 · column-parallel then row-parallel, one all_reduce
 
 
-def _tp_reference(x, w1, b1, w2):
+def _tp_reference(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor) -> torch.Tensor:
+    """One process's Megatron MLP: ``gelu(x @ w1.T + b1) @ w2.T``."""
     return torch.nn.functional.gelu(x @ w1.t() + b1) @ w2.t()
 
 
-def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
+def check_tensor_parallel_mlp(tp_mlp: object) -> None:
     """Check ``tp_mlp(rank, world_size, x, w1, b1, w2)`` (notebook 13): the Megatron MLP's forward
     on this rank's shards, ``gelu(x @ W1.T + b1) @ W2.T`` for the whole ``W1 (f, h)``, ``b1 (f,)``,
     ``W2 (h, f)``, returned on every rank.
@@ -44,7 +52,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                    'compute its own slice of the hidden activations, GeLU included, and its own partial product of the '
                    'second linear. Which one collective turns the partial products into the output on every rank?'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[torch.Tensor]]:
         for ws in world_sizes(rng, 2, 4):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, h, f = rng.randint(3, 6), 3, 4 * ws        # h != f/t: the output and the hidden differ in size
@@ -55,7 +63,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                     for r in range(ws)]
             yield Case(ws, args, want=_tp_reference(x, w1, b1, w2), what=_('world size {world_size}').format(world_size=ws))
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[torch.Tensor]) -> None:
         want, ws, calls = t.want, t.world_size, t.calls
         devs = [float((r - want).abs().max()) if isinstance(r, torch.Tensor) and r.shape == want.shape else None
                 for r in t.results]
@@ -72,7 +80,7 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                            'h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8, values=values),
                          _('all_reduce the partial output of the second linear (s x h), not the hidden activations: GeLU '
                            'is not linear, so a sum of GeLUs is not the GeLU of a sum.'))
-        wrong = [r for r in t.ranks if devs[r] is None or devs[r] > 1e-12]
+        wrong = [r for r, d in enumerate(devs) if d is None or d > 1e-12]
         if wrong:
             raise t.fail(_("world size {world_size}: rank(s) {wrong} returned something other than the MLP's output (one "
                            'process, the whole weights).').format(world_size=ws, wrong=wrong),
@@ -85,14 +93,15 @@ def check_tensor_parallel_mlp(tp_mlp: Callable) -> None:
                    '{first_size} and {second_size} (random weights, each shard known only to its rank)'))
 
 
-def _tp_grads(x, w1, b1, w2, grad_out):
+def _tp_grads(x: torch.Tensor, w1: torch.Tensor, b1: torch.Tensor, w2: torch.Tensor,
+              grad_out: torch.Tensor) -> list[torch.Tensor]:
     """One process's gradients of ``gelu(x @ w1.T + b1) @ w2.T`` against ``grad_out``: dx, dw1, db1, dw2."""
     leaves = [t.clone().requires_grad_(True) for t in (x, w1, b1, w2)]
-    _tp_reference(*leaves).backward(grad_out)
-    return [t.grad for t in leaves]
+    _tp_reference(*leaves).backward(grad_out)  # type: ignore[no-untyped-call]  # torch's backward has no annotations
+    return [cast(torch.Tensor, t.grad) for t in leaves]  # the backward filled every leaf's gradient
 
 
-def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
+def check_tensor_parallel_backward(tp_mlp_backward: object) -> None:
     """Check ``tp_mlp_backward(rank, world_size, x, w1, b1, w2, grad_out)`` (notebook 13): the Megatron
     MLP's backward on this rank's shards. The forward is ``y = gelu(x @ W1.T + b1) @ W2.T`` for the
     whole ``W1 (f, h)``, ``b1 (f,)``, ``W2 (h, f)``; ``grad_out`` ``(s, h)`` is the loss's gradient
@@ -116,7 +125,7 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
                   'of a sum over the ranks?')
     names = ("dx", "dw1", "db1", "dw2")
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[Grads]]]:
         for ws in world_sizes(rng, 2, 4):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             # s != f/t = 4: the input's gradient (s, h) differs in size from every weight shard's (f/t, h), (h, f/t), (f/t,)
@@ -130,17 +139,17 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
                      grad_out.clone()) for r in range(ws)]
             yield Case(ws, args, want=want, what=_('world size {world_size}').format(world_size=ws))
 
-    def deviations(got, want):
+    def deviations(got: object, want: Grads) -> list[float | None] | None:
         if not isinstance(got, (tuple, list)) or len(got) != 4:
             return None
         return [float((g - w).abs().max()) if isinstance(g, torch.Tensor) and g.shape == w.shape else None
                 for g, w in zip(got, want)]
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[Grads]]) -> None:
         want, ws, calls = t.want, t.world_size, t.calls
         devs = [deviations(t.results[r], want[r]) for r in t.ranks]
-        t.show([(r, *(["-"] * 4 if devs[r] is None else ["-" if d is None else f"{d:.1e}" for d in devs[r]]),
-                 t.summary(r)) for r in t.ranks], (_('rank'), *(f"|{n} - 1 proc|" for n in names), _('calls')))
+        t.show([(r, *(["-"] * 4 if dv is None else ["-" if d is None else f"{d:.1e}" for d in dv]),
+                 t.summary(r)) for r, dv in enumerate(devs)], (_('rank'), *(f"|{n} - 1 proc|" for n in names), _('calls')))
         t.only({"all_reduce"}, hint=_('sum the shares with dist.all_reduce. ') + direction)
         if any(t.names(r).count("all_reduce") != 1 for r in t.ranks):
             raise t.fail(_('world size {world_size}: every rank must make exactly one dist.all_reduce (the f operator '
@@ -154,11 +163,12 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
             raise t.fail(_("world size {world_size}: rank {r}'s all_reduce carried {n_values} values; the input's "
                            'gradient is s x h = {values}.').format(world_size=ws, r=r, n_values=calls[r][0].nbytes // 8,
                                                                     values=values))
-        if any(d is None for d in devs):
+        complete = [d for d in devs if d is not None]
+        if len(complete) != len(devs):
             raise t.fail(_('world size {world_size}: return a tuple (dx, dw1, db1, dw2) of tensors shaped like x, w1, b1 '
                            'and w2.').format(world_size=ws))
         for k, n in enumerate(names):
-            wrong = [r for r in t.ranks if devs[r][k] is None or devs[r][k] > 1e-12]
+            wrong = [r for r in t.ranks if (d := complete[r][k]) is None or d > 1e-12]
             if wrong:
                 hint = (_("each rank's dx is its share of a sum: x feeds every rank's slice of the hidden layer. All-reduce "
                           'it (and only it).') if n == "dx" else
@@ -181,16 +191,21 @@ def check_tensor_parallel_backward(tp_mlp_backward: Callable) -> None:
 _WIDTHS = (6, 10, 14, 8, 4)
 
 
-def _fsdp_rank(rank, world_size, configure, x, y, widths):
-    phases = Phases()
+def _fsdp_rank(rank: int, world_size: int, configure: Callable[[list[torch.nn.Module]], None], x: torch.Tensor,
+               y: torch.Tensor,
+               widths: Sequence[int]) -> tuple[list[torch.Tensor], list[tuple[str, int]]]:
+    """Runs on a rank: one FSDP2 step with the learner's ``configure`` and each block's compute
+    marked; ``(parameters after the step, the marks: (label, records before it))``."""
+    phases = Phases()  # type: ignore[no-untyped-call]  # collnb.labs.parallel is not typed yet
     out = fsdp_train(rank, world_size, x, y, steps=1, widths=widths, prefetch=configure, phases=phases)
     return out["params"], phases.close()
 
 
-def _gathered(records, widths, ws) -> list:
+def _gathered(records: Iterable[CallRecord], widths: Sequence[int], ws: int) -> list[tuple[int, str] | None]:
     """Each record's ``(block, "forward" | "backward")`` for an FSDP2 all_gather (a block's first
     all_gather of the step is its forward's, the second its backward's), else ``None``."""
-    seen, out = {}, []
+    seen: dict[int, int] = {}
+    out: list[tuple[int, str] | None] = []
     for rec in records:
         block = block_of(rec, widths, ws) if kind(rec) == "all_gather" else None
         if block is None:
@@ -201,13 +216,14 @@ def _gathered(records, widths, ws) -> list:
     return out
 
 
-def _issued_before(gathered, marks, label: str, phase: str) -> list:
+def _issued_before(gathered: Sequence[tuple[int, str] | None], marks: Iterable[tuple[str, int]], label: str,
+                   phase: str) -> list[int]:
     """The blocks whose ``phase`` all_gather had been issued when ``label`` was marked, in order."""
     position = dict(marks)[label]
     return [g[0] for g in gathered[:position] if g is not None and g[1] == phase]
 
 
-def check_fsdp_prefetch(configure: Callable) -> None:
+def check_fsdp_prefetch(configure: object) -> None:
     """Check ``configure(blocks)`` (notebook 14): given the list of ``fully_shard`` blocks of a
     4-block model, set FSDP2's explicit prefetching so that in forward every block prefetches the
     **next** block's all_gather (``set_modules_to_forward_prefetch``) and in backward the **two**
@@ -228,7 +244,7 @@ def check_fsdp_prefetch(configure: Callable) -> None:
                    'the first and last blocks.)'))
     n_blocks = len(_WIDTHS) - 1
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[torch.Tensor]]]:
         ws = rng.randint(2, 4)
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
         x = torch.randn(4 * ws, _WIDTHS[0], generator=gen, dtype=torch.float64)
@@ -236,9 +252,10 @@ def check_fsdp_prefetch(configure: Callable) -> None:
         yield Case(ws, [(configure, x, y, _WIDTHS)] * ws, want=sgd_reference(x, y, steps=1, widths=_WIDTHS),
                    what=_('world size {world_size}').format(world_size=ws), fn=_fsdp_rank)
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[torch.Tensor]]) -> None:
         ws, want = t.world_size, t.want
-        params, marks = t.results[0]
+        answers = [cast("tuple[list[torch.Tensor], list[tuple[str, int]]]", a) for a in t.results]  # _fsdp_rank's
+        params, marks = answers[0]
         records = t.calls[0]
         phases = split(records, marks)
         if phases.get("setup"):
@@ -265,7 +282,7 @@ def check_fsdp_prefetch(configure: Callable) -> None:
                          _('in forward a block should name the block after it; in backward the two blocks before it '
                            '(backward runs from the last block to the first). The first and last blocks name only blocks '
                            'that exist.'))
-        worst = max(max_difference(p, want) for p, _ in t.results)
+        worst = max(max_difference(p, want) for p, _ in answers)
         if worst > 1e-12:
             raise t.fail(_("world size {world_size}: the parameters after the step differ from one process's by {worst:.2e}.").format(world_size=ws, worst=worst),
                          _('prefetching changes when FSDP gathers, never what it computes: leave the training alone.'))
@@ -280,11 +297,14 @@ def check_fsdp_prefetch(configure: Callable) -> None:
 # 15 · the online softmax inside ring attention
 
 
-def _ring_rank(rank, world_size, update, q, k, v, causal, layout):
-    return ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, update=update)[0]
+def _ring_rank(rank: int, world_size: int, update: Callable[..., object], q: torch.Tensor, k: torch.Tensor,
+               v: torch.Tensor, causal: bool, layout: str) -> torch.Tensor:
+    """Runs on a rank: ring attention with the learner's ``update``; this rank's output rows."""
+    out: torch.Tensor = ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, update=update)[0]
+    return out
 
 
-def check_online_softmax(update: Callable) -> None:
+def check_online_softmax(update: object) -> None:
     """Check ``update(o, m, l, scores, v) -> (o, m, l)`` (notebook 15): one step of the online
     softmax (Milakov and Gimelshein 2018), used inside ring attention on real ranks.
 
@@ -303,7 +323,7 @@ def check_online_softmax(update: Callable) -> None:
                    "was computed relative to m: what factor brings it to m_new? Then add the new block's terms, "
                    'relative to m_new.'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[int], int, int]]]:
         for ws, (causal, layout) in zip(world_sizes(rng, 2, 4), ((True, "zigzag"), (False, "plain"))):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, d = 4 * ws, 3
@@ -313,7 +333,7 @@ def check_online_softmax(update: Callable) -> None:
             what = (_('world size {world_size}, causal, {layout} order') if causal else _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
             yield Case(ws, args, want=(attention(q, k, v, causal), where, s, d), what=what, fn=_ring_rank)
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[torch.Tensor, list[int], int, int]]) -> None:
         (full, where, s, d), ws, what = t.want, t.world_size, t.what
         devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
                 and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(t.results)]
@@ -337,11 +357,14 @@ def check_online_softmax(update: Callable) -> None:
                    'plain order at world size {second_size}'))
 
 
-def _kv_ring_rank(rank, world_size, step, q, k, v, causal, layout):
-    return ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, step=step)[0]
+def _kv_ring_rank(rank: int, world_size: int, step: Callable[..., object], q: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor, causal: bool, layout: str) -> torch.Tensor:
+    """Runs on a rank: ring attention with the learner's ``step``; this rank's output rows."""
+    out: torch.Tensor = ring_attention(rank, world_size, q, k, v, causal=causal, layout=layout, step=step)[0]
+    return out
 
 
-def check_kv_ring_pass(step: Callable) -> None:
+def check_kv_ring_pass(step: object) -> None:
     """Check ``step(send, recv, rank, world_size) -> requests`` (notebook 15): one round of ring attention's
     communication, :func:`collnb.labs.parallel.ring_step`'s job: post the sends of ``send`` (this rank's K and
     V blocks) to rank ``rank + 1`` and the receives into ``recv`` from rank ``rank - 1``, without waiting; ring
@@ -356,7 +379,7 @@ def check_kv_ring_pass(step: Callable) -> None:
                    "the two buffers of recv. A blocking send waits for its receiver, who is sending too: post the "
                    "four operations at once (dist.P2POp, dist.batch_isend_irecv) and return the requests it returns."))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[tuple[torch.Tensor, list[int], int, int]]]:
         for ws, (causal, layout) in zip(world_sizes(rng, 2, 4), ((True, "zigzag"), (False, "plain"))):
             gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
             s, d = 4 * ws, 3
@@ -367,7 +390,7 @@ def check_kv_ring_pass(step: Callable) -> None:
                     _('world size {world_size}, {layout} order')).format(world_size=ws, layout=layout)
             yield Case(ws, args, want=(attention(q, k, v, causal), where, s, d), what=what, fn=_kv_ring_rank)
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[tuple[torch.Tensor, list[int], int, int]]) -> None:
         (full, where, s, d), ws, what = t.want, t.world_size, t.what
         devs = [float((r - full[where[i]]).abs().max()) if isinstance(r, torch.Tensor)
                 and r.shape == (s // ws, d) and not torch.isnan(r).any() else math.inf for i, r in enumerate(t.results)]
@@ -395,206 +418,5 @@ def check_kv_ring_pass(step: Callable) -> None:
                    "unmasked in plain order at world size {second_size}"))
 
 
-# ----------------------------------------------------------------------------------------------
-# 16 · one pipeline stage's forward, with send/recv
-
-
-def _random_stage(gen, h: int) -> torch.nn.Module:
-    lin = torch.nn.Linear(h, h, dtype=torch.float64)
-    with torch.no_grad():
-        lin.weight.copy_(torch.randn(h, h, generator=gen, dtype=torch.float64) / h ** 0.5)
-        lin.bias.copy_(torch.randn(h, generator=gen, dtype=torch.float64))
-    stage = torch.nn.Sequential(lin, torch.nn.Tanh())
-    stage.requires_grad_(False)
-    return stage
-
-
-def _stage_messages(records) -> list:
-    """``(direction, peer, nbytes)`` per send/recv of a rank's grouped calls (``isend``/``irecv`` and
-    a ``batch_isend_irecv``'s parts count as ``send``/``recv``)."""
-    out = []
-    for c in records:
-        what = c.op if c.name == "batch_isend_irecv" and c.op else c.name
-        out.append((what.lstrip("i"), c.peer, c.nbytes))
-    return out
-
-
-def _check_stage_messages(t: Trial, step: Callable[[int], list], m: int, one: int, *, size_hint: str,
-                          order_hint: str) -> None:
-    """Refuse a rank whose sends and receives are not ``step(r)`` (``(direction, peer, nbytes)`` for one
-    microbatch) ``m`` times over, microbatch after microbatch: a ✗ naming a message of the wrong size
-    (``size_hint``) where only sizes differ, else the calls it should have made (``order_hint``)."""
-    for r in t.ranks:
-        made = _stage_messages(t.calls[r])
-        if made != step(r) * m:
-            sizes_off = [n for _, _, n in made if n != one]
-            if sizes_off and [(d, p) for d, p, _ in made] == [(d, p) for d, p, _ in step(r) * m]:
-                raise t.fail(_('{what}: rank {r} moved a message of {sizes_off_0} bytes; one microbatch is b x h = '
-                               '{b_h} float64 values ({one} bytes).').format(what=t.what, r=r, sizes_off_0=sizes_off[0], b_h=one // 8, one=one),
-                             size_hint)
-            want_calls = ", ".join(f"{d}({'src' if d == 'recv' else 'dst'}={p})" for d, p, _ in step(r))
-            raise t.fail(_('{what}: rank {r} made {calls_r}; each of the {m} microbatches should be {want_calls}, '
-                           'one microbatch after the other.').format(what=t.what, r=r, calls_r=t.summary(r), m=m, want_calls=want_calls),
-                         order_hint)
-
-
-def check_pipeline_forward(stage_forward: Callable) -> None:
-    """Check ``stage_forward(rank, world_size, layer, inputs)`` (notebook 16): the forward half of
-    GPipe on one stage, with send/recv.
-
-    Every rank is one stage; ``layer`` is its stage (``tanh(Linear(h, h))``, random weights known only
-    to this rank). ``inputs`` is a list of ``m`` microbatches, each ``(b, h)`` float64: on rank 0 the
-    real ones (random, known only to rank 0), on every other rank zeros of the same shape to receive
-    into. For each microbatch in order a rank takes its input (rank 0: ``inputs[j]``; others: a
-    ``recv`` from ``rank - 1``), applies ``layer`` and sends the result to ``rank + 1`` (not the last
-    rank). The last rank returns its ``m`` outputs stacked, ``(m, b, h)``; the others return ``None``.
-
-    Passes when the last rank's outputs equal the whole model on one process (within 1e-12) and each
-    rank's calls are, in this order, ``m`` times ``recv`` from ``rank - 1`` (not rank 0) then ``send``
-    to ``rank + 1`` (not the last rank) — ``isend``/``irecv`` and ``batch_isend_irecv`` count as their
-    blocking forms —, every message one microbatch (``b h`` float64 values), and nothing else. Two
-    launches at random world sizes (2-4), random ``m`` (2-5), ``b`` and ``h``.
-
-    Raises:
-        CheckFailed: a wrong answer, with a hint.
-    """
-    direction = (_('Each rank handles the microbatches one at a time, in order: rank 0 starts from its own input, every '
-                   'other rank first receives its input from the rank before it (into the buffer it was given). Then '
-                   'the stage runs, and every rank but the last passes its output on to the next rank. What does the '
-                   'last rank return?'))
-
-    def cases(rng):
-        for ws in world_sizes(rng, 2, 4):
-            gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
-            m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
-            layers = [_random_stage(gen, h) for _ in range(ws)]
-            xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            with torch.no_grad():
-                want = torch.stack([torch.nn.Sequential(*layers)(x) for x in xs])
-            args = [(layers[r], [x.clone() for x in xs] if r == 0 else [torch.zeros(b, h, dtype=torch.float64)
-                                                                         for _ in range(m)]) for r in range(ws)]
-            yield Case(ws, args, want=(want, m, b * h * 8),
-                       what=_('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m))
-
-    def judge(t: Trial) -> None:
-        (want, m, one), ws, what = t.want, t.world_size, t.what
-        last = t.results[ws - 1]
-        dev = (float((last - want).abs().max()) if isinstance(last, torch.Tensor) and last.shape == want.shape
-               else None)
-        t.show([(r, t.summary(r), "-" if r < ws - 1 else (_("wrong shape") if dev is None else f"{dev:.2e}"))
-                for r in t.ranks], (_('rank'), _('calls'), _("max |last rank's output - one process|")))
-        t.only({"send", "recv", "isend", "irecv"},
-               hint=_('pass activations with dist.send / dist.recv (or isend / irecv). ') + direction)
-        _check_stage_messages(
-            t, lambda r: ([("recv", r - 1, one)] if r > 0 else []) + ([("send", r + 1, one)] if r < ws - 1 else []),
-            m, one, size_hint=_("send and receive one microbatch's activation per message."),
-            order_hint=_('a stage passes each microbatch on as soon as it is done (that is what makes it a '
-                         'pipeline): receive microbatch j, run the stage, send it, then the next. ') + direction)
-        if dev is None or dev > 1e-12:
-            got = 'something other than an (m, b, h) tensor' if dev is None else 'outputs other than the whole model'
-            raise t.fail(_('{what}: the last rank returned {got} (one process).').format(what=what, got=got),
-                         _('on every rank apply layer to the input you took (rank 0: inputs[j]; others: what you '
-                           'received), and on the last rank return torch.stack of the m outputs.'))
-        if any(t.results[r] is not None for r in range(ws - 1)):
-            raise t.fail(_('{what}: a rank before the last returned something.').format(what=what), _("only the last rank has the model's output: return None on the others."))
-
-    # every rank but the last returns None: an unfinished answer is a stub
-    check(stage_forward, "stage_forward(rank, world_size, layer, inputs)", direction=direction, cases=cases,
-          judge=judge, unanswered="stub",
-          passed=_("each stage passed its activations on microbatch by microbatch with send/recv; the last rank's outputs "
-                   'equal the whole model on one process (world sizes {first_size} and {second_size}, random weights on '
-                   'each rank and random inputs on rank 0 only)'))
-
-
-# ----------------------------------------------------------------------------------------------
-# 16 · one pipeline stage's backward, with send/recv
-
-
-def check_pipeline_backward(stage_backward: Callable) -> None:
-    """Check ``stage_backward(rank, world_size, layer, inputs, grads)`` (notebook 16): the backward half
-    of GPipe on one stage, with send/recv.
-
-    Every rank is one stage; ``layer`` is its stage (``tanh(Linear(h, h))``, random weights known only
-    to this rank, ``requires_grad`` on, no ``.grad`` yet). ``inputs`` is the list of the ``m``
-    microbatch activations this stage received in its forward (``(b, h)`` float64 each, the real ones
-    of the whole model's forward, known only to this rank). ``grads`` is a list of ``m`` ``(b, h)``
-    float64 tensors: on the last rank the loss's gradient w.r.t. each of its outputs (random, known
-    only to the last rank), on every other rank zeros to receive into. For each microbatch a rank
-    takes the gradient of its stage's output (the last rank: ``grads[j]``; the others: a ``recv`` from
-    ``rank + 1``), backpropagates it through ``layer`` applied to ``inputs[j]`` (the parameters'
-    gradients accumulate over the microbatches) and sends the gradient of the stage's input to
-    ``rank - 1`` (not rank 0). Every rank returns its stage's parameter gradients,
-    ``[p.grad for p in layer.parameters()]``.
-
-    Passes when every rank's gradients equal one process's backward of the whole model on the same
-    microbatches (within 1e-12) and each rank's calls are, microbatch by microbatch, ``recv`` from
-    ``rank + 1`` (not the last rank) then ``send`` to ``rank - 1`` (not rank 0) —
-    ``isend``/``irecv`` and ``batch_isend_irecv`` count as their blocking forms —, every message one
-    microbatch (``b h`` float64 values), and nothing else. Two launches at random world sizes (2-4),
-    random ``m`` (2-5), ``b`` and ``h``.
-
-    Raises:
-        CheckFailed: a wrong answer, with a hint.
-    """
-    direction = _('The gradients travel the other way: the last rank starts from grads[j], every other rank first '
-                  'receives the gradient of its output from the rank after it. Backpropagate it through layer applied '
-                  'to inputs[j] (the input needs requires_grad to get a gradient of its own), and pass the gradient of '
-                  'the input on to the rank before, microbatch by microbatch.')
-
-    def cases(rng):
-        for ws in world_sizes(rng, 2, 4):
-            gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
-            m, b, h = rng.randint(2, 5), rng.randint(2, 4), rng.randint(3, 6)
-            layers = [_random_stage(gen, h).requires_grad_(True) for _ in range(ws)]
-            xs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            gs = [torch.randn(b, h, generator=gen, dtype=torch.float64) for _ in range(m)]
-            stage_inputs = [[] for _ in range(ws)]
-            with torch.no_grad():
-                for x in xs:
-                    for r, layer in enumerate(layers):
-                        stage_inputs[r].append(x.clone())
-                        x = layer(x)
-            args = [(copy.deepcopy(layers[r]), stage_inputs[r],
-                     [g.clone() for g in gs] if r == ws - 1 else [torch.zeros(b, h, dtype=torch.float64) for _ in range(m)])
-                    for r in range(ws)]
-            model = torch.nn.Sequential(*layers)
-            for x, g in zip(xs, gs):
-                model(x).backward(g)
-            want = [[p.grad for p in layer.parameters()] for layer in layers]
-            yield Case(ws, args, want=(want, m, b * h * 8),
-                       what=_('world size {world_size}, m={m} microbatches').format(world_size=ws, m=m))
-
-    def judge(t: Trial) -> None:
-        (want, m, one), ws, what = t.want, t.world_size, t.what
-        devs = []
-        for r in t.ranks:
-            got = t.results[r]
-            ok = isinstance(got, (list, tuple)) and len(got) == len(want[r]) and all(
-                isinstance(a, torch.Tensor) and a.shape == w.shape for a, w in zip(got, want[r]))
-            devs.append(max(float((a - w).abs().max()) for a, w in zip(got, want[r])) if ok else None)
-        t.show([(r, t.summary(r), _("not the parameters' gradients") if devs[r] is None else f"{devs[r]:.2e}")
-                for r in t.ranks], (_('rank'), _('calls'), _("max |stage's gradients - one process|")))
-        t.only({"send", "recv", "isend", "irecv"},
-               hint=_('pass gradients with dist.send / dist.recv (or isend / irecv). ') + direction)
-        _check_stage_messages(
-            t, lambda r: ([("recv", r + 1, one)] if r < ws - 1 else []) + ([("send", r - 1, one)] if r > 0 else []),
-            m, one, size_hint=_("send and receive one microbatch's gradient per message."),
-            order_hint=_('in backward a stage passes each gradient on as soon as it has it: receive the gradient of '
-                         'microbatch j, backpropagate, send the input gradient, then the next. ') + direction)
-        wrong = [r for r in t.ranks if devs[r] is None or devs[r] > 1e-12]
-        if wrong:
-            raise t.fail(_("{what}: rank(s) {wrong} returned gradients other than one process's (the whole model's "
-                           'backward on the same microbatches).').format(what=what, wrong=wrong),
-                         _("send the gradient of the stage's INPUT (x.grad after backward through layer(x)), not the one "
-                           "it received; accumulate the parameters' gradients over all m microbatches and return "
-                           '[p.grad for p in layer.parameters()].'))
-
-    check(stage_backward, "stage_backward(rank, world_size, layer, inputs, grads)", direction=direction, cases=cases,
-          judge=judge, unanswered="stub",
-          passed=_("each stage passed the gradients back microbatch by microbatch with send/recv; every stage's parameter "
-                   "gradients equal one process's backward of the whole model (world sizes {first_size} and "
-                   '{second_size}, random weights on each rank, the output gradients on the last rank only)'))
-
-
 __all__ = ["check_tensor_parallel_mlp", "check_tensor_parallel_backward", "check_fsdp_prefetch", "check_online_softmax",
-           "check_kv_ring_pass", "check_pipeline_forward", "check_pipeline_backward"]
+           "check_kv_ring_pass"]

@@ -3,7 +3,9 @@ check of a learner's gradient averaging against one model trained on the whole b
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import random
+from collections.abc import Callable, Iterator
+from typing import cast
 
 import torch
 
@@ -28,30 +30,35 @@ def tiny_model(seed: int = 0) -> torch.nn.Module:
 
 
 def train_steps(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, steps: int, lr: float,
-                after_backward: Callable[[torch.nn.Module], Any] | None = None) -> list[torch.Tensor]:
+                after_backward: Callable[[torch.nn.Module], object] | None = None) -> list[torch.Tensor]:
     """Train ``model`` with plain SGD on the mean squared error for ``steps`` steps on (x, y).
 
     ``after_backward(model)``, if given, runs between ``loss.backward()`` and the update: a
-    data-parallel rank averages its gradients there. Returns the final parameters (detached
-    copies, in ``model.parameters()`` order).
+    data-parallel rank averages its gradients there. A parameter without a gradient (``.grad`` is
+    ``None``: not used by the loss) is not updated, as ``torch.optim.SGD`` skips it. Returns the
+    final parameters (detached copies, in ``model.parameters()`` order).
     """
     for _step in range(steps):
         model.zero_grad()
         loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]  # torch's Tensor.backward has no annotations
         if after_backward is not None:
             after_backward(model)
         with torch.no_grad():
             for p in model.parameters():
-                p -= lr * p.grad
+                if p.grad is not None:
+                    p.sub_(lr * p.grad)  # what p -= lr * p.grad does, in place
     return [p.detach().clone() for p in model.parameters()]
 
 
-def _ddp_rank(rank: int, world_size: int, average_gradients: Callable, x, y, steps: int, lr: float):
+def _ddp_rank(rank: int, world_size: int, average_gradients: Callable[[torch.nn.Module], object], x: torch.Tensor,
+              y: torch.Tensor, steps: int, lr: float) -> list[torch.Tensor]:
+    """Runs on a rank: :func:`tiny_model` trained on this rank's shard ``(x, y)`` with the learner's
+    ``average_gradients`` after each backward; its final parameters."""
     return train_steps(tiny_model(), x, y, steps, lr, after_backward=average_gradients)
 
 
-def check_average_gradients(average_gradients: Callable) -> None:
+def check_average_gradients(average_gradients: object) -> None:
     """Check ``average_gradients(model)`` (notebook 11): after ``loss.backward()`` on each rank's own
     shard of the batch, replace every parameter's ``.grad`` by its mean over the ranks, with
     ``dist.all_reduce``.
@@ -73,7 +80,7 @@ def check_average_gradients(average_gradients: Callable) -> None:
                    'gradient: which collective combines a tensor across the ranks in place, and what must follow it to '
                    'turn a sum into a mean?'))
 
-    def cases(rng):
+    def cases(rng: random.Random) -> Iterator[Case[list[torch.Tensor]]]:
         ws = rng.randint(2, 4)
         gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
         x = torch.randn(4 * ws, 3, generator=gen, dtype=torch.float64)
@@ -82,12 +89,13 @@ def check_average_gradients(average_gradients: Callable) -> None:
         args = [(average_gradients, x[4 * r: 4 * r + 4], y[4 * r: 4 * r + 4], steps, lr) for r in range(ws)]
         yield Case(ws, args, want=want, what=_('world size {world_size}').format(world_size=ws), fn=_ddp_rank)
 
-    def judge(t: Trial) -> None:
+    def judge(t: Trial[list[torch.Tensor]]) -> None:
         want, ws, calls = t.want, t.world_size, t.calls
         devs = []
         rows = []
         for r in t.ranks:
-            devs.append(max(float((a - b).abs().max()) for a, b in zip(t.results[r], want)))
+            params = cast("list[torch.Tensor]", t.results[r])  # what _ddp_rank returns
+            devs.append(max(float((a - b).abs().max()) for a, b in zip(params, want)))
             carried = sum(c.nbytes for c in calls[r] if c.name == "all_reduce") // 8
             rows.append((r, f"{devs[r]:.2e}", f"{carried}", t.summary(r)))
         t.show(rows, (_('rank'), _('max |param - single-process|'), _('float64 values all_reduced'), _('calls')))
