@@ -45,6 +45,18 @@ def _mismatched_op(rank, world_size):
     return "", "", False
 
 
+def _all_to_all_against_all_reduce(rank, world_size):
+    """Notebook 18's skipped collective: one rank's all_to_all_single meets the others' all_reduce."""
+    try:
+        if rank == 1:
+            dist.all_to_all_single(torch.zeros(2 * world_size), torch.ones(2 * world_size))
+        else:
+            dist.all_reduce(torch.ones(4))
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc), is_comm_error(exc)
+    return "", "", False
+
+
 def _recv_nobody_sends(rank, world_size):
     if rank == 0:
         try:
@@ -94,6 +106,23 @@ def test_the_detail_checks_op_mismatch_names_the_rank_that_broadcast():
     assert (many_ranks, odd_ranks) == ([1, 2], [0])
     assert "OpType=ALLREDUCE" in many and "OpType=BROADCAST" in odd
     assert root.message.startswith("Collectives differ in: ")
+
+
+def test_fingerprints_of_two_kinds_are_read_from_each_ranks_own_account():
+    """Issue 34: when the two calls differ in kind their fingerprints differ in length and torch (2.13, 2.15) misreads
+    the other side's (rank 1 reads the others' all_reduce as OpType=GATHER, they read its all_to_all as
+    OpType=REDUCE); each rank's account of its own call is right, and the summary is built from those."""
+    got = collnb.launch(_all_to_all_against_all_reduce, 4, debug=True)
+    texts = [text for _, text, _ in got]
+    own = [dict(failures._FINGERPRINT.findall(failures._FINGERPRINT_NOISE.sub("", t)))[str(r)] for r, t in enumerate(texts)]
+    assert "OpType=ALLTOALL_BASE" in own[1] and all("OpType=ALLREDUCE" in own[r] for r in (0, 2, 3))
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    root = failures._mismatch(events)
+    assert root.rank == 1
+    (many, many_ranks), (odd, odd_ranks) = root.value
+    assert (many_ranks, odd_ranks) == ([0, 2, 3], [1])
+    assert "OpType=ALLREDUCE" in many and odd == "OpType=ALLTOALL_BASE", root.value
+    assert root.message == "Collectives differ in: Op type: ALLTOALL_BASE vs ALLREDUCE"
 
 
 def test_a_real_timeout_is_read_as_the_timeout_it_names():

@@ -28,9 +28,10 @@ analyser (``fr_trace``) and collnb's blame read from the same structured entries
   from the culprit; ``fr_trace``: "Missing dump files from ranks {culprit}"; collnb's
   :class:`collnb.RankError`: ``DidNotJoin`` naming the culprit and the line it was at.
 
-**Dumps.** Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is made, so
-:func:`fault_run` launches with ``collnb.launch(..., flight_recorder=N)``, which starts fresh ranks
-with the variable set (warm ranks made their groups already). Each rank dumps in a ``finally``
+**Dumps.** Torch reads ``TORCH_FR_BUFFER_SIZE`` once per process, when its first process group is
+made (one recorder per process, ``FlightRecorder::get()``), so :func:`fault_run` launches with
+``collnb.launch(..., flight_recorder=N)``, which starts fresh ranks with the variable set (warm ranks
+made their groups already). Each rank dumps in a ``finally``
 (:func:`collnb.ranks.flight_recorder_dump`) to ``rank<r>`` (the pickle ``fr_trace`` reads) and
 ``rank<r>.json``. On gloo, ``fr_trace`` fails with ``KeyError: ('0', 0)``: the dumps key the default
 group's ``pg_config`` ``''`` while its entries say ``('0', 'default_pg')``; :func:`fr_trace_verdict`

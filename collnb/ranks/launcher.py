@@ -174,10 +174,12 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
             :class:`LaunchResults` whose ``.timeline`` is a :class:`.instrument.timeline.Timeline` (draw it with
             :func:`collnb.views.timeline_image`, export it with ``.save_chrome_trace(path)``).
             Off by default and then free: nothing is installed in the ranks.
-        flight_recorder: entries of torch's Flight Recorder per rank (keyword only; 0, the
-            default, leaves it off). Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is
-            made, and warm ranks made theirs already, so a value other than the warm pool's starts
-            fresh ranks with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
+        flight_recorder: entries of torch's Flight Recorder per rank, which collnb then reads
+            (keyword only). 0, the default, leaves ``TORCH_FR_BUFFER_SIZE`` unset: torch's own
+            default then applies (the recorder on, 2000 entries, since pytorch#142260) and collnb
+            reads no entries. Torch reads ``TORCH_FR_BUFFER_SIZE`` once per process, when its first
+            process group is made, and warm ranks made theirs already, so a value other than the warm
+            pool's starts fresh ranks with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
         show_backend_log: print the lines the backend's C++ code logs (``[E... ProcessGroupGloo.cpp:...]``)
             in the cell as they come (keyword only). By default they are kept out of the cell and
             attached to the error as ``err.backend_log`` (its message says how many); after a call

@@ -110,8 +110,8 @@ def check_plan(rank_set: RankSet, world_size: object, backend: object = "gloo", 
                             ("show_backend_log", show_backend_log), ("timeline", timeline)):
         check_flag(flag_name, flag)
     if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
-        raise ValueError(_("flight_recorder must be a number of entries >= 0 (e.g. 200; 0 = off); got {value}").format(
-            value=repr(flight_recorder)))
+        raise ValueError(_("flight_recorder must be a number of entries >= 0 (e.g. 200; 0: torch's own default, "
+                           "entries not read); got {value}").format(value=repr(flight_recorder)))
     seconds = _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
     if start_method is not None and start_method not in ("fork", "spawn"):
         raise ValueError(_("start_method must be 'fork' or 'spawn' (ranks must be children of this "

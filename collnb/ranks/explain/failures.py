@@ -493,16 +493,24 @@ def _mismatch(failed: Sequence[Ending]) -> Ending | None:
     differs. ``None`` when the messages cannot be read."""
     fps: dict[int, str] = {}
     frames: dict[int, list[Frame]] = {}
+    found = [(e, int(rank), fp.strip()) for e in sorted(failed, key=lambda e: e.t)
+             for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message))]
+    # A rank's own account of its call first: when the two calls differ in kind their fingerprints differ in
+    # length and torch (2.13, 2.15) misreads the other side's (rank 1's all_to_all read as "OpType=REDUCE" by the
+    # others, theirs as "OpType=GATHER" by rank 1), while each reads its own right.
+    for e, rank, fp in found:
+        if rank == e.rank:
+            fps.setdefault(rank, fp)
+    for _event, rank, fp in found:
+        fps.setdefault(rank, fp)
     for e in sorted(failed, key=lambda e: e.t):
-        for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message)):
-            fps.setdefault(int(rank), fp.strip())
         if e.rank is not None:
             frames.setdefault(e.rank, e.frames)
     if len(set(fps.values())) < 2:
         return None
     seqs = {m.group(1) for fp in fps.values() for m in [re.search(r"SequenceNumber=(\d+)", fp)] if m}
     if len(seqs) == 1:  # the same operation number everywhere: leave it out
-        fps = {r: re.sub(r"SequenceNumber=\d+,\s*", "", fp) for r, fp in fps.items()}
+        fps = {r: re.sub(r"SequenceNumber=\d+,?\s*", "", fp) for r, fp in fps.items()}
     by_fp: dict[str, list[int]] = {}
     for rank, fp in sorted(fps.items()):
         by_fp.setdefault(fp, []).append(rank)
@@ -518,6 +526,12 @@ def _mismatch(failed: Sequence[Ending]) -> Ending | None:
             aspects = re.sub(r"\s+", " ", m.group(1)).strip().replace("Tensor Tensor ", "Tensor ")
             differ = "Collectives differ in: " + re.sub(r"(\S)vs ", r"\1 vs ", aspects)
             break
+    ops = {r: m.group(1) for r, fp in fps.items() for m in [re.search(r"OpType=(\w+)", fp)] if m}
+    told = re.search(r"Op type: (\w+) vs (\w+)", differ)
+    if told and not {told.group(1), told.group(2)} <= set(ops.values()) and len(set(ops.values())) == 2:
+        # torch's line compares a misread fingerprint (see above): say what the ranks themselves ran
+        lead = (ops.get(odd) if odd is not None else None) or sorted(set(ops.values()))[0]
+        differ = "Collectives differ in: Op type: " + " vs ".join([lead] + sorted(set(ops.values()) - {lead}))
     if odd is not None:
         return Ending(odd, "mismatch", first.t, first.exc_type, differ, frames.get(odd, []), value=sides)
     return Ending(None, "mismatch", first.t, first.exc_type, differ, value=sides,

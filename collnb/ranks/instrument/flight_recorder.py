@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..i18n import _
+from ...i18n import _
 
 __all__ = ["Divergence", "divergence", "entries_from_json", "FIELDS"]
 
