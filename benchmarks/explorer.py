@@ -21,7 +21,7 @@ Measures in one run on this machine, world size 8:
 * **the heatmap alone**: :func:`collnb.views.heatmap_png` of the world-size-8 int8 all_reduce
   (painting and PNG encoding, no ranks, no HTML), wall and CPU time.
 * **a clean rank per call**: what each rank does after a learner's call so that the next finds it
-  as a fresh script would (:mod:`collnb.ranks.rank_state`: put back what changed, look for what
+  as a fresh script would (:mod:`collnb.ranks.fresh.rank_state`: put back what changed, look for what
   cannot be), timed inside the ranks (median per call and rank), and a warm launch of a function
   that returns at once with that work and without it, in turn on the same ranks. Slider moves run
   collnb's own code, which the ranks do not clean up after.
@@ -172,8 +172,8 @@ def slider_moves(moves):
 
 def _clean_state_cost(rank, world_size, repeats):
     """Inside a rank: seconds per call of what the rank does after every call to stay as clean as a
-    fresh script (collnb.ranks.rank_state: put back, then look for what cannot be put back)."""
-    from collnb.ranks.rank_state import RankState
+    fresh script (collnb.ranks.fresh.rank_state: put back, then look for what cannot be put back)."""
+    from collnb.ranks.fresh.rank_state import RankState
     state = RankState(own_process=False)  # the same checks, without taking over this rank's streams
     state.own = True
     times = []
@@ -194,7 +194,7 @@ def clean_state_cost(repeats=200):
 def _switch_clean_state(rank, world_size, on):
     """In each rank: do the clean-state work after every call (``on``), or skip it (for the paired
     measurement below only: a rank that skips it is not clean)."""
-    from collnb.ranks.rank_state import RankState
+    from collnb.ranks.fresh.rank_state import RankState
     if "_bench_work" not in vars(RankState):
         RankState._bench_work = (RankState.restore, RankState.retire_reason)
     RankState.restore, RankState.retire_reason = RankState._bench_work if on else (
@@ -229,8 +229,8 @@ def learner_call_ratio(blocks=8, calls=20):
 
 def pss_of_pool():
     import psutil
-    from collnb.ranks import launcher
-    pool = launcher.warm_pool()
+    from collnb.ranks import warm_pool
+    pool = warm_pool()
     pids = pool.pids()[:WORLD_SIZE]
     return sum(psutil.Process(p).memory_full_info().pss for p in pids) / 2 ** 20, len(pids)
 

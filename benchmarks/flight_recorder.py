@@ -20,7 +20,8 @@ import time
 import torch
 import torch.distributed as dist
 
-from collnb.ranks import RankPool
+import collnb
+from collnb.ranks import RankPool, RankSetup
 
 
 def step(rank, world_size, ops):
@@ -38,17 +39,21 @@ def main():
     p.add_argument("--buffer", type=int, default=200)
     a = p.parse_args()
     n = a.world_size
-    pools = {"off": RankPool("gloo", False, 5.0, "fork", 0),
-             "flight recorder": RankPool("gloo", False, 5.0, "fork", a.buffer)}
+    setups = {"off": RankSetup("gloo", False, 5.0, "fork", 0),
+              "flight recorder": RankSetup("gloo", False, 5.0, "fork", a.buffer)}
+    pools = {k: RankPool(setup) for k, setup in setups.items()}
+    requests = {k: collnb.ranks.plan_launch(n, "gloo", {"debug": False}) for k in setups}
     try:
+        from collnb.ranks.request import check_call
+        calls = {k: check_call(plan, step, (a.ops,)) for k, plan in requests.items()}
         for _ in range(3):  # warm: fresh ranks, groups
-            for pool in pools.values():
-                pool.run(step, n, (a.ops,))
+            for k, pool in pools.items():
+                pool.run(calls[k])
         times = {k: [] for k in pools}
         for _ in range(a.rounds):
             for k, pool in pools.items():
                 t0 = time.perf_counter()
-                pool.run(step, n, (a.ops,))
+                pool.run(calls[k])
                 times[k].append(time.perf_counter() - t0)
         med = {k: statistics.median(v) for k, v in times.items()}
         print(f"world size {n}, {a.ops} all_reduces per launch, {a.rounds} interleaved rounds, "

@@ -25,7 +25,6 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 import collnb
-from collnb.ranks import launcher
 
 
 def _free_port():
@@ -97,7 +96,7 @@ def main(argv=None):
 
     collnb.shutdown()
     collnb.launch(_all_reduce, 8)
-    collnb_pss = sum(_pss_mb(pid) for pid in launcher.warm_pool().pids())
+    collnb_pss = sum(_pss_mb(pid) for pid in collnb.ranks.warm_pool().pids())
     spawn_pss = seed_pattern(8)[1]
     collnb.shutdown()
 

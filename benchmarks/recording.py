@@ -1,4 +1,4 @@
-"""What recording costs: ``launch(..., record_calls=True)`` (collnb.ranks.recording) against no
+"""What recording costs: ``launch(..., record_calls=True)`` (collnb.ranks.instrument.recording) against no
 recording, inside one rank function, measured interleaved so that load on a shared machine hits
 both alike.
 
@@ -26,7 +26,7 @@ import collnb
 def interleaved(rank, world_size, iters, first):
     """Per iteration: one all_reduce and one torch.add recorded (a Recorder around them), then the
     same without it. Returns per-call seconds for each variant."""
-    from collnb.ranks import recording
+    from collnb.ranks.instrument import recording
 
     t, a, b = torch.ones(16), torch.ones(16), torch.ones(16)
     out = {k: [] for k in ("ar_on", "ar_off", "add_on", "add_off")}

@@ -15,6 +15,49 @@ def pool_dirs():
     return glob.glob(os.path.join(tempfile.gettempdir(), f"collnb-{os.getpid()}-*"))
 
 
+@pytest.fixture
+def fresh_pool():
+    """No warm pool when the test starts, and none left when it ends: for a test that counts, kills
+    or inspects the warm ranks, or must see ranks start. Yields the function that returns the warm
+    pool the test made (``collnb.ranks.warm_pool``)."""
+    import collnb
+    from collnb.ranks import warm_pool
+    collnb.shutdown()
+    yield warm_pool
+    collnb.shutdown()
+
+
+#: The ranks a plain ``collnb.launch(fn, n)`` runs on.
+def _default_setup():
+    from collnb.ranks import RankSetup
+    from collnb.ranks.local.rankset import default_start_method
+    return RankSetup(start_method=default_start_method())
+
+
+@pytest.fixture(autouse=True)
+def _warm_pool_left_as_a_plain_launch_finds_it():
+    """After every test, the one warm pool of this process is left as a plain ``collnb.launch`` would
+    find it, or not at all: a pool made another way (another collective_timeout, debug=False, the
+    Flight Recorder, spawn), closed after a failure, retired by its last call (a replaced torch
+    function) or with a dead rank is shut down. So no test's pass depends on what an earlier test
+    did to the pool (its ranks' state, the "starting fresh ranks" line a retired pool prints)."""
+    yield
+    from collnb.ranks import warm_pool
+    pool = warm_pool()
+    if pool is None:
+        return
+    if pool.lock.acquire(blocking=False):  # a pool still in use by a test's thread is that test's to end
+        try:
+            unfit = pool.broken or pool.setup != _default_setup() or bool(pool.settle()) or bool(pool.dead_ranks())
+        finally:
+            pool.lock.release()
+    else:
+        unfit = True
+    if unfit:
+        import collnb
+        collnb.shutdown()
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _no_leftovers_at_end():
     yield

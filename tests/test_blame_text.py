@@ -3,7 +3,7 @@ pinned torch (2.13.0) really writes, produced on real gloo ranks here: a changed
 these tests instead of silently changing whom a RankError blames.
 
 Structured sources come first where torch has them (the Flight Recorder's entries,
-``collnb.ranks.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
+``collnb.ranks.instrument.flight_recorder``; the wait each rank measured, ``which_timeout``); what is left to the
 text: the DETAIL check's collective fingerprints and "differ in" line (``failures._mismatch``), the
 timeout and closed-connection wordings (``timeouts.text_hint``) and torch's communication-error markers
 (``tracebacks.is_comm_error``).
@@ -18,10 +18,10 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import failures
-from collnb.ranks.failures import Event
-from collnb.ranks.timeouts import text_hint
-from collnb.ranks.tracebacks import is_comm_error
+from collnb.ranks.explain import failures
+from collnb.ranks.explain.failures import Ending
+from collnb.ranks.instrument.timeouts import text_hint
+from collnb.ranks.explain.tracebacks import is_comm_error
 
 pytestmark = pytest.mark.skipif(torch.__version__.split("+")[0] != "2.13.0",
                                 reason="the texts are those of the pinned torch 2.13.0")
@@ -40,6 +40,18 @@ def _mismatched_op(rank, world_size):
     t = torch.ones(4)
     try:
         dist.broadcast(t, src=0) if rank == 0 else dist.all_reduce(t)
+    except Exception as exc:  # noqa: BLE001
+        return type(exc).__name__, str(exc), is_comm_error(exc)
+    return "", "", False
+
+
+def _all_to_all_against_all_reduce(rank, world_size):
+    """Notebook 18's skipped collective: one rank's all_to_all_single meets the others' all_reduce."""
+    try:
+        if rank == 1:
+            dist.all_to_all_single(torch.zeros(2 * world_size), torch.ones(2 * world_size))
+        else:
+            dist.all_reduce(torch.ones(4))
     except Exception as exc:  # noqa: BLE001
         return type(exc).__name__, str(exc), is_comm_error(exc)
     return "", "", False
@@ -65,12 +77,6 @@ def _peer_dies(rank, world_size, path):
             fh.write(f"{type(exc).__name__}\n{is_comm_error(exc)}\n{exc}")
 
 
-@pytest.fixture(autouse=True)
-def _fresh_ranks():
-    yield
-    collnb.shutdown()  # the ranks' groups saw failures: none of it carries to the next test
-
-
 def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
     got = collnb.launch(_mismatched_dtype, 3, debug=True)
     assert {exc_type for exc_type, _, _ in got} == {"RuntimeError"}
@@ -83,7 +89,7 @@ def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
         assert all("OpType=ALLREDUCE" in fp and "TensorShape=[4]" in fp for fp in fps.values())
         assert "TensorOptions" not in "".join(fps.values())  # the noise is gone
         assert failures._DIFFER.search(text) is not None
-    events = [Event(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
     root = failures._mismatch(events)
     assert root.rank == 2 and root.kind == "mismatch"  # the one rank that differs from both others
     assert root.message == "Collectives differ in: Tensor dtypes: Long vs Float"
@@ -93,13 +99,30 @@ def test_the_detail_checks_dtype_mismatch_is_read_as_torch_writes_it():
 
 def test_the_detail_checks_op_mismatch_names_the_rank_that_broadcast():
     got = collnb.launch(_mismatched_op, 3, debug=True)
-    events = [Event(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
     root = failures._mismatch(events)
     assert root.rank == 0
     (many, many_ranks), (odd, odd_ranks) = root.value
     assert (many_ranks, odd_ranks) == ([1, 2], [0])
     assert "OpType=ALLREDUCE" in many and "OpType=BROADCAST" in odd
     assert root.message.startswith("Collectives differ in: ")
+
+
+def test_fingerprints_of_two_kinds_are_read_from_each_ranks_own_account():
+    """Issue 34: when the two calls differ in kind their fingerprints differ in length and torch (2.13, 2.15) misreads
+    the other side's (rank 1 reads the others' all_reduce as OpType=GATHER, they read its all_to_all as
+    OpType=REDUCE); each rank's account of its own call is right, and the summary is built from those."""
+    got = collnb.launch(_all_to_all_against_all_reduce, 4, debug=True)
+    texts = [text for _, text, _ in got]
+    own = [dict(failures._FINGERPRINT.findall(failures._FINGERPRINT_NOISE.sub("", t)))[str(r)] for r, t in enumerate(texts)]
+    assert "OpType=ALLTOALL_BASE" in own[1] and all("OpType=ALLREDUCE" in own[r] for r in (0, 2, 3))
+    events = [Ending(r, "error", float(r), exc_type, text) for r, (exc_type, text, _) in enumerate(got)]
+    root = failures._mismatch(events)
+    assert root.rank == 1
+    (many, many_ranks), (odd, odd_ranks) = root.value
+    assert (many_ranks, odd_ranks) == ([0, 2, 3], [1])
+    assert "OpType=ALLREDUCE" in many and odd == "OpType=ALLTOALL_BASE", root.value
+    assert root.message == "Collectives differ in: Op type: ALLTOALL_BASE vs ALLREDUCE"
 
 
 def test_a_real_timeout_is_read_as_the_timeout_it_names():

@@ -163,7 +163,7 @@ def test_many_steps_wrap_into_bands_no_wider_than_the_output_area():
 def _redistribute_2x2(rank, world_size):
     from torch.distributed.device_mesh import init_device_mesh
     from torch.distributed.tensor import Replicate, Shard, distribute_tensor
-    from collnb.ranks import recording
+    from collnb.ranks.instrument import recording
     mesh = init_device_mesh("cpu", (2, 2))
     d = distribute_tensor(torch.arange(24.).reshape(4, 6), mesh, [Shard(0), Shard(0)], src_data_rank=None)
     start = len(recording.active().records())

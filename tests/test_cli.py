@@ -84,14 +84,14 @@ def test_main_in_process_reports_undefined_ranks(capsys):
 
 def test_mismatch_exit_code(monkeypatch, capsys):
     from collnb.collectives import primitives as P
-    real = P.run_batch
+    real = P._run_planned  # what collnb.run and run_batch run once their launch is planned
 
     def broken(*a, **k):
         res = real(*a, **k)
         res[0].after[0][0] = 42.0
         res[0].check()
         return res
-    monkeypatch.setattr(P, "run_batch", broken)
+    monkeypatch.setattr(P, "_run_planned", broken)
     assert main(["run", "all_gather", "-n", "2"]) == EXIT_MISMATCH
     assert "✗ expected [0.0, 10.0]" in capsys.readouterr().out
 

@@ -6,6 +6,7 @@ where this process may not (not root / no CAP_NET_ADMIN)."""
 
 from __future__ import annotations
 
+import glob
 import os
 import subprocess
 import tempfile
@@ -14,6 +15,7 @@ import numpy as np
 import psutil
 import pytest
 
+import collnb
 from collnb.labs import cluster as cl
 from collnb.labs.cluster import network, virtual
 
@@ -36,7 +38,9 @@ def _children() -> set:
 
 
 def _scratch_dirs() -> set:
-    return {n for n in os.listdir(tempfile.gettempdir()) if n.startswith("collnb-cluster-")}
+    """This process's clusters' rank folders (``collnb-cluster-<pid>-*``): other sessions' clusters
+    share the temporary folder, and their folders come and go while a test runs."""
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), f"collnb-cluster-{os.getpid()}-*")))
 
 
 @pytest.fixture(scope="module")
@@ -112,25 +116,40 @@ def test_where_namespaces_cannot_be_made_it_says_why_in_one_line_or_is_modelled(
 
 def test_the_culprit_is_a_ranks_own_error_even_when_a_peers_connection_error_came_first(tmp_path):
     """A peer's "Connection closed by peer" can land before the error that caused it (a loaded
-    machine): the rank whose own code raised is blamed; only communication errors -> the earliest."""
-    import cloudpickle
+    machine): the rank whose own code raised is blamed, then a rank that died without an answer;
+    with only communication errors, the earliest. The cluster reads its ranks' answers into the one
+    blame every rank set shares (collnb.ranks.conclude)."""
+    import pickle
+
+    from collnb.ranks import Failed, RankError, RankExit, conclude
 
     class Done:  # a finished process (exit status 1)
         def poll(self):
             return 1
 
     def write(rank, when, comm, text):
-        (tmp_path / f"result-7-{rank}.pkl").write_bytes(cloudpickle.dumps(("error", "E", text, when, comm)))
+        exc_type, _sep, message = text.partition(": ")
+        (tmp_path / f"result-7-{rank}.pkl").write_bytes(pickle.dumps((when, Failed(exc_type, message, [], comm))))
+
+    def blamed():
+        answers = {}
+        c._answers(str(tmp_path), 7, [Done()] * 4, answers)
+        with pytest.raises(RankError) as raised:
+            conclude(range(4), answers, 5.0, "run", {})
+        return answers, raised.value
 
     c = cl.VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=None)
     write(0, 10.0, True, "RuntimeError: Connection closed by peer")
     write(1, 10.5, True, "RuntimeError: Connection closed by peer")
     write(2, 11.0, False, "ValueError: rank 2 says no")
     write(3, 9.0, True, "RuntimeError: Connection closed by peer")
-    assert c._first_failure([Done()] * 4, str(tmp_path), 7) == (2, "ValueError: rank 2 says no")
-    (tmp_path / "result-7-2.pkl").unlink()
+    _answers, err = blamed()
+    assert (err.rank, err.exc_type) == (2, "ValueError") and str(err).startswith("rank 2: ValueError: rank 2 says no")
+    (tmp_path / "result-7-2.pkl").unlink()  # rank 2 ended without an answer: it died
+    answers, err = blamed()
+    assert isinstance(answers[2], RankExit) and answers[2].exitcode == 1 and err.rank == 2
     write(2, 12.0, True, "RuntimeError: Connection reset by peer")
-    assert c._first_failure([Done()] * 4, str(tmp_path), 7)[0] == 3
+    assert blamed()[1].rank == 3
 
 
 # -- real namespaces and ranks ----------------------------------------------------------------
@@ -171,7 +190,11 @@ def test_a_rank_that_raises_is_named_and_nothing_is_left_behind(cluster):
     before, children = _scratch_dirs(), _children()
     with pytest.raises(cl.ClusterRankError, match="rank 2 \\(node 1\\)") as raised:
         cluster.launch(_raise_on_2, timeout=60)
-    assert raised.value.rank == 2 and "ValueError: rank 2 says no" in raised.value.traceback
+    err = raised.value
+    assert isinstance(err, collnb.RankError) and (err.rank, err.exc_type) == (2, "ValueError")
+    assert 'raise ValueError("rank 2 says no")' in err.traceback and "in _raise_on_2" in err.traceback
+    # the peers were waiting in the all_reduce rank 2 never joined: said as for local ranks
+    assert all("waiting in all_reduce" in err.outcomes[r] for r in (0, 1, 3))
     assert _children() <= children
     assert _scratch_dirs() <= before
 
@@ -296,6 +319,10 @@ def test_an_emulated_clusters_ranks_stay_warm_and_restart_after_a_failure():
             c.launch(_raise_on_2, timeout=60)
         again = c.launch(_pid)
         assert set(again).isdisjoint(first)  # fresh ranks after the failure
+        assert c.launch(_pid) == again
+        # a call that changes a rank for good (a replaced torch function): the next call starts fresh ranks
+        assert c.launch(_replaces_all_reduce) == again
+        assert set(c.launch(_pid)).isdisjoint(again)
         names = c.namespaces
     assert not set(names) & set(network.namespaces())
     with pytest.raises(cl.ClusterUnavailable, match="closed"):
@@ -360,7 +387,6 @@ def _mesh(rank, world_size):
 @pytest.mark.slow
 @needs_namespaces
 def test_an_active_cluster_is_where_collnb_launches_and_run_and_device_mesh_go():
-    import collnb
     host_ns = os.readlink("/proc/self/ns/net")
     with collnb.cluster(2, 2, inter="1 Gbit/s", activate=True) as c:
         got = collnb.launch(_where_and_sum, c)
@@ -371,14 +397,154 @@ def test_an_active_cluster_is_where_collnb_launches_and_run_and_device_mesh_go()
         assert np.array_equal(trace.final, trace.builtin)
         assert collnb.launch(_mesh, 4) == [(2, 2, r // 2) for r in range(4)]
         assert [g[2] for g in collnb.launch(_where_and_sum, 2)] == [[1.0, 1.0]] * 2  # the first 2 ranks
-        with pytest.raises(NotImplementedError, match="record_calls= is not supported on a virtual cluster"):
-            collnb.launch(_where_and_sum, 4, record_calls=True)
+        with pytest.raises(NotImplementedError, match="start_method= is not supported on a virtual cluster"):
+            collnb.launch(_where_and_sum, 4, start_method="spawn")
         with pytest.raises(RuntimeError, match="gloo only"):
             collnb.launch(_where_and_sum, 4, backend="nccl")
         with pytest.raises(collnb.RankError) as raised:
             collnb.launch(_raise_on_2, 4, timeout=60)
         assert raised.value.rank == 2 and raised.value.exc_type == "ValueError"
     assert collnb.launch(_where_and_sum, 2)[0][0] == host_ns  # closed: back to this machine's ranks
+
+
+def _records_and_marks(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(4)
+    with collnb.region("step"):
+        dist.all_reduce(t)
+        if rank == 0:
+            dist.send(t, 2)  # to the other node
+        elif rank == 2:
+            dist.recv(t, 0)
+    return float(t[0])
+
+
+def _uneven_a2a(rank, world_size, short):
+    import torch
+    import torch.distributed as dist
+    out = torch.full((2 * world_size,), -1.0)
+    splits = [1] + [2] * (world_size - 1) if (short and rank == 1) else [2] * world_size
+    dist.all_to_all_single(out, torch.ones(sum(splits)), [2] * world_size, splits)
+    return out.tolist()
+
+
+def _fr_buffer(rank, world_size):
+    return os.environ.get("TORCH_FR_BUFFER_SIZE")
+
+
+def _backend_line(rank, world_size):
+    # a line in c10's log format, written on fd 2 as torch's C++ code writes its log
+    os.write(2, b"[rank%d]:[E1205 23:49:01.562631079 ProcessGroupGloo.cpp:2901] [Rank %d]: logged\n" % (rank, rank))
+    if rank == 1:
+        raise ValueError("rank 1 fails after the backend logged")
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_a_clusters_ranks_take_every_instrument_as_local_ranks_and_engines_do(capfd):
+    """The cluster's ranks run each call with the steps every collnb rank takes
+    (collnb.ranks.instrument.interface): recorded calls, a timeline on one clock (the namespaces share
+    this machine's monotonic clock), the Flight Recorder naming a rank whose collective differed, and
+    the backend's C++ log kept for the error or shown."""
+    from collnb.ranks.instrument.timeline import CLOCK
+    with collnb.cluster(2, 2, inter="1 Gbit/s", activate=True):
+        got = collnb.launch(_records_and_marks, 4, record_calls=True, timeline=True)
+        assert list(got) == [4.0] * 4
+        assert [[(c.name, c.peer, c.group_ranks) for c in calls] for calls in got.calls] == [
+            [("all_reduce", None, (0, 1, 2, 3)), ("send", 2, (0, 1, 2, 3))], [("all_reduce", None, (0, 1, 2, 3))],
+            [("all_reduce", None, (0, 1, 2, 3)), ("recv", 0, (0, 1, 2, 3))], [("all_reduce", None, (0, 1, 2, 3))]]
+        assert [calls.unrecorded for calls in got.calls] == [0] * 4
+        tl = got.timeline
+        assert tl.clock == CLOCK and tl.world_size == 4
+        assert sorted((s.rank, s.name) for s in tl.operations()) == [
+            (0, "all_reduce"), (0, "send"), (1, "all_reduce"), (2, "all_reduce"), (2, "recv"), (3, "all_reduce")]
+        # the send/recv completion is told by torch.distributed's wrappers, installed in these ranks too
+        assert all(s.completed and s.start <= s.end and s.ready >= s.start for s in tl.operations())
+        assert [(s.rank, s.name) for s in tl.regions()] == [(r, "step") for r in range(4)]
+        plain = collnb.launch(_records_and_marks, 4)
+        assert plain == [4.0] * 4 and not hasattr(plain, "calls")  # off by default
+        # flight_recorder=N: fresh ranks whose groups are made with TORCH_FR_BUFFER_SIZE=N
+        assert collnb.launch(_fr_buffer, 3, flight_recorder=50) == ["50"] * 3
+        with pytest.raises(collnb.RankError, match=r"^rank 1 \(node 0\): CollectiveMismatch: its collective_seq_id "
+                           r"\d+ in the default group differs") as info:
+            collnb.launch(_uneven_a2a, 3, (True,), flight_recorder=50)
+        assert info.value.rank == 1 and info.value.results[0][2] == 1.0
+        assert collnb.launch(_uneven_a2a, 3, (False,), flight_recorder=50)[0] == [1.0] * 6
+        capfd.readouterr()
+        with pytest.raises(collnb.RankError, match="rank 1 fails") as kept:
+            collnb.launch(_backend_line, 4)
+        out, err = capfd.readouterr()
+        assert "ProcessGroupGloo.cpp" not in out + err
+        assert sorted(kept.value.backend_log) == [
+            f"[rank {r}] [rank{r}]:[E1205 23:49:01.562631079 ProcessGroupGloo.cpp:2901] [Rank {r}]: logged"
+            for r in range(4)]
+        assert "(4 lines logged by gloo's C++ code" in str(kept.value)
+        with pytest.raises(collnb.RankError) as shown:
+            collnb.launch(_backend_line, 4, show_backend_log=True)
+        assert capfd.readouterr().err.count("ProcessGroupGloo.cpp:2901") == 4 and shown.value.backend_log == []
+
+
+def _one_collective(rank, world_size, kind):
+    import torch
+    import torch.distributed as dist
+    n = 1 << 18  # 1 MiB of float32
+    pairs = [dist.new_group([0, 2]), dist.new_group([1, 3])]  # one rank of each node
+    if kind == "all_reduce":
+        dist.all_reduce(torch.ones(n))
+    elif kind == "reduce_scatter":
+        dist.reduce_scatter_tensor(torch.empty(n // 4), torch.ones(n))
+    elif kind == "reduce_scatter pairs":
+        dist.reduce_scatter_single(torch.empty(n // 2), torch.ones(n), group=pairs[rank % 2])
+    elif kind == "all_gather":
+        dist.all_gather_single(torch.empty(n), torch.ones(n // 4))
+    elif kind == "all_to_all":
+        dist.all_to_all_single(torch.empty(n), torch.ones(n))
+    elif kind == "broadcast":
+        dist.broadcast(torch.ones(n), 0)
+    elif kind == "reduce":
+        dist.reduce(torch.ones(n), 0)
+    elif kind == "send" and rank in (0, 2):  # 0 -> 3 and 2 -> 1: each node sends one buffer across
+        dist.send(torch.ones(n), 3 - rank)
+    elif kind == "send":
+        dist.recv(torch.empty(n), 3 - rank)
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_the_estimate_prices_each_collective_as_gloo_sends_it_on_the_links():
+    """node_traffic's estimate from the recorded calls (collnb.labs.cluster.traffic) against the
+    nodes' eth0 counters, collective by collective, 1 MiB on 2 nodes x 2 ranks: equal within the
+    frames' headers and the count's barriers. (gloo runs reduce_scatter as an all_reduce and
+    all_gather as a ring: a direct exchange's estimate was off by 2x and 0.75x.)"""
+    mib = 1 << 20
+    want = {"all_reduce": [1.5, 1.5], "reduce_scatter": [1.5, 1.5], "reduce_scatter pairs": [2.0, 2.0],
+            "all_gather": [0.75, 0.75], "all_to_all": [1.0, 1.0], "broadcast": [2.0, 0.0], "reduce": [0.75, 1.25],
+            "send": [1.0, 1.0]}
+    with cl.cluster(2, 2, inter="2 Gbit/s", mode="emulated") as c:
+        for kind, per_node in want.items():
+            t = cl.node_traffic(c, _one_collective, [(kind,)] * 4)
+            assert t.estimated == [b * mib for b in per_node], kind
+            assert all(e <= s <= 1.02 * e + (32 << 10) for s, e in zip(t.sent, t.estimated)), (kind, t.sent)
+
+
+def _replaces_all_reduce(rank, world_size):
+    import torch.distributed as dist
+    dist.all_reduce = lambda *args, **kwargs: None
+    return os.getpid()
+
+
+def test_a_real_clusters_nodes_are_the_connected_engines_hosts(monkeypatch):
+    """collnb.cluster asks the ranks layer for the engines' hosts (collnb.ranks.connected_hosts)."""
+    from collnb.labs.cluster import clusters as cluster_module
+    from collnb.ranks.remote import connection
+
+    class Engines:
+        infos = [{"host": "a"}, {"host": "a"}, {"host": "b"}, {"host": "b"}]
+
+    assert cluster_module._engine_hosts() is None
+    monkeypatch.setattr(connection, "_connection", Engines())
+    assert cluster_module._engine_hosts() == ["a", "a", "b", "b"]
 
 
 def _png_colours(fig) -> int:
@@ -462,9 +628,15 @@ def _check_the_exercise(c, capsys):
     out = capsys.readouterr().out
     assert "not answered yet" in out and "collapsed cell" in out and "✓" not in out
     cl.check_tier_aware_all_reduce(_hier_answer, c)
-    assert "✓ the exact sum on every rank" in capsys.readouterr().out
-    with pytest.raises(CheckFailed, match="too many bytes crossed the node boundary"):
+    out = capsys.readouterr().out
+    assert "✓ the exact sum on every rank" in out
+    # the table: each rank's recorded calls and the bytes they sent across nodes (2 MiB: half of 4 MiB)
+    assert out.count("reduce_scatter_single, all_reduce, all_gather_single  2 MiB") == 4
+    with pytest.raises(CheckFailed, match="too many bytes crossed the node boundary") as flat:
         cl.check_tier_aware_all_reduce(_flat_answer, c)
+    # in the flat ring 0 -> 1 -> 2 -> 3 -> 0 only ranks 1 and 3 send to another node: 2 (p-1)/p of 4 MiB each
+    assert [line.split()[-2:] for line in str(flat.value).splitlines() if line.startswith("  ") and "all_reduce" in line] \
+        == [["0", "B"], ["6", "MiB"], ["0", "B"], ["6", "MiB"]]
     with pytest.raises(CheckFailed, match="did not return the sum"):
         cl.check_tier_aware_all_reduce(_wrong_answer, c)
     with pytest.raises(CheckFailed, match="define it as"):
@@ -482,3 +654,7 @@ def test_the_exercise_passes_only_a_schedule_that_sends_shards_across_nodes_meas
         _check_the_exercise(c, capsys)
         traffic = cl.node_traffic(c, _flat_answer, [(__import__("torch").ones(1 << 16), 2)] * 4)
         assert traffic.measured and all(1.4 * (1 << 18) < b < 1.7 * (1 << 18) for b in traffic.sent)  # 1.5 m
+        # the calls were recorded on the cluster's ranks (between the count's two barriers), and priced as
+        # gloo runs them they make the same 1.5 m per node
+        assert [[c.name for c in calls] for calls in traffic.calls] == [["barrier", "all_reduce", "barrier"]] * 4
+        assert traffic.estimated == [1.5 * (1 << 18)] * 2

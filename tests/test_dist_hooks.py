@@ -12,7 +12,7 @@ warnings.filterwarnings("ignore", category=FutureWarning)
 
 
 def test_hooks_are_off_outside_the_learners_function():
-    from collnb.ranks import _dist_hooks
+    from collnb.ranks.instrument import _dist_hooks
 
     def state(rank, world_size):
         return _dist_hooks.installed(), dist.all_reduce.__module__
@@ -231,7 +231,7 @@ def test_p2p_ops_built_with_functions_taken_before_the_wrapping_still_work():
 
 def test_the_hooks_can_be_driven_by_hand_on_any_rank():
     """install/pause/uninstall: the API a remote engine uses without launch()."""
-    from collnb.ranks import _dist_hooks
+    from collnb.ranks.instrument import _dist_hooks
 
     def fn(rank, world_size):
         wrapped = dist.all_reduce

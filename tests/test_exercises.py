@@ -101,6 +101,7 @@ CODE = {
     "15_context_parallel": ("update", "step"),
     "16_pipeline_parallel": ("stage_forward", "stage_backward"),
     "17_overlap": "overlapped_step",
+    "18_hangs": (None, "fixed_step"),   # the culprit (check_hang_culprit, NOT_CODE), then the step that hangs
     "20_composed_parallelism": ("compose", None),
 }
 #: (notebook, exercise index, the exercise's function name): every code exercise of CODE.

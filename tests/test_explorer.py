@@ -260,7 +260,7 @@ def test_errors_shown_and_explorer_stays_usable():
         # a rank dies while idle (OOM killer, a stray kill): the explorer recovers by the next
         # change at the latest -- either the launcher replaces the rank at once, or the run shows
         # the failure and the change after it starts fresh ranks
-        victim = launcher.warm_pool().pids()[1]
+        victim = collnb.ranks.warm_pool().pids()[1]
         os.kill(victim, signal.SIGKILL)
         time.sleep(0.2)
         ex.controls["world_size"].value = 3
@@ -268,13 +268,13 @@ def test_errors_shown_and_explorer_stays_usable():
         if ex.error is not None:
             assert ex.message.startswith("✗") and idle(ex)
             assert rows(ex) == [["10", "11"]] * 2  # the last good figure stays
-            assert launcher.warm_pool() is None or launcher.warm_pool().broken  # never reused
+            assert collnb.ranks.warm_pool() is None or collnb.ranks.warm_pool().broken  # never reused
             ex.controls["world_size"].value = 4
             ex.wait()
         ws = ex.params()["world_size"]
         assert ex.error is None and "✓" in ex.message
         assert rows(ex) == [[str(max(10 * r + c for r in range(ws))) for c in range(ws)]] * ws
-        assert victim not in launcher.warm_pool().pids()
+        assert victim not in collnb.ranks.warm_pool().pids()
     finally:
         ex.close()
 
@@ -285,7 +285,7 @@ def test_failing_rank_shown_then_fresh_ranks():
     # which rank failed; the next change runs on fresh ranks.
     ex = explore("all_reduce", world_size=3, collective_timeout=1.0)
     try:
-        pool = launcher.warm_pool()
+        pool = collnb.ranks.warm_pool()
         old = pool.pids()
         os.kill(old[1], signal.SIGSTOP)
         ex.controls["dtype"].value = "int32"
@@ -298,10 +298,9 @@ def test_failing_rank_shown_then_fresh_ranks():
         ex.wait(timeout=30)
         assert ex.error is None and attr(ex, "dtype") == "int64"
         assert rows(ex) == sum_table(3)
-        assert not set(launcher.warm_pool().pids()) & set(old)
+        assert not set(collnb.ranks.warm_pool().pids()) & set(old)
     finally:
         ex.close()
-        collnb.shutdown()  # the pool of collective_timeout=1.0 is not the default one
 
 
 def psutil_alive(pid):

@@ -21,9 +21,9 @@ def nothing_known(monkeypatch, tmp_path):
     probes = []
     real = S._probe
 
-    def counted(backend, info, **kw):
-        probes.append(backend)
-        return real(backend, info, **kw)
+    def counted(plan):
+        probes.append(plan.setup.backend)
+        return real(plan)
 
     monkeypatch.setattr(S, "_probe", counted)
     return probes
@@ -55,9 +55,9 @@ def test_a_rank_error_the_backend_does_not_explain_is_raised_as_it_is(nothing_kn
     def failing(*args, **kwargs):
         raise RankError("rank 1: RuntimeError: something else", 1, "RuntimeError", "", {0: "ok", 1: "raised"})
 
-    monkeypatch.setattr(collnb.ranks, "launch", failing)
+    monkeypatch.setattr(collnb.ranks, "launch_planned", failing)  # what collnb.run launches with
     fake = S.BackendSupport("gloo", torch.__version__, 2, {("all_reduce", "float32", "sum"): None})
-    monkeypatch.setattr(S, "_probe", lambda backend, info, **kw: nothing_known.append(backend) or fake)
+    monkeypatch.setattr(S, "_probe", lambda plan: nothing_known.append(plan.setup.backend) or fake)
     with pytest.raises(RankError, match="something else"):
         P.run("all_reduce", world_size=2)
     assert nothing_known == ["gloo"]

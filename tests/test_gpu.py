@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher, remote
+from collnb.ranks.local import rankset as local_rankset
+from collnb.ranks.remote import connection as remote
 import collnb.collectives as P
 
 NGPU = torch.cuda.device_count() if torch.cuda.is_available() else 0
@@ -128,7 +129,7 @@ def test_more_ranks_than_gpus_is_refused_before_any_rank_starts(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    monkeypatch.setattr(launcher, "RankPool", None)  # any attempt to start ranks would fail loudly
+    monkeypatch.setattr(local_rankset, "RankPool", None)  # any attempt to start ranks would fail loudly
     words = (r"world_size must be an int from 1 to 2 \(NCCL puts one rank per GPU and 2 are visible; "
              r"use backend='gloo' for more ranks\); got 3")
     # the same request gets the same answer from every entry point that starts ranks
@@ -147,7 +148,7 @@ def _infos(hosts, gpus, addrs=None):
 
 
 def _conn(infos):
-    conn = object.__new__(remote._Connection)
+    conn = object.__new__(remote.Engines)
     conn.infos, conn.ids = infos, list(range(len(infos)))
     hosts = [i["host"] for i in infos]
     conn.local_ranks = [hosts[:r].count(h) for r, h in enumerate(hosts)]

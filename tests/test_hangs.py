@@ -241,13 +241,13 @@ def test_bad_requests_refused():
 
 
 def _timed_out(rank, t, entries):
-    from collnb.ranks.failures import Event
-    return Event(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
+    from collnb.ranks.explain.failures import Ending
+    return Ending(rank, "error", t, "RuntimeError", "Timed out waiting 2000ms for recv operation to complete",
                  [], True, flight_recorder=entries)
 
 
 def test_rank_error_names_the_diverged_rank_from_flight_recorder_entries():
-    from collnb.ranks.failures import call_error
+    from collnb.ranks.explain.failures import call_error
     a2a = "gloo:all_to_all"
     good = [_entry(1), _entry(2), _entry(3)]
     odd = [_entry(1), _entry(2), _entry(3, a2a, ((8,),))]  # rank 2 skipped an all_reduce
@@ -297,3 +297,115 @@ def test_a_call_that_returned_with_diverged_entries_raises_and_the_next_call_is_
     assert info.value.rank == 1 and info.value.results[0][2] == 1.0 and info.value.results[0][3] == -1.0
     # the same warm ranks, a correct call: the earlier call's entries are not held against it
     assert collnb.launch(_uneven_a2a_then_fine, 3, (False,), flight_recorder=50, debug=False)[0] == [1.0] * 6
+
+
+# ------------------------------------------------------------------------------------------------
+# The second exercise: fix a step whose ranks hang (exercises.check_hang_fix)
+
+def _ring_step(order: str = "batched", all_reduce_on: str = "every", divide: str = "every", direction: int = 1):
+    """A learner's fixed_step: the ring message sent ``order`` ("batched": batch_isend_irecv; "send-first",
+    "recv-first": blocking, every rank alike; "alternate": even ranks send first), received from
+    ``rank - direction``; the loss all-reduced on ``all_reduce_on`` ranks ("every", "rank0", "none") and
+    divided on ``divide`` ranks ("every", "rank0", "none")."""
+    import torch
+    import torch.distributed as dist
+
+    def fixed_step(rank, world_size, x):
+        dst, src = (rank + direction) % world_size, (rank - direction) % world_size
+        received = torch.empty_like(x)
+        if order == "batched":
+            for work in dist.batch_isend_irecv([dist.P2POp(dist.isend, x, dst), dist.P2POp(dist.irecv, received, src)]):
+                work.wait()
+        elif order == "send-first" or (order == "alternate" and rank % 2 == 0):
+            dist.send(x, dst=dst)
+            dist.recv(received, src=src)
+        else:
+            dist.recv(received, src=src)
+            dist.send(x, dst=dst)
+        y = x + received
+        loss = (y ** 2).sum()
+        if all_reduce_on == "every" or (all_reduce_on == "rank0" and rank == 0):
+            dist.all_reduce(loss)
+        if divide == "every" or (divide == "rank0" and rank == 0):
+            loss = loss / world_size
+        return y, loss
+
+    return fixed_step
+
+
+def _fails(capsys, answer, what: str, hint: str) -> str:
+    with pytest.raises(exercises.CheckFailed) as info:
+        exercises.check_hang_fix(answer)
+    out = capsys.readouterr().out
+    assert not re.search(r"^✓ ", out, re.M), out
+    msg = str(info.value)
+    assert msg.startswith("✗ ") and what in msg, msg
+    assert hint in msg.split("\nHint: ", 1)[1], msg
+    return msg
+
+
+def test_hang_fix_passes_a_paired_ring_and_one_all_reduce_on_every_rank(capsys):
+    for order in ("batched", "alternate"):  # both fixes of the ring: posted together, or taken in turns
+        exercises.check_hang_fix(_ring_step(order))
+        out = capsys.readouterr().out
+        assert re.search(r"^✓ no rank hung", out, re.M), out
+        assert "isend, irecv, all_reduce" in out or "send, recv, all_reduce" in out
+
+
+@pytest.mark.slow
+def test_hang_fix_says_where_the_ranks_waited_for_each_hang(capsys):
+    """The typical wrong answers of notebook 18's second exercise: each hangs (the ranks do not meet within the
+    check's 5 s) and the hint names the kind, read from where each rank was."""
+    _fails(capsys, _ring_step("send-first"), "did not meet", "Every rank was waiting in a send")
+    _fails(capsys, _ring_step("recv-first"), "did not meet", "Every rank was waiting in a receive")
+    _fails(capsys, _ring_step("batched", all_reduce_on="rank0", divide="rank0"), "did not meet",
+           "a collective inside an if on the rank")
+
+
+def test_hang_fix_with_a_wrong_value_gets_a_hint_for_it(capsys):
+    _fails(capsys, _ring_step(divide="none"), "returned a wrong loss", "divide by world_size, on every rank")
+    _fails(capsys, _ring_step(divide="rank0"), "returned a wrong loss", "divide by world_size, on every rank")
+    _fails(capsys, _ring_step(all_reduce_on="none"), "exactly one all_reduce", "all_reduce")
+
+    def no_ring(rank, world_size, x):
+        import torch.distributed as dist
+        loss = (2 * x) ** 2
+        loss = loss.sum()
+        dist.all_reduce(loss)
+        return 2 * x, loss / world_size
+
+    _fails(capsys, no_ring, "returned a wrong y", "received nothing")
+
+
+def test_hang_fix_receiving_from_the_wrong_neighbour_or_gathering_fails(capsys):
+    msg = _fails(capsys, _ring_step(direction=-1), "", "")
+    assert "returned a wrong y" in msg or "did not meet" not in msg  # at world size 2 both neighbours are one
+
+    def gathered(rank, world_size, x):
+        import torch
+        import torch.distributed as dist
+        every = [torch.empty_like(x) for _ in range(world_size)]
+        dist.all_gather(every, x)
+        y = x + every[(rank - 1) % world_size]
+        loss = (y ** 2).sum()
+        dist.all_reduce(loss)
+        return y, loss / world_size
+
+    _fails(capsys, gathered, "does not allow", "one send and one receive per rank")
+
+
+def test_hang_hint_reads_where_the_ranks_waited():
+    def err(exc_type, outcomes):
+        return collnb.RankError("x", 0, exc_type, "", outcomes)
+
+    sent = "RuntimeError: [/x/unbound_buffer.cc:129] Timed out waiting 5000ms for send operation to complete"
+    assert ex_hangs.hang_hint(err("RuntimeError", {0: sent, 1: sent + " (follows the root cause)"})).startswith(
+        "Every rank was waiting in a send")
+    got = "RuntimeError: [/x/unbound_buffer.cc:78] Timed out waiting 5000ms for recv operation to complete"
+    assert ex_hangs.hang_hint(err("RuntimeError", {0: got, 1: got})).startswith("Every rank was waiting in a receive")
+    hint = ex_hangs.hang_hint(err("DidNotJoin", {0: "RuntimeError: Ranks 1 failed to pass monitoredBarrier", 1: "finished"}))
+    assert hint.startswith("Rank(s) [1] had already returned while rank(s) [0] waited")
+    closed = "RuntimeError: [/x/pair.cc:553] Connection closed by peer [127.0.0.1]:27567."
+    assert ex_hangs.hang_hint(err("RuntimeError", {0: closed, 1: sent, 2: sent})).startswith(
+        "Every rank was waiting in a send")  # a rank whose peer gave up first says nothing of its own
+    assert ex_hangs.hang_hint(err("RuntimeError", {0: sent, 1: got})) is None   # mixed: the check's own direction

@@ -168,14 +168,13 @@ def _spoken_on_the_rank(rank, world_size):
 def test_warm_ranks_speak_the_language_the_kernel_speaks_now():
     """Ranks forked while collnb spoke English, kept warm, then collnb.set_language("zh"): text made
     on a rank is Chinese from the next call on (it stayed English), and English again after."""
-    from collnb.ranks import launcher
     i18n.set_language("en")
     assert collnb.launch(_spoken_on_the_rank, 2) == [("en", "elements per chunk", "en")] * 2
-    pids = launcher.warm_pool().pids()[:2]
+    pids = collnb.ranks.warm_pool().pids()[:2]
     i18n.set_language("zh")
     zh = i18n._("elements per chunk")
     assert zh != "elements per chunk"
     assert collnb.launch(_spoken_on_the_rank, 2) == [("zh", zh, "zh")] * 2
     i18n.set_language("en")
     assert collnb.launch(_spoken_on_the_rank, 2) == [("en", "elements per chunk", "en")] * 2
-    assert launcher.warm_pool().pids()[:2] == pids  # the same warm ranks all along
+    assert collnb.ranks.warm_pool().pids()[:2] == pids  # the same warm ranks all along

@@ -237,6 +237,9 @@ EXPECTED = {
         ("monitored-barrier", "Ranks 2 failed to pass monitoredBarrier in 1000 ms"),
         ("stack", "time.sleep(sleep_s)"),
         ("mystery", "the run failed (every rank waited until the timeout): True"),
+        # broken_step: every rank sends first, and gloo's send waits for the matching recv: the ranks time out in it
+        # (a rank whose peer gave up first may report "Connection closed by peer" instead)
+        ("broken-step", "RuntimeError: Timed out waiting 2000ms for send operation"),
         ("check", "not answered yet"),
     ],
     "19_virtual_cluster": [
@@ -245,6 +248,9 @@ EXPECTED = {
         ("compare", "exact"),
         ("replay", "values equal gloo's all_reduce: True"),
         ("hsdp", "rank 0's gradient shard starts [4.0, 4.0]"),
+        # priced as gloo sends them (all_gather a ring, reduce_scatter an all_reduce): 3 m and m per node, m = 4 MiB
+        ("hsdp", "by the recorded calls: [12.0, 12.0] MiB"),
+        ("hsdp", "by the recorded calls: [4.0, 4.0] MiB"),
         ("moe", "hierarchical: 2 rounds, 4 messages cross nodes"),
         ("moe", "pairwise: 3 rounds, 8 messages cross nodes"),
         ("nccl", "1 node(s): Ring/LL from 8 B"),

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import collnb
-import collnb.ranks.launcher as launcher
+from collnb.ranks.local.rankset import LocalRanks
 import collnb.collectives as P
 from collnb.collectives import display, rank_calls
 
@@ -203,8 +203,7 @@ def test_result_displays_as_png_and_text():
 def no_launch(monkeypatch, support):
     def boom(*a, **k):
         raise AssertionError("launch must not be called for an invalid request")
-    monkeypatch.setattr(launcher, "launch", boom)
-    monkeypatch.setattr(collnb.ranks, "launch", boom)  # what collectives call
+    monkeypatch.setattr(LocalRanks, "launch", boom)  # where every launch ends, whichever way it came
 
 
 PRIMITIVE_LIST = ", ".join(P.PRIMITIVES)
@@ -303,12 +302,12 @@ def test_run_refuses_lookalike_arguments(kwargs, exc, text):
     (dict(inputs=["abc", "def", "ghi"]), TypeError, "got inputs[0] = 'abc', a str"),
 ])
 def test_inputs_the_ranks_could_not_build_are_refused_before_launch(kwargs, exc, text):
-    pool = collnb.ranks.launcher.warm_pool()
+    pool = collnb.ranks.warm_pool()
     before = pool.pids() if pool else []
     with pytest.raises(exc) as info:
         collnb.run("all_reduce", world_size=3, **kwargs)
     assert text in str(info.value)
-    after = collnb.ranks.launcher.warm_pool()
+    after = collnb.ranks.warm_pool()
     assert (after.pids() if after else []) == before  # nothing launched, nothing replaced
 
 
@@ -391,7 +390,7 @@ def test_run_batch_refuses_configs_that_are_not_a_list(configs, text):
 def test_an_unknown_launch_option_is_refused_by_name_before_anything_runs(where, call, support, monkeypatch):
     def no_launch(*args, **kwargs):
         raise AssertionError("launched although a launch option was unknown")
-    monkeypatch.setattr(collnb.ranks, "launch", no_launch)
+    monkeypatch.setattr(LocalRanks, "launch", no_launch)
     with pytest.raises(TypeError) as err:
         call(timeout=30, timout=30, bogus=1)
     assert str(err.value) == (f"{where}() got unknown launch options 'bogus', 'timout'; the options it passes on "
@@ -400,7 +399,7 @@ def test_an_unknown_launch_option_is_refused_by_name_before_anything_runs(where,
 
 def test_known_launch_options_pass_the_check_unchanged():
     given = {"timeout": 30.0, "collective_timeout": 2.0, "debug": False, "start_method": None}
-    assert launcher.check_launch_options(given, "collnb.run") == given
-    assert launcher.check_launch_options({}, "collnb.run") == {}
+    assert collnb.ranks.check_launch_options(given, "collnb.run") == given
+    assert collnb.ranks.check_launch_options({}, "collnb.run") == {}
     r = collnb.run("all_reduce", 2, timeout=30.0, debug=False)
     assert r.ok and [t.tolist() for t in r.after] == [[10.0, 12.0]] * 2

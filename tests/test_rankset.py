@@ -1,7 +1,9 @@
-"""The rank-set interface (collnb.ranks.rankset): the launcher's explicit choice of local ranks or
-engines, the per-rank event stream both yield, and the parts of the local pool's wait
-(collnb.ranks.answers), each on its own."""
+"""The rank-set interface (collnb.ranks.rankset): the launcher's explicit choice of local ranks,
+engines or another kind, the request checked once and handed down whole, the per-rank event stream
+every rank set yields, and the parts of the local pool's wait (collnb.ranks.local.answers), each on
+its own."""
 
+import dataclasses
 import multiprocessing as mp
 import os
 import time
@@ -9,12 +11,16 @@ import time
 import pytest
 
 import collnb
-from collnb.ranks import answers, launcher, remote
-from collnb.ranks.failures import event_of
-from collnb.ranks.output import OutputRelay
-from collnb.ranks.protocol import Failed, Ready, Result, TimeoutReport, send
-from collnb.ranks.rankset import EventKind, LaunchRequest, RankExit, RankFailure, RankOutput, RankResult
-from collnb.ranks.tracebacks import named_cells
+from collnb.ranks import Instruments, RankSetup, launcher
+from collnb.ranks.explain.failures import ending_of
+from collnb.ranks.explain.tracebacks import named_cells
+from collnb.ranks.instrument.timeouts import TimeoutReport
+from collnb.ranks.local import answers
+from collnb.ranks.local.output import OutputRelay
+from collnb.ranks.local.rankset import LOCAL
+from collnb.ranks.protocol import Failed, Ready, Result, send
+from collnb.ranks.rankset import EventKind, LaunchPlan, LaunchRequest, RankExit, RankFailure, RankOutput, RankResult
+from collnb.ranks.remote import connection as remote
 
 
 def _fn(rank, world_size, *args):
@@ -22,7 +28,7 @@ def _fn(rank, world_size, *args):
 
 
 class _Recorder:
-    """A rank set that records the requests it is given."""
+    """A rank set that records the requests it is given (a third kind beside local ranks and engines)."""
 
     where = "on the recorder"
 
@@ -32,13 +38,14 @@ class _Recorder:
     def backend_info(self, backend):
         return dict(backend=backend, available=True, max_world_size=3, reason="", limit="the recorder has 3 ranks")
 
-    def refuse(self, request):
-        if self.refused and getattr(request, self.refused):
+    def accept(self, plan):
+        if self.refused and getattr(plan.instruments, self.refused):
             raise NotImplementedError(f"{self.refused} refused by the recorder")
+        return dataclasses.replace(plan, instruments=dataclasses.replace(plan.instruments, relay_fds=True))
 
     def launch(self, request):
         self.requests.append(request)
-        return [request.world_size] * request.world_size
+        return [request.plan.world_size] * request.plan.world_size
 
 
 @pytest.fixture
@@ -54,7 +61,9 @@ def recorder():
 def test_launch_hands_the_checked_request_to_the_active_rank_set(recorder):
     assert collnb.launch(_fn, 2, args=[1], timeout=3, show_backend_log=True, flight_recorder=7) == [2, 2]
     (req,) = recorder.requests
-    assert req == LaunchRequest(_fn, 2, (1,), {}, "gloo", 3.0, 5.0, True, None, False, True, False, 7)
+    assert req == LaunchRequest(_fn, (1,), {}, LaunchPlan(2, 3.0, RankSetup("gloo", True, 5.0, None, 7), Instruments(
+        flight_recorder=True, show_backend_log=True, relay_fds=True), recorder))  # as the rank set accepted it
+    assert req.plan.rank_set is recorder and req.plan.facts["max_world_size"] == 3
     assert collnb.backend_info("gloo")["max_world_size"] == 3
     with pytest.raises(ValueError, match="the recorder has 3 ranks"):  # the world size checked by the rank set's facts
         collnb.launch(_fn, 4)
@@ -65,40 +74,55 @@ def test_launch_hands_the_checked_request_to_the_active_rank_set(recorder):
     assert len(recorder.requests) == 1
 
 
+def test_an_entry_point_plans_once_and_the_plan_goes_down_whole(recorder):
+    """collnb.run's way: the options and the world size are checked by plan_launch, the function by
+    launch_planned, and the rank set gets the very plan that was checked."""
+    plan = collnb.ranks.plan_launch(2, "gloo", {"timeout": 4, "debug": False}, where="collnb.run")
+    assert (plan.world_size, plan.timeout, plan.setup.debug, plan.rank_set) == (2, 4.0, False, recorder)
+    assert collnb.ranks.launch_planned(plan, _fn, (1,)) == [2, 2]
+    assert recorder.requests[0].plan is plan
+    with pytest.raises(TypeError, match=r"collnb.run\(\) got unknown launch options 'timeuot'"):
+        collnb.ranks.plan_launch(2, "gloo", {"timeuot": 4}, where="collnb.run")
+    with pytest.raises(TypeError, match="fn must be a function"):
+        collnb.ranks.launch_planned(plan, "not a function")
+
+
 def test_disconnecting_restores_the_local_rank_set(recorder):
     assert launcher.active_rank_set() is recorder
     launcher.use_rank_set(None)
-    assert launcher.active_rank_set() is launcher.LOCAL
-    assert launcher.LOCAL.where == "here"
+    assert launcher.active_rank_set() is LOCAL
+    assert LOCAL.where == "here"
 
 
-@pytest.mark.parametrize("option, value, why", [
-    ("show_backend_log", True, "C\\+\\+ log lines go to the engine's own log"),
-    ("start_method", "spawn", "ipyparallel started the engines"),
-    ("record_calls", True, "clocks and process groups"),
-    ("timeline", True, "clocks and process groups"),
-    ("flight_recorder", 200, "clocks and process groups"),
-])
-def test_engines_refuse_what_they_cannot_do_by_name(option, value, why):
-    conn = object.__new__(remote._Connection)  # refuse() reads the request only
-    with pytest.raises(NotImplementedError, match=f"{option}={value!r} is not supported on ipyparallel engines yet "
-                                                  f"\\(.*{why}.*\\); collnb.disconnect\\(\\)"):
-        conn.refuse(LaunchRequest(_fn, 2, **{option: value}))
-    conn.refuse(LaunchRequest(_fn, 2))  # the defaults pass
+def _engines(hosts):
+    engines = object.__new__(remote.Engines)  # accept() reads what connect() learnt of the engines only
+    engines.infos = [dict(host=h) for h in hosts]
+    return engines
 
 
-def test_event_of_reads_each_answer():
-    ok = event_of(RankResult(1, 2.0, b"x", seq=4, intact=False), 1.5)
+def test_engines_run_every_instrument_and_refuse_only_a_start_method():
+    plan = LaunchPlan(2, 60.0, RankSetup(), Instruments(record_calls=True, timeline=True, flight_recorder=True,
+                                                        show_backend_log=True), None)
+    accepted = _engines(["a", "a"]).accept(plan)
+    assert accepted.instruments == dataclasses.replace(plan.instruments, relay_fds=True)  # one host: one clock
+    assert _engines(["a", "b"]).accept(plan).instruments.align_clocks  # two hosts: aligned at a barrier
+    with pytest.raises(NotImplementedError, match="start_method='spawn' is not supported on ipyparallel engines "
+                                                  r"\(ipyparallel started the engines.*\); collnb.disconnect\(\)"):
+        _engines(["a"]).accept(dataclasses.replace(plan, setup=RankSetup(start_method="spawn")))
+
+
+def test_ending_of_reads_each_answer():
+    ok = ending_of(RankResult(1, 2.0, b"x", seq=4, intact=False), 1.5)
     assert (ok.rank, ok.kind, ok.t, ok.value, ok.seq, ok.intact) == (1, "ok", 2.0, b"x", 4, False)
-    assert event_of(RankResult(0, 1.0, seconds=0.25), 1.5).value == 0.25
-    died = event_of(RankExit(2, 3.0, -9, "lost"), 1.5)
+    assert ending_of(RankResult(0, 1.0, seconds=0.25), 1.5).value == 0.25
+    died = ending_of(RankExit(2, 3.0, -9, "lost"), 1.5)
     assert (died.kind, died.value, died.message) == ("died", -9, "lost")
     report = TimeoutReport("collective_timeout (1.5 s)", 1.5, 1.52, True, "", "measured")
-    err = event_of(RankFailure(3, 4.0, Failed("DistBackendError", "boom", [], comm=True, timeout=report)), 1.5)
+    err = ending_of(RankFailure(3, 4.0, Failed("DistBackendError", "boom", [], comm=True, timeout=report)), 1.5)
     assert (err.kind, err.exc_type, err.comm, err.timeout_name) == ("error", "DistBackendError", True,
                                                                     "collective_timeout (1.5 s)")
     with pytest.raises(TypeError, match="RankResult, RankFailure, RankExit"):
-        event_of(RankOutput(0, 1.0, "stdout", ("hi",)), 1.5)
+        ending_of(RankOutput(0, 1.0, "stdout", ("hi",)), 1.5)
     assert [e.kind for e in (RankOutput(0, 0, "stdout", ()), RankResult(0, 0), RankFailure(0, 0, None),
                              RankExit(0, 0))] == [EventKind.OUTPUT, EventKind.RESULT, EventKind.FAILURE, EventKind.EXIT]
 
@@ -245,7 +269,7 @@ def _payload(value):
 
 def test_conclude_reads_the_answers_into_results_or_the_error():
     from collnb.ranks.errors import LaunchTimeout, RankError
-    from collnb.ranks.failures import conclude
+    from collnb.ranks.explain.failures import conclude
     ok = {1: RankResult(1, 2.0, _payload([2, 3])), 0: RankResult(0, 1.0, _payload("zero"))}
     assert conclude([0, 1], ok, 5.0, "run", {}) == ["zero", [2, 3]]  # rank order, whatever the arrival order
     ready = {0: RankResult(0, 1.0, seconds=0.1), 1: RankResult(1, 1.0, seconds=0.2)}
@@ -276,7 +300,7 @@ def test_named_cells_names_cells_as_ipython_does():
 def test_a_warm_call_goes_through_the_event_stream():
     """The real pool: every rank's answer is one RankResult of the stream, in the time the call took,
     and the groups are kept (the ranks issued the same operations)."""
-    pool = launcher.RankPool(debug=False)
+    pool = collnb.ranks.RankPool(RankSetup(debug=False))
     try:
         t0 = time.monotonic()
         pool._prepare(2, t0 + 60)
@@ -293,3 +317,29 @@ def _run_message(pool):
     from collnb.ranks.protocol import Run, encode
     from collnb.ranks.serialization import code_files, dumps
     return encode(Run(2, pool._next_count(), dumps((_fn, (), {}, code_files(_fn)))))
+
+
+def test_fd_relay_copies_what_c_code_writes_into_the_python_streams(capsys):
+    """What an engine does while a call runs: fds 1 and 2 (C and C++ code, gloo's log) copied into
+    sys.stdout/sys.stderr, whole lines, an unfinished last line ended; the fds are as before after."""
+    from collnb.ranks.instrument.backend_log import FdRelay
+    before = (os.fstat(1).st_ino, os.fstat(2).st_ino)
+    relay = FdRelay()
+    relay.start()
+    os.write(2, b"[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] failed\nframe #0: c10::Error\n")
+    os.write(1, b"from C\nno newline")
+    relay.stop()
+    assert (os.fstat(1).st_ino, os.fstat(2).st_ino) == before
+    out, err = capsys.readouterr()
+    assert out == "from C\nno newline\n"
+    assert err == "[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] failed\nframe #0: c10::Error\n"
+
+
+def test_backend_log_keeps_log_lines_and_their_frames_per_rank():
+    from collnb.ranks.instrument.backend_log import BackendLog
+    log = BackendLog()
+    lines = [(0, b"[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] failed"), (1, b"frame #0: not after a log line"),
+             (0, b"frame #0: c10::Error"), (0, b"Traceback (most recent call last):")]
+    kept = [log.keeps(r, line) for r, line in lines]
+    assert kept == [True, False, True, False]
+    assert not BackendLog(show=True).keeps(0, lines[0][1])

@@ -1,4 +1,4 @@
-"""collnb.ranks.recording: every communication operation a rank issues is recorded where torch
+"""collnb.ranks.instrument.recording: every communication operation a rank issues is recorded where torch
 dispatches it (issue 18), whichever API issued it: torch.distributed functions, ProcessGroup
 methods, functional collectives, DTensor; with its name, group, shapes, dtypes and bytes."""
 import dataclasses
@@ -327,7 +327,7 @@ def test_operations_the_recorder_cannot_see_are_counted_as_unrecorded():
 
 def _observed(rank, world_size):
     import torch.distributed._functional_collectives as funcol
-    from collnb.ranks import recording
+    from collnb.ranks.instrument import recording
 
     class Timeline:
         def __init__(self):
@@ -375,7 +375,7 @@ def test_a_failing_collective_shows_the_learners_frames_not_the_recorders():
 
 
 def _one_step(rank, world_size, kind):
-    from collnb.ranks import recording
+    from collnb.ranks.instrument import recording
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(64, 64, bias=False), torch.nn.Linear(64, 64, bias=False))
     if kind == "fsdp":

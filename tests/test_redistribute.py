@@ -232,10 +232,9 @@ def _keep_my_group(rank, world_size):
     return dist.distributed_c10d._world.pg_names[g]
 
 
-def test_a_mesh_is_made_once_on_warm_ranks_and_a_learners_groups_still_end():
+def test_a_mesh_is_made_once_on_warm_ranks_and_a_learners_groups_still_end(fresh_pool):
     """collnb.redistribute keeps its DeviceMesh's groups for its next call of the same mesh shape
     (collnb.ranks.keep_groups); a learner's function cannot keep its own."""
-    collnb.shutdown()
     first = collnb.redistribute((4, 4), (2, 2), src="S(0),S(1)", dst="R,R", repeats=0)
     names = collnb.launch(_group_names, 4)[0]
     second = collnb.redistribute((4, 4), (2, 2), src="S(1),R", dst="R,S(0)", repeats=0)

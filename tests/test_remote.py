@@ -5,6 +5,7 @@ goes through ipyparallel (signed messages, output capture, send_signal). The clu
 once for the module; the killed-engine test runs last, on a cluster of its own.
 """
 
+import dataclasses
 import os
 import signal
 import threading
@@ -15,7 +16,10 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks import launcher, remote
+from collnb.ranks import launcher
+from collnb.ranks.local.rankset import LOCAL
+from collnb.ranks.instrument.timeline import ALIGNED, CLOCK
+from collnb.ranks.remote import connection as remote
 
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (pip install 'collnb[cluster]')")
 
@@ -54,9 +58,8 @@ def _where_am_i(rank, world_size):
     return (os.getpid(), dist.get_rank(), dist.get_world_size(), dist.get_backend())
 
 
-def test_connect_describes_engines_and_ranks_run_there(connected):
-    client, info = connected
-    collnb.shutdown()  # no local ranks: any that appear were started by this test
+def test_connect_describes_engines_and_ranks_run_there(connected, fresh_pool):
+    client, info = connected  # no local ranks (fresh_pool): any that appear were started by this test
     assert [d["rank"] for d in info] == [0, 1, 2, 3]
     assert [d["engine"] for d in info] == sorted(client.ids)
     assert {d["interface"] for d in info} == {"lo"}  # all engines local: loopback only
@@ -66,7 +69,7 @@ def test_connect_describes_engines_and_ranks_run_there(connected):
     assert [o[0] for o in out] == engine_pids  # each rank ran in its engine's process
     assert [o[1:] for o in out] == [(r, 4, "gloo") for r in range(4)]
     assert os.getpid() not in engine_pids
-    assert launcher.warm_pool() is None  # no local rank started
+    assert collnb.ranks.warm_pool() is None  # no local rank started
     # a smaller world size runs on ranks 0..2 only, inside a cached subgroup
     out3 = collnb.launch(_where_am_i, 3)
     assert [o[1:] for o in out3] == [(r, 3, "gloo") for r in range(3)]
@@ -120,6 +123,100 @@ def test_closure_defined_here_works(connected):
     assert collnb.launch(f, 3) == [3 * 7 + 3] * 3
 
 
+def _records_and_marks(rank, world_size):
+    t = torch.ones(4)
+    with collnb.region("step"):
+        dist.all_reduce(t)
+        if rank == 0:
+            dist.send(t, 1)
+        elif rank == 1:
+            dist.recv(t, 0)
+    return float(t[0])
+
+
+def test_engines_record_calls_and_timelines_as_local_ranks_do(connected):
+    """The engines run a call through the same steps and instruments as local ranks
+    (collnb.ranks.instrument.interface): the records and the timeline come back the same way."""
+    got = collnb.launch(_records_and_marks, 2, record_calls=True, timeline=True)
+    assert list(got) == [2.0, 2.0]
+    assert [[(c.name, c.peer, c.group_ranks) for c in calls] for calls in got.calls] == [
+        [("all_reduce", None, (0, 1)), ("send", 1, (0, 1))], [("all_reduce", None, (0, 1)), ("recv", 0, (0, 1))]]
+    assert [calls.unrecorded for calls in got.calls] == [0, 0]
+    tl = got.timeline
+    assert tl.clock == CLOCK and tl.world_size == 2  # one host: one clock
+    assert [(s.rank, s.name) for s in tl.operations()] == [(0, "all_reduce"), (0, "send"), (1, "all_reduce"),
+                                                          (1, "recv")]
+    # the send/recv completion is told by torch.distributed's wrappers, installed on engines too
+    assert all(s.completed and s.start <= s.end and s.ready >= s.start for s in tl.operations())
+    assert [(s.rank, s.name) for s in tl.regions()] == [(0, "step"), (1, "step")]
+    plain = collnb.launch(_records_and_marks, 2)
+    assert plain == [2.0, 2.0] and not hasattr(plain, "timeline")  # off by default
+
+
+def test_engines_on_several_hosts_align_their_clocks_at_a_barrier(connected, monkeypatch):
+    """What Engines.accept asks when the engines run on several hosts (all are local here, so the
+    test asks it itself): every rank leaves one barrier before the function and the timeline puts
+    the ranks' clocks together there; the barrier is collnb's, not among the learner's records."""
+    accept = remote.Engines.accept
+
+    def on_two_hosts(self, plan):
+        plan = accept(self, plan)
+        return dataclasses.replace(plan, instruments=dataclasses.replace(plan.instruments, align_clocks=True))
+
+    monkeypatch.setattr(remote.Engines, "accept", on_two_hosts)
+    got = collnb.launch(_records_and_marks, 2, record_calls=True, timeline=True)
+    assert [[c.name for c in calls] for calls in got.calls] == [["all_reduce", "send"], ["all_reduce", "recv"]]
+    tl = got.timeline
+    assert tl.clock == ALIGNED and tl.raw[0]["aligned_ns"] == tl.raw[1]["aligned_ns"]
+    assert all(s.completed and s.start <= s.end and s.ready >= s.start for s in tl.operations())
+
+
+def _uneven_a2a(rank, world_size, short):
+    out = torch.full((2 * world_size,), -1.0)
+    splits = [1] + [2] * (world_size - 1) if (short and rank == 1) else [2] * world_size
+    dist.all_to_all_single(out, torch.ones(sum(splits)), [2] * world_size, splits)
+    return out.tolist()
+
+
+def _fr_buffer(rank, world_size):
+    return os.environ.get("TORCH_FR_BUFFER_SIZE")
+
+
+def test_engines_flight_recorder_names_the_rank_whose_collective_differed(connected):
+    """flight_recorder=N on engines: their groups are made with TORCH_FR_BUFFER_SIZE=N and each
+    engine sends its entries of the call with its answer; a call whose ranks all returned although
+    their collectives differed (gloo does not check an all_to_all's sizes) names the culprit."""
+    assert collnb.launch(_fr_buffer, 3, flight_recorder=50, debug=False) == ["50"] * 3
+    with pytest.raises(collnb.RankError, match=r"^rank 1: CollectiveMismatch: its collective_seq_id \d+ in the "
+                       r"default group differs") as info:
+        collnb.launch(_uneven_a2a, 3, (True,), flight_recorder=50, debug=False)
+    assert info.value.rank == 1 and info.value.results[0][2] == 1.0
+    # the next call is judged on its own entries
+    assert collnb.launch(_uneven_a2a, 3, (False,), flight_recorder=50, debug=False)[0] == [1.0] * 6
+
+
+def _rank_1_returns_early(rank, world_size):
+    if rank == 0:
+        dist.all_reduce(torch.ones(2))
+
+
+def test_engines_keep_the_backends_log_for_the_error_or_show_it(connected, capfd):
+    """The engines copy their fds 1 and 2 into ipyparallel's output while a call runs, so gloo's C++
+    log lines reach the kernel: kept out of the cell and attached to the error, or printed with
+    show_backend_log=True, as for local ranks."""
+    with pytest.raises(collnb.RankError) as info:
+        collnb.launch(_rank_1_returns_early, 2, collective_timeout=1)
+    out, err = capfd.readouterr()
+    assert "ProcessGroupGloo.cpp" not in out + err
+    log = info.value.backend_log
+    assert log and all(line.startswith("[rank 0] ") for line in log)
+    assert any("ProcessGroupGloo.cpp" in line for line in log)
+    assert f"({len(log)} line" in str(info.value) and "err.backend_log" in str(info.value)
+    with pytest.raises(collnb.RankError) as shown:
+        collnb.launch(_rank_1_returns_early, 2, collective_timeout=1, show_backend_log=True)
+    assert "ProcessGroupGloo.cpp" in capfd.readouterr().err and shown.value.backend_log == []
+
+
 @pytest.mark.parametrize("ws", [4, 3])
 def test_every_primitive_matches_the_reference_and_local_ranks(connected, ws):
     cfgs = [dict(primitive=p) for p in collnb.PRIMITIVES]
@@ -140,9 +237,8 @@ def test_every_primitive_matches_the_reference_and_local_ranks(connected, ws):
                 assert a == b, (cfg, r, a, b)
 
 
-def test_explorer_algorithms_and_calibrate_run_on_engines(connected):
-    client, info = connected
-    collnb.shutdown()  # no local ranks: any that appear were started by this test
+def test_explorer_algorithms_and_calibrate_run_on_engines(connected, fresh_pool):
+    client, info = connected  # no local ranks (fresh_pool): any that appear were started by this test
     engine_pids = {d["pid"] for d in info}
     ex = collnb.explore("all_reduce", world_size=3)
     try:
@@ -160,7 +256,7 @@ def test_explorer_algorithms_and_calibrate_run_on_engines(connected):
     model = collnb.costmodel.calibrate(sizes=(8, 1 << 16), repeats=2)
     assert model.alpha > 0 and model.beta > 0
     # all of it ran on the engines: no local rank was started
-    assert launcher.warm_pool() is None
+    assert collnb.ranks.warm_pool() is None
     assert len(engine_pids) == 4
 
 
@@ -247,7 +343,7 @@ def test_disconnect_leaves_engines_usable_and_reconnect_works(cluster):
     while port in listening() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert port not in listening()  # ... and no longer once disconnected
-    assert not remote.connected() and launcher.active_rank_set() is launcher.LOCAL
+    assert not remote.connected() and launcher.active_rank_set() is LOCAL
     # the engines hold no process group any more and answer other work
     assert client[:].apply_sync(dist.is_initialized) == [False] * 4
     assert client[:].apply_sync(os.getenv, "GLOO_SOCKET_IFNAME") == [None] * 4
@@ -267,8 +363,8 @@ def test_bad_arguments_are_refused(cluster):
     try:
         with pytest.raises(RuntimeError, match="NCCL needs CUDA GPUs and the engine of rank 0"):
             collnb.launch(_sum_ranks, 2, backend="nccl")
-        with pytest.raises(NotImplementedError, match="record_calls"):
-            remote.launch(_sum_ranks, 2, record_calls=True)
+        with pytest.raises(NotImplementedError, match="start_method='fork' is not supported on ipyparallel engines"):
+            collnb.launch(_sum_ranks, 2, start_method="fork")
     finally:
         collnb.disconnect()
 

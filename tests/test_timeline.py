@@ -15,7 +15,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb.ranks import Timeline
-from collnb.ranks.launcher import warm_pool
+from collnb.ranks import warm_pool
 from collnb.views.palette import rank_color
 from collnb.views.raster import rgb8
 
@@ -173,6 +173,26 @@ def test_timeline_split_exact_on_known_times():
     assert (b.waiting, b.transfer) == (0, 10_000_000)
     assert tl.end == 70_000_000
     assert "all_reduce" in tl.table() and "50.00" in tl.table()
+
+
+def test_ranks_on_other_hosts_are_put_on_one_clock_at_their_barrier():
+    """Engines on several hosts: rank 1's clock reads 7 s more than rank 0's; each read its clock
+    when it left the aligning barrier (aligned_ns), and the timeline shifts rank 1 by the difference:
+    the same spans as on one clock."""
+    from collnb.ranks.instrument.timeline import ALIGNED, CLOCK
+    one_clock = _synthetic()
+    skew = 7_000_000_000
+    tracks = [dict(track, aligned_ns=5_000_000) for track in one_clock.raw]
+    op1 = tracks[1]["ops"][0]
+    tracks[1] = dict(tracks[1], ops=[dict(op1, issued_ns=op1["issued_ns"] + skew, returned_ns=op1["returned_ns"] + skew,
+                                          completed_ns=op1["completed_ns"] + skew)],
+                     regions=[(n, s + skew, e + skew, d) for n, s, e, d in tracks[1]["regions"]],
+                     start_ns=tracks[1]["start_ns"] + skew, end_ns=tracks[1]["end_ns"] + skew,
+                     aligned_ns=5_000_000 + skew)
+    aligned = Timeline(tracks)
+    assert aligned.clock == ALIGNED and one_clock.clock == CLOCK
+    assert aligned.spans == one_clock.spans and aligned.end == one_clock.end
+    assert Timeline(tracks[:1] + [dict(tracks[1], aligned_ns=None)]).clock == CLOCK  # one rank not aligned: as read
 
 
 def test_gantt_draws_waiting_apart_from_transfer(tmp_path):

@@ -23,8 +23,8 @@ import torch
 import torch.distributed as dist
 
 import collnb
-from collnb.ranks.failures import Event, failed_event, root_cause
-from collnb.ranks.timeouts import text_hint, which_timeout
+from collnb.ranks.explain.failures import Ending, failed_ending, root_cause
+from collnb.ranks.instrument.timeouts import text_hint, which_timeout
 from collnb.ranks.protocol import Failed, TimeoutReport
 
 DATA = Path(__file__).resolve().parent / "data" / "gloo_timeouts.json"
@@ -258,10 +258,7 @@ def test_the_stored_forms_and_waits_name_the_timeout_that_ran_out(debug):
 @pytest.mark.parametrize("debug", [False, True], ids=["debug=False", "debug=True"])
 def test_real_ranks_give_the_stored_forms_and_name_the_timeout_that_ran_out(tmp_path, debug):
     known = {p for _, _, _, e in _entries(_stored()) for p in _pieces(e["message"])}
-    try:
-        captured = capture(tmp_path, debug)
-    finally:
-        collnb.shutdown()  # a pool of this collective_timeout is not the default one
+    captured = capture(tmp_path, debug)
     for case, ranks in captured.items():
         assert set(ranks) == ({"0"} if case in P2P else {"0", "1"}), case
         for rank, entries in ranks.items():
@@ -374,7 +371,7 @@ def test_the_text_hint_reads_each_form(text, hint):
 
 
 def _comm(rank, t, report=None, timeout_name=""):
-    return Event(rank, "error", t, "RuntimeError", "gloo says something", [], True, timeout_name=timeout_name,
+    return Ending(rank, "error", t, "RuntimeError", "gloo says something", [], True, timeout_name=timeout_name,
                  timeout=report)
 
 
@@ -385,7 +382,7 @@ def _head(failed, events, pending=(), stacks=None):
 def test_a_rank_whose_function_returned_is_said_to_have_closed_its_groups_not_to_have_timed_out():
     early = TimeoutReport(C15[1], 1.5, 0.019, False, "", "measured")
     failed = [_comm(0, 1.0, early)]
-    text = _head(failed, {0: failed[0], 1: Event(1, "ok", 0.5)})
+    text = _head(failed, {0: failed[0], 1: Ending(1, "ok", 0.5)})
     assert text == ("rank 1 never reached the collective that rank 0 was waiting in: its function had already "
                     "returned, and the groups it made closed with it, which ended rank 0's wait after 19 ms, "
                     "before collective_timeout (1.5 s) could run out. Every rank must call the same collectives "
@@ -397,7 +394,7 @@ def test_a_rank_still_waiting_in_the_collective_is_not_the_one_that_never_joined
     failed = [_comm(0, 1.0, early)]
     c10d = str(Path(torch.__file__).resolve().parent / "distributed" / "distributed_c10d.py")
     waiting = [(c10d, 10, "all_reduce", "x"), ("/u/fn.py", 3, "fn", "y")]  # rank 2's stack
-    culprit = root_cause(failed, {0: failed[0], 1: Event(1, "ok", 0.5)}, [2], {2: waiting})
+    culprit = root_cause(failed, {0: failed[0], 1: Ending(1, "ok", 0.5)}, [2], {2: waiting})
     assert culprit.rank == 1 and culprit.message.startswith(
         "rank 1 never reached the collective that rank 0 was waiting in: its function had already returned")
     # with nobody returned or elsewhere, the ranks still waiting are named (a different collective)
@@ -424,7 +421,7 @@ def test_a_wait_ended_by_a_closed_connection_says_so():
                     "closed; rank 1 was at File \"/u/fn.py\", line 3, in fn")
     pair = TimeoutReport(GROUP_NAME, 1.0, 0.001, False, "pair closed", "measured")
     failed = [_comm(0, 1.0, pair)]
-    assert _head(failed, {0: failed[0], 1: Event(1, "ok", 0.5)}) == (
+    assert _head(failed, {0: failed[0], 1: Ending(1, "ok", 0.5)}) == (
         "rank 1 never reached the collective that rank 0 was waiting in; rank 0's wait ended after 1 ms, before "
         "the timeout=1 s passed to new_group could run out: an earlier timeout in the same group had closed "
         "its connections")
@@ -432,11 +429,11 @@ def test_a_wait_ended_by_a_closed_connection_says_so():
 
 def test_an_unknown_wait_claims_no_timeout_and_an_old_style_name_still_counts():
     failed = [_comm(0, 1.0, TimeoutReport())]
-    assert _head(failed, {0: failed[0], 1: Event(1, "ok", 0.5)}) == (
+    assert _head(failed, {0: failed[0], 1: Ending(1, "ok", 0.5)}) == (
         "rank 1 never reached the collective that rank 0 was waiting in: its function had already returned. "
         "Every rank must call the same collectives in the same order")
     failed = [_comm(0, 1.0, None, timeout_name="collective_timeout (2 s)")]
-    assert _head(failed, {0: failed[0], 1: Event(1, "ok", 0.5)}).startswith(
+    assert _head(failed, {0: failed[0], 1: Ending(1, "ok", 0.5)}).startswith(
         "rank 1 never reached the collective that rank 0 was waiting in until collective_timeout (2 s) ran out")
 
 
@@ -447,14 +444,14 @@ def test_the_report_travels_in_failed_and_the_launcher_reads_the_text_only_witho
     exc.collnb_timeout = report
     msg = pickle.loads(pickle.dumps(Failed.from_exception(exc, 0, [], True)))
     assert (msg.timeout, msg.timeout_name) == (report, GROUP_NAME)
-    assert failed_event(0, 1.0, msg, 1.5).timeout == report  # the rank's measurement, not the text
+    assert failed_ending(0, 1.0, msg, 1.5).timeout == report  # the rank's measurement, not the text
     plain = Failed("RuntimeError", str(exc), [], True)  # an engine's: nothing measured
-    e = failed_event(0, 1.0, plain, 1.5)
+    e = failed_ending(0, 1.0, plain, 1.5)
     assert (e.timeout.timeout, e.timeout.source, e.timeout_name) == (
         "a timeout of 1 s set in the function (not collective_timeout)", "text", e.timeout.timeout)
-    closed = failed_event(0, 1.0, Failed("RuntimeError", "Connection closed by peer", [], True), 1.5)
+    closed = failed_ending(0, 1.0, Failed("RuntimeError", "Connection closed by peer", [], True), 1.5)
     assert (closed.timeout.fired, closed.timeout_name) == (False, "")
-    assert failed_event(0, 1.0, Failed("ValueError", "bad", [], False), 1.5).timeout is None
+    assert failed_ending(0, 1.0, Failed("ValueError", "bad", [], False), 1.5).timeout is None
     assert Failed("RuntimeError", "x", [], True, TimeoutReport(C15[1], 1.5, 0.02, False)).timeout_name == ""
 
 
@@ -464,7 +461,7 @@ def test_the_report_travels_in_failed_and_the_launcher_reads_the_text_only_witho
 
 def test_the_wrappers_name_a_timeout_from_the_call_they_measured(monkeypatch):
     import inspect
-    from collnb.ranks import _dist_hooks as hooks
+    from collnb.ranks.instrument import _dist_hooks as hooks
     # waits far from each timeout's edges: a stalled test process cannot move them across
     monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     sig = inspect.signature(hooks._originals.get("all_reduce", dist.all_reduce))
@@ -491,7 +488,7 @@ def test_the_wrappers_name_a_timeout_from_the_call_they_measured(monkeypatch):
 
 def test_a_works_wait_names_the_timeout_it_raises_for(monkeypatch):
     import inspect
-    from collnb.ranks import _dist_hooks as hooks
+    from collnb.ranks.instrument import _dist_hooks as hooks
     monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     waited = 0.2
 
@@ -510,7 +507,7 @@ def test_a_works_wait_names_the_timeout_it_raises_for(monkeypatch):
 
 
 def test_an_error_no_wrapper_saw_is_bounded_by_the_time_since_the_call_began(monkeypatch):
-    from collnb.ranks import _dist_hooks as hooks
+    from collnb.ranks.instrument import _dist_hooks as hooks
     monkeypatch.setitem(hooks._state, "group_timeout", 30.0)
     monkeypatch.setitem(hooks._state, "since", time.monotonic() - 0.3)
     exc = RuntimeError("[Rank 0]: Ranks 1 failed to pass monitoredBarrier in 30000 ms")

@@ -145,6 +145,14 @@ def reference(primitive: str, world_size: int, inputs: InputTable, dtype: object
     check_int("chunk_size", chunk_size, 1, what="elements per chunk")
     op_n = op_name(op) if spec.reduces else ""  # "" (no op) is never folded: only reducing specs fold
     dt: torch.dtype | None = getattr(torch, dtype_name(dtype)) if spec.kind == "tensor" else None
+    return reference_of(spec, world_size, inputs, dt, op_n, root, chunk_size)
+
+
+def reference_of(spec: PrimitiveSpec, world_size: int, inputs: InputTable, dt: torch.dtype | None, op_n: str,
+                 root: int, chunk_size: int) -> Reference:
+    """:func:`reference` of a request checked already (:func:`~.primitives.run` checked it where it
+    entered): ``spec`` the primitive's, ``dt`` the dtype (``None`` unless a tensor primitive), ``op_n``
+    the op's name (``""`` unless the primitive reduces)."""
     expected: list[torch.Tensor | list[object] | None] = []
     exact: list[torch.Tensor | None] = []
     defined: list[bool] = []

@@ -47,6 +47,11 @@ def teaching_inputs(primitive: str, world_size: int, root: int = 0) -> InputTabl
     spec = get_spec(primitive)
     check_world_size(world_size)
     check_rank(root, world_size, "root")
+    return _teaching_table(spec, world_size, root)
+
+
+def _teaching_table(spec: PrimitiveSpec, world_size: int, root: int) -> InputTable:
+    """:func:`teaching_inputs` of a checked ``spec``, ``world_size`` and ``root``."""
     out: InputTable = []
     for r in range(world_size):
         n = spec.n_in(world_size, r, root)
@@ -91,7 +96,7 @@ def check_inputs(inputs: Iterable[Iterable[object]] | Callable[[int, int], objec
             that is not a number (tensor primitives), or any inputs for ``barrier``.
     """
     if inputs is None:
-        return teaching_inputs(spec.name, world_size, root)
+        return _teaching_table(spec, world_size, root)
     if spec.kind == "time":
         raise ValueError(_("barrier takes no inputs: it measures when each rank arrives and leaves"))
     want = [spec.n_in(world_size, r, root) for r in range(world_size)]

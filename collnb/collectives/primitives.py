@@ -22,10 +22,10 @@ from ..i18n import N_, _
 from ..vocabulary import check_int, check_rank, dtype_name, op_hint, op_name
 from .inputs import check_input_values, check_inputs
 from .rank_calls import Case, rank_cases
-from .expected import reference, tolerance
+from .expected import reference_of, tolerance
 from .result import RunResult
 from .specs import REDUCING_PRIMITIVES, SPECS, get_spec
-from .support import BackendSupport, backend_support, known_support
+from .support import BackendSupport, known_for, support_for
 
 if TYPE_CHECKING:
     import torch.distributed as dist
@@ -132,8 +132,9 @@ def _finish(case: Case, world_size: int, backend: str, before: list[_Buffer], af
         sources = [[spec.sources(world_size, r, root, 0)] for r in range(world_size)]
         rtol = 0.0
     else:
-        expected, exact, defined, sources = reference(case["primitive"], world_size, case["inputs"], dt,
-                                                      op, root, cs)
+        expected, exact, defined, sources = reference_of(spec, world_size, case["inputs"],
+                                                         dt if spec.kind == "tensor" else None,
+                                                         op if spec.reduces else "", root, cs)
         rtol = tolerance(spec, dt if spec.kind == "tensor" else None, op if spec.reduces else None,
                           world_size)
     result = RunResult(
@@ -170,14 +171,20 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
     Raises:
         as :func:`run`.
     """
-    ranks.check_launch_options(launch_kwargs, "collnb.run_batch")
-    ranks.check_ranks(world_size, backend)
+    plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run_batch")
+    return _run_planned(configs, plan, check_support)
+
+
+def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan, check_support: bool) -> list[RunResult]:
+    """:func:`run_batch` of a launch planned (checked) where it entered: the configs are checked
+    against ``plan``'s world size and backend, then run in one launch of ``plan``."""
+    world_size, backend = plan.world_size, plan.setup.backend
     support: BackendSupport | None = None
 
     def get_support() -> BackendSupport | None:
         nonlocal support
         if support is None:
-            support = known_support(backend)  # never probes: see the docstring
+            support = known_for(backend)  # never probes: see run_batch's docstring
         return support
 
     if not isinstance(configs, (list, tuple)):
@@ -208,10 +215,10 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
         return []
     t0 = time.perf_counter()
     try:
-        per_rank = ranks.launch(rank_cases, world_size, args=(cases, backend), backend=backend, **launch_kwargs)
+        per_rank = ranks.launch_planned(plan, rank_cases, (cases, backend))
     except ranks.RankError as exc:
         if check_support and support is None:  # nothing was known: did the backend refuse what was asked?
-            probed = backend_support(backend, **launch_kwargs)
+            probed = support_for(plan)
             for primitive, given in asked:  # raises the ValueError a known answer gives before a launch
                 try:
                     _prepare(primitive, world_size, given.get("dtype", torch.float32), given.get("op", "sum"),
@@ -281,6 +288,6 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.fl
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
         collnb.ranks.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """
-    ranks.check_launch_options(launch_kwargs, "collnb.run")
+    plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run")
     cfg = dict(primitive=primitive, dtype=dtype, op=op, root=root, chunk_size=chunk_size, inputs=inputs)
-    return run_batch([cfg], world_size, backend, check_support=check_support, **launch_kwargs)[0]
+    return _run_planned([cfg], plan, check_support)[0]

@@ -175,7 +175,7 @@ RANK_CALLS: dict[str, RankCall] = {name: _WRITTEN_OUT.get(name) or rank_call(spe
 
 def _device(backend: str) -> torch.device:
     # NCCL: the device the launcher made current (cuda:rank for local ranks, cuda:LOCAL_RANK on
-    # ipyparallel engines, see collnb.ranks.remote)
+    # ipyparallel engines, see collnb.ranks.connect)
     return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
 
 

@@ -12,6 +12,7 @@ import glob
 import hashlib
 import json
 import os
+import dataclasses
 import threading
 import time
 from dataclasses import dataclass
@@ -20,8 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from .. import ranks
-from ..i18n import _
-from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, check_backend, dtype_name, op_name
+from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, Backend, check_backend, dtype_name, op_name
 from . import inputs, rank_calls, specs
 from .inputs import teaching_inputs
 from .rank_calls import Case, rank_probe
@@ -30,7 +30,7 @@ from .specs import PRIMITIVES, SPECS, get_spec
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-    from ..ranks import BackendFacts, LaunchOptions
+    from ..ranks import LaunchOptions
 
 __all__ = ["BackendSupport", "backend_support", "known_support", "SupportKey", "saved_probe_state"]
 
@@ -195,13 +195,16 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False,
         RuntimeError: the backend cannot run here (the launcher's reason, e.g. NCCL without CUDA).
         collnb.ranks.LaunchError: the probe itself failed.
     """
-    ranks.check_launch_options(launch_kwargs, "collnb.backend_support")
-    info = ranks.backend_info(check_backend(backend))
-    if not info["available"]:
-        raise RuntimeError(_("backend {backend} cannot run here: {reason}").format(backend=repr(backend),
-                                                                                  reason=info["reason"]))
+    plan = ranks.plan_launch(1, backend, launch_kwargs, where="collnb.backend_support")
+    return support_for(plan, refresh=refresh)
+
+
+def support_for(plan: ranks.LaunchPlan, refresh: bool = False) -> BackendSupport:
+    """:func:`backend_support` for the backend of ``plan``, a launch checked where it entered
+    (:func:`collnb.ranks.plan_launch`): a probe runs with its options at world size 2 (or 1)."""
+    backend = plan.setup.backend
     if not refresh:
-        sup = known_support(backend)
+        sup = known_for(backend)
         if sup is not None:
             return sup
     with _probe_locks[backend]:
@@ -209,7 +212,7 @@ def backend_support(backend: str = "gloo", *, refresh: bool = False,
             with _support_lock:
                 if backend in _support_cache:
                     return _support_cache[backend]
-        return _probe(backend, info, **launch_kwargs)
+        return _probe(plan)
 
 
 def known_support(backend: str = "gloo") -> BackendSupport | None:
@@ -222,7 +225,11 @@ def known_support(backend: str = "gloo") -> BackendSupport | None:
         TypeError: a launch option that is not one of :class:`collnb.ranks.LaunchOptions`
             (:func:`collnb.ranks.check_launch_options`), even when the answer is cached.
     """
-    check_backend(backend)
+    return known_for(check_backend(backend))
+
+
+def known_for(backend: Backend) -> BackendSupport | None:
+    """:func:`known_support` of a checked ``backend``."""
     with _support_lock:
         if backend in _support_cache:
             return _support_cache[backend]
@@ -279,14 +286,16 @@ def saved_probe_state(backend: str = "gloo") -> dict[str, object]:
     return out
 
 
-def _probe(backend: str, info: BackendFacts, **launch_kwargs: Unpack[LaunchOptions]) -> BackendSupport:
-    """Every trial of :func:`_probe_trials` on real ranks of ``backend`` (kept in memory and on disk)."""
-    ws = min(2, info["max_world_size"])
+def _probe(plan: ranks.LaunchPlan) -> BackendSupport:
+    """Every trial of :func:`_probe_trials` on real ranks of ``plan``'s backend, with its options
+    (kept in memory and on disk)."""
+    backend = plan.setup.backend
+    ws = min(2, plan.facts["max_world_size"])
     trials = _probe_trials()
     cases = [Case(primitive=p, dtype=d or "float32", op=o or "sum", root=0, chunk_size=1,
                   inputs=teaching_inputs(p, ws, 0), stagger_s=0.0) for p, d, o in trials]
     t0 = time.perf_counter()
-    outcomes = ranks.launch(rank_probe, ws, args=(cases, backend), backend=backend, **launch_kwargs)
+    outcomes = ranks.launch_planned(dataclasses.replace(plan, world_size=ws), rank_probe, (cases, backend))
     seconds = time.perf_counter() - t0
     results: dict[SupportKey, str | None] = {}
     for i, key in enumerate(trials):

@@ -28,15 +28,16 @@ analyser (``fr_trace``) and collnb's blame read from the same structured entries
   from the culprit; ``fr_trace``: "Missing dump files from ranks {culprit}"; collnb's
   :class:`collnb.RankError`: ``DidNotJoin`` naming the culprit and the line it was at.
 
-**Dumps.** Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is made, so
-:func:`fault_run` launches with ``collnb.launch(..., flight_recorder=N)``, which starts fresh ranks
-with the variable set (warm ranks made their groups already). Each rank dumps in a ``finally``
+**Dumps.** Torch reads ``TORCH_FR_BUFFER_SIZE`` once per process, when its first process group is
+made (one recorder per process, ``FlightRecorder::get()``), so :func:`fault_run` launches with
+``collnb.launch(..., flight_recorder=N)``, which starts fresh ranks with the variable set (warm ranks
+made their groups already). Each rank dumps in a ``finally``
 (:func:`collnb.ranks.flight_recorder_dump`) to ``rank<r>`` (the pickle ``fr_trace`` reads) and
 ``rank<r>.json``. On gloo, ``fr_trace`` fails with ``KeyError: ('0', 0)``: the dumps key the default
 group's ``pg_config`` ``''`` while its entries say ``('0', 'default_pg')``; :func:`fr_trace_verdict`
 re-keys it to ``'0'`` in a copy, then runs torch's analyser. With the recorder on, every rank also sends its
 entries with its error or result, and collnb's :class:`collnb.RankError` names the culprit from them
-(``CollectiveMismatch``, :mod:`collnb.ranks.flight_recorder`: the same reading as :meth:`FaultRun.blame`). Sources: torch's
+(``CollectiveMismatch``, :func:`collnb.ranks.divergence`: the same reading as :meth:`FaultRun.blame`). Sources: torch's
 ``torch/distributed/flight_recorder/fr_trace.py`` and ``components/builder.py`` (read in torch
 2.13.0), https://docs.pytorch.org/tutorials/unstable/flight_recorder_tutorial.html.
 """

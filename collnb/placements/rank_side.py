@@ -5,7 +5,7 @@ time it, and hand back the local shards, torch's counts and what torch logged.
 Runs inside a rank (``collnb.launch(..., record_calls=True)``), so torch is imported here only.
 
 * The mesh: ``init_device_mesh("cpu", mesh)`` on gloo, ``("cuda", mesh)`` on NCCL, made once per
-  mesh shape on warm ranks and kept (:func:`collnb.ranks.rank.keep_groups`): its groups outlive the
+  mesh shape on warm ranks and kept (:func:`collnb.ranks.keep_groups`): its groups outlive the
   call, and the next call of the same shape on the same group reuses it (a 2x2 mesh costs ~50 ms
   to make, measured on 2 cores; an explorer move's target is 150 ms).
 * The source DTensor: without a Partial, ``distribute_tensor(teaching tensor, mesh, src,

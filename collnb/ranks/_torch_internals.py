@@ -432,7 +432,7 @@ def has_internal_overlap(t: torch.Tensor) -> bool:
 
 
 # ----------------------------------------------------------------------------------------------
-# A rank's torch state between calls (collnb.ranks.rank_state)
+# A rank's torch state between calls (collnb.ranks.RankState)
 
 
 def default_device_context() -> DeviceContext | None:

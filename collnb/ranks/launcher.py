@@ -1,5 +1,5 @@
 """Launch real ranks from a Python process or a Jupyter kernel: :func:`launch`, :func:`shutdown`,
-:func:`backend_info`, and the checks of a launch request.
+:func:`backend_info`, and the active rank set that runs them.
 
 ``launch(fn, world_size)`` runs ``fn(rank, world_size, *args)`` on ``world_size`` worker
 processes started through :mod:`torch.multiprocessing`, each inside an initialised default
@@ -25,24 +25,26 @@ How it works (and why):
   A rank that never reaches a collective its peers wait in is caught by the process group's
   ``collective_timeout`` (seconds, default 5), not gloo's 30-minute default; the launcher then
   shows where each still-running rank was (its Python stack, via :mod:`faulthandler`).
-* **torch.distributed, checked.** Inside a call, :mod:`collnb.ranks._dist_hooks` wraps the public
+* **torch.distributed, checked.** Inside a call, :mod:`collnb.ranks.instrument._dist_hooks` wraps the public
   torch.distributed functions: tensors whose layout gloo misreads get dense copies (results copied
   back), groups and device meshes the function makes get ``collective_timeout``; with
-  ``record_calls=True`` :mod:`collnb.ranks.recording` records every communication operation each
+  ``record_calls=True`` :mod:`collnb.ranks.instrument.recording` records every communication operation each
   rank issues (whichever API issued it) as :class:`CallRecord` objects. When the
   DETAIL check finds mismatched collectives, a rank is blamed only if it differs from all the
   others; a timeout error names the timeout that fired; the backend's C++ log lines are attached
   to the error instead of printed.
-* **Where each part lives.** The interface of a set of ranks (local, or engines) in :mod:`.rankset`,
-  the warm pool in :mod:`.pool` and the parts of its wait for answers in :mod:`.answers`, the rank's loop in :mod:`.rank`,
-  the messages between them in :mod:`.protocol`, how functions and tensors travel in
-  :mod:`.serialization`, output lines in :mod:`.output`, the error a learner reads in
-  :mod:`.failures`, process life in :mod:`.processes`, torch's private internals in
+* **Where each part lives.** The one check of a request in :mod:`.request`; the interface of a set
+  of ranks (local, engines, or another kind) in :mod:`.rankset`; local ranks in :mod:`.local` (the
+  warm pool, its wait for answers, the ranks' output, process life, the rank's loop), engines in
+  :mod:`.remote`; the steps of one call that every kind of rank takes in :mod:`.call`; what a call
+  records in :mod:`.instrument`; a fresh script every call in :mod:`.fresh`; the error a learner
+  reads in :mod:`.explain`; the messages between launcher and ranks in :mod:`.protocol`, how
+  functions and tensors travel in :mod:`.serialization`, torch's private internals in
   :mod:`._torch_internals`.
 * **A fresh script every call.** After each call every rank puts back what the call changed
   (environment, streams, signal handlers, torch's global modes, random seeds, ...) and reports what
   it cannot put back (a replaced torch function); those ranks are then retired and the next call
-  runs on fresh ones (:mod:`.rank_state` lists both; :func:`launch` says which).
+  runs on fresh ones (:mod:`.fresh.rank_state` lists both; :func:`launch` says which).
 * **No orphans.** Ranks watch their parent and exit, removing the pool's files, within 0.2 s of
   its death (a killed or restarted kernel); they ignore SIGINT (the kernel
   handles Kernel → Interrupt and stops them); each is the child subreaper of what it starts, so a
@@ -55,61 +57,39 @@ How it works (and why):
 from __future__ import annotations
 
 import atexit
-import inspect
-import math
-import os
 import sys
-import threading
-from typing import Any, Callable, Mapping, Sequence, TypedDict, TypeGuard, cast
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-import torch
+from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend
+from .local.rankset import LOCAL, shutdown_pool
+from .rankset import BackendFacts, LaunchPlan, RankSet
+from .request import check_call, check_launch_options, check_plan
+from .request import check_ranks as _check_ranks
 
-from ..i18n import _
-from ..vocabulary import BACKENDS, MAX_WORLD_SIZE, check_backend, check_world_size
-from .backends import local_backend_info
-from .pool import RankPool
-from .rank import current_rank
-from .rankset import BackendFacts, LaunchRequest, RankSet, StartMethod, Where
+__all__ = ["launch", "plan_launch", "launch_planned", "shutdown", "on_shutdown", "backend_info", "check_ranks",
+           "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS"]
 
-__all__ = ["launch", "shutdown", "backend_info", "check_ranks", "check_flag", "check_call_arguments", "warm_pool",
-           "check_request", "check_launch_options", "LocalRanks", "use_rank_set", "active_rank_set", "MAX_WORLD_SIZE", "BACKENDS",
-           "LaunchOptions"]
-
-
-class LaunchOptions(TypedDict, total=False):
-    """The :func:`launch` options that collnb's entry points pass through as ``**launch_kwargs``
-    (:func:`collnb.run`, :func:`collnb.backend_support`, the explorer...): seconds, the DETAIL
-    check and the start method, as :func:`launch` documents them."""
-
-    timeout: float
-    collective_timeout: float
-    debug: bool
-    start_method: str | None
+#: The active rank set: :data:`.local.rankset.LOCAL`, or another while :func:`use_rank_set` put it in
+#: force (the engines, while :func:`collnb.connect` is).
+_rank_set: RankSet = LOCAL
 
 
-def check_launch_options(options: Mapping[str, object], where: str) -> LaunchOptions:
-    """``options`` as :class:`LaunchOptions`, checked by name before anything is launched.
+def use_rank_set(rank_set: RankSet | None) -> None:
+    """Make ``rank_set`` (a :class:`.rankset.RankSet`) the one :func:`launch`, :func:`backend_info`
+    and :func:`check_ranks` use; ``None`` makes the local ranks active again (:func:`collnb.connect` /
+    :func:`collnb.disconnect` call it; so does any other kind of rank set)."""
+    global _rank_set
+    _rank_set = LOCAL if rank_set is None else rank_set
 
-    ``where`` is the entry point that was given them (``"collnb.run"``) and is named in the error.
-    The values are checked by :func:`launch` when it runs. This check stops a mistyped option from
-    being dropped (an entry point that has a cached answer never launches) or from surfacing later
-    as Python's ``launch() got an unexpected keyword argument``.
 
-    Raises:
-        TypeError: a name that is not a field of :class:`LaunchOptions`. The message names it and
-            lists the options that are passed on.
-    """
-    unknown = sorted(set(options) - set(LaunchOptions.__annotations__))
-    if unknown:
-        raise TypeError(_("{where}() got unknown launch options {names}; the options it passes on to "
-                          "collnb.launch are {valid}").format(
-                              where=where, names=", ".join(map(repr, unknown)),
-                              valid=", ".join(LaunchOptions.__annotations__)))
-    return cast(LaunchOptions, dict(options))
+def active_rank_set() -> RankSet:
+    """The active rank set (:data:`.local.rankset.LOCAL` unless :func:`use_rank_set` made another active)."""
+    return _rank_set
 
 
 def backend_info(backend: str) -> BackendFacts:
-    """Tell whether ``backend`` can run here, without starting any rank.
+    """Tell whether ``backend`` can run here (on the active rank set), without starting any rank.
 
     Returns:
         ``{"backend": str, "available": bool, "max_world_size": int, "reason": str}``; ``reason``
@@ -120,147 +100,41 @@ def backend_info(backend: str) -> BackendFacts:
         TypeError / ValueError: ``backend`` is not one of :data:`BACKENDS`
             (:func:`collnb.vocabulary.check_backend`).
     """
-    return {k: v for k, v in _backend_facts(backend).items() if k != "limit"}
-
-
-def _backend_facts(backend: str) -> BackendFacts:
-    """:func:`backend_info`'s dict plus ``"limit"``: why ``max_world_size`` is below
-    :data:`MAX_WORLD_SIZE`, in the words world-size errors use ("" when it is not), from the active
-    rank set (the engines' answer while :func:`collnb.connect` is in force)."""
-    check_backend(backend)
-    return _rank_set.backend_info(backend)
+    return {k: v for k, v in _rank_set.backend_info(check_backend(backend)).items() if k != "limit"}
 
 
 def check_ranks(world_size: object, backend: str = "gloo") -> BackendFacts:
     """Check that ``world_size`` ranks of ``backend`` can run here (on this machine, or on the engines
     while :func:`collnb.connect` is in force) and return :func:`backend_info`'s dict. Every entry point
-    that starts ranks (:func:`launch`, :func:`collnb.run`, :func:`collnb.bench.bench`, ...) checks
-    with this one function, so the same request gets the same answer everywhere.
+    that starts ranks checks with this one check (:func:`.request.check_ranks`; :func:`plan_launch`
+    makes it too), so the same request gets the same answer everywhere.
 
     Raises:
-        TypeError / ValueError: an unknown backend (:func:`collnb.vocabulary.check_backend`), a world
-            size that is not an int from 1 to :data:`MAX_WORLD_SIZE`, or above what the backend can run
-            here, saying why (NCCL: one rank per visible GPU; engines: one rank per engine).
-        RuntimeError: the backend cannot run here at all (e.g. NCCL without CUDA), with the reason.
+        as :func:`.request.check_ranks`.
     """
-    check_backend(backend)
-    info = _backend_facts(backend)
-    if info["available"]:
-        check_world_size(world_size, info["max_world_size"], why=info.pop("limit"))
-        return info
-    check_world_size(world_size)  # a wrong world size is named before the backend that cannot run
-    where = _("here") if _rank_set.where == "here" else _("on the connected engines")
-    raise RuntimeError(_("backend {backend} cannot run {where}: {reason}").format(
-        backend=repr(backend), where=where, reason=info["reason"]))
+    return _check_ranks(_rank_set, world_size, backend)
 
 
-def _check_request(fn: object, world_size: int, backend: str, start_method: str | None) -> StartMethod | None:
-    """Check where and how a launch request would start ranks (raises as :func:`launch` says) and return
-    ``start_method``, checked."""
-    if current_rank() is not None:
-        raise RuntimeError(_(
-            "collnb.launch was called inside rank {rank} of a launch: ranks cannot start ranks of "
-            "their own (each would leave a pool behind). The function already runs in a process group: use "
-            "it (dist.new_group(ranks) for a subgroup), or call collnb.launch from the notebook").format(
-                rank=current_rank()))
-    if not callable(fn):
-        raise TypeError(_("fn must be a function fn(rank, world_size, *args); got {type} {value}").format(
-            type=type(fn).__name__, value=repr(fn)))
-    check_ranks(world_size, backend)
-    if start_method is None:
-        if _rank_set is not LOCAL:
-            return None  # the engines' own way of starting ranks
-        method: str = _default_start_method()
-    else:
-        method = start_method
-    if not _is_start_method(method):
-        raise ValueError(_("start_method must be 'fork' or 'spawn' (ranks must be children of this "
-                           "process, which forkserver's are not); got {value}").format(value=repr(method)))
-    if method == "fork" and backend == "nccl" and _rank_set is LOCAL \
-            and torch.cuda.is_initialized():  # type: ignore[no-untyped-call]  # torch's is_initialized has no annotations
-        raise RuntimeError(_("CUDA is already initialised in this process, and forked ranks cannot use it. "
-                             "Restart the kernel and launch before touching CUDA, or pass start_method='spawn'"))
-    return None if start_method is None else method
-
-
-def _is_start_method(value: object) -> TypeGuard[StartMethod]:
-    """Whether ``value`` is one of :data:`.rankset.StartMethod`'s choices."""
-    return value in ("fork", "spawn")
-
-
-# ----------------------------------------------------------------------------------------------
-# The module-level warm pool
-
-_pool: RankPool | None = None
-_pool_guard = threading.Lock()
-
-
-def _forget_pool() -> None:
-    """In a forked child (a rank, or a process the kernel's code forks): the parent's warm pool
-    is not the child's to use or to shut down."""
-    global _pool
-    _pool = None
-
-
-os.register_at_fork(after_in_child=_forget_pool)
-
-
-def _default_start_method() -> StartMethod:
-    """``"fork"`` on Linux (fast, and a cell's function needs no import), else ``"spawn"``."""
-    return "fork" if sys.platform.startswith("linux") else "spawn"
-
-
-def _check_seconds(**values: object) -> None:
-    """Check that each keyword's value is a positive, finite number of seconds."""
-    for name, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                or value <= 0:
-            raise ValueError(_("{name} must be a positive, finite number of seconds; got {value}").format(
-                name=name, value=repr(value)))
-
-
-def check_flag(name: str, value: object) -> bool:
-    """Check a yes/no argument (``debug``, ``record_calls``...) and return it.
+def plan_launch(world_size: object, backend: object = "gloo", options: Mapping[str, object] | None = None, *,
+                where: str = "collnb.launch") -> LaunchPlan:
+    """Check a launch an entry point will make (``where``, e.g. ``"collnb.run"``, named in errors)
+    once, before it does anything else: ``world_size`` ranks of ``backend`` on the active rank set,
+    with the :class:`.request.LaunchOptions` ``options`` its caller passed through (names, then
+    values). Returns the :class:`.rankset.LaunchPlan` that :func:`launch_planned` runs.
 
     Raises:
-        TypeError: not a bool: ``"debug must be True or False; got 'no'"`` (a string such as
-            ``"no"`` would otherwise count as true).
+        as :func:`.request.check_launch_options` and :func:`.request.check_plan`.
     """
-    if not isinstance(value, bool):
-        raise TypeError(_("{name} must be True or False; got {value}").format(name=name, value=repr(value)))
-    return value
+    opts = check_launch_options(options or {}, where)
+    return check_plan(_rank_set, world_size, backend, **opts)
 
 
-def check_call_arguments(args: object, kwargs: object) -> None:
-    """Check ``launch``'s ``args`` (a tuple or list of the extra arguments) and ``kwargs`` (a dict
-    with str keys, or ``None``).
-
-    Raises:
-        TypeError: ``args`` is not a tuple or list (``args="abc"`` would become three arguments:
-            pass ``args=("abc",)``), or ``kwargs`` is not a dict of str keys.
-    """
-    if not isinstance(args, (tuple, list)):
-        raise TypeError(_("args must be a tuple (or list) of the extra arguments, e.g. args=({value},) for one; "
-                          "got the {type} {value}").format(value=repr(args), type=type(args).__name__))
-    if kwargs is not None and (not isinstance(kwargs, dict) or not all(isinstance(k, str) for k in kwargs)):
-        raise TypeError(_("kwargs must be a dict of keyword arguments (str keys) or None; got {value}").format(
-            value=repr(kwargs)))
-
-
-def _check_signature(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any] | None) -> None:
-    """Check that ``fn(rank, world_size, *args, **kwargs)`` binds (TypeError saying how to
-    define ``fn`` if not); functions without a signature (some builtins) pass."""
-    try:
-        sig = inspect.signature(fn)
-    except (TypeError, ValueError):  # some builtins have none: let the rank report it
-        return
-    try:
-        sig.bind(0, 1, *args, **(kwargs or {}))
-    except TypeError as exc:
-        raise TypeError(_("fn cannot be called as fn(rank, world_size, *args, **kwargs) with {n} extra "
-                          "argument(s) and keywords {keywords}: {error}. Define it as def {name}(rank, "
-                          "world_size, ...)").format(n=len(args), keywords=sorted(kwargs or {}), error=exc,
-                                                     name=getattr(fn, "__name__", "fn"))) from None
+def launch_planned(plan: LaunchPlan, fn: Callable[..., Any], args: Sequence[Any] = (),
+                   kwargs: dict[str, Any] | None = None) -> list[Any]:
+    """Run ``fn(rank, world_size, *args, **kwargs)`` as ``plan`` (from :func:`plan_launch` or
+    :func:`launch`'s own check) says, on the rank set it was checked against; returns and raises
+    as :func:`launch` (the function and its arguments are checked here: :func:`.request.check_call`)."""
+    return plan.rank_set.launch(check_call(plan, fn, args, kwargs))
 
 
 def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
@@ -272,7 +146,7 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
     Each rank is a process started through :mod:`torch.multiprocessing`, already inside an
     initialised default process group of ``backend`` (``dist.get_rank()`` and
     ``dist.get_world_size()`` work). With NCCL, rank ``r`` uses ``cuda:r``. Ranks stay warm
-    between calls (see :class:`RankPool`); their stdout/stderr lines appear here as they are
+    between calls (see :class:`.local.pool.RankPool`); their stdout/stderr lines appear here as they are
     printed, prefixed ``[rank r]``.
 
     Args:
@@ -289,21 +163,23 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
             collective, shape or dtype than its peers fails with a clear message. Costs extra
             checks per collective: pass ``False`` for benchmarks. collnb's own primitive runs
             (:func:`collnb.run`, the explorer, the backend probe) make the same calls on every
-            rank and skip the check on the same warm ranks (:func:`.rank.same_on_every_rank`).
+            rank and skip the check on the same warm ranks (:func:`.call.groups.same_on_every_rank`).
         start_method: ``"fork"`` (default on Linux) or ``"spawn"`` (each rank imports torch
             afresh; needed when CUDA is already initialised here).
         record_calls: also return every communication operation each rank's function issued
-            (keyword only; see Returns and :mod:`collnb.ranks.recording`).
+            (keyword only; see Returns and :mod:`collnb.ranks.instrument.recording`).
         timeline: also return when each communication operation was issued, waited for its last
             rank and completed on every rank, and the regions marked with :func:`collnb.region`
             or ``torch.profiler.record_function``, on one clock (keyword only): the result is a
-            :class:`LaunchResults` whose ``.timeline`` is a :class:`.timeline.Timeline` (draw it with
+            :class:`LaunchResults` whose ``.timeline`` is a :class:`.instrument.timeline.Timeline` (draw it with
             :func:`collnb.views.timeline_image`, export it with ``.save_chrome_trace(path)``).
             Off by default and then free: nothing is installed in the ranks.
-        flight_recorder: entries of torch's Flight Recorder per rank (keyword only; 0, the
-            default, leaves it off). Torch reads ``TORCH_FR_BUFFER_SIZE`` when a process group is
-            made, and warm ranks made theirs already, so a value other than the warm pool's starts
-            fresh ranks with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
+        flight_recorder: entries of torch's Flight Recorder per rank, which collnb then reads
+            (keyword only). 0, the default, leaves ``TORCH_FR_BUFFER_SIZE`` unset: torch's own
+            default then applies (the recorder on, 2000 entries, since pytorch#142260) and collnb
+            reads no entries. Torch reads ``TORCH_FR_BUFFER_SIZE`` once per process, when its first
+            process group is made, and warm ranks made theirs already, so a value other than the warm
+            pool's starts fresh ranks with ``TORCH_FR_BUFFER_SIZE`` set (see :mod:`collnb.labs.hangs`).
         show_backend_log: print the lines the backend's C++ code logs (``[E... ProcessGroupGloo.cpp:...]``)
             in the cell as they come (keyword only). By default they are kept out of the cell and
             attached to the error as ``err.backend_log`` (its message says how many); after a call
@@ -319,7 +195,7 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
         operations the backend saw that the recorder could not (another thread).
 
     Inside the ranks, torch.distributed's functions are wrapped for the call (see
-    :mod:`collnb.ranks._dist_hooks`): tensors whose layout gloo misreads (non-contiguous or expanded,
+    :mod:`collnb.ranks.instrument._dist_hooks`): tensors whose layout gloo misreads (non-contiguous or expanded,
     conjugate or negative views) are handed to torch as dense copies and results copied back;
     groups and device meshes the function creates without ``timeout=`` get ``collective_timeout``.
     Arguments travel as pickle sends them (``nn.Parameter`` and a leaf's ``requires_grad`` kept);
@@ -358,7 +234,7 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
     thread the call started still running. The call's results are returned as usual, and the next
     call (collnb's own ``run``, ``explore``, ``bench`` and checks too) runs on fresh ranks, printing
     one line such as ``[collnb] the last call replaced torch.distributed.all_reduce on rank 2;
-    starting fresh ranks``. The full list is in :mod:`collnb.ranks.rank_state`. Processes a
+    starting fresh ranks``. The full list is in :mod:`collnb.ranks.fresh.rank_state`. Processes a
     function starts end with the pool (:func:`shutdown`, or when the kernel exits), also those in
     a session of their own and double-forked daemons (each rank is their child subreaper).
 
@@ -373,122 +249,10 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
         LaunchTimeout: the call ran past ``timeout``; every rank has been stopped.
         KeyboardInterrupt: re-raised after every rank has been stopped.
     """
-    request = check_request(fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug,
-                            start_method, record_calls=record_calls, show_backend_log=show_backend_log,
-                            timeline=timeline, flight_recorder=flight_recorder)
-    return _rank_set.launch(request)
-
-
-def check_request(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (),
-                  kwargs: dict[str, Any] | None = None, backend: str = "gloo", timeout: float = 60.0,
-                  collective_timeout: float = 5.0, debug: bool = True, start_method: str | None = None, *,
-                  record_calls: bool = False, show_backend_log: bool = False, timeline: bool = False,
-                  flight_recorder: int = 0) -> LaunchRequest:
-    """Check every argument of a :func:`launch` request against the active rank set, before any rank
-    starts, and return it as a :class:`.rankset.LaunchRequest` (seconds as float; ``start_method``
-    ``None`` leaves the choice to the rank set: ``"fork"`` here on Linux). The one check of a request, for local ranks and engines alike.
-
-    Raises:
-        TypeError / ValueError / RuntimeError: as :func:`launch` says.
-        NotImplementedError: an option the active rank set cannot honour (:meth:`.RankSet.refuse`:
-            engines refuse ``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``).
-    """
-    checked_start = _check_request(fn, world_size, backend, start_method)
-    check_call_arguments(args, kwargs)
-    for name, flag in (("debug", debug), ("record_calls", record_calls), ("show_backend_log", show_backend_log),
-                       ("timeline", timeline)):
-        check_flag(name, flag)
-    if isinstance(flight_recorder, bool) or not isinstance(flight_recorder, int) or flight_recorder < 0:
-        raise ValueError(_("flight_recorder must be a number of entries >= 0 (e.g. 200; 0 = off); got {value}").format(
-            value=repr(flight_recorder)))
-    _check_signature(fn, tuple(args), kwargs)
-    _check_seconds(timeout=timeout, collective_timeout=collective_timeout)
-    request = LaunchRequest(fn, world_size, tuple(args), dict(kwargs or {}), check_backend(backend), float(timeout),
-                            float(collective_timeout), debug, checked_start, record_calls, show_backend_log,
-                            timeline, int(flight_recorder))
-    _rank_set.refuse(request)
-    return request
-
-
-class LocalRanks:
-    """The local rank set: :func:`launch` on rank processes forked (or spawned) here, kept warm in
-    one module-level :class:`RankPool` between calls (:func:`warm_pool`); a call made while another
-    thread uses the warm pool runs on a private pool of its own."""
-
-    where: Where = "here"
-
-    def backend_info(self, backend: str) -> BackendFacts:
-        """:func:`.backends.local_backend_info`: this machine's answer."""
-        return local_backend_info(backend)
-
-    def refuse(self, request: LaunchRequest) -> None:
-        """Local ranks honour every option of a request: refuses nothing."""
-
-    def launch(self, request: LaunchRequest) -> list[Any]:
-        """Run ``request`` on the warm pool (see :func:`launch`)."""
-        global _pool
-        r = request
-        key = (r.backend, r.debug, r.collective_timeout, r.start_method or _default_start_method(),
-               r.flight_recorder)
-        with _pool_guard:
-            pool = _pool
-            if pool is not None and not pool.broken and pool.lock.acquire(blocking=False):
-                try:
-                    retired = pool.settle()  # each rank's word on the last call: back as it started?
-                    dead = pool.dead_ranks()
-                finally:
-                    pool.lock.release()
-                if retired:
-                    # The last call changed these ranks for good (a replaced torch function): never reuse them.
-                    sys.stderr.write("[collnb] " + _("{why}; starting fresh ranks").format(why=retired) + "\n")
-                    pool.close()
-                elif dead and pool.key == key:
-                    # A warm rank that died while the pool was idle (OOM killer, a stray kill) is replaced:
-                    # the pool starts over instead of failing the next call with a BrokenPipeError.
-                    sys.stderr.write("[collnb] " + _("warm rank(s) had died while idle ({ranks}); starting fresh "
-                                                     "ranks").format(ranks="; ".join(
-                                                         f"rank {k}: {why}" for k, why in sorted(dead.items())))
-                                     + "\n")
-                    pool.close()
-            if pool is None or pool.broken or pool.key != key:
-                if pool is not None:
-                    pool.close()
-                pool = _pool = RankPool(*key)
-            private = not pool.lock.acquire(blocking=False)
-        if private:
-            # Another thread is using the warm pool: run on a private pool of our own.
-            own = RankPool(*key)
-            try:
-                results: list[Any] = own.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout,
-                                             record_calls=r.record_calls, show_backend_log=r.show_backend_log,
-                                             timeline=r.timeline)
-                return results
-            finally:
-                own.close()
-        try:
-            results = pool.run(r.fn, r.world_size, r.args, r.kwargs, r.timeout, record_calls=r.record_calls,
-                               show_backend_log=r.show_backend_log, timeline=r.timeline)
-            return results
-        finally:
-            pool.lock.release()
-
-
-#: The local rank set (one per process).
-LOCAL = LocalRanks()
-#: The active rank set: :data:`LOCAL`, or the engines while :func:`collnb.connect` is in force.
-_rank_set: RankSet = LOCAL
-
-
-def use_rank_set(rank_set: RankSet | None) -> None:
-    """Make ``rank_set`` the one :func:`launch`, :func:`backend_info` and :func:`check_ranks` use;
-    ``None`` makes the local ranks active again (:func:`collnb.connect` / :func:`collnb.disconnect`)."""
-    global _rank_set
-    _rank_set = LOCAL if rank_set is None else rank_set
-
-
-def active_rank_set() -> RankSet:
-    """The active rank set (:data:`LOCAL` unless :func:`collnb.connect` is in force)."""
-    return _rank_set
+    plan = check_plan(_rank_set, world_size, backend, timeout, collective_timeout, debug, start_method,
+                      record_calls=record_calls, show_backend_log=show_backend_log, timeline=timeline,
+                      flight_recorder=flight_recorder)
+    return launch_planned(plan, fn, args, kwargs)
 
 
 #: What :func:`shutdown` also stops, after the warm ranks: other layers' resources that live as long as
@@ -505,23 +269,14 @@ def on_shutdown(fn: Callable[[], None]) -> None:
 
 
 def shutdown() -> None:
-    """Stop the warm ranks and remove their files (and whatever :func:`on_shutdown` registered: a
-    virtual cluster's ranks and namespaces). The next :func:`launch` starts new ones."""
-    global _pool
-    with _pool_guard:
-        if _pool is not None:
-            _pool.close()
-            _pool = None
+    """Stop the warm ranks and remove their files, then whatever :func:`on_shutdown` registered (a
+    virtual cluster's ranks and network namespaces). The next :func:`launch` starts new ones."""
+    shutdown_pool()
     for fn in list(_shutdown_hooks):
         try:
             fn()
         except Exception as exc:  # noqa: BLE001 - one failing hook must not keep the others from running
             sys.stderr.write(f"[collnb] shutdown: {getattr(fn, '__qualname__', fn)} failed: {exc}\n")
-
-
-def warm_pool() -> RankPool | None:
-    """The current warm :class:`RankPool`, or ``None`` (for inspection and tests)."""
-    return _pool
 
 
 atexit.register(shutdown)

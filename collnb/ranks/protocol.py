@@ -1,7 +1,7 @@
 """The messages between the launcher (the parent: a kernel or a script) and its ranks.
 
 The parent sends a rank one command at a time on the rank's command pipe; the rank answers each
-on its result pipe (stdout and stderr travel on pipes of their own, see :mod:`.output`):
+on its result pipe (stdout and stderr travel on pipes of their own, see :mod:`.local.output`):
 
 ======================================  ===================================
 parent -> rank                          rank -> parent
@@ -18,7 +18,8 @@ it for good; the launcher reads that before it sends the rank anything else.
 
 A rank that fails stays idle until the parent stops it (its peers' "connection closed" errors
 must not pile up on the root cause). Closing the command pipe tells a rank to leave. Ranks on
-ipyparallel engines (:mod:`.engines`) answer a run with the same :class:`Result` / :class:`Failed`.
+ipyparallel engines (:mod:`.remote.engines`) get the same :class:`Run` and answer it with the same
+:class:`Result` / :class:`Failed`.
 Messages are small frozen dataclasses, pickled; the function, its arguments and its result travel
 inside them as bytes made by :func:`.serialization.dumps`.
 """
@@ -28,12 +29,12 @@ from __future__ import annotations
 import pickle
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from typing import TYPE_CHECKING, Any, Union, cast
+from typing import Union, cast
 
-if TYPE_CHECKING:  # the rank side's records; importing them here would import torch
-    from .recording import CallRecords
+from .instrument.interface import Instruments, Recorded
+from .instrument.timeouts import TimeoutReport
 
-__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Settled", "Failed", "TimeoutReport", "Message",
+__all__ = ["InitGroup", "NewGroup", "Run", "Ready", "Result", "Settled", "Failed", "Message",
            "Frame", "encode", "send", "receive"]
 
 #: One frame of a traceback as it travels: ``(filename, lineno, function name, source line or None)``.
@@ -53,12 +54,12 @@ class InitGroup:
 class NewGroup:
     """Every rank of the default group: create the cached group of ranks ``0..world_size-1``
     with ``new_group``, torch's group counter set to ``group_count`` (the same on every rank);
-    ``unchecked``: the group for collnb's own primitive runs, made without
-    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s wrapper (:func:`collnb.ranks.same_on_every_rank`)."""
+    ``unwrapped``: the group for collnb's own primitive runs, made without
+    ``TORCH_DISTRIBUTED_DEBUG=DETAIL``'s wrapper (:func:`.call.groups.unwrapped_group`)."""
 
     world_size: int
     group_count: int
-    unchecked: bool = False
+    unwrapped: bool = False
 
 
 @dataclass(frozen=True)
@@ -69,22 +70,22 @@ class Run:
         world_size: the call's world size (the rank runs in the cached group of that size).
         group_count: torch's group counter at the start of the call, the same on every rank.
         task: ``dumps((fn, args, kwargs, code files))`` (bytes).
-        record_calls: record the function's torch.distributed calls (:class:`.CallRecord`).
-        timeline: record when each operation was issued and completed, and the regions
-            (:mod:`.timeline`).
+        instruments: what the call records on the rank (:class:`.instrument.interface.Instruments`).
         language: the language the kernel speaks at this call (:func:`collnb.get_language`,
             ``"en"`` or ``"zh"``): a warm rank forked before a ``set_language`` speaks it too.
-        unchecked: run in the ``unchecked`` group of that size (:class:`NewGroup`): collnb's own
+        unwrapped: run in the ``unwrapped`` group of that size (:class:`NewGroup`): collnb's own
             code that makes the same calls on every rank (:func:`collnb.ranks.same_on_every_rank`).
+
+    Local ranks get it on their command pipe; ipyparallel engines as an argument of
+    :func:`.remote.engines.engine_run`.
     """
 
     world_size: int
     group_count: int
     task: bytes
-    record_calls: bool = False
-    timeline: bool = False
+    instruments: Instruments = Instruments()
     language: str = "en"
-    unchecked: bool = False
+    unwrapped: bool = False
 
 
 @dataclass(frozen=True)
@@ -102,61 +103,28 @@ class Result:
         payload: ``dumps(result)`` (bytes; tensors as detached CPU copies).
         seq: the default group's operation count after the call (int or ``None``): ranks that
             disagree issued different numbers of operations (uneven send/recv).
-        intact: whether the pool's groups survived the call (the function may destroy them).
-        calls: the function's :class:`.CallRecord` list when asked for, else ``None``.
-        timeline: the rank's timeline (:meth:`.timeline.Collector.result`) when asked for, else ``None``.
-        retire: on an ipyparallel engine (:mod:`.engines`), what the call changed in it that cannot
-            be put back, in words (``"replaced torch.distributed.all_reduce"``; see
-            :mod:`.rank_state`), else ``""``. A local rank says it in :class:`Settled`.
-        flight_recorder: with ``launch(..., flight_recorder=N)``, the Flight Recorder's collective
-            entries this call made (:func:`collnb.ranks.flight_recorder.entries_from_json`), else ``None``.
+        intact: whether the rank's cached groups survived the call (the function may destroy them).
+        recorded: what the call's instruments took on the rank (:class:`.instrument.interface.Recorded`),
+            ``None`` when none was asked for.
+        retire: on an ipyparallel engine (:mod:`.remote.engines`), what the call changed in it that
+            cannot be put back, in words (``"replaced torch.distributed.all_reduce"``; see
+            :mod:`.fresh.rank_state`), else ``""``. A local rank says it in :class:`Settled`.
     """
 
     payload: bytes
     seq: int | None = None
     intact: bool = True
-    calls: CallRecords | None = None
+    recorded: Recorded | None = None
     retire: str = ""
-    timeline: dict[str, Any] | None = None
-    flight_recorder: list[dict[str, Any]] | None = None
 
 
 @dataclass(frozen=True)
 class Settled:
-    """After its :class:`Result`, the rank is back as it started (:mod:`.rank_state`), except for
+    """After its :class:`Result`, the rank is back as it started (:mod:`.fresh.rank_state`), except for
     ``retire``: what the call changed that cannot be put back, in words
     (``"replaced torch.distributed.all_reduce"``), else ``""``; then the launcher retires the rank."""
 
     retire: str = ""
-
-
-@dataclass(frozen=True)
-class TimeoutReport:
-    """What ended a rank's wait in a communication call: the timeout that ran out, chosen from the
-    timeouts collnb knows and the wait the rank measured (:func:`.timeouts.which_timeout`).
-
-    Attributes:
-        timeout: the timeout, in words: ``"collective_timeout (1.5 s)"``, ``"the timeout=2 s passed
-            to new_group"``; when ``fired`` is False, the one that was running; ``""`` when unknown.
-        seconds: its value in seconds (``None`` when unknown).
-        waited: seconds the call had been waiting when the error surfaced, on the rank's monotonic
-            clock (``None``: not measured).
-        fired: ``True``: that timeout ran out; ``False``: the wait ended before any timeout could
-            (see ``cause``); ``None``: not known.
-        cause: when ``fired`` is False, what ended the wait: ``"peer closed"`` (a peer's connection
-            closed: its group was destroyed, its process ended, or its own timeout closed it),
-            ``"pair closed"`` (an earlier timeout in the same group had closed its connections),
-            or ``""``.
-        source: what decided: ``"measured"`` (the wait), ``"text"`` (the message's wording, when
-            the measurement could not decide), ``""``.
-    """
-
-    timeout: str = ""
-    seconds: float | None = None
-    waited: float | None = None
-    fired: bool | None = None
-    cause: str = ""
-    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -170,11 +138,10 @@ class Failed:
             without the launcher's own.
         comm: whether it is torch.distributed reporting a lost or late peer (a consequence of
             another rank's failure, not a root cause).
-        timeout: the :class:`TimeoutReport` the rank made for a communication error (``None``
-            when the rank measured nothing: the launcher then reads the message's wording).
-        flight_recorder: the Flight Recorder's collective entries of this call
-            (:func:`collnb.ranks.flight_recorder.entries_from_json`'s dicts) when the launch had
-            ``flight_recorder=N``; else ``None``.
+        timeout: the :class:`.instrument.timeouts.TimeoutReport` the rank made for a communication
+            error (``None`` when the rank measured nothing: the launcher then reads the message's wording).
+        recorded: what the call's instruments took before it failed (the Flight Recorder's entries,
+            for the launcher's blame: :class:`.instrument.interface.Recorded`), else ``None``.
     """
 
     exc_type: str
@@ -182,7 +149,7 @@ class Failed:
     frames: list[Frame]
     comm: bool = False
     timeout: TimeoutReport | None = None
-    flight_recorder: list[dict[str, Any]] | None = None
+    recorded: Recorded | None = None
 
     @property
     def timeout_name(self) -> str:
@@ -190,7 +157,8 @@ class Failed:
         return self.timeout.timeout if self.timeout is not None and self.timeout.fired else ""
 
     @classmethod
-    def from_exception(cls, exc: BaseException, rank: int | None, frames: list[Frame], comm: bool) -> "Failed":
+    def from_exception(cls, exc: BaseException, rank: int | None, frames: list[Frame], comm: bool,
+                       recorded: Recorded | None = None) -> "Failed":
         """The message a rank sends for ``exc`` (``SystemExit`` is named as the call it was); ``rank``
         is ``None`` on an engine that no connection has set up."""
         if isinstance(exc, SystemExit):
@@ -201,7 +169,8 @@ class Failed:
             except Exception as inner:  # noqa: BLE001 - an exception whose __str__ raises
                 text = f"<the exception's message could not be shown: {type(inner).__name__}: {inner}>"
         report = getattr(exc, "collnb_timeout", None)
-        return cls(type(exc).__name__, text, frames, comm, report if isinstance(report, TimeoutReport) else None)
+        return cls(type(exc).__name__, text, frames, comm, report if isinstance(report, TimeoutReport) else None,
+                   recorded)
 
 
 #: Every message the launcher and a rank exchange.

@@ -1,16 +1,22 @@
-"""One interface for a set of ranks: the local warm pool or ipyparallel engines.
+"""One interface for a set of ranks: the local warm pool, ipyparallel engines, or another kind.
 
-:func:`collnb.launch` checks a request once (:func:`.launcher.check_request` makes a
-:class:`LaunchRequest`) and hands it to the **active rank set**, which the launcher holds:
-:class:`.launcher.LocalRanks` (processes forked here, :mod:`.pool`) unless :func:`collnb.connect` made
-the engines of an ipyparallel cluster active (:mod:`.remote`); :func:`collnb.disconnect` makes the
-local one active again. The choice is explicit, as ipyparallel's ``engine_launcher_class`` and
-torch elastic's ``PContext`` are: nothing is injected at run time.
+A launch is checked once, where it enters (:mod:`.request`): :func:`collnb.launch`, or an entry
+point such as :func:`collnb.run` that plans its launch first (:func:`.launcher.plan_launch`: a
+:class:`LaunchPlan`, everything but the function), then adds the function (a :class:`LaunchRequest`).
+The request goes down whole to the rank set the plan was checked against, the **active rank set**
+the launcher holds: :class:`.local.rankset.LocalRanks` (processes forked here, :mod:`.local.pool`)
+unless :func:`collnb.connect` made the engines of an ipyparallel cluster active
+(:class:`.remote.connection.Engines`); :func:`collnb.disconnect` makes the local one active again.
+The choice is explicit, as ipyparallel's ``engine_launcher_class`` and torch elastic's ``PContext``
+are: nothing is injected at run time; another kind of rank set becomes active with
+:func:`.launcher.use_rank_set`.
 
 While a call runs, each implementation turns what its ranks send into one stream of per-rank
 events, :data:`RankEvent` (:class:`RankOutput`, :class:`RankResult`, :class:`RankFailure`,
-:class:`RankExit`), and :func:`.failures.event_of` reads that one stream for both to decide how each
-rank's part of the call ended and whom to blame.
+:class:`RankExit`), and :func:`.explain.failures.ending_of` reads that one stream for every rank set
+to decide how each rank's part of the call ended and whom to blame. What the call records (calls, a timeline, the
+Flight Recorder, the backend's log) every rank set takes with the same instruments
+(:mod:`.instrument.interface`, whose docstring says how a new rank set gets them).
 """
 
 from __future__ import annotations
@@ -20,11 +26,11 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Literal, Protocol, Union
 
 from ..vocabulary import Backend
+from .instrument.interface import Instruments, Recorded
 from .protocol import Failed
-from .recording import CallRecords
 
-__all__ = ["EventKind", "LaunchRequest", "RankOutput", "RankResult", "RankFailure", "RankExit", "RankEvent",
-           "RankSet", "BackendFacts", "StartMethod", "Where"]
+__all__ = ["EventKind", "RankSetup", "LaunchPlan", "LaunchRequest", "RankOutput", "RankResult", "RankFailure",
+           "RankExit", "RankEvent", "RankSet", "BackendFacts", "StartMethod", "Where"]
 
 #: :func:`.launcher.backend_info`'s dict: ``backend`` (str), ``available`` (bool), ``max_world_size``
 #: (int), ``reason`` (str) and, from a rank set, ``limit`` (str: why ``max_world_size`` is below
@@ -35,8 +41,9 @@ BackendFacts = dict[str, Any]
 #: launcher's children (forkserver's are not).
 StartMethod = Literal["fork", "spawn"]
 
-#: Where a rank set's ranks run, in the words of an error (:attr:`RankSet.where`).
-Where = Literal["here", "on the connected engines"]
+#: Where a rank set's ranks run, in the words of an error (:attr:`RankSet.where`: English, marked
+#: with :func:`collnb.i18n.N_` and translated where it is used): ``"here"``, ``"on the connected engines"``.
+Where = str
 
 
 class EventKind(enum.Enum):
@@ -49,26 +56,61 @@ class EventKind(enum.Enum):
 
 
 @dataclass(frozen=True)
-class LaunchRequest:
-    """One checked :func:`collnb.launch` request (every field as :func:`collnb.launch` documents it;
-    :func:`.launcher.check_request` makes it, so a rank set gets nothing unchecked).
+class RankSetup:
+    """How a rank set makes its ranks' process groups: ranks made with one setup serve every call
+    that asks for it (the local warm pool's key; the engines' default process group).
 
-    ``timeout`` and ``collective_timeout`` are seconds (float); ``start_method`` is ``"fork"``,
-    ``"spawn"`` or ``None`` (the rank set's own way); ``flight_recorder`` is a number of entries (0: off)."""
+    Attributes:
+        backend: ``"gloo"`` or ``"nccl"``.
+        debug: ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` in the ranks (every collective checked against
+            every peer's).
+        collective_timeout: the process groups' timeout, seconds (float).
+        start_method: ``"fork"`` or ``"spawn"`` (local ranks), ``None`` for a rank set that starts no
+            process (engines: ipyparallel started them).
+        flight_recorder: ``TORCH_FR_BUFFER_SIZE`` in the ranks when their groups are made (entries
+            of torch's Flight Recorder per rank; 0 leaves it unset).
+    """
+
+    backend: Backend = "gloo"
+    debug: bool = True
+    collective_timeout: float = 5.0
+    start_method: StartMethod | None = None
+    flight_recorder: int = 0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A checked launch without its function: where, at which world size, within which time, on
+    ranks made how, recording what (:func:`.launcher.plan_launch` makes it; every field as
+    :func:`collnb.launch` documents it).
+
+    Attributes:
+        world_size: the number of ranks (int, within ``facts["max_world_size"]``).
+        timeout: seconds the whole call may take (float).
+        setup: how the ranks' groups are made (:class:`RankSetup`).
+        instruments: what the call records (:class:`.instrument.interface.Instruments`), as the rank
+            set will run it (:meth:`RankSet.accept`).
+        rank_set: the rank set the plan was checked against, which runs it.
+        facts: :func:`.launcher.backend_info`'s answer for ``setup.backend`` on ``rank_set``, at the check.
+    """
+
+    world_size: int
+    timeout: float
+    setup: RankSetup
+    instruments: Instruments
+    rank_set: RankSet = field(compare=False, repr=False)
+    facts: BackendFacts = field(default_factory=dict, compare=False, repr=False)
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One checked launch: ``fn(rank, world_size, *args, **kwargs)`` as ``plan`` says
+    (:func:`.launcher.launch_planned` makes it: a rank set gets nothing unchecked)."""
 
     fn: Callable[..., Any]
-    world_size: int
-    args: tuple[Any, ...] = ()
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    backend: Backend = "gloo"
-    timeout: float = 60.0
-    collective_timeout: float = 5.0
-    debug: bool = True
-    start_method: StartMethod | None = None
-    record_calls: bool = False
-    show_backend_log: bool = False
-    timeline: bool = False
-    flight_recorder: int = 0
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    plan: LaunchPlan
 
 
 @dataclass(frozen=True)
@@ -92,8 +134,7 @@ class RankResult:
         seq: torch's operation counter of the call's group after the call (``None`` where the rank
             set does not report it); ranks that disagree issued different numbers of operations.
         intact: ``False`` when the function destroyed the pool's process groups.
-        calls, timeline, flight_recorder: what ``record_calls``, ``timeline`` and ``flight_recorder``
-            recorded (``None`` when off).
+        recorded: what the call's instruments took on the rank (``None`` when none was asked for).
         retire: what the call changed for good in the rank (engines say it with their result; local
             ranks in their :class:`.protocol.Settled`), ``""`` when nothing.
     """
@@ -105,9 +146,7 @@ class RankResult:
     seconds: float | None = None
     seq: int | None = None
     intact: bool = True
-    calls: CallRecords | None = None
-    timeline: dict[str, Any] | None = None
-    flight_recorder: list[dict[str, Any]] | None = None
+    recorded: Recorded | None = None
     retire: str = ""
 
 
@@ -139,19 +178,22 @@ RankEvent = Union[RankOutput, RankResult, RankFailure, RankExit]
 
 
 class RankSet(Protocol):
-    """Where :func:`collnb.launch` runs its ranks: :class:`.launcher.LocalRanks` or the engines of
-    :func:`collnb.connect` (:class:`.remote._Connection`)."""
+    """Where :func:`collnb.launch` runs its ranks: :class:`.local.rankset.LocalRanks`, the engines of
+    :func:`collnb.connect` (:class:`.remote.connection.Engines`), or another kind made active with
+    :func:`.launcher.use_rank_set`."""
 
     #: where the ranks run, in the words of an error: ``"here"``, ``"on the connected engines"``
     where: Where
 
-    def backend_info(self, backend: str) -> BackendFacts:
-        """:func:`.launcher.backend_info`'s dict plus ``limit`` for ``backend`` on these ranks."""
+    def backend_info(self, backend: Backend) -> BackendFacts:
+        """:func:`.launcher.backend_info`'s dict plus ``limit`` for ``backend`` (checked) on these ranks."""
         ...
 
-    def refuse(self, request: LaunchRequest) -> None:
-        """Raise :class:`NotImplementedError` naming an option of ``request`` these ranks cannot
-        honour (before anything runs); return otherwise."""
+    def accept(self, plan: LaunchPlan) -> LaunchPlan:
+        """``plan`` as these ranks run it (their own start method; the instruments they need beyond
+        the request's: :attr:`.instrument.interface.Instruments.relay_fds`, ``align_clocks``), or
+        raise (:class:`NotImplementedError` naming an option they cannot honour, :class:`RuntimeError`
+        for a request this process cannot make) before anything runs."""
         ...
 
     def launch(self, request: LaunchRequest) -> list[Any]:

@@ -1,8 +1,8 @@
 """The collectives a launch recorded, step by step: as text and as a picture, for any
 ``collnb.launch(fn, n, record_calls=True)`` result.
 
-The records come from :mod:`collnb.ranks.recording` (one :class:`~collnb.ranks.CallRecord` per
-operation each rank issued, where torch dispatched it). This module lines them up:
+The records come from the recorder of ``collnb.launch(..., record_calls=True)`` (one
+:class:`collnb.ranks.CallRecord` per operation each rank issued, where torch dispatched it). This module lines them up:
 
 * a **step** is the ``i``-th operation of every rank (SPMD code issues its collectives in the same
   order on every rank: a DTensor redistribute, tensor parallelism, FSDP2). A :class:`Step` holds

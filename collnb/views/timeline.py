@@ -3,7 +3,7 @@ split into its waiting part (until the last rank of the operation arrived, hatch
 every rank) and its transfer (solid, in that rank's own colour: the legend's swatch shows every rank's
 colour), the learner's regions as bars above, on one time axis in ms.
 
-Input is the :class:`collnb.ranks.timeline.Timeline` of ``launch(fn, n, timeline=True)`` (its
+Input is the :class:`collnb.ranks.Timeline` of ``launch(fn, n, timeline=True)`` (its
 spans are in ns from the earliest function start, one clock for every rank: see that module).
 Painted with the views' raster engine (:mod:`.raster`) in the views' palette; readable up to world
 size 8 (16 fits, with smaller rows).
@@ -52,7 +52,7 @@ def timeline_image(timeline: Timeline, *, title: str = "", width: int = 1100, st
     """Paint ``timeline`` as a Gantt chart.
 
     Args:
-        timeline: a :class:`collnb.ranks.timeline.Timeline` (``launch(..., timeline=True).timeline``).
+        timeline: a :class:`collnb.ranks.Timeline` (``launch(..., timeline=True).timeline``).
         title: a line above the chart (default: world size and the clock).
         width: picture width in pixels (int, >= 500).
         start_ms, end_ms: the window shown, in ms from the timeline's origin (default: all of it).

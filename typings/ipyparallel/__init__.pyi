@@ -1,4 +1,4 @@
-# Types for the parts of ipyparallel 9.2 that collnb.ranks.remote uses (ipyparallel ships none): the
+# Types for the parts of ipyparallel 9.2 that collnb.ranks.remote.connection uses (ipyparallel ships none): the
 # signatures of ipyparallel/client/client.py (Client), client/view.py (DirectView),
 # client/asyncresult.py (AsyncResult) and cluster/cluster.py (Cluster, whose *_sync methods
 # ipyparallel's AsyncFirst makes from its async ones).
@@ -11,6 +11,7 @@ class AsyncResult:
     def get(self, timeout: float | None = None, return_exceptions: bool | None = None,
             return_when: str | None = None) -> Any: ...
     def ready(self) -> bool: ...
+    def wait_for_output(self, timeout: float = -1) -> bool: ...
 
 class DirectView:
     def apply_async(self, f: Callable[..., Any], /, *args: Any, **kwargs: Any) -> AsyncResult: ...

@@ -6,6 +6,7 @@ against the flat ring and a two-tier α-β model; NCCL's own tuning model; nccl-
 ``cluster``         :func:`cluster` (``collnb.cluster``): a :class:`Cluster`, emulated, modelled or real
 ``network``         the namespaces, bridge, veth pairs and tbf shaping; :func:`available`, the sweep
 ``virtual``         :class:`VirtualCluster` (a context manager) and its :meth:`~VirtualCluster.launch`
+``rank_main``       what each rank runs in its node's namespace: collnb's steps of a call, every instrument
 ``hierarchical``    :func:`measure_link`, :func:`hierarchical_all_reduce`, :class:`TierModel`,
                     :func:`compare_all_reduce`
 ``compare``         :func:`compare_algorithms` (measured beside predicted, crossovers), :func:`run_algorithm`
@@ -13,7 +14,8 @@ against the flat ring and a two-tier α-β model; NCCL's own tuning model; nccl-
 ``nccl``            NCCL's own tuning model (v2.30.7-1): its choice of algorithm and protocol, explained
 ``explain``         :func:`explain_nccl_tests`: nccl-tests output read, explained and flagged
 ``traffic``         :func:`node_traffic`: the bytes that left each node (counted, or estimated)
-``rankset``         an emulated cluster's ranks as collnb's active rank set (``collnb.launch`` runs there)
+``rankset``         an emulated cluster's ranks as collnb's active rank set (``collnb.launch`` runs there,
+                    recording calls, timelines and Flight Recorder entries as on local ranks)
 ``explorer``        :func:`explore_cluster`: nodes, ranks, rate, algorithm, size -> the rounds by tier
 ``exercise``        notebook 19's check: an all_reduce that sends only shards across nodes
 ==================  =================================================================================

@@ -295,8 +295,9 @@ class Cluster(int):
         """Make this cluster's ranks the ones :func:`collnb.launch` (and :func:`collnb.run`, the
         explorers, the bandwidth lab, ...) runs on, until :meth:`close` or :meth:`deactivate`
         (emulated only: a modelled cluster's values come from this machine's ranks anyway, a real
-        one's from the connected engines). Returns the cluster. :mod:`.rankset` says what such a
-        launch cannot do yet."""
+        one's from the connected engines). Returns the cluster. Every instrument of
+        :func:`collnb.launch` works there (``record_calls``, ``timeline``, ``flight_recorder``,
+        ``show_backend_log``); :mod:`.rankset` says what differs from local ranks."""
         if self.mode == "emulated":
             from .rankset import activate
             activate(self)
@@ -335,11 +336,8 @@ _PAYLOAD = 1448 / 1514
 
 def _engine_hosts() -> list[str] | None:
     """The host of every connected engine, in rank order, or ``None`` when not connected."""
-    from ...ranks import remote
-    conn = getattr(remote, "_connection", None)
-    if conn is None:
-        return None
-    return [d["host"] for d in conn.describe()]
+    from ...ranks import connected_hosts
+    return connected_hosts()
 
 
 def cluster(nodes: int | None = 2, ranks_per_node: int | None = 2, inter: object = "1 Gbit/s",

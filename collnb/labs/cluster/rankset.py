@@ -1,44 +1,49 @@
 """A virtual cluster's ranks as collnb's active rank set: while a :func:`collnb.cluster` is active,
 :func:`collnb.launch` and everything built on it (:func:`collnb.run`, the explorer, the bandwidth
-lab, :func:`collnb.run_algorithm`, a function that makes a ``DeviceMesh``) run on the cluster's
-ranks, in its network namespaces, as :func:`collnb.connect` makes them run on ipyparallel engines.
+lab, :func:`collnb.run_algorithm`, a function that makes a ``DeviceMesh``, the exercise checks) run on
+the cluster's ranks, in its network namespaces, as :func:`collnb.connect` makes them run on
+ipyparallel engines.
 
-This is written against today's :class:`collnb.ranks.rankset.RankSet` protocol (``where``,
-``backend_info``, ``refuse``, ``launch``), in the smallest way: the launch is
-:meth:`collnb.labs.cluster.VirtualCluster.launch` (fresh processes inside the namespaces, kept warm
-between calls), its errors become :class:`collnb.RankError` / :class:`collnb.LaunchTimeout`. What
-the local pool adds inside its ranks and these ranks do not have yet is refused by name before
-anything runs: ``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``,
-``start_method`` (the instruments interface collnb's ranks are getting will let this rank set
-implement them) and NCCL (no GPU in a namespace). A world size below the cluster's runs on its first
-ranks (rank ``r`` on node ``r // ranks_per_node``): the warm ranks restart at that size.
-``debug=True`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``) is not applied in these ranks.
+:class:`ClusterRanks` is a :class:`collnb.ranks.RankSet` (``where``, ``backend_info``, ``accept``,
+``launch``). Its ranks run each call with the steps every collnb rank takes
+(:class:`collnb.ranks.Call`, :mod:`.rank_main`), so every instrument works as on local ranks and
+engines (:class:`collnb.ranks.Instruments`, whose module's docstring says how a rank set gets them): ``record_calls=True`` (each rank's
+:class:`collnb.CallRecord` list), ``timeline=True`` (one clock: the ranks share this machine's
+monotonic clock, no alignment needed), ``flight_recorder=N`` (warm ranks with another buffer restart
+with ``TORCH_FR_BUFFER_SIZE=N``) and ``show_backend_log=True`` (the ranks' stderr is read here, so no
+relay is needed); failures are blamed as on every rank set (:func:`collnb.ranks.conclude`), as a
+:class:`collnb.RankError` whose first line names the node.
+
+What differs: NCCL is refused (no GPU in a namespace), and so is ``start_method=`` (the ranks are
+started by ``ip netns exec``). ``debug=True`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``) is not applied in
+these ranks. Warm ranks serve calls of one world size, one ``collective_timeout`` and one
+``flight_recorder`` size (a call that asks for another restarts them, as the local pool does); a world
+size below the cluster's runs on its first ranks (rank ``r`` on node ``r // ranks_per_node``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Iterator
 
-from ...i18n import _
-from ...ranks import LaunchTimeout, RankError, active_rank_set, use_rank_set
-from .virtual import ClusterRankError, ClusterTimeout
+from ...i18n import N_, _
+from ...ranks import BackendFacts, LaunchPlan, LaunchRequest, RankSet, active_rank_set, use_rank_set
 
-__all__ = ["ClusterRanks", "activate", "deactivate"]
-
-
-def _call(rank: int, world_size: int, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
-    return fn(rank, world_size, *args, **kwargs)
+__all__ = ["ClusterRanks", "activate", "deactivate", "active"]
 
 
 class ClusterRanks:
-    """:class:`collnb.ranks.rankset.RankSet` of an emulated :class:`Cluster` (module doc)."""
+    """:class:`collnb.ranks.RankSet` of an emulated :class:`.clusters.Cluster` or
+    :class:`.virtual.VirtualCluster` (module doc)."""
 
-    where = "here"
+    where = N_("on the virtual cluster's ranks")
 
     def __init__(self, cluster: Any):
         self.cluster = cluster
 
-    def backend_info(self, backend: str) -> dict[str, Any]:
+    def backend_info(self, backend: str) -> BackendFacts:
+        """gloo on every rank of the cluster (at most its world size); NCCL unavailable (no GPU in a
+        namespace)."""
         n = self.cluster.world_size
         if backend != "gloo":
             return dict(backend=backend, available=False, max_world_size=0, limit="",
@@ -47,29 +52,26 @@ class ClusterRanks:
         return dict(backend="gloo", available=True, max_world_size=n, reason="",
                     limit=_("the virtual cluster has {n} ranks").format(n=n))
 
-    def refuse(self, request: Any) -> None:
-        for name, on in (("record_calls", request.record_calls), ("timeline", request.timeline),
-                         ("flight_recorder", request.flight_recorder), ("show_backend_log", request.show_backend_log),
-                         ("start_method", request.start_method is not None)):
-            if on:
-                raise NotImplementedError(_("{option}= is not supported on a virtual cluster's ranks yet; "
-                                            "collnb.cluster(...).close() returns to this machine's ranks").format(
-                                                option=name))
+    def accept(self, plan: LaunchPlan) -> LaunchPlan:
+        """``plan`` as it is: the ranks' fds are files this process reads (no relay), and they share
+        one host's monotonic clock (no alignment).
 
-    def launch(self, request: Any) -> list[Any]:
-        self.refuse(request)
-        vc = self.cluster._vc
-        try:
-            return vc.launch(_call, (request.fn, tuple(request.args), dict(request.kwargs or {})),
-                             timeout=request.timeout, world_size=int(request.world_size))
-        except ClusterRankError as exc:
-            first = exc.traceback.strip().splitlines()[-1] if exc.traceback.strip() else _("failed")
-            exc_type = first.split(":", 1)[0] if ":" in first else "Exited"
-            err = RankError(f"rank {exc.rank}: {first}\n\n{exc}", exc.rank, exc_type, exc.traceback,
-                            {exc.rank: first})
-            raise err from None
-        except ClusterTimeout as exc:
-            raise LaunchTimeout(str(exc), [], {}) from None
+        Raises:
+            NotImplementedError: ``start_method`` (``ip netns exec`` starts the ranks)."""
+        if plan.setup.start_method is not None:
+            raise NotImplementedError(_("start_method= is not supported on a virtual cluster's ranks (ip netns exec "
+                                        "starts them); collnb.cluster(...).close() returns to this machine's "
+                                        "ranks"))
+        return plan
+
+    def launch(self, request: LaunchRequest) -> list[Any]:
+        """Run ``request`` on the cluster's ranks (:meth:`.virtual.VirtualCluster.run`)."""
+        vc = _virtual(self.cluster)
+        if vc is None:
+            from .network import ClusterUnavailable
+            raise ClusterUnavailable(_("this cluster was closed: make a new one with collnb.cluster(...)"))
+        results: list[Any] = vc.run(request)
+        return results
 
 
 def activate(cluster: Any) -> None:
@@ -82,3 +84,26 @@ def deactivate(cluster: Any) -> None:
     current = active_rank_set()
     if isinstance(current, ClusterRanks) and current.cluster is cluster:
         use_rank_set(None)
+
+
+def _virtual(cluster: Any) -> Any:
+    """The :class:`.virtual.VirtualCluster` that runs ``cluster``'s ranks (a :class:`.clusters.Cluster`'s,
+    or ``cluster`` itself), ``None`` when it has none (closed, modelled)."""
+    from .virtual import VirtualCluster
+    return cluster if isinstance(cluster, VirtualCluster) else getattr(cluster, "_vc", None)
+
+
+@contextlib.contextmanager
+def active(cluster: Any) -> Iterator[None]:
+    """Within the block, :func:`collnb.launch` runs on the ranks of ``cluster`` (a
+    :func:`collnb.cluster` or a :class:`.virtual.VirtualCluster`) when it is emulated: a check's
+    launch, a recorded run; the rank set active before is active again after it."""
+    if getattr(cluster, "mode", None) != "emulated" or _virtual(cluster) is None:
+        yield
+        return
+    before: RankSet = active_rank_set()
+    use_rank_set(ClusterRanks(cluster))
+    try:
+        yield
+    finally:
+        use_rank_set(before)

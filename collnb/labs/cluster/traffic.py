@@ -7,37 +7,67 @@ and returns each rank's result and the bytes that left each node meanwhile:
   (``/sys/class/net/eth0/statistics/tx_bytes`` in the node's namespace, read by its local rank 0
   before and after, between barriers): every frame that crossed the node boundary, headers included
   (large TCP segments are counted once per 64 KiB segment, so the headers add well under 5 %);
-* **estimated** on a modelled or real cluster, from every collective and send each rank issued
-  (``collnb.launch(..., record_calls=True)``): a collective priced as gloo runs it (measured with the
-  counters above): all_reduce as a ring over its group in group-rank order (each member sends
-  ``2(g-1)/g`` of the buffer to the next: counted where the next member is on another node);
-  all_gather, reduce_scatter and all_to_all block by block, each straight to the rank it is for
-  (``1/g`` of the buffer to every other member: counted for the members on other nodes); broadcast
-  and reduce as the whole buffer to the next member; a send where the peer is.
+* **estimated** in every mode (an emulated cluster's own ranks record calls too: beside the
+  counters there; the only number on a modelled or real cluster), from every collective and send each
+  rank issued (``collnb.launch(..., record_calls=True)``), each priced as gloo sends it. Measured on
+  this cluster's links with torch 2.13.0 (each node's ``eth0`` counter, 1 MiB buffers on 2 nodes x 2
+  ranks; ``tests/test_cluster.py`` checks every line against the counters), for a group of ``g``
+  members in group-rank order and a buffer of ``B`` bytes (:attr:`collnb.CallRecord.nbytes`):
+
+  - ``all_reduce``: a ring: each member sends ``2(g-1)/g · B`` to the next;
+  - ``reduce_scatter`` (``_tensor``, ``_single``): **as an all_reduce** of the whole input (each member
+    keeps its chunk of the sum): ``2(g-1)/g · B`` to the next, twice a direct exchange's bytes;
+  - ``all_gather`` (``_into_tensor``, ``_single``): a ring: ``(g-1)/g · B`` (the whole output's) to the next;
+  - ``all_to_all`` (``_single``): direct: ``B/g`` to every other member;
+  - ``broadcast``: the root sends all of ``B`` to every other member;
+  - ``reduce``: a ring reduce-scatter (``(g-1)/g · B`` to the next), then each other member sends its
+    ``B/g`` chunk to the root;
+  - ``send``/``isend``: ``B`` to the peer.
+
+  A byte counts where the member it goes to is on another node. An object collective's operations
+  (``broadcast_object_list``'s two broadcasts) are priced one by one.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 from ...i18n import _
 
-__all__ = ["Traffic", "node_traffic", "estimate_crossing"]
+__all__ = ["Traffic", "node_traffic", "estimate_crossing", "estimate_crossing_per_rank"]
 
 
 @dataclass(frozen=True)
 class Traffic:
-    """``results`` (rank order), ``sent`` (bytes that left each node), ``measured`` (counted on
-    the node's link, or estimated) and ``how`` (one sentence saying which)."""
+    """What :func:`node_traffic` saw.
+
+    Attributes:
+        results: each rank's return value (rank order).
+        sent: bytes that left each node (node order): counted on its link when ``measured``, else
+            estimated from the calls.
+        measured: whether ``sent`` was counted on the nodes' links.
+        how: one sentence saying which.
+        estimated: bytes that left each node as estimated from every rank's recorded calls
+            (:func:`estimate_crossing`), in every mode: beside a counted ``sent``, the calls' share.
+        calls: each rank's recorded operations (:class:`collnb.CallRecord` lists, rank order; on an
+            emulated cluster the first and last are the count's own barriers).
+    """
 
     results: list
     sent: list
     measured: bool
     how: str
+    estimated: list = field(default_factory=list)
+    calls: list = field(default_factory=list)
 
 
-def _counted(rank: int, world_size: int, fn: Callable, per_rank: Sequence[tuple]):
+def counted(rank: int, world_size: int, fn: Callable, count: bool, *args: Any) -> tuple[Any, int | None]:
+    """Runs on a rank: ``(fn(rank, world_size, *args), bytes)``. With ``count``, the bytes this
+    rank's node sent on its ``eth0`` meanwhile (read before and after, between barriers: every rank
+    of the cluster is inside ``fn`` between the two readings), else ``None``."""
+    if not count:
+        return fn(rank, world_size, *args), None
     import torch.distributed as dist
 
     def read() -> int:
@@ -45,53 +75,96 @@ def _counted(rank: int, world_size: int, fn: Callable, per_rank: Sequence[tuple]
             return int(f.read())
     dist.barrier()
     before = read()
-    out = fn(rank, world_size, *per_rank[rank])
+    out = fn(rank, world_size, *args)
     dist.barrier()
     return out, read() - before
 
 
-def _plain(rank: int, world_size: int, fn: Callable, *args: Any):
-    return fn(rank, world_size, *args)
-
-
-def estimate_crossing(calls: list, ranks_per_node: int, world_size: int) -> list[float]:
-    """Bytes leaving each node, estimated from each rank's recorded calls (module doc)."""
+def estimate_crossing_per_rank(calls: list, ranks_per_node: int, world_size: int) -> list[float]:
+    """Bytes each rank sent to other nodes, estimated from its recorded calls as gloo sends them
+    (module doc): ``calls[r]`` is rank ``r``'s :class:`collnb.CallRecord` list; a list of floats,
+    rank order."""
     L = ranks_per_node
-    out = [0.0] * (world_size // L)
-    ring = {"all_reduce": lambda n: 2 * (n - 1) / n, "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0}
-    direct = ("reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single", "all_gather",
-              "all_gather_into_tensor", "all_gather_single", "all_to_all", "all_to_all_single")
+    out = [0.0] * world_size
+    all_reduce_ring = ("all_reduce", "reduce_scatter", "reduce_scatter_tensor", "reduce_scatter_single")
+    all_gather_ring = ("all_gather", "all_gather_into_tensor", "all_gather_single")
+    direct = ("all_to_all", "all_to_all_single")
+
+    def across(rank: int, peer: int | None, nbytes: float) -> None:
+        if peer is not None and peer // L != rank // L:
+            out[rank] += nbytes
+
     for rank, records in enumerate(calls):
         for c in records:
-            group = list(c.group_ranks or range(world_size))
-            n = len(group)
-            if c.name in ("send", "isend") and c.peer is not None and c.peer // L != rank // L:
-                out[rank // L] += c.nbytes
-            if rank not in group or n < 2 or c.op is not None:
+            kind = c.op or c.name
+            B = float(c.nbytes)
+            if kind in ("send", "isend"):
+                across(rank, c.peer, B)
                 continue
-            nxt = group[(group.index(rank) + 1) % n]
-            if c.name in ring and nxt // L != rank // L:
-                out[rank // L] += ring[c.name](n) * c.nbytes
-            if c.name in direct:
-                out[rank // L] += sum(c.nbytes / n for peer in group if peer // L != rank // L)
+            group = list(c.group_ranks or range(world_size))
+            g = len(group)
+            if rank not in group or g < 2:
+                continue
+            nxt = group[(group.index(rank) + 1) % g]
+            if kind in all_reduce_ring:
+                across(rank, nxt, 2 * (g - 1) / g * B)
+            elif kind in all_gather_ring:
+                across(rank, nxt, (g - 1) / g * B)
+            elif kind in direct:
+                for peer in group:
+                    if peer != rank:
+                        across(rank, peer, B / g)
+            elif kind == "broadcast" and c.peer == rank:
+                for peer in group:
+                    if peer != rank:
+                        across(rank, peer, B)
+            elif kind == "reduce":
+                across(rank, nxt, (g - 1) / g * B)
+                if c.peer != rank:
+                    across(rank, c.peer, B / g)
     return out
 
 
+def estimate_crossing(calls: list, ranks_per_node: int, world_size: int) -> list[float]:
+    """Bytes leaving each node, estimated from each rank's recorded calls (module doc): the sum of
+    :func:`estimate_crossing_per_rank` over the node's ranks."""
+    per_rank = estimate_crossing_per_rank(calls, ranks_per_node, world_size)
+    L = ranks_per_node
+    return [sum(per_rank[n * L:(n + 1) * L]) for n in range(world_size // L)]
+
+
+def recorded_timeout(cluster: Any) -> float:
+    """The ``collective_timeout`` of a recorded launch on ``cluster`` that finds its warm ranks as
+    they are (an emulated cluster's ranks restart for another one; elsewhere collnb.launch's 5 s)."""
+    vc = getattr(cluster, "_vc", None)
+    return float(vc.warm_collective_timeout) if getattr(cluster, "mode", None) == "emulated" and vc else 5.0
+
+
 def node_traffic(cluster: Any, fn: Callable, per_rank: Sequence[tuple], timeout: float = 300.0) -> Traffic:
-    """Run ``fn(rank, world_size, *per_rank[rank])`` on ``cluster``'s ranks (module doc).
+    """Run ``fn(rank, world_size, *per_rank[rank])`` on ``cluster``'s ranks (module doc) with every
+    call recorded (``collnb.launch(..., record_calls=True)``, on the cluster's own ranks when it is
+    emulated): the bytes that left each node, counted on an emulated cluster's links and estimated
+    from the calls everywhere (:attr:`Traffic.estimated`).
 
     Raises:
         ValueError: ``per_rank`` does not have one tuple per rank. What the launch raises.
     """
+    from ..exercises import launch_recorded
+    from .rankset import active
+
     p, L = cluster.world_size, cluster.ranks_per_node
     per_rank = [tuple(a) for a in per_rank]
     if len(per_rank) != p:
         raise ValueError(_("per_rank has {n} entries; need one per rank ({p})").format(n=len(per_rank), p=p))
-    if getattr(cluster, "mode", "emulated") == "emulated":
-        out = cluster.launch(_counted, (fn, per_rank), timeout=timeout)
-        return Traffic([o[0] for o in out], [out[n * L][1] for n in range(p // L)], True,
-                       _("measured: frames that left each node's eth0"))
-    from ..exercises import launch_recorded
-    results, calls = launch_recorded(_plain, p, [(fn, *a) for a in per_rank], timeout=timeout)
-    return Traffic(list(results), estimate_crossing(calls, L, p), False,
-                   _("estimated from the collectives each rank issued (a modelled cluster has no real links)"))
+    emulated = getattr(cluster, "mode", "emulated") == "emulated"
+    with active(cluster):
+        out, calls = launch_recorded(counted, p, [(fn, emulated, *a) for a in per_rank], timeout=timeout,
+                                     collective_timeout=recorded_timeout(cluster))
+    results = [o[0] for o in out]
+    estimated = estimate_crossing(calls, L, p)
+    if emulated:
+        return Traffic(results, [out[n * L][1] for n in range(p // L)], True,
+                       _("measured: frames that left each node's eth0"), estimated, list(calls))
+    return Traffic(results, estimated, False,
+                   _("estimated from the collectives each rank issued (a modelled cluster has no real links)"),
+                   estimated, list(calls))

@@ -11,6 +11,7 @@ shaped links.
 from __future__ import annotations
 
 import os
+import pickle
 import shutil
 import signal
 import subprocess
@@ -19,9 +20,12 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
-from ...i18n import _
+from ...i18n import _, get_language
+from ...ranks import (BackendLog, Failed, Instruments, LaunchRequest, LaunchTimeout, RankError, RankEvent, RankExit,
+                      RankFailure, RankResult, Run, attach_backend_log, code_files, conclude, dumps, launch_results,
+                      named_cells, parse_stack)
 from ...vocabulary import check_int
 from .network import INTERFACE, MAX_NODES, ClusterUnavailable, Network, available, sweep_leftovers
 
@@ -31,73 +35,28 @@ __all__ = ["VirtualCluster", "ClusterRankError", "ClusterTimeout", "MODES"]
 #: is :attr:`VirtualCluster.why`), only the cost model answers.
 MODES = ("emulated", "modelled")
 
-#: What each rank process runs (``python -c``, inside ``ip netns exec NODE``): argv = dir, rank,
-#: world size, collective timeout (s). It joins the group once, then runs one call per line
-#: (the call's number) read from stdin, until stdin closes or a call fails.
-_RANK_MAIN = r"""
-import os, sys, threading, time
-d, rank, world_size, group_timeout = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4])
-parent = os.getppid()
-def _watch():  # the launcher is gone (killed): leave no orphan rank behind
-    while os.getppid() == parent:
-        time.sleep(0.2)
-    os._exit(70)
-threading.Thread(target=_watch, daemon=True).start()
-import datetime, traceback
-import cloudpickle
-import torch.distributed as dist
-from collnb.ranks.tracebacks import is_comm_error
-def failure(e):  # (kind, type, traceback, when it failed, a consequence of another rank's failure?)
-    return ("error", type(e).__name__, traceback.format_exc(), time.time(), is_comm_error(e))
-joined = None
-try:
-    dist.init_process_group("gloo", store=dist.FileStore(os.path.join(d, "store"), world_size), rank=rank,
-                            world_size=world_size, timeout=datetime.timedelta(seconds=group_timeout))
-except BaseException as e:
-    joined = failure(e)
-for line in sys.stdin:
-    seq = int(line)
-    if joined is not None:
-        out = joined
-    else:
-        try:
-            with open(os.path.join(d, "call-%d.pkl" % seq), "rb") as f:
-                fn, args = cloudpickle.load(f)
-            out = ("ok", fn(rank, world_size, *args))
-        except BaseException as e:
-            out = failure(e)
-    try:
-        data = cloudpickle.dumps(out)
-    except Exception as e:
-        out = ("error", type(e).__name__, "rank %d's result could not be pickled: %r" % (rank, e), time.time(), False)
-        data = cloudpickle.dumps(out)
-    # written before anything else happens: a peer's "Connection closed by peer" must not be on disk
-    # before the error that caused it
-    with open(os.path.join(d, "result-%d-%d.tmp" % (seq, rank)), "wb") as f:
-        f.write(data)
-    os.replace(os.path.join(d, "result-%d-%d.tmp" % (seq, rank)), os.path.join(d, "result-%d-%d.pkl" % (seq, rank)))
-    sys.stdout.flush()
-    sys.stderr.flush()
-    if out[0] != "ok":
-        break
-if joined is None and dist.is_initialized():
-    dist.destroy_process_group()
-os._exit(0)
-"""
+#: What each rank process runs, inside its node's namespace (:mod:`.rank_main`).
+RANK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_main.py")
+#: Seconds the launcher waits, after a rank failed, for the others' answers before it blames one
+#: (a peer of a failed rank fails within moments; on a loaded machine the culprit's own answer may
+#: come after its peers').
+SETTLE_S = 3.0
 
 
-class ClusterRankError(RuntimeError):
-    """A rank of :meth:`VirtualCluster.launch` raised (or died); ``rank`` is the first that failed,
-    ``traceback`` its traceback text; every other rank was stopped."""
+class ClusterRankError(RankError):
+    """A rank of :meth:`VirtualCluster.launch` raised or died: a :class:`collnb.RankError` (the
+    root-cause rank, as collnb's other rank sets name it, its exception type and traceback, what
+    happened to every rank) whose first line names the rank's node. Every rank was stopped."""
 
-    def __init__(self, message: str, rank: int, traceback: str):
-        super().__init__(message)
-        self.rank = rank
-        self.traceback = traceback
+    @property
+    def traceback(self) -> str:
+        """The root-cause rank's traceback (:attr:`rank_traceback`)."""
+        return self.rank_traceback
 
 
-class ClusterTimeout(TimeoutError):
-    """:meth:`VirtualCluster.launch` ran past its ``timeout``; every rank was killed."""
+class ClusterTimeout(LaunchTimeout):
+    """:meth:`VirtualCluster.launch` ran past its ``timeout``: a :class:`collnb.LaunchTimeout`
+    (``pending``: the ranks still running, ``outcomes``: where each was). Every rank was killed."""
 
 
 class VirtualCluster:
@@ -159,11 +118,14 @@ class VirtualCluster:
         self.latency = "modelled"
         self.collective_timeout = 120.0
         self._network: Network | None = None
-        self._procs: list[subprocess.Popen] = []
+        self._procs: list[subprocess.Popen[bytes]] = []
         self._work: str | None = None
         self._seq = 0
         self._ws = self.world_size
-        self._shown: list[int] = []
+        self._fr = 0  # the warm ranks' Flight Recorder entries (TORCH_FR_BUFFER_SIZE; 0: off)
+        self._group_timeout = self.collective_timeout  # their default group's timeout, seconds
+        self._shown: dict[tuple[int, str], int] = {}  # (rank, stream) -> bytes of its file shown
+        self._partial: dict[tuple[int, str], bytes] = {}  # (rank, stream) -> an unfinished line
         self._lock = threading.Lock()
 
     # -- the namespaces ------------------------------------------------------------------------
@@ -203,6 +165,13 @@ class VirtualCluster:
     def addresses(self) -> list[str]:
         return list(self._network.addresses) if self._network else []
 
+    @property
+    def warm_collective_timeout(self) -> float:
+        """Seconds the warm ranks' collectives wait (a :meth:`run` that asks for another
+        ``collective_timeout`` restarts them); without warm ranks, what a :meth:`launch` gives new
+        ones (:attr:`collective_timeout`)."""
+        return self._group_timeout if self._procs else self.collective_timeout
+
     def node_of(self, rank: int) -> int:
         """The node rank ``rank`` runs on (``rank // ranks_per_node``)."""
         return rank // self.ranks_per_node
@@ -210,6 +179,7 @@ class VirtualCluster:
     def set_inter_gbps(self, gbps: float | None) -> None:
         """Change the inter-node rate (Gbit/s, or ``None``: unshaped) of a running cluster."""
         self._need_emulated()
+        assert self._network is not None
         self._network.shape(gbps)
         self.inter_gbps = None if gbps is None else float(gbps)
 
@@ -236,81 +206,159 @@ class VirtualCluster:
     # -- the ranks -----------------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0,
                world_size: int | None = None) -> list[Any]:
-        with self._lock:  # one call at a time on the warm ranks (an explorer's worker thread, a cell)
-            return self._launch(fn, args, timeout, world_size)
-
-    def _launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0,
-                world_size: int | None = None) -> list[Any]:
         """Run ``fn(rank, world_size, *args)`` on the cluster's ``world_size`` gloo ranks; their
         results in rank order.
 
-        The ranks are Python processes started with ``ip netns exec <their node's namespace>`` at
-        the first call, with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``,
-        ``NODE_RANK`` and ``GLOO_SOCKET_IFNAME=eth0`` set; each joins the default group
-        (``init_process_group("gloo", store=FileStore(...))``, the store a file in a temporary
-        directory) once and stays warm for the next calls, like :func:`collnb.launch`'s ranks (but
-        not collnb's warm pool: a forked rank cannot move into another network namespace). A call
-        after a failure or a timeout starts fresh ranks (a few seconds: a new interpreter and
-        ``import torch`` each). ``fn`` and ``args`` travel by cloudpickle (a function of
+        The ranks are Python processes (:mod:`.rank_main`) started with ``ip netns exec <their
+        node's namespace>`` at the first call, with ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+        ``LOCAL_WORLD_SIZE``, ``NODE_RANK`` and ``GLOO_SOCKET_IFNAME=eth0`` set; each joins the
+        default group (``init_process_group("gloo", store=FileStore(...))``, the store a file in a
+        temporary directory) once and stays warm for the next calls, like :func:`collnb.launch`'s
+        ranks (but not collnb's warm pool: a forked rank cannot move into another network
+        namespace). Each call runs with the steps of every collnb rank (:class:`collnb.ranks.Call`:
+        torch.distributed's wrappers, the instruments) and finds its rank as a fresh script would
+        (:class:`collnb.ranks.RankState`). A call after a failure, a timeout, or a call that changed
+        a rank for good starts fresh ranks (a few seconds: a new interpreter and ``import torch``
+        each). ``fn`` and ``args`` travel as :func:`collnb.launch` sends them (a function of
         ``__main__`` or a notebook by value); results must pickle. Each rank's printed lines are
-        shown after the call, prefixed ``[rank r]``. Groups ``fn`` makes with ``dist.new_group``
-        stay in the ranks until they restart.
+        shown as they come, prefixed ``[rank r]``; the backend's C++ log lines are kept for the
+        error (``err.backend_log``), or printed at the end of a call that succeeded.
 
         Args:
             fn: ``fn(rank, world_size, *args)``, run on every rank.
             args: extra positional arguments, the same on every rank.
-            timeout: seconds for the call (and, at the ranks' start, their start and the group's
-                collective timeout), > 0.
+            timeout: seconds for the call (its ranks' start included), > 0. Warm ranks keep their
+                groups' timeout; new ones get the larger of ``timeout`` and :attr:`collective_timeout`.
             world_size: run on the first ``world_size`` ranks only (rank ``r`` still on node
                 ``r // ranks_per_node``), 1..the cluster's world size; default all of them. The warm
                 ranks are of one world size: a call of another one restarts them at that size.
 
         Raises:
             ClusterUnavailable: the cluster is modelled, not entered or closed.
-            ClusterRankError: a rank raised or died; the first one is named with its traceback,
-                every rank was stopped.
-            ClusterTimeout: past ``timeout``; every rank was killed, the ones still running are named.
+            ClusterRankError: a rank raised or died; the root cause is named with its traceback
+                (collnb's blame: a rank's own error before a peer's lost connection), every rank
+                was stopped.
+            ClusterTimeout: past ``timeout``; every rank was killed, the ones still running are
+                named with where they were.
         """
-        import cloudpickle
+        with self._lock:  # one call at a time on the warm ranks (an explorer's worker thread, a cell)
+            return self._call(fn, tuple(args), {}, timeout, world_size, None, Instruments(), None)
 
+    def run(self, request: LaunchRequest) -> list[Any]:
+        """Run a checked :func:`collnb.launch` request (:class:`.rankset.ClusterRanks`) on these
+        ranks: its world size, timeout, the timeout of every collective (``collective_timeout``: the
+        default group's and those its function makes), its Flight Recorder's size (warm ranks made
+        with another timeout or size restart, as local ranks do) and its instruments (:class:`collnb.ranks.Instruments`). Returns what
+        :func:`collnb.launch` returns (a :class:`collnb.ranks.LaunchResults` with ``.calls`` and
+        ``.timeline`` when they were recorded); raises as :meth:`launch`."""
+        plan = request.plan
+        with self._lock:
+            return self._call(request.fn, request.args, request.kwargs, plan.timeout, plan.world_size,
+                              plan.setup.collective_timeout, plan.instruments, plan.setup.flight_recorder)
+
+    def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float,
+              world_size: int | None, collective_timeout: float | None, instruments: Instruments,
+              flight_recorder: int | None) -> list[Any]:
+        """One call (:meth:`launch`, :meth:`run`). ``collective_timeout``: seconds for the ranks'
+        collectives, ``None``: whatever the warm ranks have (for new ones the larger of ``timeout``
+        and :attr:`collective_timeout`); ``flight_recorder``: ``TORCH_FR_BUFFER_SIZE`` of the ranks,
+        ``None``: whatever the warm ranks have (0 for new ones)."""
         self._need_emulated()
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(_("timeout must be > 0 seconds; got {value}").format(value=timeout))
         ws = self.world_size if world_size is None else check_int("world_size", world_size, 1, self.world_size)
+        fr = (self._fr if self._procs else 0) if flight_recorder is None else flight_recorder
+        try:
+            task = dumps((fn, args, kwargs, code_files(fn)))
+        except Exception as exc:
+            raise TypeError(_("cannot send {fn} and its arguments to the virtual cluster's ranks: {error}").format(
+                fn=repr(fn), error=exc)) from exc
+        if collective_timeout is not None:
+            group_s = float(collective_timeout)
+        else:  # the warm ranks' own, or, for new ones, enough for the call
+            group_s = self._group_timeout if self._procs else float(max(timeout, self.collective_timeout))
         deadline = time.monotonic() + timeout
-        if not self._procs or self._ws != ws or any(p.poll() is not None for p in self._procs):
+        if not self._procs or (self._ws, self._fr, self._group_timeout) != (ws, fr, group_s) \
+                or any(p.poll() is not None for p in self._procs):
             self._stop_ranks()
-            self._start_ranks(timeout, ws)
+            self._start_ranks(ws, fr, group_s)
         assert self._work is not None
         self._seq += 1
         seq, work = self._seq, self._work
+        run = Run(ws, 1000 * seq, task, instruments, get_language())
+        log = BackendLog(instruments.show_backend_log)
         try:
             with open(os.path.join(work, f"call-{seq}.pkl"), "wb") as f:
-                cloudpickle.dump((fn, tuple(args)), f)
+                pickle.dump((run, group_s), f, protocol=pickle.HIGHEST_PROTOCOL)
             for p in self._procs:
                 assert p.stdin is not None
                 p.stdin.write(f"{seq}\n".encode())
                 p.stdin.flush()
-            self._wait(seq, deadline, timeout)
-            results = [self._result(work, seq, r)[1] for r in range(ws)]
+            answers, timed_out = self._wait(seq, deadline, log)
+            pending = [r for r in range(ws) if r not in answers]
+            stacks = self._stacks(pending)
+            self._pump(log, final=True)
+            results = conclude(list(range(ws)), answers, group_s, "run", stacks)
+        except RankError as err:
+            self._stop_ranks()
+            raised = self._on_node(err)
+            attach_backend_log(raised, log.take(), "gloo")
+            raise raised from None
+        except LaunchTimeout as err:
+            self._stop_ranks()
+            running = ", ".join(map(str, err.pending))
+            head = _("the virtual cluster's ranks ran past timeout={timeout:g} s: ranks {ranks} were still running "
+                     "and every rank was killed").format(timeout=timeout, ranks=running)
+            detail = err.args[0].partition("\n")[2]
+            late = ClusterTimeout(head + ("\n" + detail if detail else ""), err.pending, err.outcomes)
+            attach_backend_log(late, log.take(), "gloo")
+            raise late from None
         except BaseException:
-            self._print_output()
+            self._pump(log, final=True)
+            log.release()
             self._stop_ranks()
             raise
-        self._print_output()
+        log.release()
         for r in range(ws):
-            try:
-                os.unlink(os.path.join(work, f"result-{seq}-{r}.pkl"))
-            except OSError:
-                pass
-        return results
+            for name in (f"result-{seq}-{r}.pkl", f"call-{seq}.pkl"):
+                try:
+                    os.unlink(os.path.join(work, name))
+                except OSError:
+                    pass
+        done = [cast(RankResult, answers[r]) for r in range(ws)]
+        retired = {a.retire for a in done if a.retire}
+        for why in retired:
+            sys.stderr.write("[collnb] " + _("the last call {why} on rank(s) {ranks} of the virtual cluster; its next "
+                                             "call starts fresh ranks").format(
+                why=why, ranks=", ".join(str(a.rank) for a in done if a.retire == why)) + "\n")
+        if retired or not all(a.intact for a in done) or len({a.seq for a in done}) > 1:
+            self._stop_ranks()  # changed for good, its group destroyed, or operations left unmatched
+        return launch_results(results, [a.recorded for a in done])
 
-    def _start_ranks(self, timeout: float, ws: int) -> None:
-        """Start ``ws`` ranks, one process each inside its node's namespace (:meth:`launch`)."""
-        self._work = tempfile.mkdtemp(prefix="collnb-cluster-")
+    def _on_node(self, err: RankError) -> ClusterRankError:
+        """``err`` as a :class:`ClusterRankError` whose first line names the rank's node."""
+        text, summary = err.args[0], err.summary
+        if err.rank is not None:
+            head = f"rank {err.rank}"
+            where = f"{head} ({_('node {node}').format(node=self.node_of(err.rank))})"
+            text = where + text[len(head):] if text.startswith(head) else text
+            summary = where + summary[len(head):] if summary.startswith(head) else summary
+        raised = ClusterRankError(text, err.rank, err.exc_type, err.rank_traceback, err.outcomes)
+        raised.__dict__.update(err.__dict__)
+        raised.summary = summary
+        return raised
+
+    def _start_ranks(self, ws: int, flight_recorder: int, group_timeout: float) -> None:
+        """Start ``ws`` ranks, one process each inside its node's namespace (:meth:`launch`), with
+        ``flight_recorder`` Flight Recorder entries (0: off) and ``group_timeout`` seconds for their
+        default group's collectives."""
+        self._work = tempfile.mkdtemp(prefix=f"collnb-cluster-{os.getpid()}-")  # this process's, by name
         self._seq = 0
         self._ws = ws
-        self._shown = [0] * ws
+        self._fr = flight_recorder
+        self._group_timeout = group_timeout
+        self._shown = {}
+        self._partial = {}
         path = os.pathsep.join(p for p in (x or os.getcwd() for x in sys.path) if os.path.isdir(p))
         assert self._network is not None
         for rank in range(ws):
@@ -322,8 +370,8 @@ class VirtualCluster:
             with open(os.path.join(self._work, f"out-{rank}"), "wb") as out, \
                     open(os.path.join(self._work, f"err-{rank}"), "wb") as err:
                 self._procs.append(subprocess.Popen(
-                    ["ip", "netns", "exec", self._network.nodes[node], sys.executable, "-c", _RANK_MAIN, self._work,
-                     str(rank), str(ws), repr(float(max(timeout, self.collective_timeout)))],
+                    ["ip", "netns", "exec", self._network.nodes[node], sys.executable, RANK_FILE, self._work,
+                     str(rank), str(ws), repr(self._group_timeout), str(flight_recorder), INTERFACE],
                     env=env, stdout=out, stderr=err, stdin=subprocess.PIPE, start_new_session=True))
 
     def _stop_ranks(self) -> None:
@@ -340,78 +388,104 @@ class VirtualCluster:
             shutil.rmtree(self._work, ignore_errors=True)
             self._work = None
 
-    def _print_output(self) -> None:
-        """Print what each rank wrote to stdout since the last call, prefixed ``[rank r]``."""
+    def _pump(self, log: BackendLog, final: bool = False) -> None:
+        """Show what each rank printed since the last look, line by line, prefixed ``[rank r]``:
+        stdout here, stderr on ``sys.stderr`` except the backend's C++ log lines, which ``log``
+        keeps (``show_backend_log``: lets through). ``final``: an unfinished last line too."""
         if self._work is None:
             return
         for r in range(self._ws):
-            path = os.path.join(self._work, f"out-{r}")
-            try:
-                with open(path, "rb") as f:
-                    f.seek(self._shown[r])
-                    data = f.read(1 << 20)
-                    self._shown[r] = f.tell()
-            except OSError:
+            for stream, name in (("stdout", "out"), ("stderr", "err")):
+                key = (r, stream)
+                try:
+                    with open(os.path.join(self._work, f"{name}-{r}"), "rb") as f:
+                        f.seek(self._shown.get(key, 0))
+                        data = f.read(1 << 20)
+                        self._shown[key] = f.tell()
+                except OSError:
+                    continue
+                data = self._partial.pop(key, b"") + data
+                lines = data.split(b"\n")
+                if lines[-1] and not final:
+                    self._partial[key] = lines[-1]
+                lines = lines[:-1] if lines[-1] == b"" or not final else lines
+                out = sys.stdout if stream == "stdout" else sys.stderr
+                for raw in lines:
+                    text = raw.decode("utf-8", "replace")
+                    if stream == "stderr" and log.keeps(r, raw):
+                        log.keep(r, text)
+                    else:
+                        out.write(f"[rank {r}] {text}\n")
+                out.flush()
+
+    def _answers(self, work: str, seq: int, procs: Sequence[Any], answers: dict[int, RankEvent]) -> None:
+        """Add to ``answers`` what every rank that had not answered call ``seq`` says now: its answer
+        file (:class:`collnb.ranks.RankResult` or :class:`collnb.ranks.RankFailure`, at the rank's own
+        monotonic time), or, for a process that ended without one, a :class:`collnb.ranks.RankExit`
+        with its stderr's end."""
+        for r, p in enumerate(procs):
+            if r in answers:
                 continue
-            for line in data.decode("utf-8", "replace").splitlines():
-                print(f"[rank {r}] {line}")
+            path = os.path.join(work, f"result-{seq}-{r}.pkl")
+            ended = p.poll() is not None
+            if os.path.exists(path):
+                with open(path, "rb") as f:
+                    t, answer = pickle.load(f)
+                answers[r] = (RankFailure(r, t, answer) if isinstance(answer, Failed) else
+                              RankResult(r, t, answer.payload, seq=answer.seq, intact=answer.intact,
+                                         recorded=answer.recorded, retire=answer.retire))
+            elif ended:
+                answers[r] = RankExit(r, time.monotonic(), p.poll(), _tail(os.path.join(work, f"err-{r}"), 4000))
 
-    def _result(self, work: str, seq: int, rank: int) -> tuple:
-        import cloudpickle
-        with open(os.path.join(work, f"result-{seq}-{rank}.pkl"), "rb") as f:
-            return cloudpickle.load(f)
-
-    def _wait(self, seq: int, deadline: float, timeout: float) -> None:
+    def _wait(self, seq: int, deadline: float, log: BackendLog) -> tuple[dict[int, RankEvent], bool]:
+        """Every rank's answer to call ``seq`` (rank -> event), showing their output meanwhile; after a
+        failure, those that came within :data:`SETTLE_S`; at ``deadline``, those that came
+        (``True``: it ran out)."""
         assert self._work is not None
         work, procs = self._work, self._procs
+        answers: dict[int, RankEvent] = {}
+        failed_at: float | None = None
+        last_pump = 0.0
         while True:
-            done = [os.path.exists(os.path.join(work, f"result-{seq}-{r}.pkl")) for r in range(len(procs))]
-            failed = [r for r, p in enumerate(procs) if p.poll() is not None and not done[r]]
-            errors = [r for r in range(len(procs)) if done[r] and self._result(work, seq, r)[0] == "error"]
-            if failed or errors:
-                # Let the other ranks' failures land (a peer of a failed rank fails within moments;
-                # on a loaded machine the culprit's own result may come after its peers'), then blame.
-                settle = time.monotonic() + 3.0
-                while time.monotonic() < settle and not all(
-                        p.poll() is not None or os.path.exists(os.path.join(work, f"result-{seq}-{r}.pkl"))
-                        for r, p in enumerate(procs)):
-                    time.sleep(0.05)
-                rank, trace = self._first_failure(procs, work, seq)
-                raise ClusterRankError(_("rank {rank} (node {node}) of the virtual cluster failed; every other rank "
-                                         "was stopped. Its traceback:\n{traceback}").format(
-                                             rank=rank, node=self.node_of(rank), traceback=trace), rank, trace)
-            if all(done):
-                return
-            if time.monotonic() > deadline:
-                running = [r for r in range(len(procs)) if not done[r]]
-                raise ClusterTimeout(_("the virtual cluster's ranks ran past timeout={timeout:g} s: ranks {ranks} "
-                                       "were still running and every rank was killed").format(
-                                           timeout=timeout, ranks=", ".join(map(str, running))))
+            self._answers(work, seq, procs, answers)
+            now = time.monotonic()
+            if now - last_pump > 0.05:
+                self._pump(log)
+                last_pump = now
+            if failed_at is None and any(not isinstance(a, RankResult) for a in answers.values()):
+                failed_at = now
+            if len(answers) == len(procs) or (failed_at is not None and now - failed_at > SETTLE_S):
+                return answers, False
+            if now > deadline:
+                return answers, True
             time.sleep(0.01)
 
-    def _first_failure(self, procs: list[subprocess.Popen], work: str, seq: int) -> tuple[int, str]:
-        """(rank, traceback) of the rank to blame: the earliest error of a rank's own code (not a
-        communication error such as gloo's "Connection closed by peer", which only follows another
-        rank's failure; :func:`collnb.ranks.tracebacks.is_comm_error` decides), else the first rank
-        that died without a result (its stderr's end), else the earliest communication error."""
-        own, comm = [], []
-        for r in range(len(procs)):
-            path = os.path.join(work, f"result-{seq}-{r}.pkl")
-            if os.path.exists(path):
-                result = self._result(work, seq, r)
-                if result[0] == "error":
-                    (comm if result[4] else own).append((result[3], r, result[2]))
-        if own:
-            _when, rank, trace = min(own)
-            return rank, trace
-        died = [r for r, p in enumerate(procs) if p.poll() is not None
-                and not os.path.exists(os.path.join(work, f"result-{seq}-{r}.pkl"))]
-        if comm and not died:
-            _when, rank, trace = min(comm)
-            return rank, trace
-        rank = died[0] if died else min(comm)[1]
-        return rank, _("exited with status {code} without a result; its stderr ends:\n{stderr}").format(
-            code=procs[rank].poll(), stderr=_tail(os.path.join(work, f"err-{rank}"), 4000))
+    def _stacks(self, ranks: Sequence[int]) -> dict[Any, Any]:
+        """Where each of ``ranks`` (still running) is: its Python stack, asked with SIGUSR1
+        (:mod:`faulthandler`), as ``{rank: frames}``, or ``{("state", rank): words}`` when it did not
+        say (the launcher's blame reads them: :func:`collnb.ranks.conclude`)."""
+        stacks: dict[Any, Any] = {}
+        if not ranks or self._work is None:
+            return stacks
+        for r in ranks:
+            try:
+                os.truncate(os.path.join(self._work, f"stack-{r}.txt"), 0)
+                os.kill(self._procs[r].pid, signal.SIGUSR1)
+            except OSError:
+                pass
+        time.sleep(0.2)
+        for r in ranks:
+            try:
+                with open(os.path.join(self._work, f"stack-{r}.txt")) as f:
+                    frames = named_cells(parse_stack(f.read()))
+            except OSError:
+                frames = []
+            if frames:
+                stacks[r] = frames
+            else:
+                stacks[("state", r)] = _("did not say where it was (node {node}, pid {pid})").format(
+                    node=self.node_of(r), pid=self._procs[r].pid)
+        return stacks
 
 
 def _tail(path: str, limit: int) -> str:
@@ -424,7 +498,7 @@ def _tail(path: str, limit: int) -> str:
         return ""
 
 
-def _kill(procs: list[subprocess.Popen]) -> None:
+def _kill(procs: list[subprocess.Popen[bytes]]) -> None:
     """SIGKILL every rank's process group (the ranks this call started, each in its own session),
     then reap them."""
     for p in procs:

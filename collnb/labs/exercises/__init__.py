@@ -42,7 +42,7 @@ learner's calls; ✓, ✗ and "not answered yet"; the public API above), :mod:`.
 (notebook 12: placements and DTensor's redistribute), :mod:`.parallel` (notebooks 13-15), :mod:`.pipeline`
 (notebook 16), :mod:`.overlap`
 (notebook 17: an all_reduce overlapped with compute, measured on the timeline), :mod:`.hangs` (notebook 18: the
-culprit of a hang, read from the Flight Recorder) and :mod:`.composed` (notebook 20: parallelisms composed on one
+culprit of a hang, read from the Flight Recorder; a step whose ranks hang, fixed) and :mod:`.composed` (notebook 20: parallelisms composed on one
 DeviceMesh).
 """
 
@@ -52,7 +52,7 @@ from .coding import (check_all_gather, check_broadcast, check_census, check_coun
 from .composed import check_compose, check_tp_placement
 from .dtensor import check_collective_prediction, check_dp_tp_matmul, check_dp_tp_placements, check_partial_to_row_shards
 from .framework import NOT_ANSWERED, CheckFailed, launch_recorded, solution_code
-from .hangs import Mystery, check_hang_culprit, hang_mystery
+from .hangs import Mystery, check_hang_culprit, check_hang_fix, hang_mystery
 from .overlap import check_overlapped_all_reduce
 from .parallel import (check_fsdp_prefetch, check_kv_ring_pass, check_online_softmax, check_tensor_parallel_backward,
                        check_tensor_parallel_mlp)
@@ -72,5 +72,5 @@ __all__ = [
     "check_online_softmax", "check_kv_ring_pass", "check_pipeline_forward", "check_collective_prediction",
     "check_dp_tp_placements", "check_partial_to_row_shards", "check_dp_tp_matmul", "check_tensor_parallel_backward",
     "check_compose", "check_tp_placement", "check_pipeline_backward", "check_overlapped_all_reduce",
-    "check_hang_culprit", "hang_mystery", "Mystery",
+    "check_hang_culprit", "check_hang_fix", "hang_mystery", "Mystery",
 ]

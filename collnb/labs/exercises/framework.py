@@ -209,7 +209,7 @@ def launch_recorded(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = No
         operation its function issued, in order, whichever API issued it (recorded by
         ``collnb.launch(..., record_calls=True)``), with ``.unrecorded`` counting operations the
         backend saw that the recorder could not. With ``timeline=True``: ``(results, calls,
-        timeline)``, ``timeline`` a :class:`collnb.ranks.timeline.Timeline`.
+        timeline)``, ``timeline`` a :class:`collnb.ranks.Timeline`.
 
     Raises:
         ValueError: ``per_rank_args`` does not have one entry per rank.
@@ -229,13 +229,14 @@ CHECK_TIMEOUT_S = 60.0
 
 
 def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = None, *, hint: str, what: str,
-                    collective_timeout: float = 5.0, grouped: bool = True, timeline: bool = False) -> Recorded:
+                    collective_timeout: float = 5.0, grouped: bool = True, timeline: bool = False,
+                    on_hang: Callable[[RankError], str | None] | None = None) -> Recorded:
     """:func:`launch_recorded`, with each rank's records grouped into its calls (:func:`_calls`;
     ``grouped=False``: the records as recorded, one per operation); a failure of the learner's code
     becomes a ✗, and so does a rank that communicated where the recorder could not see (its data
     need not have come through the recorded calls). ``collective_timeout``: as :func:`collnb.launch`
     (more for code whose first backward imports modules lazily, e.g. FSDP2). Returns ``(results,
-    calls, timeline)``, ``timeline`` ``None`` unless ``timeline=True`` (:func:`launch_recorded`)."""
+    calls, timeline)``, ``timeline`` ``None`` unless ``timeline=True`` (:func:`launch_recorded`). ``on_hang``: :func:`check`'s."""
     ranks_timeline: Timeline | None = None
     try:
         if timeline:
@@ -246,10 +247,12 @@ def _launch_or_fail(fn: RankFn, world_size: int, per_rank_args: PerRankArgs = No
                                              collective_timeout=collective_timeout)
     except RankError as err:
         head = str(err).split("Traceback")[0].strip()
-        if err.exc_type in ("DidNotJoin",) or "timed out" in head.lower() or "Timeout" in err.exc_type:
+        waited = "timed out" in head.lower() or (  # or its connection closed by a peer that had timed out
+            "connection closed" in head.lower() and any("timed out" in v.lower() for v in err.outcomes.values()))
+        if err.exc_type in ("DidNotJoin",) or waited or "Timeout" in err.exc_type:
             raise fail(_("{what}: the ranks did not meet in the same calls.").format(what=what) + f"\n{head}",
                         _("every rank must make the same collective calls in the same order "
-                          "(a send needs a matching recv). ") + hint) from None
+                          "(a send needs a matching recv). ") + ((on_hang(err) if on_hang else None) or hint)) from None
         raise fail(_("{what}: your function raised on a rank.").format(what=what)
                     + f"\n{head}\n{err.rank_traceback.strip()}", hint) from None
     except LaunchTimeout as err:  # a check has no timeout to raise: say what to look for instead
@@ -310,7 +313,7 @@ class Trial(Generic[W]):
         results: what each rank returned (tensors as CPU copies): the learner's, so anything.
         calls: per rank, its calls (:class:`collnb.CallRecord`; grouped into the calls the learner
             made unless the check asked for every operation, ``grouped=False``).
-        timeline: the ranks' :class:`collnb.ranks.timeline.Timeline` (``timeline=True``), else ``None``.
+        timeline: the ranks' :class:`collnb.ranks.Timeline` (``timeline=True``), else ``None``.
         direction: the check's direction, the default hint of :meth:`fail`.
         table: the per-rank table shown with a ✗ and with the ✓ (:meth:`show`).
     """
@@ -371,25 +374,23 @@ def check(answer: object, signature: str, *, direction: str, cases: Callable[[ra
           judge: Callable[[Trial[W]], None], passed: str | Callable[[list[Trial[W]]], str],
           unanswered: Literal["silent", "stub"] | Callable[[Trial[W]], bool] = "silent",
           retry: Callable[[Trial[W]], bool] | None = None, grouped: bool = True, timeline: bool = False,
-          collective_timeout: float = 5.0) -> None:
+          collective_timeout: float = 5.0, on_hang: Callable[[RankError], str | None] | None = None) -> None:
     """Check ``answer``, a function the learner wrote, on real ranks: the frame every such check shares.
 
     1. ``answer`` must be callable as ``signature`` says (``"my_broadcast(rank, world_size, src,
        tensor)"``), else a ✗ before any rank starts.
-    2. ``cases(rng)`` yields the :class:`Case` objects to launch (``rng`` a
-       ``random.SystemRandom``: the data is new in every run, and a learner's ``random.seed`` does
-       not fix it); each is launched with every operation recorded (:func:`launch_recorded`), and a
-       failure of the learner's code (it raised, the ranks did not meet, it did not finish, it
-       communicated where the recorder cannot see) is a ✗ naming ``case.what``.
-    3. An unfinished answer is "not answered yet" with ``direction`` (a hint that points a
-       direction, never a solution): ``unanswered="silent"`` (default): after the first launch,
-       every rank returned ``None`` and made no call (:attr:`Trial.silent`); ``"stub"``: before any
-       launch, a body of only ``...``, ``pass`` or a docstring (for an answer whose ``None`` and
-       silence are a real, wrong answer, or whose ranks return something else); or a function of
-       the first :class:`Trial`.
-    4. ``judge(trial)`` looks at each trial and raises :meth:`Trial.fail` (a :class:`CheckFailed`)
-       on the first thing wrong; ``retry(trial)`` true launches that case once more first (for a
-       measurement a loaded machine, not the answer, spoiled).
+    2. ``cases(rng)`` yields the :class:`Case` objects to launch (``rng`` a ``random.SystemRandom``: the data
+       is new in every run, and a learner's ``random.seed`` does not fix it); each is launched with every
+       operation recorded (:func:`launch_recorded`), and a failure of the learner's code (it raised, it did not
+       finish, it communicated where the recorder cannot see, the ranks did not meet: then with the hint
+       ``on_hang(err)`` reads from its :class:`collnb.RankError`, if given and not ``None``) is a ✗ naming ``case.what``.
+    3. An unfinished answer is "not answered yet" with ``direction`` (a hint that points a direction, never a
+       solution): ``unanswered="silent"`` (default): after the first launch, every rank returned ``None`` and
+       made no call (:attr:`Trial.silent`); ``"stub"``: before any launch, a body of only ``...``, ``pass`` or a
+       docstring (for an answer whose ``None`` and silence are a real, wrong answer, or whose ranks return
+       something else); or a function of the first :class:`Trial`.
+    4. ``judge(trial)`` looks at each trial and raises :meth:`Trial.fail` (a :class:`CheckFailed`) on the first
+       thing wrong; ``retry(trial)`` true launches that case once more first (a measurement a loaded machine spoiled).
     5. All judged: ✓ with ``passed`` and the last trial's table. ``passed`` is a text (formatted with
        ``first_size`` and ``second_size``, the first and last trial's world sizes, ``world_size``, the
        first's, and ``n_runs``) or a function of the trials.
@@ -406,9 +407,11 @@ def check(answer: object, signature: str, *, direction: str, cases: Callable[[ra
         return not_answered(name, direction)
     trials: list[Trial[W]] = []
     for case in cases(random.SystemRandom()):
-        trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout)
+        trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout,
+                     on_hang=on_hang)
         if retry is not None and retry(trial):
-            trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout)
+            trial = _try(fn, case, direction, grouped=grouped, timeline=timeline, collective_timeout=collective_timeout,
+                         on_hang=on_hang)
         if not trials and (trial.silent if unanswered == "silent" else callable(unanswered) and unanswered(trial)):
             return not_answered(name, direction)
         judge(trial)
@@ -422,11 +425,11 @@ def check(answer: object, signature: str, *, direction: str, cases: Callable[[ra
 
 
 def _try(answer: RankFn, case: Case[W], direction: str, *, grouped: bool, timeline: bool,
-         collective_timeout: float) -> Trial[W]:
+         collective_timeout: float, on_hang: Callable[[RankError], str | None] | None = None) -> Trial[W]:
     """One launch of ``case`` (:func:`_launch_or_fail`) as a :class:`Trial`."""
     results, calls, ranks_timeline = _launch_or_fail(case.fn or answer, case.world_size, case.args, hint=direction,
                                                      what=case.what, grouped=grouped, timeline=timeline,
-                                                     collective_timeout=collective_timeout)
+                                                     collective_timeout=collective_timeout, on_hang=on_hang)
     return Trial(case, results, calls, ranks_timeline, direction)
 
 

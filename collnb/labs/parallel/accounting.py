@@ -2,11 +2,11 @@
 count and bytes per rank, and where they fall between the layers' compute.
 
 The records come from ``collnb.launch(..., record_calls=True)`` (``.calls[r]``, rank ``r``'s
-:class:`collnb.CallRecord` list in issue order; :mod:`collnb.ranks.recording` records them where
-torch dispatches them). Inside a rank, :class:`Phases` marks where the code is ("forward",
-"backward", "forward layer 0", ...) by counting the operations the recorder has seen so far (an
-observer of the active recorder); in the kernel :func:`split` and :func:`interleave` put the
-records between those marks.
+:class:`collnb.CallRecord` list in issue order, recorded where torch dispatches them; inside a rank
+:func:`collnb.ranks.active_recorder` is the recorder). Inside a rank, :class:`Phases` marks where
+the code is ("forward", "backward", "forward layer 0", ...) by counting the operations the recorder
+has seen so far (an observer of the active recorder); in the kernel :func:`split` and
+:func:`interleave` put the records between those marks.
 
 Bytes, two ways:
 

@@ -15,8 +15,11 @@ Training on GPU Clusters Using Megatron-LM*, SC21, arXiv:2104.04473, Takeaway #1
 parallelism up to the GPUs of one server and pipeline parallelism across servers.
 
 :func:`placement_bytes` counts, from the recorded calls of each placement, the bytes whose groups
-cross nodes; :func:`placement_step` times training steps on a cluster's ranks;
-:func:`compare_placements` does both.
+cross nodes; :func:`placement_step` times training steps on a cluster's ranks and reads the bytes
+that left each node per step on its link; :func:`compare_placements` does both, on the cluster's own
+ranks where one can be made (the calls recorded there, as on collnb's local ranks:
+:mod:`collnb.labs.cluster.rankset`), so the count and the link's counter describe the same program on
+the same ranks.
 """
 
 from __future__ import annotations
@@ -51,6 +54,7 @@ class StepTimes(TypedDict):
 
     seconds: list[float]  # each timed step
     loss: float | None  # the last step's loss (None when no step ran)
+    link_bytes: float | None  # with count_link: bytes the node sent on its link per timed step
 
 #: The two placements on 2 nodes of 2 ranks: TP inside the nodes (the innermost dimension) or across them.
 PLACEMENTS = {N_("tp inside nodes"): Plan.parse("dp_shard=2, tp=2"), N_("tp across nodes"): Plan.parse("tp=2, dp_shard=2")}
@@ -72,10 +76,13 @@ def placement_bytes(plan: Plan, config: TransformerConfig, batch: int, seq_len: 
 
 
 def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor,
-                   y: torch.Tensor, steps: int = 3) -> StepTimes:
+                   y: torch.Tensor, steps: int = 3, count_link: bool = False) -> StepTimes:
     """On a rank (of a :class:`collnb.labs.cluster.VirtualCluster` or :func:`collnb.launch`): build
     the model under ``plan``, run one untimed step, then ``steps`` timed AdamW steps, a barrier
-    before each. Returns ``{"seconds": [per step], "loss": last loss}``."""
+    before each. Returns ``{"seconds": [per step], "loss": last loss, "link_bytes": ...}``:
+    with ``count_link`` (a rank in a virtual cluster's node), the bytes its node sent on its link
+    (``eth0``'s transmit counter, frames' headers included) per timed step, its barriers included,
+    else ``None``."""
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
@@ -88,8 +95,11 @@ def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerCo
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
     seconds: list[float] = []
     loss: float | None = None
+    sent = 0
     for k in range(steps + 1):
         dist.barrier()
+        if k == 1 and count_link:
+            sent = -_tx_bytes()
         t0 = time.perf_counter()
         opt.zero_grad()
         out = loss_fn(model(xb), yb)
@@ -101,15 +111,24 @@ def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerCo
         if k:
             seconds.append(time.perf_counter() - t0)
         loss = out.item()
-    return StepTimes(seconds=seconds, loss=loss)
+    link = (sent + _tx_bytes()) / steps if count_link and steps else None
+    return StepTimes(seconds=seconds, loss=loss, link_bytes=link)
+
+
+def _tx_bytes() -> int:
+    """The bytes this rank's node has sent on its link (``eth0`` in the node's network namespace)."""
+    with open("/sys/class/net/eth0/statistics/tx_bytes") as f:
+        return int(f.read())
 
 
 @dataclass(frozen=True)
 class PlacementResult:
     """One placement: ``name``, its ``plan``, ``inter_bytes`` (wire bytes per step summed over ranks
-    whose groups cross nodes, by dimension), ``total_bytes`` (all dimensions), ``seconds`` (median
-    step time of the slowest rank on the cluster; ``None`` when not measured), ``mode``
-    (``"emulated"`` or ``"modelled"``)."""
+    whose groups cross nodes, by dimension, from the recorded calls), ``total_bytes`` (all
+    dimensions), ``seconds`` (median step time of the slowest rank on the cluster; ``None`` when not
+    measured), ``mode`` (``"emulated"`` or ``"modelled"``), ``link_bytes`` (the bytes that left the
+    nodes per step, summed over nodes, read on their links' counters: frames' headers and the
+    step's barriers included; ``None`` when not measured)."""
 
     name: str
     plan: Plan
@@ -117,19 +136,22 @@ class PlacementResult:
     total_bytes: dict[str, float]
     seconds: float | None
     mode: str
+    link_bytes: float | None = None
 
 
 def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int = 8, seq_len: int = 128,
                        inter_gbps: float = 0.2, steps: int = 3, measure: bool = True,
                        timeout: float = 300.0) -> list[PlacementResult]:
-    """Both :data:`PLACEMENTS` on 2 nodes of 2 ranks: the bytes crossing nodes (recorded on
-    collnb's ranks) and, where a virtual cluster can be made and ``measure``, the step time on one
-    whose inter-node link runs at ``inter_gbps`` Gbit/s.
+    """Both :data:`PLACEMENTS` on 2 nodes of 2 ranks: the bytes crossing nodes, counted from the
+    recorded calls, and, where a virtual cluster can be made and ``measure``, the step time on one
+    whose inter-node link runs at ``inter_gbps`` Gbit/s with the bytes its links carried per step;
+    the calls are then recorded on the cluster's own ranks (elsewhere on collnb's local ranks).
 
     Returns:
         a list of :class:`PlacementResult`, in :data:`PLACEMENTS` order.
     """
     from ..cluster import VirtualCluster, available
+    from ..cluster.rankset import active
 
     x, y = make_batch(config, batch, seq_len)
     out = []
@@ -139,13 +161,17 @@ def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int
         if measure and can:
             cluster = VirtualCluster(nodes=2, ranks_per_node=2, inter_gbps=inter_gbps).__enter__()
         for name, plan in PLACEMENTS.items():
-            counted = placement_bytes(plan, config, batch, seq_len, 2)
-            seconds = None
+            with active(cluster):  # a virtual cluster's own ranks record the calls, where there is one
+                counted = placement_bytes(plan, config, batch, seq_len, 2)
+            seconds = link = None
             if cluster is not None:
-                per_rank: list[StepTimes] = cluster.launch(placement_step, (plan, config, x, y, steps), timeout=timeout)
+                per_rank: list[StepTimes] = cluster.launch(placement_step, (plan, config, x, y, steps, True),
+                                                           timeout=timeout)
                 seconds = max(statistics.median(r["seconds"]) for r in per_rank)
+                links = [per_rank[n * cluster.ranks_per_node]["link_bytes"] for n in range(cluster.nodes)]
+                link = sum(b for b in links if b is not None) if all(b is not None for b in links) else None
             out.append(PlacementResult(name, plan, counted["inter"], counted["total"], seconds,
-                                       "emulated" if cluster is not None else "modelled"))
+                                       "emulated" if cluster is not None else "modelled", link))
     finally:
         if cluster is not None:
             cluster.__exit__(None, None, None)
@@ -154,8 +180,9 @@ def compare_placements(config: TransformerConfig = MEASURE_CONFIG, *, batch: int
 
 def format_placements(rows: Iterable[PlacementResult], inter_gbps: float | None = None) -> str:
     """A text table of :func:`compare_placements`: per placement the bytes crossing nodes per step
-    (summed over ranks; which dimensions), the total, the measured step time, and (with
-    ``inter_gbps``) the time those bytes take on one link (``bytes / 2 nodes / rate``)."""
+    (summed over ranks; which dimensions), the total, (with ``inter_gbps``) the time those bytes
+    take on one link (``bytes / 2 nodes / rate``), the bytes the links carried per step and the
+    measured step time (where a cluster measured them)."""
     lines = []
     for r in rows:
         inter = sum(r.inter_bytes.values())
@@ -166,6 +193,8 @@ def format_placements(rows: Iterable[PlacementResult], inter_gbps: float | None 
         if inter_gbps:
             line += _(", on a {rate:g} Gbit/s link ≥ {t:.0f} ms").format(rate=inter_gbps,
                                                                          t=inter / 2 / (inter_gbps * 1e9 / 8) * 1e3)
+        if r.link_bytes is not None:
+            line += _(", {link} on the links").format(link=format_bytes(r.link_bytes))
         if r.seconds is not None:
             line += _(", measured {t:.0f} ms per step").format(t=r.seconds * 1e3)
         lines.append(line)

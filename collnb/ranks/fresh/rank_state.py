@@ -10,7 +10,7 @@ comparisons, most of them one read, :mod:`.state_probes`; only what changed is s
 :meth:`RankState.retire_reason`, which drops the modules of the learner's own files that the call
 imported and says what the call changed that cannot be put back (a :class:`.Settled` message). The
 launcher reads that before it sends the rank anything else and, for a change that cannot be put
-back, runs the next call on fresh ranks (:mod:`.pool`), so neither the learner's next call nor
+back, runs the next call on fresh ranks (:mod:`..local.pool`), so neither the learner's next call nor
 collnb's own ``run``/``explore``/``bench``/checks ever runs on a changed torch. A call of collnb's
 own code only (``run``, ``explore``, ``bench``, the algorithms, the examples; :func:`collnb_only`)
 changes none of this, and the rank skips the work after it: a warm slider move costs nothing more.
@@ -55,7 +55,7 @@ replaced, deleted or added in ``torch``, ``torch.nn``, ``torch.nn.functional``, 
 ``signal``, ``threading``, ``io``, ``pickle``, ``cloudpickle``, ``multiprocessing.connection``,
 ``socket``, ``math``, ``random``, ``functools``, any ``collnb`` module, or a top-level library
 module an earlier call imported (torch's and collnb's own wrappers of a function do not count:
-``torch._dynamo`` wraps ``torch.manual_seed`` as it loads, :mod:`._dist_hooks` wraps
+``torch._dynamo`` wraps ``torch.manual_seed`` as it loads, :mod:`..instrument._dist_hooks` wraps
 torch.distributed's functions); inference mode left on; the inter-op thread count changed; a hard
 resource limit lowered; a setting above that could not be put back; a thread the call started
 still running.
@@ -63,7 +63,7 @@ still running.
 On an ipyparallel engine (``own_process=False``) the same is put back, except what belongs to
 ipyparallel's process (streams, signal handlers, threads), and only torch's and collnb's
 namespaces are watched; an engine cannot be swapped for a fresh one, so a changed engine refuses
-later calls (:mod:`.engines`).
+later calls (:mod:`..remote.engines`).
 
 Not seen (C-level state without a getter): ``torch.set_flush_denormal``, custom operators
 registered with ``torch.library``, ``locale.setlocale``; a module's data values changed in place.
@@ -88,10 +88,10 @@ import warnings
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import torch
-import torch.distributed as dist
 
-from . import _torch_internals as internals
+from .. import _torch_internals as internals
 from .state_probes import VERSION_VIEW, Namespace, file_id, numpy_state, rng_mark
+from .torch_settings import UNREADABLE, read_setting, torch_settings
 
 if TYPE_CHECKING:
     import ctypes
@@ -108,10 +108,9 @@ WATCHED_MODULES = ("torch", "torch.nn", "torch.nn.functional", "torch.nn.init", 
                    "socket", "math", "random", "functools")
 _WATCHED_CLASSES = (("torch.Tensor", torch.Tensor), ("torch.nn.Module", torch.nn.Module))
 
-_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _LIBRARY_DIRS = tuple(sorted({os.path.realpath(p) + os.sep for p in (
     sysconfig.get_paths().get(k) for k in ("stdlib", "platstdlib", "purelib", "platlib")) if p}))
-_UNREADABLE = object()  # a setting whose getter raised (torch refuses to read a mixed matmul precision)
 _RLIMITS: list[int] = [getattr(resource, n) for n in ("RLIMIT_NOFILE", "RLIMIT_AS", "RLIMIT_DATA", "RLIMIT_STACK", "RLIMIT_CPU",
                                                       "RLIMIT_FSIZE", "RLIMIT_CORE", "RLIMIT_NPROC", "RLIMIT_MEMLOCK")
                        if hasattr(resource, n)]
@@ -155,64 +154,6 @@ def _learners_own(module: types.ModuleType | None) -> bool:
         return False
     path = os.path.realpath(path)
     return not path.startswith(_COLLNB_DIR) and not path.startswith(_LIBRARY_DIRS)
-
-
-#: A torch setting put back after a call: (name, read it, write a value read back).
-_Setting = tuple[str, Callable[[], object], Callable[[Any], object]]
-
-
-def _settings() -> list[_Setting]:
-    """``(name, read, write)`` of every torch setting put back after a call, in the order they are
-    written back (the fp32 precisions before the legacy matmul precision derived from them)."""
-    out: list[_Setting] = []
-    for name, read in internals.backend_flag_readers():  # the fp32 precisions first
-        obj, _, attr = name.rpartition(".")
-        out.append((name, read, lambda v, o=obj, a=attr: setattr(_resolve(o), a, v)))  # type: ignore[misc]  # mypy cannot type a lambda with defaults
-    out += [
-        ("torch.get_float32_matmul_precision()", torch.get_float32_matmul_precision,
-         torch.set_float32_matmul_precision),
-        ("torch.get_default_dtype()", torch.get_default_dtype, torch.set_default_dtype),
-        ("torch.is_grad_enabled()", torch.is_grad_enabled, torch.set_grad_enabled),
-        ("torch.is_anomaly_enabled()", lambda: (torch.is_anomaly_enabled(), torch.is_anomaly_check_nan_enabled()),
-         lambda v: torch.set_anomaly_enabled(*v)),
-        ("torch.are_deterministic_algorithms_enabled()",
-         lambda: (torch.are_deterministic_algorithms_enabled(),
-                  torch.is_deterministic_algorithms_warn_only_enabled()),
-         lambda v: torch.use_deterministic_algorithms(v[0], warn_only=v[1])),
-        ("torch.is_warn_always_enabled()", torch.is_warn_always_enabled, torch.set_warn_always),
-        ("torch.is_autocast_cache_enabled()", torch.is_autocast_cache_enabled, torch.set_autocast_cache_enabled),
-        ("torch.get_num_threads()", torch.get_num_threads, torch.set_num_threads),
-        ("torch's print options", internals.print_options,
-         lambda v: torch.set_printoptions(**v)),  # type: ignore[no-untyped-call]  # torch's set_printoptions has no annotations
-        ("torch.distributed's debug level", dist.get_debug_level, dist.set_debug_level),
-    ]
-    for device in ("cpu", "cuda"):
-        out.append((f"autocast on {device}",
-                    lambda d=device: (torch.is_autocast_enabled(d), torch.get_autocast_dtype(d)),  # type: ignore[misc]  # a lambda with defaults
-                    lambda v, d=device: (torch.set_autocast_enabled(d, v[0]), torch.set_autocast_dtype(d, v[1]))))  # type: ignore[misc, func-returns-value]  # defaults; called for effect
-    try:
-        import torch.utils.deterministic as deterministic  # noqa: PLC0415
-        out.append(("torch.utils.deterministic.fill_uninitialized_memory",
-                    lambda: deterministic.fill_uninitialized_memory,  # type: ignore[attr-defined]  # a property of its module's class
-                    lambda v: setattr(deterministic, "fill_uninitialized_memory", v)))
-    except ImportError:
-        pass
-    return out
-
-
-def _resolve(dotted: str) -> object:
-    """``"torch.backends.cudnn.conv"`` -> that object."""
-    obj: object = torch
-    for part in dotted.split(".")[1:]:
-        obj = getattr(obj, part)
-    return obj
-
-
-def _read(read: Callable[[], object]) -> object:
-    try:
-        return read()
-    except Exception:  # noqa: BLE001
-        return _UNREADABLE
 
 
 class RankState:
@@ -264,7 +205,7 @@ class RankState:
         self.logging = (root.level, list(root.handlers), list(root.filters), logging.root.manager.disable)
         self.python_then = self._python_now()
         self.settings = watch.settings
-        self.setting_values = [_read(read) for _, read, _ in self.settings]
+        self.setting_values = [read_setting(read) for _, read, _ in self.settings]
         self.device_context = internals.default_device_context()
         self.modes = internals.mode_stack_depths()
         self.interop = torch.get_num_interop_threads()
@@ -461,21 +402,21 @@ class RankState:
             logging.disable(disable)
 
     def _restore_torch(self) -> None:
-        values = [_read(read) for _, read, _ in self.settings]
+        values = [read_setting(read) for _, read, _ in self.settings]
         if values == self.setting_values:
             return
         for _ in range(2):  # twice: the legacy matmul precision, written back, resets the fp32 precisions
             for (_, read, write), old in zip(self.settings, self.setting_values):
-                now = _read(read)  # read again: writing one setting can change another
-                if now != old or now is _UNREADABLE:
+                now = read_setting(read)  # read again: writing one setting can change another
+                if now != old or now is UNREADABLE:
                     try:
                         write(old)
                     except Exception:  # noqa: BLE001 - checked below
                         pass
-            if [_read(read) for _, read, _ in self.settings] == self.setting_values:
+            if [read_setting(read) for _, read, _ in self.settings] == self.setting_values:
                 break
         for (name, read, _), old in zip(self.settings, self.setting_values):
-            if _read(read) != old:
+            if read_setting(read) != old:
                 self.unrestored.append(f"changed {name} and it could not be put back")
         if torch.is_autocast_cache_enabled():
             torch.clear_autocast_cache()
@@ -556,7 +497,7 @@ class Watch:
 
     def __init__(self, own_process: bool = True) -> None:
         self.own = own_process
-        self.settings = _settings()
+        self.settings = torch_settings()
         self.module_names = set(sys.modules)
         self.namespaces, self.tags, self.versions, self.untagged, self.c10d = [], [], [], [], None
         _add_namespaces(self, [n for n in WATCHED_MODULES if own_process or n.startswith("torch")]

@@ -10,7 +10,7 @@ sequence number by sequence number, the first at which the ranks' operations dif
 same operation) their sizes, or, for ``all_to_all`` (whose per-rank sizes may differ), the total
 elements sent and received, or at which a rank that recorded the group has no entry. Unlike
 ``fr_trace``, which takes the first rank it reads as the reference (and so may name the other ranks
-as culprits), it blames the minority. Used by collnb's :class:`RankError` (:mod:`.failures`) and by
+as culprits), it blames the minority. Used by collnb's :class:`RankError` (:mod:`..explain.failures`) and by
 the hang lab (:mod:`collnb.labs.hangs`): one reading of the same structured fields, never of a
 message's text.
 """
@@ -22,7 +22,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from ..i18n import _
+from ...i18n import _
 
 __all__ = ["Divergence", "divergence", "entries_from_json", "FIELDS"]
 

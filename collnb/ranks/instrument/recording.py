@@ -20,7 +20,7 @@ The dispatch mode runs in the rank's thread at the moment of issue, with the ten
 and the Python stack at hand; the Flight Recorder stays what it is for (post-mortem of hangs,
 ``fr_trace``).
 
-**A record** (:class:`CallRecord`) is one operation handed to the backend: its name as the code
+**A record** (:class:`.records.CallRecord`) is one operation handed to the backend: its name as the code
 called it (``name``), the operation inside a composite call (``op``), root/peer, the group (size
 and global ranks), shapes, dtypes, bytes, and where it was issued from (``source``). Records of one
 call of the rank's code (the two broadcasts of a ``broadcast_object_list``) share ``call``.
@@ -38,7 +38,7 @@ the backend accepted it, with an :class:`Issue`: the record, the :class:`torch.d
 can timestamp completion), the output tensors, and ``issued_ns``/``returned_ns``
 (``time.perf_counter_ns``). For a functional collective, whose completion is its ``wait_tensor``,
 ``obs.waited(issue, ns)`` is called when the output is waited on (if the observer has that
-method); :mod:`collnb.ranks.timeline` is built on this.
+method); :mod:`.tracks` (a rank's part of a timeline) is built on this.
 """
 
 from __future__ import annotations
@@ -49,92 +49,16 @@ import time
 import weakref
 from dataclasses import dataclass
 from types import FrameType
-from typing import Any, Iterable, Literal, Protocol, Sequence, cast
+from typing import Any, Iterable, Protocol, Sequence, cast
 
 import torch
 import torch.distributed as dist
 
-from . import _torch_internals as internals
-from ._torch_internals import OpOverload, OpOverloadPacket, TorchDispatchMode
+from .. import _torch_internals as internals
+from .._torch_internals import OpOverload, OpOverloadPacket, TorchDispatchMode
+from .records import CallRecord, CallRecords, Source
 
-__all__ = ["CallRecord", "CallRecords", "Issue", "Recorder", "start", "stop", "active", "SOURCES", "Source"]
-
-#: Where an operation can be issued from (:attr:`CallRecord.source`).
-SOURCES: tuple[Source, ...] = ("torch.distributed", "ProcessGroup", "functional", "DTensor", "DeviceMesh")
-Source = Literal["torch.distributed", "ProcessGroup", "functional", "DTensor", "DeviceMesh"]  # one of SOURCES
-
-
-@dataclass(frozen=True)
-class CallRecord:
-    """One communication operation a rank's code issued (recorded by :class:`Recorder`).
-
-    Attributes:
-        name: the call, in torch.distributed's vocabulary: the ``torch.distributed`` function the
-            code called (``"all_reduce"``, ``"broadcast_object_list"``, ``"isend"``,
-            ``"batch_isend_irecv"``; for a call torch.distributed makes from inside one of its
-            own, the outer one); for an operation issued without one (a ``ProcessGroup`` method,
-            a functional collective, DTensor) the operation's name (``"all_gather"`` for
-            ``ProcessGroup.allgather``, ``"all_gather_into_tensor"``, ``"reduce_scatter_tensor"``,
-            ``"all_to_all_single"``, ``"send"``, ``"recv"``).
-        peer: global rank of the root (``src``/``dst``) of a rooted operation or of the other side
-            of a send/recv (for a ``recv`` from any source, the rank it came from, once
-            completed); ``None`` for the others.
-        group_size: size of the process group used.
-        shapes: the shape of each tensor the operation reads or writes on this rank, in the
-            order of the operator's arguments (lists flattened; ``dist.all_gather_into_tensor``:
-            output, then input); for a functional collective its input(s), then the tensor(s) it
-            returns. ``barrier``'s placeholder tensor is left out. Tuple of tuples of int.
-        dtypes: the dtype of each of those tensors, same order (tuple of str, e.g. ``"float32"``).
-        op: the operation inside a composite call: for an entry of ``batch_isend_irecv`` its
-            ``P2POp`` function (``"isend"``/``"irecv"``); for an object collective the operation
-            torch issues (``"broadcast"``, ``"all_gather"``, ``"gather"``, ``"scatter"``,
-            ``"send"``, ``"recv"``); ``None`` when the record is the call itself.
-        group_ranks: global ranks of the group, in group-rank order (tuple of int): which
-            dimension of a device mesh an operation ran over.
-        nbytes: bytes of the operation on this rank as nccl-tests counts a buffer: the larger of
-            the bytes it reads and the bytes it writes (an all_reduce's or broadcast's tensor, an
-            all_gather's whole output, a reduce_scatter's whole input, an all_to_all's input, a
-            send's or recv's tensor). int.
-        source: where it was issued from, one of :data:`SOURCES`: ``"torch.distributed"`` (a
-            function of ``torch.distributed``), ``"ProcessGroup"`` (a ``ProcessGroup`` method or a
-            ``torch.ops.c10d`` operator, from Python or from torch's C++, e.g. DDP's reducer),
-            ``"functional"`` (``torch.distributed._functional_collectives``), ``"DTensor"``
-            (``torch.distributed.tensor``), ``"DeviceMesh"``.
-        call: which call of this rank's code issued it, counted from 0 per launch: the records
-            of one call (the two broadcasts of a ``broadcast_object_list``) share it.
-    """
-
-    name: str
-    peer: int | None
-    group_size: int
-    shapes: tuple[tuple[int, ...], ...]
-    dtypes: tuple[str, ...]
-    op: str | None = None
-    group_ranks: tuple[int, ...] = ()
-    nbytes: int = 0
-    source: Source = "torch.distributed"
-    call: int = 0
-
-    @property
-    def operation(self) -> str:
-        """The operation itself: ``op`` for an operation of a composite call, else ``name``."""
-        return self.op or self.name
-
-
-class CallRecords(list[CallRecord]):
-    """The :class:`CallRecord` list of one rank (call order), plus how complete it is.
-
-    Attributes:
-        unrecorded: operations the backend counted on this rank's process groups during the
-            recording that the recorder did not see (issued from another thread, or with dispatch
-            modes switched off); ``0`` when every operation was recorded. The count is the
-            backend's sequence number (gloo counts every collective and point-to-point operation;
-            NCCL counts collectives only), so it can miss, never invent, an operation.
-    """
-
-    def __init__(self, records: Iterable[CallRecord] = (), unrecorded: int = 0) -> None:
-        super().__init__(records)
-        self.unrecorded = unrecorded
+__all__ = ["Issue", "Recorder", "start", "stop", "active"]
 
 
 @dataclass
@@ -251,7 +175,7 @@ class _Observer(Protocol):  # what a Recorder calls: issued(issue), and waited(i
     def issued(self, issue: Issue) -> None: ...
 
 
-class _Timeline(Protocol):  # Recorder.timeline, a timeline.Collector
+class _Track(Protocol):  # Recorder.track, a tracks.Track
     def profiler_op(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object: ...
 
 
@@ -291,7 +215,7 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
         self._start_seq: dict[dist.ProcessGroup, int] = {}  # ProcessGroup -> sequence number when recording began
         self._last_outer: FrameType | None = None  # the call (outermost torch frame) of the last record
         self._call = -1
-        self.timeline: _Timeline | None = None  # a timeline.Collector: also handed record_function's operators
+        self.track: _Track | None = None  # a tracks.Track: also handed record_function's operators
         _PROFILER_OPS.update(internals.profiler_ops())
 
     # -- observers -------------------------------------------------------------------------------
@@ -342,8 +266,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
         if entry is None:
             if func is _WAIT_OP and self._waiting:
                 return self._wait(func, args, kwargs)
-            if self.timeline is not None and func.overloadpacket in _PROFILER_OPS:
-                return self.timeline.profiler_op(func, args, kwargs)
+            if self.track is not None and func.overloadpacket in _PROFILER_OPS:
+                return self.track.profiler_op(func, args, kwargs)
             return func(*args, **kwargs)
         spec, names = entry
         bound = dict(zip(names, args))

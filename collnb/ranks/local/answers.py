@@ -2,13 +2,13 @@
 
 :func:`gather` waits on every rank's result pipe, its process sentinel and its two output pipes at
 once, copying the ranks' output (:class:`.output.OutputRelay`) while it waits, and returns each
-rank's answer: what :meth:`.pool.RankPool._collect` hands to :func:`.failures.conclude`. The parts:
+rank's answer: what :meth:`.pool.RankPool._collect` hands to :func:`..explain.failures.conclude`. The parts:
 which objects to wait on (:func:`waitables`), a ``waitpid`` look for ranks whose sentinel a child of
 theirs still holds (:func:`exited`), the per-rank event one ready result pipe or sentinel gives
 (:func:`answer_event`), ranks that closed their result pipe and stayed alive (:func:`lost`), how long
 to wait next (:func:`wait_limit`), the output written after a failure (:meth:`.output.OutputRelay.settle`), and
 what the ranks' answers mean for the pool's cached groups (:func:`group_verdict`). The events are
-:mod:`.rankset`'s, read by :func:`.failures.event_of` for local ranks and engines alike.
+:mod:`..rankset`'s, read by :func:`..explain.failures.ending_of` for local ranks and engines alike.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from multiprocessing.connection import Connection, wait as _mp_wait
 from typing import Literal, Protocol, Sequence, cast
 
 from .output import OutputRelay
-from .protocol import Failed, Ready, Result, receive
-from .rankset import RankEvent, RankExit, RankFailure, RankResult
+from ..protocol import Failed, Ready, Result, receive
+from ..rankset import RankEvent, RankExit, RankFailure, RankResult
 
 __all__ = ["RankProcess", "Waitable", "LAST_WORDS", "LOST_GRACE", "GRACE", "DYING_S", "Answers", "gather", "waitables", "exited",
            "answer_event", "lost", "wait_limit", "group_verdict", "GroupVerdict"]
@@ -59,7 +59,6 @@ class RankProcess:
         proc: its :class:`multiprocessing.Process`.
         cmd_w, res_r, out_r, err_r: the launcher's ends of its command, result, stdout and stderr pipes.
         partial: its unfinished output line per stream (1: stdout, 2: stderr), bytes.
-        in_log: its last stderr line was a C++ log line (their continuation lines follow).
         last: its last output lines (for the error about its death).
         lost_at: monotonic time (s) its result pipe closed while it was still alive, else ``None``.
         closed: the streams (1, 2) whose pipe reached its end.
@@ -74,7 +73,6 @@ class RankProcess:
     out_r: Connection
     err_r: Connection
     partial: dict[int, bytearray] = field(default_factory=lambda: {1: bytearray(), 2: bytearray()})
-    in_log: bool = False
     last: collections.deque[str] = field(default_factory=lambda: collections.deque(maxlen=LAST_WORDS))
     lost_at: float | None = None
     closed: set[int] = field(default_factory=set)
@@ -120,8 +118,7 @@ def answer_event(r: RankProcess, what: Literal["res", "dead"], t: float) -> Rank
         return RankExit(r.rank, t, r.proc.exitcode)
     if isinstance(msg, Result):
         r.unsettled = True  # a Settled follows (RankPool.settle)
-        return RankResult(r.rank, t, msg.payload, seq=msg.seq, intact=msg.intact, calls=msg.calls,
-                          timeline=msg.timeline, flight_recorder=msg.flight_recorder)
+        return RankResult(r.rank, t, msg.payload, seq=msg.seq, intact=msg.intact, recorded=msg.recorded)
     if isinstance(msg, Ready):
         return RankResult(r.rank, t, seconds=msg.seconds)
     if isinstance(msg, Failed):

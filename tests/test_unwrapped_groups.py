@@ -11,7 +11,7 @@ import torch.distributed as dist
 
 import collnb
 from collnb.collectives import rank_calls
-from collnb.ranks.rank import same_on_every_rank
+from collnb.ranks import same_on_every_rank
 
 
 def _backend_of_default_group(rank, world_size, *rest):
@@ -29,13 +29,11 @@ def _a_learners_marked_function(rank, world_size):
 
 
 @pytest.fixture
-def probe_in_rank_calls(monkeypatch):
+def probe_in_rank_calls(monkeypatch, fresh_pool):
     """rank_cases (collnb's own rank entry of collnb.run) with one more "primitive" that reports the
-    default group's backend: the ranks are forked after it is added, so they have it too."""
-    collnb.shutdown()
+    default group's backend: the ranks are forked after it is added (a fresh pool), so they have it too."""
     monkeypatch.setitem(rank_calls.RANK_CALLS, "backend_of_default_group", _backend_of_default_group)
-    yield [{"primitive": "backend_of_default_group"}]
-    collnb.shutdown()
+    return [{"primitive": "backend_of_default_group"}]
 
 
 @pytest.mark.parametrize("world_sizes", [(3, 8, 5)])
@@ -47,17 +45,17 @@ def test_collnbs_own_runs_use_the_same_ranks_without_the_detail_wrapper(probe_in
         # a learner's function on the very same warm ranks is checked, as debug=True promises
         assert collnb.launch(_backend_of_default_group, ws) == [("_ProcessGroupWrapper", ws)] * ws
         assert collnb.launch(_debug_level, ws) == ["DETAIL"] * ws
-    pool = collnb.ranks.launcher.warm_pool()
-    assert pool is not None and pool.debug and len(pool.ranks) == 8  # one pool served every call
+    pool = collnb.ranks.warm_pool()
+    assert pool is not None and pool.setup.debug and len(pool.ranks) == 8  # one pool served every call
     # made when first needed; growing to 8 ranks made the default group again, and dropped 3's
-    assert pool.unchecked == {8, 5} and pool.groups == {8, 5}
+    assert pool.unwrapped == {8, 5} and pool.groups == {8, 5}
 
 
-def test_a_pool_that_runs_learners_functions_only_makes_no_unchecked_group(probe_in_rank_calls):
+def test_a_pool_that_runs_learners_functions_only_makes_no_unwrapped_group(probe_in_rank_calls):
     for ws in (2, 3):
         assert collnb.launch(_backend_of_default_group, ws) == [("_ProcessGroupWrapper", ws)] * ws
-    pool = collnb.ranks.launcher.warm_pool()
-    assert pool.unchecked == set() and pool.groups == {4, 2, 3}
+    pool = collnb.ranks.warm_pool()
+    assert pool.unwrapped == set() and pool.groups == {4, 2, 3}
 
 
 def test_a_learners_function_is_checked_whatever_it_is_marked(probe_in_rank_calls):

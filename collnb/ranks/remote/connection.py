@@ -3,9 +3,12 @@
 ``collnb.connect(cluster)`` takes an :class:`ipyparallel.Cluster` or :class:`ipyparallel.Client`;
 afterwards every collnb entry point that starts ranks (``launch``, ``run``, ``run_batch``,
 ``explore``, ``run_algorithm``, ``explore_rounds``, the bandwidth tools) runs on the cluster's
-engines, one rank per engine (engine order = rank order): :func:`connect` makes the connection the
-launcher's active rank set (:mod:`.rankset`), :func:`disconnect` makes the local ranks active again. The functions that run on the engines are in :mod:`.engines`. ``collnb.disconnect()`` returns to local forked ranks and leaves
-the engines as they were before, usable for other work.
+engines, one rank per engine (engine order = rank order): :func:`connect` makes the engines
+(:class:`Engines`) the launcher's active rank set (:mod:`..rankset`), :func:`disconnect` makes the
+local ranks active again. The functions that run on the engines are in :mod:`.engines`; each call
+runs there with the steps a local rank takes (:class:`..call.steps.Call`), so what a call records
+works the same (:mod:`..instrument.interface`). ``collnb.disconnect()`` returns to local forked ranks
+and leaves the engines as they were before, usable for other work.
 
 How (and why):
 
@@ -36,12 +39,19 @@ How (and why):
   named (its peers fail within ``collective_timeout``); after a failure the process group is
   built afresh on the next call.
 
+* **What a call records** is taken as on local ranks: ``launch(..., record_calls=True)``,
+  ``timeline=True`` (with engines on several hosts, their clocks are aligned at a barrier before the
+  function starts: :data:`..instrument.timeline.ALIGNED`), ``flight_recorder=N`` (the engines'
+  groups are made with ``TORCH_FR_BUFFER_SIZE=N``) and the backend's C++ log lines (each engine
+  copies its fds 1 and 2 into the output ipyparallel captures while a call runs,
+  :class:`..instrument.backend_log.FdRelay`; the kernel keeps the C++ lines for the error unless
+  ``show_backend_log=True``).
+
 Limits: world sizes up to the number of engines and at most :data:`collnb.vocabulary.MAX_WORLD_SIZE`;
 an engine stuck outside Python (in C code that ignores SIGINT) stays busy after a timeout, so
 restart it (``cluster.restart_engines_sync()``) and connect again; ``barrier``'s arrival and
-leave times come from each host's own monotonic clock, so across hosts they are not comparable;
-``launch(..., record_calls=True)``, ``timeline=True``, ``flight_recorder=N``, ``show_backend_log=True``
-and ``start_method=`` are not supported on engines yet (refused by name, before anything runs).
+leave times in :func:`collnb.run` come from each host's own monotonic clock, so across hosts they are
+not comparable; ``start_method=`` is refused (ipyparallel started the engines).
 
 Requires ``pip install collnb[cluster]`` (ipyparallel) here, and collnb with the same torch on
 every engine.
@@ -50,6 +60,7 @@ every engine.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import ipaddress
 import os
 import signal
@@ -58,33 +69,38 @@ import threading
 import time
 import uuid
 from types import ModuleType
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, NoReturn, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, NoReturn, Sequence
 
 import torch
 
-from ..i18n import _
-from ..vocabulary import MAX_WORLD_SIZE, check_backend
-from . import launcher as _launcher
+from ...i18n import N_, _, get_language
+from ...vocabulary import MAX_WORLD_SIZE, Backend
+from .. import launcher as _launcher
+from ..errors import LaunchError, LaunchTimeout, RankError
+from ..explain.failures import (Ending, Stacks, ending_of, outcome_text, outcomes_of, rank_error, rebuild_result,
+                               returned_diverged, root_cause)
+from ..instrument.backend_log import BackendLog, attach
+from ..instrument.interface import Recorded, launch_results
+from ..protocol import Run
+from ..rankset import (BackendFacts, LaunchPlan, LaunchRequest, RankResult,
+                       RankSetup, Where)
+from ..serialization import code_files, dumps
+from .answers import answer_event, kept, output_events, wait_for_output
 from .engines import (EngineInfo, engine_group, engine_info, engine_init, engine_listen, engine_run, engine_setup,
                       engine_teardown)
-from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Event, Stacks, event_of, outcome_text, outcomes_of, rank_error, rebuild_result, root_cause
-from .protocol import Result
-from .rankset import BackendFacts, LaunchRequest, RankEvent, RankExit, RankFailure, RankOutput, RankResult, Where
-from .serialization import code_files, dumps
 
 if TYPE_CHECKING:
     from ipyparallel import AsyncResult, Client, Cluster
 
-__all__ = ["connect", "disconnect", "connected"]
+__all__ = ["connect", "disconnect", "connected", "connected_hosts"]
 
 
-class _Connection:
+class Engines:
     """The kernel's side of ``collnb.connect()``: the engines (rank ``r`` = the ``r``-th engine id),
     their one default process group kept warm between calls, and one call run on them: the
-    :class:`.rankset.RankSet` that :func:`connect` makes active."""
+    :class:`..rankset.RankSet` that :func:`connect` makes active."""
 
-    where: Where = "on the connected engines"
+    where: Where = N_("on the connected engines")
 
     def __init__(self, client: Client, cluster: Cluster | None, timeout: float) -> None:
         self.client = client
@@ -94,7 +110,7 @@ class _Connection:
         self.lock = threading.Lock()
         self.generation = 0
         self.port: int | None = None
-        self.key: tuple[str, bool, float] | None = None  # (backend, debug, collective_timeout) of the engines' group
+        self.setup: RankSetup | None = None  # how the engines' groups were made
         self.groups: set[int] = set()
         self.base_size = 0
         self._count = 0
@@ -120,7 +136,7 @@ class _Connection:
                      interface=self.ifnames[r], gpus=i["cuda"])
                 for r, (e, i) in enumerate(zip(self.ids, self.infos))]
 
-    def backend_info(self, backend: str) -> BackendFacts:
+    def backend_info(self, backend: Backend) -> BackendFacts:
         """:func:`collnb.ranks.launcher.backend_info` for these engines (one rank per engine)."""
         n = len(self.ids)
         limit = min(n, MAX_WORLD_SIZE)
@@ -149,14 +165,15 @@ class _Connection:
                     limit=_("NCCL puts one rank per GPU: {why}").format(why=short or _("one engine per GPU")))
 
     # -- process groups ----------------------------------------------------------------------
-    def _setup(self, backend: str, debug: bool, collective_timeout: float) -> None:
-        cfg = dict(address=self.address, backend=backend, debug=bool(debug),
-                   collective_timeout=float(collective_timeout), local_ranks=self.local_ranks)
+    def _setup(self, setup: RankSetup) -> None:
+        cfg = dict(address=self.address, backend=setup.backend, debug=setup.debug,
+                   collective_timeout=setup.collective_timeout, flight_recorder=setup.flight_recorder,
+                   local_ranks=self.local_ranks)
         ars = [self.client[e].apply_async(engine_setup, self.token, r, dict(cfg, ifname=self.ifnames[r]))
                for r, e in enumerate(self.ids)]
         for ar in ars:
             ar.get(timeout=60)
-        self.key, self.groups, self.base_size, self.port = (backend, bool(debug), float(collective_timeout)), set(), 0, None
+        self.setup, self.groups, self.base_size, self.port = setup, set(), 0, None
 
     def _prepare(self, world_size: int, deadline: float, timeout_each: float) -> None:
         n = len(self.ids)
@@ -196,26 +213,29 @@ class _Connection:
         return out
 
     # -- running -----------------------------------------------------------------------------
-    def refuse(self, request: LaunchRequest) -> None:
-        """Refuse (:class:`NotImplementedError`) the options of local ranks that engines cannot honour:
-        ``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log`` (an engine's C++ log
-        lines go to the engine's own log, not to ipyparallel's output capture) and ``start_method``
-        (ipyparallel starts the engines)."""
-        for option in ("record_calls", "timeline", "flight_recorder", "show_backend_log", "start_method"):
-            value = getattr(request, option)
-            if value:
-                raise NotImplementedError(
-                    f"{option}={value!r} is not supported on ipyparallel engines yet "
-                    f"({_WHY_NOT[option]}); collnb.disconnect() and use local ranks")
+    def accept(self, plan: LaunchPlan) -> LaunchPlan:
+        """``plan`` as the engines run it: their fds 1 and 2 copied into ipyparallel's output while a
+        call runs (the backend's C++ log lines reach the kernel), their clocks aligned for a timeline
+        when they run on more than one host (:class:`..instrument.interface.Instruments`).
+
+        Raises:
+            NotImplementedError: ``start_method`` (ipyparallel started the engines; collnb starts no
+                process there)."""
+        if plan.setup.start_method is not None:
+            raise NotImplementedError(
+                f"start_method={plan.setup.start_method!r} is not supported on ipyparallel engines (ipyparallel "
+                f"started the engines; collnb starts no process there); collnb.disconnect() and use local ranks")
+        hosts = {i["host"] for i in self.infos}
+        instruments = dataclasses.replace(plan.instruments, relay_fds=True, align_clocks=len(hosts) > 1)
+        return dataclasses.replace(plan, instruments=instruments)
 
     def launch(self, request: LaunchRequest) -> list[Any]:
-        """Run a checked request on the engines (see :func:`launch`)."""
+        """Run a checked request on the engines (see :func:`collnb.launch`)."""
         with self.lock:
-            return self._launch(request.fn, request.world_size, request.args, request.kwargs, request.backend,
-                                request.timeout, request.collective_timeout, request.debug)
+            return self._launch(request)
 
-    def _launch(self, fn: Callable[..., Any], world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any],
-                backend: str, timeout: float, collective_timeout: float, debug: bool) -> list[Any]:
+    def _launch(self, request: LaunchRequest) -> list[Any]:
+        plan, fn = request.plan, request.fn
         if self.broken:
             raise LaunchError("the connection to the engines was closed; call collnb.connect() again")
         gone = [e for e in self.ids if e not in self.client.ids]
@@ -224,24 +244,28 @@ class _Connection:
                 f"engine(s) {', '.join(map(str, gone))} (rank(s) "
                 f"{', '.join(str(self.ids.index(e)) for e in gone)}) are no longer part of the cluster; "
                 f"start new engines and call collnb.connect() again")
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + plan.timeout
         try:
             with _by_value(fn):
-                task = dumps((fn, tuple(args), dict(kwargs or {}), code_files(fn)))
+                task = dumps((fn, request.args, request.kwargs, code_files(fn)))
         except Exception as exc:
             raise TypeError(f"cannot send {fn!r} and its arguments to the engines: {exc}") from exc
-        key = (backend, bool(debug), float(collective_timeout))
-        if key != self.key:
-            self._setup(backend, debug, collective_timeout)
-        self._prepare(world_size, deadline, timeout)
+        if plan.setup != self.setup:
+            self._setup(plan.setup)
+        self._prepare(plan.world_size, deadline, plan.timeout)
         self._count += 1000
-        ars = [self.client[e].apply_async(engine_run, self.token, world_size, self._count, task)
-               for e in self.ids[:world_size]]
+        run = Run(plan.world_size, self._count, task, plan.instruments, get_language())
+        ars = [self.client[e].apply_async(engine_run, self.token, run) for e in self.ids[:plan.world_size]]
+        log = BackendLog(plan.instruments.show_backend_log)
         try:
-            return self._collect(ars, world_size, deadline, collective_timeout)
+            return self._collect(ars, plan.world_size, deadline, plan.setup.collective_timeout, log)
+        except (RankError, LaunchTimeout) as exc:
+            self.base_size, self.groups = 0, set()  # peers may have timed out in a collective: build it afresh
+            attach(exc, log.take(), plan.setup.backend)
+            raise
         except BaseException:
-            # the process group may be half-used (peers timed out in a collective): build it afresh
             self.base_size, self.groups = 0, set()
+            log.release()
             raise
 
     def _interrupt(self, ars: Sequence[AsyncResult]) -> None:
@@ -255,8 +279,12 @@ class _Connection:
             sys.stderr.write(f"[collnb] could not interrupt engine(s) {targets}: {exc}\n")
 
     def _collect(self, ars: Sequence[AsyncResult], world_size: int, deadline: float,
-                 collective_timeout: float) -> list[Any]:
-        events: dict[int, Event] = {}
+                 collective_timeout: float, log: BackendLog) -> list[Any]:
+        """Wait for every engine's answer, copying their output (the backend's C++ lines kept in
+        ``log``), interrupting them on a failure or at ``deadline``; returns the results (as
+        :func:`..instrument.interface.launch_results` makes them) or raises as local ranks do."""
+        endings: dict[int, Ending] = {}
+        recorded: dict[int, Recorded | None] = {}
         shown = [[0, 0] for _a in ars]
         partial = [["", ""] for _a in ars]
         failure_at: float | None = None
@@ -265,32 +293,37 @@ class _Connection:
         after_signal = collective_timeout + 10.0
 
         def pump(final: bool = False) -> None:
-            for event in _output_events(ars, shown, partial, final):
+            for event in output_events(ars, shown, partial, final):
                 stream = sys.stdout if event.stream == "stdout" else sys.stderr
-                stream.write("".join(f"[rank {event.rank}] {ln}\n" for ln in event.lines))
-                stream.flush()
+                lines = event.lines
+                if event.stream == "stderr":
+                    lines = tuple(ln for ln in lines if not kept(log, event.rank, ln))
+                if lines:
+                    stream.write("".join(f"[rank {event.rank}] {ln}\n" for ln in lines))
+                    stream.flush()
 
         def poll() -> None:
             nonlocal failure_at
             for r, ar in enumerate(ars):
-                if r in events or not ar.ready():
+                if r in endings or not ar.ready():
                     continue
-                answer = _answer_event(r, ar)
-                event = event_of(answer, collective_timeout)
-                events[r] = event
-                if event.kind != "ok":
-                    failure_at = failure_at or event.t
+                answer = answer_event(r, ar)
+                ending = ending_of(answer, collective_timeout)
+                endings[r] = ending
+                recorded[r] = answer.recorded if isinstance(answer, RankResult) else None
+                if ending.kind != "ok":
+                    failure_at = failure_at or ending.t
                 elif isinstance(answer, RankResult) and answer.retire:
                     changed.setdefault(answer.retire, []).append(r)
 
         changed: dict[str, list[int]] = {}  # what a call changed for good in an engine -> its ranks
         user_interrupt = False
         try:
-            while len(events) < len(ars):
+            while len(endings) < len(ars):
                 poll()
                 pump()
                 now = time.monotonic()
-                if len(events) == len(ars):
+                if len(endings) == len(ars):
                     break
                 if interrupted_at is None and (now > deadline or (failure_at and now - failure_at > grace)):
                     self._interrupt(ars)
@@ -302,22 +335,23 @@ class _Connection:
             user_interrupt = True
             self._interrupt(ars)
             end = time.monotonic() + after_signal
-            while len(events) < len(ars) and time.monotonic() < end:
+            while len(endings) < len(ars) and time.monotonic() < end:
                 try:
                     poll()
                 except KeyboardInterrupt:
                     break
                 time.sleep(0.02)
+        wait_for_output(ars)
         pump(final=True)
         if user_interrupt:
             raise KeyboardInterrupt
         timed_out = interrupted_at is not None and failure_at is None or (
             failure_at is not None and interrupted_at is not None and failure_at > interrupted_at)
-        failed = [e for e in events.values() if e.kind != "ok"]
-        if not failed and len(events) == len(ars):
-            if not all(e.intact for e in events.values()):
+        failed = [e for e in endings.values() if e.kind != "ok"]
+        if not failed and len(endings) == len(ars):
+            if not all(e.intact for e in endings.values()):
                 self.base_size, self.groups = 0, set()
-            elif len({e.seq for e in events.values()}) > 1:
+            elif len({e.seq for e in endings.values()}) > 1:
                 self.groups.discard(world_size)
                 if world_size == self.base_size:
                     self.base_size = 0
@@ -326,10 +360,16 @@ class _Connection:
                                  f"{', '.join(str(self.ids[r]) for r in rs)}), which cannot be put back: collnb runs "
                                  f"nothing more on those engines; restart them (cluster.restart_engines_sync()) and "
                                  f"call collnb.connect() again\n")
-            return [rebuild_result(r, events[r].value) for r in range(len(ars))]
-        return self._raise(events, ars, timed_out)
+            ranks = list(range(len(ars)))
+            results = [rebuild_result(r, endings[r].value) for r in ranks]
+            diverged = returned_diverged(ranks, endings, results)
+            if diverged is not None:  # flight_recorder=N: the ranks' collectives disagreed
+                raise diverged
+            log.release()
+            return launch_results(results, [recorded[r] for r in ranks])
+        return self._raise(endings, ars, timed_out)
 
-    def _raise(self, events: dict[int, Event], ars: Sequence[AsyncResult], timed_out: bool) -> NoReturn:
+    def _raise(self, events: dict[int, Ending], ars: Sequence[AsyncResult], timed_out: bool) -> NoReturn:
         """Turn the outcome of a failed call into RankError / LaunchTimeout, as the local pool does."""
         ranks = list(range(len(ars)))
         pending = [r for r in range(len(ars)) if r not in events]
@@ -364,57 +404,6 @@ class _Connection:
             text = head + "\n\nWhat happened to every rank:\n" + outcome_text(outcomes)
             raise RankError(text, r, "Killed", "", outcomes)
         raise rank_error(root, outcomes, "run")  # the local pool's own wording
-
-
-#: Why an option of local ranks is refused on engines (:meth:`_Connection.refuse`).
-_WHY_NOT = {
-    "record_calls": "their clocks and process groups are not collnb's",
-    "timeline": "their clocks and process groups are not collnb's",
-    "flight_recorder": "their clocks and process groups are not collnb's",
-    "show_backend_log": "an engine's C++ log lines go to the engine's own log, which collnb does not read",
-    "start_method": "ipyparallel started the engines; collnb starts no process there",
-}
-
-
-def _answer_event(rank: int, ar: AsyncResult) -> RankEvent:
-    """The event of engine ``rank``'s finished call ``ar`` (an :class:`ipyparallel.AsyncResult` that
-    is ready): :class:`.RankResult` for a :class:`.Result`, :class:`.RankFailure` for a :class:`.Failed`,
-    :class:`.RankExit` when ipyparallel lost the engine."""
-    t = time.monotonic()
-    try:
-        msg = ar.get(timeout=0)
-    except Exception as exc:  # noqa: BLE001 - the engine died or ipyparallel lost it
-        return RankExit(rank, t, None, f"{type(exc).__name__}: {exc}")
-    if isinstance(msg, Result):
-        return RankResult(rank, t, msg.payload, seq=msg.seq, intact=msg.intact, retire=getattr(msg, "retire", ""))
-    return RankFailure(rank, t, msg)
-
-
-def _output_events(ars: Sequence[AsyncResult], shown: list[list[int]], partial: list[list[str]],
-                   final: bool = False) -> Iterator[RankOutput]:
-    """The lines each engine printed since the last look (:class:`.RankOutput`, stdout and stderr),
-    read from ipyparallel's output capture; ``shown[r][k]`` counts the characters read of stream
-    ``k`` of rank ``r``, ``partial[r][k]`` holds its unfinished line (ended when ``final``)."""
-    for r, ar in enumerate(ars):
-        for k, attr in enumerate(_STREAMS):
-            try:
-                text = getattr(ar, attr) or ""
-            except Exception:  # noqa: BLE001 - ipyparallel lost the engine's output: nothing to show
-                text = ""
-            if isinstance(text, list):
-                text = text[0] if text else ""
-            new = text[shown[r][k]:]
-            shown[r][k] = len(text)
-            lines = (partial[r][k] + new).split("\n")
-            partial[r][k] = lines.pop()
-            if final and partial[r][k]:
-                lines.append(partial[r][k])
-                partial[r][k] = ""
-            if lines:
-                yield RankOutput(r, time.monotonic(), attr, tuple(lines))
-
-
-_STREAMS: tuple[Literal["stdout", "stderr"], ...] = ("stdout", "stderr")
 
 
 @contextlib.contextmanager
@@ -468,7 +457,7 @@ def _choose_interface(infos: Sequence[EngineInfo]) -> tuple[str, list[str]]:
                        f"({table})")
 
 
-_connection: _Connection | None = None
+_connection: Engines | None = None
 
 
 def connect(cluster_or_client: object, timeout: float = 60.0) -> list[dict[str, Any]]:
@@ -518,7 +507,7 @@ def connect(cluster_or_client: object, timeout: float = 60.0) -> list[dict[str, 
         raise RuntimeError("the cluster has no engines yet; start them (cluster.start_engines_sync(n)) "
                            "or wait for them (client.wait_for_engines(n))")
     disconnect()
-    conn = _Connection(client, cluster, timeout)
+    conn = Engines(client, cluster, timeout)
     _connection = conn
     _launcher.use_rank_set(conn)
     return conn.describe()
@@ -547,30 +536,8 @@ def connected() -> bool:
     return _connection is not None
 
 
-# -- the two entry points launcher.py dispatches to while connected ----------------------------
-
-
-def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None,
-           backend: str = "gloo", timeout: float = 60.0, collective_timeout: float = 5.0, debug: bool = True,
-           start_method: str | None = None, *, record_calls: bool = False, show_backend_log: bool = False,
-           timeline: bool = False, flight_recorder: int = 0) -> list[Any]:
-    """:func:`collnb.ranks.launcher.launch` on the connected engines (same arguments, results and
-    errors, the same checks: :func:`.launcher.check_request`). The options of local ranks that
-    engines cannot honour (``record_calls``, ``timeline``, ``flight_recorder``, ``show_backend_log``,
-    ``start_method``) raise :class:`NotImplementedError` (:meth:`_Connection.refuse`)."""
+def connected_hosts() -> list[str] | None:
+    """The host name of every connected engine, in rank order (``None`` when not connected): the
+    nodes of a real :func:`collnb.cluster`."""
     conn = _connection
-    if conn is None:
-        raise LaunchError("not connected; call collnb.connect(cluster) first")
-    request = _launcher.check_request(fn, world_size, args, kwargs, backend, timeout, collective_timeout, debug,
-                                      start_method, record_calls=record_calls, show_backend_log=show_backend_log,
-                                      timeline=timeline, flight_recorder=flight_recorder)
-    return conn.launch(request)
-
-
-def backend_info(backend: str) -> BackendFacts:
-    """:func:`collnb.ranks.launcher.backend_info` for the connected engines."""
-    check_backend(backend)
-    conn = _connection
-    if conn is None:
-        raise LaunchError("not connected; call collnb.connect(cluster) first")
-    return conn.backend_info(backend)
+    return None if conn is None else [i["host"] for i in conn.infos]

@@ -8,7 +8,7 @@ wording). The wording says "in 1500 ms" even when the wait ended after 20 ms bec
 its connections (measured with torch 2.13), so the text alone cannot tell.
 
 A rank's wrapper (:mod:`._dist_hooks`) calls :func:`which_timeout` with what it measured; the
-launcher's blame (:mod:`.failures`) reads the :class:`.TimeoutReport` that made, or asks
+launcher's blame (:mod:`..explain.failures`) reads the :class:`TimeoutReport` that made, or asks
 :func:`which_timeout` from the text alone where nothing was measured (an engine, a set-up step).
 """
 
@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from typing import Sequence, Union
 
-from .protocol import TimeoutReport
-
-__all__ = ["Candidate", "which_timeout", "text_hint", "timeout_name", "collective_timeout_name"]
+__all__ = ["TimeoutReport", "Candidate", "which_timeout", "text_hint", "timeout_name", "collective_timeout_name"]
 
 # gloo's and torch's ways of saying how long a timeout was (torch 2.13; tests/data/gloo_timeouts.json):
 # "Timed out waiting 1500ms for recv operation to complete", "Rank 1 failed to pass monitoredBarrier
@@ -29,6 +28,36 @@ _TIMEOUT_MS = re.compile(r"[Tt]imed out waiting (\d+) ?ms|monitoredBarrier (?:in
 # ... and of saying the wait ended because a connection closed (no timeout ran out on this rank)
 _PEER_CLOSED = ("Connection closed by peer", "Connection reset by peer", "Broken pipe")
 _PAIR_CLOSED = "Application timeout caused pair closure"  # gloo: an earlier timeout closed the group's pairs
+
+
+
+@dataclass(frozen=True)
+class TimeoutReport:
+    """What ended a rank's wait in a communication call: the timeout that ran out, chosen from the
+    timeouts collnb knows and the wait the rank measured (:func:`.timeouts.which_timeout`).
+
+    Attributes:
+        timeout: the timeout, in words: ``"collective_timeout (1.5 s)"``, ``"the timeout=2 s passed
+            to new_group"``; when ``fired`` is False, the one that was running; ``""`` when unknown.
+        seconds: its value in seconds (``None`` when unknown).
+        waited: seconds the call had been waiting when the error surfaced, on the rank's monotonic
+            clock (``None``: not measured).
+        fired: ``True``: that timeout ran out; ``False``: the wait ended before any timeout could
+            (see ``cause``); ``None``: not known.
+        cause: when ``fired`` is False, what ended the wait: ``"peer closed"`` (a peer's connection
+            closed: its group was destroyed, its process ended, or its own timeout closed it),
+            ``"pair closed"`` (an earlier timeout in the same group had closed its connections),
+            or ``""``.
+        source: what decided: ``"measured"`` (the wait), ``"text"`` (the message's wording, when
+            the measurement could not decide), ``""``.
+    """
+
+    timeout: str = ""
+    seconds: float | None = None
+    waited: float | None = None
+    fired: bool | None = None
+    cause: str = ""
+    source: str = ""
 
 
 def timeout_name(text: str, collective_timeout: float | None) -> str:

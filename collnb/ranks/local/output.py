@@ -5,8 +5,8 @@ A rank's fds 1 and 2 are pipes to the launcher (so output of C/C++ code and of p
 rank starts arrives too). :class:`OutputRelay` reads them without blocking, writes whole lines to
 this process's ``sys.stdout`` / ``sys.stderr`` (a notebook cell), and keeps the lines torch's,
 gloo's and NCCL's C++ code logs on stderr (``[E1130 ... ProcessGroupGloo.cpp:2901] ...``: they
-repeat what the launcher reports as one clear error) in :attr:`OutputRelay.backend_log`, unless
-asked to show them.
+repeat what the launcher reports as one clear error) in its :class:`..instrument.backend_log.BackendLog`,
+unless asked to show them.
 
 A line that grows without a newline (a progress bar, ``print(..., end="")`` in a loop) is passed
 on in pieces of at most :data:`PIECE_BYTES` (cut between UTF-8 characters) as they arrive, never held
@@ -23,7 +23,6 @@ notebook by as much). The rank's last lines (quoted when it dies) are kept whate
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from collections import deque
@@ -31,26 +30,19 @@ from collections.abc import Iterable, Sequence
 from multiprocessing.connection import Connection, wait as _mp_wait
 from typing import Protocol, cast
 
-from ..i18n import _
+from ...i18n import _
+from ..instrument.backend_log import BackendLog
 
-__all__ = ["OutputRelay", "PIECE_BYTES", "LAST_LINE_CHARS", "SHOWN_BYTES"]
+__all__ = ["OutputRelay", "PIECE_BYTES", "READ_BYTES", "LAST_LINE_CHARS", "SHOWN_BYTES"]
 
 #: The most bytes of an unfinished line held before they are passed on as a piece.
 PIECE_BYTES = 64 * 1024
+#: The most bytes one read of a rank's pipe takes (a piece is at most PIECE_BYTES plus one read).
+READ_BYTES = 64 * 1024
 #: The most bytes (UTF-8) of one rank's stdout, and of its stderr, written to the cell in one call.
 SHOWN_BYTES = 4 * 1024 * 1024
 #: The most characters of one line kept among a rank's last words (:attr:`OutputRelay` ``r.last``).
 LAST_LINE_CHARS = 500
-
-# c10's C++ log line: "[rank0]:[E1130 21:54:26.310024083 ProcessGroupGloo.cpp:2901] message"
-# (glog style: severity I/W/E/F, month+day, time, optional thread id, file:line)
-# gloo's own: "[/path/gloo/transport/tcp/pair.cc:598] Connection closed by peer [127.0.0.1]:4242";
-# NCCL's: "host:1234:1240 [0] NCCL WARN ..." / "NCCL INFO ...".
-_CPP_LOG = re.compile(rb"^(?:(?:\[rank\d+\]:)?\[[IWEF]\d{4} \d\d:\d\d:\d\d(?:\.\d+)?(?: +\d+)? [^\]\s]+:\d+\]"
-                      rb"|\[[^\]\s]+\.(?:cc|cpp|cu|h):\d+\] "
-                      rb"|\S+:\d+:\d+ \[\d+\] NCCL (?:WARN|INFO|ERROR|TRACE) )")
-_CPP_LOG_MORE = re.compile(rb"^(?:frame #\d+:|Exception raised from |\s)")
-
 
 class _Readable(Protocol):
     """A pipe end the relay reads: ``multiprocessing.connection.Connection`` or a file."""
@@ -69,7 +61,6 @@ class _RelayedRank(Protocol):
     @property
     def err_r(self) -> _Readable: ...
     partial: dict[int, bytearray]
-    in_log: bool
 
 
 class _Ending(Protocol):
@@ -90,21 +81,19 @@ class OutputRelay:
     """Copies the ranks' output lines into this process's streams.
 
     Attributes:
-        show_backend_log: print the backend's C++ log lines as they come (else hold them).
-        backend_log: the C++ log lines held during the current call (list of str, ``"[rank r] ..."``).
+        backend_log: the current call's :class:`..instrument.backend_log.BackendLog`: the C++ log
+            lines held (or let through: ``launch(..., show_backend_log=True)``).
 
     A rank here is any object with ``rank``, ``out_r``, ``err_r`` (non-blocking pipe ends),
     ``partial`` (``{1: bytearray, 2: bytearray}``, the unfinished line of each, at most
-    :data:`PIECE_BYTES` plus one read) and ``in_log`` (bool: its last stderr line was a C++ log
-    line, whose continuation lines follow); optionally ``last`` (a ``collections.deque``: the rank's
+    :data:`PIECE_BYTES` plus one read); optionally ``last`` (a ``collections.deque``: the rank's
     last lines, each cut to :data:`LAST_LINE_CHARS`, quoted when it dies), ``report`` (a list: the
     first lines of a crash report, ``Fatal Python error: ...``, that faulthandler wrote) and
     ``closed`` (a set: the fds, 1 or 2, whose pipe reached its end).
     """
 
     def __init__(self) -> None:
-        self.show_backend_log = False
-        self.backend_log: list[str] = []
+        self.backend_log = BackendLog()
         # the rank whose unfinished line each stream ends with
         self._open: dict[int, _RelayedRank | None] = {1: None, 2: None}
         # (id(rank), fd) -> the open line is held (True) or shown (False)
@@ -115,14 +104,9 @@ class OutputRelay:
 
     def start_call(self, show_backend_log: bool) -> None:
         """Begin a call: forget held lines; show or hold the C++ log lines of this call."""
-        self.show_backend_log, self.backend_log = bool(show_backend_log), []
+        self.backend_log = BackendLog(show_backend_log)
         self._open, self._pieces = {1: None, 2: None}, {}  # the last call ended every line (drain)
         self._shown, self._cut = {}, {}
-
-    def take_backend_log(self) -> list[str]:
-        """The held C++ log lines (list of str), forgotten here."""
-        lines, self.backend_log = self.backend_log, []
-        return lines
 
     def pump(self, r: _RelayedRank, conn: _Readable, final: bool = False) -> None:
         """Copy what is waiting on ``conn`` (``r.out_r`` or ``r.err_r``): whole lines, and an
@@ -131,7 +115,7 @@ class OutputRelay:
         fd_kind = 1 if conn is r.out_r else 2
         while True:
             try:
-                data = os.read(conn.fileno(), 65536)
+                data = os.read(conn.fileno(), READ_BYTES)
             except (BlockingIOError, InterruptedError):
                 data = None
             except OSError:
@@ -173,14 +157,13 @@ class OutputRelay:
             text = line.decode("utf-8", "replace")
             if held is None:
                 held = False
-                if fd_kind == 2 and not self.show_backend_log:
+                if fd_kind == 2:
                     # torch's / gloo's C++ log lines ("[rank0]:[E1130 ... ProcessGroupGloo.cpp:2901] ...")
                     # repeat what the launcher reports as one clear error: keep them for the error
-                    held = _CPP_LOG.match(line) is not None or (r.in_log and _CPP_LOG_MORE.match(line) is not None)
-                    r.in_log = held
+                    held = self.backend_log.keeps(r.rank, line)
             if held:
                 if first:
-                    self.backend_log.append(f"[rank {r.rank}] {text}"[:PIECE_BYTES])
+                    self.backend_log.keep(r.rank, text[:PIECE_BYTES])
             else:
                 budget = (r.rank, fd_kind)
                 size = len(line) + finished
@@ -212,10 +195,7 @@ class OutputRelay:
     def release(self) -> None:
         """Write the held C++ log lines to stderr (a call that ended without an error to attach
         them to, or was interrupted) and forget them."""
-        if self.backend_log:
-            sys.stderr.write("".join(line + "\n" for line in self.backend_log))
-            sys.stderr.flush()
-        self.backend_log = []
+        self.backend_log.release()
 
     def settle(self, ranks: Sequence[_SettlingRank], until: float, quiet: float = 0.1) -> None:
         """After a failure, keep copying the ranks' output until none has come for ``quiet`` seconds

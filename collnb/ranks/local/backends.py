@@ -11,24 +11,21 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..i18n import _
-from ..vocabulary import MAX_WORLD_SIZE, check_backend
+from ...i18n import _
+from ...vocabulary import MAX_WORLD_SIZE, Backend
 
 __all__ = ["local_backend_info"]
 
 
-def local_backend_info(backend: str) -> dict[str, Any]:
-    """Whether ``backend`` can run on this machine (see :func:`collnb.ranks.backend_info`).
+def local_backend_info(backend: Backend) -> dict[str, Any]:
+    """Whether ``backend`` (checked: :func:`collnb.vocabulary.check_backend`) can run on this machine
+    (see :func:`collnb.ranks.backend_info`).
 
     Returns:
         ``{"backend": str, "available": bool, "max_world_size": int, "reason": str, "limit": str}``;
         ``limit`` says why ``max_world_size`` is below :data:`MAX_WORLD_SIZE` (NCCL: the visible GPUs),
         in the words world-size errors use; empty when it is not.
-
-    Raises:
-        TypeError / ValueError: ``backend`` is not one of ``BACKENDS``.
     """
-    check_backend(backend)
     if backend == "gloo":
         if not dist.is_gloo_available():
             return dict(backend=backend, available=False, max_world_size=0,

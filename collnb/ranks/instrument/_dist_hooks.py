@@ -47,7 +47,7 @@ from typing import Any, Final, Literal, ParamSpec, Protocol, TypeAlias, TypedDic
 import torch
 import torch.distributed as dist
 
-from ._torch_internals import DefaultTimeout, distributed_c10d, has_internal_overlap, patch_default_timeout
+from .._torch_internals import DefaultTimeout, distributed_c10d, has_internal_overlap, patch_default_timeout
 from .timeouts import Candidate, collective_timeout_name, which_timeout
 
 __all__ = ["install", "pause", "uninstall", "installed", "LAYOUT_HINT", "completion_observers"]
@@ -121,7 +121,7 @@ class _State(TypedDict):
 
 
 class _CompletionObserver(Protocol):
-    """What :data:`completion_observers` holds (``collnb.ranks.timeline``'s collector)."""
+    """What :data:`completion_observers` holds (a rank's :class:`.tracks.Track`)."""
 
     def completed_between(self, began_ns: int, returned_ns: int, now_ns: int) -> None: ...
 
@@ -331,7 +331,7 @@ def name_unmeasured(exc: BaseException) -> None:
 #: wrapped call issued between those times (``time.perf_counter_ns``) are known to be complete: a
 #: blocking call returned, or ``wait()`` returned on the Work of an ``async_op=True`` call. Gloo's
 #: send/recv Work has no future (``Work::getFuture not implemented``) and reports itself completed
-#: only once waited on, so this is the only moment a timeline (:mod:`.timeline`) can see. Empty
+#: only once waited on, so this is the only moment a rank's track of a timeline (:mod:`.tracks`) can see. Empty
 #: unless ``launch(..., timeline=True)``: then the wrappers read the clock.
 completion_observers: list[_CompletionObserver] = []
 

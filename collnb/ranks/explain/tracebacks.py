@@ -19,18 +19,18 @@ from typing import Sequence
 
 import torch
 
-from ..i18n import _
-from .protocol import Frame
+from ...i18n import _
+from ..protocol import Frame
 
 __all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "named_cells", "where", "waiting_in_collective",
            "parse_stack",
            "is_comm_error", "RANK_FILE"]
 
-_HERE = os.path.dirname(os.path.abspath(__file__))
-#: The file whose call of the learner's function ends the launcher's frames of a local rank.
-RANK_FILE = os.path.join(_HERE, "rank.py")
-_HOOKS_FILE = os.path.join(_HERE, "_dist_hooks.py")
-_RECORDER_FILE = os.path.join(_HERE, "recording.py")
+_RANKS = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: The file whose call of the learner's function ends collnb's frames on a rank (local or engine).
+RANK_FILE = os.path.join(_RANKS, "call", "steps.py")
+_HOOKS_FILE = os.path.join(_RANKS, "instrument", "_dist_hooks.py")
+_RECORDER_FILE = os.path.join(_RANKS, "instrument", "recording.py")
 _TORCH_DIR = os.path.dirname(os.path.abspath(torch.__file__))
 _FAULT_LINE = re.compile(r'File "(.*)", line (\d+) in (\S+)')
 

@@ -5,21 +5,23 @@ ipyparallel ships these by reference (the engines import them from collnb), one 
 :func:`engine_setup` (make the engine rank ``r`` of one connection), :func:`engine_listen`
 (rank 0 hosts the rendezvous :class:`torch.distributed.TCPStore` on port 0),
 :func:`engine_init` (join the default process group), :func:`engine_group` (a cached group of
-ranks ``0..k-1``), :func:`engine_run` (the learner's function; answers a :class:`.Result` or
-:class:`.Failed` as a local rank does, never raises) and :func:`engine_teardown` (leave the
+ranks ``0..k-1``), :func:`engine_run` (the learner's function, run with the steps a local rank takes,
+:class:`..call.steps.Call`, instruments included; answers a :class:`..protocol.Result` or
+:class:`..protocol.Failed` as a local rank does, never raises) and :func:`engine_teardown` (leave the
 engine as it was). The engine's state lives in the module-level dict ``_ENGINE``.
 
-After every call the engine is put back as a local rank is (:class:`.rank_state.RankState`). A call
-that changes it for good (a replaced torch function) cannot be answered with fresh ranks as locally:
-the engine then refuses every later call with a clear error until it is restarted.
+After every call the engine is put back as a local rank is (:class:`..fresh.rank_state.RankState`),
+before it answers. A call that changes it for good (a replaced torch function) cannot be answered
+with fresh ranks as locally: the engine then refuses every later call with a clear error until it
+is restarted.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import socket
-import sys
 import time
 from typing import TypedDict
 
@@ -27,28 +29,28 @@ import psutil
 import torch
 import torch.distributed as dist
 
-from . import _torch_internals as internals
-from .protocol import Failed, Result
-from .rank import restore_environment
-from .rank_state import RankState
-from .serialization import dumps, loads, restore_files, to_cpu
-from .tracebacks import frames_of, is_comm_error
+from .. import _torch_internals as internals
+from ..call.groups import forget_kept_groups
+from ..call.steps import Call, failure, flush_output, resolve_rank_names, restore_environment, serve
+from ..fresh.rank_state import RankState
+from ..instrument import _dist_hooks
+from ..protocol import Failed, Result, Run
 
 __all__ = ["EngineInfo", "engine_info", "engine_setup", "engine_teardown", "engine_listen", "engine_init", "engine_group",
            "engine_run"]
 
-_THIS_FILE = os.path.abspath(__file__).rstrip("c")
-
 
 class EngineConfig(TypedDict):
-    """What :func:`engine_setup` is told (by :meth:`.remote._Connection._setup`): the address rank 0's
+    """What :func:`engine_setup` is told (by :meth:`.connection.Engines._setup`): the address rank 0's
     store listens on, the backend, ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` or not, the groups' timeout (s),
-    each rank's index among the engines of its host, and the interface Gloo/NCCL bind to here."""
+    ``TORCH_FR_BUFFER_SIZE`` (Flight Recorder entries; 0 leaves it as it was), each rank's index among
+    the engines of its host, and the interface Gloo/NCCL bind to here."""
 
     address: str
     backend: str
     debug: bool
     collective_timeout: float
+    flight_recorder: int
     local_ranks: list[int]
     ifname: str
 
@@ -73,14 +75,13 @@ class _ProcessState(TypedDict):
 
     state: RankState | None
     changed: str
-    ended: list[dist.ProcessGroup]
 
 
 _ENGINE: _EngineState = {}   # this engine's state: token, rank, store, groups...
-#: The engine process as it was before the first call (:class:`.RankState`, made then), and what a call
-#: changed in it for good (``""`` while nothing): an engine cannot be replaced by fresh ranks, so once
-#: changed it refuses every later call, whichever connection asks, until it is restarted.
-_PROCESS: _ProcessState = {"state": None, "changed": "", "ended": []}  # ended: groups the last call made (see engine_run)
+#: The engine process as it was before the first call (:class:`..fresh.rank_state.RankState`, made then),
+#: and what a call changed in it for good (``""`` while nothing): an engine cannot be replaced by fresh
+#: ranks, so once changed it refuses every later call, whichever connection asks, until it is restarted.
+_PROCESS: _ProcessState = {"state": None, "changed": ""}
 
 
 class EngineInfo(TypedDict):
@@ -111,18 +112,23 @@ def engine_info() -> EngineInfo:
 def engine_setup(token: str, rank: int, cfg: EngineConfig) -> int:
     """Make this engine rank ``rank`` of the connection ``token`` (no process group yet)."""
     engine_teardown()
-    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG")}
+    saved = {k: os.environ.get(k) for k in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "TORCH_DISTRIBUTED_DEBUG",
+                                            "TORCH_FR_BUFFER_SIZE")}
     _ENGINE.update(_EngineState(token=token, rank=rank, cfg=cfg, store=None, listen=None, base=None, groups={},
                                 gen=None, saved_env=saved))
     return os.getpid()
 
 
 def engine_teardown() -> bool:
-    """Leave the engine as before :func:`engine_setup`: no process group, no store, the socket
-    environment variables as they were."""
+    """Leave the engine as before :func:`engine_setup`: no process group, no store, the environment
+    variables collnb set as they were. (torch.distributed's wrappers stay in place, inactive: they
+    pass every call straight to torch, as between calls; undone, they would count as a change of
+    torch.distributed for the engine's :class:`..fresh.rank_state.RankState` at the next connection.)"""
     if not _ENGINE:
         return False
     _destroy_groups()
+    _dist_hooks.pause()
+    serve(None)
     listen = _ENGINE.get("listen")
     if listen is not None:
         try:
@@ -143,7 +149,7 @@ def _destroy_groups() -> None:
     if dist.is_initialized():
         internals.destroy_all_groups(base)
     _ENGINE.update(_EngineState(base=None, groups={}, gen=None))
-    _PROCESS["ended"].clear()
+    forget_kept_groups()
 
 
 def _check_token(token: str) -> None:
@@ -174,7 +180,7 @@ def engine_init(token: str, port: int, gen: int, world_size: int, timeout: float
     _check_token(token)
     cfg, rank = _ENGINE["cfg"], _ENGINE["rank"]
     _destroy_groups()
-    restore_environment(cfg["ifname"], cfg["debug"])
+    restore_environment(cfg["ifname"], cfg["debug"], cfg["flight_recorder"])
     store = _ENGINE.get("store")
     if store is None:
         store = _ENGINE["store"] = dist.TCPStore(cfg["address"], port, None, False, datetime.timedelta(seconds=timeout))
@@ -201,57 +207,34 @@ def engine_group(token: str, k: int, count: int) -> int:
     return k
 
 
-def engine_run(token: str, world_size: int, group_count: int, task: bytes) -> Result | Failed:
-    """Run the shipped function as rank ``_ENGINE['rank']`` of ``world_size``; returns a
-    :class:`.Result` or a :class:`.Failed`; never raises (so ipyparallel's own error wrapping
-    never hides the rank's traceback)."""
+def engine_run(token: str, run: Run) -> Result | Failed:
+    """Run ``run`` (:class:`..protocol.Run`, as a local rank gets it) as rank ``_ENGINE['rank']``, with
+    the steps a local rank takes (:class:`..call.steps.Call`); returns a :class:`..protocol.Result`
+    (``retire``: what the call changed for good) or a :class:`..protocol.Failed`; never raises (so
+    ipyparallel's own error wrapping never hides the rank's traceback). The engine is put back as it
+    was before it answers (:class:`..fresh.rank_state.RankState`)."""
     try:
         _check_token(token)
         if _PROCESS["changed"]:
             return Failed("EngineChanged", f"an earlier call {_PROCESS['changed']} in this engine (pid {os.getpid()}), "
                           f"which cannot be put back, so collnb runs nothing more on it: restart the engines "
                           f"(cluster.restart_engines_sync()) and call collnb.connect() again", [])
-        rank, base, groups = _ENGINE["rank"], _ENGINE["base"], _ENGINE["groups"]
-        internals.set_group_count(group_count)
-        internals.set_default_group(groups[world_size])
-        state = _PROCESS["state"] = _PROCESS["state"] or RankState(own_process=False)  # before any learner's call
-        fn, args, kwargs, files = loads(task)
-        restore_files(fn, files)
-        # the groups the last call made end now, not when it returned: by now every engine of that
-        # call has answered, so none is still connecting to them (destroyed at once, a returned
-        # engine closed its side of a group a slower peer was still connecting; local ranks wait
-        # for each other in their store instead: collnb.ranks.rank._end_together)
-        while _PROCESS["ended"]:
-            g = _PROCESS["ended"].pop()
-            if g in internals.live_groups():
-                dist.destroy_process_group(g)
-        before = internals.live_groups()
-        try:
-            with internals.call_store(f"call{group_count}/"):
-                result = fn(rank, world_size, *args, **kwargs)
-        finally:
-            state.restore()  # environment, cwd, torch's global modes... (see collnb.ranks.rank_state)
-        if _ENGINE["cfg"]["backend"] == "nccl":
-            torch.cuda.synchronize()
-        try:
-            payload = dumps(to_cpu(result))
-        except Exception as exc:
-            raise TypeError(f"rank {rank}'s function returned a {type(result).__name__} that cannot be sent back "
-                            f"({type(exc).__name__}: {exc}). Return tensors, numbers, strings, or "
-                            f"lists/tuples/dicts of them") from exc
-        seq = internals.sequence_number()
-        live = internals.live_groups()
-        intact = dist.is_initialized() and all(g in live for g in groups.values())
-        if intact:
-            _PROCESS["ended"].extend(live - before)
-            internals.set_default_group(base)
+        cfg, groups = _ENGINE["cfg"], _ENGINE["groups"]
+        state = _PROCESS["state"]
+        if state is None:  # before any learner's call: what the engine is like
+            resolve_rank_names()
+            state = _PROCESS["state"] = RankState(own_process=False)
+        call = Call(_ENGINE["rank"], run, groups[run.world_size], cfg["backend"], cfg["collective_timeout"])
+    except BaseException as exc:  # noqa: BLE001 - a set-up step's failure is the rank's answer too
+        return failure(exc, _ENGINE.get("rank"))
+    try:
+        result = call.run(groups.values(), after=state.restore)  # environment, cwd, torch's global modes...
+        store = _ENGINE.get("store")  # rank 0's store, shared by every engine: a call's groups end together in it
+        if result.intact and store is not None:  # groups the function made end with the call
+            call.end_groups(store, call.own())
+            internals.set_default_group(_ENGINE["base"])
         _PROCESS["changed"] = state.retire_reason()
-        sys.stdout.flush(), sys.stderr.flush()
-        return Result(payload, seq, intact, None, _PROCESS["changed"])
+        flush_output()
+        return dataclasses.replace(result, retire=_PROCESS["changed"])
     except BaseException as exc:  # noqa: BLE001 - KeyboardInterrupt and SystemExit are rank outcomes too
-        try:
-            sys.stdout.flush(), sys.stderr.flush()
-        except Exception:  # noqa: BLE001
-            pass
-        return Failed.from_exception(exc, _ENGINE.get("rank"), frames_of(exc.__traceback__, _THIS_FILE),
-                                     is_comm_error(exc))
+        return call.failed(exc)

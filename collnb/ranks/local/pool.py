@@ -5,60 +5,44 @@ A :class:`RankPool` forks its ranks (or spawns them) once, lets them rendezvous 
 in the parent while it forks), and then runs call after call on them: a call at a world size the
 pool has costs a pipe round trip plus the function. It collects each rank's answer, its output
 lines, its death, and turns a failure into one :class:`.RankError` or :class:`.LaunchTimeout`
-(:mod:`.failures`) after stopping every rank.
+(:mod:`..explain.failures`) after stopping every rank.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import os
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.context import ForkContext, SpawnContext
 from typing import Any, Literal, cast, overload
 
 import psutil
 import torch.multiprocessing as tmp
 
-from ..i18n import _, get_language
-from ..vocabulary import MAX_WORLD_SIZE, Backend
-from .backends import local_backend_info
+from ...i18n import get_language
+from ...vocabulary import MAX_WORLD_SIZE
+from ..call.groups import runs_unwrapped
+from ..errors import LaunchError, LaunchTimeout, RankError
+from ..explain.failures import Stacks, conclude, death_text
+from ..explain.tracebacks import named_cells, parse_stack
+from ..fresh.rank_state import Watch
+from ..instrument.backend_log import attach
+from ..instrument.interface import launch_results
+from ..protocol import InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
+from ..rankset import LaunchRequest, RankResult, RankSetup
+from ..serialization import Unsendable, code_files, dumps
 from .answers import RankProcess, gather
-from .errors import LaunchError, LaunchTimeout, RankError
-from .failures import Stacks, conclude, death_text
+from .backends import local_backend_info
 from .output import OutputRelay
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
-from .protocol import InitGroup, Message, NewGroup, Run, Settled, encode, receive, send
-from .rank import RankConfig, rank_main, resolve_rank_names, runs_unchecked
-from .rank_state import Watch
-from .recording import CallRecord, CallRecords
-from .timeline import Timeline
-from .serialization import Unsendable, code_files, dumps
-from .rankset import RankResult, StartMethod
-from .tracebacks import named_cells, parse_stack
+from ..call.steps import resolve_rank_names
+from .rank import RankConfig, rank_main
 
-__all__ = ["RankPool", "LaunchResults"]
-
-
-class LaunchResults(list[Any]):
-    """The per-rank results of ``launch(..., record_calls=True)``: a ``list`` (rank order, equal
-    to the plain list ``launch`` returns otherwise) with the calls each rank made.
-
-    Attributes:
-        calls: one :class:`CallRecords` list per rank (rank order) of :class:`CallRecord`: every
-            communication operation that rank's function issued, in issue order, whichever API
-            issued it (see :mod:`collnb.ranks.recording`); collnb's own set-up is not included.
-        timeline: with ``launch(..., timeline=True)``, the call's :class:`.timeline.Timeline` (every
-            rank's operations and regions on one clock), else ``None``.
-    """
-
-    def __init__(self, results: Iterable[Any] = (), calls: Sequence[list[CallRecord]] | None = None,
-                 timeline: Timeline | None = None) -> None:
-        super().__init__(results)
-        self.calls: Sequence[list[CallRecord]] = calls if calls is not None else [[] for _ in self]
-        self.timeline = timeline
+__all__ = ["RankPool"]
 
 
 #: One rank process of the pool (kept under its old name for the pool's own code).
@@ -71,15 +55,14 @@ class RankPool:
     """A set of warm rank processes sharing one private FileStore.
 
     Args:
-        backend: ``"gloo"`` or ``"nccl"``.
-        debug: run ranks with ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` (checks that every rank calls the
-            same collective with the same shapes/dtypes; turn off for benchmarks).
-        collective_timeout: process-group timeout in seconds: how long a rank waits in a
-            collective for a peer before it fails.
-        start_method: ``"fork"`` (fast: ~0.1 s per rank, ~5 MB each) or
-            ``"spawn"`` (each rank imports torch: ~1.5 CPU-s and ~150 MB per rank).
-        flight_recorder: ``TORCH_FR_BUFFER_SIZE`` in the ranks (entries of torch's Flight Recorder
-            per rank, read when a process group is made); 0 leaves it unset (off).
+        setup: how the ranks' groups are made (:class:`..rankset.RankSetup`; ``None``: its defaults): the backend,
+            ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` or not (``debug``: checks that every rank calls the
+            same collective with the same shapes/dtypes; turn off for benchmarks), the groups'
+            timeout (``collective_timeout``, s), the start method (``"fork"``, fast: ~0.1 s per rank,
+            ~5 MB each; or ``"spawn"``, each rank imports torch: ~1.5 CPU-s and ~150 MB per rank;
+            ``None``: fork) and ``TORCH_FR_BUFFER_SIZE`` (``flight_recorder`` entries; 0 leaves it unset).
+        max_world_size: the most ranks the backend can run here (``None``: asked of
+            :func:`.backends.local_backend_info`).
 
     The pool's ranks form one default process group of ``base_size`` ranks, grown in steps of
     4, 8, 16 to the largest world size asked of it (fork + rendezvous). A call at a smaller world
@@ -89,34 +72,30 @@ class RankPool:
     group instead costs 35–110 ms per change at world size <= 8 (measured on 2 cores).
     """
 
-    def __init__(self, backend: Backend = "gloo", debug: bool = True, collective_timeout: float = 5.0,
-                 start_method: StartMethod = "fork", flight_recorder: int = 0) -> None:
-        self.backend = backend
-        self.flight_recorder = int(flight_recorder)
-        self.debug = bool(debug)
-        self.collective_timeout = float(collective_timeout)
-        self.start_method = start_method
+    def __init__(self, setup: RankSetup | None = None, max_world_size: int | None = None) -> None:
+        setup = setup or RankSetup()
+        self.setup = setup if setup.start_method is not None else dataclasses.replace(setup, start_method="fork")
+        self.backend = setup.backend
+        self.start_method = self.setup.start_method or "fork"
         self.ranks: list[_Rank] = []
         self.base_size = 0   # size of the pool's default process group
         self.groups: set[int] = set()  # world sizes with a cached group of ranks 0..k-1
-        self.unchecked: set[int] = set()  # and with one for collnb's own primitive runs (rank.same_on_every_rank)
+        self.unwrapped: set[int] = set()  # and with one for collnb's own primitive runs (call.groups.same_on_every_rank)
         self._group_count = 0
-        self.max_size = local_backend_info(backend)["max_world_size"] or MAX_WORLD_SIZE
+        if max_world_size is None:
+            max_world_size = local_backend_info(setup.backend)["max_world_size"]
+        self.max_size = max_world_size or MAX_WORLD_SIZE
         self.generation = 0
         self.broken = False
         self.retired = ""  # what the last call changed in the ranks that cannot be put back (see run)
         self.output = OutputRelay()  # the ranks' output lines, and the C++ log lines held back
         self.lock = threading.Lock()
         # typeshed types get_context of a str as BaseContext, which names no Process
-        self._ctx = cast("ForkContext | SpawnContext", tmp.get_context(start_method))
+        self._ctx = cast("ForkContext | SpawnContext", tmp.get_context(self.start_method))
         sweep_stale_dirs()
         self.dir = make_pool_dir()  # held (flock) by this process while the pool lives
 
     # -- life cycle --------------------------------------------------------------------------
-    @property
-    def key(self) -> tuple[Backend, bool, float, StartMethod, int]:
-        return (self.backend, self.debug, self.collective_timeout, self.start_method, self.flight_recorder)
-
     def pids(self) -> list[int]:
         """PIDs (list of int) of the live rank processes, in rank order."""
         return [cast(int, r.proc.pid) for r in self.ranks if r.proc.is_alive()]  # a live process has one
@@ -137,9 +116,7 @@ class RankPool:
 
     def _fork_ranks(self, n: int) -> None:
         resolve_rank_names()  # before Watch(): collnb.region resolved inside a call is no change of it
-        cfg = RankConfig(dir=self.dir, backend=self.backend, debug=self.debug, ifname="lo",
-                   start_method=self.start_method, flight_recorder=self.flight_recorder,
-                   collective_timeout=self.collective_timeout, parent_pid=os.getpid(),
+        cfg = RankConfig(dir=self.dir, setup=self.setup, ifname="lo", parent_pid=os.getpid(),
                    # what each rank watches between calls, made here: forked ranks take it over
                    # untouched (made in each rank, it would copy ~14 MiB of this process's pages)
                    watch=Watch() if self.start_method == "fork" else None)
@@ -204,26 +181,24 @@ class RankPool:
                 except Exception:  # noqa: BLE001 - closing a pipe of a rank that is gone: nothing to do
                     pass
         self.ranks = []
-        self.base_size, self.groups, self.unchecked = 0, set(), set()
+        self.base_size, self.groups, self.unwrapped = 0, set(), set()
         self.broken = True
         remove_pool_dir(self.dir)
 
 
     # -- running -----------------------------------------------------------------------------
-    def run(self, fn: Callable[..., Any], world_size: int, args: Iterable[Any] = (),
-            kwargs: dict[str, Any] | None = None, timeout: float = 60.0, record_calls: bool = False,
-            show_backend_log: bool = False, timeline: bool = False) -> list[Any]:
-        """Run ``fn(rank, world_size, *args, **kwargs)`` on ranks ``0..world_size-1``.
+    def run(self, request: LaunchRequest) -> list[Any]:
+        """Run ``request`` (its function on ranks ``0..world_size-1``; its plan's setup is this pool's).
 
-        Returns the per-rank results (list, rank order; a :class:`LaunchResults` with ``.calls``
-        when ``record_calls``, with ``.timeline`` when ``timeline``). C++ log lines of the backend are printed as they come when
-        ``show_backend_log``, else attached to the error (or printed at the end when there is
-        none). Raises :class:`RankError`,
+        Returns the per-rank results (list, rank order; a :class:`..instrument.interface.LaunchResults`
+        with ``.calls`` and ``.timeline`` when the request's instruments recorded them). C++ log lines
+        of the backend are printed as they come with ``show_backend_log``, else attached to the error
+        (or printed at the end when there is none). Raises :class:`RankError`,
         :class:`LaunchTimeout` or re-raises ``KeyboardInterrupt`` after stopping every rank; in
         each case the pool is closed and must not be reused.
 
         After a call that changed its ranks in a way that cannot be put back (a replaced torch
-        function; see :mod:`.rank_state`), :meth:`settle` (called first by the next call) sets
+        function; see :mod:`..fresh.rank_state`), :meth:`settle` (called first by the next call) sets
         :attr:`retired` to what and where (``"the last call replaced torch.distributed.all_reduce on
         rank 2"``), and the pool runs no more calls (:class:`LaunchError`): :func:`collnb.launch`
         starts fresh ranks.
@@ -233,30 +208,31 @@ class RankPool:
         self.settle()
         if self.retired:
             raise LaunchError(f"this pool's ranks were retired ({self.retired}); start a new one")
-        self.output.start_call(show_backend_log)
+        plan, fn = request.plan, request.fn
+        self.output.start_call(plan.instruments.show_backend_log)
         for r in self.ranks:
             r.last.clear()
             r.report.clear()
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + plan.timeout
         try:
-            task = dumps((fn, tuple(args), dict(kwargs or {}), code_files(fn)))
+            task = dumps((fn, request.args, request.kwargs, code_files(fn)))
         except Unsendable as exc:
             raise TypeError(f"cannot send {exc.args[0].replace('; send', ' to the ranks; pass', 1)}") from None
         except Exception as exc:
             raise TypeError(f"cannot send {fn!r} and its arguments to the ranks: {exc}") from exc
         try:
-            unchecked = self.debug and runs_unchecked(fn, args, kwargs)
-            self._prepare(world_size, deadline, unchecked)
+            unwrapped = self.setup.debug and runs_unwrapped(fn, request.args, request.kwargs)
+            self._prepare(plan.world_size, deadline, unwrapped)
             self.output.drain(self.ranks, final=False)
-            message = encode(Run(world_size, self._next_count(), task, bool(record_calls),
-                                 bool(timeline), get_language(), unchecked))  # once for all
-            self._send_all(self.ranks[:world_size], message)
-            results = self._collect(self.ranks[:world_size], deadline, phase="run")
+            message = encode(Run(plan.world_size, self._next_count(), task, plan.instruments, get_language(),
+                                 unwrapped))  # once for all
+            self._send_all(self.ranks[:plan.world_size], message)
+            results = self._collect(self.ranks[:plan.world_size], deadline, phase="run")
             self.output.release()
             return results
         except (RankError, LaunchTimeout) as exc:
             self.close()
-            self._attach_backend_log(exc)
+            attach(exc, self.output.backend_log.take(), self.backend)
             raise
         except BaseException:
             self.close()
@@ -289,25 +265,12 @@ class RankPool:
             self.retired = "the last call " + "; ".join(f"{why} on {_ranks_text(rs)}" for why, rs in changed.items())
         return self.retired
 
-    def _attach_backend_log(self, exc: RankError | LaunchTimeout) -> None:
-        exc.backend_log = self.output.take_backend_log()
-        if exc.backend_log:
-            n = len(exc.backend_log)
-            # two messages, not ngettext: tools/catalogues.py's compiled_matches cannot compare plural entries
-            note = "\n\n" + (_(
-                "({n} line logged by {backend}'s C++ code kept out of the output: print(*err.backend_log, "
-                "sep='\\n') shows them; launch(..., show_backend_log=True) prints them as they come)") if n == 1 else _(
-                "({n} lines logged by {backend}'s C++ code kept out of the output: print(*err.backend_log, "
-                "sep='\\n') shows them; launch(..., show_backend_log=True) prints them as they come)")).format(
-                n=n, backend=self.backend)
-            exc.args = (exc.args[0] + note,) + exc.args[1:]
-
     def _retire_group(self, world_size: int) -> None:
         """Stop using the group of ranks 0..world_size-1: its ranks issued different numbers of
         operations (uneven send/recv), so its next collective would fail the DETAIL check.
         The next call at this world size makes a fresh group (or re-initialises the pool)."""
         self.groups.discard(world_size)
-        self.unchecked.discard(world_size)
+        self.unwrapped.discard(world_size)
         if world_size == self.base_size:
             self.base_size = 0
 
@@ -317,7 +280,7 @@ class RankPool:
         self._group_count += 1000
         return self._group_count
 
-    def _prepare(self, world_size: int, deadline: float, unchecked: bool = False) -> None:
+    def _prepare(self, world_size: int, deadline: float, unwrapped: bool = False) -> None:
         """Make ranks 0..world_size-1 a process group: reuse a cached one, create one with
         ``new_group`` over the pool (a few ms), or grow the pool and initialise a new default
         group (fork + rendezvous) when it has fewer ranks than asked for."""
@@ -329,10 +292,10 @@ class RankPool:
             self.generation += 1
             self._send_all(self.ranks, InitGroup(self.generation, size))
             self._collect(self.ranks, deadline, phase="init")
-            self.base_size, self.groups, self.unchecked = size, {size}, set()
-        made = self.unchecked if unchecked else self.groups
+            self.base_size, self.groups, self.unwrapped = size, {size}, set()
+        made = self.unwrapped if unwrapped else self.groups
         if world_size not in made:
-            self._send_all(self.ranks[:self.base_size], NewGroup(world_size, self._next_count(), unchecked))
+            self._send_all(self.ranks[:self.base_size], NewGroup(world_size, self._next_count(), unwrapped))
             self._collect(self.ranks[:self.base_size], deadline, phase="init")
             made.add(world_size)
 
@@ -353,36 +316,30 @@ class RankPool:
 
     def _collect(self, ranks: Sequence[_Rank], deadline: float, phase: Literal["init", "run"]) -> list[Any] | None:
         """One command's end, in three steps: wait for every rank of ``ranks`` to answer, copying
-        their output (:func:`.answers.gather`); read what the answers come to (:func:`.failures.conclude`:
+        their output (:func:`.answers.gather`); read what the answers come to (:func:`..explain.failures.conclude`:
         the results, or the error it raises, with where unanswered ranks were and a dead rank's last
         words); keep the cached groups the answers allow. Returns the results (run: a list, or
-        :class:`LaunchResults` with what was recorded) or ``None`` (init)."""
+        :class:`..instrument.interface.LaunchResults` with what was recorded) or ``None`` (init)."""
         got = gather(ranks, deadline, self.output)
         stacks = self._stacks([r for r in ranks if r.rank not in got.events])
-        results = conclude([r.rank for r in ranks], got.events, self.collective_timeout, phase, stacks,
+        results = conclude([r.rank for r in ranks], got.events, self.setup.collective_timeout, phase, stacks,
                            {r.rank: r for r in self.ranks})
         if phase == "init":
             return None
         if got.verdict == "reinit":
             # the function destroyed process groups (dist.destroy_process_group()):
             # the next call re-initialises the pool's groups
-            self.base_size, self.groups, self.unchecked = 0, set(), set()
+            self.base_size, self.groups, self.unwrapped = 0, set(), set()
         elif got.verdict == "retire":
             self._retire_group(len(ranks))
         answers = cast(list[RankResult], [got.events[r.rank] for r in ranks])  # every rank answered ok
-        calls = [a.calls if a.calls is not None else CallRecords() for a in answers]
-        if any(a.timeline is not None for a in answers):
-            # every rank records one: the same Run asked each of them (Run.timeline)
-            return LaunchResults(results, calls, Timeline(cast(list[dict[str, Any]], [a.timeline for a in answers])))
-        if any(a.calls is not None for a in answers):
-            return LaunchResults(results, calls)
-        return results
+        return launch_results(results, [a.recorded for a in answers])
 
     def _stacks(self, ranks: Sequence[_Rank]) -> Stacks:
         """Ask still-running ranks where they are (:mod:`faulthandler` on SIGUSR1).
 
         Returns ``{rank: [(filename, lineno, name, None), ...]}``, outermost call first, without
-        the launcher's own frames, a kernel cell's file named as the cell (:func:`.tracebacks.named_cells`),
+        the launcher's own frames, a kernel cell's file named as the cell (:func:`..explain.tracebacks.named_cells`),
         and ``{("state", rank): words}`` for a rank whose process could not say.
         """
         stacks: Stacks = {}

@@ -1,6 +1,6 @@
 """Explain a failed call: find the rank that caused it and say what happened to every rank.
 
-Each rank's end of a call is an :class:`Event` (it returned, raised, died, or never answered).
+Each rank's end of a call is an :class:`Ending` (it returned, raised, died, or never answered).
 When a call fails, :func:`root_cause` picks the rank to blame: the first that raised an error of
 its own code or died; communication errors ("Connection closed by peer", a collective timeout)
 only follow a root cause and never hide it; when only those exist, the culprit is a rank that
@@ -8,8 +8,8 @@ never reached the collective its peers waited in. A collective mismatch found by
 ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` blames one rank only when it differs from all the others.
 :func:`rank_error` writes the :class:`.RankError` a learner reads.
 
-Which timeout ended a wait is decided by :mod:`.timeouts` from what collnb set and measured (a
-rank's own :class:`.TimeoutReport`), not from gloo's words.
+Which timeout ended a wait is decided by :mod:`..instrument.timeouts` from what collnb set and
+measured (a rank's own :class:`..instrument.timeouts.TimeoutReport`), not from gloo's words.
 """
 
 from __future__ import annotations
@@ -20,18 +20,18 @@ import signal
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Literal, Mapping, Protocol, Sequence, Union
 
-from ..i18n import N_, _
-from .errors import LaunchTimeout, RankError
-from .flight_recorder import Divergence, divergence
-from .protocol import Failed, Frame, TimeoutReport
-from .rankset import RankEvent, RankExit, RankFailure, RankResult
-from .recording import CallRecords
-from .serialization import loads
-from .timeouts import collective_timeout_name, which_timeout
+from ...i18n import N_, _
+from ..errors import LaunchTimeout, RankError
+from ..instrument.flight_recorder import Divergence, divergence
+from ..instrument.interface import Recorded
+from ..instrument.timeouts import TimeoutReport, collective_timeout_name, which_timeout
+from ..protocol import Failed, Frame
+from ..rankset import RankEvent, RankExit, RankFailure, RankResult
+from ..serialization import loads
 from .tracebacks import format_frames, waiting_in_collective, where
 
-__all__ = ["Event", "Witness", "conclude", "event_of", "call_error", "root_cause", "outcomes_of", "outcome_text",
-           "rank_error", "death_text", "rebuild_result", "failed_event", "returned_diverged", "add_last_words"]
+__all__ = ["Ending", "Witness", "conclude", "ending_of", "call_error", "root_cause", "outcomes_of", "outcome_text",
+           "rank_error", "death_text", "rebuild_result", "failed_ending", "returned_diverged", "add_last_words"]
 
 _MISMATCH = "Detected mismatch between collectives"
 _CRASH_SIGNALS = {int(getattr(signal, n)) for n in ("SIGABRT", "SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL")}
@@ -46,14 +46,14 @@ _DIFFER = re.compile(r"Collectives differ in the following aspects:\s*(.*)", re.
 #: How a rank's part of a call ended (``"ok"``, ``"error"``, ``"died"``), or, for a root cause only,
 #: what it was blamed for (``"absent"``: never joined; ``"mismatch"``: the DETAIL check; ``"diverged"``:
 #: the Flight Recorder).
-EventKind = Literal["ok", "error", "died", "absent", "mismatch", "diverged"]
+EndingKind = Literal["ok", "error", "died", "absent", "mismatch", "diverged"]
 #: Where still-running ranks were: ``{rank: frames}`` and ``{("state", rank): what their process said}``.
 Stacks = dict[Union[int, tuple[str, int]], Union[list[Frame], str]]
 
 
 @dataclass
-class Event:
-    """How one rank's part of a call ended (:data:`EventKind`), at monotonic time ``t``.
+class Ending:
+    """How one rank's part of a call ended (:data:`EndingKind`), at monotonic time ``t``.
 
     ``value``: an ``"ok"`` rank's result payload (bytes; a set-up step's seconds), a ``"died"`` rank's
     exit code, a ``"mismatch"``'s sides ``[(fingerprint, [ranks])]``, a ``"diverged"``'s
@@ -61,7 +61,7 @@ class Event:
     are then in ``side_frames`` (one list per side)."""
 
     rank: int | None
-    kind: EventKind
+    kind: EndingKind
     t: float
     exc_type: str = ""
     message: str = ""
@@ -70,8 +70,6 @@ class Event:
     value: Any = None
     seq: int | None = None
     intact: bool = True
-    calls: CallRecords | None = None
-    timeline: dict[str, Any] | None = None
     timeout_name: str = ""  # which timeout fired, in words (communication errors only)
     timeout: TimeoutReport | None = None  # the rank's report (communication errors only)
     flight_recorder: list[dict[str, Any]] | None = None  # its Flight Recorder entries (flight_recorder=N)
@@ -79,38 +77,43 @@ class Event:
     side_frames: list[list[Frame]] = field(default_factory=list)  # a mismatch without a culprit: per side
 
 
-def failed_event(rank: int, t: float, msg: Failed, collective_timeout: float | None) -> Event:
-    """The :class:`Event` of a rank's :class:`.Failed` answer at monotonic time ``t``: the rank's
+def failed_ending(rank: int, t: float, msg: Failed, collective_timeout: float | None) -> Ending:
+    """The :class:`Ending` of a rank's :class:`.Failed` answer at monotonic time ``t``: the rank's
     own :class:`.TimeoutReport`, or, when it measured nothing (an engine, a failed set-up), the one
     the message's wording gives (:func:`which_timeout` without a measurement)."""
     report = msg.timeout
     if report is None and msg.comm:
         report = which_timeout([(collective_timeout, collective_timeout_name(collective_timeout), None)],
                                msg.message)
-    return Event(rank, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
-                 timeout_name=report.timeout if report is not None and report.fired else "", timeout=report,
-                 flight_recorder=getattr(msg, "flight_recorder", None))
+    return Ending(rank, "error", t, msg.exc_type, msg.message, msg.frames, msg.comm,
+                  timeout_name=report.timeout if report is not None and report.fired else "", timeout=report,
+                  flight_recorder=_entries(msg.recorded))
 
 
-def event_of(event: RankEvent, collective_timeout: float | None) -> Event:
+def _entries(recorded: Recorded | None) -> list[dict[str, Any]] | None:
+    """The Flight Recorder entries a rank's instruments took (``None`` when none were asked for)."""
+    return recorded.flight_recorder if recorded is not None else None
+
+
+def ending_of(event: RankEvent, collective_timeout: float | None) -> Ending:
     """How rank ``event.rank``'s part of the call ended, read from one answer of the per-rank event
-    stream that both rank sets (local ranks, engines) yield: a :class:`.RankResult` is ``"ok"`` (its
-    ``value`` the payload, or a set-up step's seconds), a :class:`.RankFailure` ``"error"``
-    (:func:`failed_event`), a :class:`.RankExit` ``"died"`` (its ``value`` the exit code).
+    stream that every rank set (local ranks, engines) yields: a :class:`..rankset.RankResult` is
+    ``"ok"`` (its ``value`` the payload, or a set-up step's seconds), a :class:`..rankset.RankFailure`
+    ``"error"`` (:func:`failed_ending`), a :class:`..rankset.RankExit` ``"died"`` (its ``value`` the
+    exit code).
 
     Raises:
-        TypeError: ``event`` is a :class:`.RankOutput` (output says nothing of how a rank ended) or
-            not an event at all.
+        TypeError: ``event`` is a :class:`..rankset.RankOutput` (output says nothing of how a rank
+            ended) or not an event at all.
     """
     if isinstance(event, RankResult):
-        return Event(event.rank, "ok", event.t, value=event.payload if event.payload is not None else event.seconds,
-                     seq=event.seq, intact=event.intact, calls=event.calls, timeline=event.timeline,
-                     flight_recorder=event.flight_recorder)
+        return Ending(event.rank, "ok", event.t, value=event.payload if event.payload is not None else event.seconds,
+                      seq=event.seq, intact=event.intact, flight_recorder=_entries(event.recorded))
     if isinstance(event, RankFailure):
-        return failed_event(event.rank, event.t, event.failed, collective_timeout)
+        return failed_ending(event.rank, event.t, event.failed, collective_timeout)
     if isinstance(event, RankExit):
-        return Event(event.rank, "died", event.t, value=event.exitcode, message=event.message)
-    raise TypeError(f"event_of reads a rank's answer (RankResult, RankFailure, RankExit); got {event!r}")
+        return Ending(event.rank, "died", event.t, value=event.exitcode, message=event.message)
+    raise TypeError(f"ending_of reads a rank's answer (RankResult, RankFailure, RankExit); got {event!r}")
 
 
 def _duration(seconds: float) -> str:
@@ -134,8 +137,8 @@ def _ended_early(first: int | None, culprit: int, report: TimeoutReport, returne
         rank=first, after=after, before=before, culprit=culprit)
 
 
-def root_cause(failed: Sequence[Event], events: dict[int, Event], pending: Sequence[int], stacks: Stacks) -> Event:
-    """The :class:`Event` to blame among ``failed`` (see the module's docstring); ``stacks`` says
+def root_cause(failed: Sequence[Ending], endings: dict[int, Ending], pending: Sequence[int], stacks: Stacks) -> Ending:
+    """The :class:`Ending` to blame among ``failed`` (see the module's docstring); ``stacks`` says
     where still-running ranks were (``{rank: frames}``, ``{("state", rank): text}``)."""
     primary = [e for e in failed if e.kind == "died" or not e.comm]
     detail = bool(primary) and all(_MISMATCH in e.message for e in primary)
@@ -151,7 +154,7 @@ def root_cause(failed: Sequence[Event], events: dict[int, Event], pending: Seque
     # function returned or one still running elsewhere. A rank still waiting in a collective joined
     # one (when a returned rank's groups close, some peers fail at once and others are still waiting).
     first = min(failed, key=lambda e: e.t)
-    returned = [r for r, e in events.items() if e.kind == "ok"]
+    returned = [r for r, e in endings.items() if e.kind == "ok"]
     elsewhere = [r for r in pending if not waiting_in_collective(_frames(stacks, r))]
     absent = sorted(elsewhere + returned) or list(pending)
     if absent:
@@ -177,7 +180,7 @@ def root_cause(failed: Sequence[Event], events: dict[int, Event], pending: Seque
                             "collectives in the same order")
         else:
             text = head + state
-        return Event(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
+        return Ending(culprit, "absent", first.t, "DidNotJoin", text, frames, True)
     note: bool | str = True  # collnb's guess from the messages alone (rank_error words it)
     entries = {e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None and e.rank is not None}
     if entries:
@@ -187,7 +190,7 @@ def root_cause(failed: Sequence[Event], events: dict[int, Event], pending: Seque
         note = _("collnb's guess: rank {rank} raised first. The ranks' Flight Recorders disagree at "
                  "collective_seq_id {seq} ({reason}), but no rank differs from all the others, so none "
                  "of them is named the culprit: compare the sides").format(rank=first.rank, seq=d.seq, reason=d.reason)
-    return Event(first.rank, first.kind, first.t, first.exc_type, first.message, first.frames, first.comm,
+    return Ending(first.rank, first.kind, first.t, first.exc_type, first.message, first.frames, first.comm,
                  timeout_name=first.timeout_name, timeout=first.timeout, guess=note)
 
 
@@ -217,34 +220,34 @@ def _decided(entries: dict[int, list[dict[str, Any]]]) -> tuple[Divergence, int,
     return d, d.ranks[0], group
 
 
-def _diverged(failed: Sequence[Event]) -> Event | None:
+def _diverged(failed: Sequence[Ending]) -> Ending | None:
     """Root cause read from the failed ranks' Flight Recorder entries (``launch(flight_recorder=N)``):
-    an :class:`Event` of kind ``"diverged"`` for the rank whose collective differs from every other
+    an :class:`Ending` of kind ``"diverged"`` for the rank whose collective differs from every other
     rank's at the first sequence number where they disagree (:func:`.flight_recorder.divergence`), or
     ``None`` when the recorder was off, the entries agree, or no rank is a strict minority."""
     found = _decided({e.rank: e.flight_recorder for e in failed if e.flight_recorder is not None and e.rank is not None})
     if found is None:
         return None
     d, culprit, group = found
-    event = next(e for e in failed if e.rank == culprit)
+    ending = next(e for e in failed if e.rank == culprit)
     text = _("its collective_seq_id {seq} in {group} differs from the other ranks' (read from every rank's "
              "Flight Recorder): {reason}. The other ranks then waited in a collective that "
              "{ranks} never called the same way, until a timeout ran out. Every rank must call "
              "the same collectives, in the same order, with the same shapes").format(
                  seq=d.seq, group=group, reason=d.reason, ranks=_ranks_text(d.ranks))
-    return Event(culprit, "diverged", event.t, "CollectiveMismatch", text, event.frames, True, value=d)
+    return Ending(culprit, "diverged", ending.t, "CollectiveMismatch", text, ending.frames, True, value=d)
 
 
-def call_error(ranks: Sequence[int], events: dict[int, Event], failed: Sequence[Event], pending: Sequence[int],
+def call_error(ranks: Sequence[int], endings: dict[int, Ending], failed: Sequence[Ending], pending: Sequence[int],
                stacks: Stacks, phase: str) -> RankError | LaunchTimeout:
     """The error of a call that did not end with every rank's answer: :class:`.LaunchTimeout`
     naming the ``pending`` ranks when none ``failed``, else the :class:`.RankError` of the root
-    cause. ``ranks``: the call's rank numbers; ``events``: ``{rank: Event}``; ``stacks``: where
+    cause. ``ranks``: the call's rank numbers; ``endings``: ``{rank: Ending}``; ``stacks``: where
     still-running ranks were (see :func:`root_cause`); ``phase``: ``"init"`` or ``"run"``."""
     if not failed:
-        outcomes = outcomes_of(ranks, events, stacks, None)
+        outcomes = outcomes_of(ranks, endings, stacks, None)
         waiting = [r for r in pending if waiting_in_collective(_frames(stacks, r))]
-        finished = [r for r in ranks if r in events]
+        finished = [r for r in ranks if r in endings]
         if waiting and finished:
             # a group with a timeout= longer than the launch's: more time would not help
             advice = _("rank(s) {waiting} were waiting in a collective that rank(s) {finished} never called "
@@ -258,19 +261,19 @@ def call_error(ranks: Sequence[int], events: dict[int, Event], failed: Sequence[
             _("timed out during {phase}: rank(s) {ranks} had not finished ({advice})").format(
                 phase=phase, ranks=", ".join(map(str, pending)), advice=advice) + "\n" + outcome_text(outcomes),
             list(pending), outcomes)
-    root = root_cause(failed, events, pending, stacks)
-    outcomes = outcomes_of(ranks, events, stacks, root)
+    root = root_cause(failed, endings, pending, stacks)
+    outcomes = outcomes_of(ranks, endings, stacks, root)
     return rank_error(root, outcomes, phase)
 
 
-def returned_diverged(ranks: Sequence[int], events: dict[int, Event], results: Sequence[Any]) -> RankError | None:
+def returned_diverged(ranks: Sequence[int], endings: dict[int, Ending], results: Sequence[Any]) -> RankError | None:
     """The :class:`.RankError` of a call whose every rank returned although their Flight Recorder
-    entries (``launch(..., flight_recorder=N)``; ``events[r].flight_recorder``) disagree, e.g. an
+    entries (``launch(..., flight_recorder=N)``; ``endings[r].flight_recorder``) disagree, e.g. an
     ``all_to_all`` whose ranks send 31 elements in all but receive 32 (gloo does not check: a rank
     receives a short message and keeps stale values). ``None`` when the recorder was off, the entries
     agree or no rank is a strict minority. ``results``: the ranks' results, kept on the error as
     ``.results`` (rank order) for a learner to look at."""
-    found = _decided({r: fr for r in ranks if (fr := events[r].flight_recorder) is not None})
+    found = _decided({r: fr for r in ranks if (fr := endings[r].flight_recorder) is not None})
     if found is None:
         return None
     d, culprit, group = found
@@ -290,7 +293,7 @@ def returned_diverged(ranks: Sequence[int], events: dict[int, Event], results: S
 
 
 class Witness(Protocol):
-    """What a local rank set saw of one rank besides its answer (:class:`.answers.RankProcess`): its
+    """What a local rank set saw of one rank besides its answer (:class:`..local.answers.RankProcess`): its
     last output lines, the first lines of its crash report, and when its result pipe closed while it
     lived (monotonic s, or ``None``)."""
 
@@ -302,11 +305,11 @@ class Witness(Protocol):
 
 def conclude(ranks: Sequence[int], answers: Mapping[int, RankEvent], collective_timeout: float | None,
              phase: Literal["init", "run"], stacks: Stacks, witnesses: Mapping[int, Witness] | None = None) -> list[Any]:
-    """What the answers of one call come to, read from the per-rank event stream both rank sets yield.
+    """What the answers of one call come to, read from the per-rank event stream every rank set yields.
 
     Args:
         ranks: the call's rank numbers.
-        answers: ``{rank: RankEvent}`` in the order they came (:func:`.answers.gather`); a rank that
+        answers: ``{rank: RankEvent}`` in the order they came (:func:`..local.answers.gather`); a rank that
             never answered is absent.
         collective_timeout: the launch's timeout of every collective (s), to name a timeout.
         phase: ``"init"`` (a set-up step: nothing to rebuild) or ``"run"``.
@@ -323,34 +326,34 @@ def conclude(ranks: Sequence[int], answers: Mapping[int, RankEvent], collective_
             rebuilt here (:func:`rebuild_result`), or ranks whose Flight Recorders disagree although
             every rank returned (:func:`returned_diverged`).
     """
-    events = {r: event_of(a, collective_timeout) for r, a in answers.items()}
-    failed = [e for e in events.values() if e.kind != "ok"]
-    pending = [r for r in ranks if r not in events]
+    endings = {r: ending_of(a, collective_timeout) for r, a in answers.items()}
+    failed = [e for e in endings.values() if e.kind != "ok"]
+    pending = [r for r in ranks if r not in endings]
     if failed or pending:
-        err = call_error(ranks, events, failed, pending, stacks, phase)
+        err = call_error(ranks, endings, failed, pending, stacks, phase)
         if witnesses is not None:
-            add_last_words(err, events, witnesses)
+            add_last_words(err, endings, witnesses)
         raise err
     if phase == "init":
         return []
-    results = [rebuild_result(r, events[r].value) for r in ranks]
-    diverged = returned_diverged(ranks, events, results)
+    results = [rebuild_result(r, endings[r].value) for r in ranks]
+    diverged = returned_diverged(ranks, endings, results)
     if diverged is not None:  # launch(flight_recorder=N): the ranks' collectives disagreed
         raise diverged
     return results
 
 
-def add_last_words(err: RankError | LaunchTimeout, events: Mapping[int, Event], witnesses: Mapping[int, Witness]) -> None:
+def add_last_words(err: RankError | LaunchTimeout, endings: Mapping[int, Ending], witnesses: Mapping[int, Witness]) -> None:
     """Name a rank that died (at its start: a full disk, a removed pool directory; or later) with its
     own last words, in ``err``'s first paragraph: the lines it printed last (its traceback, "No space
     left on device"; its crash report when faulthandler wrote one), and why its pipes closed if the
-    function closed them. Nothing changes unless ``err`` blames a rank whose event is ``"died"``."""
-    if not isinstance(err, RankError) or err.rank is None or events.get(err.rank) is None \
-            or events[err.rank].kind != "died" or err.rank not in witnesses:
+    function closed them. Nothing changes unless ``err`` blames a rank whose ending is ``"died"``."""
+    if not isinstance(err, RankError) or err.rank is None or endings.get(err.rank) is None \
+            or endings[err.rank].kind != "died" or err.rank not in witnesses:
         return
     r = witnesses[err.rank]
     head, _sep, rest = err.args[0].partition("\n")
-    code = events[err.rank].value
+    code = endings[err.rank].value
     # faulthandler writes every crash's report to the rank's stderr: a crash without one had it closed
     silent_crash = isinstance(code, int) and -code in _CRASH_SIGNALS and not r.report
     if r.lost_at is not None or silent_crash:
@@ -365,11 +368,11 @@ def add_last_words(err: RankError | LaunchTimeout, events: Mapping[int, Event], 
         err.rank_traceback = "\n".join(words)
 
 
-def outcomes_of(ranks: Iterable[int], events: dict[int, Event], stacks: Stacks, root: Event | None) -> dict[int, str]:
+def outcomes_of(ranks: Iterable[int], endings: dict[int, Ending], stacks: Stacks, root: Ending | None) -> dict[int, str]:
     """``{rank: what happened to it}`` (str) for every rank number in ``ranks``."""
     out = {}
     for rank in ranks:
-        e = events.get(rank)
+        e = endings.get(rank)
         if e is None:
             at = where(_frames(stacks, rank)) or _state(stacks, rank)
             out[rank] = _("still running, stopped by collnb") + (f" ({at})" if at else "")
@@ -391,8 +394,8 @@ def outcome_text(outcomes: dict[int, str]) -> str:
     return "\n".join(f"  rank {k}: {v}" for k, v in sorted(outcomes.items()))
 
 
-def rank_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
-    """The :class:`.RankError` for root cause ``root`` (an :class:`Event`) of a call in ``phase``
+def rank_error(root: Ending, outcomes: dict[int, str], phase: str) -> RankError:
+    """The :class:`.RankError` for root cause ``root`` (an :class:`Ending`) of a call in ``phase``
     (``"init"`` or ``"run"``)."""
     if root.kind == "mismatch":
         return _mismatch_error(root, outcomes, phase)
@@ -427,7 +430,7 @@ def rank_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
     return err
 
 
-def _mismatch_error(root: Event, outcomes: dict[int, str], phase: str) -> RankError:
+def _mismatch_error(root: Ending, outcomes: dict[int, str], phase: str) -> RankError:
     """The TORCH_DISTRIBUTED_DEBUG=DETAIL check found ranks calling different collectives
     (op, shapes or dtypes). Blame one rank only when it differs from all the others."""
     sides: list[tuple[str, list[int]]] = root.value  # [(fingerprint, [ranks])], largest side first
@@ -483,23 +486,31 @@ def _traceback_of(who: str) -> str:
     return _("Traceback of {who} (most recent call last):").format(who=who)
 
 
-def _mismatch(failed: Sequence[Event]) -> Event | None:
-    """Root cause of a DETAIL-check mismatch: an :class:`Event` of kind ``"mismatch"`` whose ``rank``
+def _mismatch(failed: Sequence[Ending]) -> Ending | None:
+    """Root cause of a DETAIL-check mismatch: an :class:`Ending` of kind ``"mismatch"`` whose ``rank``
     is the one rank that differs from all the others (``None`` when no rank does, e.g. two ranks,
     or three sides), ``value`` the sides ``[(fingerprint, [ranks])]`` and ``message`` what
     differs. ``None`` when the messages cannot be read."""
     fps: dict[int, str] = {}
     frames: dict[int, list[Frame]] = {}
+    found = [(e, int(rank), fp.strip()) for e in sorted(failed, key=lambda e: e.t)
+             for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message))]
+    # A rank's own account of its call first: when the two calls differ in kind their fingerprints differ in
+    # length and torch (2.13, 2.15) misreads the other side's (rank 1's all_to_all read as "OpType=REDUCE" by the
+    # others, theirs as "OpType=GATHER" by rank 1), while each reads its own right.
+    for e, rank, fp in found:
+        if rank == e.rank:
+            fps.setdefault(rank, fp)
+    for _event, rank, fp in found:
+        fps.setdefault(rank, fp)
     for e in sorted(failed, key=lambda e: e.t):
-        for rank, fp in _FINGERPRINT.findall(_FINGERPRINT_NOISE.sub("", e.message)):
-            fps.setdefault(int(rank), fp.strip())
         if e.rank is not None:
             frames.setdefault(e.rank, e.frames)
     if len(set(fps.values())) < 2:
         return None
     seqs = {m.group(1) for fp in fps.values() for m in [re.search(r"SequenceNumber=(\d+)", fp)] if m}
     if len(seqs) == 1:  # the same operation number everywhere: leave it out
-        fps = {r: re.sub(r"SequenceNumber=\d+,\s*", "", fp) for r, fp in fps.items()}
+        fps = {r: re.sub(r"SequenceNumber=\d+,?\s*", "", fp) for r, fp in fps.items()}
     by_fp: dict[str, list[int]] = {}
     for rank, fp in sorted(fps.items()):
         by_fp.setdefault(fp, []).append(rank)
@@ -515,9 +526,15 @@ def _mismatch(failed: Sequence[Event]) -> Event | None:
             aspects = re.sub(r"\s+", " ", m.group(1)).strip().replace("Tensor Tensor ", "Tensor ")
             differ = "Collectives differ in: " + re.sub(r"(\S)vs ", r"\1 vs ", aspects)
             break
+    ops = {r: m.group(1) for r, fp in fps.items() for m in [re.search(r"OpType=(\w+)", fp)] if m}
+    told = re.search(r"Op type: (\w+) vs (\w+)", differ)
+    if told and not {told.group(1), told.group(2)} <= set(ops.values()) and len(set(ops.values())) == 2:
+        # torch's line compares a misread fingerprint (see above): say what the ranks themselves ran
+        lead = (ops.get(odd) if odd is not None else None) or sorted(set(ops.values()))[0]
+        differ = "Collectives differ in: Op type: " + " vs ".join([lead] + sorted(set(ops.values()) - {lead}))
     if odd is not None:
-        return Event(odd, "mismatch", first.t, first.exc_type, differ, frames.get(odd, []), value=sides)
-    return Event(None, "mismatch", first.t, first.exc_type, differ, value=sides,
+        return Ending(odd, "mismatch", first.t, first.exc_type, differ, frames.get(odd, []), value=sides)
+    return Ending(None, "mismatch", first.t, first.exc_type, differ, value=sides,
                  side_frames=[frames.get(ranks[0], []) for _, ranks in sides])
 
 

@@ -32,7 +32,7 @@ import torch
 
 __all__ = ["Namespace", "file_id", "rng_mark", "numpy_state", "VERSION_VIEW", "MISSING"]
 
-_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+_COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
 _OWN_DIRS = (_COLLNB_DIR, os.path.dirname(os.path.abspath(torch.__file__)) + os.sep)
 #: A key a namespace does not hold.
 MISSING = object()
@@ -49,7 +49,7 @@ def _own_wrapper(new: object, old: object) -> bool:
     """Whether ``new`` is torch's or collnb's own wrapper of ``old``: their code, wrapping it
     (``functools.wraps``'s ``__wrapped__``, or ``old`` among its closure's cells). torch patches
     itself as it imports parts of itself (``torch._dynamo`` wraps ``torch.manual_seed`` and
-    ``torch.nn.Module.__init__``); collnb wraps torch.distributed's functions (:mod:`._dist_hooks`)."""
+    ``torch.nn.Module.__init__``); collnb wraps torch.distributed's functions (:mod:`..instrument._dist_hooks`)."""
     if not _own_code(new):
         return False
     if getattr(new, "__wrapped__", None) is old:

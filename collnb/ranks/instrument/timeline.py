@@ -1,21 +1,9 @@
 """Per-rank timelines: when each communication operation was issued and completed on every rank,
 and the learner's marked regions, on one clock across ranks (``launch(fn, n, timeline=True)``).
 
-**Inside a rank** a :class:`Collector` is an observer of the rank's :class:`.recording.Recorder`
-(see that module: ``obs.issued(Issue)`` right after the backend accepted an operation, with
-``issued_ns``/``returned_ns`` and the :class:`torch.distributed.Work`). The completion of a
-``c10d`` operation is the moment its ``Work``'s future completes (``work.get_future()``'s done
-callback, run on the backend's thread: gloo runs a collective on its own thread even when the
-Python call blocks, so ``returned_ns`` is only when it was enqueued). Gloo's send/recv Work has no
-future and says it is completed only once waited on: its completion is when the blocking
-``dist.send``/``dist.recv`` returned, or when ``wait()`` returned on the Work of ``isend``/``irecv``
-(``batch_isend_irecv``: the first of its Works waited on completes all of them), as
-:data:`._dist_hooks.completion_observers` tells it. The completion of a functional collective is
-its ``wait_tensor`` (``obs.waited``). The learner's regions are
-:func:`region` (``with collnb.region("forward"):``) and ``torch.profiler.record_function``
-(seen as the ``profiler._record_function_enter_new`` operator by the rank's dispatch mode).
-Without ``timeline=True`` none of this is installed: :func:`region` is a no-op costing one global
-read.
+**Inside a rank** its :class:`.tracks.Track` takes its part of the timeline (when each operation was
+issued and completed there, and its regions); this module, the launcher's side, puts every rank's
+track on one clock.
 
 **One clock.** Every time is ``time.perf_counter_ns()``, which on Linux is
 ``clock_gettime(CLOCK_MONOTONIC)`` (``time.get_clock_info("perf_counter")``); CLOCK_MONOTONIC is
@@ -24,8 +12,13 @@ system-wide clock that represents monotonic time since some unspecified point in
 collnb's ranks are processes forked on the launcher's machine, so their times need no alignment:
 the offset between ranks is 0, and a time is off only by the read's own latency (tens of ns) plus
 the delay between the event and the read (the rank may be descheduled: on a loaded 2-core machine,
-up to a scheduler time slice, a few ms). Ranks on other machines (ipyparallel engines) would need
-an offset measured with a barrier; ``timeline=True`` is refused there.
+up to a scheduler time slice, a few ms). Ranks on several machines (ipyparallel engines on several
+hosts) do not share CLOCK_MONOTONIC: there every rank leaves one barrier of the call's group before
+its function starts and reads its clock (``aligned_ns``), and :class:`Timeline` shifts each rank's
+times so that those reads coincide (:data:`ALIGNED`). The ranks leave a barrier within about one
+message latency of each other (gloo's barrier is an all_reduce: the last rank's arrival releases
+every rank), so across hosts a time is off by up to that latency (tens of µs on a LAN, more on a
+loaded network) plus each host's read delay.
 
 **Waiting versus transfer.** A collective cannot progress before its last rank arrived. For the
 k-th collective on a group (the same k on every rank of it: ranks issue a group's collectives in
@@ -43,207 +36,35 @@ events in µs).
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal
+from typing import Any, Iterable, Literal
 
-from . import _dist_hooks
-
-if TYPE_CHECKING:
-    from ._torch_internals import OpOverload
-
-    from .recording import Issue, Recorder
-
-__all__ = ["region", "Collector", "start", "stop", "stop_quietly", "Timeline", "Span", "SpanKind", "CLOCK"]
+__all__ = ["Timeline", "Span", "SpanKind", "CLOCK", "ALIGNED"]
 
 #: What a :class:`Span` is: a collective, a send/recv (``"p2p"``) or a learner's region.
 SpanKind = Literal["collective", "p2p", "region"]
 
 #: The clock every time is read from (Linux: CLOCK_MONOTONIC, shared by all local ranks).
 CLOCK = "time.perf_counter_ns (CLOCK_MONOTONIC on Linux: one system-wide clock for every local rank)"
-
-_active: Collector | None = None  # the rank's Collector during a timeline=True call, else None
+#: How ranks on several hosts are put on one clock (see the module docstring).
+ALIGNED = ("time.perf_counter_ns of each rank's host, shifted so that every rank leaves the call's first barrier "
+           "at the same time (ranks on several hosts)")
 
 _P2P = ("send", "recv", "isend", "irecv")
 
 
-def _now() -> int:
-    return time.perf_counter_ns()
-
-
-@contextlib.contextmanager
-def region(name: str) -> Iterator[None]:
-    """Mark a region of the learner's code on the rank's timeline: ``with collnb.region("forward"):``.
-
-    Args:
-        name: what the region is (str), shown on its bar in the Gantt chart and in the trace.
-
-    Outside a ``launch(..., timeline=True)`` call (and outside ranks) it does nothing. Regions may
-    nest; each is drawn at its depth. Raises TypeError when ``name`` is not a str.
-    """
-    if not isinstance(name, str):
-        raise TypeError(f"region name must be a str, e.g. collnb.region('forward'); got {type(name).__name__}")
-    collector = _active
-    if collector is None:
-        yield
-        return
-    depth = collector.depth
-    collector.depth += 1
-    start_ns = _now()
-    try:
-        yield
-    finally:
-        collector.depth -= 1
-        collector.regions.append((name, start_ns, _now(), depth))
-
-
-class _Op:
-    """One operation on a rank's timeline: its record's fields, when it was issued and returned and
-    (``None`` until then) when it completed (ns, :data:`CLOCK`)."""
-
-    __slots__ = ("fields", "issued_ns", "returned_ns", "completed_ns")
-
-    def __init__(self, fields: dict[str, Any], issued_ns: int, returned_ns: int) -> None:
-        self.fields = fields
-        self.issued_ns = issued_ns
-        self.returned_ns = returned_ns
-        self.completed_ns: int | None = None
-
-    def complete(self, _future: object = None) -> None:
-        """It completed now (also a ``Future``'s done callback)."""
-        self.completed_ns = _now()
-
-
-class Collector:
-    """A rank's timeline while its function runs: an observer of the rank's recorder.
-
-    Attributes:
-        ops: one :class:`_Op` per operation (record fields dict, ``issued_ns``, ``returned_ns``,
-            ``completed_ns``: ``None`` until the operation completes).
-        regions: ``(name, start_ns, end_ns, depth)`` per region, in the order they ended.
-        start_ns, end_ns: when the function started and returned (ns, :data:`CLOCK`).
-    """
-
-    def __init__(self) -> None:
-        self.ops: list[_Op] = []
-        self.regions: list[tuple[str, int, int, int]] = []
-        self.depth = 0
-        self.start_ns = _now()
-        self.end_ns: int | None = None
-        self._by_issue: dict[int, _Op] = {}
-        self._unfinished: list[_Op] = []  # entries of Works without a future (gloo send/recv), not yet complete
-        self._open_functions: list[tuple[str, int, int]] = []  # (name, start_ns, depth) of open record_functions
-
-    # -- observer of collnb.ranks.recording ------------------------------------------------------
-    def issued(self, issue: Issue) -> None:
-        """Observe one operation the rank's backend accepted (see :mod:`.recording`)."""
-        r = issue.record
-        entry = _Op(dict(name=r.name, op=r.operation, peer=r.peer, group_ranks=tuple(r.group_ranks),
-                         shapes=tuple(r.shapes), dtypes=tuple(r.dtypes), nbytes=r.nbytes, call=r.call),
-                    issue.issued_ns, issue.returned_ns)
-        self.ops.append(entry)
-        work = issue.work
-        if work is not None:
-            try:
-                future = work.get_future()
-            except Exception:  # noqa: BLE001 - gloo's send/recv: "Work::getFuture not implemented"
-                self._unfinished.append(entry)  # completed when its call returns or is waited on
-                return
-            future.add_done_callback(entry.complete)
-        else:
-            self._by_issue[id(issue)] = entry
-
-    def completed_between(self, began_ns: int, returned_ns: int, now_ns: int) -> None:
-        """The operations without a future issued between ``began_ns`` and ``returned_ns`` (one
-        call of a ``torch.distributed`` function) completed by ``now_ns`` (see
-        :data:`._dist_hooks.completion_observers`)."""
-        keep = []
-        for entry in self._unfinished:
-            if began_ns <= entry.issued_ns <= returned_ns:
-                entry.completed_ns = now_ns
-            else:
-                keep.append(entry)
-        self._unfinished = keep
-
-    def waited(self, issue: Issue, ns: int) -> None:
-        """A functional collective's ``wait_tensor`` returned at ``ns``: ``issue`` completed then."""
-        entry = self._by_issue.pop(id(issue), None)
-        if entry is not None and entry.completed_ns is None:
-            entry.completed_ns = ns
-
-    # -- torch.profiler.record_function, seen by the dispatch mode -------------------------------
-    def profiler_op(self, func: OpOverload, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
-        """Run one of ``record_function``'s operators (``profiler._record_function_enter_new``:
-        a region starts, named by its first argument; ``profiler._record_function_exit``: the
-        region of that handle ends) and time it as a region."""
-        if func.overloadpacket.__name__.endswith("_exit"):
-            # the handle comes back as another Python object: regions close innermost first
-            opened = self._open_functions.pop() if self._open_functions else None
-            out = func(*args, **kwargs)
-            if opened is not None:
-                name, start_ns, depth = opened
-                self.depth = depth
-                self.regions.append((name, start_ns, _now(), depth))
-            return out
-        start_ns, depth = _now(), self.depth
-        handle = func(*args, **kwargs)
-        self._open_functions.append((str(args[0]) if args else "record_function", start_ns, depth))
-        self.depth += 1
-        return handle
-
-    def result(self) -> dict[str, Any]:
-        """What travels back to the launcher (plain values): ops, regions, start_ns, end_ns."""
-        end = self.end_ns or _now()
-        ops = [dict(op.fields, issued_ns=op.issued_ns, returned_ns=op.returned_ns,
-                    completed_ns=op.completed_ns if op.completed_ns is not None else None)
-               for op in self.ops]
-        return dict(ops=ops, regions=list(self.regions), start_ns=self.start_ns, end_ns=end)
-
-
-def start(recorder: Recorder) -> Collector:
-    """Start a rank's timeline on ``recorder`` (a started :class:`.recording.Recorder`)."""
-    global _active
-    collector = Collector()
-    recorder.add_observer(collector)
-    _dist_hooks.completion_observers.append(collector)
-    recorder.timeline = collector
-    _active = collector
-    return collector
-
-
-def stop_quietly() -> None:
-    """Drop the rank's timeline (the function failed): :func:`region` is a no-op again."""
-    global _active
-    if _active is not None:
-        _forget(_active)
-    _active = None
-
-
-def _forget(collector: Collector) -> None:
-    if collector in _dist_hooks.completion_observers:
-        _dist_hooks.completion_observers.remove(collector)
-
-
-def stop(collector: Collector) -> dict[str, Any]:
-    """Stop the rank's timeline; returns :meth:`Collector.result`. Operations with a future still
-    running are given up to 1 s to complete (their callbacks); one that does not, and a send/recv
-    never waited on, keeps ``completed_ns=None`` (drawn to the rank's end, framed red)."""
-    global _active
-    _active = None
-    collector.end_ns = _now()
-    _forget(collector)
-    deadline = time.monotonic() + 1.0
-    waiting = [e for e in collector.ops if e.completed_ns is None and not any(e is u for u in collector._unfinished)]
-    while any(e.completed_ns is None for e in waiting) and time.monotonic() < deadline:
-        time.sleep(0.001)
-    return collector.result()
-
-
-# ------------------------------------------------------------------------------------------------
-# The kernel side: no torch.
+def _shifted(track: dict[str, Any], offset: int) -> dict[str, Any]:
+    """``track`` (a rank's :meth:`.tracks.Track.result`) with every time moved ``offset`` ns earlier."""
+    if not offset:
+        return track
+    ops = [dict(op, issued_ns=op["issued_ns"] - offset, returned_ns=op["returned_ns"] - offset,
+                completed_ns=None if op["completed_ns"] is None else op["completed_ns"] - offset)
+           for op in track["ops"]]
+    regions = [(name, s - offset, e - offset, depth) for name, s, e, depth in track["regions"]]
+    return dict(track, ops=ops, regions=regions, start_ns=track["start_ns"] - offset,
+                end_ns=track["end_ns"] - offset, aligned_ns=track["aligned_ns"] - offset)
 
 
 @dataclass(frozen=True)
@@ -311,7 +132,7 @@ class Timeline:
     """The timelines of one ``launch(..., timeline=True)`` call, one per rank, on one clock.
 
     Args:
-        per_rank: one dict per rank (rank order) as :meth:`Collector.result` returns it.
+        per_rank: one dict per rank (rank order), its track as :meth:`.tracks.Track.result` returns it.
 
     Attributes:
         world_size: the number of ranks (int).
@@ -320,10 +141,12 @@ class Timeline:
         clock: :data:`CLOCK`, how times are aligned across ranks (see the module docstring).
     """
 
-    clock = CLOCK
-
     def __init__(self, per_rank: list[dict[str, Any]]) -> None:
-        self.raw = list(per_rank)
+        aligned = [d.get("aligned_ns") for d in per_rank]
+        #: how times are aligned across ranks: :data:`CLOCK` (one machine's clock) or :data:`ALIGNED`
+        self.clock = ALIGNED if per_rank and all(a is not None for a in aligned) else CLOCK
+        self.raw = [_shifted(d, d["aligned_ns"] - aligned[0]) for d in per_rank] if self.clock == ALIGNED \
+            else list(per_rank)
         self.world_size = len(self.raw)
         self.origin_ns = min(d["start_ns"] for d in self.raw) if self.raw else 0
         self.spans = self._build()
