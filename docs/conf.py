@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT / "tools"))
 sys.path.insert(0, str(DOCS))
 import editions  # noqa: E402
 import exec_report  # noqa: E402
+import notebook_run  # noqa: E402
 from notebook_meta import BRANCH, documentation_url, repository_url  # noqa: E402
 
 _project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -57,6 +58,10 @@ exclude_patterns = [".venv", ".git", "docs/_build", "build", "artifacts", "class
 # runs, so one failure does not hide another.
 nb_execution_mode = os.environ.get("COLLNB_DOCS_EXECUTE", "cache")
 nb_execution_cache_path = str(DOCS / "_build" / ".jupyter_cache")
+# Executed as tests/test_notebooks.py executes (tools/notebook_run.py): output that arrives for another cell
+# than the running one is kept in the cached notebook's metadata, so the tests take the book's execution
+# instead of running every notebook a second time, and check it as their own.
+notebook_run.record_in_the_book()
 nb_execution_timeout = 600
 nb_execution_raise_on_error = False
 nb_execution_show_tb = False

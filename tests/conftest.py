@@ -6,6 +6,24 @@ import psutil
 import pytest
 
 
+_SUMMARY = pytest.StashKey[list]()
+
+
+@pytest.fixture(scope="session")
+def run_summary(request) -> list:
+    """Lines printed at the end of the run, after the test summary, also under ``-q``: where a costly
+    input came from (tests/test_notebooks.py: each notebook's execution, the book's or its own, and why)."""
+    return request.config.stash.setdefault(_SUMMARY, [])
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    lines = config.stash.get(_SUMMARY, [])
+    if lines:
+        terminalreporter.section("where the notebooks' executions came from")
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
 def live_children():
     """Child processes of this test process that are still running (zombies count: not reaped)."""
     return [p for p in psutil.Process().children(recursive=True) if p.is_running()]

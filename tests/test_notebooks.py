@@ -15,6 +15,7 @@ import asyncio
 import base64
 import io
 import re
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +23,9 @@ import nbformat
 import pytest
 
 from collnb.torch_versions import applies
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tools"))
+import notebook_run  # noqa: E402
 
 #: What the installed torch does where releases differ (collnb.torch_versions): the expected outputs below
 #: are keyed by these, so the compatibility runs on the newest and oldest tested torch check their own truth.
@@ -551,48 +555,20 @@ def _order_problems(order, folder, nxt, prev) -> list[str]:
 # Executing every notebook
 
 
-#: Output a cell shows while another cell runs: ``(index of the cell running, message type, content)`` per
-#: notebook stem, recorded by :func:`_execute_all` (the book's cached executions record none).
+#: Output a cell shows while another cell runs: ``[index of the cell running, message type, content]`` per
+#: notebook stem, recorded by tools/notebook_run.py's client, here (:func:`_execute_all`) or by the book
+#: (docs/conf.py executes with the same client and keeps the record in the cached notebook's metadata).
 STRAY: dict = {}
 
 
-def _client_class():
-    """nbclient's ``NotebookClient``, recording output whose parent is not the running cell.
-
-    nbclient keeps only the running cell's messages and drops the rest; JupyterLab shows such output
-    under the cell its parent header names (issue 34: after Run All, torch's warnings from a later cell
-    of 12 showed under its first ``collnb.redistribute`` cell, sent there by ranks forked while that
-    cell ran). The same loop as nbclient's ``_async_poll_output_msg``, keeping what it would drop."""
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionComplete
-    from nbclient.util import ensure_async
-
-    class Recording(NotebookClient):
-        stray: list = []
-
-        async def _async_poll_output_msg(self, parent_msg_id, cell, cell_index):
-            while True:
-                msg = await ensure_async(self.kc.iopub_channel.get_msg(timeout=None))
-                if msg["parent_header"].get("msg_id") == parent_msg_id:
-                    try:
-                        self.process_message(msg, cell, cell_index)
-                    except CellExecutionComplete:
-                        return
-                elif msg["msg_type"] in ("stream", "display_data", "execute_result", "error"):
-                    self.stray.append((cell_index, msg["msg_type"], msg["content"]))
-
-    return Recording
-
-
 async def _execute_all(paths):
-    client_class = _client_class()
     sem = asyncio.Semaphore(PARALLEL)
 
     async def one(path):
         async with sem:
             nb = nbformat.read(path, as_version=4)
-            client = client_class(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
-                                  resources={"metadata": {"path": str(path.parent)}})
+            client = notebook_run.RecordingClient(nb, timeout=CELL_TIMEOUT_S, kernel_name="python3", allow_errors=True,
+                                                  resources={"metadata": {"path": str(path.parent)}})
             client.stray = STRAY.setdefault(path.stem, [])
             t0 = time.perf_counter()
             try:
@@ -621,36 +597,47 @@ def _newest_code_mtime() -> float:
     return newest
 
 
-def _from_book_cache(paths):
-    """The book's executions of ``paths`` that can stand for running them here: the notebook's
-    code cells as they are now (jupyter-cache's hash), executed after the last change to collnb's
-    code, and without an error stored. CI builds the book just before ``make test`` in the same
-    clone, so each notebook runs once, not twice (about 3 min of a 2-core CI run). Set
-    ``COLLNB_TEST_EXECUTE=1`` to execute every notebook here regardless. Returns {stem: nb}."""
+def _from_book_cache(paths) -> tuple[dict, dict]:
+    """The book's executions of ``paths`` that stand for running them here, and why each other one does
+    not. An execution stands when the book's cache (``make docs``) holds one of the notebook's code cells as
+    they are now (jupyter-cache's hash; an execution that raised is not cached), made after the last change
+    to collnb's code (:data:`CODE_PATHS`) and to the notebook, by the client the tests use (its record of
+    stray output, tools/notebook_run.py). CI builds the book just before ``make test`` in the same clone,
+    so each notebook runs once per CI run, not twice. ``COLLNB_TEST_EXECUTE=1`` executes every notebook
+    here regardless. Returns ``({stem: (executed nb, stray output)}, {stem: why it is executed here})``."""
     import datetime
     import os
 
-    if os.environ.get("COLLNB_TEST_EXECUTE") == "1" or not (BOOK_CACHE / "global.db").is_file():
-        return {}
+    if os.environ.get("COLLNB_TEST_EXECUTE") == "1":
+        return {}, {p.stem: "COLLNB_TEST_EXECUTE=1" for p in paths}
+    if not (BOOK_CACHE / "global.db").is_file():
+        return {}, {p.stem: "no book built (make docs builds it and its execution cache)" for p in paths}
     try:
         from jupyter_cache import get_cache
     except ImportError:
-        return {}
+        return {}, {p.stem: "jupyter-cache is not installed (the docs extra)" for p in paths}
     cache = get_cache(str(BOOK_CACHE))
-    newest = max([_newest_code_mtime()] + [p.stat().st_mtime for p in paths])
-    out = {}
+    code = _newest_code_mtime()
+    out, why = {}, {}
     for path in paths:
         nb = nbformat.read(path, as_version=4)
         try:
             record = cache.match_cache_notebook(nb)
         except KeyError:
+            why[path.stem] = "the book holds no execution of its current code (not built since, or it raised)"
             continue
         created = record.created.replace(tzinfo=datetime.timezone.utc).timestamp()  # jupyter-cache stores UTC
-        if created <= newest:
+        if created <= max(code, path.stat().st_mtime):
+            why[path.stem] = "the book executed it before the last change to collnb's code or to the notebook"
             continue
-        _, merged = cache.merge_match_into_notebook(nb)
-        out[path.stem] = merged
-    return out
+        _, merged = cache.merge_match_into_notebook(nb, nb_meta=("kernelspec", "language_info", "widgets",
+                                                                 notebook_run.STRAY_KEY))
+        stray = merged.metadata.get(notebook_run.STRAY_KEY)
+        if stray is None:
+            why[path.stem] = "the book's execution kept no record of stray output (built before tools/notebook_run.py)"
+            continue
+        out[path.stem] = (merged, stray)
+    return out, why
 
 
 def _selected_notebooks(session) -> list:
@@ -670,16 +657,25 @@ def _selected_notebooks(session) -> list:
 
 
 @pytest.fixture(scope="module")
-def executed(request):
+def executed(request, run_summary):
+    """{stem: (executed notebook, exception or None)} of the selected notebooks: the book's execution where
+    it stands for one here (:func:`_from_book_cache`), else executed here, two at a time. Where each came
+    from is printed at the end of the run, also under ``-q``."""
     t0 = time.perf_counter()
     selected = _selected_notebooks(request.session)
-    cached = _from_book_cache(selected)
+    cached, why = _from_book_cache(selected)
+    for stem, (_, stray) in cached.items():
+        STRAY[stem] = stray
     runs = asyncio.run(_execute_all([p for p in selected if p.stem not in cached]))
     total = time.perf_counter() - t0
-    print(f"\nexecuted {len(runs)} notebooks in {total:.1f} s: "
-          + ", ".join(f"{stem} {s:.1f} s" for stem, _, s, _ in runs)
-          + (f"; {len(cached)} taken from the book's execution cache: {', '.join(sorted(cached))}" if cached else ""))
-    return {**{stem: (nb, None) for stem, nb in cached.items()}, **{stem: (nb, exc) for stem, nb, _, exc in runs}}
+    if cached:
+        run_summary.append(f"tests/test_notebooks.py: {len(cached)} notebook(s) taken from the book's execution "
+                           f"cache (make docs): {', '.join(sorted(cached))}")
+    if runs:
+        run_summary.append(f"tests/test_notebooks.py: {len(runs)} notebook(s) executed here in {total:.0f} s, "
+                           "as the book's execution of them could not stand:")
+        run_summary += [f"  {stem} ({seconds:.0f} s): {why[stem]}" for stem, _, seconds, _ in runs]
+    return {**{stem: (nb, None) for stem, (nb, _) in cached.items()}, **{stem: (nb, exc) for stem, nb, _, exc in runs}}
 
 
 def _png_size(b64: str):

@@ -5,7 +5,10 @@
 # as constraints.txt pins it. The extras are the pinned run's (make test) less lint: the tests of the book,
 # the classroom and the Chinese edition need them.
 #
-#   tools/compat.sh VERSION [--notebooks-only | --tests-only]
+#   tools/compat.sh VERSION [--notebooks-only | --tests-only | --install-only]
+#
+# --install-only makes the venv and stops (.ci/run starts it in the background while the book builds:
+# the install is mostly a download, ~280 s; the run that follows finds torch installed and goes on).
 #
 # torch comes from PyPI (Linux: the CUDA build, ~5 GB installed, which runs on the CPU; where the CPU
 # index https://download.pytorch.org/whl/cpu is reachable, its CPU wheel instead, ~0.9 GB). A pip
@@ -15,15 +18,15 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-version="${1:?usage: tools/compat.sh TORCH_VERSION [--notebooks-only|--tests-only]}"
+version="${1:?usage: tools/compat.sh TORCH_VERSION [--notebooks-only|--tests-only|--install-only]}"
 what="${2:-all}"
 case "$version" in
   [0-9]*.[0-9]*.[0-9]*) ;;
   *) echo "tools/compat.sh: '$version' is not a torch release (e.g. 2.15.0)" >&2; exit 2 ;;
 esac
 case "$what" in
-  all|--notebooks-only|--tests-only) ;;
-  *) echo "tools/compat.sh: unknown option '$what' (--notebooks-only or --tests-only)" >&2; exit 2 ;;
+  all|--notebooks-only|--tests-only|--install-only) ;;
+  *) echo "tools/compat.sh: unknown option '$what' (--notebooks-only, --tests-only or --install-only)" >&2; exit 2 ;;
 esac
 PYTHON="${PYTHON:-python3}"
 venv=".venv-torch-$version"
@@ -48,6 +51,9 @@ fi
 PYTHONWARNINGS="ignore:Editable installation" PIP_CONSTRAINT=/dev/null \
   "$venv/bin/python" -m pip install --quiet -c "$venv/constraints.txt" -e ".[lab,test,docs,classroom]"
 "$venv/bin/python" -c "import torch; print('torch', torch.__version__, 'in $venv, installed in', $(date +%s) - $start, 's')"
+if [ "$what" = "--install-only" ]; then
+  exit 0
+fi
 
 export COLLNB_TORCH_COMPAT="$version"  # tests/test_docs.py then checks this release is the one installed
 status=0
