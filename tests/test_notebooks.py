@@ -597,7 +597,7 @@ def _newest_code_mtime() -> float:
     return newest
 
 
-def _from_book_cache(paths) -> tuple[dict, dict]:
+def _from_book_cache(paths, book_cache: Path = BOOK_CACHE) -> tuple[dict, dict]:
     """The book's executions of ``paths`` that stand for running them here, and why each other one does
     not. An execution stands when the book's cache (``make docs``) holds one of the notebook's code cells as
     they are now (jupyter-cache's hash; an execution that raised is not cached), made after the last change
@@ -610,13 +610,13 @@ def _from_book_cache(paths) -> tuple[dict, dict]:
 
     if os.environ.get("COLLNB_TEST_EXECUTE") == "1":
         return {}, {p.stem: "COLLNB_TEST_EXECUTE=1" for p in paths}
-    if not (BOOK_CACHE / "global.db").is_file():
+    if not (book_cache / "global.db").is_file():
         return {}, {p.stem: "no book built (make docs builds it and its execution cache)" for p in paths}
     try:
         from jupyter_cache import get_cache
     except ImportError:
         return {}, {p.stem: "jupyter-cache is not installed (the docs extra)" for p in paths}
-    cache = get_cache(str(BOOK_CACHE))
+    cache = get_cache(str(book_cache))
     code = _newest_code_mtime()
     out, why = {}, {}
     for path in paths:
@@ -638,6 +638,46 @@ def _from_book_cache(paths) -> tuple[dict, dict]:
             continue
         out[path.stem] = (merged, stray)
     return out, why
+
+
+@pytest.mark.slow
+def test_the_books_execution_keeps_stray_output_and_the_tests_take_it(tmp_path, monkeypatch):
+    """The book executes with tools/notebook_run.py's client (docs/conf.py): output sent for an earlier cell
+    while a later one runs is kept in the cached notebook, and :func:`_from_book_cache` hands it to
+    test_notebook_runs_top_to_bottom's stray check with the cell's own output; an execution cached without
+    that record is not taken, and says why."""
+    import jupyter_cache.executors.utils as utils
+    from jupyter_cache import get_cache
+    from jupyter_cache.base import CacheBundleIn
+
+    monkeypatch.setattr(utils, "executenb", utils.executenb)  # put back after the test
+    notebook_run.record_in_the_book()
+    kernelspec = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb = nbformat.v4.new_notebook(metadata={"kernelspec": kernelspec})
+    nb.cells = [nbformat.v4.new_code_cell("k = get_ipython().kernel\nfirst = k.get_parent()"),
+                nbformat.v4.new_code_cell("k.session.send(k.iopub_socket, 'stream', {'name': 'stdout', 'text': 'late'}, "
+                                          "parent=first)\nimport time\ntime.sleep(0.5)\nprint('own')")]
+    path = tmp_path / "stray.ipynb"
+    nbformat.write(nb, path)
+    run = nbformat.read(path, as_version=4)
+    result = utils.single_nb_execution(run, cwd=str(tmp_path), timeout=120, allow_errors=False)
+    assert result.err is None, result.exc_string
+    cache = get_cache(str(tmp_path / "cache"))
+    cache.cache_notebook_bundle(CacheBundleIn(run, str(path)), check_validity=False)
+
+    # the same notebook's code, but another cell: executed by a book that kept no record
+    plain = tmp_path / "plain.ipynb"
+    nb.cells[1].source += "\nprint('more')"
+    nbformat.write(nb, plain)
+    unrecorded = nbformat.read(plain, as_version=4)
+    unrecorded.cells[1].outputs = [nbformat.v4.new_output("stream", name="stdout", text="own\nmore\n")]
+    cache.cache_notebook_bundle(CacheBundleIn(unrecorded, str(plain)), check_validity=False)
+
+    got, why = _from_book_cache([path, plain], tmp_path / "cache")
+    merged, stray = got["stray"]
+    assert stray == [[1, "stream", {"name": "stdout", "text": "late"}]]
+    assert [o.get("text") for o in merged.cells[1].outputs] == ["own\n"]
+    assert "plain" not in got and "no record of stray output" in why["plain"]
 
 
 def _selected_notebooks(session) -> list:
