@@ -133,7 +133,8 @@ lint: $(VENV)/.test-installed
 	$(BIN)/mypy
 
 # The book: README figures from real ranks, notebook metadata, then Sphinx with MyST-NB executing
-# every notebook (cached in docs/_build/.jupyter_cache, used by nothing else). Output: docs/_build/html.
+# every notebook (cached in docs/_build/.jupyter_cache, which tests/test_notebooks.py and test_zh_edition.py
+# read: make test after make docs executes no notebook again). Output: docs/_build/html.
 # A kernel that failed to start (a port taken between choosing and binding it, on a loaded machine)
 # fails the build; the retry re-runs only the notebooks not yet in the cache. -j 2: two notebooks
 # execute at once (2 cores), as tests/test_notebooks.py does.

@@ -3,7 +3,8 @@
 Sphinx runs on the repository root (``sphinx-build -c docs . docs/_build/html``) so that the pages
 are named after the files (``notebooks/01_broadcast`` -> ``notebooks/01_broadcast.html``) and links
 between notebooks resolve as they do in JupyterLab; only ``docs/*.md`` and ``notebooks/*.ipynb`` are
-read. The notebooks are executed at build time with a cache used by nothing else (``docs/_build/.jupyter_cache``); the
+read. The notebooks are executed at build time with a cache (``docs/_build/.jupyter_cache``) that the
+notebook tests read instead of executing them again (tools/notebook_run.py); the
 landing page is README.md; the API reference is generated from the docstrings. Launch buttons
 (Binder, Colab, JupyterHub) on every notebook page are made from the one repository URL in
 pyproject.toml's ``[project.urls]``.
