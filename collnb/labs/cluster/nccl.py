@@ -16,7 +16,8 @@ algorithms are enabled and what ``NCCL_ALGO``/``NCCL_PROTO`` change, parsed by `
 plateau factor); ``src/enqueue.cc`` (``topoGetAlgoInfo``: the smallest time wins; the size priced
 is ``count * element size``, times the number of ranks for all_gather and reduce_scatter:
 ``ncclFuncMaxSendRecvCount`` in ``src/include/enqueue.h``; ``updateCollCostTable``: which
-algorithms are candidates at all). Constants are copied as numbers; the code is collnb's own.
+algorithms are candidates at all). Constants are copied as numbers (:mod:`._nccl_tables`); the code is
+collnb's own.
 
 **What NCCL measures and collnb cannot.** The model's inputs per algorithm are the *graph* NCCL's
 topology search (``src/graph/search.cc``) found: channels, bandwidth per channel inside a node
@@ -39,54 +40,15 @@ from typing import SupportsInt, TypedDict, Unpack
 from ...i18n import _
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
+from ._nccl_tables import (ALGORITHMS, FUNCTIONS, NCCL_VERSION, PATH_TYPES, PROTOCOLS, Switches, Table, _BASE_LAT,
+                           _BCAST, _REDUCE, _AG, _RS, _AR, _COMPCAP, _GPUS, _HW_LAT, _HW_NVLINK, _HW_PCI, _HW_NET,
+                           _LL, _LL128, _SIMPLE, _LL_MAX_BW, _NVLS_EFFICIENCY, _NVLS_TREE_BW, _RING_LL128_BW, _TREE,
+                           _RING, _CND, _CNC, _NVLS, _NVLST, _PAT, _TREE_BW, _TREE_CORRECTION, _TREE_LL128_BW)
 
 __all__ = ["NCCL_VERSION", "ALGORITHMS", "PROTOCOLS", "FUNCTIONS", "Graph", "System", "PRESETS", "preset",
            "tune", "Tuning", "algo_time", "choose", "Choice", "choices", "crossovers", "parse_list",
            "explain_busbw_over_nic", "parse_tuning_table", "parse_graph_lines", "system_from_log",
            "parse_chosen", "table_text"]
-
-NCCL_VERSION = "2.30.7-1"
-#: NCCL's algorithms and protocols in its own order (``NCCL_ALGO_*``, ``NCCL_PROTO_*`` in
-#: src/include/plugin/nccl_tuner.h) and its collectives (``ncclFunc_t``, src/include/nccl_common.h).
-ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-PROTOCOLS = ("LL", "LL128", "Simple")
-FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
-_TREE, _RING, _CND, _CNC, _NVLS, _NVLST, _PAT = range(7)
-_LL, _LL128, _SIMPLE = range(3)
-_BCAST, _REDUCE, _AG, _RS, _AR = range(5)
-_GPUS = ("volta", "ampere", "hopper", "blackwell")
-_COMPCAP = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
-#: topoPathTypeStr (src/graph/paths.cc): path types in order, as a GRAPH log line spells them.
-PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
-
-# -- tuning.cc's constants (v2.30.7-1) ------------------------------------------------------------
-_NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)  # per GPU generation
-_BASE_LAT = ((6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (8.0, 8.0, 8.0))
-_HW_NVLINK, _HW_PCI, _HW_NET = range(3)
-_HW_LAT = (
-    ((0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25), (0, 0, 25), (0, 0, 4.0)),   # NVLink
-    ((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 0), (0, 0, 0), (0, 0, 4.0)),     # PCI
-    ((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18), (0, 0, 20.9), (0, 0, 14)),    # NET
-)
-_LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (2 * 141.0, 2 * 45.0, 2 * 35.0))
-_RING_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
-_TREE_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
-_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
-_NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-#: "Trees are not perfectly sticking to the model for medium sizes": a factor per protocol and
-#: power of two of size/64, 64 B to 256 MB (treeCorrectionFactor).
-_TREE_CORRECTION = (
-    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-)
-
-
-#: ``table[function][algorithm][protocol]``: a :class:`Tuning`'s latencies (µs) or bandwidths (GB/s).
-Table = dict[str, dict[str, dict[str, float]]]
-#: ``switches[function][element]``: what ``NCCL_ALGO``/``NCCL_PROTO`` leave on (1), off (0), or to
-#: NCCL's default (2: LL128, enabled by default only in certain cases), by :func:`parse_list`.
-Switches = dict[str, dict[str, int]]
 
 
 def _log2i(n: int) -> int:
