@@ -463,10 +463,6 @@ def _getsource_misuse(source: str) -> list[str]:
     return found + [f"{name} = inspect.getsource(...)" for name in bound]
 
 
-#: Notebooks written on other branches while this kind was fixed in 00-18: for their authors.
-SOURCE_CUTTING_PENDING = {"20_composed_parallelism"}
-
-
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_library_code_is_shown_by_named_piece_never_by_cutting_source_text(path):
     """Issue 35: a lesson shows a function or class of collnb whole (``print(inspect.getsource(obj))`` of
@@ -474,9 +470,6 @@ def test_library_code_is_shown_by_named_piece_never_by_cutting_source_text(path)
     the text (``src[src.index("    dist.barrier()"):]``) breaks silently when the library changes."""
     nb = nbformat.read(path, as_version=4)
     cut = [(c.get("id"), m) for c in nb.cells if c.cell_type == "code" for m in _getsource_misuse(c.source)]
-    if path.stem in SOURCE_CUTTING_PENDING:
-        assert cut, f"{path.stem} no longer cuts source text: remove it from SOURCE_CUTTING_PENDING"
-        pytest.skip(f"{path.stem}: cuts library source text, pending its author (SOURCE_CUTTING_PENDING): {cut}")
     assert not cut, f"{path.name}: cells cut library source text: {cut}"
 
 

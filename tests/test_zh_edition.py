@@ -624,9 +624,6 @@ def _binds_underscore(source: str) -> list[str]:
 
 
 EN_NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-#: Notebooks whose own lines still print in English, for their authors to convert (written on other branches
-#: while this kind was fixed in 00-18, algorithms and bandwidth): the test says when one no longer needs it.
-PRINTS_PENDING = {"19_virtual_cluster", "20_composed_parallelism"}
 
 
 @pytest.mark.parametrize("path", EN_NOTEBOOKS, ids=lambda p: p.stem)
@@ -638,9 +635,6 @@ def test_what_a_notebook_prints_goes_through_the_translation(path):
     cells = [c for c in json.loads(path.read_text())["cells"] if c["cell_type"] == "code"
              and not {"solution", "exercise"} & set(c.get("metadata", {}).get("tags", []))]
     english = [(c["id"], s) for c in cells for s in _prose_outside_translation(twins._source(c))]
-    if path.stem in PRINTS_PENDING:
-        assert english, f"{path.stem} prints no English literal: remove it from PRINTS_PENDING"
-        pytest.skip(f"{path.stem}: {len(english)} English literals printed without _(), pending (PRINTS_PENDING)")
     assert not english, f"{path.name}: printed without _(): {english[:10]}"
     rebound = [(c["id"], b) for c in cells for b in _binds_underscore(twins._source(c))]
     assert not rebound, f"{path.name}: code binds _ where it hides the translation: {rebound}"

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .redistribute_explorer import explore_redistribute
     from .replay import FPS_RANGE, compare, compare_figure, replay, save_filmstrip, save_gif
     from .rounds_explorer import explore_rounds
+    from .static import captioned_png, live_bundle, rerun_line, static_bundle, update_static
     from .timeline import timeline_image, timeline_png
 
 #: Public name -> the module it is loaded from.
@@ -54,6 +55,8 @@ _WHERE = {
     "explore_redistribute": ".redistribute_explorer",
     **dict.fromkeys(("timeline_image", "timeline_png"), ".timeline"),
     "explore_rounds": ".rounds_explorer",
+    # a widget of a lab that shows a static picture where no kernel runs (the book, a saved notebook)
+    **dict.fromkeys(("captioned_png", "live_bundle", "rerun_line", "static_bundle", "update_static"), ".static"),
     **dict.fromkeys(("FPS_RANGE", "compare", "compare_figure", "replay", "save_filmstrip", "save_gif"),
                     ".replay"),
 }
@@ -62,6 +65,7 @@ __all__ = ["CallsView", "call_steps", "call_counts", "calls_text", "calls_image"
            "compare", "compare_figure", "save_gif", "save_filmstrip", "MatrixPanel", "MatrixPicture", "matrix_image",
            "redistribute_image", "redistribute_png", "redistribute_text", "predict_steps", "explore_redistribute",
            "timeline_image", "timeline_png", "FPS_RANGE", "Binder", "Picture", "matplotlib_fonts", "CjkFontMissing",
-           "mesh_traffic_image", "MeshLegendLine"]  # FPS_RANGE: for the command line (collnb.cli.replay)
+           "mesh_traffic_image", "MeshLegendLine", "captioned_png", "live_bundle", "rerun_line", "static_bundle",
+           "update_static"]  # FPS_RANGE: for the command line (collnb.cli.replay)
 
 __getattr__, __dir__ = lazy_attributes(__name__, _WHERE)

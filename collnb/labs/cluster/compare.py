@@ -309,8 +309,10 @@ def compare_algorithms(cluster: AnyCluster, primitive: str = "all_reduce", algor
         nbytes = out["sizes"][i]
         rows.append(AlgorithmTiming(primitive, a, nbytes, None if predicted_only else statistics.median(out["times"][i]),
                                     model.predict(primitive, a, nbytes), not out["wrong"][i], cluster.world_size))
-    describe = (f"{cluster.nodes}x{cluster.ranks_per_node}, inter {getattr(cluster, 'inter', '')}"
-                f" ({getattr(cluster, 'mode', 'emulated')})")
+    mode = getattr(cluster, "mode", "emulated")
+    describe = _("{nodes}x{L}, inter {inter} ({mode})").format(
+        nodes=cluster.nodes, L=cluster.ranks_per_node, inter=getattr(cluster, "inter", ""),
+        mode={"emulated": _("emulated"), "modelled": _("modelled"), "real": _("real")}.get(mode, mode))
     lo, hi = min(sizes), max(sizes)
     return Comparison(primitive, rows, model, "predicted" if predicted_only else "measured", describe,
                       predicted_crossovers(model, primitive, algorithms, lo, hi), measured_crossovers(rows))

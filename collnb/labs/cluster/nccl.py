@@ -111,23 +111,23 @@ def _dgx_h100(nodes: int) -> System:
                    "NVLSTree": Graph(16, 40.0, 24.0, "NVL", "PIX", 5), "CollNetDirect": Graph(8, 24.0, 24.0, "NVL", "PIX", 6),
                    "CollNetChain": g},
                   collnet=False, nvswitch=True, nic_gbps=400.0, nics_per_node=8,
-                  description="illustrative: 8 H100 on NVSwitch, 8 x 400 Gbit/s NICs; 16 channels of 24 GB/s "
-                              "(the search's speed steps, src/graph/search.cc sm90SpeedArray)")
+                  description=_("illustrative: 8 H100 on NVSwitch, 8 x 400 Gbit/s NICs; 16 channels of 24 GB/s "
+                                "(the search's speed steps, src/graph/search.cc sm90SpeedArray)"))
 
 
 def _pcie_a100(nodes: int) -> System:
     g = Graph(4, 12.0, 6.0, "PIX", "PXB", 4)
     return System(nodes, 8, "ampere", "amd", "x86", {"Ring": g, "Tree": replace(g, pattern=1)},
                   collnet=False, nvswitch=False, nic_gbps=100.0, nics_per_node=2,
-                  description="illustrative: 8 A100 PCIe (no NVLink), 2 x 100 Gbit/s NICs; 4 channels of "
-                              "12 GB/s inside, 6 GB/s across")
+                  description=_("illustrative: 8 A100 PCIe (no NVLink), 2 x 100 Gbit/s NICs; 4 channels of "
+                                "12 GB/s inside, 6 GB/s across"))
 
 
 def _one_gpu_per_node(nodes: int) -> System:
     g = Graph(2, 24.0, 24.0, "LOC", "PIX", 4)
     return System(nodes, 1, "hopper", "intel", "x86", {"Ring": g, "Tree": replace(g, pattern=1), "PAT": g},
                   collnet=False, nvswitch=False, nic_gbps=400.0, nics_per_node=1,
-                  description="illustrative: one H100 per node, one 400 Gbit/s NIC; 2 channels of 24 GB/s")
+                  description=_("illustrative: one H100 per node, one 400 Gbit/s NIC; 2 channels of 24 GB/s"))
 
 
 #: Named illustrative machines (module doc): name -> function of the node count.

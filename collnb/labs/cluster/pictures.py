@@ -368,12 +368,12 @@ class TierReplay:
             self.slider.value = self.current_round  # its observer comes back here
             return
         self.image.value = self.png(self.current_round)
-        from ...views.static import update_static  # noqa: PLC0415
+        from ...views import update_static  # noqa: PLC0415
         update_static(self.display_ids, self.static_bundle)
 
     def static_bundle(self) -> dict[str, Any]:
         """The round shown as a static display bundle (:func:`collnb.views.static.static_bundle`)."""
-        from ...views.static import captioned_png, rerun_line, static_bundle  # noqa: PLC0415
+        from ...views import captioned_png, rerun_line, static_bundle  # noqa: PLC0415
         png, t, k = self.png(self.current_round), self.trace, self.current_round
         alt = _("{primitive} / {algorithm} at world size {world_size}, round {round} of {n_rounds}").format(
             primitive=t.primitive, algorithm=t.algorithm, world_size=t.world_size, round=k, n_rounds=t.n_rounds)
@@ -383,7 +383,7 @@ class TierReplay:
     def _ipython_display_(self) -> None:
         from IPython.display import display  # noqa: PLC0415
 
-        from ...views.static import live_bundle  # noqa: PLC0415
+        from ...views import live_bundle  # noqa: PLC0415
         did = f"collnb-tier-replay-{id(self):x}-{len(self.display_ids)}"
         self.display_ids.append(did)
         display(self.static_bundle(), raw=True, display_id=did)

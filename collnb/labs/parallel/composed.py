@@ -61,9 +61,10 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
     from torch.distributed.tensor.parallel import ParallelStyle
 
-__all__ = ["ROLES", "DATA_ROLES", "Plan", "COMPOSITIONS", "Composition", "composition", "build", "train", "deviation",
-           "global_losses", "run_composition", "TOLERANCE", "ExpertParallelMoE", "MAX_WORLD_SIZE", "TrainResult",
-           "Deviation", "Apply", "ReduceGrads"]
+__all__ = ["ROLES", "DATA_ROLES", "Plan", "COMPOSITIONS", "Composition", "composition", "build", "keep_stage",
+           "apply_model_parallel", "apply_data_parallel", "tp_plan", "train", "deviation", "global_losses",
+           "run_composition", "TOLERANCE", "ExpertParallelMoE", "MAX_WORLD_SIZE", "TrainResult", "Deviation", "Apply",
+           "ReduceGrads"]
 
 #: ``apply(model, mesh) -> model``: a learner's composition, instead of :func:`build`.
 Apply: TypeAlias = Callable[[TinyTransformer, "DeviceMesh"], torch.nn.Module]
@@ -174,7 +175,7 @@ class ExpertParallelMoE(torch.nn.Module):
         return moe_combine(back, route, slots, gate).view_as(x)
 
 
-def _tp_plan() -> dict[str, ParallelStyle]:
+def tp_plan() -> dict[str, ParallelStyle]:
     """Megatron's plan of a block (module doc): which Linear is column-wise and which row-wise."""
     from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel
 
@@ -218,28 +219,45 @@ def _flat(mesh: DeviceMesh, roles: Sequence[str]) -> DeviceMesh:
 def build(plan: Plan, config: TransformerConfig, mesh: DeviceMesh,
           rank: int) -> tuple[TinyTransformer, ReduceGrads | None]:
     """On a rank: :class:`.transformer.TinyTransformer` (``config``) with ``plan`` applied on
-    ``mesh`` (a DeviceMesh of ``plan``'s shape and names): this stage's blocks (``pp``), TP's plan
-    (``tp``), the context-parallel attention core (``cp``), this rank's experts (``ep``), FSDP2 /
-    HSDP (``dp_shard``, ``cp``, with ``dp_replicate``).
+    ``mesh`` (a DeviceMesh of ``plan``'s shape and names), in torchtitan's order: this stage's
+    blocks (:func:`keep_stage`), the parallelisms inside every block (:func:`apply_model_parallel`:
+    ``tp``, ``cp``, ``ep``), data parallelism last (:func:`apply_data_parallel`: FSDP2 / HSDP).
 
     Returns:
         ``(model, reduce_grads)``: ``reduce_grads()`` all-reduces and averages the gradients by
         hand (DDP's bucket) where the plan has data parallelism without FSDP2, else ``None``.
     """
     model = TinyTransformer(config)
-    coords = plan.coordinates(rank)
-    stage, stages = coords.get("pp", 0), plan.size("pp")
-    if plan.has("pp"):                                   # keep this stage's blocks (names unchanged)
-        per = config.blocks // stages
-        for i in range(config.blocks):
-            if i // per != stage:
-                del model.layers[str(i)]
-        if stage != stages - 1:
-            model.norm = model.output = None
+    keep_stage(model, plan, rank)                   # pp: this stage's blocks
+    apply_model_parallel(model, plan, mesh)         # tp, cp, ep: inside every block
+    return model, apply_data_parallel(model, plan, mesh)   # FSDP2 / HSDP over the data dimensions
+
+
+def keep_stage(model: TinyTransformer, plan: Plan, rank: int) -> None:
+    """Under ``pp``: delete from ``model`` the blocks that are not this rank's stage's (stage ``s`` of
+    ``S`` keeps blocks ``s * blocks / S`` to ``(s + 1) * blocks / S - 1``, every parameter keeping its
+    name), and the final norm and output everywhere but on the last stage. Without ``pp``: nothing."""
+    if not plan.has("pp"):
+        return
+    stage, stages = plan.coordinates(rank)["pp"], plan.size("pp")
+    per = len(model.layers) // stages
+    for i in range(len(model.layers)):
+        if i // per != stage:
+            del model.layers[str(i)]
+    if stage != stages - 1:
+        model.norm = model.output = None
+
+
+def apply_model_parallel(model: TinyTransformer, plan: Plan, mesh: DeviceMesh) -> None:
+    """The parallelisms that change what a block computes, applied to every block of ``model`` in
+    place: tensor parallelism over ``mesh["tp"]`` (``parallelize_module`` with :func:`tp_plan`),
+    the context-parallel attention core over ``mesh["cp"]`` (:func:`.context.make_core`: ring or
+    Ulysses), this rank's experts over ``mesh["ep"]`` (:class:`ExpertParallelMoE`). A role the plan
+    does not have is skipped."""
     if plan.has("tp"):
         from torch.distributed.tensor.parallel import parallelize_module
         for block in model.blocks():
-            parallelize_module(block, mesh["tp"], _tp_plan())
+            parallelize_module(block, mesh["tp"], tp_plan())
     if plan.has("cp"):
         from .context import make_core
         core = make_core(plan.attention, mesh["cp"].get_group())
@@ -250,9 +268,19 @@ def build(plan: Plan, config: TransformerConfig, mesh: DeviceMesh,
         for block in model.blocks():
             block.feed_forward = ExpertParallelMoE(block.moe(), ep_group)
 
-    # Data parallelism: FSDP2 over dp_shard (and cp, flattened), HSDP with dp_replicate; else by hand.
+
+def apply_data_parallel(model: TinyTransformer, plan: Plan, mesh: DeviceMesh) -> ReduceGrads | None:
+    """Data parallelism, applied last: FSDP2 (``fully_shard``, every block then the whole model) over
+    ``dp_shard`` (and ``cp``, flattened into ``dp_shard_cp``), as HSDP on the 2-D mesh
+    ``(dp_replicate, dp_shard...)`` when the plan has ``dp_replicate``; ``reshard_after_forward=False``
+    under ``pp`` (torchtitan's default policy). Without FSDP2 (``dp_replicate`` and/or ``ep`` only)
+    the gradients are all-reduced by hand, DDP's way, one bucket each for the dense parameters (over
+    the data dimensions flattened) and the experts' (over ``dp_replicate``).
+
+    Returns:
+        ``reduce_grads`` (call it after ``backward``) for the by-hand case, else ``None``.
+    """
     sharded = [role for role in plan.names if role in ("dp_shard", "cp")]
-    by_hand: ReduceGrads | None = None
     if sharded:
         from torch.distributed.fsdp import fully_shard
         shard_mesh = _flat(mesh, sharded)
@@ -261,20 +289,20 @@ def build(plan: Plan, config: TransformerConfig, mesh: DeviceMesh,
         for block in model.blocks():
             fully_shard(block, mesh=dp_mesh, reshard_after_forward=reshard)
         fully_shard(model, mesh=dp_mesh, reshard_after_forward=reshard)
-    elif plan.has("dp_replicate") or plan.has("ep"):
-        data = [role for role in plan.names if role in ("dp_replicate", "ep")]
-        dense_group = _flat(mesh, data).get_group()
-        expert_group = mesh["dp_replicate"].get_group() if plan.has("dp_replicate") else None
-        experts = [p for n, p in model.named_parameters() if plan.has("ep") and ".feed_forward.w" in n]
-        dense = [p for p in model.parameters() if all(p is not e for e in experts)]
+        return None
+    if not (plan.has("dp_replicate") or plan.has("ep")):
+        return None
+    data = [role for role in plan.names if role in ("dp_replicate", "ep")]
+    dense_group = _flat(mesh, data).get_group()
+    expert_group = mesh["dp_replicate"].get_group() if plan.has("dp_replicate") else None
+    experts = [p for n, p in model.named_parameters() if plan.has("ep") and ".feed_forward.w" in n]
+    dense = [p for p in model.parameters() if all(p is not e for e in experts)]
 
-        def reduce_grads() -> None:
-            _bucket_all_reduce([grad_of(p) for p in dense], dense_group, plan.batch_shards)
-            _bucket_all_reduce([grad_of(p) for p in experts], expert_group, plan.batch_shards)
+    def reduce_grads() -> None:
+        _bucket_all_reduce([grad_of(p) for p in dense], dense_group, plan.batch_shards)
+        _bucket_all_reduce([grad_of(p) for p in experts], expert_group, plan.batch_shards)
 
-        by_hand = reduce_grads
-
-    return model, by_hand
+    return reduce_grads
 
 
 def train(rank: int, world_size: int, plan: Plan, config: TransformerConfig, x: torch.Tensor, y: torch.Tensor, *,
