@@ -107,7 +107,7 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
     rank 1 (same node), one at a time, and times send + a 1-float acknowledgement; then 20
     round trips of one float each way (the latency: half a round trip). Rank 0's answer: seconds per
     message of each pair (``"inter"``, ``"intra"``) and per round trip (``"inter_rtt"``, ``"intra_rtt"``);
-    the other ranks' is empty."""
+    the other ranks' lists are empty."""
     import torch
     import torch.distributed as dist
     buf, ack = torch.ones(nbytes // 4), torch.zeros(1)
@@ -145,7 +145,7 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
 
 class _CompareTimes(TypedDict):
     """What every rank of :func:`_compare_rank` answers: ``times[size][repeat]`` the slowest rank's
-    seconds of ``(flat, hierarchical)``, ``wrong[size]`` the ranks whose result was not the sum, of each."""
+    seconds of ``(flat, hierarchical)``, ``wrong[size]`` how many calls of each, over every rank, missed the sum."""
 
     times: list[list[list[float]]]
     wrong: list[list[float]]
