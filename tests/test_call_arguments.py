@@ -101,9 +101,7 @@ def test_script_text_refuses_op_and_root_where_unused(primitive):
     script_text(primitive)  # nothing given: the defaults
 
 
-def test_run_algorithm_refuses_op_and_root_where_unused(monkeypatch):
-    from collnb.algorithms import run as algorithms_run
-    monkeypatch.setattr(algorithms_run, "launch", lambda *a, **k: pytest.fail("a refused request was launched"))
+def test_run_algorithm_refuses_op_and_root_where_unused(no_launch):
     with pytest.raises(ValueError, match=r"^collnb.run_algorithm: all_reduce does not use root .*"
                                          r"the arguments all_reduce uses: dtype, op, chunk_size, inputs\."):
         collnb.run_algorithm("all_reduce", "ring", 4, root=0)

@@ -20,9 +20,10 @@ import torch
 import torch.distributed as dist
 from numpy.typing import NDArray
 
+from .. import ranks
 from ..collectives import REDUCING_PRIMITIVES, backend_support, check_arguments, get_spec, make_tensor, teaching_value
+from ..collectives.support import BackendSupport, support_for
 from ..i18n import _
-from ..ranks import launch
 from ..vocabulary import check_backend, check_int, dtype_name, op_hint, op_name
 from .execution import Recording, execute, snapshots
 from .schedules import Schedule, chunk_bounds, default_algorithm, schedule
@@ -237,9 +238,12 @@ def _holds_input(primitive: str, rank: int, chunk: int, root: int) -> bool:
     return True
 
 
-def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str) -> None:
-    """Refuse (ValueError) a dtype or op that ``backend`` does not accept for ``primitive`` on real ranks."""
-    sup = backend_support(backend)
+def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str,
+                      support: Callable[[], BackendSupport] | None = None) -> None:
+    """Refuse (ValueError) a dtype or op that ``backend`` does not accept for ``primitive`` on real
+    ranks (``support()``: what it accepts, for a launch planned already; default
+    :func:`collnb.backend_support`)."""
+    sup = support() if support is not None else backend_support(backend)
     name = _BUILTIN_NAME.get(primitive, primitive)
     dname = str(dt).replace("torch.", "")
     o = op if primitive in REDUCING_PRIMITIVES else None
@@ -261,7 +265,7 @@ def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str) ->
 def prepare_case(primitive: str, algorithm: str | None, world_size: int, dtype: torch.dtype | str | None,
                  op: str | dist.ReduceOp | None, root: int | None, chunk_size: int, segments: int | None, inputs: Inputs,
                  snapshots: bool, compare: bool, backend: str, validate: bool = True,
-                 ranks_per_node: int | None = None) -> Case:
+                 ranks_per_node: int | None = None, *, support: Callable[[], BackendSupport] | None = None) -> Case:
     """Check one case of :func:`run_algorithms` and build what its ranks need, without starting
     any rank (the rounds explorer calls it to check its arguments before drawing a widget).
 
@@ -269,7 +273,8 @@ def prepare_case(primitive: str, algorithm: str | None, world_size: int, dtype: 
     ``snapshots``, ``compare`` as bools; ``ranks_per_node`` the
     node map, needed by the tiered algorithms); ``validate``: ask
     :func:`collnb.backend_support` whether ``backend`` accepts the dtype and op (detected on real
-    ranks once per process and backend, then cached).
+    ranks once per process and backend, then cached; ``support``: that answer for a launch planned
+    already, as :func:`run_algorithms` has it, so that the request is not checked again).
 
     Returns:
         :class:`Case`: ``schedule`` (:class:`Schedule`), ``inputs`` (``(world_size, count)`` tensor),
@@ -287,7 +292,7 @@ def prepare_case(primitive: str, algorithm: str | None, world_size: int, dtype: 
     opn = op_name("sum" if op is None else op)
     check_int("chunk_size", chunk_size, 1, 1 << 22, what="elements per chunk")
     if validate:
-        _validate_backend(primitive, dt, opn, backend)
+        _validate_backend(primitive, dt, opn, backend, support)
     C = sched.n_chunks
     count = C * chunk_size
     if inputs is None:
@@ -397,6 +402,16 @@ def run_algorithms(configs: Sequence[AlgorithmConfig], world_size: int, *, backe
     """
     allowed = {"primitive", "algorithm", "dtype", "op", "root", "chunk_size", "segments", "inputs", "snapshots",
                "compare", "ranks_per_node"}
+    # the launch is checked once, here (world size, backend, seconds): the backend's answer about
+    # dtypes and ops is read for it and it is run as planned, not checked again per case
+    plan = ranks.plan_launch(world_size, backend, {"timeout": timeout, "debug": debug}, where="collnb.run_algorithms")
+    answer: list[BackendSupport] = []
+
+    def support() -> BackendSupport:
+        if not answer:
+            answer.append(support_for(plan))
+        return answer[0]
+
     cases = []
     for cfg in configs:
         extra = set(cfg) - allowed
@@ -407,11 +422,12 @@ def run_algorithms(configs: Sequence[AlgorithmConfig], world_size: int, *, backe
         cases.append(prepare_case(cfg["primitive"], cfg.get("algorithm"), world_size, cfg.get("dtype", torch.float32),
                                   cfg.get("op"), cfg.get("root"), cfg.get("chunk_size", 1),
                                   cfg.get("segments"), cfg.get("inputs"), cfg.get("snapshots", True),
-                                  cfg.get("compare", True), backend, validate, cfg.get("ranks_per_node")))
+                                  cfg.get("compare", True), backend, validate, cfg.get("ranks_per_node"),
+                                  support=support))
     ship = [RankCase(schedule=c["schedule"], inputs=c["inputs"], bounds=c["bounds"], op=c["op"], record=c["record"],
                      compare=c["compare"]) for c in cases]
     t0 = time.perf_counter()
-    results = launch(_rank_run_cases, world_size, args=(ship,), backend=backend, timeout=timeout, debug=debug)
+    results = ranks.launch_planned(plan, _rank_run_cases, (ship,))
     wall = time.perf_counter() - t0
     return [_make_trace(c, [results[r][i] for r in range(world_size)], backend, wall / len(cases))
             for i, c in enumerate(cases)]
