@@ -176,6 +176,7 @@ REPLACED = {
     "torch.distributed.distributed_c10d.all_gather = None": "replaced torch.distributed.distributed_c10d.all_gather",
     "import numpy; numpy.sum = len": "replaced numpy.sum",
     "import collnb.ranks.serialization as s; s.loads = print": "replaced collnb.ranks.serialization.loads",
+    "class Mine: pass\ntorch.distributed.Mine = Mine": "added torch.distributed.Mine",
     "import collnb; collnb._kept = [torch.inference_mode()]; collnb._kept[0].__enter__()": "left inference mode on",
     "import threading; threading.Thread(target=__import__('time').sleep, args=(30,), daemon=True).start()":
         "left thread 'Thread-",
@@ -225,6 +226,30 @@ def test_collnbs_own_wrappers_and_torchs_own_patches_never_retire_the_ranks(capf
     assert collnb.run("all_gather", world_size=2).ok
     assert collnb.ranks.warm_pool().pids() == pids and not collnb.ranks.warm_pool().retired
     assert "[collnb]" not in capfd.readouterr().err
+
+
+def test_a_lazy_name_loaded_inside_a_call_does_not_retire_the_ranks(tmp_path):
+    """The views facade imports its names the first time they are asked for (PEP 562 ``__getattr__``)
+    and keeps them in its namespace: a class of collnb's filled in that way is not a learner's change
+    (CI's notebook ``algorithms`` printed "[collnb] the last call added collnb.views.Picture; ...
+    starting fresh ranks"). In a kernel of its own, where collnb.views is imported and none of those
+    names asked for yet when the ranks start."""
+    script = tmp_path / "lazy.py"
+    script.write_text(textwrap.dedent("""
+        import sys, collnb, collnb.views
+        def asks(rank, world_size):
+            import collnb.views as views
+            return [getattr(views, n).__name__ for n in ("Picture", "Binder", "MatrixPanel")]
+        assert "Picture" not in vars(collnb.views), "the names are loaded already: the test shows nothing"
+        pids = (collnb.launch(lambda r, w: r, 2), collnb.ranks.warm_pool().pids())[1]
+        print(collnb.launch(asks, 2)[1], collnb.launch(lambda r, w: r, 2))
+        print(collnb.ranks.warm_pool().pids() == pids)
+    """))
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["['Picture', 'Binder', 'MatrixPanel'] [0, 1]", "True"], done.stdout
+    assert "[collnb]" not in done.stderr, done.stderr
 
 
 def test_collnbs_own_calls_leave_every_probe_as_fresh_and_are_not_cleaned_up_after():

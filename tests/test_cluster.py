@@ -620,6 +620,27 @@ def test_the_pictures_are_drawn_with_both_tiers_colours(tmp_path):
         cl.tier_filmstrip(trace, tmp_path / "strip.gif")
 
 
+def test_the_tier_replay_moves_round_by_round_and_shows_a_static_picture_for_the_book():
+    """replay_tiers returned a bare VBox: the book showed its repr ("VBox(children=(HBox(...") where the
+    round should be. Its player shows the round's figure, follows the slider and Play, and displays a
+    static picture of the round shown above the live panel, whose own HTML is empty."""
+    import base64
+
+    from collnb.algorithms import run_algorithms
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    trace = run_algorithms([dict(primitive="all_reduce", algorithm="hierarchical", ranks_per_node=2)], 4)[0]
+    player = cl.replay_tiers(trace, c.model(), c)
+    assert isinstance(player, cl.TierReplay) and player.slider.max == trace.n_rounds >= 3
+    assert player.current_round == 1 and player.image.value == player.png(1)[:] and player.png(1)[:4] == b"\x89PNG"
+    player.play.value = 3  # Play moves the slider (jslink's work where no browser runs)
+    assert player.current_round == 3 and player.image.value == player.png(3) != player.png(1)
+    bundle = player.static_bundle()
+    assert "collnb-static" in bundle["text/html"] and base64.b64decode(bundle["image/png"])[:4] == b"\x89PNG"
+    assert f"round 3 of {trace.n_rounds}" in bundle["text/html"]  # the picture's alt text
+    with pytest.raises(ValueError, match="no node map"):
+        cl.replay_tiers(run_algorithms([dict(primitive="all_reduce")], 2)[0])
+
+
 def test_the_explorer_runs_on_a_modelled_cluster_and_says_its_times_are_predicted():
     c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
     ex = cl.explore_cluster(c, algorithm="ring", size=16 << 10)

@@ -78,6 +78,24 @@ def test_the_default_comes_from_collnb_lang_then_the_locale(env, expected):
     assert out.stdout.strip() == expected
 
 
+def test_a_variable_changed_after_a_first_read_is_read_again(monkeypatch):
+    """get_language reads the environment again only when one of its five variables changed (a cache,
+    for the ~400 translated lines of a slider move): each change is seen at the next call."""
+    collnb.set_language(None)
+    for name in ("COLLNB_LANG", "LANGUAGE", "LC_ALL", "LC_MESSAGES"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("LANG", "en_US.UTF-8")
+    assert collnb.get_language() == "en" and collnb.get_language() == "en"
+    monkeypatch.setenv("LANG", "zh_CN.UTF-8")
+    assert collnb.get_language() == "zh"
+    monkeypatch.setenv("LC_MESSAGES", "en_GB.UTF-8")
+    assert collnb.get_language() == "en"
+    monkeypatch.setenv("COLLNB_LANG", "zh")
+    assert collnb.get_language() == "zh"
+    monkeypatch.delenv("COLLNB_LANG")
+    assert collnb.get_language() == "en"
+
+
 def test_set_language_none_goes_back_to_the_default(monkeypatch):
     monkeypatch.setenv("LANG", "zh_CN.UTF-8")
     monkeypatch.delenv("LANGUAGE", raising=False)

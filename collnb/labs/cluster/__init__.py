@@ -38,7 +38,7 @@ from .explain import Explanation, NcclTestsFormatError, explain_nccl_tests, pars
 from .network import ClusterUnavailable, available, sweep_leftovers
 from .explorer import explore_cluster
 from .traffic import Traffic, node_traffic
-from .pictures import as_image, cluster_figure, comparison_figure, replay_tiers, round_figure, tier_filmstrip
+from .pictures import TierReplay, as_image, cluster_figure, comparison_figure, replay_tiers, round_figure, tier_filmstrip
 from .virtual import MODES, ClusterRankError, ClusterTimeout, VirtualCluster
 
 __all__ = ["cluster", "Cluster", "Link", "parse_link", "close_all", "CLUSTER_MODES", "VirtualCluster", "MODES",
@@ -46,7 +46,7 @@ __all__ = ["cluster", "Cluster", "Link", "parse_link", "close_all", "CLUSTER_MOD
            "LinkMeasurement", "hierarchical_all_reduce", "node_groups", "TierModel", "Comparison", "compare_all_reduce",
            "format_comparison", "compare_algorithms", "AlgorithmTiming", "run_algorithm", "explain_nccl_tests",
            "parse_nccl_tests", "Explanation", "NcclTestsFormatError", "cluster_figure", "round_figure", "tier_filmstrip",
-           "replay_tiers", "comparison_figure", "nccl", "TIERED_PRIMITIVES", "explore_cluster",
+           "replay_tiers", "TierReplay", "comparison_figure", "nccl", "TIERED_PRIMITIVES", "explore_cluster",
            "node_traffic", "Traffic", "check_tier_aware_all_reduce", "sample_nccl_tests", "as_image"]
 
 

@@ -310,6 +310,13 @@ def run_algorithm(cluster: Any, primitive: str, algorithm: str, nbytes: int | No
 
     Raises:
         As :func:`collnb.run_algorithm` and ``cluster.launch``.
+
+    Note:
+        The ranks run the algorithm once untimed, then once timed (as nccl-tests runs warm-up
+        iterations before it times: ``-w``). Without it the first rounds over the shaped links
+        measured far above the model: 75-260 ms a round where 5 ms is the link's time (1 MiB
+        all_reduce, ring, 2 nodes x 2 ranks at 400 Mbit/s; the next run 5-13 ms), as TCP's
+        congestion window first grows on a connection. ``trace.wall_seconds`` includes both passes.
     """
     from ...algorithms import make_trace, prepare_case, rank_run_cases, schedule
 
@@ -320,10 +327,11 @@ def run_algorithm(cluster: Any, primitive: str, algorithm: str, nbytes: int | No
     case = prepare_case(primitive, algorithm, cluster.world_size, "float32", None, None, chunk_size, None, None,
                         snapshots, compare, "gloo", validate=False, ranks_per_node=L)
     ship = {k: v for k, v in case.items() if k not in ("dtype", "chunk_size")}
+    warm_up = {**ship, "record": False, "compare": False}  # an untimed pass first (see Note)
     t0 = time.perf_counter()
-    results = cluster.launch(rank_run_cases, ([ship],), timeout=timeout)
+    results = cluster.launch(rank_run_cases, ([warm_up, ship],), timeout=timeout)
     wall = time.perf_counter() - t0
-    trace = make_trace(case, [results[r][0] for r in range(cluster.world_size)], "gloo", wall)
+    trace = make_trace(case, [results[r][1] for r in range(cluster.world_size)], "gloo", wall)
     trace.meta["cluster"] = {"nodes": cluster.nodes, "ranks_per_node": L, "mode": getattr(cluster, "mode", "emulated"),
                              "inter": str(getattr(cluster, "inter", "")), "intra": str(getattr(cluster, "intra", ""))}
     return trace

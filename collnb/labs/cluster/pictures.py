@@ -20,7 +20,7 @@ import numpy as np
 from ...i18n import _
 from ...units import format_bytes
 
-__all__ = ["as_image", "cluster_figure", "cluster_png", "round_figure", "tier_filmstrip", "replay_tiers", "comparison_figure",
+__all__ = ["as_image", "cluster_figure", "cluster_png", "round_figure", "tier_filmstrip", "replay_tiers", "TierReplay", "comparison_figure",
            "INTRA_COLOR", "INTER_COLOR"]
 
 INTRA_COLOR = "#009E73"  # bluish green
@@ -267,29 +267,93 @@ def tier_filmstrip(trace, path, *, model=None, cluster: Any = None, columns: int
     return str(path)
 
 
-def replay_tiers(trace, model=None, cluster: Any = None):
-    """A player for ``trace`` on its cluster: a round slider with Play, and :func:`round_figure`
-    of the round shown (ipywidgets). Returns the widget box. Raises as :func:`round_figure`."""
-    import ipywidgets as w
-    if trace.ranks_per_node is None:
-        raise ValueError(_("this trace has no node map: run it with ranks_per_node= (or on a cluster) to colour its "
-                           "transfers by tier"))
-    image = w.Image(format="png")
-    slider = w.IntSlider(value=1, min=1, max=max(1, trace.n_rounds), description=_("round"))
-    play = w.Play(value=1, min=1, max=max(1, trace.n_rounds), interval=1200)
-    w.jslink((play, "value"), (slider, "value"))
-    cache: dict = {}
+class TierReplay:
+    """The player :func:`replay_tiers` returns: Play and a round slider over :func:`round_figure`.
 
-    def show(change=None) -> None:
-        k = slider.value
-        if k not in cache:
+    Attributes:
+        trace, model, cluster: as given to :func:`replay_tiers`.
+        play: ``ipywidgets.Play`` (1200 ms per round), jslink'd to ``slider``.
+        slider: ``ipywidgets.IntSlider``, the round shown (1..n_rounds).
+        image: ``ipywidgets.Image``, the round's figure as PNG.
+        widget: the ``ipywidgets.VBox`` of the three.
+        current_round: the round shown now (int).
+
+    Displayed in a notebook it shows, like :func:`collnb.replay`'s player, a static picture of the
+    round shown above the live panel (kept current, hidden while the panel is live), so that the
+    book and a saved notebook show the round, not the panel's repr
+    (:func:`collnb.views.static.static_bundle`).
+    """
+
+    def __init__(self, trace: Any, model: Any = None, cluster: Any = None) -> None:
+        import ipywidgets as w  # noqa: PLC0415 - ipywidgets only where a player is made
+        if trace.ranks_per_node is None:
+            raise ValueError(_("this trace has no node map: run it with ranks_per_node= (or on a cluster) to colour "
+                               "its transfers by tier"))
+        self.trace, self.model, self.cluster = trace, model, cluster
+        self.display_ids: list[str] = []
+        self._png: dict[int, bytes] = {}
+        last = max(1, trace.n_rounds)
+        self.image = w.Image(format="png")
+        self.slider = w.IntSlider(value=1, min=1, max=last, description=_("round"))
+        self.play = w.Play(value=1, min=1, max=last, interval=1200)
+        self.link = w.jslink((self.play, "value"), (self.slider, "value"))
+        self.play.observe(self._on_play, "value")
+        self.slider.observe(lambda change: self.show_round(int(change["new"])), "value")
+        self.widget = w.VBox([w.HBox([self.play, self.slider]), self.image])
+        self.widget.add_class("collnb-live")  # hides the static picture while the panel is live
+        self.current_round = 1
+        self.show_round(1)
+
+    def _on_play(self, change: Any) -> None:
+        # jslink keeps them in step in a browser; without one (tests, an export) do it here
+        if self.slider.value != change["new"]:
+            self.slider.value = change["new"]
+
+    def png(self, k: int) -> bytes:
+        """Round ``k``'s figure (:func:`round_figure`) as PNG bytes, drawn once."""
+        if k not in self._png:
             buf = io.BytesIO()
-            round_figure(trace, k, model=model, cluster=cluster).savefig(buf, format="png")
-            cache[k] = buf.getvalue()
-        image.value = cache[k]
-    slider.observe(show, "value")
-    show()
-    return w.VBox([w.HBox([play, slider]), image])
+            round_figure(self.trace, k, model=self.model, cluster=self.cluster).savefig(buf, format="png")
+            self._png[k] = buf.getvalue()
+        return self._png[k]
+
+    def show_round(self, k: int) -> None:
+        """Show round ``k`` (1..n_rounds), as dragging the slider does."""
+        self.current_round = int(k)
+        if self.slider.value != self.current_round:
+            self.slider.value = self.current_round  # its observer comes back here
+            return
+        self.image.value = self.png(self.current_round)
+        from ...views.static import update_static  # noqa: PLC0415
+        update_static(self.display_ids, self.static_bundle)
+
+    def static_bundle(self) -> dict[str, Any]:
+        """The round shown as a static display bundle (:func:`collnb.views.static.static_bundle`)."""
+        from ...views.static import captioned_png, rerun_line, static_bundle  # noqa: PLC0415
+        png, t, k = self.png(self.current_round), self.trace, self.current_round
+        alt = _("{primitive} / {algorithm} at world size {world_size}, round {round} of {n_rounds}").format(
+            primitive=t.primitive, algorithm=t.algorithm, world_size=t.world_size, round=k, n_rounds=t.n_rounds)
+        return dict(static_bundle(png, "replay", alt=alt, png_with_line=captioned_png(png, rerun_line("replay")),
+                                  attrs=dict(round=k, n_rounds=t.n_rounds, world_size=t.world_size)))
+
+    def _ipython_display_(self) -> None:
+        from IPython.display import display  # noqa: PLC0415
+
+        from ...views.static import live_bundle  # noqa: PLC0415
+        did = f"collnb-tier-replay-{id(self):x}-{len(self.display_ids)}"
+        self.display_ids.append(did)
+        display(self.static_bundle(), raw=True, display_id=did)
+        t = self.trace
+        display(live_bundle(self.widget, _("replay of {primitive} / {algorithm} at world size {world_size}").format(
+            primitive=t.primitive, algorithm=t.algorithm, world_size=t.world_size)), raw=True)
+
+
+def replay_tiers(trace: Any, model: Any = None, cluster: Any = None) -> TierReplay:
+    """A player for ``trace`` on its cluster: a round slider with Play, and :func:`round_figure`
+    of the round shown (ipywidgets). Returns the :class:`TierReplay` (displays itself, with a static
+    picture of the round shown for pages without a kernel). Raises ValueError for a trace without a
+    node map, else as :func:`round_figure`."""
+    return TierReplay(trace, model, cluster)
 
 
 #: Okabe-Ito's colours (colour-blind safe), one per algorithm.

@@ -56,7 +56,8 @@ replaced, deleted or added in ``torch``, ``torch.nn``, ``torch.nn.functional``, 
 ``socket``, ``math``, ``random``, ``functools``, any ``collnb`` module, or a top-level library
 module an earlier call imported (torch's and collnb's own wrappers of a function do not count:
 ``torch._dynamo`` wraps ``torch.manual_seed`` as it loads, :mod:`..instrument._dist_hooks` wraps
-torch.distributed's functions); inference mode left on; the inter-op thread count changed; a hard
+torch.distributed's functions; nor does a name torch or collnb fills in with a function or class of its
+own, as collnb's facades do when a lazy name is first asked for); inference mode left on; the inter-op thread count changed; a hard
 resource limit lowered; a setting above that could not be put back; a thread the call started
 still running.
 
@@ -89,6 +90,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 import torch
 
+from ...i18n import _
 from .. import _torch_internals as internals
 from .state_probes import VERSION_VIEW, Namespace, file_id, numpy_state, rng_mark
 from .torch_settings import UNREADABLE, read_setting, torch_settings
@@ -238,7 +240,7 @@ class RankState:
         try:
             self._restore_streams()
         except Exception as exc:  # noqa: BLE001
-            self.unrestored.append(f"left a change collnb could not put back (streams: {type(exc).__name__}: {exc})")
+            self.unrestored.append(_("left a change collnb could not put back ({what}: {error})").format(what="streams", error=f"{type(exc).__name__}: {exc}"))
 
     def restore(self) -> None:
         """Put back what the call changed (see the module docstring). Never raises: what could not be
@@ -250,8 +252,8 @@ class RankState:
             try:
                 part()
             except Exception as exc:  # noqa: BLE001 - the rank must still answer; retire it instead
-                self.unrestored.append(f"left a change collnb could not put back ({part.__name__.strip('_')}: "
-                                       f"{type(exc).__name__}: {exc})")
+                self.unrestored.append(_("left a change collnb could not put back ({what}: {error})").format(
+                    what=part.__name__.strip("_"), error=f"{type(exc).__name__}: {exc}"))
 
     def _restore_streams(self) -> None:
         if self.streams:
@@ -317,7 +319,7 @@ class RankState:
             try:
                 signal.signal(s, handler)
             except (OSError, ValueError) as exc:
-                self.unrestored.append(f"changed the handler of {signal.Signals(s).name} ({exc})")
+                self.unrestored.append(_("changed the handler of {signal} ({error})").format(signal=signal.Signals(s).name, error=exc))
         if self.own and signal.pthread_sigmask(signal.SIG_BLOCK, []) != self.sigmask:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.sigmask)
         same = list(map(resource.getrlimit, self.rlimits)) == self.rlimit_values
@@ -327,18 +329,18 @@ class RankState:
                 try:
                     resource.setrlimit(r, limits)
                 except (OSError, ValueError):
-                    self.unrestored.append(f"lowered the hard limit of {_rlimit_name(r)} (resource.setrlimit) "
-                                           f"from {limits[1]} to {now[1]}")
+                    self.unrestored.append(_("lowered the hard limit of {limit} (resource.setrlimit) from {old} to {new}")
+                                           .format(limit=_rlimit_name(r), old=limits[1], new=now[1]))
         try:
             if os.getpriority(os.PRIO_PROCESS, 0) != self.priority:
                 os.setpriority(os.PRIO_PROCESS, 0, self.priority)
         except OSError:
-            self.unrestored.append("lowered the rank's scheduling priority (os.nice)")
+            self.unrestored.append(_("lowered the rank's scheduling priority (os.nice)"))
         if self.affinity is not None and os.sched_getaffinity(0) != self.affinity:
             try:
                 os.sched_setaffinity(0, self.affinity)
             except OSError:
-                self.unrestored.append("changed the rank's CPU affinity (os.sched_setaffinity)")
+                self.unrestored.append(_("changed the rank's CPU affinity (os.sched_setaffinity)"))
 
     @staticmethod
     def _python_now() -> tuple[object, ...]:
@@ -402,22 +404,22 @@ class RankState:
             logging.disable(disable)
 
     def _restore_torch(self) -> None:
-        values = [read_setting(read) for _, read, _ in self.settings]
+        values = [read_setting(read) for _name, read, _write in self.settings]
         if values == self.setting_values:
             return
-        for _ in range(2):  # twice: the legacy matmul precision, written back, resets the fp32 precisions
-            for (_, read, write), old in zip(self.settings, self.setting_values):
+        for _attempt in range(2):  # twice: the legacy matmul precision, written back, resets the fp32 precisions
+            for (_name, read, write), old in zip(self.settings, self.setting_values):
                 now = read_setting(read)  # read again: writing one setting can change another
                 if now != old or now is UNREADABLE:
                     try:
                         write(old)
                     except Exception:  # noqa: BLE001 - checked below
                         pass
-            if [read_setting(read) for _, read, _ in self.settings] == self.setting_values:
+            if [read_setting(read) for _name, read, _write in self.settings] == self.setting_values:
                 break
-        for (name, read, _), old in zip(self.settings, self.setting_values):
+        for (name, read, _write), old in zip(self.settings, self.setting_values):
             if read_setting(read) != old:
-                self.unrestored.append(f"changed {name} and it could not be put back")
+                self.unrestored.append(_("changed {name} and it could not be put back").format(name=name))
         if torch.is_autocast_cache_enabled():
             torch.clear_autocast_cache()
 
@@ -447,20 +449,20 @@ class RankState:
         for ns in self.untagged:
             reasons += ns.changes()
         if torch.is_inference_mode_enabled():
-            reasons.append("left inference mode on (torch.inference_mode().__enter__() without __exit__)")
+            reasons.append(_("left inference mode on (torch.inference_mode().__enter__() without __exit__)"))
         if internals.mode_stack_depths() != self.modes:
-            reasons.append("left a torch function or dispatch mode that was active when the rank started")
+            reasons.append(_("left a torch function or dispatch mode that was active when the rank started"))
         if torch.get_num_interop_threads() != self.interop:
-            reasons.append("changed torch.set_num_interop_threads")
+            reasons.append(_("changed torch.set_num_interop_threads"))
         if self.own and threading.active_count() > len(self.threads):
             left = [t for t in threading.enumerate() if t not in self.threads and t.is_alive()]
             if left:
-                reasons.append(f"left thread {left[0].name!r} running" +
-                               (f" (and {len(left) - 1} more)" if len(left) > 1 else ""))
+                reasons.append((_("left thread {name!r} running").format(name=left[0].name) if len(left) == 1 else
+                                _("left thread {name!r} running (and {n} more)").format(name=left[0].name, n=len(left) - 1)))
         if not reasons:
             return ""
         if len(reasons) > 3:
-            return "; ".join(reasons[:3]) + f" (and {len(reasons) - 3} more changes)"
+            return _("{changes} (and {n} more changes)").format(changes="; ".join(reasons[:3]), n=len(reasons) - 3)
         return "; ".join(reasons)
 
     def _new_modules(self) -> None:

@@ -30,6 +30,8 @@ from collections.abc import Callable, Mapping
 
 import torch
 
+from ...i18n import _
+
 __all__ = ["Namespace", "file_id", "rng_mark", "numpy_state", "VERSION_VIEW", "MISSING"]
 
 _COLLNB_DIR = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))) + os.sep
@@ -43,6 +45,18 @@ def _own_code(value: object) -> bool:
     the code's file decides)."""
     code: types.CodeType | None = getattr(getattr(value, "__func__", value), "__code__", None)
     return code is not None and code.co_filename.startswith(_OWN_DIRS)
+
+
+def _own_definition(value: object) -> bool:
+    """Whether ``value`` is a function or class that torch or collnb defines: its code's file (a
+    function) or its module's file (a class) is theirs. A name such a value fills in is a lazy name
+    being loaded (collnb's facades and torch's packages import a name the first time it is asked for,
+    PEP 562 ``__getattr__``) or a submodule's name, not a learner's change."""
+    if isinstance(value, type):
+        module = sys.modules.get(getattr(value, "__module__", "") or "")
+        file = getattr(module, "__file__", None)
+        return isinstance(file, str) and os.path.abspath(file).startswith(_OWN_DIRS)
+    return _own_code(value)
 
 
 def _own_wrapper(new: object, old: object) -> bool:
@@ -157,14 +171,14 @@ class Namespace:
             if new is old or not _watched_kind(old):
                 continue
             if new is MISSING:
-                out.append(f"deleted {self.name}.{key}")
+                out.append(_("deleted {name}").format(name=f"{self.name}.{key}"))
             elif not _own_wrapper(new, old):
-                out.append(f"replaced {self.name}.{key}")
+                out.append(_("replaced {name}").format(name=f"{self.name}.{key}"))
         for key in now.keys() - self.items.keys():
             new = now[key]
-            if _watched_kind(new) and not issubclass(type(new), types.ModuleType) and not _own_code(new):
+            if _watched_kind(new) and not issubclass(type(new), types.ModuleType) and not _own_definition(new):
                 shadows = any(key in vars(base) for base in self.bases)
-                out.append(f"{'replaced' if shadows else 'added'} {self.name}.{key}")
+                out.append((_("replaced {name}") if shadows else _("added {name}")).format(name=f"{self.name}.{key}"))
         if not out:
             self.rebase()  # only data, submodules imported, or torch's and collnb's own wrappers changed
         return out

@@ -23,7 +23,7 @@ from typing import Any, Literal, cast, overload
 import psutil
 import torch.multiprocessing as tmp
 
-from ...i18n import get_language
+from ...i18n import _, get_language
 from ...vocabulary import MAX_WORLD_SIZE
 from ..call.groups import runs_unwrapped
 from ..errors import LaunchError, LaunchTimeout, RankError
@@ -258,11 +258,14 @@ class RankPool:
                 if msg.retire:
                     changed.setdefault(msg.retire, []).append(r.rank)
             elif msg is None:
-                changed.setdefault(f"left it unable to put itself back within {_SETTLE_S:g} s", []).append(r.rank)
+                changed.setdefault(_("left it unable to put itself back within {seconds:g} s").format(seconds=_SETTLE_S),
+                                   []).append(r.rank)
             else:
-                changed.setdefault(f"left it answering out of turn ({type(msg).__name__})", []).append(r.rank)
+                changed.setdefault(_("left it answering out of turn ({what})").format(what=type(msg).__name__),
+                                   []).append(r.rank)
         if changed and not self.retired:
-            self.retired = "the last call " + "; ".join(f"{why} on {_ranks_text(rs)}" for why, rs in changed.items())
+            self.retired = _("the last call {changes}").format(changes="; ".join(
+                _("{change} on {ranks}").format(change=why, ranks=_ranks_text(rs)) for why, rs in changed.items()))
         return self.retired
 
     def _retire_group(self, world_size: int) -> None:
@@ -375,5 +378,5 @@ class RankPool:
 def _ranks_text(ranks: list[int]) -> str:
     ranks = sorted(ranks)
     if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+        return _("rank {rank}").format(rank=ranks[0])
+    return _("ranks {ranks} and {last}").format(ranks=", ".join(map(str, ranks[:-1])), last=ranks[-1])
