@@ -21,8 +21,8 @@ import torch.distributed as dist
 from numpy.typing import NDArray
 
 from .. import ranks
-from ..collectives import REDUCING_PRIMITIVES, backend_support, check_arguments, get_spec, make_tensor, teaching_value
-from ..collectives.support import BackendSupport, support_for
+from ..collectives import (REDUCING_PRIMITIVES, BackendSupport, backend_support, check_arguments, get_spec, make_tensor,
+                           support_for, teaching_value)
 from ..i18n import _
 from ..vocabulary import check_backend, check_int, dtype_name, op_hint, op_name
 from .execution import Recording, execute, snapshots

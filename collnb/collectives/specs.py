@@ -3,8 +3,10 @@
 For every primitive collnb runs, a :class:`PrimitiveSpec` says which buffers a rank passes
 (:class:`Buffer`: as the ``torch.distributed`` docs name them, how many chunks each holds, which
 ranks hold it), the call a rank makes with them (:class:`TorchCall`), which input chunks each output
-chunk is made from, whether the primitive has a root or combines values with a reduce op, and,
-for the collectives nccl-tests measures, its bus-bandwidth factor. This table is the one place a
+chunk is made from, whether the primitive has a root or combines values with a reduce op (and so
+which of :func:`collnb.run`'s arguments it uses, :attr:`PrimitiveSpec.arguments`; the others are
+refused, :func:`check_arguments`), and, for the collectives nccl-tests measures, its bus-bandwidth
+factor. This table is the one place a
 primitive is described: the rank functions (:mod:`.rank_calls`), the standalone torchrun scripts
 (:mod:`collnb.labs.script`), the bandwidth lab (:mod:`collnb.labs.bench`), the reference
 (:mod:`.expected`), the heatmaps, the explorer and the algorithm traces all read it.

@@ -11,8 +11,7 @@ from typing import TypedDict
 import torch
 
 from ...algorithms import ALGORITHMS, algorithms_for
-from ...collectives import BENCH_PRIMITIVES, SPECS, PrimitiveSpec, backend_support
-from ...collectives.support import support_for
+from ...collectives import BENCH_PRIMITIVES, SPECS, PrimitiveSpec, backend_support, support_for
 from ...i18n import N_, _
 from ...ranks import LaunchPlan, plan_launch
 from ...units import format_bytes

@@ -175,7 +175,9 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
 def _options(timeout: float, debug: bool) -> dict[str, object]:
     """The launch options of a measurement: ``timeout`` s for the launch, a quarter of it (at least
     60 s) for one collective, and ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` as ``debug`` says (off to measure)."""
-    return {"timeout": timeout, "debug": debug, "collective_timeout": max(60.0, timeout / 4)}
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    # a timeout that is no number is refused by the plan's check, in its words
+    return {"timeout": timeout, "debug": debug, "collective_timeout": max(60.0, timeout / 4) if number else 60.0}
 
 
 def _timing(timing: object) -> Literal["collnb", "nccl-tests"]:
