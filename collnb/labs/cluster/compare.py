@@ -349,7 +349,7 @@ def run_algorithm(cluster: AnyCluster, primitive: str, algorithm: str, nbytes: i
     if nbytes is not None:
         C = schedule(primitive, algorithm, cluster.world_size, ranks_per_node=L).n_chunks
         chunk_size = max(1, check_int("nbytes", nbytes, 4) // (4 * C))
-    case = prepare_case(primitive, algorithm, cluster.world_size, "float32", "sum", 0, chunk_size, None, None,
+    case = prepare_case(primitive, algorithm, cluster.world_size, "float32", None, None, chunk_size, None, None,
                         snapshots, compare, "gloo", validate=False, ranks_per_node=L)
     ship = {k: v for k, v in case.items() if k not in ("dtype", "chunk_size")}
     warm_up = {**ship, "record": False, "compare": False}  # an untimed pass first (see Note)

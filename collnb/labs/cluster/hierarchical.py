@@ -203,7 +203,8 @@ class LinkMeasurement:
 
     @property
     def ratio(self) -> float | None:
-        """Measured inter rate over the asked rate (about 0.956 at best: tbf counts the headers)."""
+        """Measured inter rate over the asked rate: about 0.956, tbf counting the headers (up to ~0.97 over one
+        16 MiB message, its bucket's 256 KiB burst leaving at once)."""
         if self.asked_gbps is None or self.inter_gbps is None:
             return None
         return self.inter_gbps / self.asked_gbps
@@ -214,7 +215,8 @@ class LinkMeasurement:
         text = _("inter-node link: {measured} Gbit/s measured, {asked} Gbit/s asked").format(
             measured=fmt(self.inter_gbps), asked=fmt(self.asked_gbps) if self.asked_gbps else _("unshaped"))
         if self.ratio is not None:
-            text += _(" ({percent:.1f}% of the rate; tbf counts frame headers, so ~95.6% is the ceiling)").format(
+            text += _(" ({percent:.1f}% of the rate; tbf counts frame headers, so about 95.6%, a little more while its bucket's "
+                      "burst lasts)").format(
                 percent=100 * self.ratio)
         text += _("; intra-node (local route): {intra} Gbit/s; one stream, {size:g} MiB messages").format(
             intra=fmt(self.intra_gbps), size=self.nbytes / MiB)

@@ -15,8 +15,9 @@ relay is needed); failures are blamed as on every rank set (:func:`collnb.ranks.
 :class:`collnb.RankError` whose first line names the node.
 
 What differs: NCCL is refused (no GPU in a namespace), and so is ``start_method=`` (the ranks are
-started by ``ip netns exec``). ``debug=True`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``) is not applied in
-these ranks. Warm ranks serve calls of one world size, one ``collective_timeout`` and one
+started by ``ip netns exec``). ``debug=True`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``, the default) is
+applied as on local ranks, collnb's own same-on-every-rank functions running without its wrapper.
+Warm ranks serve calls of one world size, one ``collective_timeout``, one ``debug`` and one
 ``flight_recorder`` size (a call that asks for another restarts them, as the local pool does); a world
 size below the cluster's runs on its first ranks (rank ``r`` on node ``r // ranks_per_node``).
 """
