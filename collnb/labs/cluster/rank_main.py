@@ -100,7 +100,8 @@ def main(argv: list[str]) -> NoReturn:
     # the default group as made (a call runs as the default group the group it is given: the
     # unwrapped one is the default only during a call that runs in it)
     base = dist.group.WORLD if joined is None else None
-    unwrapped: list[dist.ProcessGroup] = []  # the default group's ranks without DETAIL's wrapper, once made
+    # the default group's ranks without DETAIL's wrapper, once made (as new_group gives it: collnb.ranks' Group)
+    unwrapped: list[dist.ProcessGroup | int] = []
     for line in sys.stdin:
         seq = int(line)
         answer: Result | Failed
