@@ -154,3 +154,26 @@ def test_the_explorer_gives_a_run_only_what_its_primitive_uses():
                         "all_reduce": (None, "max", 2), "broadcast_object_list": (1, None, 1)}
     finally:
         ex.close()
+
+
+@pytest.mark.parametrize("kwargs, words", [
+    (dict(world_size=0), "world_size must be an int from 1 to 16; got 0"),
+    (dict(world_size=17), "world_size must be an int from 1 to 16; got 17"),
+    (dict(primitive="allreduce"), "unknown primitive 'allreduce'"),
+    (dict(primitive="broadcast", root=5), "root"),
+    (dict(primitive="barrier", chunk_size=3), "barrier does not use chunk_size"),
+])
+def test_a_refused_argument_is_shown_without_collnbs_frames(kwargs, words):
+    """A new learner's ``collnb.run('all_reduce', world_size=0)`` showed its clear last line under two
+    screens of checks inside collnb (request.py, vocabulary.py, with their source). The refusal's
+    traceback now ends at the entry point: the learner's call, run, and where run raised it."""
+    import traceback
+
+    import collnb
+    call = {"primitive": "all_reduce", "world_size": 4, **kwargs}
+    with pytest.raises((ValueError, TypeError)) as err:
+        collnb.run(call.pop("primitive"), **call)
+    assert words in str(err.value)
+    frames = [f.name for f in traceback.extract_tb(err.value.__traceback__)]
+    assert frames[0] == "test_a_refused_argument_is_shown_without_collnbs_frames" and len(frames) <= 3, frames
+    assert err.value.__suppress_context__ and err.value.__cause__ is None  # no "During handling of ..." above it

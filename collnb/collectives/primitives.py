@@ -177,8 +177,47 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
     Raises:
         as :func:`run`.
     """
-    plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run_batch")
+    try:
+        plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run_batch")
+    except (TypeError, ValueError) as exc:
+        raise _short(exc) from None
     return _run_planned(configs, plan, check_support, "collnb.run_batch")
+
+
+def _cases_of(configs: object, world_size: int, backend: str, get_support: Callable[[], BackendSupport | None],
+              where: str) -> tuple[list[Case], list[tuple[object, dict[str, object]]]]:
+    """The checked cases of ``configs`` (and what each asked: to check again after a probe). Raises
+    TypeError/ValueError as :func:`run` says."""
+    cases: list[Case] = []
+    asked: list[tuple[object, dict[str, object]]] = []  # (primitive, its other keys): to check again after a probe
+    if not isinstance(configs, (list, tuple)):
+        raise TypeError(_("configs must be a list of dicts such as [{example}] (for one primitive, collnb.run({value}) "
+                          "if it is a name); got the {type} {value}").format(
+                              example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
+                              type=type(configs).__name__))
+    for cfg in configs:
+        if not isinstance(cfg, dict):
+            raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
+                example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
+        given = dict(cfg)
+        try:
+            primitive = given.pop("primitive")
+        except KeyError:
+            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(given))) from None
+        unknown = set(given) - set(CALL_ARGUMENTS)
+        if unknown:
+            raise TypeError(_("unknown config keys {keys}; use {names}").format(
+                keys=sorted(unknown), names=", ".join(CALL_ARGUMENTS)))
+        asked.append((primitive, given))
+        cases.append(_prepare(primitive, world_size, given, backend, get_support, where))
+    return cases, asked
+
+
+def _short(exc: BaseException) -> BaseException:
+    """``exc``, a refusal of the learner's arguments, without collnb's frames: its message says what was wrong
+    and what to pass, and a notebook showed it under two screens of checks inside collnb. Raise it ``from
+    None``: the learner's cell and the entry point stay in the traceback."""
+    return exc.with_traceback(None)
 
 
 def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan, check_support: bool,
@@ -195,41 +234,23 @@ def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan
             support = known_for(backend)  # never probes: see run_batch's docstring
         return support
 
-    if not isinstance(configs, (list, tuple)):
-        raise TypeError(_("configs must be a list of dicts such as [{example}] (for one primitive, collnb.run({value}) "
-                          "if it is a name); got the {type} {value}").format(
-                              example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
-                              type=type(configs).__name__))
-    cases: list[Case] = []
-    asked: list[tuple[object, dict[str, object]]] = []  # (primitive, its other keys): to check again after a probe
-    for cfg in configs:
-        if not isinstance(cfg, dict):
-            raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
-                example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
-        given = dict(cfg)
-        try:
-            primitive = given.pop("primitive")
-        except KeyError:
-            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(given))) from None
-        unknown = set(given) - set(CALL_ARGUMENTS)
-        if unknown:
-            raise TypeError(_("unknown config keys {keys}; use {names}").format(
-                keys=sorted(unknown), names=", ".join(CALL_ARGUMENTS)))
-        asked.append((primitive, given))
-        cases.append(_prepare(primitive, world_size, given, backend, get_support, where))
+    try:
+        cases, asked = _cases_of(configs, world_size, backend, get_support, where)
+    except (TypeError, ValueError) as exc:
+        raise _short(exc) from None
     if not cases:
         return []
     t0 = time.perf_counter()
     try:
         per_rank = ranks.launch_planned(plan, rank_cases, (cases, backend))
-    except ranks.RankError as exc:
+    except ranks.RankError:
         if check_support and support is None:  # nothing was known: did the backend refuse what was asked?
             probed = support_for(plan)
             for primitive, given in asked:  # raises the ValueError a known answer gives before a launch
                 try:
                     _prepare(primitive, world_size, given, backend, lambda: probed, where)
-                except ValueError as refused:
-                    raise refused from exc
+                except ValueError as refused:  # it says what the ranks hit ("detected on real ranks"):
+                    raise _short(refused) from None  # the same words, as short, as a refusal known before
         raise
     seconds = time.perf_counter() - t0
     results: list[RunResult] = []
@@ -301,6 +322,9 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str | None = N
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
         collnb.ranks.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """
-    plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run")
+    try:
+        plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run")
+    except (TypeError, ValueError) as exc:
+        raise _short(exc) from None
     cfg = dict(primitive=primitive, dtype=dtype, op=op, root=root, chunk_size=chunk_size, inputs=inputs)
     return _run_planned([cfg], plan, check_support, "collnb.run")[0]
