@@ -322,7 +322,7 @@ class Explanation:
                 ax.plot(xs, [r.in_place.busbw for r in rows if r.in_place], "s--", color="#56B4E9", ms=3,
                         label=_("busbw, in-place"))
             ax.plot(xs, [r.out_of_place.algbw for r in rows], ".-", color="#E69F00", label=_("algbw, out-of-place"))
-            if self.alpha_us is not None and self.factor is not None:
+            if self.alpha_us is not None and self.beta_us_per_byte and self.factor is not None:  # no fit: times that fall with size
                 grid = np.geomspace(max(1, min(xs)), max(xs), 64)
                 fit = [s / (self.alpha_us + self.beta_us_per_byte * s) / 1e3 * self.factor for s in grid]
                 ax.plot(grid, fit, ":", color="#000000", label=_("α-β fit (busbw)"))
