@@ -274,15 +274,18 @@ OTHER_DTYPES = ["int64", "float16", "bool"]
 
 
 def _cases(ws):
+    """Every algorithm at float32 and a few other dtypes/ops; each case gives only the arguments its
+    primitive uses (run_algorithm refuses an op where nothing reduces, a root where there is none)."""
+    def case(p, a, root, **kw):
+        return dict(primitive=p, algorithm=a, **kw, **({"root": root} if p in ROOTED else {}))
+
     cases = []
     for p, a in ALL_PAIRS:
-        cases.append(dict(primitive=p, algorithm=a, dtype="float32", op="sum", root=ws - 1 if p in ROOTED else 0))
+        cases.append(case(p, a, ws - 1, dtype="float32", **({"op": "sum"} if p in REDUCING else {})))
         if p in REDUCING:
-            cases += [dict(primitive=p, algorithm=a, dtype=d, op=o, root=ws // 2 if p in ROOTED else 0)
-                      for d, o in OTHER_OPS]
+            cases += [case(p, a, ws // 2, dtype=d, op=o) for d, o in OTHER_OPS]
         else:
-            cases += [dict(primitive=p, algorithm=a, dtype=d, root=ws // 2 if p in ROOTED else 0)
-                      for d in OTHER_DTYPES]
+            cases += [case(p, a, ws // 2, dtype=d) for d in OTHER_DTYPES]
     cases.append(dict(primitive="broadcast", algorithm="chain", segments=3, root=0, chunk_size=3))
     cases.append(dict(primitive="all_reduce", algorithm="ring", chunk_size=5, dtype="int32", op="sum"))
     return cases

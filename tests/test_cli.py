@@ -62,7 +62,7 @@ def test_bad_choice_exits_2_with_the_choices(capsys):
 @pytest.mark.parametrize("argv, words", [
     (["run", "all_reduce", "--dtype", "int8", "--op", "avg"], ["AVG", "Valid ops for int8"]),
     (["run", "reduce", "--root", "9"], ["root must be a rank, an int from 0 to 3 (world size 4); got 9"]),
-    (["run", "broadcast", "--op", "max"], ["takes no --op"]),
+    (["run", "broadcast", "--op", "max"], ["broadcast does not use op", "ops apply to reduce, "]),
     (["run", "all_reduce", "--backend", "nccl"], ["NCCL needs CUDA", "gloo"]),
     (["run", "all_reduce", "--world-size", "40"], ["world_size must be an int from 1 to 16; got 40"]),
     (["run", "broadcast", "--dtype", "float8_e4m3fn"], ["float8_e4m3fn", "bfloat16"]),
@@ -207,7 +207,7 @@ def test_help_and_argument_errors_are_chinese_when_chinese_is_spoken(chinese, ca
     assert capsys.readouterr().err.strip() == "错误：world_size 必须是 1 到 16 之间的整数；收到的是 40"
     assert main(["run", "broadcast", "--op", "max"]) == EXIT_USAGE
     err = capsys.readouterr().err
-    assert err.startswith("错误：broadcast 不合并数值，所以不接受 --op；规约运算只适用于 reduce, ")
+    assert err.startswith("错误：collnb.run：broadcast 不使用 op（它不合并数值，所以不接受规约运算；规约运算只适用于 reduce, ")
 
 
 def test_help_is_english_again_after_chinese(chinese, capsys):

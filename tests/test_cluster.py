@@ -199,6 +199,47 @@ def test_a_rank_that_raises_is_named_and_nothing_is_left_behind(cluster):
     assert _scratch_dirs() <= before
 
 
+def _debug_and_group(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    return dist.get_debug_level().name, type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__
+
+
+def _mismatched_dtypes(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    dist.broadcast(torch.ones(3, dtype=torch.float32 if rank == 0 else torch.int64), 0)
+
+
+@needs_namespaces
+def test_debug_is_torchs_detail_check_on_the_clusters_ranks(cluster):
+    """launch(debug=True), collnb.launch's default, is TORCH_DISTRIBUTED_DEBUG=DETAIL on a cluster's
+    ranks as on local ones: a learner's mismatched collectives fail with torch's message; ranks of
+    the other setting restart (torch reads it when a group is made)."""
+    assert cluster.launch(_debug_and_group, debug=True) == [("DETAIL", "_ProcessGroupWrapper")] * 4
+    with pytest.raises(cl.ClusterRankError, match="Detected mismatch between collectives"):
+        cluster.launch(_mismatched_dtypes, debug=True, timeout=60)
+    assert cluster.launch(_debug_and_group, debug=False) == [("OFF", "ProcessGroupGloo")] * 4
+    assert cluster.launch(_debug_and_group) == [("OFF", "ProcessGroupGloo")] * 4  # None: as the warm ranks are
+    with pytest.raises(TypeError, match="debug must be True or False; got 'yes'"):
+        cluster.launch(_debug_and_group, debug="yes")
+
+
+@needs_namespaces
+def test_an_active_clusters_launches_take_debug_and_collnbs_own_runs_skip_its_wrapper():
+    with collnb.cluster(2, 1, activate=True, quiet=True) as c:
+        assert collnb.launch(_debug_and_group, c) == [("DETAIL", "_ProcessGroupWrapper")] * 2  # the default
+        assert collnb.launch(_debug_and_group, c, debug=False) == [("OFF", "ProcessGroupGloo")] * 2
+        # collnb.run (its rank entry marked same_on_every_rank) runs right under DETAIL, on the same
+        # warm ranks as a learner's function that is still checked
+        assert collnb.run("all_reduce", world_size=c, op="max").ok
+        assert collnb.run("barrier", world_size=c).ok
+        assert collnb.launch(_debug_and_group, c) == [("DETAIL", "_ProcessGroupWrapper")] * 2
+        with pytest.raises(collnb.RankError, match="Detected mismatch between collectives"):
+            collnb.launch(_mismatched_dtypes, c, timeout=60)
+        assert collnb.run("all_reduce", world_size=c).ok
+
+
 @needs_namespaces
 def test_a_timeout_kills_every_rank_and_names_the_ones_running(cluster):
     children = _children()
@@ -465,12 +506,13 @@ def test_a_clusters_ranks_take_every_instrument_as_local_ranks_and_engines_do(ca
         plain = collnb.launch(_records_and_marks, 4)
         assert plain == [4.0] * 4 and not hasattr(plain, "calls")  # off by default
         # flight_recorder=N: fresh ranks whose groups are made with TORCH_FR_BUFFER_SIZE=N
-        assert collnb.launch(_fr_buffer, 3, flight_recorder=50) == ["50"] * 3
+        # (debug=False, as on local ranks and engines: DETAIL's wrapper is what the recorder would name)
+        assert collnb.launch(_fr_buffer, 3, flight_recorder=50, debug=False) == ["50"] * 3
         with pytest.raises(collnb.RankError, match=r"^rank 1 \(node 0\): CollectiveMismatch: its collective_seq_id "
                            r"\d+ in the default group differs") as info:
-            collnb.launch(_uneven_a2a, 3, (True,), flight_recorder=50)
+            collnb.launch(_uneven_a2a, 3, (True,), flight_recorder=50, debug=False)
         assert info.value.rank == 1 and info.value.results[0][2] == 1.0
-        assert collnb.launch(_uneven_a2a, 3, (False,), flight_recorder=50)[0] == [1.0] * 6
+        assert collnb.launch(_uneven_a2a, 3, (False,), flight_recorder=50, debug=False)[0] == [1.0] * 6
         capfd.readouterr()
         with pytest.raises(collnb.RankError, match="rank 1 fails") as kept:
             collnb.launch(_backend_line, 4)

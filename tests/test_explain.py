@@ -109,3 +109,14 @@ def test_the_explanation_speaks_chinese():
         assert "结果错误" in text and "延迟" in text
     finally:
         collnb.set_language(None)
+
+
+def test_the_figure_draws_without_a_fit_when_time_does_not_grow_with_size():
+    """A run whose times fall as the size grows has no α-β fit (β not positive: ``beta_us_per_byte`` is
+    None); its figure raised "unsupported operand type(s) for *: 'NoneType'" where it drew the fit."""
+    import dataclasses
+    ex = dataclasses.replace(collnb.explain_nccl_tests(AR), beta_us_per_byte=None)
+    assert ex.peak_algbw is None and ex.half_size is None
+    fig = ex.figure()
+    labels = [line.get_label() for line in fig.axes[0].get_lines()]
+    assert "busbw, out-of-place" in labels and "α-β fit (busbw)" not in labels

@@ -448,3 +448,21 @@ def test_static_picture_caption_in_chinese(runs, chinese):
     strip = zh.shape[0] - np.asarray(Image.open(io.BytesIO(png))).shape[0]
     assert strip >= 28 and not np.array_equal(zh[:strip], en[:strip])
     assert (zh[:strip].min(axis=2) < 128).sum() > 200  # dark ink of the Chinese words
+
+
+def test_every_widgets_name_in_the_static_line_is_translated(chinese):
+    """The composed-parallelism explorer's saved line read "composed-parallelism explorer最后状态的静态图片"
+    in the Chinese edition: a widget's name (Binder's ``what``) missing from WHAT_WORDS stays English. Every
+    "... explorer" name written in the package is one of WHAT_WORDS, and each is said in Chinese."""
+    import re
+    from pathlib import Path
+
+    import collnb
+    from collnb.views.static import WHAT_WORDS, rerun_line
+    package = Path(collnb.__file__).parent
+    names = {m for f in package.rglob("*.py") for m in re.findall(r'"([a-z][a-z -]* explorer)"', f.read_text())}
+    assert {"cluster explorer", "composed-parallelism explorer", "pipeline explorer"} <= names
+    assert names <= set(WHAT_WORDS), names - set(WHAT_WORDS)
+    for what in WHAT_WORDS:
+        line = rerun_line(what)
+        assert not re.search(r"[a-z]{3,}", line.split("最后状态")[0]), line  # the name in Chinese, no English word

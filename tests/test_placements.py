@@ -198,6 +198,7 @@ def no_ranks(monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("a rank was started")
     monkeypatch.setattr(collnb.ranks, "launch", refuse)
+    monkeypatch.setattr(collnb.ranks, "launch_planned", refuse)  # a launch planned where it entered
 
 
 @pytest.mark.parametrize("kwargs, exc, words", [

@@ -216,7 +216,10 @@ def test_command_line(tmp_path, capsys):
 def test_command_line_bad_input_exits_2(argv, words, capsys, monkeypatch):
     import collnb.ranks
 
-    monkeypatch.setattr(collnb.ranks, "launch", lambda *a, **k: (_ for _ in ()).throw(AssertionError("started")))
+    def started(*a, **k):
+        raise AssertionError("started")
+    monkeypatch.setattr(collnb.ranks, "launch", started)
+    monkeypatch.setattr(collnb.ranks, "launch_planned", started)  # a launch planned where it entered
     assert main(["redistribute", *argv]) == 2
     assert words in capsys.readouterr().err
 

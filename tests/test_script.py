@@ -120,7 +120,8 @@ def test_every_primitive_has_a_script():
     (dict(primitive="all_reduce", backend="mpi"), ValueError, "unknown backend 'mpi'; choose one of: gloo, nccl"),
     (dict(primitive="all_reduce", op="mean"), ValueError, "unknown reduce op 'mean'; choose one of: sum, product, "),
     (dict(primitive="broadcast", op="max"), ValueError,
-     "broadcast does not combine values, so it takes no op; ops apply to reduce, reduce_scatter, all_reduce, "),
+     "script_text: broadcast does not use op (it does not combine values, so it takes no reduce op; ops apply to reduce, "
+     "reduce_scatter, all_reduce, "),
     (dict(primitive="broadcast", root=-1), ValueError,
      "root must be an int >= 0 (a rank, below the world size torchrun starts); got -1"),
     (dict(primitive="broadcast", root="1"), TypeError,

@@ -36,7 +36,7 @@ def bit_traces():
     a sum of distinct powers of two is the set of contributors, written as a number."""
     out = {}
     for ws in (3, 6, 16):
-        cfgs = [dict(primitive=p, algorithm=a, dtype="int64", root=(ws - 1 if p in ROOTED else 0),
+        cfgs = [dict(primitive=p, algorithm=a, dtype="int64", **({"root": ws - 1} if p in ROOTED else {}),
                      inputs=lambda r, c: 1 << r) for p, a in ALL_PAIRS]
         for cfg, tr in zip(cfgs, A.run_algorithms(cfgs, ws)):
             out[(cfg["primitive"], cfg["algorithm"], ws)] = tr

@@ -320,6 +320,17 @@ def _run_language_cell(in_colab: bool):
     return calls
 
 
+def test_the_language_cell_shows_no_output_in_the_notebook():
+    """Every twin's language cell ended with ``collnb.set_language("zh")``, so JupyterLab showed a stray
+    ``Out[2]: 'zh'``: IPython displays the last expression's value unless the line ends with ``;``
+    (its own test of that, below)."""
+    from IPython.core.displayhook import DisplayHook
+    last = twins._source(twins.language_cell()).rstrip().splitlines()[-1]
+    assert last.startswith("collnb.set_language(")
+    assert DisplayHook.semicolon_at_end_of_expression(last), last
+    assert not DisplayHook.semicolon_at_end_of_expression('collnb.set_language("zh")  # 中文')
+
+
 def test_the_language_cell_installs_a_cjk_font_on_colab_only_then_speaks_chinese():
     assert _run_language_cell(in_colab=False) == [("set_language", "zh")]
     calls = _run_language_cell(in_colab=True)

@@ -95,7 +95,7 @@ def language_cell() -> dict:
               "if \"google.colab\" in sys.modules:\n"
               "    get_ipython().system(\"apt-get -qq install -y fonts-noto-cjk > /dev/null\")\n"
               "import collnb\n"
-              "collnb.set_language(\"zh\")  # collnb 的控件、图片、练习检查和错误说明都用中文（English: \"en\"）")
+              "collnb.set_language(\"zh\");  # collnb 的控件、图片、练习检查和错误说明都用中文（English: \"en\"）")
     return {"cell_type": "code", "execution_count": None, "id": LANGUAGE_CELL_ID, "outputs": [],
             "metadata": {"tags": [LANGUAGE_CELL_ID, "remove-cell"], "slideshow": {"slide_type": "skip"}},
             "source": source.splitlines(keepends=True)}

@@ -20,12 +20,13 @@ import torch
 import torch.distributed as dist
 from numpy.typing import NDArray
 
-from ..collectives import REDUCING_PRIMITIVES, backend_support, make_tensor, teaching_value
+from .. import ranks
+from ..collectives import (REDUCING_PRIMITIVES, BackendSupport, backend_support, check_arguments, get_spec, make_tensor,
+                           support_for, teaching_value)
 from ..i18n import _
-from ..ranks import launch
 from ..vocabulary import check_backend, check_int, dtype_name, op_hint, op_name
 from .execution import Recording, execute, snapshots
-from .schedules import PRIMITIVES, Schedule, chunk_bounds, default_algorithm, schedule
+from .schedules import Schedule, chunk_bounds, default_algorithm, schedule
 from .trace import Trace
 
 __all__ = ["run_algorithm", "run_algorithms", "prepare_case", "teaching_buffers", "builtin_result", "start_buffer",
@@ -42,8 +43,8 @@ class RunOptions(TypedDict, total=False):
     """The keyword arguments of :func:`run_algorithm` that one case of :func:`run_algorithms` may give."""
 
     dtype: torch.dtype | str
-    op: str | dist.ReduceOp
-    root: int
+    op: str | dist.ReduceOp | None
+    root: int | None
     chunk_size: int
     segments: int | None
     inputs: Inputs
@@ -190,16 +191,9 @@ def _dtype(dtype: torch.dtype | str | None) -> torch.dtype:
     return dt
 
 
-def _op(op: str | dist.ReduceOp, primitive: str) -> str:
-    """The name of ``op`` (:func:`collnb.vocabulary.op_name`), which must be ``"sum"`` (the default) for a
-    primitive that does not reduce."""
-    name = op_name(op)
-    if primitive not in REDUCING_PRIMITIVES and name != "sum":
-        raise ValueError(_("{primitive} does not combine values, so it takes no reduce op (got op={op}); "
-                           "ops apply to {reducing}").format(
-                               primitive=primitive, op=repr(op),
-                               reducing=", ".join(p for p in REDUCING_PRIMITIVES if p in PRIMITIVES)))
-    return name
+#: The arguments of :func:`run_algorithm` that :func:`collnb.collectives.check_arguments` checks
+#: against the primitive (``segments`` is checked by :func:`~.schedules.schedule`: broadcast only).
+_CALL_ARGUMENTS = ("dtype", "op", "root", "chunk_size", "inputs")
 
 
 def teaching_buffers(primitive: str, world_size: int, n_chunks: int, chunk_size: int = 1, root: int = 0,
@@ -244,9 +238,12 @@ def _holds_input(primitive: str, rank: int, chunk: int, root: int) -> bool:
     return True
 
 
-def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str) -> None:
-    """Refuse (ValueError) a dtype or op that ``backend`` does not accept for ``primitive`` on real ranks."""
-    sup = backend_support(backend)
+def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str,
+                      support: Callable[[], BackendSupport] | None = None) -> None:
+    """Refuse (ValueError) a dtype or op that ``backend`` does not accept for ``primitive`` on real
+    ranks (``support()``: what it accepts, for a launch planned already; default
+    :func:`collnb.backend_support`)."""
+    sup = support() if support is not None else backend_support(backend)
     name = _BUILTIN_NAME.get(primitive, primitive)
     dname = str(dt).replace("torch.", "")
     o = op if primitive in REDUCING_PRIMITIVES else None
@@ -266,16 +263,18 @@ def _validate_backend(primitive: str, dt: torch.dtype, op: str, backend: str) ->
 
 
 def prepare_case(primitive: str, algorithm: str | None, world_size: int, dtype: torch.dtype | str | None,
-                 op: str | dist.ReduceOp, root: int, chunk_size: int, segments: int | None, inputs: Inputs,
+                 op: str | dist.ReduceOp | None, root: int | None, chunk_size: int, segments: int | None, inputs: Inputs,
                  snapshots: bool, compare: bool, backend: str, validate: bool = True,
-                 ranks_per_node: int | None = None) -> Case:
+                 ranks_per_node: int | None = None, *, support: Callable[[], BackendSupport] | None = None) -> Case:
     """Check one case of :func:`run_algorithms` and build what its ranks need, without starting
     any rank (the rounds explorer calls it to check its arguments before drawing a widget).
 
-    Args: as :func:`run_algorithm` (``snapshots``, ``compare`` as bools; ``ranks_per_node`` the
+    Args: as :func:`run_algorithm` (``op``/``root`` ``None``: not given, as there;
+    ``snapshots``, ``compare`` as bools; ``ranks_per_node`` the
     node map, needed by the tiered algorithms); ``validate``: ask
     :func:`collnb.backend_support` whether ``backend`` accepts the dtype and op (detected on real
-    ranks once per process and backend, then cached).
+    ranks once per process and backend, then cached; ``support``: that answer for a launch planned
+    already, as :func:`run_algorithms` has it, so that the request is not checked again).
 
     Returns:
         :class:`Case`: ``schedule`` (:class:`Schedule`), ``inputs`` (``(world_size, count)`` tensor),
@@ -286,13 +285,14 @@ def prepare_case(primitive: str, algorithm: str | None, world_size: int, dtype: 
         TypeError / ValueError: as :func:`run_algorithm`, with :mod:`collnb.vocabulary`'s words.
     """
     check_backend(backend)
+    check_arguments(get_spec(primitive), {"op": op, "root": root}, "collnb.run_algorithm", takes=_CALL_ARGUMENTS)
     algorithm = algorithm or default_algorithm(primitive)
-    sched = schedule(primitive, algorithm, world_size, root, segments, ranks_per_node)
+    sched = schedule(primitive, algorithm, world_size, 0 if root is None else root, segments, ranks_per_node)
     dt = _dtype(dtype)
-    opn = _op(op, primitive)
+    opn = op_name("sum" if op is None else op)
     check_int("chunk_size", chunk_size, 1, 1 << 22, what="elements per chunk")
     if validate:
-        _validate_backend(primitive, dt, opn, backend)
+        _validate_backend(primitive, dt, opn, backend, support)
     C = sched.n_chunks
     count = C * chunk_size
     if inputs is None:
@@ -331,7 +331,8 @@ def _make_trace(case: Case, results: Sequence[RankResult], backend: str, wall: f
 
 
 def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int = 4,
-                  dtype: torch.dtype | str = torch.float32, op: str | dist.ReduceOp = "sum", root: int = 0, *,
+                  dtype: torch.dtype | str = torch.float32, op: str | dist.ReduceOp | None = None,
+                  root: int | None = None, *,
                   chunk_size: int = 1, segments: int | None = None, inputs: Inputs = None, snapshots: bool = True,
                   compare: bool = True, backend: str = "gloo", timeout: float = 60.0, debug: bool = True,
                   ranks_per_node: int | None = None) -> Trace:
@@ -348,9 +349,11 @@ def run_algorithm(primitive: str, algorithm: str | None = None, world_size: int 
         world_size: number of ranks, 1..16.
         dtype: ``torch.dtype`` or its name; must be one the backend accepts for the primitive
             (detected on real ranks by :func:`collnb.backend_support`).
-        op: reduce op for all_reduce, reduce_scatter, reduce: sum, product, min, max, avg (floating
-            dtypes), band/bor/bxor (integer and bool dtypes). Other primitives take no op.
-        root: src/dst rank for broadcast, reduce, scatter, gather.
+        op: reduce op for all_reduce, reduce_scatter, reduce: sum (default), product, min, max, avg
+            (floating dtypes), band/bor/bxor (integer and bool dtypes). Other primitives take no op:
+            one given to them is refused, ``"sum"`` too (as :func:`collnb.run` refuses it).
+        root: src/dst rank for broadcast, reduce, scatter, gather (default 0); refused, 0 too, for
+            the others.
         chunk_size: elements per chunk (the buffer has ``n_chunks * chunk_size`` elements).
         segments: broadcast only: number of chunks (pipeline segments), default ``world_size``.
         inputs: ``None`` for the teaching inputs (:func:`teaching_buffers`), a
@@ -399,6 +402,16 @@ def run_algorithms(configs: Sequence[AlgorithmConfig], world_size: int, *, backe
     """
     allowed = {"primitive", "algorithm", "dtype", "op", "root", "chunk_size", "segments", "inputs", "snapshots",
                "compare", "ranks_per_node"}
+    # the launch is checked once, here (world size, backend, seconds): the backend's answer about
+    # dtypes and ops is read for it and it is run as planned, not checked again per case
+    plan = ranks.plan_launch(world_size, backend, {"timeout": timeout, "debug": debug}, where="collnb.run_algorithms")
+    answer: list[BackendSupport] = []
+
+    def support() -> BackendSupport:
+        if not answer:
+            answer.append(support_for(plan))
+        return answer[0]
+
     cases = []
     for cfg in configs:
         extra = set(cfg) - allowed
@@ -407,13 +420,14 @@ def run_algorithms(configs: Sequence[AlgorithmConfig], world_size: int, *, backe
         if "primitive" not in cfg:
             raise TypeError("each config needs a 'primitive'")
         cases.append(prepare_case(cfg["primitive"], cfg.get("algorithm"), world_size, cfg.get("dtype", torch.float32),
-                                  cfg.get("op", "sum"), cfg.get("root", 0), cfg.get("chunk_size", 1),
+                                  cfg.get("op"), cfg.get("root"), cfg.get("chunk_size", 1),
                                   cfg.get("segments"), cfg.get("inputs"), cfg.get("snapshots", True),
-                                  cfg.get("compare", True), backend, validate, cfg.get("ranks_per_node")))
+                                  cfg.get("compare", True), backend, validate, cfg.get("ranks_per_node"),
+                                  support=support))
     ship = [RankCase(schedule=c["schedule"], inputs=c["inputs"], bounds=c["bounds"], op=c["op"], record=c["record"],
                      compare=c["compare"]) for c in cases]
     t0 = time.perf_counter()
-    results = launch(_rank_run_cases, world_size, args=(ship,), backend=backend, timeout=timeout, debug=debug)
+    results = ranks.launch_planned(plan, _rank_run_cases, (ship,))
     wall = time.perf_counter() - t0
     return [_make_trace(c, [results[r][i] for r in range(world_size)], backend, wall / len(cases))
             for i, c in enumerate(cases)]

@@ -77,8 +77,7 @@ def _cmd_bench_cluster(args: argparse.Namespace) -> int:
         cmp = compared[0]
         print(cmp.table())
         if args.png:
-            status = write_output("--png", args.png,
-                                  lambda: cmp.figure().savefig(args.png))  # type: ignore[no-untyped-call]  # labs.cluster: not typed yet
+            status = write_output("--png", args.png, lambda: cmp.figure().savefig(args.png))
             if status is not None:
                 return status
             print(_("{what} written to {path}").format(what="png", path=args.png))

@@ -9,21 +9,21 @@ that cannot be read, a line that is not nccl-tests output, an output path that c
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 from ..i18n import _
 from ..units import format_bytes
-from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, check_outputs, write_output
+from .common import EXIT_MISMATCH, EXIT_OK, EXIT_USAGE, Subparsers, check_outputs, write_output
 
 
-def _cmd_explain(args) -> int:
-    from ..labs import cluster as C
-    nccl, NcclTestsFormatError, explain_nccl_tests = C.nccl, C.NcclTestsFormatError, C.explain_nccl_tests
+def _cmd_explain(args: argparse.Namespace) -> int:
+    from ..labs.cluster import NcclTestsFormatError, explain_nccl_tests
     status = check_outputs((args.png, "--png", (".png",)))
     if status is not None:
         return status
     if args.nccl:
-        return _explain_nccl(args, nccl)
+        return _explain_nccl(args)
     if not args.file:
         print(_("error: give a file of nccl-tests output (or - for stdin), or --nccl PRESET"), file=sys.stderr)
         return EXIT_USAGE
@@ -48,7 +48,8 @@ def _cmd_explain(args) -> int:
     return EXIT_MISMATCH if wrong else EXIT_OK
 
 
-def _explain_nccl(args, nccl) -> int:
+def _explain_nccl(args: argparse.Namespace) -> int:
+    from ..labs.cluster import nccl
     try:
         system = nccl.preset(args.nccl, args.nodes)
         tuning = nccl.tune(system, algo_env=args.algo, proto_env=args.proto)
@@ -71,7 +72,7 @@ def _explain_nccl(args, nccl) -> int:
     return EXIT_OK
 
 
-def add_parser(subparsers) -> None:
+def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     """Add the ``explain`` subcommand to an ``argparse`` subparsers object (sets ``func``)."""
     p = subparsers.add_parser(
         "explain", help=_("explain nccl-tests output (algbw, busbw, the α-β fit, what is off) or NCCL's choice"),

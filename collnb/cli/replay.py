@@ -37,7 +37,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
         ignored = [flag for flag, value, default in (
             ("PRIMITIVE", args.primitive, None), ("--algorithm", args.algorithm, None),
             ("--world-size", args.world_size, 4), ("--dtype", args.dtype, "float32"), ("--op", args.op, None),
-            ("--root", args.root, 0), ("--chunk-size", args.chunk_size, 1), ("--segments", args.segments, None),
+            ("--root", args.root, None), ("--chunk-size", args.chunk_size, 1), ("--segments", args.segments, None),
             ("--backend", args.backend, "gloo")) if value != default]
         if ignored:
             print(_("note: --from-trace replays the saved run as it was; ignoring {flags}").format(
@@ -62,7 +62,7 @@ def _cmd_replay(args: argparse.Namespace) -> int:
                   file=sys.stderr)
             return EXIT_USAGE
         out = on_ranks(lambda: run_algorithm(
-            args.primitive, algorithm, args.world_size, dtype=args.dtype, op=args.op or "sum",
+            args.primitive, algorithm, args.world_size, dtype=args.dtype, op=args.op,
             root=args.root, chunk_size=args.chunk_size, segments=args.segments,
             backend=args.backend, timeout=args.timeout, snapshots=True))
         if out[1] is not None:
@@ -117,7 +117,7 @@ def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     p.add_argument("--op", default=None, choices=REDUCE_OPS, metavar="OP",
                    help=_("reduce op of {reducing} (default sum): {names}").format(
                        reducing=", ".join(reducing), names=", ".join(REDUCE_OPS)))
-    p.add_argument("--root", type=int, default=0,
+    p.add_argument("--root", type=int, default=None,
                    help=_("src/dst rank of {rooted} (default 0)").format(rooted=", ".join(rooted)))
     p.add_argument("--chunk-size", type=int, default=1, help=_("elements per chunk (default 1)"))
     p.add_argument("--segments", type=int, default=None, help=_("broadcast only: chunks/pipeline segments"))

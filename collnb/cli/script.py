@@ -17,7 +17,7 @@ def _cmd_script(args: argparse.Namespace) -> int:
     status = check_outputs((args.output, "-o", (".py",)))
     if status is not None:
         return status
-    kwargs = dict(backend=args.backend, op=args.op or "sum", root=args.root)
+    kwargs = dict(backend=args.backend, op=args.op, root=args.root)  # None: not given (script_text's check)
     try:
         script_text(args.primitive, **kwargs)  # every argument checked before the file is touched
     except (TypeError, ValueError) as exc:
@@ -45,7 +45,7 @@ def add_parser(subparsers: Subparsers[argparse.ArgumentParser]) -> None:
     p.add_argument("--op", default=None, choices=REDUCE_OPS, metavar="OP",
                    help=_("reduce op of {reducing} (default sum): {names}").format(
                        reducing=", ".join(REDUCING_PRIMITIVES), names=", ".join(REDUCE_OPS)))
-    p.add_argument("--root", type=int, default=0,
+    p.add_argument("--root", type=int, default=None,
                    help=_("src/dst rank of {rooted} (default 0)").format(rooted=", ".join(ROOTED_PRIMITIVES)))
     p.add_argument("-o", "--output", required=True, metavar="FILE", help=_("the script to write (.py)"))
     p.set_defaults(func=_cmd_script)

@@ -22,26 +22,27 @@ from typing import TYPE_CHECKING
 from ..lazy import lazy_attributes
 from ..vocabulary import DTYPE_NAMES, REDUCE_OPS, dtype_name, op_hint, op_name
 from .display import register_renderer
-from .specs import (BENCH_PRIMITIVES, OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES, SPECS, Buffer,
-                    PrimitiveSpec, TorchCall, get_spec)
+from .specs import (BENCH_PRIMITIVES, CALL_ARGUMENTS, OBJECT_PRIMITIVES, PRIMITIVES, REDUCING_PRIMITIVES, ROOTED_PRIMITIVES,
+                    SPECS, Buffer, PrimitiveSpec, TorchCall, check_arguments, get_spec)
 
 if TYPE_CHECKING:  # what __getattr__ loads, for readers and type checkers
     from .inputs import make_tensor, teaching_inputs, teaching_value
     from .primitives import run, run_batch
     from .expected import reference
     from .result import RunResult
-    from .support import BackendSupport, backend_support, known_support, saved_probe_state
+    from .support import BackendSupport, backend_support, known_support, saved_probe_state, support_for
 
 #: Name -> the module (needing torch) it is loaded from on first use.
 _LAZY = {**dict.fromkeys(("make_tensor", "teaching_inputs", "teaching_value"), ".inputs"),
          **dict.fromkeys(("run", "run_batch"), ".primitives"),
          "reference": ".expected", "RunResult": ".result",
-         **dict.fromkeys(("BackendSupport", "backend_support", "known_support", "saved_probe_state"), ".support")}
+         **dict.fromkeys(("BackendSupport", "backend_support", "known_support", "saved_probe_state", "support_for"),
+                         ".support")}
 
 __all__ = ["run", "run_batch", "RunResult", "PRIMITIVES", "ROOTED_PRIMITIVES", "REDUCING_PRIMITIVES",
            "OBJECT_PRIMITIVES", "BENCH_PRIMITIVES", "REDUCE_OPS", "DTYPE_NAMES", "SPECS", "PrimitiveSpec", "Buffer",
-           "TorchCall", "get_spec",
-           "backend_support", "known_support", "saved_probe_state", "BackendSupport", "dtype_name", "op_name", "op_hint",
+           "TorchCall", "get_spec", "CALL_ARGUMENTS", "check_arguments",
+           "backend_support", "known_support", "saved_probe_state", "support_for", "BackendSupport", "dtype_name", "op_name", "op_hint",
            "teaching_value",
            "teaching_inputs", "make_tensor", "reference", "register_renderer"]
 

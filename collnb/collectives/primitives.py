@@ -24,7 +24,7 @@ from .inputs import check_input_values, check_inputs
 from .rank_calls import Case, rank_cases
 from .expected import reference_of, tolerance
 from .result import RunResult
-from .specs import REDUCING_PRIMITIVES, SPECS, get_spec
+from .specs import CALL_ARGUMENTS, SPECS, check_arguments, get_spec
 from .support import BackendSupport, known_for, support_for
 
 if TYPE_CHECKING:
@@ -46,21 +46,27 @@ Inputs = Iterable[Iterable[object]] | Callable[[int, int], object] | None
 _Buffer = torch.Tensor | list[object]
 
 
-def _prepare(primitive: object, world_size: int, dtype: object, op: object, root: object, backend: str,
-             chunk_size: object, inputs: object, support_getter: Callable[[], BackendSupport | None]) -> Case:
+def _prepare(primitive: object, world_size: int, given: Mapping[str, object], backend: str,
+             support_getter: Callable[[], BackendSupport | None], where: str = "collnb.run") -> Case:
     """Validate one request before anything is launched (``world_size`` and ``backend`` are
-    checked already; the other arguments are as a learner gave them, every check in
-    :mod:`collnb.vocabulary` words); returns the case the ranks run (see :mod:`.rank_calls`)."""
+    checked already; ``given`` holds the :data:`~.specs.CALL_ARGUMENTS` as a learner gave them,
+    ``None`` or absent where not given, every check in :mod:`collnb.vocabulary` words); returns the
+    case the ranks run (see :mod:`.rank_calls`). An argument the primitive does not use is refused
+    (:func:`~.specs.check_arguments`); one it uses and was not given takes its default (float32,
+    sum, root 0, one element per chunk, the teaching inputs)."""
     spec = get_spec(primitive)
     name = spec.name
-    root = check_rank(root, world_size, "root")
-    chunk_size = check_int("chunk_size", chunk_size, 1, MAX_CHUNK_SIZE, what=N_("elements per chunk"))
+    check_arguments(spec, given, where)
+
+    def value(key: str, default: object) -> object:
+        v = given.get(key)
+        return default if v is None else v
+
+    dtype, op, inputs = value("dtype", torch.float32), value("op", "sum"), given.get("inputs")
+    root = check_rank(value("root", 0), world_size, "root")
+    chunk_size = check_int("chunk_size", value("chunk_size", 1), 1, MAX_CHUNK_SIZE, what=N_("elements per chunk"))
     opn = op_name(op)
-    if not spec.reduces and opn != "sum":
-        raise ValueError(_("{primitive} does not combine values, so it takes no reduce op (got op={op}); "
-                           "ops apply to {reducing}").format(primitive=name, op=repr(op),
-                                                             reducing=", ".join(REDUCING_PRIMITIVES)))
-    dname = dtype_name(dtype if dtype is not None else torch.float32)
+    dname = dtype_name(dtype)
     table = check_inputs(_checked_inputs_type(inputs), spec, world_size, root)
     sup = support_getter() if spec.kind in ("tensor", "object") else None  # None: not known, not checked
     if spec.kind == "tensor" and sup is not None:
@@ -152,8 +158,8 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
               check_support: bool = True, **launch_kwargs: Unpack[LaunchOptions]) -> list[RunResult]:
     """Run several primitives at one world size in ONE launch (they run one after another on the
     same ranks). Each config is a dict of :func:`run` keyword arguments (``primitive`` required;
-    ``dtype``, ``op``, ``root``, ``chunk_size``, ``inputs`` optional). Every config is validated
-    before anything is launched.
+    ``dtype``, ``op``, ``root``, ``chunk_size``, ``inputs`` optional, and only those the primitive
+    uses, as for :func:`run`). Every config is validated before anything is launched.
 
     Each dtype/op is checked against what is known without probing (:func:`~.support.known_support`: the
     answer kept in this process or saved on disk). Where nothing is known yet (the first run after an
@@ -171,12 +177,53 @@ def run_batch(configs: Sequence[Mapping[str, object]], world_size: int = 4, back
     Raises:
         as :func:`run`.
     """
-    plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run_batch")
-    return _run_planned(configs, plan, check_support)
+    try:
+        plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run_batch")
+    except (TypeError, ValueError) as exc:
+        raise _short(exc) from None
+    return _run_planned(configs, plan, check_support, "collnb.run_batch")
 
 
-def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan, check_support: bool) -> list[RunResult]:
-    """:func:`run_batch` of a launch planned (checked) where it entered: the configs are checked
+def _cases_of(configs: object, world_size: int, backend: str, get_support: Callable[[], BackendSupport | None],
+              where: str) -> tuple[list[Case], list[tuple[object, dict[str, object]]]]:
+    """The checked cases of ``configs`` (and what each asked: to check again after a probe). Raises
+    TypeError/ValueError as :func:`run` says."""
+    cases: list[Case] = []
+    asked: list[tuple[object, dict[str, object]]] = []  # (primitive, its other keys): to check again after a probe
+    if not isinstance(configs, (list, tuple)):
+        raise TypeError(_("configs must be a list of dicts such as [{example}] (for one primitive, collnb.run({value}) "
+                          "if it is a name); got the {type} {value}").format(
+                              example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
+                              type=type(configs).__name__))
+    for cfg in configs:
+        if not isinstance(cfg, dict):
+            raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
+                example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
+        given = dict(cfg)
+        try:
+            primitive = given.pop("primitive")
+        except KeyError:
+            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(given))) from None
+        unknown = set(given) - set(CALL_ARGUMENTS)
+        if unknown:
+            raise TypeError(_("unknown config keys {keys}; use {names}").format(
+                keys=sorted(unknown), names=", ".join(CALL_ARGUMENTS)))
+        asked.append((primitive, given))
+        cases.append(_prepare(primitive, world_size, given, backend, get_support, where))
+    return cases, asked
+
+
+def _short(exc: BaseException) -> BaseException:
+    """``exc``, a refusal of the learner's arguments, without collnb's frames: its message says what was wrong
+    and what to pass, and a notebook showed it under two screens of checks inside collnb. Raise it ``from
+    None``: the learner's cell and the entry point stay in the traceback."""
+    return exc.with_traceback(None)
+
+
+def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan, check_support: bool,
+                 where: str = "collnb.run") -> list[RunResult]:
+    """:func:`run_batch` of a launch planned (checked) where it entered (``where``, named in a
+    refusal): the configs are checked
     against ``plan``'s world size and backend, then run in one launch of ``plan``."""
     world_size, backend = plan.world_size, plan.setup.backend
     support: BackendSupport | None = None
@@ -187,45 +234,23 @@ def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan
             support = known_for(backend)  # never probes: see run_batch's docstring
         return support
 
-    if not isinstance(configs, (list, tuple)):
-        raise TypeError(_("configs must be a list of dicts such as [{example}] (for one primitive, collnb.run({value}) "
-                          "if it is a name); got the {type} {value}").format(
-                              example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(configs),
-                              type=type(configs).__name__))
-    cases: list[Case] = []
-    asked: list[tuple[object, dict[str, object]]] = []  # (primitive, its other keys): to check again after a probe
-    for cfg in configs:
-        if not isinstance(cfg, dict):
-            raise TypeError(_("run_batch takes a list of dicts such as {example}; got {value} in the list").format(
-                example="{'primitive': 'all_reduce', 'dtype': 'int8'}", value=repr(cfg)))
-        given = dict(cfg)
-        try:
-            primitive = given.pop("primitive")
-        except KeyError:
-            raise ValueError(_("each config needs a 'primitive' key; got {value}").format(value=repr(given))) from None
-        unknown = set(given) - {"dtype", "op", "root", "chunk_size", "inputs"}
-        if unknown:
-            raise TypeError(_("unknown config keys {keys}; use dtype, op, root, chunk_size, inputs").format(
-                keys=sorted(unknown)))
-        asked.append((primitive, given))
-        cases.append(_prepare(primitive, world_size, given.get("dtype", torch.float32), given.get("op", "sum"),
-                              given.get("root", 0), backend, given.get("chunk_size", 1), given.get("inputs"),
-                              get_support))
+    try:
+        cases, asked = _cases_of(configs, world_size, backend, get_support, where)
+    except (TypeError, ValueError) as exc:
+        raise _short(exc) from None
     if not cases:
         return []
     t0 = time.perf_counter()
     try:
         per_rank = ranks.launch_planned(plan, rank_cases, (cases, backend))
-    except ranks.RankError as exc:
+    except ranks.RankError:
         if check_support and support is None:  # nothing was known: did the backend refuse what was asked?
             probed = support_for(plan)
             for primitive, given in asked:  # raises the ValueError a known answer gives before a launch
                 try:
-                    _prepare(primitive, world_size, given.get("dtype", torch.float32), given.get("op", "sum"),
-                             given.get("root", 0), backend, given.get("chunk_size", 1), given.get("inputs"),
-                             lambda: probed)
-                except ValueError as refused:
-                    raise refused from exc
+                    _prepare(primitive, world_size, given, backend, lambda: probed, where)
+                except ValueError as refused:  # it says what the ranks hit ("detected on real ranks"):
+                    raise _short(refused) from None  # the same words, as short, as a refusal known before
         raise
     seconds = time.perf_counter() - t0
     results: list[RunResult] = []
@@ -236,9 +261,9 @@ def _run_planned(configs: Sequence[Mapping[str, object]], plan: ranks.LaunchPlan
     return results
 
 
-def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.float32,
-        op: str | dist.ReduceOp | dist.ReduceOp.RedOpType = "sum", root: int = 0, backend: str = "gloo",
-        chunk_size: int = 1, inputs: Inputs = None, *, check_support: bool = True,
+def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str | None = None,
+        op: str | dist.ReduceOp | dist.ReduceOp.RedOpType | None = None, root: int | None = None,
+        backend: str = "gloo", chunk_size: int | None = None, inputs: Inputs = None, *, check_support: bool = True,
         **launch_kwargs: Unpack[LaunchOptions]) -> RunResult:
     """Run one primitive on ``world_size`` real ranks and check it against the reference.
 
@@ -247,23 +272,31 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.fl
     :data:`~.specs.SPECS` ``[primitive].call`` and returns its buffers (``after``); everything happens in
     a single :func:`collnb.ranks.launch`.
 
+    ``dtype``, ``op``, ``root``, ``chunk_size`` and ``inputs`` describe the call: give only those the
+    primitive uses (:attr:`PrimitiveSpec.arguments <collnb.collectives.PrimitiveSpec.arguments>`: a
+    reduce op only to a reducing primitive, a root only to a rooted one, neither a dtype nor a chunk
+    size to the object primitives, nothing to ``barrier``). Any other is refused before a rank
+    starts, its default value too (``root=0`` for ``all_reduce``, as ``dist.all_reduce(t, src=0)``
+    would be): every argument a call shows changes what it does. ``None`` means not given.
+
     Args:
         primitive: one of :data:`~.specs.PRIMITIVES`. ``send_recv`` is a ring shift: every rank sends its
             buffer to ``(rank+1) % world_size`` and receives from ``(rank-1) % world_size`` with
             ``batch_isend_irecv`` (nothing moves at world size 1). ``barrier``: rank ``r``
             arrives ``30*r`` ms late; before/after are arrival/departure times in ms.
         world_size: 1..16 (for NCCL at most the visible GPU count).
-        dtype: ``torch.dtype`` or its name (``"float16"``, aliases ``"fp16"``/``"half"``...).
-            Ignored by the object primitives (they send strings) and ``barrier``.
+        dtype: ``torch.dtype`` or its name (``"float16"``, aliases ``"fp16"``/``"half"``...); default
+            float32. Tensor primitives only (the object primitives send strings).
         op: reduce op name (``"sum"``, ``"product"``, ``"min"``, ``"max"``, ``"avg"``, ``"band"``,
-            ``"bor"``, ``"bxor"``) or a ``dist.ReduceOp``; only the reducing primitives take one.
-        root: the ``src``/``dst`` rank of rooted primitives (0..world_size-1; checked for every
-            primitive, used only by rooted ones).
+            ``"bor"``, ``"bxor"``) or a ``dist.ReduceOp``; default sum. Reducing primitives only.
+        root: the ``src``/``dst`` rank (0..world_size-1); default 0. Rooted primitives only.
         backend: ``"gloo"`` or ``"nccl"``.
-        chunk_size: elements per chunk (every element of a chunk holds the chunk's value).
+        chunk_size: elements per chunk (every element of a chunk holds the chunk's value); default 1.
+            Tensor primitives only.
         inputs: optional own values instead of the teaching inputs: per rank a list of chunk
             values (as many as :func:`~.inputs.teaching_inputs` gives that rank), or a callable
             ``f(rank, chunk) -> number`` (e.g. ``lambda r, c: 100`` to see int8 SUM wrap).
+            Every primitive but ``barrier``.
         check_support: ``False``: do not wait for a backend probe (see :func:`run_batch`).
         launch_kwargs: passed to :func:`collnb.ranks.launch` (``timeout`` s,
             ``collective_timeout`` s, ``debug``, ``start_method``).
@@ -280,14 +313,18 @@ def run(primitive: str, world_size: int = 4, dtype: torch.dtype | str = torch.fl
             words are :mod:`collnb.vocabulary`'s, as everywhere in collnb.
         ValueError: before anything is launched, for an unknown primitive/dtype/op/backend, a
             world size outside 1..16 (for NCCL: the visible GPUs), a root outside
-            0..world_size-1, a chunk size outside 1..4194304, an op given to a primitive
-            that does not reduce, or a dtype/op combination the backend refused when probed
+            0..world_size-1, a chunk size outside 1..4194304, an argument the primitive does not
+            use (:func:`~.specs.check_arguments`: the message names it, the primitive and the
+            arguments it uses), or a dtype/op combination the backend refused when probed
             (e.g. Gloo: AVG on integer dtypes, BAND/BOR/BXOR on floats, float8 and int16
             dtypes) -- the message lists the valid choices. Before the first probe after an install,
             that last one comes after the launch whose rank failed (see :func:`run_batch`).
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
         collnb.ranks.RankError / LaunchTimeout: a rank failed or the launch timed out.
     """
-    plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run")
+    try:
+        plan = ranks.plan_launch(world_size, backend, launch_kwargs, where="collnb.run")
+    except (TypeError, ValueError) as exc:
+        raise _short(exc) from None
     cfg = dict(primitive=primitive, dtype=dtype, op=op, root=root, chunk_size=chunk_size, inputs=inputs)
-    return _run_planned([cfg], plan, check_support)[0]
+    return _run_planned([cfg], plan, check_support, "collnb.run")[0]

@@ -3,8 +3,10 @@
 For every primitive collnb runs, a :class:`PrimitiveSpec` says which buffers a rank passes
 (:class:`Buffer`: as the ``torch.distributed`` docs name them, how many chunks each holds, which
 ranks hold it), the call a rank makes with them (:class:`TorchCall`), which input chunks each output
-chunk is made from, whether the primitive has a root or combines values with a reduce op, and,
-for the collectives nccl-tests measures, its bus-bandwidth factor. This table is the one place a
+chunk is made from, whether the primitive has a root or combines values with a reduce op (and so
+which of :func:`collnb.run`'s arguments it uses, :attr:`PrimitiveSpec.arguments`; the others are
+refused, :func:`check_arguments`), and, for the collectives nccl-tests measures, its bus-bandwidth
+factor. This table is the one place a
 primitive is described: the rank functions (:mod:`.rank_calls`), the standalone torchrun scripts
 (:mod:`collnb.labs.script`), the bandwidth lab (:mod:`collnb.labs.bench`), the reference
 (:mod:`.expected`), the heatmaps, the explorer and the algorithm traces all read it.
@@ -30,15 +32,16 @@ This module imports no torch.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Callable, Literal
 
-from ..i18n import N_
+from ..i18n import N_, _
 from ..vocabulary import check_choice
 
 __all__ = ["PrimitiveSpec", "Buffer", "TorchCall", "SpecKind", "RootName", "ChunkCount", "Sources", "SPECS",
            "PRIMITIVES", "REDUCING_PRIMITIVES", "ROOTED_PRIMITIVES", "OBJECT_PRIMITIVES", "BENCH_PRIMITIVES",
-           "get_spec"]
+           "CALL_ARGUMENTS", "CallArgument", "get_spec", "check_arguments"]
 
 
 #: What a primitive moves: tensors, pickled Python objects, or nothing but time (barrier).
@@ -52,6 +55,11 @@ Sources = Callable[[int, int, int, int], tuple[tuple[int, int], ...]]
 #: What a keyword argument of a :class:`TorchCall` is given: the root rank, the reduce op, or the
 #: rank's device.
 CallValue = Literal["root", "op", "device"]
+#: An argument of :func:`collnb.run` (and of a :func:`collnb.run_batch` config) that describes the
+#: call a rank makes; which of them a primitive uses is :attr:`PrimitiveSpec.arguments`.
+CallArgument = Literal["dtype", "op", "root", "chunk_size", "inputs"]
+#: Every :data:`CallArgument`, in :func:`collnb.run`'s order.
+CALL_ARGUMENTS: tuple[CallArgument, ...] = ("dtype", "op", "root", "chunk_size", "inputs")
 
 
 @dataclass(frozen=True)
@@ -174,6 +182,17 @@ class PrimitiveSpec:
             LookupError: a row without buffers (``barrier``).
         """
         return next((b for b in self.buffers if b.role == "out"), None) or self.input_buffer()
+
+    @property
+    def arguments(self) -> tuple[CallArgument, ...]:
+        """The :data:`CALL_ARGUMENTS` this primitive uses, in that order, from the row: a tensor
+        primitive its ``dtype``, ``chunk_size`` and ``inputs``, an object primitive its ``inputs``
+        (one picklable object per chunk: no dtype, no chunk size), ``op`` where it :attr:`reduces`,
+        ``root`` where it is :attr:`rooted`; ``barrier`` (kind ``"time"``) none. ``collnb.run``
+        refuses every other one (:func:`check_arguments`)."""
+        uses = {"dtype": self.kind == "tensor", "op": self.reduces, "root": self.rooted,
+                "chunk_size": self.kind == "tensor", "inputs": self.kind != "time"}
+        return tuple(a for a in CALL_ARGUMENTS if uses[a])
 
 
 def call_line(call: TorchCall, buffers: tuple[Buffer, ...], root_name: RootName | None) -> str:
@@ -355,6 +374,53 @@ ROOTED_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.rooted)
 OBJECT_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.kind == "object")
 #: Primitives with a bus-bandwidth factor (nccl-tests' names): what the bandwidth lab measures.
 BENCH_PRIMITIVES = tuple(n for n, s in SPECS.items() if s.busbw is not None)
+
+
+#: Why a primitive does not use an argument, by (argument, kind or "reduces"/"rooted"): the reason
+#: :func:`check_arguments` gives.
+_WHY_NOT: dict[tuple[str, str], str] = {
+    ("dtype", "object"): N_("it sends pickled Python objects, not tensors"),
+    ("chunk_size", "object"): N_("it sends pickled Python objects, one per chunk, not tensors"),
+    ("dtype", "time"): N_("it moves no data: it measures when each rank arrives and leaves"),
+    ("chunk_size", "time"): N_("it moves no data: it measures when each rank arrives and leaves"),
+    ("inputs", "time"): N_("it moves no data: it measures when each rank arrives and leaves"),
+    ("op", "reduces"): N_("it does not combine values, so it takes no reduce op; ops apply to {reducing}"),
+    ("root", "rooted"): N_("it has no src/dst rank: every rank takes part alike"),
+}
+
+
+def check_arguments(spec: PrimitiveSpec, given: Mapping[str, object], where: str = "collnb.run",
+                    takes: Sequence[str] = CALL_ARGUMENTS) -> None:
+    """Refuse the arguments in ``given`` that ``spec``'s primitive does not use (not in
+    :attr:`PrimitiveSpec.arguments`), before anything is launched.
+
+    ``given`` maps the :data:`CALL_ARGUMENTS` a learner passed to their values; a value ``None`` is
+    not given (the default). A value equal to the default counts as given: ``root=0`` for
+    ``all_reduce`` is refused like ``root=1``, as ``dist.all_reduce(t, src=0)`` would be, so that
+    every argument a call shows is one that changes what it does. ``where`` names the entry point,
+    ``takes`` the arguments it has (the error lists those the primitive uses among them).
+
+    Raises:
+        ValueError: the first such argument (in :data:`CALL_ARGUMENTS` order), naming it, the
+            primitive, why it does not use it, and the arguments it does use
+            (``"collnb.run: barrier does not use chunk_size (it moves no data: ...); barrier takes
+            no argument here but its world size and backend. Leave chunk_size out"``).
+    """
+    uses = [a for a in spec.arguments if a in takes]
+    for name in CALL_ARGUMENTS:
+        if name in spec.arguments or given.get(name) is None:
+            continue
+        why = _WHY_NOT.get((name, "reduces" if name == "op" else "rooted" if name == "root" else spec.kind),
+                           N_("it does not use it"))
+        if uses:
+            accepts = _("the arguments {primitive} uses: {names}").format(primitive=spec.name, names=", ".join(uses))
+        else:
+            accepts = _("{primitive} takes no argument here but its world size and backend").format(
+                primitive=spec.name)
+        raise ValueError(_("{where}: {primitive} does not use {argument} ({why}); {accepts}. "
+                           "Leave {argument} out").format(where=where, primitive=spec.name, argument=name,
+                                                          why=_(why).format(reducing=", ".join(REDUCING_PRIMITIVES)),
+                                                          accepts=accepts))
 
 
 def get_spec(primitive: object) -> PrimitiveSpec:

@@ -31,7 +31,7 @@ import os
 import textwrap
 import types
 
-from ..collectives import PRIMITIVES, REDUCING_PRIMITIVES, SPECS, Buffer, PrimitiveSpec
+from ..collectives import PRIMITIVES, SPECS, Buffer, PrimitiveSpec, check_arguments
 from ..i18n import _
 from ..ranks import iter_functions
 from ..vocabulary import check_backend, check_choice, check_int, op_name
@@ -209,31 +209,33 @@ def _body(spec: PrimitiveSpec, root: int, op: str) -> str:
 SCRIPT_PRIMITIVES = PRIMITIVES
 
 
-def script_text(primitive: str, backend: str = "gloo", op: str = "sum", root: int = 0) -> str:
+def script_text(primitive: str, backend: str = "gloo", op: str | None = None, root: int | None = None) -> str:
     """The text (str) of a standalone torchrun script that runs ``primitive`` once.
 
     Args:
         primitive: one of :data:`SCRIPT_PRIMITIVES`.
         backend: ``"gloo"`` (CPU tensors) or ``"nccl"`` (``cuda:LOCAL_RANK``).
         op: reduce op of a reducing primitive (a name from :data:`collnb.REDUCE_OPS`, ``"sum"``,
-            ``"max"``...; ``avg`` needs NCCL).
+            ``"max"``...; ``avg`` needs NCCL); default sum.
         root: the src/dst rank of a rooted primitive (an int >= 0, below the world size torchrun
-            starts).
+            starts); default 0.
+
+    As for :func:`collnb.run`, ``op`` and ``root`` are given only to a primitive that uses them
+    (:func:`collnb.collectives.check_arguments`; ``None``: not given, the default is then used).
 
     Raises:
         TypeError: a primitive, backend or op that is not a name, a root that is not an int
             (the words of :mod:`collnb.vocabulary`).
-        ValueError: unknown primitive, backend or op, an op other than sum for a primitive that
-            takes none, or a negative root.
+        ValueError: unknown primitive, backend or op, an op given to a primitive that does not
+            reduce or a root to one that has none, or a negative root.
     """
-    check_choice("primitive", primitive, SCRIPT_PRIMITIVES)
+    spec = SPECS[check_choice("primitive", primitive, SCRIPT_PRIMITIVES)]
     check_backend(backend)
-    op = op_name(op)
-    if op != "sum" and primitive not in REDUCING_PRIMITIVES:
-        raise ValueError(_("{primitive} does not combine values, so it takes no op; ops apply to {reducing}").format(
-            primitive=primitive, reducing=", ".join(REDUCING_PRIMITIVES)))
+    check_arguments(spec, {"op": op, "root": root}, "script_text", takes=("op", "root"))
+    op = op_name(op if op is not None else "sum")
+    root = 0 if root is None else root
     check_int("root", root, 0, what="a rank, below the world size torchrun starts")
-    body = _body(SPECS[primitive], root, op)
+    body = _body(spec, root, op)
     head = _HEADER.format(title=f"{primitive} on every rank: each rank prints its buffer before and after.",
                           how=f"python -m collnb script {primitive} --backend {backend}",
                           name=f"{primitive}.py", nproc="GPUS" if backend == "nccl" else "2",
@@ -262,8 +264,8 @@ def _write(text: str, to: str | os.PathLike[str]) -> str:
     return path
 
 
-def write_script(primitive: str, path: str | os.PathLike[str], backend: str = "gloo", op: str = "sum",
-                 root: int = 0) -> str:
+def write_script(primitive: str, path: str | os.PathLike[str], backend: str = "gloo", op: str | None = None,
+                 root: int | None = None) -> str:
     """Write :func:`script_text` to ``path`` (made executable); returns the path (str).
 
     Raises:

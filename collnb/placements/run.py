@@ -53,6 +53,15 @@ def check_request(shape: object, mesh: object, src: object, dst: object, dtype: 
             source whose reduce op the dtype cannot do (``avg`` of integers), ``repeats`` out of 0..100.
         RuntimeError: the backend cannot run here (NCCL without CUDA), with the reason.
     """
+    req = _checked_request(shape, mesh, src, dst, dtype, backend, repeats)
+    ranks.check_ranks(math.prod(req["mesh"]), req["backend"])
+    return req
+
+
+def _checked_request(shape: object, mesh: object, src: object, dst: object, dtype: object, backend: object,
+                     repeats: object) -> Request:
+    """:func:`check_request` but whether the backend can run the mesh's ranks here (which
+    :func:`redistribute` checks once, planning its launch)."""
     mesh_shape = parse_mesh(mesh)
     shape_, dtype_ = check_shape(shape, dtype)
     src_ = parse_placements(src, len(mesh_shape), len(shape_), name="src")
@@ -67,7 +76,6 @@ def check_request(shape: object, mesh: object, src: object, dst: object, dtype: 
     backend_ = check_backend(backend)
     repeats_ = check_int("repeats", repeats, 0, 100,
                          what=N_("timed calls after the recorded one (0: time the recorded one)"))
-    ranks.check_ranks(math.prod(mesh_shape), backend_)
     return Request(shape=shape_, dtype=dtype_, mesh=mesh_shape, src=src_, dst=dst_, backend=backend_,
                    repeats=repeats_, refusal=refusal(src_, dst_))
 
@@ -122,10 +130,13 @@ def redistribute(shape: object = (4, 6), mesh: object = (2, 2), *, src: object, 
         TypeError / ValueError / RuntimeError: bad input, before any rank starts (see :func:`check_request`).
         collnb.RankError / collnb.LaunchTimeout: the ranks failed.
     """
-    req = check_request(shape, mesh, src, dst, dtype, backend, repeats)
+    req = _checked_request(shape, mesh, src, dst, dtype, backend, repeats)
     shape_, mesh_, src_, dst_ = req["shape"], req["mesh"], req["src"], req["dst"]
     values = teaching_values(shape_)
     n = math.prod(mesh_)
+    # the launch checked once, here (the mesh's ranks on the backend, the options), and run as planned
+    plan = ranks.plan_launch(n, req["backend"], {"timeout": timeout, **launch_kwargs}, where="collnb.redistribute",
+                             record_calls=True)
     coords = [coordinates(r, mesh_) for r in range(n)]
     partial_src = any(p.kind == "partial" for p in src_)
     before = [expected_local(values, mesh_, src_, src_, c) for c in coords]
@@ -135,8 +146,7 @@ def redistribute(shape: object = (4, 6), mesh: object = (2, 2), *, src: object, 
     _import_dtensor(n, backend, timeout, launch_kwargs)
     t0 = time.perf_counter()
     launched = cast(ranks.LaunchResults,  # what launch returns with record_calls=True
-                    ranks.launch(redistribute_on_rank, n, args=(request,), backend=backend, timeout=timeout,
-                                 record_calls=True, **launch_kwargs))
+                    ranks.launch_planned(plan, redistribute_on_rank, (request,)))
     seconds = time.perf_counter() - t0
     res: list[RankAnswer] = launched  # each rank's redistribute_on_rank answer
     calls: list[list[ranks.CallRecord]] = []

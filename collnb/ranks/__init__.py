@@ -52,6 +52,7 @@ from .serialization import code_files, dumps, iter_functions, loads
 # What a rank set of another layer (collnb.labs.cluster's network namespaces) takes to give its ranks
 # every instrument (.instrument.interface's docstring says how): a call's steps on a rank and what the
 # rank answers; the launcher's reading of the answers, the ranks' stacks and the backend's log.
+from .call.groups import runs_unwrapped, unwrapped_group
 from .call.steps import Call, failure, resolve_rank_names, restore_environment
 from .explain.failures import conclude
 from .explain.tracebacks import named_cells, parse_stack
@@ -72,4 +73,4 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "on_shutdown", "connected_hosts", "code_files", "Call", "failure", "resolve_rank_names",
            "restore_environment", "conclude", "named_cells", "parse_stack", "RankState", "BackendLog",
            "attach_backend_log", "Failed", "Result", "Run", "RankEvent", "RankExit", "RankFailure",
-           "RankResult"]
+           "RankResult", "runs_unwrapped", "unwrapped_group"]

@@ -116,17 +116,18 @@ def check_ranks(world_size: object, backend: str = "gloo") -> BackendFacts:
 
 
 def plan_launch(world_size: object, backend: object = "gloo", options: Mapping[str, object] | None = None, *,
-                where: str = "collnb.launch") -> LaunchPlan:
+                where: str = "collnb.launch", record_calls: bool = False) -> LaunchPlan:
     """Check a launch an entry point will make (``where``, e.g. ``"collnb.run"``, named in errors)
     once, before it does anything else: ``world_size`` ranks of ``backend`` on the active rank set,
     with the :class:`.request.LaunchOptions` ``options`` its caller passed through (names, then
     values). Returns the :class:`.rankset.LaunchPlan` that :func:`launch_planned` runs.
+    ``record_calls``: the entry point's own choice, as :func:`launch`'s (not a learner's option).
 
     Raises:
         as :func:`.request.check_launch_options` and :func:`.request.check_plan`.
     """
     opts = check_launch_options(options or {}, where)
-    return check_plan(_rank_set, world_size, backend, **opts)
+    return check_plan(_rank_set, world_size, backend, **opts, record_calls=record_calls)
 
 
 def launch_planned(plan: LaunchPlan, fn: Callable[..., Any], args: Sequence[Any] = (),

@@ -208,10 +208,14 @@ class Explorer(Binder[ExplorerParams, "RunResult"]):
             return value
 
     def run(self, params: ExplorerParams) -> RunResult:
+        """One :func:`collnb.run` of ``params``, given only the arguments the primitive uses
+        (:attr:`~collnb.collectives.PrimitiveSpec.arguments`; ``None`` is not given): the controls
+        of the others keep their values for the next primitive, but the run is never given them."""
         p: RunValues = params.as_dict()
-        return collectives.run(p["primitive"], p["world_size"], dtype=p["dtype"] or "float32", op=p["op"] or "sum",
-                               root=p["root"] if p["root"] is not None else 0, backend=p["backend"],
-                               chunk_size=p["chunk_size"], inputs=INPUT_PRESETS[p["inputs"]][1],
+        uses = collectives.SPECS[p["primitive"]].arguments
+        return collectives.run(p["primitive"], p["world_size"], dtype=p["dtype"], op=p["op"], root=p["root"],
+                               backend=p["backend"], chunk_size=p["chunk_size"] if "chunk_size" in uses else None,
+                               inputs=INPUT_PRESETS[p["inputs"]][1] if "inputs" in uses else None,
                                check_support=self.facts.provisional is None, **self.launch_kwargs)
 
     def draw(self, result: RunResult, params: ExplorerParams) -> Picture:

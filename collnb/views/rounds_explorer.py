@@ -162,5 +162,5 @@ def explore_rounds(primitive: str = "all_reduce", algorithm: str | None = None, 
             or timeout <= 0:
         raise ValueError(f"timeout must be a positive, finite number of seconds; got {timeout!r}")
     # dtype and backend as run_algorithm checks them (on real ranks, cached), before any widget
-    prepare_case(primitive, algorithm, world_size, dtype, "sum", 0, 1, None, None, False, False, backend)
+    prepare_case(primitive, algorithm, world_size, dtype, None, None, 1, None, None, False, False, backend)
     return RoundsExplorer(primitive, algorithm, world_size, dtype, backend, timeout)

@@ -43,7 +43,11 @@ BOOK_LINE = N_("Static picture of the {what}'s last state. Its controls need a r
 SLIDES_LINE = N_("Static picture of the {what}: its live controls do not run on RISE slides; run the cell "
                  "here to redraw it, or use the controls in the notebook or in python -m collnb present.")
 #: The widgets a static picture stands in for (``what``), named in the lines above.
-WHAT_WORDS = {"explorer": N_("explorer"), "replay": N_("replay"), "comparison": N_("comparison")}
+WHAT_WORDS = {"explorer": N_("explorer"), "replay": N_("replay"), "comparison": N_("comparison"),
+              # the labs' explorers (Binder's what=): each named here, so that its line is translated whole
+              "ring explorer": N_("ring explorer"), "cluster explorer": N_("cluster explorer"),
+              "bucket explorer": N_("bucket explorer"), "pipeline explorer": N_("pipeline explorer"),
+              "composed-parallelism explorer": N_("composed-parallelism explorer")}
 
 
 def _what(what: str) -> str:

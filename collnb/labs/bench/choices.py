@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Mapping
 from typing import TypedDict
 
 import torch
 
 from ...algorithms import ALGORITHMS, algorithms_for
-from ...collectives import BENCH_PRIMITIVES, SPECS, PrimitiveSpec, backend_support
+from ...collectives import BENCH_PRIMITIVES, SPECS, PrimitiveSpec, backend_support, support_for
 from ...i18n import N_, _
-from ...ranks import check_ranks
+from ...ranks import LaunchPlan, plan_launch
 from ...units import format_bytes
 from ...vocabulary import check_backend, check_choice, dtype_name
 
@@ -191,20 +191,37 @@ def check_world_sizes(world_sizes: object, backend: str) -> tuple[int, ...]:
             starts ranks makes); ValueError for an empty sequence.
         RuntimeError: the backend cannot run here (e.g. NCCL without CUDA), with the reason.
     """
+    return plan_world_sizes(world_sizes, backend)[0]
+
+
+def plan_world_sizes(world_sizes: object, backend: str, options: Mapping[str, object] | None = None, *,
+                     where: str = "collnb.bench") -> tuple[tuple[int, ...], dict[int, LaunchPlan]]:
+    """:func:`check_world_sizes`, and each world size's launch checked once, with the launch
+    ``options`` (:class:`collnb.ranks.LaunchOptions`): ``(world sizes, {world size: plan})``, the
+    plans as :func:`collnb.ranks.plan_launch` makes them, for :func:`collnb.ranks.launch_planned`
+    (every launch at that world size) and :func:`check_dtype`.
+
+    Raises:
+        as :func:`check_world_sizes` and :func:`collnb.ranks.plan_launch` (``where`` is named).
+    """
     check_backend(backend)
     # anything but a sequence is one world size, refused with check_ranks' words if it is not an int
     given = tuple(world_sizes) if isinstance(world_sizes, Iterable) and not isinstance(world_sizes, str) else (world_sizes,)
     if not given:
         raise ValueError(_("no world size given"))
+    plans: dict[int, LaunchPlan] = {}
     for ws in given:
-        check_ranks(ws, backend)
-    return tuple(int(ws) for ws in given)
+        plan = plan_launch(ws, backend, options, where=where)
+        plans.setdefault(plan.world_size, plan)
+    return tuple(int(ws) for ws in given), plans
 
 
-def check_dtype(primitive: str, algorithms: Collection[str], dt: torch.dtype, backend: str) -> None:
+def check_dtype(primitive: str, algorithms: Collection[str], dt: torch.dtype, backend: str,
+                plan: LaunchPlan | None = None) -> None:
     """Refuse a dtype ``backend`` cannot run ``primitive`` on (detected on real ranks by
-    :func:`collnb.backend_support`): ValueError naming the dtypes it accepts."""
-    sup = backend_support(backend)
+    :func:`collnb.backend_support`; for ``plan``'s backend and options where a launch was planned
+    already): ValueError naming the dtypes it accepts."""
+    sup = support_for(plan) if plan is not None else backend_support(backend)
     name = str(dt).replace("torch.", "")
     checks = []
     if "builtin" in algorithms:

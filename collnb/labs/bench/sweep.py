@@ -9,13 +9,13 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Literal, Never, TypedDict, overload
 
 from ...i18n import _
-from ...ranks import launch
+from ...ranks import launch_planned, plan_launch
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
 from .measuring import Job, RankTimes, rank_bench
 from .references import MIN_REPETITIONS, ReferenceSampler
 from .rows import measured_row, to_table
-from .choices import Row, bench_dtype, blocked, check_algorithms, check_dtype, check_world_sizes, counts, parse_sizes
+from .choices import Row, bench_dtype, blocked, check_algorithms, check_dtype, counts, parse_sizes, plan_world_sizes
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -117,10 +117,11 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
     timing_ = _timing(timing)
     check_int("iters", iters, 1, what="timed iterations per measurement")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
-    world_sizes_ = check_world_sizes(world_sizes, backend)
+    # each world size's launch checked once, here: every launch at it runs as planned
+    world_sizes_, plans = plan_world_sizes(world_sizes, backend, _options(timeout, debug=False), where="collnb.bench")
     dt = bench_dtype(dtype)
     dname = str(dt).replace("torch.", "")
-    check_dtype(primitive, algs, dt, backend)
+    check_dtype(primitive, algs, dt, backend, plans[world_sizes_[0]])
     esize = dt.itemsize
     for ws in world_sizes_:
         # one element per rank at least: a block per rank, or a chunk per rank for the send/recv algorithms
@@ -144,8 +145,7 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
                       warmup=warmup, timing=timing_)
             if bar is not None:
                 bar.set_postfix_str(f"ws {ws}, {format_bytes(nbytes)}, {'/'.join(algs)}")
-            res: list[dict[str, RankTimes]] = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout,
-                                                     debug=False, collective_timeout=max(60.0, timeout / 4))
+            res: list[dict[str, RankTimes]] = launch_planned(plans[ws], rank_bench, (job,))
             actual = count * esize
             for alg in algs:
                 rows.append(measured_row(primitive, alg, backend, ws, dname, actual, [res[r][alg] for r in range(ws)], iters,
@@ -172,6 +172,14 @@ def bench(primitive: str = "all_reduce", world_sizes: int | Sequence[int] = (2, 
     return to_table(rows, as_frame)
 
 
+def _options(timeout: float, debug: bool) -> dict[str, object]:
+    """The launch options of a measurement: ``timeout`` s for the launch, a quarter of it (at least
+    60 s) for one collective, and ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` as ``debug`` says (off to measure)."""
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    # a timeout that is no number is refused by the plan's check, in its words
+    return {"timeout": timeout, "debug": debug, "collective_timeout": max(60.0, timeout / 4) if number else 60.0}
+
+
 def _timing(timing: object) -> Literal["collnb", "nccl-tests"]:
     """``timing`` checked: one of :data:`TIMINGS` (TypeError / ValueError with the words of
     :func:`collnb.vocabulary.check_choice`)."""
@@ -195,9 +203,11 @@ def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes: objec
     size = parse_sizes([nbytes])[0]
     check_int("iters", iters, 1, what="timed iterations per measurement")
     check_int("warmup", warmup, 0, what="untimed iterations before them")
-    (ws,) = check_world_sizes(world_size, backend)
+    # the two launches (DETAIL off, on) checked once each, here
+    (ws,), plans = plan_world_sizes(world_size, backend, _options(timeout, debug=False), where="collnb.debug_cost")
+    planned = {False: plans[ws], True: plan_launch(ws, backend, _options(timeout, debug=True), where="collnb.debug_cost")}
     dt = bench_dtype(dtype)
-    check_dtype(primitive, algs, dt, backend)
+    check_dtype(primitive, algs, dt, backend, planned[False])
     count, block = counts(primitive, size, ws, dt.itemsize)
     if count < ws:
         raise ValueError(_("{n} B is too small for {primitive} at world size {world_size}").format(
@@ -207,8 +217,7 @@ def debug_cost(primitive: str = "all_reduce", world_size: int = 2, nbytes: objec
               warmup=warmup)
     rows = {}
     for debug in (False, True):
-        res: list[dict[str, RankTimes]] = launch(rank_bench, ws, args=(job,), backend=backend, timeout=timeout,
-                                                 debug=debug, collective_timeout=max(60.0, timeout / 4))
+        res: list[dict[str, RankTimes]] = launch_planned(planned[debug], rank_bench, (job,))
         row = measured_row(primitive, algs[0], backend, ws, dname, count * dt.itemsize,
                            [res[r][algs[0]] for r in range(ws)], iters)
         rows[debug] = DebugRow(**row, debug=debug)

@@ -330,6 +330,9 @@ class Cluster(int):
         return self._vc.namespaces if self._vc is not None else []
 
 
+#: What the labs take as a cluster: a :func:`cluster`'s :class:`Cluster`, or a :class:`VirtualCluster` entered.
+AnyCluster = Cluster | VirtualCluster
+
 #: tbf counts frame headers: a TCP stream's payload gets 1448/1514 of a veth's rate (:mod:`.network`).
 _PAYLOAD = 1448 / 1514
 

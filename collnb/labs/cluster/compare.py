@@ -22,14 +22,21 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from ...algorithms import ALGORITHMS, TIERED_ALGORITHMS, busbw
 from ...i18n import _
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
 from .hierarchical import TierModel, measure_link
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from ...algorithms import RankResult, Trace
+    from .clusters import AnyCluster
 
 __all__ = ["AlgorithmTiming", "Comparison", "compare_algorithms", "predicted_crossovers", "measured_crossovers",
            "algorithms_for_cluster", "PRIMITIVES"]
@@ -44,7 +51,22 @@ def algorithms_for_cluster(primitive: str) -> tuple[str, ...]:
     return ("builtin",) + ALGORITHMS[primitive] + TIERED_ALGORITHMS[primitive]
 
 
-def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list, repeats: int) -> dict:
+#: One case of :func:`compare_algorithms`: ``(primitive, algorithm, nbytes per rank)``.
+TimedCase = tuple[str, str, int]
+#: A crossover: ``(faster below, faster above, nbytes)``.
+Crossover = tuple[str, str, float]
+
+
+class _RankTimes(TypedDict):
+    """What every rank of :func:`_rank_time` answers: per case the slowest rank's seconds of each
+    timed call, the ranks whose result differed from the built-in's, and the bytes per rank it ran."""
+
+    times: list[list[float]]
+    wrong: list[float]
+    sizes: list[int]
+
+
+def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list[TimedCase], repeats: int) -> _RankTimes:
     """Rank side of :func:`compare_algorithms`: every ``(primitive, algorithm, nbytes)`` case timed
     ``repeats`` times after a warm-up, each between barriers; the slowest rank per call (MAX
     all_reduce of the times); whether every result equalled the built-in collective's."""
@@ -56,7 +78,7 @@ def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list, rep
 
     times = torch.zeros(len(cases), repeats, dtype=torch.float64)
     wrong = torch.zeros(len(cases))
-    sizes = []
+    sizes: list[int] = []
     for i, (primitive, algorithm, nbytes) in enumerate(cases):
         sched = None if algorithm == "builtin" else cached_schedule(primitive, algorithm, world_size,
                                                                      ranks_per_node=ranks_per_node)
@@ -72,7 +94,7 @@ def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list, rep
             work = None if sched is None else start_buffer(sched, rank, inp, bounds)
             dist.barrier()
             t0 = time.perf_counter()
-            if sched is None:
+            if sched is None or work is None:  # work is None exactly when sched is
                 out = builtin_result(primitive, rank, world_size, inp, "sum", 0, C)
             else:
                 execute(sched, work, send_from=inp if primitive == "all_to_all" else None, bounds=bounds)
@@ -87,7 +109,7 @@ def _rank_time(rank: int, world_size: int, ranks_per_node: int, cases: list, rep
                     break
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     dist.all_reduce(wrong)
-    return {"times": times.tolist(), "wrong": wrong.tolist(), "sizes": sizes}
+    return _RankTimes(times=times.tolist(), wrong=wrong.tolist(), sizes=sizes)
 
 
 @dataclass(frozen=True)
@@ -127,12 +149,12 @@ class Comparison:
     sizes (lists of ``(faster below, faster above, nbytes)``)."""
 
     primitive: str
-    rows: list
+    rows: list[AlgorithmTiming]
     model: TierModel
     timings: str
     cluster: str
-    predicted_crossovers: list = field(default_factory=list)
-    measured_crossovers: list = field(default_factory=list)
+    predicted_crossovers: list[Crossover] = field(default_factory=list)
+    measured_crossovers: list[Crossover] = field(default_factory=list)
 
     @property
     def algorithms(self) -> list[str]:
@@ -175,7 +197,7 @@ class Comparison:
     def __str__(self) -> str:
         return self.table()
 
-    def figure(self):
+    def figure(self) -> Figure:
         """A matplotlib figure: time per size for every algorithm, measured (points and solid
         lines; on a modelled cluster none) and predicted (dashed), log-log, crossovers marked."""
         from .pictures import comparison_figure
@@ -188,18 +210,19 @@ def _fmt_s(s: float | None) -> str:
     return f"{s * 1e3:.3f} ms" if s < 1 else f"{s:.3f} s"
 
 
-def predicted_crossovers(model: TierModel, primitive: str, algorithms, lo: float, hi: float) -> list:
+def predicted_crossovers(model: TierModel, primitive: str, algorithms: Iterable[str], lo: float,
+                         hi: float) -> list[Crossover]:
     """``[(a, b, nbytes), ...]``: sizes in ``[lo, hi]`` bytes where ``b`` becomes faster than ``a``
     under ``model`` (module doc), for every pair of ``algorithms``, sorted by size."""
-    algorithms = list(algorithms)
+    names = list(algorithms)
     if hi <= lo:
         return []
     n = max(2, int(64 * math.log2(hi / lo)))
     grid = [lo * (hi / lo) ** (i / n) for i in range(n + 1)]
-    times = {a: [model.predict(primitive, a, m) for m in grid] for a in algorithms}
-    out = []
-    for i, a in enumerate(algorithms):
-        for b in algorithms[i + 1:]:
+    times = {a: [model.predict(primitive, a, m) for m in grid] for a in names}
+    out: list[Crossover] = []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
             if b == "builtin" or a == "builtin":
                 continue  # the built-in is priced as the ring: no crossing of its own
             d = [ta - tb for ta, tb in zip(times[a], times[b])]
@@ -219,7 +242,7 @@ def predicted_crossovers(model: TierModel, primitive: str, algorithms, lo: float
     return sorted(out, key=lambda c: c[2])
 
 
-def measured_crossovers(rows: list) -> list:
+def measured_crossovers(rows: Iterable[AlgorithmTiming]) -> list[Crossover]:
     """``[(a, b, nbytes), ...]`` where the measured order of two algorithms flips between two
     measured sizes (interpolated on log size): ``a`` is faster below, ``b`` above. A pair whose
     order flips more than once over the sizes is left out: that is noise, not a crossover."""
@@ -228,7 +251,7 @@ def measured_crossovers(rows: list) -> list:
         if r.seconds is not None:
             by.setdefault(r.algorithm, {})[r.nbytes] = r.seconds
     algs = list(by)
-    out = []
+    out: list[Crossover] = []
     for i, a in enumerate(algs):
         for b in algs[i + 1:]:
             sizes = sorted(set(by[a]) & set(by[b]))
@@ -247,8 +270,8 @@ def measured_crossovers(rows: list) -> list:
     return sorted(out, key=lambda c: c[2])
 
 
-def compare_algorithms(cluster: Any, primitive: str = "all_reduce", algorithms=None,
-                       sizes=(64 << 10, 1 << 20, 16 << 20), repeats: int = 3, model: TierModel | None = None,
+def compare_algorithms(cluster: AnyCluster, primitive: str = "all_reduce", algorithms: Iterable[str] | None = None,
+                       sizes: Iterable[int] = (64 << 10, 1 << 20, 16 << 20), repeats: int = 3, model: TierModel | None = None,
                        timeout: float = 600.0) -> Comparison:
     """Run ``algorithms`` of ``primitive`` at each of ``sizes`` (bytes per rank, float32, as
     nccl-tests counts them) on ``cluster``'s ranks (module doc).
@@ -279,9 +302,9 @@ def compare_algorithms(cluster: Any, primitive: str = "all_reduce", algorithms=N
         model = cluster.model() if hasattr(cluster, "model") else \
             TierModel.from_link(cluster, measure_link(cluster, verbose=False))
     cases = [(primitive, a, s) for s in sizes for a in algorithms]
-    out = cluster.launch(_rank_time, (cluster.ranks_per_node, cases, repeats), timeout=timeout)[0]
+    out: _RankTimes = cluster.launch(_rank_time, (cluster.ranks_per_node, cases, repeats), timeout=timeout)[0]
     predicted_only = getattr(cluster, "mode", "emulated") == "modelled"
-    rows = []
+    rows: list[AlgorithmTiming] = []
     for i, (_p, a, _s) in enumerate(cases):
         nbytes = out["sizes"][i]
         rows.append(AlgorithmTiming(primitive, a, nbytes, None if predicted_only else statistics.median(out["times"][i]),
@@ -295,8 +318,8 @@ def compare_algorithms(cluster: Any, primitive: str = "all_reduce", algorithms=N
                       predicted_crossovers(model, primitive, algorithms, lo, hi), measured_crossovers(rows))
 
 
-def run_algorithm(cluster: Any, primitive: str, algorithm: str, nbytes: int | None = None, *, chunk_size: int = 1,
-                  snapshots: bool = True, compare: bool = True, timeout: float = 300.0):
+def run_algorithm(cluster: AnyCluster, primitive: str, algorithm: str, nbytes: int | None = None, *, chunk_size: int = 1,
+                  snapshots: bool = True, compare: bool = True, timeout: float = 300.0) -> Trace:
     """Run one algorithm on ``cluster``'s ranks and return its :class:`collnb.Trace` (every round's
     transfers, each rank's buffer after it with ``snapshots``, the built-in collective's result with
     ``compare``, and each round's measured seconds: the slowest rank's), with the node map in
@@ -326,12 +349,12 @@ def run_algorithm(cluster: Any, primitive: str, algorithm: str, nbytes: int | No
     if nbytes is not None:
         C = schedule(primitive, algorithm, cluster.world_size, ranks_per_node=L).n_chunks
         chunk_size = max(1, check_int("nbytes", nbytes, 4) // (4 * C))
-    case = prepare_case(primitive, algorithm, cluster.world_size, "float32", "sum", 0, chunk_size, None, None,
+    case = prepare_case(primitive, algorithm, cluster.world_size, "float32", None, None, chunk_size, None, None,
                         snapshots, compare, "gloo", validate=False, ranks_per_node=L)
     ship = {k: v for k, v in case.items() if k not in ("dtype", "chunk_size")}
     warm_up = {**ship, "record": False, "compare": False}  # an untimed pass first (see Note)
     t0 = time.perf_counter()
-    results = cluster.launch(rank_run_cases, ([warm_up, ship],), timeout=timeout)
+    results: list[list[RankResult]] = cluster.launch(rank_run_cases, ([warm_up, ship],), timeout=timeout)
     wall = time.perf_counter() - t0
     trace = make_trace(case, [results[r][1] for r in range(cluster.world_size)], "gloo", wall)
     trace.meta["cluster"] = {"nodes": cluster.nodes, "ranks_per_node": L, "mode": getattr(cluster, "mode", "emulated"),

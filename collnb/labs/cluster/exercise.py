@@ -28,13 +28,22 @@ the node first, cross with a part of the buffer, then spread inside the node aga
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import random
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, cast
 
 from ...i18n import N_, _
 from ...units import format_bytes
 from ..exercises.framework import Case, Trial, check, summary
 from .rankset import active
-from .traffic import counted, estimate_crossing_per_rank
+from .traffic import Counted, counted, estimate_crossing_per_rank
+
+if TYPE_CHECKING:
+    from ...ranks import CallRecord
+    from .clusters import AnyCluster
+
+#: What a trial of the check holds for its judge: each rank's seed.
+_Trial = Trial[list[int]]
 
 __all__ = ["check_tier_aware_all_reduce", "NUMEL", "SLACK"]
 
@@ -50,7 +59,7 @@ _DIRECTION = N_("Make a group of the ranks of your node and a group of the ranks
 _SIGNATURE = "tier_aware_all_reduce(rank, world_size, x, ranks_per_node)"
 
 
-def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable, cluster: Any) -> None:
+def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable[..., object], cluster: AnyCluster) -> None:
     """Check ``tier_aware_all_reduce(rank, world_size, x, ranks_per_node)`` on ``cluster`` (a
     :func:`collnb.cluster` of at least 2 nodes and 2 ranks per node; module doc).
 
@@ -71,25 +80,28 @@ def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable, cluster: Any) -
     how = (_("measured: frames that left each node's eth0") if emulated else
            _("estimated from the collectives each rank issued (a modelled cluster has no real links)"))
 
-    def cases(rng: Any) -> Any:
+    def cases(rng: random.Random) -> Iterator[Case[list[int]]]:
         seeds = [rng.randrange(1 << 31) for _r in range(p)]
         yield Case(p, [(_learner_rank, emulated, tier_aware_all_reduce, s, L) for s in seeds], want=seeds,
                    what=_("{N} nodes x {L} ranks").format(N=N, L=L), fn=counted)
 
-    def learners(trial: Trial, rank: int) -> list:
+    def answers(trial: _Trial) -> list[Counted]:
+        return cast(list[Counted], trial.results)  # what counted returns on every rank
+
+    def learners(trial: _Trial, rank: int) -> list[CallRecord]:
         """The learner's own calls (on an emulated cluster, without the count's two barriers)."""
         calls = list(trial.calls[rank])
         return calls[1:-1] if emulated else calls
 
-    def unanswered(trial: Trial) -> bool:
-        return all(out is None for out, _sent in trial.results) and not any(learners(trial, r) for r in trial.ranks)
+    def unanswered(trial: _Trial) -> bool:
+        return all(out is None for out, _sent in answers(trial)) and not any(learners(trial, r) for r in trial.ranks)
 
-    def judge(trial: Trial) -> None:
+    def judge(trial: _Trial) -> None:
         import torch
         calls = [learners(trial, r) for r in trial.ranks]
         per_rank = estimate_crossing_per_rank(calls, L, p)
         from_calls = [sum(per_rank[n * L:(n + 1) * L]) for n in range(N)]
-        sent = [trial.results[n * L][1] for n in range(N)] if emulated else from_calls
+        sent = [cast(int, answers(trial)[n * L][1]) for n in range(N)] if emulated else from_calls  # counted: an int
         trial.show([(r, r // L, summary(calls[r]), format_bytes(per_rank[r])) for r in trial.ranks],
                    (_("rank"), _("node"), _("calls"), _("sent across nodes by its calls")))
         if emulated:
@@ -101,9 +113,10 @@ def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable, cluster: Any) -
             rows = [_("node {n}: {sent} left the node (the hierarchical schedule: {ideal}, the flat ring: {flat})").format(
                 n=n, sent=format_bytes(s), ideal=format_bytes(ideal), flat=format_bytes(flat)) for n, s in enumerate(sent)]
         trial.table += "\n" + "\n".join("  " + row for row in rows)
-        want = sum(torch.randint(-20, 21, (NUMEL,), generator=torch.Generator().manual_seed(s)).to(torch.float32)
-                   for s in trial.want)
-        bad = [r for r, (got, _sent) in enumerate(trial.results)
+        want = cast(torch.Tensor, sum(  # a tensor: every check has p >= 4 seeds
+            torch.randint(-20, 21, (NUMEL,), generator=torch.Generator().manual_seed(s)).to(torch.float32)
+            for s in trial.want))
+        bad = [r for r, (got, _sent) in enumerate(answers(trial))
                if not (isinstance(got, torch.Tensor) and got.shape == want.shape
                        and torch.equal(got.to(torch.float32), want))]
         if bad:
@@ -113,7 +126,7 @@ def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable, cluster: Any) -
             raise trial.fail(_("the sum is right, but too many bytes crossed the node boundary ({how}):").format(how=how))
         most.append(max(sent))
 
-    def passed(trials: list[Trial]) -> str:
+    def passed(trials: list[_Trial]) -> str:
         return _("the exact sum on every rank, with {sent} at most leaving a node: the inter-node link carried "
                  "only shards ({how})").format(sent=format_bytes(most[-1]), how=how)
 
@@ -124,7 +137,7 @@ def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable, cluster: Any) -
               unanswered=unanswered, grouped=False)
 
 
-def _learner_rank(rank: int, world_size: int, learner: Callable, seed: int, ranks_per_node: int) -> Any:
+def _learner_rank(rank: int, world_size: int, learner: Callable[..., object], seed: int, ranks_per_node: int) -> object:
     import torch
     x = torch.randint(-20, 21, (NUMEL,), generator=torch.Generator().manual_seed(seed)).to(torch.float32)
     return learner(rank, world_size, x, ranks_per_node)

@@ -25,11 +25,15 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ...i18n import _
 from ...units import format_bytes
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 __all__ = ["NcclTestsFormatError", "NcclTestsRow", "NcclTestsRun", "parse_nccl_tests", "Explanation",
            "explain_nccl_tests", "COLLECTIVES", "busbw_factor"]
@@ -95,9 +99,9 @@ class NcclTestsRun:
 
     collective: str | None
     ranks: int | None
-    hosts: list
-    devices: list
-    rows: list
+    hosts: list[str]
+    devices: list[str]
+    rows: list[NcclTestsRow]
     avg_busbw: float | None = None
     out_of_bounds: int | None = None
     old_format: bool = False
@@ -142,11 +146,14 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsRun:
             raise NcclTestsFormatError(_("unknown collective {name!r}; nccl-tests has: {names}").format(
                 name=collective, names=", ".join(sorted(set(COLLECTIVES)))))
         collective = COLLECTIVES[key]
-    ranks: dict = {}
-    devices, rows = [], []
-    columns: list | None = None
-    avg = oob = version = None
-    found_program = None
+    ranks: dict[str, tuple[str, str]] = {}
+    devices: list[str] = []
+    rows: list[NcclTestsRow] = []
+    columns: list[str] | None = None
+    avg: float | None = None
+    oob: int | None = None
+    version: str | None = None
+    found_program: str | None = None
     for i, raw in enumerate(text.splitlines(), 1):
         line = _strip_prefix(raw.rstrip())
         if not line.strip():
@@ -182,7 +189,7 @@ def parse_nccl_tests(text: str, collective: str | None = None) -> NcclTestsRun:
                         "error" in (columns or []), version)
 
 
-def _row(line: str, columns: list, i: int, raw: str) -> NcclTestsRow:
+def _row(line: str, columns: list[str], i: int, raw: str) -> NcclTestsRow:
     body = _TIMESTAMP.sub("", line)
     tokens = body.split()
     lead = [c for c in ("size", "count", "type", "redop", "root") if c in columns]
@@ -233,8 +240,8 @@ class Explanation:
     beta_us_per_byte: float | None
     best_busbw: float
     expected_busbw: float | None
-    flags: list = field(default_factory=list)
-    notes: list = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def peak_algbw(self) -> float | None:
@@ -296,7 +303,7 @@ class Explanation:
             parts.append("\n".join("  - " + n for n in self.notes))
         return "\n\n".join(parts)
 
-    def figure(self, dpi: int = 90):
+    def figure(self, dpi: int = 90) -> Figure:
         """busbw and algbw per size (measured, out-of-place and in-place), the α-β fit's busbw, the
         expected busbw if given, the flagged sizes marked. A matplotlib Figure (Agg)."""
         from matplotlib import rc_context
@@ -312,10 +319,10 @@ class Explanation:
             xs = [r.size for r in rows]
             ax.plot(xs, [r.out_of_place.busbw for r in rows], "o-", color="#0072B2", label=_("busbw, out-of-place"))
             if all(r.in_place for r in rows):
-                ax.plot(xs, [r.in_place.busbw for r in rows], "s--", color="#56B4E9", ms=3,
+                ax.plot(xs, [r.in_place.busbw for r in rows if r.in_place], "s--", color="#56B4E9", ms=3,
                         label=_("busbw, in-place"))
             ax.plot(xs, [r.out_of_place.algbw for r in rows], ".-", color="#E69F00", label=_("algbw, out-of-place"))
-            if self.alpha_us is not None and self.factor is not None:
+            if self.alpha_us is not None and self.beta_us_per_byte and self.factor is not None:  # no fit: times that fall with size
                 grid = np.geomspace(max(1, min(xs)), max(xs), 64)
                 fit = [s / (self.alpha_us + self.beta_us_per_byte * s) / 1e3 * self.factor for s in grid]
                 ax.plot(grid, fit, ":", color="#000000", label=_("α-β fit (busbw)"))
@@ -448,7 +455,7 @@ def _flag(ex: Explanation) -> None:
                                       size=format_bytes(r.size), bw=r.out_of_place.algbw, fit=fit))
     # in-place far from out-of-place
     big = [r for r in rows if r.in_place is not None and r.size >= (1 << 20)]
-    far = [r for r in big if r.in_place.busbw > 0 and abs(r.in_place.busbw - r.out_of_place.busbw)
+    far = [r for r in big if r.in_place is not None and r.in_place.busbw > 0 and abs(r.in_place.busbw - r.out_of_place.busbw)
            / max(r.in_place.busbw, r.out_of_place.busbw) > 0.2]
     if far:
         ex.flags.append(_("in-place and out-of-place differ by more than 20% at {sizes}: the same collective on the "

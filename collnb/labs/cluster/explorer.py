@@ -15,13 +15,21 @@ from __future__ import annotations
 
 import dataclasses
 import io
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...algorithms import schedule
 from ...i18n import N_, _
 from ...units import format_bytes
 from ...views import Binder, Picture
 from .compare import algorithms_for_cluster
+
+if TYPE_CHECKING:
+    from ...algorithms import Trace
+    from .clusters import Cluster
+    from .hierarchical import TierModel
+
+#: What the explorer's ``run`` gives its ``draw``: the trace, the model and the cluster it ran on.
+ClusterRun = tuple["Trace", "TierModel", "Cluster"]
 
 __all__ = ["explore_cluster", "ClusterParams", "INTER_RATES", "SIZES"]
 
@@ -45,7 +53,7 @@ class ClusterParams:
     round: int = 1
 
 
-class ClusterExplorer(Binder):
+class ClusterExplorer(Binder[ClusterParams, ClusterRun]):
     """The explorer :func:`explore_cluster` returns (a :class:`collnb.views.Binder`): ``cluster`` is
     the cluster of the last run; ``close()`` also closes the cluster it made (not one it was given)."""
 
@@ -54,13 +62,14 @@ class ClusterExplorer(Binder):
               "algorithm": N_("algorithm"), "size": N_("size"), "round": N_("round")}
     sliders = ("inter", "round")
 
-    def __init__(self, params: ClusterParams, cluster: Any = None, primitive: str = "all_reduce", wait: bool = True):
+    def __init__(self, params: ClusterParams, cluster: Cluster | None = None, primitive: str = "all_reduce",
+                 wait: bool = True):
         self.primitive = primitive
         self.cluster = cluster
         self._own = cluster is None
-        self._last: tuple | None = None
-        self._trace: Any = None
-        self._model: Any = None
+        self._last: tuple[int, int, float, str, int] | None = None
+        self._trace: Trace | None = None
+        self._model: TierModel | None = None
         super().__init__(params, wait=wait)
 
     def choices(self, p: ClusterParams) -> dict[str, list[Any]]:
@@ -71,20 +80,20 @@ class ClusterExplorer(Binder):
                 "inter": INTER_RATES, "algorithm": algs, "size": [(format_bytes(s), s) for s in SIZES],
                 "round": list(range(1, max(1, rounds) + 1))}
 
-    def _cluster_for(self, p: ClusterParams) -> Any:
+    def _cluster_for(self, p: ClusterParams) -> Cluster:
         from .clusters import cluster as make
         c = self.cluster
         if c is None or getattr(c, "mode", "closed") == "closed" or (c.nodes, c.ranks_per_node) != (
                 p.nodes, p.ranks_per_node):
             if c is not None and self._own:
                 c.close()
-            self.cluster = make(p.nodes, p.ranks_per_node, inter=p.inter, intra=getattr(c, "intra", None), quiet=True)
+            c = self.cluster = make(p.nodes, p.ranks_per_node, inter=p.inter, intra=getattr(c, "intra", None), quiet=True)
             self._own = True
         elif getattr(c.inter, "gbps", None) != p.inter and c.mode != "real":
             c.set_inter(p.inter)
-        return self.cluster
+        return c
 
-    def run(self, p: ClusterParams) -> Any:
+    def run(self, p: ClusterParams) -> ClusterRun:
         from .compare import run_algorithm
         key = (p.nodes, p.ranks_per_node, p.inter, p.algorithm, p.size)
         if key != self._last or self._trace is None:
@@ -92,9 +101,11 @@ class ClusterExplorer(Binder):
             self._model = c.model()
             self._trace = run_algorithm(c, self.primitive, p.algorithm, p.size, snapshots=False, compare=True)
             self._last = key
-        return self._trace, self._model, self.cluster
+        model, cluster = self._model, self.cluster
+        assert model is not None and cluster is not None  # made with the trace
+        return self._trace, model, cluster
 
-    def draw(self, result: Any, p: ClusterParams) -> Picture:
+    def draw(self, result: ClusterRun, p: ClusterParams) -> Picture:
         from .pictures import round_figure
         trace, model, c = result
         k = min(p.round, trace.n_rounds) if trace.n_rounds else 0
@@ -107,7 +118,7 @@ class ClusterExplorer(Binder):
             text = _("{alg} on {N} x {L}, {size}: {n} rounds, measured {m:.1f} ms (sum of the rounds' slowest ranks), "
                      "the two-tier model {p:.1f} ms").format(
                          alg=p.algorithm, N=c.nodes, L=c.ranks_per_node, size=format_bytes(trace.nbytes),
-                         n=trace.n_rounds, m=sum(r.seconds for r in trace.rounds) * 1e3, p=predicted * 1e3)
+                         n=trace.n_rounds, m=sum(r.seconds for r in trace.rounds if r.seconds is not None) * 1e3, p=predicted * 1e3)
         else:
             text = _("{alg} on {N} x {L}, {size}: {n} rounds, the two-tier model predicts {p:.1f} ms "
                      "(modelled cluster: {why})").format(alg=p.algorithm, N=c.nodes, L=c.ranks_per_node,
@@ -123,7 +134,7 @@ class ClusterExplorer(Binder):
             self.cluster.close()
 
 
-def explore_cluster(cluster: Any = None, primitive: str = "all_reduce", *, algorithm: str = "hierarchical",
+def explore_cluster(cluster: Cluster | None = None, primitive: str = "all_reduce", *, algorithm: str = "hierarchical",
                     size: int = 1 << 20, wait: bool = True) -> ClusterExplorer:
     """An explorer of ``primitive``'s algorithms on a cluster (module doc). ``cluster``: start from
     this :func:`collnb.cluster` (its shape and inter-node rate; default: a 2 x 2 cluster at 400 Mbit/s,

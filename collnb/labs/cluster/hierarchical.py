@@ -41,27 +41,39 @@ from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from ...algorithms import DEFAULT_MODEL, CostModel, TierPrediction, TwoTier, default_algorithm, predict_tiers
 from ...i18n import _
 from ...vocabulary import check_int
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
+
+    from .clusters import AnyCluster
 
 __all__ = ["node_groups", "hierarchical_all_reduce", "LinkMeasurement", "measure_link", "TierModel",
            "Comparison", "compare_all_reduce", "format_comparison"]
 
 MiB = 1 << 20
 
+#: :func:`node_groups`' pair: this rank's node group and its cross-node group.
+NodeGroups = tuple["dist.ProcessGroup | None", "dist.ProcessGroup | None"]
+
 
 # -- the rank side ----------------------------------------------------------------------------
 
-def node_groups(nodes: int, ranks_per_node: int):
+def node_groups(nodes: int, ranks_per_node: int) -> NodeGroups:
     """``(intra, inter)``: this rank's node group (ranks ``n L .. n L + L - 1``) and its cross-node
     group (the ranks with its local rank, one per node), made with ``dist.new_group``. Every rank
     must call it (new_group is collective: every group is made on every rank, in one order)."""
     import torch.distributed as dist
     rank = dist.get_rank()
-    intra = inter = None
+    intra: dist.ProcessGroup | None = None
+    inter: dist.ProcessGroup | None = None
     for n in range(nodes):
         g = dist.new_group(list(range(n * ranks_per_node, (n + 1) * ranks_per_node)))
         if rank // ranks_per_node == n:
@@ -73,7 +85,7 @@ def node_groups(nodes: int, ranks_per_node: int):
     return intra, inter
 
 
-def hierarchical_all_reduce(tensor, groups) -> None:
+def hierarchical_all_reduce(tensor: torch.Tensor, groups: NodeGroups) -> None:
     """SUM all_reduce of ``tensor`` (1-D, contiguous, ``numel`` divisible by the node size) in place,
     hierarchically: ``reduce_scatter_single`` in the node, ``all_reduce`` of the shard across nodes,
     ``all_gather_single`` in the node (module doc). ``groups``: :func:`node_groups`'s pair."""
@@ -90,18 +102,20 @@ def hierarchical_all_reduce(tensor, groups) -> None:
     dist.all_gather_single(tensor, shard, group=intra)
 
 
-def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, repeats: int) -> dict:
+def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, repeats: int) -> dict[str, list[float]]:
     """Rank side of :func:`measure_link`: rank 0 sends ``nbytes`` to rank ``L`` (other node) and to
     rank 1 (same node), one at a time, and times send + a 1-float acknowledgement; then 20
-    round trips of one float each way (the latency: half a round trip)."""
+    round trips of one float each way (the latency: half a round trip). Rank 0's answer: seconds per
+    message of each pair (``"inter"``, ``"intra"``) and per round trip (``"inter_rtt"``, ``"intra_rtt"``);
+    the other ranks' lists are empty."""
     import torch
     import torch.distributed as dist
     buf, ack = torch.ones(nbytes // 4), torch.zeros(1)
     pairs = ([("inter", ranks_per_node)] if world_size > ranks_per_node else []) + (
         [("intra", 1)] if ranks_per_node > 1 else [])
-    out: dict = {}
+    out: dict[str, list[float]] = {}
     for name, peer in pairs:
-        times = []
+        times: list[float] = []
         for i in range(repeats + 1):  # the first, 1 MiB at most, opens the TCP window
             n = min(buf.numel(), MiB // 4) if i == 0 else buf.numel()
             dist.barrier()
@@ -114,7 +128,7 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
                 dist.recv(buf[:n], 0)
                 dist.send(ack, 0)
         out[name] = times[1:]
-        trips = []
+        trips: list[float] = []
         dist.barrier()
         for _i in range(21):  # the first is not kept
             if rank == 0:
@@ -129,7 +143,16 @@ def _link_rank(rank: int, world_size: int, ranks_per_node: int, nbytes: int, rep
     return out
 
 
-def _compare_rank(rank: int, world_size: int, nodes: int, ranks_per_node: int, sizes: list, repeats: int) -> dict:
+class _CompareTimes(TypedDict):
+    """What every rank of :func:`_compare_rank` answers: ``times[size][repeat]`` the slowest rank's
+    seconds of ``(flat, hierarchical)``, ``wrong[size]`` how many calls of each, over every rank, missed the sum."""
+
+    times: list[list[list[float]]]
+    wrong: list[list[float]]
+
+
+def _compare_rank(rank: int, world_size: int, nodes: int, ranks_per_node: int, sizes: list[int],
+                  repeats: int) -> _CompareTimes:
     """Rank side of :func:`compare_all_reduce`: flat ``dist.all_reduce`` and
     :func:`hierarchical_all_reduce` interleaved, each timed between barriers; every result checked
     against the exact sum; the slowest rank's time of each call (MAX all_reduce)."""
@@ -138,6 +161,8 @@ def _compare_rank(rank: int, world_size: int, nodes: int, ranks_per_node: int, s
     groups = node_groups(nodes, ranks_per_node)
     times = torch.zeros(len(sizes), repeats + 1, 2, dtype=torch.float64)
     wrong = torch.zeros(len(sizes), 2)
+    runs: tuple[Callable[[torch.Tensor], object], ...] = (
+        lambda t: dist.all_reduce(t), lambda t: hierarchical_all_reduce(t, groups))
     for s, nbytes in enumerate(sizes):
         n = nbytes // 4
         base = (torch.arange(n) % 13).float()
@@ -145,7 +170,7 @@ def _compare_rank(rank: int, world_size: int, nodes: int, ranks_per_node: int, s
         expected = base * world_size + world_size * (world_size - 1) / 2  # small integers: exact in float32
         buf = torch.empty(n)
         for i in range(repeats + 1):  # i == 0: warm-up, not kept
-            for k, run in enumerate((lambda t: dist.all_reduce(t), lambda t: hierarchical_all_reduce(t, groups))):
+            for k, run in enumerate(runs):
                 buf.copy_(x)
                 dist.barrier()
                 t0 = time.perf_counter()
@@ -154,7 +179,7 @@ def _compare_rank(rank: int, world_size: int, nodes: int, ranks_per_node: int, s
                 wrong[s, k] += float(not torch.equal(buf, expected))
     dist.all_reduce(times, op=dist.ReduceOp.MAX)
     dist.all_reduce(wrong)
-    return {"times": times[:, 1:].tolist(), "wrong": wrong.tolist()}
+    return _CompareTimes(times=times[:, 1:].tolist(), wrong=wrong.tolist())
 
 
 # -- the link ---------------------------------------------------------------------------------
@@ -178,18 +203,20 @@ class LinkMeasurement:
 
     @property
     def ratio(self) -> float | None:
-        """Measured inter rate over the asked rate (about 0.956 at best: tbf counts the headers)."""
+        """Measured inter rate over the asked rate: about 0.956, tbf counting the headers (up to ~0.97 over one
+        16 MiB message, its bucket's 256 KiB burst leaving at once)."""
         if self.asked_gbps is None or self.inter_gbps is None:
             return None
         return self.inter_gbps / self.asked_gbps
 
     def __str__(self) -> str:
-        def fmt(v):
+        def fmt(v: float | None) -> str:
             return "-" if v is None else f"{v:.3f}"
         text = _("inter-node link: {measured} Gbit/s measured, {asked} Gbit/s asked").format(
             measured=fmt(self.inter_gbps), asked=fmt(self.asked_gbps) if self.asked_gbps else _("unshaped"))
         if self.ratio is not None:
-            text += _(" ({percent:.1f}% of the rate; tbf counts frame headers, so ~95.6% is the ceiling)").format(
+            text += _(" ({percent:.1f}% of the rate; tbf counts frame headers, so about 95.6%, a little more while its bucket's "
+                      "burst lasts)").format(
                 percent=100 * self.ratio)
         text += _("; intra-node (local route): {intra} Gbit/s; one stream, {size:g} MiB messages").format(
             intra=fmt(self.intra_gbps), size=self.nbytes / MiB)
@@ -200,7 +227,7 @@ class LinkMeasurement:
         return text
 
 
-def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: bool = True,
+def measure_link(cluster: AnyCluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: bool = True,
                  timeout: float = 120.0) -> LinkMeasurement:
     """Measure the shaped inter-node link and the intra-node route of an emulated ``cluster`` with
     one stream of big messages (:class:`LinkMeasurement`); prints it when ``verbose``.
@@ -215,12 +242,12 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
     nbytes = check_int("nbytes", nbytes, MiB)
     if nbytes % 4:
         raise ValueError(_("nbytes must be a multiple of 4 (float32); got {value}").format(value=nbytes))
-    per = cluster.launch(_link_rank, (cluster.ranks_per_node, nbytes, repeats), timeout=timeout)[0]
+    per: dict[str, list[float]] = cluster.launch(_link_rank, (cluster.ranks_per_node, nbytes, repeats), timeout=timeout)[0]
 
-    def rate(name):
+    def rate(name: str) -> float | None:
         return nbytes * 8 / statistics.median(per[name]) / 1e9 if name in per else None
 
-    def alpha(name):
+    def alpha(name: str) -> float | None:
         return statistics.median(per[name + "_rtt"]) / 2 if name + "_rtt" in per else None
     link = LinkMeasurement(cluster.inter_gbps, rate("inter"), rate("intra"), nbytes, repeats, alpha("inter"),
                            alpha("intra"))
@@ -230,6 +257,17 @@ def measure_link(cluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: boo
 
 
 # -- the model --------------------------------------------------------------------------------
+
+class TierOptions(TypedDict, total=False):
+    """:meth:`TierModel.from_rates`' keyword arguments that :meth:`TierModel.from_link` passes on."""
+
+    alpha: float
+    gamma: float
+    intra_shared: bool
+    intra_latency_ms: float
+    intra_alpha: float | None
+    inter_alpha: float | None
+
 
 @dataclass(frozen=True)
 class TierModel:
@@ -268,15 +306,18 @@ class TierModel:
                              8 / (inter_gbps * 1e9), gamma, src), bool(intra_shared))
 
     @classmethod
-    def from_link(cls, cluster, link: LinkMeasurement, **kwargs) -> TierModel:
+    def from_link(cls, cluster: AnyCluster, link: LinkMeasurement, **kwargs: Unpack[TierOptions]) -> TierModel:
         """The model of ``cluster`` with the rates ``link`` measured (:func:`measure_link`) and the
         cluster's modelled ``inter_latency_ms``; the intra tier is shared when the cluster shapes
         its nodes' loopback."""
         kwargs.setdefault("intra_shared", getattr(cluster, "intra_gbps", None) is not None)
         kwargs.setdefault("intra_alpha", link.intra_alpha_s)
         kwargs.setdefault("inter_alpha", link.inter_alpha_s)
-        return cls.from_rates(cluster.nodes, cluster.ranks_per_node, link.intra_gbps, link.inter_gbps,
-                              cluster.inter_latency_ms, **kwargs)
+        intra, inter = link.intra_gbps, link.inter_gbps
+        if intra is None or inter is None:  # a tier the measurement had no pair for (one node, or one rank a node)
+            raise ValueError(_("the tiers' rates must be > 0 Gbit/s; got intra {intra}, inter {inter}").format(
+                intra=intra, inter=inter))
+        return cls.from_rates(cluster.nodes, cluster.ranks_per_node, intra, inter, cluster.inter_latency_ms, **kwargs)
 
     @property
     def two_tier(self) -> TwoTier:
@@ -329,12 +370,12 @@ class Comparison:
 
     @property
     def predicted_speedup(self) -> float | None:
-        if self.predicted_flat_s is None:
+        if self.predicted_flat_s is None or self.predicted_hierarchical_s is None:
             return None
         return self.predicted_flat_s / self.predicted_hierarchical_s
 
 
-def compare_all_reduce(cluster, sizes=(1 * MiB, 4 * MiB, 16 * MiB), repeats: int = 3, model: TierModel | None = None,
+def compare_all_reduce(cluster: AnyCluster, sizes: Iterable[int] = (1 * MiB, 4 * MiB, 16 * MiB), repeats: int = 3, model: TierModel | None = None,
                        timeout: float = 300.0) -> list[Comparison]:
     """Time flat ``dist.all_reduce`` against :func:`hierarchical_all_reduce` (float32 SUM) on the
     ranks of an emulated ``cluster`` at each size in ``sizes`` (bytes per rank, multiples of
@@ -345,14 +386,15 @@ def compare_all_reduce(cluster, sizes=(1 * MiB, 4 * MiB, 16 * MiB), repeats: int
         ClusterUnavailable: the cluster is modelled. ValueError: a size that does not split.
     """
     check_int("repeats", repeats, 1)
-    sizes = [check_int("nbytes", s, 4) for s in sizes]
-    for s in sizes:
+    checked = [check_int("nbytes", s, 4) for s in sizes]
+    for s in checked:
         if s % (4 * cluster.ranks_per_node):
             raise ValueError(_("each size must be a multiple of 4 * ranks_per_node = {n} bytes; got {value}").format(
                 n=4 * cluster.ranks_per_node, value=s))
-    out = cluster.launch(_compare_rank, (cluster.nodes, cluster.ranks_per_node, sizes, repeats), timeout=timeout)[0]
+    out: _CompareTimes = cluster.launch(_compare_rank, (cluster.nodes, cluster.ranks_per_node, checked, repeats),
+                                        timeout=timeout)[0]
     rows = []
-    for s, nbytes in enumerate(sizes):
+    for s, nbytes in enumerate(checked):
         flat = statistics.median(t[0] for t in out["times"][s])
         hier = statistics.median(t[1] for t in out["times"][s])
         rows.append(Comparison(nbytes, flat, hier, model.flat(nbytes) if model else None,

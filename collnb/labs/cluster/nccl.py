@@ -16,7 +16,8 @@ algorithms are enabled and what ``NCCL_ALGO``/``NCCL_PROTO`` change, parsed by `
 plateau factor); ``src/enqueue.cc`` (``topoGetAlgoInfo``: the smallest time wins; the size priced
 is ``count * element size``, times the number of ranks for all_gather and reduce_scatter:
 ``ncclFuncMaxSendRecvCount`` in ``src/include/enqueue.h``; ``updateCollCostTable``: which
-algorithms are candidates at all). Constants are copied as numbers; the code is collnb's own.
+algorithms are candidates at all). Constants are copied as numbers (:mod:`._nccl_tables`); the code is
+collnb's own.
 
 **What NCCL measures and collnb cannot.** The model's inputs per algorithm are the *graph* NCCL's
 topology search (``src/graph/search.cc``) found: channels, bandwidth per channel inside a node
@@ -32,52 +33,22 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import SupportsInt, TypedDict, Unpack
 
 from ...i18n import _
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
+from ._nccl_tables import (ALGORITHMS, FUNCTIONS, NCCL_VERSION, PATH_TYPES, PROTOCOLS, Switches, Table, _BASE_LAT,
+                           _BCAST, _REDUCE, _AG, _RS, _AR, _COMPCAP, _GPUS, _HW_LAT, _HW_NVLINK, _HW_PCI, _HW_NET,
+                           _LL, _LL128, _SIMPLE, _LL_MAX_BW, _NVLS_EFFICIENCY, _NVLS_TREE_BW, _RING_LL128_BW, _TREE,
+                           _RING, _CND, _CNC, _NVLS, _NVLST, _PAT, _TREE_BW, _TREE_CORRECTION, _TREE_LL128_BW)
 
 __all__ = ["NCCL_VERSION", "ALGORITHMS", "PROTOCOLS", "FUNCTIONS", "Graph", "System", "PRESETS", "preset",
            "tune", "Tuning", "algo_time", "choose", "Choice", "choices", "crossovers", "parse_list",
            "explain_busbw_over_nic", "parse_tuning_table", "parse_graph_lines", "system_from_log",
            "parse_chosen", "table_text"]
-
-NCCL_VERSION = "2.30.7-1"
-#: NCCL's algorithms and protocols in its own order (``NCCL_ALGO_*``, ``NCCL_PROTO_*`` in
-#: src/include/plugin/nccl_tuner.h) and its collectives (``ncclFunc_t``, src/include/nccl_common.h).
-ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
-PROTOCOLS = ("LL", "LL128", "Simple")
-FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
-_TREE, _RING, _CND, _CNC, _NVLS, _NVLST, _PAT = range(7)
-_LL, _LL128, _SIMPLE = range(3)
-_BCAST, _REDUCE, _AG, _RS, _AR = range(5)
-_GPUS = ("volta", "ampere", "hopper", "blackwell")
-_COMPCAP = {"volta": 70, "ampere": 80, "hopper": 90, "blackwell": 100}
-#: topoPathTypeStr (src/graph/paths.cc): path types in order, as a GRAPH log line spells them.
-PATH_TYPES = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS", "NET", "DIS")
-
-# -- tuning.cc's constants (v2.30.7-1) ------------------------------------------------------------
-_NVLS_EFFICIENCY = (0.0, 0.0, 0.85, 0.74)  # per GPU generation
-_BASE_LAT = ((6.8, 14.0, 8.4), (6.6, 14.0, 8.4), (0, 0, 0), (0, 0, 0), (0, 0, 0), (0, 0, 0), (8.0, 8.0, 8.0))
-_HW_NVLINK, _HW_PCI, _HW_NET = range(3)
-_HW_LAT = (
-    ((0.6, 1.25, 4.0), (0.6, 1.9, 3.4), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 25), (0, 0, 25), (0, 0, 4.0)),   # NVLink
-    ((1.0, 1.9, 4.0), (1.0, 2.5, 5.7), (0, 0, 3.7), (0, 0, 2.8), (0, 0, 0), (0, 0, 0), (0, 0, 4.0)),     # PCI
-    ((5.0, 8.5, 14), (2.7, 4.0, 14.0), (0, 0, 31), (0, 0, 30), (0, 0, 18), (0, 0, 20.9), (0, 0, 14)),    # NET
-)
-_LL_MAX_BW = ((39.0, 39.0, 20.4), (87.7, 22.5, 19.0), (141.0, 45.0, 35.0), (2 * 141.0, 2 * 45.0, 2 * 35.0))
-_RING_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 36.7), (40.0, 40.0, 40.0))
-_TREE_LL128_BW = ((20.0, 20.0, 20.0), (20.0, 20.0, 20.0), (36.7, 36.7, 29.0), (55.6, 31.67, 20.0))
-_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (38.7, 41.4, 36.0), (70.0, 42.8, 24.0))
-_NVLS_TREE_BW = ((26.5, 18.5, 10.0), (24.0, 23.6, 17.8), (0.0, 57.7, 45.5), (0.0, 96.0, 80.0))
-#: "Trees are not perfectly sticking to the model for medium sizes": a factor per protocol and
-#: power of two of size/64, 64 B to 256 MB (treeCorrectionFactor).
-_TREE_CORRECTION = (
-    (1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0),
-    (1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0),
-    (.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9),
-)
 
 
 def _log2i(n: int) -> int:
@@ -117,7 +88,7 @@ class System:
     gpu: str = "hopper"
     cpu_vendor: str = "intel"
     cpu_arch: str = "x86"
-    graphs: dict = field(default_factory=dict)
+    graphs: dict[str, Graph] = field(default_factory=dict)
     collnet: bool = False
     nvswitch: bool = True
     nic_gbps: float = 400.0
@@ -170,7 +141,7 @@ def preset(name: str, nodes: int = 2) -> System:
 
 # -- NCCL_ALGO / NCCL_PROTO ------------------------------------------------------------------------
 
-def parse_list(text: str, elements: tuple, default: int = 1) -> dict:
+def parse_list(text: str, elements: tuple[str, ...], default: int = 1) -> Switches:
     """What ``NCCL_ALGO`` or ``NCCL_PROTO`` set (``parseList`` in tuning.cc): ``{function:
     {element: 0 or 1}}`` for every function of :data:`FUNCTIONS`, starting from ``default``.
     ``"Tree,Ring"``: only these; ``"^LL128"``: all but these; ``"allreduce:tree;broadcast:ring"``:
@@ -191,8 +162,9 @@ def parse_list(text: str, elements: tuple, default: int = 1) -> dict:
             if i:
                 raise ValueError(_("all entries except the first must have a prefix: {text!r}").format(text=text))
             prefix, items = "", entry
-        targets = FUNCTIONS if not prefix else [funcs.get(prefix.strip().lower())]
-        if targets == [None]:
+        named = funcs.get(prefix.strip().lower()) if prefix else None
+        targets = FUNCTIONS if not prefix else (named,) if named is not None else ()
+        if not targets:
             raise ValueError(_("unknown function {name!r} in {text!r}; functions: {names}").format(
                 name=prefix, text=text, names=", ".join(FUNCTIONS)))
         on = 1
@@ -219,8 +191,8 @@ class Tuning:
     names; ``system``; the ``algo_env``/``proto_env`` that shaped it; ``n_channels`` (the ring's)."""
 
     system: System
-    latency: dict
-    bandwidth: dict
+    latency: Table
+    bandwidth: Table
     algo_env: str | None
     proto_env: str | None
     n_channels: int
@@ -245,8 +217,8 @@ def tune(system: System, algo_env: str | None = None, proto_env: str | None = No
     check_choice("gpu", s.gpu, _GPUS)
     cc = _GPUS.index(s.gpu)
     n_nodes, n_ranks = s.nodes, s.ranks
-    lat = {f: {a: {p: 0.0 for p in PROTOCOLS} for a in ALGORITHMS} for f in FUNCTIONS}
-    bw = {f: {a: {p: 0.0 for p in PROTOCOLS} for a in ALGORITHMS} for f in FUNCTIONS}
+    lat: Table = {f: {a: {p: 0.0 for p in PROTOCOLS} for a in ALGORITHMS} for f in FUNCTIONS}
+    bw: Table = {f: {a: {p: 0.0 for p in PROTOCOLS} for a in ALGORITHMS} for f in FUNCTIONS}
     ring = s.graphs.get("Ring")
     if n_ranks <= 1:
         return Tuning(s, lat, bw, algo_env, proto_env, ring.n_channels if ring else 1)
@@ -411,7 +383,7 @@ class Choice:
     algorithm: str
     protocol: str
     time_us: float
-    candidates: dict
+    candidates: dict[tuple[str, str], float]
 
     @property
     def algbw(self) -> float:
@@ -424,8 +396,8 @@ def choose(t: Tuning, function: str, nbytes: int) -> Choice:
     in NCCL's order). Raises ValueError when nothing is available (NCCL: "No algorithm/protocol
     available", e.g. ``NCCL_ALGO`` naming only algorithms this system lacks)."""
     check_choice("function", function, FUNCTIONS)
-    cands = {}
-    best = None
+    cands: dict[tuple[str, str], float] = {}
+    best: tuple[str, str, float] | None = None
     for a in ALGORITHMS:
         for p in PROTOCOLS:
             tm = algo_time(t, function, a, p, nbytes)
@@ -439,7 +411,7 @@ def choose(t: Tuning, function: str, nbytes: int) -> Choice:
     return Choice(function, nbytes, best[0], best[1], best[2], cands)
 
 
-def choices(t: Tuning, function: str, sizes) -> list[Choice]:
+def choices(t: Tuning, function: str, sizes: Iterable[SupportsInt]) -> list[Choice]:
     """:func:`choose` at every size of ``sizes``."""
     return [choose(t, function, int(n)) for n in sizes]
 
@@ -469,10 +441,22 @@ def crossovers(t: Tuning, function: str, lo: int = 8, hi: int = 1 << 32) -> list
     return out
 
 
-def explain_busbw_over_nic(system: System, nbytes: int = 1 << 30) -> dict:
+class BusbwOverNic(TypedDict):
+    """:func:`explain_busbw_over_nic`'s answer (GB/s where a rate)."""
+
+    choice: Choice
+    busbw: float
+    nic_GBps: float
+    node_nics_GBps: float
+    ratio: float
+    ring_share: float
+    text: str
+
+
+def explain_busbw_over_nic(system: System, nbytes: int = 1 << 30) -> BusbwOverNic:
     """Why an all_reduce's busbw can exceed one NIC's rate, as numbers from NCCL's model.
 
-    Returns a dict: ``choice`` (:class:`Choice` at ``nbytes``), ``busbw`` (GB/s: algbw times
+    Returns a :class:`BusbwOverNic`: ``choice`` (:class:`Choice` at ``nbytes``), ``busbw`` (GB/s: algbw times
     ``2(n-1)/n``, nccl-tests' factor), ``nic_GBps`` (one NIC, GB/s), ``node_nics_GBps`` (all NICs of
     a node), ``ratio`` (busbw / one NIC), ``ring_share`` (the fraction of a flat ring's hops that
     cross nodes: ``nodes / ranks``: each channel's ring leaves a node once), and ``text``: the
@@ -501,7 +485,7 @@ def explain_busbw_over_nic(system: System, nbytes: int = 1 << 30) -> dict:
             "ratio": bus / nic, "ring_share": system.nodes / n, "text": text}
 
 
-def table_text(t: Tuning, functions=FUNCTIONS) -> str:
+def table_text(t: Tuning, functions: Sequence[str] = FUNCTIONS) -> str:
     """The latency/bandwidth table as NCCL prints it with ``NCCL_DEBUG_SUBSYS=TUNING``: one line per
     function, ``latency/bandwidth`` per algorithm and protocol (µs / GB/s)."""
     lines = []
@@ -525,12 +509,12 @@ _GRAPH = re.compile(r"Pattern (\d+), crossNic (\d+), nChannels (\d+), bw ([\d.]+
 _CHOSEN = re.compile(r"(Broadcast|Reduce|AllGather|ReduceScatter|AllReduce): (\d+) Bytes -> Algo (\w+) proto (\w+)")
 
 
-def parse_tuning_table(text: str) -> dict:
+def parse_tuning_table(text: str) -> dict[tuple[str, str, str], tuple[float, float]]:
     """NCCL's printed TUNING table (``NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=TUNING``, rank 0's lines,
     each after its ``NCCL INFO`` prefix) as ``{(function, algorithm, protocol): (latency_us,
     bandwidth_GBps)}``. Lines that are not part of the table are skipped."""
-    out: dict = {}
-    algs: list = []
+    out: dict[tuple[str, str, str], tuple[float, float]] = {}
+    algs: list[str] = []
     for line in text.splitlines():
         m = _TABLE_ALGOS.search(line)
         if m:
@@ -546,14 +530,38 @@ def parse_tuning_table(text: str) -> dict:
     return out
 
 
-def parse_graph_lines(text: str) -> list[dict]:
+class GraphLine(TypedDict):
+    """One GRAPH line of an NCCL log, as :func:`parse_graph_lines` reads it (bandwidths GB/s per channel)."""
+
+    pattern: int
+    cross_nic: int
+    n_channels: int
+    bw_intra: float
+    bw_inter: float
+    type_intra: str
+    type_inter: str
+    same_channels: bool
+
+
+class SystemOptions(TypedDict, total=False):
+    """The fields of :class:`System` that :func:`system_from_log` passes on as given."""
+
+    cpu_vendor: str
+    cpu_arch: str
+    collnet: bool
+    nvswitch: bool
+    nic_gbps: float
+    nics_per_node: int
+
+
+def parse_graph_lines(text: str) -> list[GraphLine]:
     """NCCL's ``Pattern ..., nChannels ..., bw intra/inter, type intra/inter, sameChannels ...``
     GRAPH lines, in order (ring, tree, collnet, nvls... as the communicator searched them), as
     dicts: ``pattern``, ``cross_nic``, ``n_channels``, ``bw_intra``, ``bw_inter``, ``type_intra``,
     ``type_inter``, ``same_channels``."""
-    out = []
+    out: list[GraphLine] = []
     for m in _GRAPH.finditer(text):
-        out.append(dict(pattern=int(m[1]), cross_nic=int(m[2]), n_channels=int(m[3]), bw_intra=float(m[4]),
+        out.append(GraphLine(pattern=int(m[1]), cross_nic=int(m[2]), n_channels=int(m[3]), bw_intra=float(m[4]),
                         bw_inter=float(m[5]), type_intra=m[6], type_inter=m[7], same_channels=bool(int(m[8]))))
     return out
 
@@ -568,7 +576,7 @@ def parse_chosen(text: str) -> list[tuple[str, int, str, str]]:
     return [(m[1], int(m[2]), algs.get(m[3].upper(), m[3]), protos.get(m[4].upper(), m[4])) for m in _CHOSEN.finditer(text)]
 
 
-def system_from_log(text: str, nodes: int, ranks_per_node: int, gpu: str, **kwargs) -> System:
+def system_from_log(text: str, nodes: int, ranks_per_node: int, gpu: str, **kwargs: Unpack[SystemOptions]) -> System:
     """A :class:`System` whose Ring and Tree graphs are the first two GRAPH lines of an NCCL log
     (:func:`parse_graph_lines`; NCCL searches the ring graph first, then the tree). Other keyword
     arguments go to :class:`System`.
@@ -580,7 +588,7 @@ def system_from_log(text: str, nodes: int, ranks_per_node: int, gpu: str, **kwar
     if len(graphs) < 2:
         raise ValueError(_("the log has {n} 'Pattern ..., nChannels ..., bw ...' line(s); NCCL prints them with "
                            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=GRAPH").format(n=len(graphs)))
-    made = {}
+    made: dict[str, Graph] = {}
     for name, g in zip(("Ring", "Tree"), graphs):
         made[name] = Graph(g["n_channels"], g["bw_intra"], g["bw_inter"], g["type_intra"], g["type_inter"],
                            g["pattern"], 0.0, g["same_channels"])

@@ -13,12 +13,26 @@ from __future__ import annotations
 
 import io
 import math
-from typing import Any
+import os
+from collections.abc import Sequence
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict
 
 import numpy as np
 
 from ...i18n import _
 from ...units import format_bytes
+
+if TYPE_CHECKING:
+    from IPython.display import Image
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
+    from PIL import Image as PILImage
+
+    from ...algorithms import Trace
+    from .compare import AlgorithmTiming, Comparison
+    from .hierarchical import TierModel
 
 __all__ = ["as_image", "cluster_figure", "cluster_png", "round_figure", "tier_filmstrip", "replay_tiers", "TierReplay", "comparison_figure",
            "INTRA_COLOR", "INTER_COLOR"]
@@ -29,7 +43,34 @@ _NODE_FILL = "#F2F2F2"
 _SWITCH_FILL = "#E8E8E8"
 
 
-def _fonts():
+class ClusterShape(Protocol):
+    """What a picture needs of a cluster: its shape (a :class:`~collnb.labs.cluster.Cluster`, a
+    :class:`~collnb.labs.cluster.VirtualCluster`, or a trace's own node map); its ``inter``, ``intra`` and
+    ``mode`` are read where it has them."""
+
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def ranks_per_node(self) -> int: ...
+
+
+#: One arrow of a round: ``(src, dst, bytes, reduce)``.
+Arrow = tuple[int, int, float, bool]
+
+
+class _Layout(TypedDict):
+    """Where :func:`_positions` puts things, in data coordinates: each rank's centre, each node's box
+    ``(x0, y0, width, height)``, the switch's centre, the drawing's width and height, a node's height."""
+
+    ranks: dict[int, tuple[float, float]]
+    boxes: list[tuple[float, float, float, float]]
+    switch: tuple[float, float]
+    width: float
+    height: float
+    node_h: float
+
+
+def _fonts() -> AbstractContextManager[None]:
     from matplotlib import rc_context
 
     from ...views import matplotlib_fonts
@@ -44,25 +85,25 @@ def _rank_rgb(rank: int) -> str:
     return _RANK_FILLS[rank % len(_RANK_FILLS)]
 
 
-def _shape(c: Any) -> tuple[int, int]:
+def _shape(c: ClusterShape) -> tuple[int, int]:
     return int(c.nodes), int(c.ranks_per_node)
 
 
-def _link_words(c: Any) -> tuple[str, str]:
+def _link_words(c: ClusterShape) -> tuple[str, str]:
     inter = str(getattr(c, "inter", "")) or _("inter-node link")
     intra = getattr(c, "intra", None)
     intra_s = str(intra) if intra is not None and getattr(intra, "gbps", None) else _("loopback")
     return inter, intra_s
 
 
-def _positions(N: int, L: int) -> dict:
+def _positions(N: int, L: int) -> _Layout:
     """Rank centres, node boxes and the switch in data coordinates (one unit per rank slot)."""
     cols = min(L, 4)
     rows = math.ceil(L / cols)
     node_w, node_h = cols * 1.0 + 0.6, rows * 1.0 + 0.9
     gap = 0.8
-    ranks = {}
-    boxes = []
+    ranks: dict[int, tuple[float, float]] = {}
+    boxes: list[tuple[float, float, float, float]] = []
     for n in range(N):
         x0 = n * (node_w + gap)
         boxes.append((x0, 0.0, node_w, node_h))
@@ -70,11 +111,12 @@ def _positions(N: int, L: int) -> dict:
             r, c = divmod(l, cols)
             ranks[n * L + l] = (x0 + 0.8 + c * 1.0, node_h - 1.0 - r * 1.0)
     width = N * node_w + (N - 1) * gap
-    return {"ranks": ranks, "boxes": boxes, "switch": (width / 2, node_h + 1.6), "width": width,
-            "height": node_h + 2.2, "node_h": node_h}
+    return _Layout(ranks=ranks, boxes=boxes, switch=(width / 2, node_h + 1.6), width=width,
+                   height=node_h + 2.2, node_h=node_h)
 
 
-def _draw_cluster(ax, c: Any, transfers=None, max_bytes: float | None = None) -> None:
+def _draw_cluster(ax: Axes, c: ClusterShape, transfers: Sequence[Arrow] | None = None,
+                  max_bytes: float | None = None) -> None:
     from matplotlib.patches import Circle, FancyArrowPatch, FancyBboxPatch
     N, L = _shape(c)
     pos = _positions(N, L)
@@ -98,7 +140,7 @@ def _draw_cluster(ax, c: Any, transfers=None, max_bytes: float | None = None) ->
         ax.text(x, y, str(r), ha="center", va="center", fontsize=11, zorder=4)
     if transfers:
         top = max_bytes or max((t[2] for t in transfers), default=1.0) or 1.0
-        seen: dict = {}
+        seen: dict[tuple[int, int], int] = {}
         for src, dst, nb, _reduce in transfers:
             (x0, y0), (x1, y1) = pos["ranks"][src], pos["ranks"][dst]
             inter_t = src // L != dst // L
@@ -119,14 +161,14 @@ def _draw_cluster(ax, c: Any, transfers=None, max_bytes: float | None = None) ->
     ax.axis("off")
 
 
-def _legend(fig) -> None:
+def _legend(fig: Figure) -> None:
     from matplotlib.lines import Line2D
     fig.legend(handles=[Line2D([], [], color=INTRA_COLOR, lw=2.5, label=_("inside a node (intra-node tier)")),
                         Line2D([], [], color=INTER_COLOR, lw=2.5, ls="--", label=_("between nodes (inter-node tier)"))],
                loc="upper center", fontsize=8, frameon=False, ncol=2, bbox_to_anchor=(0.5, 0.95))
 
 
-def as_image(fig):
+def as_image(fig: Figure) -> Image:
     """A matplotlib figure as an :class:`IPython.display.Image` (PNG), to show in a notebook cell
     (a figure made without pyplot is not drawn by itself)."""
     from IPython.display import Image
@@ -135,7 +177,7 @@ def as_image(fig):
     return Image(data=buf.getvalue(), format="png")
 
 
-def cluster_figure(c: Any, *, dpi: int = 90):
+def cluster_figure(c: ClusterShape, *, dpi: int = 90) -> Figure:
     """The cluster as a picture: a box per node with its ranks (in their rank colours), each
     node's link to the switch labelled with the inter-node rate, the intra-node tier named in the
     box. ``c``: a :class:`~collnb.labs.cluster.Cluster` (or anything with ``nodes``,
@@ -157,18 +199,18 @@ def cluster_figure(c: Any, *, dpi: int = 90):
         return fig
 
 
-def cluster_png(c: Any) -> bytes:
+def cluster_png(c: ClusterShape) -> bytes:
     """:func:`cluster_figure` as PNG bytes (what a :class:`Cluster` shows in a notebook)."""
     buf = io.BytesIO()
     cluster_figure(c).savefig(buf, format="png")
     return buf.getvalue()
 
 
-def _round_transfers(trace, k: int) -> list:
+def _round_transfers(trace: Trace, k: int) -> list[Arrow]:
     return [(t.src, t.dst, float(t.nbytes or 0), t.reduce) for t in trace.rounds[k - 1].transfers]
 
 
-def _cluster_of(trace, cluster: Any = None) -> Any:
+def _cluster_of(trace: Trace, cluster: ClusterShape | None = None) -> ClusterShape:
     if cluster is not None:
         return cluster
     info = trace.meta.get("cluster") or {}
@@ -183,7 +225,8 @@ def _cluster_of(trace, cluster: Any = None) -> Any:
     return _Shape()
 
 
-def round_figure(trace, k: int, *, model=None, cluster: Any = None, dpi: int = 90):
+def round_figure(trace: Trace, k: int, *, model: TierModel | None = None, cluster: ClusterShape | None = None,
+                 dpi: int = 90) -> Figure:
     """Round ``k`` (1-based) of ``trace`` on its cluster: every transfer an arrow from sender to
     receiver, green inside a node, vermilion (dashed) between nodes, as wide as its bytes; under
     it every round's time, measured (``trace``'s) beside the two-tier ``model``'s (a
@@ -220,7 +263,7 @@ def round_figure(trace, k: int, *, model=None, cluster: Any = None, dpi: int = 9
         return fig
 
 
-def _round_bars(ax, trace, k: int, model) -> None:
+def _round_bars(ax: Axes, trace: Trace, k: int, model: TierModel | None) -> None:
     from ...algorithms import tier_round_costs
     n = trace.n_rounds
     xs = np.arange(1, n + 1)
@@ -229,7 +272,7 @@ def _round_bars(ax, trace, k: int, model) -> None:
     pred = tier_round_costs(trace, model.two_tier) if model is not None else None
     w = 0.38
     if has_measured:
-        ax.bar(xs - w / 2, [s * 1e3 for s in measured], w, color="#555555", label=_("measured"))
+        ax.bar(xs - w / 2, [s * 1e3 for s in measured if s is not None], w, color="#555555", label=_("measured"))
     if pred is not None:
         ax.bar(xs + (w / 2 if has_measured else 0), pred * 1e3, w, color="#56B4E9", label=_("predicted (two-tier model)"))
     ax.axvspan(k - 0.5, k + 0.5, color="#F0E442", alpha=0.35, zorder=0)
@@ -242,14 +285,15 @@ def _round_bars(ax, trace, k: int, model) -> None:
         ax.spines[side].set_visible(False)
 
 
-def tier_filmstrip(trace, path, *, model=None, cluster: Any = None, columns: int = 2, dpi: int = 70) -> str:
+def tier_filmstrip(trace: Trace, path: str | os.PathLike[str], *, model: TierModel | None = None,
+                   cluster: ClusterShape | None = None, columns: int = 2, dpi: int = 70) -> str:
     """Every round of ``trace`` as :func:`round_figure` panels in one PNG at ``path`` (``.png``),
     ``columns`` per row. Returns ``path``. Raises as :func:`round_figure`; ValueError for a path
     that does not end with ``.png``."""
     from PIL import Image
     if not str(path).lower().endswith(".png"):
         raise ValueError(_("tier_filmstrip writes PNG: end the file name with .png; got {path!r}").format(path=str(path)))
-    panels = []
+    panels: list[PILImage.Image] = []
     for k in range(1, trace.n_rounds + 1):
         buf = io.BytesIO()
         round_figure(trace, k, model=model, cluster=cluster, dpi=dpi).savefig(buf, format="png")
@@ -284,7 +328,7 @@ class TierReplay:
     (:func:`collnb.views.static.static_bundle`).
     """
 
-    def __init__(self, trace: Any, model: Any = None, cluster: Any = None) -> None:
+    def __init__(self, trace: Trace, model: TierModel | None = None, cluster: ClusterShape | None = None) -> None:
         import ipywidgets as w  # noqa: PLC0415 - ipywidgets only where a player is made
         if trace.ranks_per_node is None:
             raise ValueError(_("this trace has no node map: run it with ranks_per_node= (or on a cluster) to colour "
@@ -348,7 +392,7 @@ class TierReplay:
             primitive=t.primitive, algorithm=t.algorithm, world_size=t.world_size)), raw=True)
 
 
-def replay_tiers(trace: Any, model: Any = None, cluster: Any = None) -> TierReplay:
+def replay_tiers(trace: Trace, model: TierModel | None = None, cluster: ClusterShape | None = None) -> TierReplay:
     """A player for ``trace`` on its cluster: a round slider with Play, and :func:`round_figure`
     of the round shown (ipywidgets). Returns the :class:`TierReplay` (displays itself, with a static
     picture of the round shown for pages without a kernel). Raises ValueError for a trace without a
@@ -360,7 +404,7 @@ def replay_tiers(trace: Any, model: Any = None, cluster: Any = None) -> TierRepl
 _LINE_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
 
 
-def comparison_figure(cmp, *, dpi: int = 90):
+def comparison_figure(cmp: Comparison, *, dpi: int = 90) -> Figure:
     """:class:`~collnb.labs.cluster.compare.Comparison` as a figure. Left: time per size (log-log)
     of every algorithm, measured (solid, points) and the two-tier model's (dashed, on a fine grid);
     right: each algorithm's speed-up over the flat ring (the ring's time over its own), measured
@@ -383,13 +427,13 @@ def comparison_figure(cmp, *, dpi: int = 90):
             rows = sorted((r for r in cmp.rows if r.algorithm == a), key=lambda r: r.nbytes)
             pred = [cmp.model.predict(cmp.primitive, a, m) for m in grid]
             if measured:
-                ax.plot([r.nbytes for r in rows], [r.seconds * 1e3 for r in rows], "o-", color=color, lw=1.8, label=a)
+                ax.plot([r.nbytes for r in rows], [_measured_s(r) * 1e3 for r in rows], "o-", color=color, lw=1.8, label=a)
             ax.plot(grid, [p * 1e3 for p in pred], "--", color=color, lw=1.2, label=None if measured else a)
             if ring_pred is not None:
                 ax2.plot(grid, [r / p for r, p in zip(ring_pred, pred)], "--", color=color, lw=1.2,
                          label=None if measured else a)
                 if measured:
-                    pts = [(r.nbytes, ring[r.nbytes].seconds / r.seconds) for r in rows if r.nbytes in ring]
+                    pts = [(r.nbytes, _measured_s(ring[r.nbytes]) / _measured_s(r)) for r in rows if r.nbytes in ring]
                     ax2.plot([p[0] for p in pts], [p[1] for p in pts], "o-", color=color, lw=1.0, label=a)
         for _a, _b, m in cmp.predicted_crossovers:
             ax.axvline(m, color="#999999", lw=0.8, ls=":")
@@ -410,6 +454,11 @@ def comparison_figure(cmp, *, dpi: int = 90):
         return fig
 
 
-def _bytes_formatter():
+def _measured_s(r: AlgorithmTiming) -> float:
+    assert r.seconds is not None  # a measured comparison's rows all have their seconds
+    return r.seconds
+
+
+def _bytes_formatter() -> FuncFormatter:
     from matplotlib.ticker import FuncFormatter
     return FuncFormatter(lambda v, _pos: format_bytes(v, compact=True) if v >= 1 else "")

@@ -1,5 +1,6 @@
 """One rank of an emulated cluster (:class:`.virtual.VirtualCluster`), started inside its node's network
-namespace as ``ip netns exec NODE python rank_main.py DIR RANK WORLD_SIZE GROUP_TIMEOUT FLIGHT_RECORDER IFNAME``.
+namespace as ``ip netns exec NODE python rank_main.py DIR RANK WORLD_SIZE GROUP_TIMEOUT FLIGHT_RECORDER IFNAME
+DEBUG``.
 
 It runs a call with the steps every rank of collnb takes (:class:`collnb.ranks.Call`, the same as a
 local rank's and an ipyparallel engine's), so what a call records works here as there
@@ -8,13 +9,15 @@ entries; torch.distributed's wrappers are in place (layouts gloo misreads, the g
 which timeout ended a wait).
 
 1. Before its default group is made: Gloo bound to ``IFNAME`` (the node's ``eth0``), ``TORCH_FR_BUFFER_SIZE`` set
-   to ``FLIGHT_RECORDER`` when it is not 0 (:func:`collnb.ranks.restore_environment`; torch reads it
-   when a group is made), then ``init_process_group("gloo", FileStore(DIR/store))``, once: the rank
+   to ``FLIGHT_RECORDER`` when it is not 0, ``TORCH_DISTRIBUTED_DEBUG`` to ``DETAIL`` where ``DEBUG`` is
+   ``1``, else ``OFF`` (:func:`collnb.ranks.restore_environment`; torch reads them when a group is
+   made), then ``init_process_group("gloo", FileStore(DIR/store))``, once: the rank
    stays warm for the next calls.
 2. One call per line of stdin (the call's number ``N``): ``DIR/call-N.pkl`` holds the
    :class:`collnb.ranks.Run` (function, arguments, instruments, language) and the timeout of the
    groups the function makes; the rank runs it, ends the groups the call made together with its
-   peers, puts itself back as a fresh script would be (:class:`collnb.ranks.RankState`), and writes
+   peers (a call of collnb's own code marked :func:`collnb.ranks.same_on_every_rank` runs, under
+   DETAIL, on a group of the same ranks made without its wrapper, made once), puts itself back as a fresh script would be (:class:`collnb.ranks.RankState`), and writes
    its answer, ``(time.monotonic(), Result | Failed)``, to ``DIR/result-N-RANK.pkl`` (written
    whole, then renamed).
 3. It stops serving after a failure (idle: peers blocked in a collective get no "Connection closed"
@@ -72,7 +75,7 @@ def main(argv: list[str]) -> NoReturn:
     """Serve calls as rank ``argv[1]`` of ``argv[2]`` (module docstring); never returns."""
     d, rank, world_size = argv[0], int(argv[1]), int(argv[2])
     _watch_parent(os.getppid(), d)
-    group_timeout, flight_recorder, ifname = float(argv[3]), int(argv[4]), argv[5]
+    group_timeout, flight_recorder, ifname, debug = float(argv[3]), int(argv[4]), argv[5], argv[6] == "1"
     stack_file = open(os.path.join(d, f"stack-{rank}.txt"), "w")
 
     def arm_faulthandler() -> None:
@@ -82,8 +85,9 @@ def main(argv: list[str]) -> NoReturn:
     arm_faulthandler()
     import torch.distributed as dist
 
-    from collnb.ranks import Call, Failed, RankState, Result, failure, resolve_rank_names, restore_environment
-    restore_environment(ifname, False, flight_recorder)
+    from collnb.ranks import (Call, Failed, RankState, Result, failure, resolve_rank_names, restore_environment,
+                              unwrapped_group)
+    restore_environment(ifname, debug, flight_recorder)
     store = dist.FileStore(os.path.join(d, "store"), world_size)
     joined: Failed | None = None
     try:
@@ -93,6 +97,11 @@ def main(argv: list[str]) -> NoReturn:
         joined = failure(exc, rank)
     resolve_rank_names()
     state = RankState(own_process=True, rearm=arm_faulthandler)
+    # the default group as made (a call runs as the default group the group it is given: the
+    # unwrapped one is the default only during a call that runs in it)
+    base = dist.group.WORLD if joined is None else None
+    # the default group's ranks without DETAIL's wrapper, once made (as new_group gives it: collnb.ranks' Group)
+    unwrapped: list[dist.ProcessGroup | int] = []
     for line in sys.stdin:
         seq = int(line)
         answer: Result | Failed
@@ -102,12 +111,14 @@ def main(argv: list[str]) -> NoReturn:
             try:
                 with open(os.path.join(d, f"call-{seq}.pkl"), "rb") as f:
                     run, collective_timeout = pickle.load(f)
-                call = Call(rank, run, dist.group.WORLD, "gloo", collective_timeout)
+                if run.unwrapped and not unwrapped:  # every rank gets the same call: new_group together
+                    unwrapped.append(unwrapped_group(world_size, datetime.timedelta(seconds=group_timeout)))
+                call = Call(rank, run, unwrapped[0] if run.unwrapped else base, "gloo", collective_timeout)
             except BaseException as exc:  # noqa: BLE001 - a step before the function is the rank's answer too
                 answer = failure(exc, rank)
             else:
                 try:
-                    result = call.run([dist.group.WORLD], before=state.begin_call, after=state.restore)
+                    result = call.run([base, *unwrapped], before=state.begin_call, after=state.restore)
                     if result.intact:  # the groups the function made end with the call, on every rank
                         call.end_groups(store, call.own())
                     answer = dataclasses.replace(result, retire=state.retire_reason())

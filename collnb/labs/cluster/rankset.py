@@ -15,8 +15,9 @@ relay is needed); failures are blamed as on every rank set (:func:`collnb.ranks.
 :class:`collnb.RankError` whose first line names the node.
 
 What differs: NCCL is refused (no GPU in a namespace), and so is ``start_method=`` (the ranks are
-started by ``ip netns exec``). ``debug=True`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``) is not applied in
-these ranks. Warm ranks serve calls of one world size, one ``collective_timeout`` and one
+started by ``ip netns exec``). ``debug=True`` (``TORCH_DISTRIBUTED_DEBUG=DETAIL``, the default) is
+applied as on local ranks, collnb's own same-on-every-rank functions running without its wrapper.
+Warm ranks serve calls of one world size, one ``collective_timeout``, one ``debug`` and one
 ``flight_recorder`` size (a call that asks for another restarts them, as the local pool does); a world
 size below the cluster's runs on its first ranks (rank ``r`` on node ``r // ranks_per_node``).
 """
@@ -24,10 +25,15 @@ size below the cluster's runs on its first ranks (rank ``r`` on node ``r // rank
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from ...i18n import N_, _
 from ...ranks import BackendFacts, LaunchPlan, LaunchRequest, RankSet, active_rank_set, use_rank_set
+
+if TYPE_CHECKING:
+    from .clusters import AnyCluster
+    from .virtual import VirtualCluster
 
 __all__ = ["ClusterRanks", "activate", "deactivate", "active"]
 
@@ -38,7 +44,7 @@ class ClusterRanks:
 
     where = N_("on the virtual cluster's ranks")
 
-    def __init__(self, cluster: Any):
+    def __init__(self, cluster: AnyCluster):
         self.cluster = cluster
 
     def backend_info(self, backend: str) -> BackendFacts:
@@ -74,31 +80,34 @@ class ClusterRanks:
         return results
 
 
-def activate(cluster: Any) -> None:
+def activate(cluster: AnyCluster) -> None:
     """Make ``cluster``'s ranks collnb's active rank set (an emulated cluster only)."""
     use_rank_set(ClusterRanks(cluster))
 
 
-def deactivate(cluster: Any) -> None:
+def deactivate(cluster: AnyCluster) -> None:
     """Return to this machine's ranks if ``cluster``'s are the active ones."""
     current = active_rank_set()
     if isinstance(current, ClusterRanks) and current.cluster is cluster:
         use_rank_set(None)
 
 
-def _virtual(cluster: Any) -> Any:
+def _virtual(cluster: AnyCluster | None) -> VirtualCluster | None:
     """The :class:`.virtual.VirtualCluster` that runs ``cluster``'s ranks (a :class:`.clusters.Cluster`'s,
     or ``cluster`` itself), ``None`` when it has none (closed, modelled)."""
     from .virtual import VirtualCluster
-    return cluster if isinstance(cluster, VirtualCluster) else getattr(cluster, "_vc", None)
+    if isinstance(cluster, VirtualCluster):
+        return cluster
+    vc: VirtualCluster | None = getattr(cluster, "_vc", None)
+    return vc
 
 
 @contextlib.contextmanager
-def active(cluster: Any) -> Iterator[None]:
+def active(cluster: AnyCluster | None) -> Iterator[None]:
     """Within the block, :func:`collnb.launch` runs on the ranks of ``cluster`` (a
-    :func:`collnb.cluster` or a :class:`.virtual.VirtualCluster`) when it is emulated: a check's
+    :func:`collnb.cluster` or a :class:`.virtual.VirtualCluster`; ``None``: none) when it is emulated: a check's
     launch, a recorded run; the rank set active before is active again after it."""
-    if getattr(cluster, "mode", None) != "emulated" or _virtual(cluster) is None:
+    if cluster is None or cluster.mode != "emulated" or _virtual(cluster) is None:
         yield
         return
     before: RankSet = active_rank_set()

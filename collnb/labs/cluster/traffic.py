@@ -30,10 +30,21 @@ and returns each rank's result and the bytes that left each node meanwhile:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import TYPE_CHECKING, cast
 
 from ...i18n import _
+
+if TYPE_CHECKING:
+    from ...ranks import CallRecord
+    from .clusters import AnyCluster
+    from .virtual import VirtualCluster
+
+#: A function that runs on ranks: ``fn(rank, world_size, *args)``, returning anything.
+RankFn = Callable[..., object]
+#: What :func:`counted` answers on a rank: ``fn``'s result and the bytes its node sent (``None``: not counted).
+Counted = tuple[object, "int | None"]
 
 __all__ = ["Traffic", "node_traffic", "estimate_crossing", "estimate_crossing_per_rank"]
 
@@ -54,15 +65,15 @@ class Traffic:
             emulated cluster the first and last are the count's own barriers).
     """
 
-    results: list
-    sent: list
+    results: list[object]
+    sent: list[float]
     measured: bool
     how: str
-    estimated: list = field(default_factory=list)
-    calls: list = field(default_factory=list)
+    estimated: list[float] = field(default_factory=list)
+    calls: list[list[CallRecord]] = field(default_factory=list)
 
 
-def counted(rank: int, world_size: int, fn: Callable, count: bool, *args: Any) -> tuple[Any, int | None]:
+def counted(rank: int, world_size: int, fn: RankFn, count: bool, *args: object) -> Counted:
     """Runs on a rank: ``(fn(rank, world_size, *args), bytes)``. With ``count``, the bytes this
     rank's node sent on its ``eth0`` meanwhile (read before and after, between barriers: every rank
     of the cluster is inside ``fn`` between the two readings), else ``None``."""
@@ -80,7 +91,7 @@ def counted(rank: int, world_size: int, fn: Callable, count: bool, *args: Any) -
     return out, read() - before
 
 
-def estimate_crossing_per_rank(calls: list, ranks_per_node: int, world_size: int) -> list[float]:
+def estimate_crossing_per_rank(calls: Sequence[Iterable[CallRecord]], ranks_per_node: int, world_size: int) -> list[float]:
     """Bytes each rank sent to other nodes, estimated from its recorded calls as gloo sends them
     (module doc): ``calls[r]`` is rank ``r``'s :class:`collnb.CallRecord` list; a list of floats,
     rank order."""
@@ -125,7 +136,7 @@ def estimate_crossing_per_rank(calls: list, ranks_per_node: int, world_size: int
     return out
 
 
-def estimate_crossing(calls: list, ranks_per_node: int, world_size: int) -> list[float]:
+def estimate_crossing(calls: Sequence[Iterable[CallRecord]], ranks_per_node: int, world_size: int) -> list[float]:
     """Bytes leaving each node, estimated from each rank's recorded calls (module doc): the sum of
     :func:`estimate_crossing_per_rank` over the node's ranks."""
     per_rank = estimate_crossing_per_rank(calls, ranks_per_node, world_size)
@@ -133,14 +144,14 @@ def estimate_crossing(calls: list, ranks_per_node: int, world_size: int) -> list
     return [sum(per_rank[n * L:(n + 1) * L]) for n in range(world_size // L)]
 
 
-def recorded_timeout(cluster: Any) -> float:
+def recorded_timeout(cluster: AnyCluster) -> float:
     """The ``collective_timeout`` of a recorded launch on ``cluster`` that finds its warm ranks as
     they are (an emulated cluster's ranks restart for another one; elsewhere collnb.launch's 5 s)."""
-    vc = getattr(cluster, "_vc", None)
+    vc: VirtualCluster | None = getattr(cluster, "_vc", None)
     return float(vc.warm_collective_timeout) if getattr(cluster, "mode", None) == "emulated" and vc else 5.0
 
 
-def node_traffic(cluster: Any, fn: Callable, per_rank: Sequence[tuple], timeout: float = 300.0) -> Traffic:
+def node_traffic(cluster: AnyCluster, fn: RankFn, per_rank: Sequence[Iterable[object]], timeout: float = 300.0) -> Traffic:
     """Run ``fn(rank, world_size, *per_rank[rank])`` on ``cluster``'s ranks (module doc) with every
     call recorded (``collnb.launch(..., record_calls=True)``, on the cluster's own ranks when it is
     emulated): the bytes that left each node, counted on an emulated cluster's links and estimated
@@ -153,17 +164,19 @@ def node_traffic(cluster: Any, fn: Callable, per_rank: Sequence[tuple], timeout:
     from .rankset import active
 
     p, L = cluster.world_size, cluster.ranks_per_node
-    per_rank = [tuple(a) for a in per_rank]
-    if len(per_rank) != p:
-        raise ValueError(_("per_rank has {n} entries; need one per rank ({p})").format(n=len(per_rank), p=p))
+    args = [tuple(a) for a in per_rank]
+    if len(args) != p:
+        raise ValueError(_("per_rank has {n} entries; need one per rank ({p})").format(n=len(args), p=p))
     emulated = getattr(cluster, "mode", "emulated") == "emulated"
     with active(cluster):
-        out, calls = launch_recorded(counted, p, [(fn, emulated, *a) for a in per_rank], timeout=timeout,
+        out, calls = launch_recorded(counted, p, [(fn, emulated, *a) for a in args], timeout=timeout,
                                      collective_timeout=recorded_timeout(cluster))
-    results = [o[0] for o in out]
+    answers = cast(list[Counted], out)  # what counted returns on every rank
+    results = [o[0] for o in answers]
     estimated = estimate_crossing(calls, L, p)
     if emulated:
-        return Traffic(results, [out[n * L][1] for n in range(p // L)], True,
+        counts = cast(list[tuple[object, int]], answers)  # count=True: every rank read its node's counter
+        return Traffic(results, [counts[n * L][1] for n in range(p // L)], True,
                        _("measured: frames that left each node's eth0"), estimated, list(calls))
     return Traffic(results, estimated, False,
                    _("estimated from the collectives each rank issued (a modelled cluster has no real links)"),

@@ -25,7 +25,7 @@ from typing import Any, cast
 from ...i18n import _, get_language
 from ...ranks import (BackendLog, Failed, Instruments, LaunchRequest, LaunchTimeout, RankError, RankEvent, RankExit,
                       RankFailure, RankResult, Run, attach_backend_log, code_files, conclude, dumps, launch_results,
-                      named_cells, parse_stack)
+                      named_cells, parse_stack, runs_unwrapped)
 from ...vocabulary import check_int
 from .network import INTERFACE, MAX_NODES, ClusterUnavailable, Network, available, sweep_leftovers
 
@@ -124,6 +124,7 @@ class VirtualCluster:
         self._ws = self.world_size
         self._fr = 0  # the warm ranks' Flight Recorder entries (TORCH_FR_BUFFER_SIZE; 0: off)
         self._group_timeout = self.collective_timeout  # their default group's timeout, seconds
+        self._debug = False  # whether the warm ranks run with TORCH_DISTRIBUTED_DEBUG=DETAIL
         self._shown: dict[tuple[int, str], int] = {}  # (rank, stream) -> bytes of its file shown
         self._partial: dict[tuple[int, str], bytes] = {}  # (rank, stream) -> an unfinished line
         self._lock = threading.Lock()
@@ -205,7 +206,7 @@ class VirtualCluster:
 
     # -- the ranks -----------------------------------------------------------------------------
     def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0,
-               world_size: int | None = None) -> list[Any]:
+               world_size: int | None = None, debug: bool | None = None) -> list[Any]:
         """Run ``fn(rank, world_size, *args)`` on the cluster's ``world_size`` gloo ranks; their
         results in rank order.
 
@@ -232,6 +233,10 @@ class VirtualCluster:
             world_size: run on the first ``world_size`` ranks only (rank ``r`` still on node
                 ``r // ranks_per_node``), 1..the cluster's world size; default all of them. The warm
                 ranks are of one world size: a call of another one restarts them at that size.
+            debug: ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` in the ranks, as :func:`collnb.launch`'s
+                ``debug`` (a rank calling another collective, shape or dtype than its peers fails
+                with torch's clear message); ``None``: as the warm ranks have it (off for new ones).
+                Ranks with the other setting restart (torch reads it when a group is made).
 
         Raises:
             ClusterUnavailable: the cluster is modelled, not entered or closed.
@@ -242,7 +247,7 @@ class VirtualCluster:
                 named with where they were.
         """
         with self._lock:  # one call at a time on the warm ranks (an explorer's worker thread, a cell)
-            return self._call(fn, tuple(args), {}, timeout, world_size, None, Instruments(), None)
+            return self._call(fn, tuple(args), {}, timeout, world_size, None, Instruments(), None, debug)
 
     def run(self, request: LaunchRequest) -> list[Any]:
         """Run a checked :func:`collnb.launch` request (:class:`.rankset.ClusterRanks`) on these
@@ -254,20 +259,27 @@ class VirtualCluster:
         plan = request.plan
         with self._lock:
             return self._call(request.fn, request.args, request.kwargs, plan.timeout, plan.world_size,
-                              plan.setup.collective_timeout, plan.instruments, plan.setup.flight_recorder)
+                              plan.setup.collective_timeout, plan.instruments, plan.setup.flight_recorder,
+                              plan.setup.debug)
 
     def _call(self, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], timeout: float,
               world_size: int | None, collective_timeout: float | None, instruments: Instruments,
-              flight_recorder: int | None) -> list[Any]:
+              flight_recorder: int | None, debug: bool | None = None) -> list[Any]:
         """One call (:meth:`launch`, :meth:`run`). ``collective_timeout``: seconds for the ranks'
         collectives, ``None``: whatever the warm ranks have (for new ones the larger of ``timeout``
         and :attr:`collective_timeout`); ``flight_recorder``: ``TORCH_FR_BUFFER_SIZE`` of the ranks,
-        ``None``: whatever the warm ranks have (0 for new ones)."""
+        ``None``: whatever the warm ranks have (0 for new ones); ``debug``: ``TORCH_DISTRIBUTED_DEBUG=DETAIL``
+        or not, ``None``: whatever the warm ranks have (off for new ones). With DETAIL, collnb's own
+        functions that make the same calls on every rank run on a group of the same ranks made
+        without its wrapper, as on local ranks (:func:`collnb.ranks.same_on_every_rank`)."""
         self._need_emulated()
         if not (isinstance(timeout, (int, float)) and timeout > 0):
             raise ValueError(_("timeout must be > 0 seconds; got {value}").format(value=timeout))
         ws = self.world_size if world_size is None else check_int("world_size", world_size, 1, self.world_size)
         fr = (self._fr if self._procs else 0) if flight_recorder is None else flight_recorder
+        if debug is not None and not isinstance(debug, bool):
+            raise TypeError(_("debug must be True or False; got {value}").format(value=repr(debug)))
+        detail = (self._debug if self._procs else False) if debug is None else debug
         try:
             task = dumps((fn, args, kwargs, code_files(fn)))
         except Exception as exc:
@@ -278,14 +290,15 @@ class VirtualCluster:
         else:  # the warm ranks' own, or, for new ones, enough for the call
             group_s = self._group_timeout if self._procs else float(max(timeout, self.collective_timeout))
         deadline = time.monotonic() + timeout
-        if not self._procs or (self._ws, self._fr, self._group_timeout) != (ws, fr, group_s) \
+        if not self._procs or (self._ws, self._fr, self._group_timeout, self._debug) != (ws, fr, group_s, detail) \
                 or any(p.poll() is not None for p in self._procs):
             self._stop_ranks()
-            self._start_ranks(ws, fr, group_s)
+            self._start_ranks(ws, fr, group_s, detail)
         assert self._work is not None
         self._seq += 1
         seq, work = self._seq, self._work
-        run = Run(ws, 1000 * seq, task, instruments, get_language())
+        run = Run(ws, 1000 * seq, task, instruments, get_language(),
+                  unwrapped=detail and runs_unwrapped(fn, args, kwargs))
         log = BackendLog(instruments.show_backend_log)
         try:
             with open(os.path.join(work, f"call-{seq}.pkl"), "wb") as f:
@@ -348,15 +361,16 @@ class VirtualCluster:
         raised.summary = summary
         return raised
 
-    def _start_ranks(self, ws: int, flight_recorder: int, group_timeout: float) -> None:
+    def _start_ranks(self, ws: int, flight_recorder: int, group_timeout: float, debug: bool = False) -> None:
         """Start ``ws`` ranks, one process each inside its node's namespace (:meth:`launch`), with
-        ``flight_recorder`` Flight Recorder entries (0: off) and ``group_timeout`` seconds for their
-        default group's collectives."""
+        ``flight_recorder`` Flight Recorder entries (0: off), ``group_timeout`` seconds for their
+        default group's collectives and ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` where ``debug``."""
         self._work = tempfile.mkdtemp(prefix=f"collnb-cluster-{os.getpid()}-")  # this process's, by name
         self._seq = 0
         self._ws = ws
         self._fr = flight_recorder
         self._group_timeout = group_timeout
+        self._debug = debug
         self._shown = {}
         self._partial = {}
         path = os.pathsep.join(p for p in (x or os.getcwd() for x in sys.path) if os.path.isdir(p))
@@ -371,7 +385,8 @@ class VirtualCluster:
                     open(os.path.join(self._work, f"err-{rank}"), "wb") as err:
                 self._procs.append(subprocess.Popen(
                     ["ip", "netns", "exec", self._network.nodes[node], sys.executable, RANK_FILE, self._work,
-                     str(rank), str(ws), repr(self._group_timeout), str(flight_recorder), INTERFACE],
+                     str(rank), str(ws), repr(self._group_timeout), str(flight_recorder), INTERFACE,
+                     "1" if debug else "0"],
                     env=env, stdout=out, stderr=err, stdin=subprocess.PIPE, start_new_session=True))
 
     def _stop_ranks(self) -> None:
