@@ -297,6 +297,16 @@ def test_links_are_read_the_way_a_learner_writes_them():
         cl.parse_link("0 Gbit/s")
     with pytest.raises(TypeError, match="intra=True is not a link speed"):
         cl.parse_link(True, "intra")
+    # every unit scales by its own factor: plain bit/s was multiplied by 1e9 instead of divided
+    for text, gbps in (("1 bit/s", 1e-9), ("1000 bps", 1e-6), ("1 kbit/s", 1e-6), ("400mbit", 0.4), ("1 Gbit", 1.0),
+                       ("2 Tbit/s", 2000.0), ("1 kB/s", 8e-6)):
+        assert cl.parse_link(text).gbps == pytest.approx(gbps), text
+    for bare in ("0.5", "400"):  # a string without a unit: Mbit/s or Gbit/s? (it was read as 1e9 Gbit/s)
+        with pytest.raises(ValueError, match=f"inter='{bare}' has no unit: write '{bare} Mbit/s' or '{bare} Gbit/s'"):
+            cl.parse_link(bare)
+    for endless in (float("inf"), float("nan"), (1.0, float("inf"))):  # emulated: OverflowError in tc's numbers
+        with pytest.raises(ValueError, match="is not a finite link speed"):
+            cl.parse_link(endless)
 
 
 def test_a_modelled_cluster_says_why_in_one_line_and_its_values_still_come_from_real_ranks(capsys):
@@ -721,3 +731,39 @@ def test_the_exercise_passes_only_a_schedule_that_sends_shards_across_nodes_meas
         # gloo runs them they make the same 1.5 m per node
         assert [[c.name for c in calls] for calls in traffic.calls] == [["barrier", "all_reduce", "barrier"]] * 4
         assert traffic.estimated == [1.5 * (1 << 18)] * 2
+
+
+def test_a_comparison_or_run_refuses_sizes_it_cannot_run_before_any_rank_starts(monkeypatch):
+    """compare_algorithms(c, sizes=[]) started the ranks, then raised Python's "min() arg is an empty
+    sequence"; sizes=[1 << 46] reached the ranks' allocator; run_algorithm's nbytes=1 << 46 blamed
+    chunk_size, which the learner never gave. Each is refused first, naming what was given."""
+    from collnb.labs.cluster.compare import MAX_NBYTES, compare_algorithms
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    try:
+        def no_launch(*a, **k):
+            raise AssertionError("a rank started")
+        monkeypatch.setattr(c, "launch", no_launch)
+        with pytest.raises(ValueError, match=r"sizes is empty: give at least one size"):
+            compare_algorithms(c, sizes=[])
+        with pytest.raises(ValueError, match=r"algorithms is empty: give at least one of builtin, ring, .*hierarchical.*or None for all"):
+            compare_algorithms(c, algorithms=[])
+        with pytest.raises(ValueError, match=rf"nbytes must be an int from 32 to {MAX_NBYTES} \(bytes per rank\)"):
+            compare_algorithms(c, sizes=[1 << 46])
+        with pytest.raises(ValueError, match=rf"nbytes must be an int from 4 to {MAX_NBYTES} \(bytes per rank\)"):
+            cl.run_algorithm(c, "all_reduce", "ring", nbytes=1 << 46)
+    finally:
+        c.close()
+
+
+def test_a_closed_modelled_cluster_refuses_as_a_closed_emulated_one_does():
+    """A modelled cluster kept launching after close() (its repr still said [modelled]); set_inter and
+    activate were accepted too. Closed, it refuses each and says so in its repr."""
+    c = cl.cluster(2, 2, inter="400 Mbit/s", mode="modelled", quiet=True)
+    assert c.launch(lambda r, w: r) == [0, 1, 2, 3]
+    c.close()
+    c.close()  # twice is fine
+    assert repr(c).endswith("[closed]")
+    for use in (lambda: c.launch(lambda r, w: r), lambda: c.set_inter("1 Gbit/s"), c.activate, c.measure):
+        with pytest.raises(cl.ClusterUnavailable, match="this cluster was closed: make a new one"):
+            use()
+    assert str(c.inter) == "400 Mbit/s"

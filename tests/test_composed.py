@@ -41,8 +41,19 @@ def test_plan_coordinates_are_row_major_like_init_device_mesh():
 def test_plan_refuses_what_it_cannot_build_with_the_reason():
     with pytest.raises(ValueError, match="at most once"):
         C.Plan.parse("tp=2, tp=2")
-    with pytest.raises(ValueError, match="at most once"):
+    with pytest.raises(ValueError, match="unknown role 'xx' in xx=2: the roles are pp, "):
         C.Plan.parse("xx=2")
+    with pytest.raises(ValueError, match="unknown role 'TP'.*lower case"):
+        C.Plan.parse("TP=2")
+    with pytest.raises(ValueError, match="at least one dimension"):
+        C.Plan.parse("")
+    with pytest.raises(ValueError, match="at least 2 ranks.*got tp=-2"):  # its size, not its form, is wrong
+        C.Plan.parse("tp=-2")
+    assert C.Plan.parse("dp_shard=2 x tp=2") == C.Plan.parse("dp_shard=2 × tp=2")  # × is hard to type
+    with pytest.raises(ValueError, match=r"steps must be an int from 1 to 1000 \(AdamW steps\); got 0"):
+        C.run_composition("fsdp_tp", steps=0)  # it ran, and every comparison of its result raised IndexError
+    with pytest.raises(ValueError, match=r"lr must be a number from 0.0 to 10.0 \(AdamW.s learning rate\); got nan"):
+        C.run_composition("fsdp_tp", lr=float("nan"))  # it reached the ranks' AdamW
     with pytest.raises(ValueError, match="at least 2 ranks"):
         C.Plan.parse("tp=1, dp_shard=2")
     with pytest.raises(ValueError, match="at most 8"):

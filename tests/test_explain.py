@@ -120,3 +120,18 @@ def test_the_figure_draws_without_a_fit_when_time_does_not_grow_with_size():
     fig = ex.figure()
     labels = [line.get_label() for line in fig.axes[0].get_lines()]
     assert "busbw, out-of-place" in labels and "α-β fit (busbw)" not in labels
+
+
+@pytest.mark.parametrize("flags, words", [
+    (["--ranks", "-3"], "--ranks must be an int from 1"), (["--ranks", "0"], "--ranks must be an int from 1"),
+    (["--expected-busbw", "-5"], "--expected-busbw must be a number from"),
+    (["--expected-busbw", "nan"], "--expected-busbw must be a number from"),
+])
+def test_the_command_line_refuses_a_rank_count_or_busbw_that_cannot_be(flags, words, capsys):
+    """--ranks -3 printed "n = -3 ranks" and a busbw from it; --ranks 0 fell back silently; a negative or
+    nan --expected-busbw was taken. Each exits 2 with the option named."""
+    assert main(["explain", str(DATA / "all_reduce_2x8_h100.txt"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and words in err, err
+    with pytest.raises(ValueError):
+        collnb.explain_nccl_tests(AR, ranks=-3)

@@ -38,6 +38,10 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     except NcclTestsFormatError as exc:
         print(_("error: {path}: {message}").format(path=args.file, message=exc), file=sys.stderr)
         return EXIT_USAGE
+    except (ValueError, TypeError) as exc:  # --ranks or --expected-busbw out of range: said with the option's name
+        print(_("error: {message}").format(message=str(exc).replace("expected_busbw", "--expected-busbw")
+                                           .replace("ranks must", "--ranks must")), file=sys.stderr)
+        return EXIT_USAGE
     print(ex)
     if args.png:
         status = write_output("--png", args.png, lambda: ex.figure().savefig(args.png))

@@ -29,6 +29,7 @@ besides; pickled (into a rank's arguments) it becomes the plain number.
 from __future__ import annotations
 
 import atexit
+import math
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -52,9 +53,9 @@ MODES = ("emulated", "modelled", "real")
 #: 2-core machine), in Gbit/s.
 DEFAULT_INTRA_GBPS = 8 / DEFAULT_MODEL.beta / 1e9
 
-_RATE = re.compile(r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>[kKmMgGtT]?)(?P<bits>bit/s|bps|b/s|B/s|Bps)?\s*"
+_RATE = re.compile(r"^\s*(?P<num>\d+(?:\.\d*)?|\.\d+)\s*(?P<unit>[kKmMgGtT]?)(?P<bits>bit/s|bit|bps|b/s|B/s|Bps)?\s*"
                    r"(?:[,@;]\s*(?P<lat>\d+(?:\.\d*)?|\.\d+)\s*(?P<lunit>ns|us|µs|ms|s))?\s*$")
-_SCALE = {"": 1e9, "k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}
+_SCALE = {"": 1e-9, "k": 1e-6, "m": 1e-3, "g": 1.0, "t": 1e3}  # Gbit/s per bit/s, kbit/s, ...
 _LAT_US = {"ns": 1e-3, "us": 1.0, "µs": 1.0, "ms": 1e3, "s": 1e6}
 
 
@@ -106,6 +107,9 @@ def parse_link(value: object, name: str = "inter") -> Link:
         if not m:
             raise ValueError(_("{name}={value!r} is not a link speed: {forms}").format(
                 name=name, value=value, forms=forms))
+        if not m["unit"] and not m["bits"]:  # '400': Mbit/s or Gbit/s? (a number, 0.4, is Gbit/s)
+            raise ValueError(_("{name}={value!r} has no unit: write '{num} Mbit/s' or '{num} Gbit/s' (a number, not a "
+                               "string, is Gbit/s)").format(name=name, value=value, num=m["num"]))
         gbps = float(m["num"]) * _SCALE[m["unit"].lower()]
         if m["bits"] in ("B/s", "Bps"):
             gbps *= 8
@@ -113,6 +117,9 @@ def parse_link(value: object, name: str = "inter") -> Link:
         link = Link(gbps, lat)
     else:
         raise TypeError(_("{name}={value!r} is not a link speed: {forms}").format(name=name, value=value, forms=forms))
+    if link.gbps is not None and not math.isfinite(link.gbps) or not math.isfinite(link.latency_us):
+        raise ValueError(_("{name}={value!r} is not a finite link speed: {forms}").format(
+            name=name, value=value, forms=forms))
     if link.gbps is not None and not link.gbps > 0:
         raise ValueError(_("{name} must be faster than 0 Gbit/s; got {value!r}").format(name=name, value=value))
     if not link.latency_us >= 0:
@@ -212,6 +219,11 @@ class Cluster(int):
         return cluster_png(self)
 
     # -- running ------------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        """Raise :class:`ClusterUnavailable` if :meth:`close` closed this cluster."""
+        if self.mode == "closed":
+            raise ClusterUnavailable(_("this cluster was closed: make a new one with collnb.cluster(...)"))
+
     def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0) -> list[Any]:
         """Run ``fn(rank, world_size, *args)`` on the cluster's ``world_size`` ranks; results in rank
         order. Emulated: the namespaces' ranks (:meth:`VirtualCluster.launch`); modelled: collnb's
@@ -221,8 +233,7 @@ class Cluster(int):
             ClusterUnavailable: the cluster was closed. As :meth:`VirtualCluster.launch` or
                 :func:`collnb.launch` for a rank that fails or a timeout.
         """
-        if self.mode == "closed":
-            raise ClusterUnavailable(_("this cluster was closed: make a new one with collnb.cluster(...)"))
+        self._check_open()
         if self.mode == "emulated":
             assert self._vc is not None
             return self._vc.launch(fn, args, timeout=timeout)
@@ -282,6 +293,7 @@ class Cluster(int):
         """Change the inter-node link of a running cluster (emulated: re-shapes the veths at once;
         modelled: changes what the model assumes). Raises as :func:`parse_link`; for a real cluster
         ValueError (its network is what it is)."""
+        self._check_open()
         link = parse_link(inter, "inter")
         if self.mode == "real":
             raise ValueError(_("a real cluster's network cannot be reshaped"))
@@ -297,7 +309,9 @@ class Cluster(int):
         (emulated only: a modelled cluster's values come from this machine's ranks anyway, a real
         one's from the connected engines). Returns the cluster. Every instrument of
         :func:`collnb.launch` works there (``record_calls``, ``timeline``, ``flight_recorder``,
-        ``show_backend_log``); :mod:`.rankset` says what differs from local ranks."""
+        ``show_backend_log``); :mod:`.rankset` says what differs from local ranks. Raises
+        ClusterUnavailable for a closed cluster."""
+        self._check_open()
         if self.mode == "emulated":
             from .rankset import activate
             activate(self)
@@ -309,14 +323,15 @@ class Cluster(int):
         deactivate(self)
 
     def close(self) -> None:
-        """Stop the ranks and remove the namespaces (emulated); safe to call twice."""
+        """Stop the ranks and remove the namespaces (emulated); safe to call twice. A closed emulated or
+        modelled cluster refuses to launch, reshape or activate (a real one's engines are the learner's)."""
         self.deactivate()
         _open.pop(id(self), None)
         if self._vc is not None:
             self._vc.close()
             self._vc = None
         if self.mode != "real":
-            self.mode = "closed" if self.mode == "emulated" else self.mode
+            self.mode = "closed"
 
     def __enter__(self) -> Cluster:
         return self

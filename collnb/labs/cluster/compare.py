@@ -51,6 +51,9 @@ def algorithms_for_cluster(primitive: str) -> tuple[str, ...]:
     return ("builtin",) + ALGORITHMS[primitive] + TIERED_ALGORITHMS[primitive]
 
 
+#: The most bytes per rank a comparison or a run moves (as :data:`collnb.labs.bench.MAX_BYTES`): every rank
+#: allocates its buffers at once on this one machine.
+MAX_NBYTES = 1 << 30
 #: One case of :func:`compare_algorithms`: ``(primitive, algorithm, nbytes per rank)``.
 TimedCase = tuple[str, str, int]
 #: A crossover: ``(faster below, faster above, nbytes)``.
@@ -293,11 +296,17 @@ def compare_algorithms(cluster: AnyCluster, primitive: str = "all_reduce", algor
             ``cluster.launch`` raises for a failing rank or a timeout.
     """
     valid = algorithms_for_cluster(primitive)
-    algorithms = list(valid if algorithms is None else algorithms)
+    algorithms = list(dict.fromkeys(valid if algorithms is None else algorithms))  # each once, in order
+    if not algorithms:
+        raise ValueError(_("algorithms is empty: give at least one of {choices}, or None for all").format(
+            choices=", ".join(valid)))
     for a in algorithms:
         check_choice(_("algorithm for {primitive}").format(primitive=primitive), a, valid)
     check_int("repeats", repeats, 1)
-    sizes = sorted({check_int("nbytes", s, 4 * 2 * cluster.world_size) for s in sizes})
+    sizes = sorted({check_int("nbytes", s, 4 * 2 * cluster.world_size, MAX_NBYTES, what=_("bytes per rank"))
+                    for s in sizes})
+    if not sizes:
+        raise ValueError(_("sizes is empty: give at least one size in bytes per rank, e.g. sizes=(64 << 10, 16 << 20)"))
     if model is None:
         model = cluster.model() if hasattr(cluster, "model") else \
             TierModel.from_link(cluster, measure_link(cluster, verbose=False))
@@ -348,7 +357,7 @@ def run_algorithm(cluster: AnyCluster, primitive: str, algorithm: str, nbytes: i
     L = cluster.ranks_per_node
     if nbytes is not None:
         C = schedule(primitive, algorithm, cluster.world_size, ranks_per_node=L).n_chunks
-        chunk_size = max(1, check_int("nbytes", nbytes, 4) // (4 * C))
+        chunk_size = max(1, check_int("nbytes", nbytes, 4, MAX_NBYTES, what=_("bytes per rank")) // (4 * C))
     case = prepare_case(primitive, algorithm, cluster.world_size, "float32", None, None, chunk_size, None, None,
                         snapshots, compare, "gloo", validate=False, ranks_per_node=L)
     ship = {k: v for k, v in case.items() if k not in ("dtype", "chunk_size")}

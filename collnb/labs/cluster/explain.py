@@ -31,6 +31,7 @@ import numpy as np
 
 from ...i18n import _
 from ...units import format_bytes
+from ...vocabulary import check_int, check_real
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -378,7 +379,12 @@ def explain_nccl_tests(text: str, collective: str | None = None, *, expected_bus
     Raises:
         NcclTestsFormatError: as :func:`parse_nccl_tests`; also when neither the text nor
             ``collective`` says which collective ran.
+        ValueError / TypeError: ``ranks`` not an int from 1, ``expected_busbw`` not a positive finite number.
     """
+    if ranks is not None:  # -3 gave "n = -3 ranks", 0 fell back to the text's count silently
+        check_int("ranks", ranks, 1, 1 << 20, what=_("ranks of the run"))
+    if expected_busbw is not None:
+        check_real("expected_busbw", expected_busbw, 1e-6, 1e6, what="GB/s")
     run = parse_nccl_tests(text, collective)
     coll = run.collective
     if coll is None:

@@ -50,6 +50,7 @@ import torch
 import torch.distributed as dist
 
 from ...i18n import _
+from ...vocabulary import check_int, check_real
 from ...ranks import active_recorder
 from .accounting import Mark, Phases, Recorded
 from .memory import SavedTensorBytes, is_dtensor, local_bytes
@@ -516,6 +517,10 @@ def run_composition(name_or_plan: str | Plan, config: TransformerConfig | None =
             ``TransformerConfig()``, 4, 8).
         steps, lr: AdamW steps and learning rate. seed: the data (:func:`.transformer.make_batch`).
 
+    Raises:
+        ValueError / TypeError: before any rank starts, for steps outside 1..1000, a learning rate not in
+            0..10 (or not finite), an unknown composition, or a plan the model or batch does not fit.
+
     Returns:
         ``(results, reference, plan)``: the :class:`collnb.LaunchResults` of :func:`train` (each
         rank's dict; ``.calls[r]`` its recorded operations), :func:`.transformer.reference_train`'s
@@ -524,6 +529,8 @@ def run_composition(name_or_plan: str | Plan, config: TransformerConfig | None =
     from ...ranks import launch
     from .transformer import make_batch, reference_train
 
+    check_int("steps", steps, 1, 1000, what=_("AdamW steps"))  # steps=0 ran, then every comparison of it raised
+    check_real("lr", lr, 0.0, 10.0, what=_("AdamW's learning rate"))  # nan reached the ranks' AdamW
     if isinstance(name_or_plan, Plan):
         comp = Composition(name_or_plan.text(), name_or_plan)
     else:

@@ -11,6 +11,7 @@ the sizes, row-major, as ``init_device_mesh`` lays a mesh out.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
@@ -61,7 +62,13 @@ class Plan:
         object.__setattr__(self, "dims", dims)
         roles = [role for role, _size in dims]
         unknown = [role for role in roles if role not in ROLES]
-        if not dims or unknown or len(set(roles)) != len(roles):
+        if not dims:
+            raise ValueError(_("a plan needs at least one dimension, as role=size (e.g. 'dp_shard=2, tp=2'), roles "
+                               "from {roles}").format(roles=", ".join(ROLES)))
+        if unknown:
+            raise ValueError(_("unknown role {role} in {dims}: the roles are {roles} (lower case)").format(
+                role=repr(unknown[0]), dims=self.text(), roles=", ".join(ROLES)))
+        if len(set(roles)) != len(roles):
             raise ValueError(_("a plan names each role at most once, from {roles}; got {dims}").format(
                 roles=", ".join(ROLES), dims=self.text()))
         if any(size < 2 for _role, size in dims):
@@ -83,11 +90,15 @@ class Plan:
 
     @classmethod
     def parse(cls, text: str, **kwargs: Unpack[PlanOptions]) -> Plan:
-        """``Plan.parse("dp_shard=2, tp=2")``: the dimensions as ``role=size``, outermost first."""
+        """``Plan.parse("dp_shard=2, tp=2")``: the dimensions as ``role=size``, outermost first, separated by
+        ``,``, ``×`` or a lone ``x`` (``"dp_shard=2 x tp=2"``: ``×`` is hard to type)."""
         dims: list[tuple[str, int]] = []
-        for part in text.replace("×", ",").split(","):
+        for part in re.sub(r"\s[xX]\s", ",", text.replace("×", ",")).split(","):
             if part.strip():
                 role, _eq, size = part.partition("=")
+                if size.strip().lstrip("-").isdigit() and int(size) < 2:  # 'tp=-2': its size, not its form
+                    raise ValueError(_("every mesh dimension needs at least 2 ranks (leave a role out instead); got "
+                                       "{dims}").format(dims=part.strip()))
                 if not size.strip().isdigit():
                     raise ValueError(_("write each dimension as role=size (e.g. 'dp_shard=2, tp=2'); got {value}").format(
                         value=repr(part.strip())))

@@ -216,6 +216,7 @@ def _decided(entries: dict[int, list[dict[str, Any]]]) -> tuple[Divergence, int,
     if d is None or not d.decided:
         return None
     group = (_("the default group") if d.group[1] == "default_pg"
+             else _("its process group") if not any(d.group)  # recorded without a name (seen under DETAIL)
              else _("group {number} ({name})").format(number=d.group[0], name=d.group[1]))
     return d, d.ranks[0], group
 
