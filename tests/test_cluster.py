@@ -649,6 +649,11 @@ def test_the_tier_replay_moves_round_by_round_and_shows_a_static_picture_for_the
     assert f"round 3 of {trace.n_rounds}" in bundle["text/html"]  # the picture's alt text
     with pytest.raises(ValueError, match="no node map"):
         cl.replay_tiers(run_algorithms([dict(primitive="all_reduce")], 2)[0])
+    with pytest.raises(ValueError, match="this trace ran on 4 ranks, 2 per node; the cluster given has 3 nodes of 1"):
+        cl.replay_tiers(trace, cluster=cl.cluster(3, 1, mode="modelled", quiet=True))  # was KeyError: 3
+    for wrong in (None, collnb.run("all_reduce", 2)):  # was AttributeError: ... 'ranks_per_node'
+        with pytest.raises(TypeError, match="this takes a collnb.Trace"):
+            cl.replay_tiers(wrong)
 
 
 def test_the_explorer_runs_on_a_modelled_cluster_and_says_its_times_are_predicted():

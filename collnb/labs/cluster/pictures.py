@@ -212,6 +212,10 @@ def _round_transfers(trace: Trace, k: int) -> list[Arrow]:
 
 def _cluster_of(trace: Trace, cluster: ClusterShape | None = None) -> ClusterShape:
     if cluster is not None:
+        if (cluster.nodes * cluster.ranks_per_node, cluster.ranks_per_node) != (trace.world_size, trace.ranks_per_node):
+            raise ValueError(_("this trace ran on {ws} ranks, {L} per node; the cluster given has {nodes} nodes of "
+                               "{cl_L}: pass the cluster it ran on, or none").format(
+                ws=trace.world_size, L=trace.ranks_per_node, nodes=cluster.nodes, cl_L=cluster.ranks_per_node))
         return cluster
     info = trace.meta.get("cluster") or {}
     L = trace.ranks_per_node or trace.world_size
@@ -223,6 +227,14 @@ def _cluster_of(trace: Trace, cluster: ClusterShape | None = None) -> ClusterSha
         intra = None
         mode = info.get("mode", "emulated")
     return _Shape()
+
+
+def _check_trace(trace: object) -> None:
+    """TypeError unless ``trace`` is a :class:`collnb.Trace` (a RunResult or None raised AttributeError)."""
+    from ...algorithms import Trace as TraceType  # noqa: PLC0415
+    if not isinstance(trace, TraceType):
+        raise TypeError(_("this takes a collnb.Trace, as collnb.labs.cluster.run_algorithm returns; got {type}").format(
+            type=type(trace).__name__))
 
 
 def round_figure(trace: Trace, k: int, *, model: TierModel | None = None, cluster: ClusterShape | None = None,
@@ -238,6 +250,7 @@ def round_figure(trace: Trace, k: int, *, model: TierModel | None = None, cluste
     """
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
+    _check_trace(trace)
     if trace.ranks_per_node is None:
         raise ValueError(_("this trace has no node map: run it with ranks_per_node= (or on a cluster) to colour its "
                            "transfers by tier"))
@@ -280,7 +293,8 @@ def _round_bars(ax: Axes, trace: Trace, k: int, model: TierModel | None) -> None
     ax.set_xticklabels([str(i) for i in xs], fontsize=8)
     ax.set_ylabel(_("ms per round"), fontsize=8)
     ax.tick_params(labelsize=8)
-    ax.legend(fontsize=7, frameon=False, loc="upper right")
+    if has_measured or pred is not None:  # neither (a modelled run, no model): no legend, no warning of matplotlib's
+        ax.legend(fontsize=7, frameon=False, loc="upper right")
     for side in ("top", "right"):
         ax.spines[side].set_visible(False)
 
@@ -330,6 +344,7 @@ class TierReplay:
 
     def __init__(self, trace: Trace, model: TierModel | None = None, cluster: ClusterShape | None = None) -> None:
         import ipywidgets as w  # noqa: PLC0415 - ipywidgets only where a player is made
+        _check_trace(trace)
         if trace.ranks_per_node is None:
             raise ValueError(_("this trace has no node map: run it with ranks_per_node= (or on a cluster) to colour "
                                "its transfers by tier"))
