@@ -246,8 +246,9 @@ def saved_probe_state(backend: str = "gloo") -> dict[str, object]:
     """What the saved probe of ``backend`` is worth now, read without starting a rank (``collnb doctor``).
 
     Returns:
-        ``{"path": str, "state": str, "trials": int, "refused": int, "saved_torch": str | None,
-        "torch": str, "mtime": float | None, "error": str}`` (``torch``: the installed one) where ``state`` is ``"current"`` (used as it is),
+        ``{"path": str, "state": str, "trials": int, "refused": int, "saved_torch": str | None, "torch": str,
+        "mtime": float | None, "error": str}`` (``torch``: the installed one) where ``state`` is ``"current"``
+        (used as it is),
         ``"absent"`` (nothing saved: the first request that needs the answer probes, 2-4 s on 2
         cores), ``"stale-torch"`` (saved for another torch version or binary), ``"stale-collnb"``
         (saved by other probing code of collnb), ``"unreadable"`` (``error`` says why) or
