@@ -24,19 +24,18 @@ import statistics
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict
+from typing import Protocol, TYPE_CHECKING, TypedDict
 
 from ...algorithms import ALGORITHMS, TIERED_ALGORITHMS, busbw
 from ...i18n import _
 from ...units import format_bytes
 from ...vocabulary import check_choice, check_int
-from .hierarchical import TierModel, measure_link
+from .hierarchical import LaunchingCluster, TierModel, measure_link
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from ...algorithms import RankResult, Trace
-    from .clusters import AnyCluster
 
 __all__ = ["AlgorithmTiming", "Comparison", "compare_algorithms", "predicted_crossovers", "measured_crossovers",
            "algorithms_for_cluster", "PRIMITIVES"]
@@ -49,6 +48,14 @@ def algorithms_for_cluster(primitive: str) -> tuple[str, ...]:
     """``"builtin"``, the flat algorithms and the tiered ones of ``primitive``."""
     check_choice("primitive", primitive, PRIMITIVES)
     return ("builtin",) + ALGORITHMS[primitive] + TIERED_ALGORITHMS[primitive]
+
+
+class RunsAlgorithms(LaunchingCluster, Protocol):
+    """What the comparisons and runs here need of a cluster (a :class:`~.clusters.Cluster` or a
+    :class:`~.virtual.VirtualCluster`; a protocol: :mod:`.clusters` is above this module)."""
+
+    @property
+    def world_size(self) -> int: ...
 
 
 #: The most bytes per rank a comparison or a run moves (as :data:`collnb.labs.bench.MAX_BYTES`): every rank
@@ -273,7 +280,7 @@ def measured_crossovers(rows: Iterable[AlgorithmTiming]) -> list[Crossover]:
     return sorted(out, key=lambda c: c[2])
 
 
-def compare_algorithms(cluster: AnyCluster, primitive: str = "all_reduce", algorithms: Iterable[str] | None = None,
+def compare_algorithms(cluster: RunsAlgorithms, primitive: str = "all_reduce", algorithms: Iterable[str] | None = None,
                        sizes: Iterable[int] = (64 << 10, 1 << 20, 16 << 20), repeats: int = 3, model: TierModel | None = None,
                        timeout: float = 600.0) -> Comparison:
     """Run ``algorithms`` of ``primitive`` at each of ``sizes`` (bytes per rank, float32, as
@@ -327,7 +334,7 @@ def compare_algorithms(cluster: AnyCluster, primitive: str = "all_reduce", algor
                       predicted_crossovers(model, primitive, algorithms, lo, hi), measured_crossovers(rows))
 
 
-def run_algorithm(cluster: AnyCluster, primitive: str, algorithm: str, nbytes: int | None = None, *, chunk_size: int = 1,
+def run_algorithm(cluster: RunsAlgorithms, primitive: str, algorithm: str, nbytes: int | None = None, *, chunk_size: int = 1,
                   snapshots: bool = True, compare: bool = True, timeout: float = 300.0) -> Trace:
     """Run one algorithm on ``cluster``'s ranks and return its :class:`collnb.Trace` (every round's
     transfers, each rank's buffer after it with ``snapshots``, the built-in collective's result with

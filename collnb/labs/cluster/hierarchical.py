@@ -41,9 +41,9 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, TypedDict, Unpack
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, Unpack
 
 from ...algorithms import DEFAULT_MODEL, CostModel, TierPrediction, TwoTier, default_algorithm, predict_tiers
 from ...i18n import _
@@ -53,7 +53,6 @@ if TYPE_CHECKING:
     import torch
     import torch.distributed as dist
 
-    from .clusters import AnyCluster
 
 __all__ = ["node_groups", "hierarchical_all_reduce", "LinkMeasurement", "measure_link", "TierModel",
            "Comparison", "compare_all_reduce", "format_comparison"]
@@ -184,6 +183,21 @@ def _compare_rank(rank: int, world_size: int, nodes: int, ranks_per_node: int, s
 
 # -- the link ---------------------------------------------------------------------------------
 
+
+class LaunchingCluster(Protocol):
+    """What the measurements here need of a cluster: a :class:`~.clusters.Cluster` or a
+    :class:`~.virtual.VirtualCluster` (a protocol, so that this module imports neither: they import it)."""
+
+    @property
+    def nodes(self) -> int: ...
+    @property
+    def ranks_per_node(self) -> int: ...
+    @property
+    def inter_gbps(self) -> float | None: ...
+    @property
+    def inter_latency_ms(self) -> float: ...
+    def launch(self, fn: Callable[..., Any], args: Sequence[Any] = (), timeout: float = 120.0) -> list[Any]: ...
+
 @dataclass(frozen=True)
 class LinkMeasurement:
     """One TCP stream of gloo ``send``s, rank 0 to a rank of another node (``inter_gbps``) and to a
@@ -227,7 +241,7 @@ class LinkMeasurement:
         return text
 
 
-def measure_link(cluster: AnyCluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: bool = True,
+def measure_link(cluster: LaunchingCluster, nbytes: int = 16 * MiB, repeats: int = 3, verbose: bool = True,
                  timeout: float = 120.0) -> LinkMeasurement:
     """Measure the shaped inter-node link and the intra-node route of an emulated ``cluster`` with
     one stream of big messages (:class:`LinkMeasurement`); prints it when ``verbose``.
@@ -306,7 +320,7 @@ class TierModel:
                              8 / (inter_gbps * 1e9), gamma, src), bool(intra_shared))
 
     @classmethod
-    def from_link(cls, cluster: AnyCluster, link: LinkMeasurement, **kwargs: Unpack[TierOptions]) -> TierModel:
+    def from_link(cls, cluster: LaunchingCluster, link: LinkMeasurement, **kwargs: Unpack[TierOptions]) -> TierModel:
         """The model of ``cluster`` with the rates ``link`` measured (:func:`measure_link`) and the
         cluster's modelled ``inter_latency_ms``; the intra tier is shared when the cluster shapes
         its nodes' loopback."""
@@ -375,7 +389,7 @@ class Comparison:
         return self.predicted_flat_s / self.predicted_hierarchical_s
 
 
-def compare_all_reduce(cluster: AnyCluster, sizes: Iterable[int] = (1 * MiB, 4 * MiB, 16 * MiB), repeats: int = 3, model: TierModel | None = None,
+def compare_all_reduce(cluster: LaunchingCluster, sizes: Iterable[int] = (1 * MiB, 4 * MiB, 16 * MiB), repeats: int = 3, model: TierModel | None = None,
                        timeout: float = 300.0) -> list[Comparison]:
     """Time flat ``dist.all_reduce`` against :func:`hierarchical_all_reduce` (float32 SUM) on the
     ranks of an emulated ``cluster`` at each size in ``sizes`` (bytes per rank, multiples of

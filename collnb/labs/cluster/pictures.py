@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from PIL import Image as PILImage
 
     from ...algorithms import Trace
-    from .compare import AlgorithmTiming, Comparison
     from .hierarchical import TierModel
 
 __all__ = ["as_image", "cluster_figure", "cluster_png", "round_figure", "tier_filmstrip", "replay_tiers", "TierReplay", "comparison_figure",
@@ -419,7 +418,42 @@ def replay_tiers(trace: Trace, model: TierModel | None = None, cluster: ClusterS
 _LINE_COLORS = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000", "#F0E442"]
 
 
-def comparison_figure(cmp: Comparison, *, dpi: int = 90) -> Figure:
+class TimingLike(Protocol):
+    """What :func:`comparison_figure` reads of a :class:`~.compare.AlgorithmTiming` (a protocol: :mod:`.compare`
+    draws with this module, so this one does not import it)."""
+
+    @property
+    def algorithm(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def seconds(self) -> float | None: ...
+    @property
+    def predicted_s(self) -> float: ...
+
+
+class ComparisonLike(Protocol):
+    """What :func:`comparison_figure` reads of a :class:`~.compare.Comparison`."""
+
+    @property
+    def primitive(self) -> str: ...
+    @property
+    def rows(self) -> Sequence[TimingLike]: ...
+    @property
+    def model(self) -> TierModel: ...
+    @property
+    def timings(self) -> str: ...
+    @property
+    def cluster(self) -> str: ...
+    @property
+    def predicted_crossovers(self) -> Sequence[tuple[str, str, float]]: ...
+    @property
+    def algorithms(self) -> list[str]: ...
+    @property
+    def sizes(self) -> list[int]: ...
+
+
+def comparison_figure(cmp: ComparisonLike, *, dpi: int = 90) -> Figure:
     """:class:`~collnb.labs.cluster.compare.Comparison` as a figure. Left: time per size (log-log)
     of every algorithm, measured (solid, points) and the two-tier model's (dashed, on a fine grid);
     right: each algorithm's speed-up over the flat ring (the ring's time over its own), measured
@@ -469,7 +503,7 @@ def comparison_figure(cmp: Comparison, *, dpi: int = 90) -> Figure:
         return fig
 
 
-def _measured_s(r: AlgorithmTiming) -> float:
+def _measured_s(r: TimingLike) -> float:
     assert r.seconds is not None  # a measured comparison's rows all have their seconds
     return r.seconds
 

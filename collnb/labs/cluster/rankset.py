@@ -26,16 +26,25 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ...i18n import N_, _
 from ...ranks import BackendFacts, LaunchPlan, LaunchRequest, RankSet, active_rank_set, use_rank_set
 
 if TYPE_CHECKING:
-    from .clusters import AnyCluster
     from .virtual import VirtualCluster
 
 __all__ = ["ClusterRanks", "activate", "deactivate", "active"]
+
+
+class ClusterOfRanks(Protocol):
+    """What this module needs of a cluster, a :class:`~.clusters.Cluster` or a :class:`~.virtual.VirtualCluster`
+    (a protocol: :mod:`.clusters` imports this module, so this one does not import it)."""
+
+    @property
+    def world_size(self) -> int: ...
+    @property
+    def mode(self) -> str: ...
 
 
 class ClusterRanks:
@@ -44,7 +53,7 @@ class ClusterRanks:
 
     where = N_("on the virtual cluster's ranks")
 
-    def __init__(self, cluster: AnyCluster):
+    def __init__(self, cluster: ClusterOfRanks):
         self.cluster = cluster
 
     def backend_info(self, backend: str) -> BackendFacts:
@@ -80,19 +89,19 @@ class ClusterRanks:
         return results
 
 
-def activate(cluster: AnyCluster) -> None:
+def activate(cluster: ClusterOfRanks) -> None:
     """Make ``cluster``'s ranks collnb's active rank set (an emulated cluster only)."""
     use_rank_set(ClusterRanks(cluster))
 
 
-def deactivate(cluster: AnyCluster) -> None:
+def deactivate(cluster: ClusterOfRanks) -> None:
     """Return to this machine's ranks if ``cluster``'s are the active ones."""
     current = active_rank_set()
     if isinstance(current, ClusterRanks) and current.cluster is cluster:
         use_rank_set(None)
 
 
-def _virtual(cluster: AnyCluster | None) -> VirtualCluster | None:
+def _virtual(cluster: ClusterOfRanks | None) -> VirtualCluster | None:
     """The :class:`.virtual.VirtualCluster` that runs ``cluster``'s ranks (a :class:`.clusters.Cluster`'s,
     or ``cluster`` itself), ``None`` when it has none (closed, modelled)."""
     from .virtual import VirtualCluster
@@ -103,7 +112,7 @@ def _virtual(cluster: AnyCluster | None) -> VirtualCluster | None:
 
 
 @contextlib.contextmanager
-def active(cluster: AnyCluster | None) -> Iterator[None]:
+def active(cluster: ClusterOfRanks | None) -> Iterator[None]:
     """Within the block, :func:`collnb.launch` runs on the ranks of ``cluster`` (a
     :func:`collnb.cluster` or a :class:`.virtual.VirtualCluster`; ``None``: none) when it is emulated: a check's
     launch, a recorded run; the rank set active before is active again after it."""
