@@ -138,36 +138,144 @@ def _descendants(pid):
         return []
 
 
-# front end -> (jupyter subcommand, its own options, the notebook's URL path)
+# front end -> (jupyter subcommand, its own options, the URL path a notebook's path follows)
 FRONT_ENDS = {
     "jupyterlab": ("lab", ["--LabApp.news_url=None", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-                           "--LabApp.extension_manager=readonly"], "/lab/tree/explore.ipynb"),
-    "notebook7": ("notebook", [], "/notebooks/explore.ipynb"),
+                           "--LabApp.extension_manager=readonly"], "/lab/tree/"),
+    "notebook7": ("notebook", [], "/notebooks/"),
 }
 
 
-@pytest.fixture(params=sorted(FRONT_ENDS))
-def lab(tmp_path, request):
-    yield from _serve(tmp_path, request.param, NOTEBOOK)
-
-
-@pytest.fixture
-def jlab_saved(tmp_path):
-    """JupyterLab 4 on a notebook with an explorer and a replay (the static-picture test)."""
-    yield from _serve(tmp_path, "jupyterlab", NOTEBOOK_STATIC)
-
-
-def _serve(tmp_path, name, notebook, settings=None):
-    """Serve ``notebook`` as explore.ipynb; ``settings``: extra user settings, ``{"@jupyterlab/x-extension/
-    plugin": {...}}`` written as that plugin's settings file."""
-    command, options, url = FRONT_ENDS[name]
+def _skip_without_chromium():
     if not os.path.exists(CHROMIUM):
         print(f"SKIP reason: {CHROMIUM} is missing (Debian package 'chromium'; .ci/run installs it)")
         pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
     pytest.importorskip("playwright.sync_api")
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for the module: each test opens its own pages (each page its own
+    browser context: no cookies, storage or cache shared between tests) and closes them."""
+    _skip_without_chromium()
+    from playwright.sync_api import sync_playwright
+    pw = sync_playwright().start()
+    try:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+    finally:
+        pw.stop()
+
+
+class _Pages:
+    """A test's pages in the module's Chromium, closed together when the test ends."""
+
+    def __init__(self, browser):
+        self.browser, self.pages = browser, []
+
+    def new_page(self, **options):
+        page = self.browser.new_page(**options)
+        self.pages.append(page)
+        return page
+
+    def close(self):
+        for page in self.pages:
+            try:
+                page.close()
+            except Exception:  # noqa: BLE001 - a page the test's failure left broken is gone anyway
+                pass
+        self.pages = []
+
+
+@pytest.fixture(scope="module")
+def shared_jlab(tmp_path_factory):
+    """One JupyterLab 4 server for the tests that need no user settings of their own: each test
+    writes its own notebook into it and shuts that notebook's kernel down when it ends
+    (:func:`_notebook`); when the module is done, the server shuts down and every process it
+    started must be gone."""
+    yield from _serve(tmp_path_factory.mktemp("shared_jlab"), "jupyterlab")
+
+
+def _notebook(server, stem, notebook, browser):
+    """``notebook`` written as ``stem``.ipynb into ``server``'s root; yields the test's view of it
+    (the server's fields, the notebook's ``path``, ``file`` and ``url``, ``browser``: the test's
+    :class:`_Pages`). At the end the test's pages close, the notebook's kernel is shut down through
+    the REST API, and every process the server had started by then (the kernel, its ranks, and any
+    kernel a restart replaced) is gone within a few seconds."""
+    path = f"{stem}.ipynb"
+    (server["root"] / path).write_text(json.dumps(notebook))
+    pages = _Pages(browser)
+    try:
+        # in JupyterLab a workspace of the notebook's own: a shared server's default workspace would
+        # reopen the notebooks of the tests before (and start their kernels again)
+        url = FRONT_ENDS[server["name"]][2] + path
+        if server["name"] == "jupyterlab":
+            url = url.replace("/lab/tree/", f"/lab/workspaces/{re.sub(r'[^A-Za-z0-9_-]', '-', stem)}/tree/")
+        yield dict(server, path=path, file=server["root"] / path, url=url, browser=pages)
+    finally:
+        pages.close()
+        started = _descendants(server["proc"].pid)
+        for p in started:
+            server["seen"][p.pid] = p
+        for sess in _api(server["base"], server["token"], "/api/sessions") or []:
+            if sess.get("path") == path:
+                _api(server["base"], server["token"], f"/api/sessions/{sess['id']}", method="DELETE")
+        _assert_gone(started, f"{path}'s kernel was shut down")
+
+
+def _assert_gone(procs, after):
+    """Every process of ``procs`` exits within 10 s (an upper bound; they go in well under one
+    on an idle machine); those still running are killed and named."""
+    deadline = time.monotonic() + 10
+    alive = [p for p in procs if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    assert not alive, f"left running after {after}: {[(p.pid, p.cmdline()) for p in alive]}"
+
+
+def _own_server(tmp_path, name, stem, notebook, browser, settings=None):
+    """A server of its own (another front end, or user settings of its own) on one notebook."""
+    gen = _serve(tmp_path, name, settings)
+    server = next(gen)
+    try:
+        yield from _notebook(server, stem, notebook, browser)
+    finally:
+        for _ in gen:
+            pass
+
+
+@pytest.fixture(params=sorted(FRONT_ENDS))
+def lab(tmp_path, request, chromium):
+    if request.param == "jupyterlab":
+        yield from _notebook(request.getfixturevalue("shared_jlab"), "explore", NOTEBOOK, chromium)
+    else:
+        yield from _own_server(tmp_path, request.param, "explore", NOTEBOOK, chromium)
+
+
+@pytest.fixture
+def jlab_saved(shared_jlab, chromium):
+    """JupyterLab 4 on a notebook with an explorer and a replay (the static-picture test)."""
+    yield from _notebook(shared_jlab, "saved", NOTEBOOK_STATIC, chromium)
+
+
+def _serve(tmp_path, name, settings=None):
+    """Start ``jupyter lab`` or ``jupyter notebook`` (``name``: a key of :data:`FRONT_ENDS`) on an
+    empty root folder; ``settings``: extra user settings, ``{"@jupyterlab/x-extension/plugin": {...}}``
+    written as that plugin's settings file. At the end the server is shut down through its REST API
+    and every process it started (kernels, their ranks) must be gone."""
+    command, options, _url = FRONT_ENDS[name]
+    _skip_without_chromium()
     root = tmp_path / "root"
     root.mkdir()
-    (root / "explore.ipynb").write_text(json.dumps(notebook))
     env = dict(os.environ)
     for var, sub in (("JUPYTER_RUNTIME_DIR", "runtime"), ("JUPYTER_CONFIG_DIR", "config"),
                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces"),
@@ -205,8 +313,7 @@ def _serve(tmp_path, name, notebook, settings=None):
                     raise RuntimeError(f"jupyter {command} did not start:\n" +
                                        (tmp_path / "lab.log").read_text(errors="replace")[-3000:])
                 time.sleep(0.3)
-        yield dict(base=base, token=token, root=root, tmp=tmp_path, proc=proc, seen=seen,
-                   url=url, name=name)
+        yield dict(base=base, token=token, root=root, tmp=tmp_path, proc=proc, seen=seen, name=name)
     finally:
         for p in _descendants(proc.pid):
             seen[p.pid] = p
@@ -220,15 +327,8 @@ def _serve(tmp_path, name, notebook, settings=None):
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=10)
         log.close()
-        # every process JupyterLab started (kernel, its ranks) is gone within a few seconds
-        deadline = time.monotonic() + 10
-        alive = [p for p in seen.values() if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        while alive and time.monotonic() < deadline:
-            time.sleep(0.2)
-            alive = [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-        for p in alive:
-            p.kill()
-        assert not alive, f"left running after JupyterLab shut down: {[(p.pid, p.cmdline()) for p in alive]}"
+        # every process JupyterLab started (kernels, their ranks) is gone within a few seconds
+        _assert_gone(list(seen.values()), f"jupyter {command} shut down")
         assert proc.returncode is not None
 
 
@@ -236,7 +336,7 @@ def _kernel_connected(lab):
     """The server's view: the notebook's kernel is idle and the page holds a connection to it."""
     for sess in _api(lab["base"], lab["token"], "/api/sessions") or []:
         k = sess.get("kernel") or {}
-        if sess.get("path", "").endswith("explore.ipynb") and k.get("execution_state") == "idle" \
+        if sess.get("path") == lab["path"] and k.get("execution_state") == "idle" \
                 and k.get("connections", 0) >= 1:
             return True
     return False
@@ -326,94 +426,91 @@ def _open_and_run_all(page, lab, wait_ms, shown="img.collnb-heatmap"):
 
 
 def test_explorer_in_the_browser(lab):
-    from playwright.sync_api import sync_playwright
     # kept after the run (git-ignored) so that people can look at what the learner saw
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     print(f"screenshots: {shots}")
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            _open_and_run_all(page, lab, wait_ms=60_000)
-            img = _img(page)
-            img.scroll_into_view_if_needed()
-            text = _wait_described(page, "world size 4 · float32")
-            assert _sum_rows(4) in text and "After: rank 0: [60, 64, 68, 72]" in text
-            # the description is clipped, not display:none (screen readers skip what is not displayed)
-            box = page.locator(".collnb-explorer .collnb-figure-text span").first.evaluate(
-                "el => [getComputedStyle(el).display, el.getBoundingClientRect().width]")
-            assert box[0] != "none" and box[1] <= 1
-            page.screenshot(path=str(shots / f"{lab['name']}_1_initial.png"), full_page=True)
+    browser = lab["browser"]
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        _open_and_run_all(page, lab, wait_ms=60_000)
+        img = _img(page)
+        img.scroll_into_view_if_needed()
+        text = _wait_described(page, "world size 4 · float32")
+        assert _sum_rows(4) in text and "After: rank 0: [60, 64, 68, 72]" in text
+        # the description is clipped, not display:none (screen readers skip what is not displayed)
+        box = page.locator(".collnb-explorer .collnb-figure-text span").first.evaluate(
+            "el => [getComputedStyle(el).display, el.getBoundingClientRect().width]")
+        assert box[0] != "none" and box[1] <= 1
+        page.screenshot(path=str(shots / f"{lab['name']}_1_initial.png"), full_page=True)
 
-            # drag the world-size slider's handle with the mouse to 8 (1..16 along the track)
-            slider = page.locator(".collnb-world-size")
-            track = slider.locator(".noUi-target").first
-            handle = slider.locator(".noUi-handle").first
-            tb, hb = track.bounding_box(), handle.bounding_box()
-            page.mouse.move(hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2)
-            page.mouse.down()
-            target_x = tb["x"] + tb["width"] * (8 - 1) / (16 - 1)
-            page.mouse.move(target_x, hb["y"] + hb["height"] / 2, steps=12)
-            page.mouse.up()
-            readout = slider.locator(".widget-readout").first
+        # drag the world-size slider's handle with the mouse to 8 (1..16 along the track)
+        slider = page.locator(".collnb-world-size")
+        track = slider.locator(".noUi-target").first
+        handle = slider.locator(".noUi-handle").first
+        tb, hb = track.bounding_box(), handle.bounding_box()
+        page.mouse.move(hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2)
+        page.mouse.down()
+        target_x = tb["x"] + tb["width"] * (8 - 1) / (16 - 1)
+        page.mouse.move(target_x, hb["y"] + hb["height"] / 2, steps=12)
+        page.mouse.up()
+        readout = slider.locator(".widget-readout").first
+        got = int(readout.inner_text().strip())
+        # fine-tune with the keyboard on the handle if the pixel maths landed next door
+        for _ in range(16):
+            if got == 8:
+                break
+            handle.press("ArrowRight" if got < 8 else "ArrowLeft")
+            time.sleep(0.05)
             got = int(readout.inner_text().strip())
-            # fine-tune with the keyboard on the handle if the pixel maths landed next door
-            for _ in range(16):
-                if got == 8:
-                    break
-                handle.press("ArrowRight" if got < 8 else "ArrowLeft")
-                time.sleep(0.05)
-                got = int(readout.inner_text().strip())
-            assert got == 8
-            assert _sum_rows(8) in _wait_described(page, "world size 8 · float32")
-            page.screenshot(path=str(shots / f"{lab['name']}_2_world_size_8.png"), full_page=True)
+        assert got == 8
+        assert _sum_rows(8) in _wait_described(page, "world size 8 · float32")
+        page.screenshot(path=str(shots / f"{lab['name']}_2_world_size_8.png"), full_page=True)
 
-            # change the dtype through the dropdown: int8 SUM wraps, the float64 reference shows why
-            page.locator(".collnb-dtype select").select_option("int8")
-            assert _sum_rows(8, _wrap_int8) in _wait_described(page, "world size 8 · int8")
-            # every chunk differs from float64: the table highlights each with its exact sum
-            cells = page.locator("table.collnb-reference td.differs")
-            assert cells.count() == 64
-            exact = [sum(10 * r + c for r in range(8)) for c in range(8)] * 8
-            assert [int(t.split()[0]) for t in cells.all_inner_texts()] == exact
-            # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
-            px = page.locator("table.collnb-reference td.differs span").first.evaluate(
-                "el => parseFloat(getComputedStyle(el).fontSize)")
-            assert px >= 10, f"reference table text is {px} px"
-            status = page.locator(".collnb-status").inner_text()
-            assert "dtype effect: int8 gives 24 where float64 gives 280" in status
-            # the image really is a PNG the browser decoded
-            size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
-            assert size[0] > 300 and size[1] > 200 and size[2]
-            page.screenshot(path=str(shots / f"{lab['name']}_3_int8.png"), full_page=True)
-            img.screenshot(path=str(shots / f"{lab['name']}_4_heatmap_int8.png"))
-        except BaseException:
-            try:
-                page.screenshot(path=str(shots / f"{lab['name']}_failure.png"), full_page=True)
-                print(f"screenshot of the failure: {shots / (lab['name'] + '_failure.png')}")
-            except Exception:
-                pass
-            raise
-        finally:
-            browser.close()
-            keep = os.environ.get("COLLNB_SCREENSHOTS")
-            if keep:
-                os.makedirs(keep, exist_ok=True)
-                for f in shots.iterdir():
-                    shutil.copy(f, keep)
+        # change the dtype through the dropdown: int8 SUM wraps, the float64 reference shows why
+        page.locator(".collnb-dtype select").select_option("int8")
+        assert _sum_rows(8, _wrap_int8) in _wait_described(page, "world size 8 · int8")
+        # every chunk differs from float64: the table highlights each with its exact sum
+        cells = page.locator("table.collnb-reference td.differs")
+        assert cells.count() == 64
+        exact = [sum(10 * r + c for r in range(8)) for c in range(8)] * 8
+        assert [int(t.split()[0]) for t in cells.all_inner_texts()] == exact
+        # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
+        px = page.locator("table.collnb-reference td.differs span").first.evaluate(
+            "el => parseFloat(getComputedStyle(el).fontSize)")
+        assert px >= 10, f"reference table text is {px} px"
+        status = page.locator(".collnb-status").inner_text()
+        assert "dtype effect: int8 gives 24 where float64 gives 280" in status
+        # the image really is a PNG the browser decoded
+        size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
+        assert size[0] > 300 and size[1] > 200 and size[2]
+        page.screenshot(path=str(shots / f"{lab['name']}_3_int8.png"), full_page=True)
+        img.screenshot(path=str(shots / f"{lab['name']}_4_heatmap_int8.png"))
+    except BaseException:
+        try:
+            page.screenshot(path=str(shots / f"{lab['name']}_failure.png"), full_page=True)
+            print(f"screenshot of the failure: {shots / (lab['name'] + '_failure.png')}")
+        except Exception:
+            pass
+        raise
+    finally:
+        browser.close()
+        keep = os.environ.get("COLLNB_SCREENSHOTS")
+        if keep:
+            os.makedirs(keep, exist_ok=True)
+            for f in shots.iterdir():
+                shutil.copy(f, keep)
 
 
 @pytest.fixture
-def jlab_redistribute(tmp_path):
+def jlab_redistribute(shared_jlab, chromium):
     """JupyterLab 4 on a notebook with the redistribute explorer (issue 21)."""
-    yield from _serve(tmp_path, "jupyterlab", NOTEBOOK_REDISTRIBUTE)
+    yield from _notebook(shared_jlab, "redistribute", NOTEBOOK_REDISTRIBUTE, chromium)
 
 
 def test_redistribute_explorer_in_the_browser(jlab_redistribute):
     """Issue 21: explore_redistribute in JupyterLab 4: its picture (an ipywidgets.Image) decoded by
     the browser, and three real dropdown changes, each redrawn with the collectives it issued."""
-    from playwright.sync_api import sync_playwright
     lab = jlab_redistribute
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
@@ -430,42 +527,41 @@ def test_redistribute_explorer_in_the_browser(jlab_redistribute):
             time.sleep(0.1)
         raise AssertionError(f"caption stayed {got!r}, wanted {texts}")
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+    browser = lab["browser"]
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        _open_and_run_all(page, lab, wait_ms=90_000, shown=figure)
+        # (S(0), S(0)) -> (R, S(0)) on 2x2: two all_gathers (one per mesh dimension)
+        wait_caption("✓ every local shard equals the hand-sliced reference",
+                     "all_gather_into_tensor, all_gather_into_tensor")
+        img = page.locator(figure).first
+        img.scroll_into_view_if_needed()
+        size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
+        assert size[0] >= 500 and size[1] >= 600 and size[2], size
+        page.screenshot(path=str(shots / "redistribute_1_initial.png"), full_page=True)
+        # src dim 0 -> P: (P, S(0)) -> (R, S(0)) resolves the Partial along mesh dim 0: one all_reduce
+        page.locator(".collnb-src0 select").select_option(label="P")
+        wait_caption("✓ every local shard", "all_reduce")
+        # a 1-D mesh of 4: the dim-1 dropdowns go away; P -> R is still one all_reduce
+        page.locator(".collnb-mesh select").select_option(label="4")
+        _until(page, lambda: not page.locator(".collnb-src1").is_visible(), 30, "src dim 1 hidden")
+        wait_caption("✓ every local shard", "all_reduce")
+        # R -> P: torch refuses, and the reference says it must
+        page.locator(".collnb-src0 select").select_option(label="R")
+        wait_caption("✓ every local shard", "no communication")
+        page.locator(".collnb-dst0 select").select_option(label="P (torch refuses)")
+        wait_caption("✓ torch refused, as the reference says it must", "refused by torch")
+        assert "✗" not in page.locator(".collnb-redistribute-explorer .collnb-status").inner_text()
+        page.screenshot(path=str(shots / "redistribute_2_refused.png"), full_page=True)
+        img.screenshot(path=str(shots / "redistribute_3_picture.png"))
+    except BaseException:
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            _open_and_run_all(page, lab, wait_ms=90_000, shown=figure)
-            # (S(0), S(0)) -> (R, S(0)) on 2x2: two all_gathers (one per mesh dimension)
-            wait_caption("✓ every local shard equals the hand-sliced reference",
-                         "all_gather_into_tensor, all_gather_into_tensor")
-            img = page.locator(figure).first
-            img.scroll_into_view_if_needed()
-            size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
-            assert size[0] >= 500 and size[1] >= 600 and size[2], size
-            page.screenshot(path=str(shots / "redistribute_1_initial.png"), full_page=True)
-            # src dim 0 -> P: (P, S(0)) -> (R, S(0)) resolves the Partial along mesh dim 0: one all_reduce
-            page.locator(".collnb-src0 select").select_option(label="P")
-            wait_caption("✓ every local shard", "all_reduce")
-            # a 1-D mesh of 4: the dim-1 dropdowns go away; P -> R is still one all_reduce
-            page.locator(".collnb-mesh select").select_option(label="4")
-            _until(page, lambda: not page.locator(".collnb-src1").is_visible(), 30, "src dim 1 hidden")
-            wait_caption("✓ every local shard", "all_reduce")
-            # R -> P: torch refuses, and the reference says it must
-            page.locator(".collnb-src0 select").select_option(label="R")
-            wait_caption("✓ every local shard", "no communication")
-            page.locator(".collnb-dst0 select").select_option(label="P (torch refuses)")
-            wait_caption("✓ torch refused, as the reference says it must", "refused by torch")
-            assert "✗" not in page.locator(".collnb-redistribute-explorer .collnb-status").inner_text()
-            page.screenshot(path=str(shots / "redistribute_2_refused.png"), full_page=True)
-            img.screenshot(path=str(shots / "redistribute_3_picture.png"))
-        except BaseException:
-            try:
-                page.screenshot(path=str(shots / "redistribute_failure.png"), full_page=True)
-            except Exception:
-                pass
-            raise
-        finally:
-            browser.close()
+            page.screenshot(path=str(shots / "redistribute_failure.png"), full_page=True)
+        except Exception:
+            pass
+        raise
+    finally:
+        browser.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -559,118 +655,116 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
     label), the replay's step buttons and keyboard steps, the static picture hidden while live,
     saved with the last state, and shown (with its one line) when the notebook is reopened after
     the kernel is gone."""
-    from playwright.sync_api import sync_playwright
     lab = jlab_saved
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     measured = {}
-    nb_path = lab["root"] / "explore.ipynb"
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1440, "height": 900})
-            _open_and_run_all(page, lab, wait_ms=120_000)
-            img = _img(page)
-            # while the panel is live its static picture is in the page but hidden, and so is the
-            # hint for a panel that lost its kernel (issue 19: it showed permanently)
-            assert page.locator(".collnb-static").count() >= 2
-            assert not page.locator(".collnb-static-img").first.is_visible()
-            assert not page.locator(".collnb-live-hint").first.is_visible()
-            for ws in (8, 16):
-                _set_world_size(page, ws)
-                _wait_described(page, f"world size {ws} · float32", timeout=120)
-                # a window tall enough for the whole figure (a scrolled-away part is not painted);
-                # the width, which decides the layout, stays 1440 px
-                page.set_viewport_size({"width": 1440, "height": 2600})
-                img.scroll_into_view_if_needed()
-                m = measured[ws] = _measure_heatmap(page, img, ws, shots / f"explorer_heatmap_ws{ws}.png")
-                page.set_viewport_size({"width": 1440, "height": 900})
-                print(f"world size {ws}: {m}")
-                assert m["scale"] >= 0.999, f"the heatmap is scaled down to {m['scale']:.2f} at world size {ws}"
-                assert m["min_font_px"] >= 10
-                page.screenshot(path=str(shots / f"static_test_ws{ws}.png"), full_page=False)
-
-            # the replay: step buttons, last, keyboard on the focused slider
-            rp = page.locator(".collnb-replay").first
-            rp.scroll_into_view_if_needed()
-            info = rp.locator(".collnb-replay-info").first
-            _until(page, lambda: "before any message" in info.inner_text(), 30, "the replay's round 0 caption")
-            rp.locator(".collnb-step-forward").click()
-            _until(page, lambda: "round 1/6" in info.inner_text(), 30, "round 1 after ▶")
-            rp.locator(".collnb-step-last").click()
-            _until(page, lambda: "round 6/6" in info.inner_text(), 30, "round 6 after ▶|")
-            assert rp.locator(".collnb-step-forward").is_disabled()
-            assert rp.locator(".collnb-step-forward").get_attribute("title") == "step forward one round"
-            rp.locator(".noUi-handle").first.press("ArrowLeft")
-            _until(page, lambda: "round 5/6" in info.inner_text(), 30, "round 5 after the ← key")
-            # "rounds/s" stays beside its slider in a 1400 px window (issue 19: it wrapped alone)
-            page.set_viewport_size({"width": 1400, "height": 900})
-            page.wait_for_timeout(500)
-            unit = rp.locator(".collnb-speed-unit").first.bounding_box()
-            speed = rp.locator(".collnb-speed .widget-slider").first.bounding_box()
-            measured["speed_unit"] = dict(unit=unit, speed=speed)
-            assert abs((unit["y"] + unit["height"] / 2) - (speed["y"] + speed["height"] / 2)) < 4, (unit, speed)
-            assert unit["x"] >= speed["x"] + speed["width"] - 1, (unit, speed)
+    nb_path = lab["file"]
+    browser = lab["browser"]
+    try:
+        page = browser.new_page(viewport={"width": 1440, "height": 900})
+        _open_and_run_all(page, lab, wait_ms=120_000)
+        img = _img(page)
+        # while the panel is live its static picture is in the page but hidden, and so is the
+        # hint for a panel that lost its kernel (issue 19: it showed permanently)
+        assert page.locator(".collnb-static").count() >= 2
+        assert not page.locator(".collnb-static-img").first.is_visible()
+        assert not page.locator(".collnb-live-hint").first.is_visible()
+        for ws in (8, 16):
+            _set_world_size(page, ws)
+            _wait_described(page, f"world size {ws} · float32", timeout=120)
+            # a window tall enough for the whole figure (a scrolled-away part is not painted);
+            # the width, which decides the layout, stays 1440 px
+            page.set_viewport_size({"width": 1440, "height": 2600})
+            img.scroll_into_view_if_needed()
+            m = measured[ws] = _measure_heatmap(page, img, ws, shots / f"explorer_heatmap_ws{ws}.png")
             page.set_viewport_size({"width": 1440, "height": 900})
-            rimg = rp.locator("img").first
-            nat, shown = rimg.evaluate("el => [el.naturalWidth, el.getBoundingClientRect().width]")
-            measured["replay"] = dict(natural=nat, shown=shown)
-            assert shown >= nat - 1, f"the replay frame is scaled down: {shown} of {nat} px"
-            page.screenshot(path=str(shots / "replay_stepped.png"), full_page=False)
+            print(f"world size {ws}: {m}")
+            assert m["scale"] >= 0.999, f"the heatmap is scaled down to {m['scale']:.2f} at world size {ws}"
+            assert m["min_font_px"] >= 10
+            page.screenshot(path=str(shots / f"static_test_ws{ws}.png"), full_page=False)
 
-            # save; the static pictures in the file show the last state
-            page.locator(".jp-NotebookPanel-toolbar [data-command='docmanager:save']").first.click()
-            deadline = time.monotonic() + 60
-            while True:
-                outs = _saved_outputs(nb_path)
-                ex_html, ex_out = _static_html(outs[0])
-                rp_html, rp_out = _static_html(outs[1])
-                if ex_html and 'data-world-size="16"' in ex_html and rp_html and 'data-round="5"' in rp_html:
-                    break
-                assert time.monotonic() < deadline, (
-                    f"saved static pictures not current: explorer {ex_html and ex_html[-300:]}, "
-                    f"replay {rp_html and rp_html[-200:]}")
-                _accept_dialog(page)
-                time.sleep(0.5)
-            for o in (ex_out, rp_out):
-                assert "image/png" in o["data"] and "run this cell" in "".join(o["data"]["text/plain"])
+        # the replay: step buttons, last, keyboard on the focused slider
+        rp = page.locator(".collnb-replay").first
+        rp.scroll_into_view_if_needed()
+        info = rp.locator(".collnb-replay-info").first
+        _until(page, lambda: "before any message" in info.inner_text(), 30, "the replay's round 0 caption")
+        rp.locator(".collnb-step-forward").click()
+        _until(page, lambda: "round 1/6" in info.inner_text(), 30, "round 1 after ▶")
+        rp.locator(".collnb-step-last").click()
+        _until(page, lambda: "round 6/6" in info.inner_text(), 30, "round 6 after ▶|")
+        assert rp.locator(".collnb-step-forward").is_disabled()
+        assert rp.locator(".collnb-step-forward").get_attribute("title") == "step forward one round"
+        rp.locator(".noUi-handle").first.press("ArrowLeft")
+        _until(page, lambda: "round 5/6" in info.inner_text(), 30, "round 5 after the ← key")
+        # "rounds/s" stays beside its slider in a 1400 px window (issue 19: it wrapped alone)
+        page.set_viewport_size({"width": 1400, "height": 900})
+        page.wait_for_timeout(500)
+        unit = rp.locator(".collnb-speed-unit").first.bounding_box()
+        speed = rp.locator(".collnb-speed .widget-slider").first.bounding_box()
+        measured["speed_unit"] = dict(unit=unit, speed=speed)
+        assert abs((unit["y"] + unit["height"] / 2) - (speed["y"] + speed["height"] / 2)) < 4, (unit, speed)
+        assert unit["x"] >= speed["x"] + speed["width"] - 1, (unit, speed)
+        page.set_viewport_size({"width": 1440, "height": 900})
+        rimg = rp.locator("img").first
+        nat, shown = rimg.evaluate("el => [el.naturalWidth, el.getBoundingClientRect().width]")
+        measured["replay"] = dict(natural=nat, shown=shown)
+        assert shown >= nat - 1, f"the replay frame is scaled down: {shown} of {nat} px"
+        page.screenshot(path=str(shots / "replay_stepped.png"), full_page=False)
 
-            # the learner restarts the kernel (Kernel -> Restart Kernel...): the old panels stay on the
-            # page, inert; ipywidgets marks them disconnected and then, only then, the hint shows
-            from collnb.views.static import LIVE_HINT
-            page.get_by_role("menuitem", name="Kernel", exact=True).click()
-            page.get_by_role("menuitem", name=re.compile(r"^Restart Kernel(…|\.\.\.)")).first.click()
-            _until(page, lambda: page.locator(".collnb-live-hint").first.is_visible(), 60,
-                   "the hint of a panel whose kernel restarted")
-            assert page.locator(".collnb-live.jupyter-widgets-disconnected").count() >= 2
-            assert page.locator(".collnb-live-hint").first.inner_text().strip() == LIVE_HINT
-            assert not page.locator(".collnb-static-img").first.is_visible()
-            page.screenshot(path=str(shots / "restarted_hint.png"), full_page=False)
-            _until(page, lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0,
-                   90, "the restarted kernel to be idle")
+        # save; the static pictures in the file show the last state
+        page.locator(".jp-NotebookPanel-toolbar [data-command='docmanager:save']").first.click()
+        deadline = time.monotonic() + 60
+        while True:
+            outs = _saved_outputs(nb_path)
+            ex_html, ex_out = _static_html(outs[0])
+            rp_html, rp_out = _static_html(outs[1])
+            if ex_html and 'data-world-size="16"' in ex_html and rp_html and 'data-round="5"' in rp_html:
+                break
+            assert time.monotonic() < deadline, (
+                f"saved static pictures not current: explorer {ex_html and ex_html[-300:]}, "
+                f"replay {rp_html and rp_html[-200:]}")
+            _accept_dialog(page)
+            time.sleep(0.5)
+        for o in (ex_out, rp_out):
+            assert "image/png" in o["data"] and "run this cell" in "".join(o["data"]["text/plain"])
 
-            # the kernel goes away; the notebook reopened shows the pictures and the line
-            for sess in _api(lab["base"], lab["token"], "/api/sessions") or []:
-                _api(lab["base"], lab["token"], f"/api/sessions/{sess['id']}", method="DELETE")
-            page.reload()
-            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-            _until(page, lambda: page.locator(".collnb-static img").count() >= 2
-                   and page.locator(".collnb-static img").first.is_visible(), 90,
-                   "the static pictures after reopening")
-            statics = page.locator(".collnb-static")
-            assert "run this cell to bring back its controls" in statics.first.inner_text()
-            assert statics.first.locator("img").get_attribute("data-world-size") == "16"
-            assert page.locator(".collnb-live").count() == 0
-            assert not page.locator(".collnb-live-hint").first.is_visible()
-            page.screenshot(path=str(shots / "reopened_static.png"), full_page=False)
-        except BaseException:
-            try:
-                page.screenshot(path=str(shots / "static_failure.png"), full_page=True)
-            except Exception:
-                pass
-            raise
-        finally:
-            browser.close()
+        # the learner restarts the kernel (Kernel -> Restart Kernel...): the old panels stay on the
+        # page, inert; ipywidgets marks them disconnected and then, only then, the hint shows
+        from collnb.views.static import LIVE_HINT
+        page.get_by_role("menuitem", name="Kernel", exact=True).click()
+        page.get_by_role("menuitem", name=re.compile(r"^Restart Kernel(…|\.\.\.)")).first.click()
+        _until(page, lambda: page.locator(".collnb-live-hint").first.is_visible(), 60,
+               "the hint of a panel whose kernel restarted")
+        assert page.locator(".collnb-live.jupyter-widgets-disconnected").count() >= 2
+        assert page.locator(".collnb-live-hint").first.inner_text().strip() == LIVE_HINT
+        assert not page.locator(".collnb-static-img").first.is_visible()
+        page.screenshot(path=str(shots / "restarted_hint.png"), full_page=False)
+        _until(page, lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0,
+               90, "the restarted kernel to be idle")
+
+        # the kernel goes away; the notebook reopened shows the pictures and the line
+        for sess in _api(lab["base"], lab["token"], "/api/sessions") or []:
+            _api(lab["base"], lab["token"], f"/api/sessions/{sess['id']}", method="DELETE")
+        page.reload()
+        page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+        _until(page, lambda: page.locator(".collnb-static img").count() >= 2
+               and page.locator(".collnb-static img").first.is_visible(), 90,
+               "the static pictures after reopening")
+        statics = page.locator(".collnb-static")
+        assert "run this cell to bring back its controls" in statics.first.inner_text()
+        assert statics.first.locator("img").get_attribute("data-world-size") == "16"
+        assert page.locator(".collnb-live").count() == 0
+        assert not page.locator(".collnb-live-hint").first.is_visible()
+        page.screenshot(path=str(shots / "reopened_static.png"), full_page=False)
+    except BaseException:
+        try:
+            page.screenshot(path=str(shots / "static_failure.png"), full_page=True)
+        except Exception:
+            pass
+        raise
+    finally:
+        browser.close()
     print("measured:", json.dumps(measured))
     # the same file as nbconvert (nbviewer, MyST-NB books) renders it: the pictures are there
     from nbconvert import HTMLExporter
@@ -678,13 +772,38 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
     assert body.count("collnb-static-img") >= 2 and "Static picture of the explorer" in body
 
 
-def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path):
+#: Reports (through the page's ``collnbShown`` binding) each toast and modal dialog the page shows,
+#: once each, from the first script on: a poll every 100 ms, so that none that comes and goes is missed.
+_SHOWN_JS = """
+(() => {
+  const reported = new Set();
+  setInterval(() => {
+    for (const [kind, sel] of [['toast', '.Toastify__toast'], ['dialog', '.jp-Dialog']]) {
+      for (const el of document.querySelectorAll(sel)) {
+        const text = (el.innerText || el.textContent || '').trim();
+        if (text && !reported.has(kind + text)) { reported.add(kind + text); window.collnbShown(kind, text); }
+      }
+    }
+  }, 100);
+})();
+"""
+
+
+def _settled(page, lab):
+    """Wait until JupyterLab has done what it does on start-up: no request in flight for 0.5 s
+    (Playwright's ``networkidle``; up to 90 s) and the notebook's kernel idle and connected,
+    held 1 s (``lab``: the server and the notebook's path)."""
+    page.wait_for_load_state("networkidle", timeout=90_000)
+    _until(page, lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
+           and _kernel_connected(lab), 90, "an idle, connected kernel after start-up")
+
+
+def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path, chromium):
     """`make lab` (its recipe, without reinstalling) with a fresh user settings dir and the test and
     classroom extras installed in the same .venv (as `make student` next to a running lab leaves it):
     the notebooks are copies in WORK (never notebooks/), the news toast never shows, the printed URL
     opens the first notebook beside the notebook list, and after a reload there is no modal
     ("IPP Extension Server Error"), no Nbgrader menu, no cluster panel (issue 19 items 1 and 6)."""
-    from playwright.sync_api import sync_playwright
     if not os.path.exists(CHROMIUM):
         pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
     import importlib.util
@@ -731,40 +850,55 @@ def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path)
                 raise AssertionError(f"{path} answers in the learner's lab")
             except urllib.error.HTTPError as exc:
                 assert exc.code == 404, (path, exc.code)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-            try:
-                page = browser.new_page(viewport={"width": 1440, "height": 900})
-                errors = []
-                page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-                page.goto(f"{base}/?token={token}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-                assert "00_launching_ranks.ipynb" in page.url
-                page.locator(".jp-DirListing-item", has_text="07_all_reduce.ipynb").wait_for(timeout=30_000)
-                time.sleep(8)  # the news toast appears a few seconds after start-up when it is on
-                toasts = page.locator(".Toastify__toast").all_inner_texts()
-                assert not any("news" in t.lower() for t in toasts), toasts
-                page.screenshot(path=str(shots / "make_lab_first_screen.png"))
-                # a reload (what a learner does after `make student` installed the extras) ...
-                page.reload()
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
-                time.sleep(6)
-                dialogs = page.locator(".jp-Dialog").all_inner_texts()
-                menus = [m.strip() for m in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
-                tabs = page.eval_on_selector_all(".jp-SideBar .lm-TabBar-tab",
-                                                 "els => els.map(e => e.getAttribute('title') || e.textContent)")
-                page.screenshot(path=str(shots / "make_lab_after_reload.png"))
-                print("menus:", menus, "side tabs:", tabs)
-                assert not dialogs, f"a modal blocks the learner's lab: {dialogs}"
-                assert not any("IPP Extension" in e or "list clusters" in e for e in errors), errors
-                assert "Nbgrader" not in menus and "Run" in menus, menus
-                # (without etc/lab: an "IPython Parallel" and an "Nbgrader Create Assignment" side panel)
-                assert not any(w in (t or "").lower() for t in tabs for w in ("parallel", "nbgrader", "cluster")), tabs
-                # ... and the notebook the learner opens is their copy in WORK: saving writes there
-                page.keyboard.press("Control+s")
-                time.sleep(2)
-            finally:
-                browser.close()
+        browser = _Pages(chromium)
+        try:
+            page = browser.new_page(viewport={"width": 1440, "height": 900})
+            errors = []
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            # every toast and modal the page shows, in either load, however briefly (instead of
+            # looking at the page once, a fixed time after start-up)
+            shown = []
+            page.expose_function("collnbShown", lambda kind, text: shown.append((kind, text)))
+            page.add_init_script(_SHOWN_JS)
+            page.goto(f"{base}/?token={token}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+            assert "00_launching_ranks.ipynb" in page.url
+            page.locator(".jp-DirListing-item", has_text="07_all_reduce.ipynb").wait_for(timeout=30_000)
+            # the news toast comes once JupyterLab is restored and has read its settings: wait until
+            # it has done all it does at start-up (no request for 0.5 s, the notebook's kernel idle)
+            _settled(page, {"base": base, "token": token, "path": "00_launching_ranks.ipynb"})
+            toasts = page.locator(".Toastify__toast").all_inner_texts()
+            assert not any("news" in t.lower() for t in toasts), toasts
+            page.screenshot(path=str(shots / "make_lab_first_screen.png"))
+            # a reload (what a learner does after `make student` installed the extras) ...
+            shown.append(("reload", ""))
+            page.reload()
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=90_000)
+            _settled(page, {"base": base, "token": token, "path": "00_launching_ranks.ipynb"})
+            dialogs = page.locator(".jp-Dialog").all_inner_texts()
+            menus = [m.strip() for m in page.locator(".lm-MenuBar-itemLabel").all_inner_texts()]
+            tabs = page.eval_on_selector_all(".jp-SideBar .lm-TabBar-tab",
+                                             "els => els.map(e => e.getAttribute('title') || e.textContent)")
+            page.screenshot(path=str(shots / "make_lab_after_reload.png"))
+            print("menus:", menus, "side tabs:", tabs, "shown:", shown)
+            assert not dialogs, f"a modal blocks the learner's lab: {dialogs}"
+            reloaded = shown[shown.index(("reload", "")):]
+            assert not [t for kind, t in reloaded if kind == "dialog"], f"a modal showed after the reload: {reloaded}"
+            assert not [t for kind, t in shown if kind == "toast" and "news" in t.lower()], shown
+            assert not any("IPP Extension" in e or "list clusters" in e for e in errors), errors
+            assert "Nbgrader" not in menus and "Run" in menus, menus
+            # (without etc/lab: an "IPython Parallel" and an "Nbgrader Create Assignment" side panel)
+            assert not any(w in (t or "").lower() for t in tabs for w in ("parallel", "nbgrader", "cluster")), tabs
+            # ... and the notebook the learner opens is their copy in WORK: saving writes there
+            mine = work / "00_launching_ranks.ipynb"
+            stamp = mine.stat().st_mtime_ns
+            page.keyboard.press("Control+s")
+            deadline = time.monotonic() + 30
+            while mine.stat().st_mtime_ns == stamp:
+                assert time.monotonic() < deadline, f"Ctrl+S did not write {mine.name} in WORK within 30 s"
+                time.sleep(0.1)
+        finally:
+            browser.close()
         after = {p.name: p.read_bytes() for p in (REPO / "notebooks").glob("*.ipynb")}
         assert after == before, "make lab wrote into notebooks/"
     finally:
@@ -781,9 +915,9 @@ def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path)
 
 
 @pytest.fixture
-def jlab_sliders(tmp_path):
+def jlab_sliders(shared_jlab, chromium):
     """JupyterLab 4 on a notebook with every kind of panel that has a slider (issue 34)."""
-    yield from _serve(tmp_path, "jupyterlab", NOTEBOOK_SLIDERS)
+    yield from _notebook(shared_jlab, "sliders", NOTEBOOK_SLIDERS, chromium)
 
 
 #: The shortest track a slider may have at a 1400 px window (px; they are made 200 px: binder.SLIDER_TRACK_PX):
@@ -797,56 +931,54 @@ def test_every_explorer_slider_has_a_track_a_mouse_can_use(jlab_sliders):
     (noUiSlider's ``.noUi-target``) at least :data:`MIN_TRACK_PX` wide, and a real mouse drag of the
     pipeline's m handle to the middle of its track lands on the middle value (before the fix the
     track was 0 px wide and a drag reached only m = 1 or 12)."""
-    from playwright.sync_api import sync_playwright
     lab = jlab_sliders
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1400, "height": 1300})
-            _open_and_run_all(page, lab, wait_ms=240_000, shown=".collnb-pipeline img.collnb-figure")
-            _until(page, lambda: page.locator(".collnb-replay .noUi-target").count() > 0
-                   and page.locator(".collnb-bucket-explorer .noUi-target").count() > 0, 60, "every panel")
-            sliders = page.eval_on_selector_all(
-                ".collnb-live .widget-slider", """els => els.filter(e => e.offsetParent !== null).map(e => {
-                    const t = e.querySelector('.noUi-target'), l = e.querySelector('.widget-label');
-                    const panel = e.closest('.collnb-live');
-                    return {panel: [...panel.classList].filter(c => c.startsWith('collnb-') && c !== 'collnb-live')
-                                   .join(' '),
-                            label: l ? l.textContent : '', slider: e.getBoundingClientRect().width,
-                            track: t ? t.getBoundingClientRect().width : -1};
-                })""")
-            print("sliders:", json.dumps(sliders))
-            panels = {(s["panel"].split() or ["?"])[0] for s in sliders}
-            assert {"collnb-pipeline", "collnb-bucket-explorer", "collnb-explorer", "collnb-replay"} <= panels, panels
-            assert len(sliders) >= 8, sliders  # m; bucket_cap_mb; world size, src, chunk; world size; round, speed
-            narrow = [s for s in sliders if s["track"] < MIN_TRACK_PX]
-            assert not narrow, f"sliders whose track is under {MIN_TRACK_PX} px: {narrow}"
+    browser = lab["browser"]
+    try:
+        page = browser.new_page(viewport={"width": 1400, "height": 1300})
+        _open_and_run_all(page, lab, wait_ms=240_000, shown=".collnb-pipeline img.collnb-figure")
+        _until(page, lambda: page.locator(".collnb-replay .noUi-target").count() > 0
+               and page.locator(".collnb-bucket-explorer .noUi-target").count() > 0, 60, "every panel")
+        sliders = page.eval_on_selector_all(
+            ".collnb-live .widget-slider", """els => els.filter(e => e.offsetParent !== null).map(e => {
+                const t = e.querySelector('.noUi-target'), l = e.querySelector('.widget-label');
+                const panel = e.closest('.collnb-live');
+                return {panel: [...panel.classList].filter(c => c.startsWith('collnb-') && c !== 'collnb-live')
+                               .join(' '),
+                        label: l ? l.textContent : '', slider: e.getBoundingClientRect().width,
+                        track: t ? t.getBoundingClientRect().width : -1};
+            })""")
+        print("sliders:", json.dumps(sliders))
+        panels = {(s["panel"].split() or ["?"])[0] for s in sliders}
+        assert {"collnb-pipeline", "collnb-bucket-explorer", "collnb-explorer", "collnb-replay"} <= panels, panels
+        assert len(sliders) >= 8, sliders  # m; bucket_cap_mb; world size, src, chunk; world size; round, speed
+        narrow = [s for s in sliders if s["track"] < MIN_TRACK_PX]
+        assert not narrow, f"sliders whose track is under {MIN_TRACK_PX} px: {narrow}"
 
-            # the pipeline's m (1..12): drag the handle to m = 6 with the mouse, no keyboard
-            slider = page.locator(".collnb-pipeline .collnb-m")
-            track, handle = slider.locator(".noUi-target").first, slider.locator(".noUi-handle").first
-            slider.scroll_into_view_if_needed()
-            tb, hb = track.bounding_box(), handle.bounding_box()
-            y = hb["y"] + hb["height"] / 2
-            page.mouse.move(hb["x"] + hb["width"] / 2, y)
-            page.mouse.down()
-            page.mouse.move(tb["x"] + tb["width"] * (6 - 1) / (12 - 1), y, steps=12)
-            page.mouse.up()
-            got = slider.locator(".widget-readout").first.inner_text().strip()
-            assert got == "6", f"a drag to the middle of the m track gave m = {got}"
-            caption = page.locator(".collnb-pipeline .collnb-caption")
-            _until(page, lambda: "m=6:" in caption.inner_text(), 90, "the pipeline explorer redrawn at m = 6")
-            page.screenshot(path=str(shots / "sliders_pipeline_m6.png"), full_page=True)
-        except BaseException:
-            try:
-                page.screenshot(path=str(shots / "sliders_failure.png"), full_page=True)
-            except Exception:
-                pass
-            raise
-        finally:
-            browser.close()
+        # the pipeline's m (1..12): drag the handle to m = 6 with the mouse, no keyboard
+        slider = page.locator(".collnb-pipeline .collnb-m")
+        track, handle = slider.locator(".noUi-target").first, slider.locator(".noUi-handle").first
+        slider.scroll_into_view_if_needed()
+        tb, hb = track.bounding_box(), handle.bounding_box()
+        y = hb["y"] + hb["height"] / 2
+        page.mouse.move(hb["x"] + hb["width"] / 2, y)
+        page.mouse.down()
+        page.mouse.move(tb["x"] + tb["width"] * (6 - 1) / (12 - 1), y, steps=12)
+        page.mouse.up()
+        got = slider.locator(".widget-readout").first.inner_text().strip()
+        assert got == "6", f"a drag to the middle of the m track gave m = {got}"
+        caption = page.locator(".collnb-pipeline .collnb-caption")
+        _until(page, lambda: "m=6:" in caption.inner_text(), 90, "the pipeline explorer redrawn at m = 6")
+        page.screenshot(path=str(shots / "sliders_pipeline_m6.png"), full_page=True)
+    except BaseException:
+        try:
+            page.screenshot(path=str(shots / "sliders_failure.png"), full_page=True)
+        except Exception:
+            pass
+        raise
+    finally:
+        browser.close()
 
 
 #: The real notebooks Run All'd in JupyterLab by the next test (``COLLNB_BROWSER_NOTEBOOKS=12_device_mesh_dtensor,
@@ -872,17 +1004,16 @@ _TEXT_OVERLAPS_JS = """
 
 
 @pytest.mark.timeout(1200)
-def test_run_all_of_a_real_notebook_shows_output_only_where_it_belongs(tmp_path):
+def test_run_all_of_a_real_notebook_shows_output_only_where_it_belongs(tmp_path, chromium):
     """Issue 34: Run All of real notebooks in JupyterLab 4 (the learner's way: every cell queued at once),
     then read the page: every code cell ran, no error output, stderr only in the cells whose lesson shows it
     (12's torch warnings showed under its first cell: ranks forked there kept the kernel's stream), and no two
     text boxes of a live panel intersect."""
     for stem in RUN_ALL:
-        _run_all_and_read(tmp_path / stem, stem)
+        _run_all_and_read(tmp_path / stem, stem, chromium)
 
 
-def _run_all_and_read(folder, stem):
-    from playwright.sync_api import sync_playwright
+def _run_all_and_read(folder, stem, chromium):
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     nb = json.loads((REPO / "notebooks" / f"{stem}.ipynb").read_text())
@@ -892,46 +1023,46 @@ def _run_all_and_read(folder, stem):
     n_shown = n_code - sum(c["cell_type"] == "code" and c.get("metadata", {}).get("jupyter", {}).get("source_hidden", False)
                            for c in nb["cells"])
     folder.mkdir()
-    gen = _serve(folder, "jupyterlab", nb, settings={"@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"}})
+    gen = _own_server(folder, "jupyterlab", stem, nb, chromium,
+                      settings={"@jupyterlab/notebook-extension/tracker": {"windowingMode": "none"}})
     lab = next(gen)
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        browser = lab["browser"]
+        try:
+            page = browser.new_page(viewport={"width": 1400, "height": 1000})
+            page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
+            page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
+            _until(page, lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
+                   and _kernel_connected(lab), 60, "an idle, connected kernel")
+            _run_all_cells(page, timeout=120, shown=".jp-CodeCell .jp-InputPrompt:has-text('[1]')")
+
+            def finished():
+                prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+                numbered = [p for p in prompts if re.search(r"\[\d+\]", p)]
+                return len(prompts) == n_code and len(numbered) == n_shown and not any("*" in p for p in prompts)
+
             try:
-                page = browser.new_page(viewport={"width": 1400, "height": 1000})
-                page.goto(f"{lab['base']}{lab['url']}?token={lab['token']}")
-                page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-                _until(page, lambda: page.locator(".jp-Notebook-ExecutionIndicator[data-status='idle']").count() > 0
-                       and _kernel_connected(lab), 60, "an idle, connected kernel")
-                _run_all_cells(page, timeout=120, shown=".jp-CodeCell .jp-InputPrompt:has-text('[1]')")
-
-                def finished():
-                    prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
-                    numbered = [p for p in prompts if re.search(r"\[\d+\]", p)]
-                    return len(prompts) == n_code and len(numbered) == n_shown and not any("*" in p for p in prompts)
-
-                try:
-                    _until(page, finished, 600, f"every cell of {stem} to run")
-                except AssertionError:
-                    page.screenshot(path=str(shots / f"run_all_{stem}_unfinished.png"), full_page=False)
-                    prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
-                    raise AssertionError(f"{stem}: {n_code} code cells, prompts {prompts}") from None
-                cells = page.locator(".jp-Notebook .jp-Cell")
-                assert cells.count() == len(nb["cells"])
-                problems = []
-                for i in range(cells.count()):
-                    cell = cells.nth(i)
-                    if cell.locator("[data-mime-type='application/vnd.jupyter.error']").count():
-                        problems.append(f"cell {i}: an error")
-                    err = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
-                    if err.count() and not tags[i] & STDERR_TAGS.get(stem, set()):
-                        problems.append(f"cell {i} {sorted(tags[i])}: stderr {err.first.inner_text()[:300]!r}")
-                overlaps = page.evaluate(_TEXT_OVERLAPS_JS)
-                page.screenshot(path=str(shots / f"run_all_{stem}.png"), full_page=False)
-                assert not problems, f"{stem}:\n" + "\n".join(problems)
-                assert not overlaps, f"{stem}: text boxes of a live panel intersect: {overlaps}"
-            finally:
-                browser.close()
+                _until(page, finished, 600, f"every cell of {stem} to run")
+            except AssertionError:
+                page.screenshot(path=str(shots / f"run_all_{stem}_unfinished.png"), full_page=False)
+                prompts = page.locator(".jp-CodeCell .jp-InputPrompt").all_inner_texts()
+                raise AssertionError(f"{stem}: {n_code} code cells, prompts {prompts}") from None
+            cells = page.locator(".jp-Notebook .jp-Cell")
+            assert cells.count() == len(nb["cells"])
+            problems = []
+            for i in range(cells.count()):
+                cell = cells.nth(i)
+                if cell.locator("[data-mime-type='application/vnd.jupyter.error']").count():
+                    problems.append(f"cell {i}: an error")
+                err = cell.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']")
+                if err.count() and not tags[i] & STDERR_TAGS.get(stem, set()):
+                    problems.append(f"cell {i} {sorted(tags[i])}: stderr {err.first.inner_text()[:300]!r}")
+            overlaps = page.evaluate(_TEXT_OVERLAPS_JS)
+            page.screenshot(path=str(shots / f"run_all_{stem}.png"), full_page=False)
+            assert not problems, f"{stem}:\n" + "\n".join(problems)
+            assert not overlaps, f"{stem}: text boxes of a live panel intersect: {overlaps}"
+        finally:
+            browser.close()
     finally:
         for _ in gen:
             pass
