@@ -243,19 +243,58 @@ def _stop(proc):
         proc.wait()
 
 
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """One headless Chromium for the module's browser tests (each its own page, each page its own
+    browser context)."""
+    if not os.path.exists(CHROMIUM):
+        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
+    from playwright.sync_api import sync_playwright
+    pw = sync_playwright().start()
+    try:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
+        try:
+            yield browser
+        finally:
+            browser.close()
+    finally:
+        pw.stop()
+
+
+def _settled(read, what, timeout=60):
+    """Wait until ``read()`` (a layout measured in the page) gives the same value three times in a
+    row, 0.2 s apart, and return it; ``timeout`` (s) is an upper bound, ``what`` says what was waited for."""
+    deadline = time.monotonic() + timeout
+    last, same = None, 0
+    while time.monotonic() < deadline:
+        now = read()
+        same = same + 1 if now == last and now is not None else 0
+        if same >= 2:
+            return now
+        last = now
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} to settle; last {last!r}")
+
+
+def _layout(page):
+    """Every visible control part's box and the two pictures' widths (what the projector test measures)."""
+    return json.dumps([page.evaluate(_CONTROL_BOXES),
+                       page.evaluate("() => [...document.querySelectorAll('img.collnb-heatmap, .collnb-replay img')]"
+                                     ".map(e => [e.complete, e.naturalWidth, e.getBoundingClientRect().width])")])
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.timeout(900)
-def test_projector_view_is_laid_out_for_a_room(tmp_path):
+def test_projector_view_is_laid_out_for_a_room(tmp_path, chromium):
     """``python -m collnb present`` in Chromium at 1920x1080 and 1280x720 (issue 19 item 4): no code,
     no two control parts overlap, no slider collapsed, the heatmap and the replay frame fill the
     width, type large enough for a room, every primitive selectable (and drawn when chosen), no
     "run this cell" in an app without cells."""
-    chromium = "/usr/bin/chromium"
-    if not os.path.exists(chromium):
-        pytest.skip(f"{chromium} is missing; install Debian's chromium package")
     pytest.importorskip("voila")
-    from playwright.sync_api import sync_playwright
     from collnb.cli.present import FONT_PX
     import collnb
 
@@ -265,61 +304,60 @@ def test_projector_view_is_laid_out_for_a_room(tmp_path):
     shots.mkdir(parents=True, exist_ok=True)
     measured = {}
     try:
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1920, "height": 1080})
-            page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
-            page.goto(f"http://127.0.0.1:{port}/", timeout=240_000)
-            page.wait_for_function(
-                "() => document.querySelector('img.collnb-heatmap') && document.querySelector('.collnb-replay img')"
-                " && document.querySelectorAll('.widget-slider, .widget-dropdown').length >= 4", timeout=240_000)
-            page.wait_for_timeout(1500)
-            code_cells = page.eval_on_selector_all(
-                ".jp-CodeCell .jp-InputArea, .jp-CodeMirrorEditor, .cm-content",
-                "els => els.filter(e => e.offsetHeight > 0 && e.textContent.trim()).length")
-            assert code_cells == 0, "the projector view shows code cells"
-            for width, height in ((1920, 1080), (1280, 720)):
-                page.set_viewport_size({"width": width, "height": height})
-                page.wait_for_timeout(800)
-                boxes = page.evaluate(_CONTROL_BOXES)
-                bad = _overlaps(boxes)
-                tracks = [b["x1"] - b["x0"] for b in boxes if b["what"].startswith("slider-container")]
-                fig = page.eval_on_selector("img.collnb-heatmap", "e => e.getBoundingClientRect().width")
-                frame = page.eval_on_selector(".collnb-replay img", "e => e.getBoundingClientRect().width")
-                label_px = page.eval_on_selector_all(
-                    ".collnb-explorer .widget-label", "els => els.filter(e => e.offsetParent && e.textContent.trim())"
-                    ".map(e => parseFloat(getComputedStyle(e).fontSize) * (parseFloat(getComputedStyle("
-                    "document.documentElement).zoom) || 1))")
-                text = page.inner_text("body")
-                page.screenshot(path=str(shots / f"projector_{width}x{height}.png"))
-                page.locator(".collnb-replay").first.evaluate("e => e.scrollIntoView({block: 'start'})")
-                page.screenshot(path=str(shots / f"projector_{width}x{height}_replay.png"))
-                page.locator(".collnb-explorer").first.evaluate("e => e.scrollIntoView({block: 'start'})")
-                measured[f"{width}x{height}"] = dict(
-                    overlaps=bad, n_parts=len(boxes), min_track_px=round(min(tracks)) if tracks else None,
-                    figure_px=round(fig), frame_px=round(frame), min_label_px=min(label_px) if label_px else None)
-                print(width, height, measured[f"{width}x{height}"])
-                assert not bad, f"{width}x{height}: control parts overlap: {bad[:6]}"
-                assert tracks and min(tracks) >= 80, f"{width}x{height}: a slider collapsed: {tracks}"
-                assert fig >= 0.85 * width and frame >= 0.85 * width, (width, fig, frame)
-                assert "run this cell" not in text.lower(), "the app says to run a cell, and it has none"
-                assert "import collnb" not in text and "collnb.explore(" not in text
-                if width == 1920:
-                    assert label_px and min(label_px) >= FONT_PX - 0.01, label_px
-            # every primitive is offered and selectable: the explorer draws the one chosen
-            select = page.locator(".collnb-explorer .collnb-primitive select")
-            assert not select.is_disabled()
-            offered = select.evaluate("s => [...s.options].map(o => o.value)")
-            assert sorted(offered) == sorted(collnb.PRIMITIVES)
-            for prim in ("all_to_all", "gather_object", "barrier"):
-                select.evaluate("s => s.scrollIntoView({block: 'center'})")  # Voila scrolls an inner element
-                select.select_option(prim, force=True)
-                page.wait_for_function(
-                    f"() => document.querySelector('.collnb-figure-text span')?.dataset.primitive === '{prim}'"
-                    " && document.querySelector('.collnb-status-box')?.dataset.busy === '0'", timeout=120_000)
+        page = chromium.new_page(viewport={"width": 1920, "height": 1080})
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
+        page.goto(f"http://127.0.0.1:{port}/", timeout=240_000)
+        page.wait_for_function(
+            "() => document.querySelector('img.collnb-heatmap') && document.querySelector('.collnb-replay img')"
+            " && document.querySelectorAll('.widget-slider, .widget-dropdown').length >= 4"
+            " && document.querySelector('.collnb-status-box')?.dataset.busy === '0'", timeout=240_000)
+        _settled(lambda: _layout(page), "the projector view's layout at 1920x1080")
+        code_cells = page.eval_on_selector_all(
+            ".jp-CodeCell .jp-InputArea, .jp-CodeMirrorEditor, .cm-content",
+            "els => els.filter(e => e.offsetHeight > 0 && e.textContent.trim()).length")
+        assert code_cells == 0, "the projector view shows code cells"
+        for width, height in ((1920, 1080), (1280, 720)):
+            page.set_viewport_size({"width": width, "height": height})
+            _settled(lambda: _layout(page), f"the projector view's layout at {width}x{height}")
+            boxes = page.evaluate(_CONTROL_BOXES)
+            bad = _overlaps(boxes)
+            tracks = [b["x1"] - b["x0"] for b in boxes if b["what"].startswith("slider-container")]
+            fig = page.eval_on_selector("img.collnb-heatmap", "e => e.getBoundingClientRect().width")
+            frame = page.eval_on_selector(".collnb-replay img", "e => e.getBoundingClientRect().width")
+            label_px = page.eval_on_selector_all(
+                ".collnb-explorer .widget-label", "els => els.filter(e => e.offsetParent && e.textContent.trim())"
+                ".map(e => parseFloat(getComputedStyle(e).fontSize) * (parseFloat(getComputedStyle("
+                "document.documentElement).zoom) || 1))")
+            text = page.inner_text("body")
+            page.screenshot(path=str(shots / f"projector_{width}x{height}.png"))
+            page.locator(".collnb-replay").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+            page.screenshot(path=str(shots / f"projector_{width}x{height}_replay.png"))
             page.locator(".collnb-explorer").first.evaluate("e => e.scrollIntoView({block: 'start'})")
-            page.screenshot(path=str(shots / "projector_barrier_1280x720.png"))
-            browser.close()
+            measured[f"{width}x{height}"] = dict(
+                overlaps=bad, n_parts=len(boxes), min_track_px=round(min(tracks)) if tracks else None,
+                figure_px=round(fig), frame_px=round(frame), min_label_px=min(label_px) if label_px else None)
+            print(width, height, measured[f"{width}x{height}"])
+            assert not bad, f"{width}x{height}: control parts overlap: {bad[:6]}"
+            assert tracks and min(tracks) >= 80, f"{width}x{height}: a slider collapsed: {tracks}"
+            assert fig >= 0.85 * width and frame >= 0.85 * width, (width, fig, frame)
+            assert "run this cell" not in text.lower(), "the app says to run a cell, and it has none"
+            assert "import collnb" not in text and "collnb.explore(" not in text
+            if width == 1920:
+                assert label_px and min(label_px) >= FONT_PX - 0.01, label_px
+        # every primitive is offered and selectable: the explorer draws the one chosen
+        select = page.locator(".collnb-explorer .collnb-primitive select")
+        assert not select.is_disabled()
+        offered = select.evaluate("s => [...s.options].map(o => o.value)")
+        assert sorted(offered) == sorted(collnb.PRIMITIVES)
+        for prim in ("all_to_all", "gather_object", "barrier"):
+            select.evaluate("s => s.scrollIntoView({block: 'center'})")  # Voila scrolls an inner element
+            select.select_option(prim, force=True)
+            page.wait_for_function(
+                f"() => document.querySelector('.collnb-figure-text span')?.dataset.primitive === '{prim}'"
+                " && document.querySelector('.collnb-status-box')?.dataset.busy === '0'", timeout=120_000)
+        page.locator(".collnb-explorer").first.evaluate("e => e.scrollIntoView({block: 'start'})")
+        page.screenshot(path=str(shots / "projector_barrier_1280x720.png"))
+        page.close()
     finally:
         _stop(proc)
     print("measured:", json.dumps(measured))
@@ -327,6 +365,24 @@ def test_projector_view_is_laid_out_for_a_room(tmp_path):
 
 # ------------------------------------------------------------------------------------------------
 # Slides (RISE in JupyterLab)
+
+
+def _wait_kernel_idle(port, token, path, timeout=120):
+    """Wait until the server's session for ``path`` has an idle kernel with a connection (the
+    page's); ``timeout`` (s) is an upper bound."""
+    import urllib.request
+    deadline = time.monotonic() + timeout
+    sessions = None
+    while time.monotonic() < deadline:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/api/sessions",
+                                     headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            sessions = json.loads(r.read())
+        if any(s.get("path") == path and (s.get("kernel") or {}).get("execution_state") == "idle"
+               and (s.get("kernel") or {}).get("connections", 0) >= 1 for s in sessions):
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out after {timeout} s waiting for {path}'s kernel to be idle: {sessions}")
 
 
 def _deck(cells):
@@ -354,7 +410,7 @@ DECK = _deck([
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.timeout(900)
-def test_rise_slides_at_1280x720(tmp_path):
+def test_rise_slides_at_1280x720(tmp_path, chromium):
     """jupyterlab-rise (lab extra) serves a notebook as a reveal.js deck at /rise/<path>, in the
     learner's lab (etc/lab config, rise.css beside the notebooks as make lab copies it):
 
@@ -365,10 +421,6 @@ def test_rise_slides_at_1280x720(tmp_path):
       within the slide, scaled to it, with the slides' wording (jupyterlab-rise 0.43 cannot load the
       ipywidgets 8 manager, jupyterlab-contrib/rise#119: if a later release can, the live controls
       must then be on the slide instead); no "Click to add a cell." box anywhere on a slide."""
-    chromium = "/usr/bin/chromium"
-    if not os.path.exists(chromium):
-        pytest.skip(f"{chromium} is missing; install Debian's chromium package")
-    from playwright.sync_api import sync_playwright
     from collnb.views.static import SLIDES_LINE
 
     src = ROOT / "notebooks" / "01_broadcast.ipynb"
@@ -405,49 +457,57 @@ def test_rise_slides_at_1280x720(tmp_path):
                 if proc.poll() is not None or time.monotonic() > deadline:
                     raise AssertionError("jupyter lab did not start:\n" + (tmp_path / "lab.log").read_text()[-3000:])
                 time.sleep(0.5)
-        with sync_playwright() as pw:
-            browser = pw.chromium.launch(executable_path=chromium, args=["--no-sandbox", "--disable-gpu"])
-            page = browser.new_page(viewport={"width": 1280, "height": 720})
-            page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
-            page.goto(f"http://127.0.0.1:{port}/rise/{src.name}?token={token}", timeout=180_000)
-            page.wait_for_selector(".reveal .slides > section", timeout=180_000)
-            page.wait_for_timeout(1000)
-            n_slides = page.eval_on_selector_all(".reveal .slides > section", "els => els.length")
-            deck = page.inner_text(".reveal .slides")
-            page.screenshot(path=str(shots / "rise-01_broadcast.png"))
+        page = chromium.new_page(viewport={"width": 1280, "height": 720})
+        page.route(re.compile(r"^https?://(?!127\.0\.0\.1)"), lambda route: route.abort())
+        page.goto(f"http://127.0.0.1:{port}/rise/{src.name}?token={token}", timeout=180_000)
+        # reveal.js marks its wrapper "ready" once the deck is laid out
+        page.wait_for_selector(".reveal.ready .slides > section", timeout=180_000)
+        n_slides = page.eval_on_selector_all(".reveal .slides > section", "els => els.length")
+        deck = page.inner_text(".reveal .slides")
+        page.screenshot(path=str(shots / "rise-01_broadcast.png"))
 
-            page.goto(f"http://127.0.0.1:{port}/rise/deck.ipynb?token={token}", timeout=180_000)
-            page.wait_for_selector(".reveal .slides > section", timeout=180_000)
-            page.wait_for_timeout(1500)
-            for what, name in (("explorer", "rise-explorer.png"), ("replay", "rise-replay.png")):
-                page.keyboard.press("ArrowRight")
-                page.wait_for_timeout(800)
-                slide = page.locator(".reveal .slides section.present:not(.stack)").last
-                slide.locator(".jp-CodeCell").first.click()
-                page.keyboard.press("Escape")
-                page.keyboard.press("Control+Enter")   # run the cell on the slide, stay on it
-                shown = slide.locator(".collnb-live, .collnb-static img")
-                shown.first.wait_for(state="attached", timeout=120_000)
-                page.wait_for_timeout(2500)
+        page.goto(f"http://127.0.0.1:{port}/rise/deck.ipynb?token={token}", timeout=180_000)
+        page.wait_for_selector(".reveal.ready .slides > section", timeout=180_000)
+        _wait_kernel_idle(port, token, "deck.ipynb")
+        for what, name, heading in (("explorer", "rise-explorer.png", "all_reduce, explored"),
+                                    ("replay", "rise-replay.png", "The ring, round by round")):
+            page.keyboard.press("ArrowRight")
+            page.locator(".reveal .slides section.present h2", has_text=heading).wait_for(timeout=60_000)
+            slide = page.locator(".reveal .slides section.present:not(.stack)").last
+            slide.locator(".jp-CodeCell").first.click()
+            page.keyboard.press("Escape")
+            page.keyboard.press("Control+Enter")   # run the cell on the slide, stay on it
+            shown = slide.locator(".collnb-live, .collnb-static img")
+            shown.first.wait_for(state="attached", timeout=120_000)
+
+            def laid_out(slide=slide):
                 live = slide.locator(".collnb-live").count()
                 img = slide.locator(".collnb-static img").first
-                box = (slide.locator(".collnb-live").first if live else img).bounding_box()
-                title = slide.locator("h2").first.bounding_box()
-                footers = page.eval_on_selector_all(
-                    ".jp-Notebook-footer", "els => els.filter(e => e.offsetParent !== null && "
-                    "e.getBoundingClientRect().height > 0).map(e => e.textContent.trim())")
-                line = "" if live else slide.locator(".collnb-static-line").first.inner_text()
-                page.screenshot(path=str(shots / name))
-                measured[what] = dict(live=bool(live), box=box, title=title, footers=footers, line=line)
-                print(what, measured[what])
-                assert box and box["width"] > 300, f"the {what} is not on its slide: {box}"
-                assert box["x"] >= 0 and box["x"] + box["width"] <= 1280 + 1, f"the {what} runs off the slide: {box}"
-                assert box["y"] + box["height"] <= 720 + 1, f"the {what} runs below the slide: {box}"
-                assert title and title["y"] + title["height"] <= box["y"] + 1, "the picture covers the slide title"
-                assert not footers, f"JupyterLab's footer is on the slides: {footers}"
-                if not live:
-                    assert line == SLIDES_LINE.format(what=what), line
-            browser.close()
+                if not live and not img.evaluate("e => e.complete && e.naturalWidth > 0"):
+                    return None
+                return json.dumps([live, (slide.locator(".collnb-live").first if live else img).bounding_box(),
+                                   slide.locator("h2").first.bounding_box()])
+
+            _settled(laid_out, f"the {what}'s picture on its slide")
+            live = slide.locator(".collnb-live").count()
+            img = slide.locator(".collnb-static img").first
+            box = (slide.locator(".collnb-live").first if live else img).bounding_box()
+            title = slide.locator("h2").first.bounding_box()
+            footers = page.eval_on_selector_all(
+                ".jp-Notebook-footer", "els => els.filter(e => e.offsetParent !== null && "
+                "e.getBoundingClientRect().height > 0).map(e => e.textContent.trim())")
+            line = "" if live else slide.locator(".collnb-static-line").first.inner_text()
+            page.screenshot(path=str(shots / name))
+            measured[what] = dict(live=bool(live), box=box, title=title, footers=footers, line=line)
+            print(what, measured[what])
+            assert box and box["width"] > 300, f"the {what} is not on its slide: {box}"
+            assert box["x"] >= 0 and box["x"] + box["width"] <= 1280 + 1, f"the {what} runs off the slide: {box}"
+            assert box["y"] + box["height"] <= 720 + 1, f"the {what} runs below the slide: {box}"
+            assert title and title["y"] + title["height"] <= box["y"] + 1, "the picture covers the slide title"
+            assert not footers, f"JupyterLab's footer is on the slides: {footers}"
+            if not live:
+                assert line == SLIDES_LINE.format(what=what), line
+        page.close()
         assert n_slides == want_slides, f"{n_slides} slides, the metadata marks {want_slides}"
         assert "01 · broadcast" in deck
         for first_line in skipped:
