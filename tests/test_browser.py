@@ -637,7 +637,12 @@ def _set_world_size(page, target):
 
 
 def _saved_outputs(path):
-    nb = json.loads(Path(path).read_text())
+    """Each cell's outputs as the file holds them; ``[[], []]`` while the server is still writing it
+    (jupyter_server writes a notebook in place: a read in the middle sees it empty or cut short)."""
+    try:
+        nb = json.loads(Path(path).read_text())
+    except json.JSONDecodeError:
+        return [[], []]
     return [[o for o in cell.get("outputs", [])] for cell in nb["cells"]]
 
 
