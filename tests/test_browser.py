@@ -426,6 +426,7 @@ def _open_and_run_all(page, lab, wait_ms, shown="img.collnb-heatmap"):
 
 
 def test_explorer_in_the_browser(lab):
+    from playwright.sync_api import expect
     # kept after the run (git-ignored) so that people can look at what the learner saw
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
@@ -471,16 +472,18 @@ def test_explorer_in_the_browser(lab):
         page.locator(".collnb-dtype select").select_option("int8")
         assert _sum_rows(8, _wrap_int8) in _wait_described(page, "world size 8 · int8")
         # every chunk differs from float64: the table highlights each with its exact sum
+        # (the description and the table are separate outputs of one draw: under load the table can come
+        # a moment after the description, so wait for it, up to 30 s, rather than count once)
         cells = page.locator("table.collnb-reference td.differs")
-        assert cells.count() == 64
+        expect(cells).to_have_count(64, timeout=30_000)
         exact = [sum(10 * r + c for r in range(8)) for c in range(8)] * 8
         assert [int(t.split()[0]) for t in cells.all_inner_texts()] == exact
         # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
         px = page.locator("table.collnb-reference td.differs span").first.evaluate(
             "el => parseFloat(getComputedStyle(el).fontSize)")
         assert px >= 10, f"reference table text is {px} px"
-        status = page.locator(".collnb-status").inner_text()
-        assert "dtype effect: int8 gives 24 where float64 gives 280" in status
+        expect(page.locator(".collnb-status")).to_contain_text("dtype effect: int8 gives 24 where float64 gives 280",
+                                                               timeout=30_000)
         # the image really is a PNG the browser decoded
         size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
         assert size[0] > 300 and size[1] > 200 and size[2]
