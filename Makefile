@@ -19,6 +19,10 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
+# make test and make test-fast run the tests on this many pytest-xdist workers (0: in this process, one at a time).
+# Each test file stays on one worker (--dist loadfile): its module fixtures are made once.
+TEST_WORKERS ?= 2
+PYTEST_RUN := $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile
 LAB_ARGS ?=
 # The learner's own copies of the notebooks (git ignores work/; `make lab WORK=dir` for another place).
 WORK ?= work
@@ -110,13 +114,13 @@ lab-zh:
 	$(MAKE) lab EDITION=zh
 
 test: $(VENV)/.test-installed
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(PYTEST_RUN) $(PYTEST_ARGS)
 
 # The edit-and-run loop: every test not marked slow (unit tests, a sample of real-rank runs at small
 # world sizes, the command line in-process). The real-rank matrices of every world size, dtype and op,
 # the kernel, notebook and browser tests are marked slow and run in `make test`.
 test-fast: $(VENV)/.test-installed
-	$(BIN)/python -m pytest -m "not slow" $(PYTEST_ARGS)
+	$(PYTEST_RUN) -m "not slow" $(PYTEST_ARGS)
 
 # The torch-compatibility run on another release: `make compat TORCH=2.15.0` builds .venv-torch-2.15.0
 # (that torch, every other package as constraints.txt pins it) and runs the fast tests and every English

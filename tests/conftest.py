@@ -1,6 +1,9 @@
 import glob
 import os
+import subprocess
 import tempfile
+import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -14,6 +17,54 @@ def run_summary(request) -> list:
     """Lines printed at the end of the run, after the test summary, also under ``-q``: where a costly
     input came from (tests/test_notebooks.py: each notebook's execution, the book's or its own, and why)."""
     return request.config.stash.setdefault(_SUMMARY, [])
+
+
+#: The built book (``make docs``; .ci/run builds it before ``make test``).
+BOOK = Path(__file__).resolve().parents[1] / "docs" / "_build" / "html"
+
+
+@pytest.fixture(scope="session")
+def book(request, run_summary) -> Path:
+    """The built book (``make docs``, which CI runs before ``make test``), ``docs/_build/html``.
+
+    Without one, when this run selected test_docs.py's book test, it is built here, saying so first:
+    ``make docs`` executes every notebook of both editions once (about 14 min on 2 idle cores), into the
+    execution cache tests/test_notebooks.py and tests/test_zh_edition.py then read, so the notebooks
+    still run once in the whole run. On pytest-xdist's workers one builds it under a file lock and the
+    others wait for it. Without test_docs.py's book test selected nothing is built (the notebook tests
+    execute the notebooks themselves; the Chinese book's tests skip, naming ``make docs``)."""
+    import filelock
+
+    wanted = any(item.path.name == "test_docs.py" and item.name.startswith("test_book_pages")
+                 for item in request.session.items)
+    if wanted and not (BOOK / "docs" / "index.html").is_file():
+        BOOK.parent.mkdir(parents=True, exist_ok=True)
+        with filelock.FileLock(str(BOOK.parent / ".book-build.lock")):
+            if not (BOOK / "docs" / "index.html").is_file():  # another worker may have built it meanwhile
+                note = ("tests/conftest.py: no built book (docs/_build/html), so it is built now with make docs: "
+                        "every notebook executed once, en + zh; the notebook tests then read those executions")
+                reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+                if reporter is not None:
+                    reporter.write_line("\n" + note)
+                t0 = time.monotonic()
+                subprocess.run(["make", "docs"], cwd=BOOK.parents[2], check=True)
+                run_summary.append(f"{note} (built in {time.monotonic() - t0:.0f} s)")
+    return BOOK
+
+
+def pytest_sessionfinish(session):
+    """On a pytest-xdist worker: hand the lines for the end of the run to the controller, which prints them."""
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput["collnb_summary"] = list(session.config.stash.get(_SUMMARY, []))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """pytest-xdist's controller (``make test``: ``-n 2 --dist loadfile``, each test file on one worker, so a
+    module's fixtures are made once): a worker finished; keep its lines for :func:`pytest_terminal_summary`."""
+    lines = getattr(node, "workeroutput", {}).get("collnb_summary", [])
+    node.config.stash.setdefault(_SUMMARY, []).extend(lines)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):

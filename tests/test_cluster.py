@@ -18,6 +18,7 @@ import pytest
 import collnb
 from collnb.labs import cluster as cl
 from collnb.labs.cluster import network, virtual
+from collnb.labs.cluster.exercise import FRAMES
 
 OK, WHY = cl.available()
 needs_namespaces = pytest.mark.skipif(not OK, reason=WHY or "network namespaces are available")
@@ -568,7 +569,13 @@ def test_the_estimate_prices_each_collective_as_gloo_sends_it_on_the_links():
     """node_traffic's estimate from the recorded calls (collnb.labs.cluster.traffic) against the
     nodes' eth0 counters, collective by collective, 1 MiB on 2 nodes x 2 ranks: equal within the
     frames' headers and the count's barriers. (gloo runs reduce_scatter as an all_reduce and
-    all_gather as a ring: a direct exchange's estimate was off by 2x and 0.75x.)"""
+    all_gather as a ring: a direct exchange's estimate was off by 2x and 0.75x.)
+
+    The counters count frames, so the bound is what the frames can cost at worst, not a share measured on
+    an idle machine: every segment a full 1448-byte payload in a 1514-byte frame (FRAMES; an idle machine
+    sends 64 KiB segments, a loaded one smaller), one 66-byte ACK frame for each segment the node received
+    (the other node's bytes: two nodes), and 32 KiB for the count's barriers. A loaded run sent 3.6 % over
+    the estimate where the old bound allowed 2 % + 32 KiB. The 2x and 0.75x errors stay far outside."""
     mib = 1 << 20
     want = {"all_reduce": [1.5, 1.5], "reduce_scatter": [1.5, 1.5], "reduce_scatter pairs": [2.0, 2.0],
             "all_gather": [0.75, 0.75], "all_to_all": [1.0, 1.0], "broadcast": [2.0, 0.0], "reduce": [0.75, 1.25],
@@ -577,7 +584,9 @@ def test_the_estimate_prices_each_collective_as_gloo_sends_it_on_the_links():
         for kind, per_node in want.items():
             t = cl.node_traffic(c, _one_collective, [(kind,)] * 4)
             assert t.estimated == [b * mib for b in per_node], kind
-            assert all(e <= s <= 1.02 * e + (32 << 10) for s, e in zip(t.sent, t.estimated)), (kind, t.sent)
+            received = t.estimated[::-1]  # two nodes: what one sends the other receives
+            most = [e * FRAMES + r / 1448 * 66 + (32 << 10) for e, r in zip(t.estimated, received)]
+            assert all(e <= s <= m for s, e, m in zip(t.sent, t.estimated, most)), (kind, t.sent, most)
 
 
 def _replaces_all_reduce(rank, world_size):

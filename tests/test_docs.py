@@ -3,8 +3,9 @@ link made from it, the torch range and its pin, the Binder (repo2docker) configu
 built book opened in headless Chromium.
 
 The book test needs ``make docs`` to have built ``docs/_build/html`` (``.ci/run`` does that before
-``make test``); without a built book it builds one itself, saying so (``make docs``: every notebook of
-both editions executed once, about 14 min on 2 idle cores; the notebook tests then reuse those executions).
+``make test``); without a built book it builds one itself, saying so (tests/conftest.py's ``book``:
+``make docs``, every notebook of both editions executed once, about 14 min on 2 idle cores; the notebook
+tests then reuse those executions).
 """
 from __future__ import annotations
 
@@ -322,26 +323,6 @@ def test_binder_configuration_follows_repo2docker_rules():
 
 # ------------------------------------------------------------------------------------------------
 # The built book, in headless Chromium
-
-
-@pytest.fixture(scope="module")
-def book(request, run_summary):
-    """The built book (``make docs``, which CI runs before ``make test``). Without one it is built here,
-    saying so first: ``make docs`` executes every notebook of both editions once (about 14 min on 2 idle
-    cores), into the execution cache tests/test_notebooks.py and tests/test_zh_edition.py then read, so
-    the notebooks still run once in the whole suite (this module runs before theirs)."""
-    import time
-
-    if not (BOOK / "docs" / "index.html").is_file():
-        note = ("tests/test_docs.py: no built book (docs/_build/html), so it is built now with make docs: every "
-                "notebook executed once, en + zh; the notebook tests then read those executions")
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-        if reporter is not None:
-            reporter.write_line("\n" + note)
-        t0 = time.monotonic()
-        subprocess.run(["make", "docs"], cwd=ROOT, check=True)
-        run_summary.append(f"{note} (built in {time.monotonic() - t0:.0f} s)")
-    return BOOK
 
 
 def executed_notebook(path: Path) -> dict:

@@ -690,10 +690,11 @@ def _selected_notebooks(session) -> list:
 
 
 @pytest.fixture(scope="module")
-def executed(request, run_summary):
+def executed(request, run_summary, book):
     """{stem: (executed notebook, exception or None)} of the selected notebooks: the book's execution where
     it stands for one here (:func:`_from_book_cache`), else executed here, two at a time. Where each came
-    from is printed at the end of the run, also under ``-q``."""
+    from is printed at the end of the run, also under ``-q``. (``book``: where this run builds the book, its
+    executions are waited for, on whichever worker builds it.)"""
     t0 = time.perf_counter()
     selected = _selected_notebooks(request.session)
     cached, why = _from_book_cache(selected)

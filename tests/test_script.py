@@ -1,13 +1,23 @@
 """Standalone torchrun scripts (python -m collnb script, collnb.to_script), run for real under
 ``torchrun --nproc-per-node 2`` and as two "nodes" (two torchrun processes, c10d rendezvous on
-127.0.0.1 and a free port), every rank's printed values checked against collnb's reference."""
+127.0.0.1 and a free port), every rank's printed values checked against collnb's reference.
+
+One torchrun start (two for the two nodes) runs every script, each as written and as ``__main__``,
+one after another in the same ranks (tests/torchrun_scripts.py): a start costs seconds, a script in
+started ranks milliseconds. Each script's test reads that script's own output and exit status per
+rank, so one that fails fails its own test with its own output. torchrun's temporary files go to the
+tests' TMPDIR, never the machine's /tmp."""
 
 import ast
+import glob
+import json
 import os
 import re
 import socket
 import subprocess
 import sys
+import tempfile
+import uuid
 
 import numpy as np
 import pytest
@@ -63,34 +73,136 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _torchrun_env(tmpdir):
+    """The environment of a torchrun start whose temporary files (the agent's log directory,
+    torchelastic_*, which it never removes) go to ``tmpdir`` (TMPDIR: tempfile's), not the machine's /tmp."""
+    os.makedirs(tmpdir, exist_ok=True)
+    return dict(_env(), TMPDIR=str(tmpdir))
+
+
+def assert_torchrun_kept_to(tmpdir, unique_run_ids=True):
+    """torchrun's agent wrote its log directory (``torchelastic_*/RUN_ID_*``: tempfile.mkdtemp, torch's
+    elastic/multiprocessing/api.py) under ``tmpdir``, the TMPDIR it was given, so none in the machine's
+    temporary directory; where the run ids are unique (torchrun's own uuid, the tests' rdzv ids), none
+    of those runs is there either. (By run id: other tests may write there meanwhile. A SLURM job's id,
+    torchrun's run id in examples/slurm, repeats from one test cluster to the next.)"""
+    runs = {os.path.basename(p).rsplit("_", 1)[0] for p in glob.glob(os.path.join(tmpdir, "torchelastic_*", "*"))}
+    assert runs, f"torchrun wrote no torchelastic_* log directory under TMPDIR={tmpdir}: " + str(os.listdir(tmpdir))
+    if unique_run_ids:
+        left = [p for run in runs for p in glob.glob(os.path.join(tempfile.gettempdir(), "torchelastic_*", f"{run}_*"))]
+        assert not left, left
+
+
 def _torchrun_local(path, tmp_path, nproc=2):
-    proc = subprocess.run(TORCHRUN + ["--nproc-per-node", str(nproc), str(path)], cwd=tmp_path, env=_env(),
-                          capture_output=True, text=True, timeout=240)
+    tmpdir = os.path.join(tmp_path, "torchrun-tmp")
+    proc = subprocess.run(TORCHRUN + ["--nproc-per-node", str(nproc), str(path)], cwd=tmp_path,
+                          env=_torchrun_env(tmpdir), capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert_torchrun_kept_to(tmpdir)
     return proc.stdout
 
 
-def _torchrun_two_nodes(path, tmp_path, nproc=1):
-    port = _free_port()
-    procs = []
-    for node in range(2):
-        cmd = TORCHRUN + ["--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", str(nproc),
-                          "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-                          "--rdzv-id", f"collnb-test-{port}", str(path)]
-        procs.append(subprocess.Popen(cmd, cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
-                                      stderr=subprocess.PIPE, text=True))
-    outs = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=300)
-            assert p.returncode == 0, out + err
-            outs.append(out)
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
-    return outs
+class ScriptRuns:
+    """Several scripts run by one torchrun start (tests/torchrun_scripts.py: each as ``__main__``, as
+    written, one after another in the same ranks); ``stdout(name)`` is what torchrun would have printed
+    for that script alone, once every rank of it exited 0, else the test fails with that script's output."""
+
+    def __init__(self, root, written, nodes):
+        self.root, self.written, self.nodes = root, written, nodes
+        self.procs = []
+
+    def start(self, scripts, options):
+        """One torchrun per node (``options(node)``: its command-line options), all at once; wait for them."""
+        self.tmpdir = os.path.join(self.root, "tmp")
+        env = _torchrun_env(self.tmpdir)
+        for node in range(self.nodes):
+            out = os.path.join(self.root, "out", f"node{node}")
+            cmd = TORCHRUN + options(node) + [DRIVER, out] + scripts
+            self.procs.append(subprocess.Popen(cmd, cwd=self.root, env=env, stdout=subprocess.PIPE,
+                                               stderr=subprocess.PIPE, text=True))
+        self.ended = []
+        try:
+            for p in self.procs:
+                try:
+                    out, err = p.communicate(timeout=480)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    out, err = p.communicate()
+                    err += "\n(stopped by the test after 480 s)"
+                self.ended.append((p.returncode, out, err))
+        finally:
+            for p in self.procs:
+                if p.poll() is None:
+                    p.kill()
+                    p.wait()
+
+    def torchrun_said(self):
+        return "\n".join(f"torchrun of node {n} exited {rc}:\n{out}\n{err}" for n, (rc, out, err) in enumerate(self.ended))
+
+    def stdout(self, name):
+        """Per node, every rank's stdout of script ``name`` (rank order, as torchrun's would hold it)."""
+        assert self.written.get(name, 0) == 0, f"writing {name}.py failed: {self.written[name]}"
+        per_node = []
+        for node in range(self.nodes):
+            files = sorted(glob.glob(os.path.join(self.root, "out", f"node{node}", name, "rank*.json")))
+            assert files, f"{name}.py did not run on node {node}; " + self.torchrun_said()
+            outs = []
+            for f in files:
+                base = f[:-len(".json")]
+                status = json.loads(open(f).read())
+                text = open(base + ".stdout").read()
+                said = f"{name}.py, {os.path.basename(base)}: {status}\n{text}{open(base + '.stderr').read()}"
+                assert status == {"exit": 0, "left_process_group_initialised": False}, said
+                outs.append(text)
+            per_node.append("".join(outs))
+        return per_node
+
+
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torchrun_scripts.py")
+TWO_NODE_CASES = [("all_reduce", None), ("scatter", 1), ("all_to_all_single", None), ("gather_object", 1)]
+
+
+@pytest.fixture(scope="module")
+def local_runs(tmp_path_factory):
+    """Every primitive's script as ``python -m collnb script`` writes it, all_reduce with op max and
+    ``to_script(my_collective)``, under one ``torchrun --nproc-per-node 2``."""
+    from collnb.__main__ import main
+    root = str(tmp_path_factory.mktemp("torchrun_local"))
+    written, scripts = {}, []
+    for primitive in SCRIPT_PRIMITIVES:
+        path = os.path.join(root, f"{primitive}.py")
+        try:  # a failure here fails that primitive's test alone
+            written[primitive] = main(["script", primitive, "-o", path])
+        except Exception as exc:  # noqa: BLE001
+            written[primitive] = repr(exc)
+        if written[primitive] == 0:
+            scripts.append(path)
+    with open(os.path.join(root, "all_reduce_max.py"), "w") as fh:
+        fh.write(script_text("all_reduce", op="max"))
+    scripts += [os.path.join(root, "all_reduce_max.py"), to_script(my_collective, os.path.join(root, "mine.py"))]
+    runs = ScriptRuns(root, written, nodes=1)
+    runs.start(scripts, options=lambda node: ["--nproc-per-node", "2"])
+    return runs
+
+
+@pytest.fixture(scope="module")
+def two_node_runs(tmp_path_factory):
+    """TWO_NODE_CASES' scripts and ``to_script(my_collective)`` under two torchrun agents (two "nodes",
+    one rank each) that meet through the c10d rendezvous."""
+    root = str(tmp_path_factory.mktemp("torchrun_two_nodes"))
+    scripts = []
+    for primitive, root_rank in TWO_NODE_CASES:
+        path = os.path.join(root, f"{primitive}.py")
+        with open(path, "w") as fh:
+            fh.write(script_text(primitive, root=root_rank))
+        scripts.append(path)
+    scripts.append(to_script(my_collective, os.path.join(root, "mine.py")))
+    port, run_id = _free_port(), f"collnb-test-{uuid.uuid4().hex[:12]}"
+    runs = ScriptRuns(root, {}, nodes=2)
+    runs.start(scripts, options=lambda node: [
+        "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+        "--rdzv-endpoint", f"127.0.0.1:{port}", "--rdzv-id", run_id])
+    return runs
 
 
 # ----------------------------------------------------------------------------------------------
@@ -148,39 +260,47 @@ def test_cli_writes_the_script_and_refuses_bad_paths(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.cluster
+@pytest.mark.timeout(600)
 @pytest.mark.parametrize("primitive", SCRIPT_PRIMITIVES)
-def test_every_primitive_script_under_torchrun_nproc_per_node_2(primitive, tmp_path):
-    path = tmp_path / f"{primitive}.py"
-    from collnb.__main__ import main
-    assert main(["script", primitive, "-o", str(path)]) == 0
-    out = _torchrun_local(path, tmp_path)
+def test_every_primitive_script_under_torchrun_nproc_per_node_2(primitive, local_runs):
+    (out,) = local_runs.stdout(primitive)
     _check(_printed(out), primitive, 2)
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_all_reduce_script_under_torchrun(tmp_path):
-    path = tmp_path / "all_reduce.py"
-    path.write_text(script_text("all_reduce", op="max"))
-    printed = _printed(_torchrun_local(path, tmp_path))
+@pytest.mark.timeout(600)
+def test_all_reduce_script_under_torchrun(local_runs):
+    (out,) = local_runs.stdout("all_reduce_max")
+    printed = _printed(out)
     assert printed[(0, "before")] == [0.0, 1.0] and printed[(1, "before")] == [10.0, 11.0]
     _check(printed, "all_reduce", 2, op="max")
 
 
 @pytest.mark.slow
 @pytest.mark.cluster
-@pytest.mark.parametrize("primitive, root", [("all_reduce", None), ("scatter", 1), ("all_to_all_single", None),
-                                             ("gather_object", 1)])
-def test_script_on_two_nodes(primitive, root, tmp_path):
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("primitive, root", TWO_NODE_CASES)
+def test_script_on_two_nodes(primitive, root, two_node_runs):
     """Two torchrun agents (two "nodes", one rank each) meet through the c10d rendezvous. (root: None for a
     primitive without one, which script_text refuses to be given.)"""
-    path = tmp_path / f"{primitive}.py"
-    path.write_text(script_text(primitive, root=root))
-    outs = _torchrun_two_nodes(path, tmp_path)
+    outs = two_node_runs.stdout(primitive)
     node0, node1 = _printed(outs[0]), _printed(outs[1])
     assert {r for r, _ in node0} | {r for r, _ in node1} == {0, 1}
     assert {r for r, _ in node0}.isdisjoint({r for r, _ in node1})  # each node printed its own rank
     _check({**node0, **node1}, primitive, 2, root=root or 0)
+
+
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("runs", ["local_runs", "two_node_runs"])
+def test_one_torchrun_ran_every_script_and_left_nothing_in_tmp(runs, request):
+    """The torchrun starts that ran the scripts above exited 0 (every script ran to its end on every
+    rank), and their agents' log directories went to the test's TMPDIR, none to the machine's /tmp."""
+    runs = request.getfixturevalue(runs)
+    assert [rc for rc, _, _ in runs.ended] == [0] * runs.nodes, runs.torchrun_said()
+    assert_torchrun_kept_to(runs.tmpdir)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -283,12 +403,13 @@ def test_literal_text_refuses_what_is_not_a_plain_literal(value):
 
 @pytest.mark.slow
 @pytest.mark.cluster
-def test_to_script_runs_under_torchrun_and_on_two_nodes(tmp_path):
-    path = to_script(my_collective, tmp_path / "mine.py")
+@pytest.mark.timeout(600)
+def test_to_script_runs_under_torchrun_and_on_two_nodes(local_runs, two_node_runs):
     want = [[3.0 * (1 + 2), "a"], [3.0 * (1 + 2), "b"]]
-    printed = _printed(_torchrun_local(path, tmp_path))
+    (out,) = local_runs.stdout("mine")
+    printed = _printed(out)
     assert [printed[(r, "returned")] for r in range(2)] == want
-    outs = _torchrun_two_nodes(path, tmp_path)
+    outs = two_node_runs.stdout("mine")
     both = {**_printed(outs[0]), **_printed(outs[1])}
     assert [both[(r, "returned")] for r in range(2)] == want
 

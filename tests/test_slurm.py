@@ -16,6 +16,7 @@ import collnb
 ipp = pytest.importorskip("ipyparallel", reason="ipyparallel is not installed (pip install 'collnb[cluster]')")
 sys.path.insert(0, os.path.dirname(__file__))
 from slurm_local import LocalSlurm, SlurmUnavailable  # noqa: E402
+from test_script import assert_torchrun_kept_to  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.cluster, pytest.mark.timeout(600)]
 EXAMPLES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "examples", "slurm")
@@ -79,16 +80,36 @@ def test_all_reduce_on_engines_started_by_ipyparallels_slurm_launcher(slurm, tmp
     assert not any("RUNNING" in j for j in slurm.jobs()), slurm.jobs()
 
 
+def _wait_for_job(slurm, job, timeout=300):
+    """JOB's state and exit code ('COMPLETED', '0:0') once it ended. Polled with scontrol four times a
+    second: ``sbatch --wait`` sleeps 2 s, then 8, then 32 between its looks (slurm's sbatch.c), so a job
+    of 11 s was seen ended at 42 s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        out = subprocess.run(["scontrol", "show", "job", "-o", job], env=slurm.env, capture_output=True, text=True)
+        fields = dict(f.split("=", 1) for f in out.stdout.split() if "=" in f)
+        if fields.get("JobState") not in (None, "PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return fields["JobState"], fields.get("ExitCode")
+        assert time.monotonic() < deadline, f"job {job} still {fields.get('JobState')} after {timeout} s: {out}"
+        time.sleep(0.25)
+
+
 def test_example_sbatch_runs_a_torchrun_script(slurm, tmp_path):
-    """examples/slurm/torchrun.sbatch as a learner submits it (one node here: --nnodes 1)."""
+    """examples/slurm/torchrun.sbatch as a learner submits it (one node here: --nnodes 1). torchrun's
+    temporary files (its agent's torchelastic_* log directory) go to the job's TMPDIR under tmp_path."""
     script = tmp_path / "all_reduce.py"
     from collnb.__main__ import main
     assert main(["script", "all_reduce", "-o", str(script)]) == 0
     out = tmp_path / "job.out"
-    env = dict(slurm.env, SCRIPT=str(script), PYTHON=sys.executable, OMP_NUM_THREADS="1")
-    sub = subprocess.run(["sbatch", "--nodes=1", "--wait", f"--output={out}", "--chdir", str(tmp_path),
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    env = dict(slurm.env, SCRIPT=str(script), PYTHON=sys.executable, OMP_NUM_THREADS="1", TMPDIR=str(tmpdir))
+    sub = subprocess.run(["sbatch", "--parsable", "--nodes=1", f"--output={out}", "--chdir", str(tmp_path),
                           os.path.join(EXAMPLES, "torchrun.sbatch")],
-                         env=env, capture_output=True, text=True, timeout=300)
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert sub.returncode == 0, sub.stdout + sub.stderr
+    state = _wait_for_job(slurm, sub.stdout.strip().split(";")[0])
     text = out.read_text() if out.exists() else ""
-    assert sub.returncode == 0, sub.stdout + sub.stderr + text
+    assert state == ("COMPLETED", "0:0"), (state, text)
     assert "rank 0 after: [10.0, 12.0]" in text and "rank 1 after: [10.0, 12.0]" in text, text
+    assert_torchrun_kept_to(str(tmpdir), unique_run_ids=False)  # its run id: the job id

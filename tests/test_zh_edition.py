@@ -445,6 +445,11 @@ def _switch_target(page: Path) -> Path | None:
     return (page.parent / unquote(href.group(1))).resolve() if href else None
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _book_when_this_run_builds_it(book):
+    """Where this run builds the book (tests/conftest.py's ``book``), these tests read it once it is built."""
+
+
 def _built_twins() -> list[Path]:
     if not (BOOK_ZH / "docs" / "zh-CN" / "index.html").is_file():
         pytest.skip("no Chinese book built: run make docs (or COLLNB_BOOK_NOTEBOOKS=00_launching_ranks make docs)")

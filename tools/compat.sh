@@ -59,7 +59,8 @@ export COLLNB_TORCH_COMPAT="$version"  # tests/test_docs.py then checks this rel
 status=0
 if [ "$what" != "--notebooks-only" ]; then
   t=$(date +%s)
-  "$venv/bin/python" -m pytest -m "not slow" -q -p no:cacheprovider || status=1
+  # on make test's workers (TEST_WORKERS, 2 as the Makefile sets it; each test file on one worker)
+  "$venv/bin/python" -m pytest -n "${TEST_WORKERS:-2}" --dist loadfile -m "not slow" -q -p no:cacheprovider || status=1
   echo "torch $version: fast tests in $(( $(date +%s) - t )) s"
 fi
 if [ "$what" != "--tests-only" ]; then
