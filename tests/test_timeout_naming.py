@@ -9,7 +9,6 @@ fails when torch's wording changes; the fast tests feed the stored texts and wai
 """
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import gc
 import datetime
@@ -256,20 +255,10 @@ def test_the_stored_forms_and_waits_name_the_timeout_that_ran_out(debug):
 
 
 @pytest.mark.slow
-def test_real_ranks_give_the_stored_forms_and_name_the_timeout_that_ran_out(tmp_path):
-    """Both captures (debug=False and debug=True) at once, on two sets of 3 ranks (two concurrent launches,
-    each on ranks of its own): their ranks spend the capture waiting for timeouts to run out, so the two
-    waits overlap instead of following each other. A rank's wait is measured on that rank, and a loaded
-    machine only lengthens it, as one capture at a time does."""
+@pytest.mark.parametrize("debug", [False, True], ids=["debug=False", "debug=True"])
+def test_real_ranks_give_the_stored_forms_and_name_the_timeout_that_ran_out(tmp_path, debug):
     known = {p for _, _, _, e in _entries(_stored()) for p in _pieces(e["message"])}
-    with concurrent.futures.ThreadPoolExecutor(2) as both:
-        captures = {debug: both.submit(capture, tmp_path, debug) for debug in (False, True)}
-        captured = {debug: future.result() for debug, future in captures.items()}
-    for debug in (False, True):
-        _check_captured(known, debug, captured[debug])
-
-
-def _check_captured(known, debug, captured):
+    captured = capture(tmp_path, debug)
     for case, ranks in captured.items():
         assert set(ranks) == ({"0"} if case in P2P else {"0", "1"}), case
         for rank, entries in ranks.items():
