@@ -1,6 +1,7 @@
 """The hang lab (issue 23, notebook 18): faults injected on real ranks, torch's Flight Recorder dumped from
 every rank (``launch(..., flight_recorder=N)`` starts ranks with ``TORCH_FR_BUFFER_SIZE``), collnb's blame read
 from the entries, torch's ``fr_trace`` on the re-keyed gloo dumps, and the culprit exercise."""
+import concurrent.futures
 import os
 import re
 from pathlib import Path
@@ -338,7 +339,11 @@ def _fails(capsys, answer, what: str, hint: str) -> str:
         exercises.check_hang_fix(answer)
     out = capsys.readouterr().out
     assert not re.search(r"^✓ ", out, re.M), out
-    msg = str(info.value)
+    return _failed_with(info.value, what, hint)
+
+
+def _failed_with(failure: exercises.CheckFailed, what: str, hint: str) -> str:
+    msg = str(failure)
     assert msg.startswith("✗ ") and what in msg, msg
     assert hint in msg.split("\nHint: ", 1)[1], msg
     return msg
@@ -355,11 +360,25 @@ def test_hang_fix_passes_a_paired_ring_and_one_all_reduce_on_every_rank(capsys):
 @pytest.mark.slow
 def test_hang_fix_says_where_the_ranks_waited_for_each_hang(capsys):
     """The typical wrong answers of notebook 18's second exercise: each hangs (the ranks do not meet within the
-    check's 5 s) and the hint names the kind, read from where each rank was."""
-    _fails(capsys, _ring_step("send-first"), "did not meet", "Every rank was waiting in a send")
-    _fails(capsys, _ring_step("recv-first"), "did not meet", "Every rank was waiting in a receive")
-    _fails(capsys, _ring_step("batched", all_reduce_on="rank0", divide="rank0"), "did not meet",
-           "a collective inside an if on the rank")
+    check's 5 s) and the hint names the kind, read from where each rank was. The three answers are checked
+    at once (three concurrent checks, each on ranks of its own): their ranks spend the check waiting for the
+    5 s to run out, and a loaded machine only lengthens a wait."""
+    answers = [(_ring_step("send-first"), "did not meet", "Every rank was waiting in a send"),
+               (_ring_step("recv-first"), "did not meet", "Every rank was waiting in a receive"),
+               (_ring_step("batched", all_reduce_on="rank0", divide="rank0"), "did not meet",
+                "a collective inside an if on the rank")]
+
+    def check(answer):
+        with pytest.raises(exercises.CheckFailed) as info:
+            exercises.check_hang_fix(answer)
+        return info.value
+
+    with concurrent.futures.ThreadPoolExecutor(len(answers)) as checks:
+        failures = list(checks.map(check, [answer for answer, _, _ in answers]))
+    out = capsys.readouterr().out  # what the three checks printed
+    assert not re.search(r"^✓ ", out, re.M), out
+    for failure, (_, what, hint) in zip(failures, answers):
+        _failed_with(failure, what, hint)
 
 
 def test_hang_fix_with_a_wrong_value_gets_a_hint_for_it(capsys):

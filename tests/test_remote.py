@@ -2,7 +2,9 @@
 
 The engines are processes on this machine started by ipyparallel's local launcher; every call
 goes through ipyparallel (signed messages, output capture, send_signal). The cluster is started
-once for the module; the killed-engine test runs last, on a cluster of its own.
+once for the module and every test leaves it as it found it, except the killed-engine test, which
+comes last in this file and spends it (the killed engine does not come back); the put-back test
+changes an engine for good, so it runs on a cluster of its own, which connect() starts.
 """
 
 import dataclasses
@@ -269,19 +271,16 @@ def _fails_on_rank_2(rank, world_size):
 
 
 def test_a_failing_engine_is_one_rank_error_and_the_next_call_works(connected):
-    t0 = time.monotonic()
     with pytest.raises(collnb.RankError) as info:
         collnb.launch(_fails_on_rank_2, 4, collective_timeout=3)
-    took = time.monotonic() - t0
-    print(f"failing engine reported after {took:.1f} s (collective_timeout 3 s)")
     err = info.value
     assert err.rank == 2 and err.exc_type == "ValueError"
     assert str(err).startswith("rank 2: ValueError: rank 2 refuses")
     assert "_fails_on_rank_2" in err.rank_traceback and 'raise ValueError(f"rank {rank} refuses")' in err.rank_traceback
     assert err.outcomes[2].startswith("ValueError")
+    # the others were stopped (by collnb, or their wait ended by rank 2's failure), none waited for a timeout
     assert all("stopped by collnb" in err.outcomes[r] or "follows the root cause" in err.outcomes[r]
                for r in (0, 1, 3)), err.outcomes
-    assert took < 3 + 30, took  # within the collective timeout (plus generous slack for a loaded machine)
     # the process group is rebuilt: the next call works on the same engines
     assert collnb.launch(_sum_ranks, 4) == [torch.tensor([6.0])] * 4
 
@@ -294,7 +293,7 @@ def _sum_ranks(rank, world_size):
 
 def _sleepy(rank, world_size):
     print("sleeping", flush=True)
-    time.sleep(120)
+    time.sleep(3600)  # longer than the module's pytest timeout: only a stop ends it within the test
     return rank
 
 
@@ -302,17 +301,14 @@ def test_interrupt_stops_the_call_on_every_engine(connected):
     client, info = connected
     timer = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
     timer.start()
-    t0 = time.monotonic()
     try:
-        with pytest.raises(KeyboardInterrupt):
-            collnb.launch(_sleepy, 4, timeout=300)
+        with pytest.raises(KeyboardInterrupt):  # the launch's own timeout (3600 s) is not what ended it
+            collnb.launch(_sleepy, 4, timeout=3600)
     finally:
         timer.cancel()
-    assert time.monotonic() - t0 < 60
-    # every engine is free again at once (no 120 s sleep still running there)
-    t1 = time.monotonic()
+    # every engine is free again (an engine still in the hour's sleep would answer only after it; the
+    # module's pytest timeout is the hang guard)
     assert client[:].apply_sync(os.getpid) == [d["pid"] for d in info]
-    assert time.monotonic() - t1 < 60  # well below the 120 s sleep the engines would still be in
     assert [float(x) for x in collnb.launch(_sum_ranks, 4)] == [6.0] * 4
 
 
@@ -339,7 +335,7 @@ def test_disconnect_leaves_engines_usable_and_reconnect_works(cluster):
                          if c.status == psutil.CONN_LISTEN}
     assert port in listening()  # the store listens between calls, as long as collnb is connected (README)
     collnb.disconnect()
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 60  # a hang guard: the loop ends as soon as the port is closed
     while port in listening() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert port not in listening()  # ... and no longer once disconnected
@@ -392,8 +388,9 @@ def test_engines_are_put_back_after_each_call_and_a_changed_one_refuses_calls(ca
     own = ipp.Cluster(n=2, log_level=40)
     client = None
     try:
-        collnb.connect(own)
+        engines = collnb.connect(own)  # a Cluster not started yet: connect starts it (controller + 2 engines, waited for)
         client = remote._connection.client
+        assert len(engines) == 2 and sorted(client.ids) == [d["engine"] for d in engines]
         fresh = collnb.launch(_clean_state_probe, 2)
         assert fresh == [(torch.float32, True, None)] * 2
         collnb.launch(_changes_state, 2)
@@ -424,28 +421,17 @@ def _killed_mid_call(rank, world_size):
 
 
 @pytest.mark.slow
-def test_a_killed_engine_is_named():
-    """Runs on a cluster of its own (the killed engine does not come back), which connect()
-    starts itself (a Cluster not started yet: controller + 3 engines, waited for)."""
-    own = ipp.Cluster(n=3, log_level=40)
-    client = None
-    try:
-        info = collnb.connect(own)
-        client = remote._connection.client
-        assert len(info) == 3 and sorted(client.ids) == [d["engine"] for d in info]
-        t0 = time.monotonic()
-        with pytest.raises(collnb.RankError) as exc:
-            collnb.launch(_killed_mid_call, 3, collective_timeout=5, timeout=120)
-        took = time.monotonic() - t0
-        print(f"killed engine named after {took:.1f} s (collective_timeout 5 s):\n{exc.value}")
-        err = exc.value
-        assert err.rank == 2 and err.exc_type == "Killed", str(err)
-        assert f"pid {info[2]['pid']}" in str(err)
-        assert took < 60, took
-        with pytest.raises(collnb.LaunchError, match="no longer part of the cluster"):
-            collnb.launch(_sum_ranks, 2)
-    finally:
-        collnb.disconnect()
-        if client is not None:
-            client.close()
-        own.stop_cluster_sync()
+def test_a_killed_engine_is_named(connected):
+    """Runs last in this file, on the module's cluster, which it spends: the killed engine does not come
+    back (the module's teardown stops the cluster). Rank 2 dies mid-call: a RankError naming it, not the
+    launch's LaunchTimeout at 120 s, says the death was seen while the others waited (the module's pytest
+    timeout is the hang guard)."""
+    client, info = connected
+    with pytest.raises(collnb.RankError) as exc:
+        collnb.launch(_killed_mid_call, 4, collective_timeout=5, timeout=120)
+    print(f"killed engine named:\n{exc.value}")
+    err = exc.value
+    assert err.rank == 2 and err.exc_type == "Killed", str(err)
+    assert f"pid {info[2]['pid']}" in str(err)
+    with pytest.raises(collnb.LaunchError, match="no longer part of the cluster"):
+        collnb.launch(_sum_ranks, 2)

@@ -104,7 +104,16 @@ def _warm_pool_for(setup: RankSetup, facts: BackendFacts) -> tuple[RankPool, boo
                                  + "\n")
                 pool.close()
         if pool is None or pool.broken or pool.setup != setup:
-            if pool is not None:
+            if pool is not None and not pool.broken:
+                if not pool.lock.acquire(blocking=False):
+                    # Another thread's call runs on the warm pool, made for another setup: that call keeps
+                    # its ranks (closing the pool killed them mid-call), and this one runs on a private pool.
+                    return RankPool(setup, facts.get("max_world_size")), True
+                try:
+                    pool.close()
+                finally:
+                    pool.lock.release()
+            elif pool is not None:
                 pool.close()
             pool = _pool = RankPool(setup, facts.get("max_world_size"))
         if pool.lock.acquire(blocking=False):
