@@ -75,6 +75,32 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
             terminalreporter.write_line(line)
 
 
+#: Debian's Chromium, which Playwright drives in the browser and classroom tests (.ci/run installs it).
+CHROMIUM = "/usr/bin/chromium"
+
+
+@pytest.fixture(scope="module")
+def chromium(request):
+    """One headless Chromium for a module's browser tests: each test opens its own pages (each page its
+    own browser context: no cookies, storage or cache shared between tests) and closes them. Launched with
+    the module's ``CHROMIUM_ARGS`` (else ``--no-sandbox --disable-gpu``); skipped, saying why, where
+    Chromium or Playwright is missing."""
+    if not os.path.exists(CHROMIUM):
+        print(f"SKIP reason: {CHROMIUM} is missing (Debian package 'chromium'; .ci/run installs it)")
+        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    pw = sync_api.sync_playwright().start()
+    try:
+        args = getattr(request.module, "CHROMIUM_ARGS", ["--no-sandbox", "--disable-gpu"])
+        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=args)
+        try:
+            yield browser
+        finally:
+            browser.close()
+    finally:
+        pw.stop()
+
+
 def live_children():
     """Child processes of this test process that are still running (zombies count: not reaped)."""
     return [p for p in psutil.Process().children(recursive=True) if p.is_running()]

@@ -153,23 +153,6 @@ def _skip_without_chromium():
     pytest.importorskip("playwright.sync_api")
 
 
-@pytest.fixture(scope="module")
-def chromium():
-    """One headless Chromium for the module: each test opens its own pages (each page its own
-    browser context: no cookies, storage or cache shared between tests) and closes them."""
-    _skip_without_chromium()
-    from playwright.sync_api import sync_playwright
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            yield browser
-        finally:
-            browser.close()
-    finally:
-        pw.stop()
-
-
 class _Pages:
     """A test's pages in the module's Chromium, closed together when the test ends."""
 

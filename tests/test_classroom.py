@@ -243,27 +243,6 @@ def _stop(proc):
         proc.wait()
 
 
-CHROMIUM = "/usr/bin/chromium"
-
-
-@pytest.fixture(scope="module")
-def chromium():
-    """One headless Chromium for the module's browser tests (each its own page, each page its own
-    browser context)."""
-    if not os.path.exists(CHROMIUM):
-        pytest.skip(f"{CHROMIUM} is missing; install Debian's chromium package")
-    from playwright.sync_api import sync_playwright
-    pw = sync_playwright().start()
-    try:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox", "--disable-gpu"])
-        try:
-            yield browser
-        finally:
-            browser.close()
-    finally:
-        pw.stop()
-
-
 def _settled(read, what, timeout=60):
     """Wait until ``read()`` (a layout measured in the page) gives the same value three times in a
     row, 0.2 s apart, and return it; ``timeout`` (s) is an upper bound, ``what`` says what was waited for."""
