@@ -36,7 +36,7 @@ from ...i18n import N_, _
 from ...units import format_bytes
 from ..exercises.framework import Case, Trial, check, summary
 from .rankset import active
-from .traffic import Counted, counted, estimate_crossing_per_rank
+from .traffic import Counted, counted, estimate_crossing_per_rank, fn_calls
 
 if TYPE_CHECKING:
     from ...ranks import CallRecord
@@ -89,9 +89,8 @@ def check_tier_aware_all_reduce(tier_aware_all_reduce: Callable[..., object], cl
         return cast(list[Counted], trial.results)  # what counted returns on every rank
 
     def learners(trial: _Trial, rank: int) -> list[CallRecord]:
-        """The learner's own calls (on an emulated cluster, without the count's two barriers)."""
-        calls = list(trial.calls[rank])
-        return calls[1:-1] if emulated else calls
+        """The learner's own calls (on an emulated cluster, without the count's barriers)."""
+        return fn_calls(trial.calls[rank], emulated)
 
     def unanswered(trial: _Trial) -> bool:
         return all(out is None for out, _sent in answers(trial)) and not any(learners(trial, r) for r in trial.ranks)

@@ -5,7 +5,8 @@ and returns each rank's result and the bytes that left each node meanwhile:
 
 * **measured** on an emulated cluster: each node's ``eth0`` transmit counter
   (``/sys/class/net/eth0/statistics/tx_bytes`` in the node's namespace, read by its local rank 0
-  before and after, between barriers): every frame that crossed the node boundary, headers included
+  before and after ``fn``, each reading between two barriers, so no rank can have started ``fn`` before
+  the first or still be inside it at the second): every frame that crossed the node boundary, headers included
   (large TCP segments are counted once per 64 KiB segment, so the headers add well under 5 %);
 * **estimated** in every mode (an emulated cluster's own ranks record calls too: beside the
   counters there; the only number on a modelled or real cluster), from every collective and send each
@@ -46,7 +47,7 @@ RankFn = Callable[..., object]
 #: What :func:`counted` answers on a rank: ``fn``'s result and the bytes its node sent (``None``: not counted).
 Counted = tuple[object, "int | None"]
 
-__all__ = ["Traffic", "node_traffic", "estimate_crossing", "estimate_crossing_per_rank"]
+__all__ = ["Traffic", "node_traffic", "estimate_crossing", "estimate_crossing_per_rank", "fn_calls"]
 
 
 @dataclass(frozen=True)
@@ -61,8 +62,8 @@ class Traffic:
         how: one sentence saying which.
         estimated: bytes that left each node as estimated from every rank's recorded calls
             (:func:`estimate_crossing`), in every mode: beside a counted ``sent``, the calls' share.
-        calls: each rank's recorded operations (:class:`collnb.CallRecord` lists, rank order; on an
-            emulated cluster the first and last are the count's own barriers).
+        calls: each rank's recorded operations inside ``fn`` (:class:`collnb.CallRecord` lists, rank
+            order; the count's own barriers left out: :func:`fn_calls`).
     """
 
     results: list[object]
@@ -75,8 +76,14 @@ class Traffic:
 
 def counted(rank: int, world_size: int, fn: RankFn, count: bool, *args: object) -> Counted:
     """Runs on a rank: ``(fn(rank, world_size, *args), bytes)``. With ``count``, the bytes this
-    rank's node sent on its ``eth0`` meanwhile (read before and after, between barriers: every rank
-    of the cluster is inside ``fn`` between the two readings), else ``None``."""
+    rank's node sent on its ``eth0`` while every rank ran ``fn``, else ``None``.
+
+    Each reading sits between two barriers (``barrier, read, barrier, fn, barrier, read``): a rank
+    leaves a barrier only once every rank has entered it, so no rank can start ``fn`` before the first
+    reading, and every rank has finished ``fn`` before the second. (With ``barrier, read`` alone, a
+    loaded machine let the node's other rank start ``fn`` and send before the reading, and the count
+    came out short.) The second barrier's few bytes are counted; :func:`fn_calls` leaves the three
+    barriers out of the recorded calls."""
     if not count:
         return fn(rank, world_size, *args), None
     import torch.distributed as dist
@@ -86,9 +93,16 @@ def counted(rank: int, world_size: int, fn: RankFn, count: bool, *args: object) 
             return int(f.read())
     dist.barrier()
     before = read()
+    dist.barrier()
     out = fn(rank, world_size, *args)
     dist.barrier()
     return out, read() - before
+
+
+def fn_calls(calls: Sequence[CallRecord], count: bool) -> list[CallRecord]:
+    """One rank's recorded calls under :func:`counted`, without the count's own barriers (with
+    ``count``: two before ``fn``, one after)."""
+    return list(calls)[2:-1] if count else list(calls)
 
 
 def estimate_crossing_per_rank(calls: Sequence[Iterable[CallRecord]], ranks_per_node: int, world_size: int) -> list[float]:
@@ -173,11 +187,12 @@ def node_traffic(cluster: AnyCluster, fn: RankFn, per_rank: Sequence[Iterable[ob
                                      collective_timeout=recorded_timeout(cluster))
     answers = cast(list[Counted], out)  # what counted returns on every rank
     results = [o[0] for o in answers]
+    calls = [fn_calls(c, emulated) for c in calls]
     estimated = estimate_crossing(calls, L, p)
     if emulated:
         counts = cast(list[tuple[object, int]], answers)  # count=True: every rank read its node's counter
         return Traffic(results, [counts[n * L][1] for n in range(p // L)], True,
-                       _("measured: frames that left each node's eth0"), estimated, list(calls))
+                       _("measured: frames that left each node's eth0"), estimated, calls)
     return Traffic(results, estimated, False,
                    _("estimated from the collectives each rank issued (a modelled cluster has no real links)"),
-                   estimated, list(calls))
+                   estimated, calls)

@@ -97,9 +97,12 @@ def placement_step(rank: int, world_size: int, plan: Plan, config: TransformerCo
     loss: float | None = None
     sent = 0
     for k in range(steps + 1):
-        dist.barrier()
         if k == 1 and count_link:
+            # read between step 0's closing barrier and this step's opening one: no rank can have started
+            # step 1 yet (read after the opening barrier, a loaded machine let the node's other rank send
+            # its first all_gather before the reading, and the count came out 5 % short)
             sent = -_tx_bytes()
+        dist.barrier()
         t0 = time.perf_counter()
         opt.zero_grad()
         out = loss_fn(model(xb), yb)
