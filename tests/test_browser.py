@@ -6,6 +6,7 @@ the reference table).
 
 Screenshots go to a temporary directory; set ``COLLNB_SCREENSHOTS=DIR`` to keep copies.
 """
+import contextlib
 import json
 import os
 import pathlib
@@ -163,6 +164,24 @@ class _Pages:
         page = self.browser.new_page(**options)
         self.pages.append(page)
         return page
+
+    @contextlib.contextmanager
+    def closed_after(self, failure_png):
+        """The pages close when the block ends; on a failure inside it (an assertion, a timeout,
+        Ctrl+C) a full-page screenshot of the newest page is written to ``failure_png`` first and its
+        path printed, then the failure goes on."""
+        try:
+            yield
+        except BaseException:
+            if self.pages:
+                try:
+                    self.pages[-1].screenshot(path=str(failure_png), full_page=True)
+                    print(f"screenshot of the failure: {failure_png}")
+                except Exception:  # noqa: BLE001 - the page may be what failed; the failure is what counts
+                    pass
+            raise
+        finally:
+            self.close()
 
     def close(self):
         for page in self.pages:
@@ -416,71 +435,64 @@ def test_explorer_in_the_browser(lab):
     print(f"screenshots: {shots}")
     browser = lab["browser"]
     try:
-        page = browser.new_page(viewport={"width": 1400, "height": 1300})
-        _open_and_run_all(page, lab, wait_ms=60_000)
-        img = _img(page)
-        img.scroll_into_view_if_needed()
-        text = _wait_described(page, "world size 4 · float32")
-        assert _sum_rows(4) in text and "After: rank 0: [60, 64, 68, 72]" in text
-        # the description is clipped, not display:none (screen readers skip what is not displayed)
-        box = page.locator(".collnb-explorer .collnb-figure-text span").first.evaluate(
-            "el => [getComputedStyle(el).display, el.getBoundingClientRect().width]")
-        assert box[0] != "none" and box[1] <= 1
-        page.screenshot(path=str(shots / f"{lab['name']}_1_initial.png"), full_page=True)
+        with browser.closed_after(shots / f"{lab['name']}_failure.png"):
+            page = browser.new_page(viewport={"width": 1400, "height": 1300})
+            _open_and_run_all(page, lab, wait_ms=60_000)
+            img = _img(page)
+            img.scroll_into_view_if_needed()
+            text = _wait_described(page, "world size 4 · float32")
+            assert _sum_rows(4) in text and "After: rank 0: [60, 64, 68, 72]" in text
+            # the description is clipped, not display:none (screen readers skip what is not displayed)
+            box = page.locator(".collnb-explorer .collnb-figure-text span").first.evaluate(
+                "el => [getComputedStyle(el).display, el.getBoundingClientRect().width]")
+            assert box[0] != "none" and box[1] <= 1
+            page.screenshot(path=str(shots / f"{lab['name']}_1_initial.png"), full_page=True)
 
-        # drag the world-size slider's handle with the mouse to 8 (1..16 along the track)
-        slider = page.locator(".collnb-world-size")
-        track = slider.locator(".noUi-target").first
-        handle = slider.locator(".noUi-handle").first
-        tb, hb = track.bounding_box(), handle.bounding_box()
-        page.mouse.move(hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2)
-        page.mouse.down()
-        target_x = tb["x"] + tb["width"] * (8 - 1) / (16 - 1)
-        page.mouse.move(target_x, hb["y"] + hb["height"] / 2, steps=12)
-        page.mouse.up()
-        readout = slider.locator(".widget-readout").first
-        got = int(readout.inner_text().strip())
-        # fine-tune with the keyboard on the handle if the pixel maths landed next door
-        for _ in range(16):
-            if got == 8:
-                break
-            handle.press("ArrowRight" if got < 8 else "ArrowLeft")
-            time.sleep(0.05)
+            # drag the world-size slider's handle with the mouse to 8 (1..16 along the track)
+            slider = page.locator(".collnb-world-size")
+            track = slider.locator(".noUi-target").first
+            handle = slider.locator(".noUi-handle").first
+            tb, hb = track.bounding_box(), handle.bounding_box()
+            page.mouse.move(hb["x"] + hb["width"] / 2, hb["y"] + hb["height"] / 2)
+            page.mouse.down()
+            target_x = tb["x"] + tb["width"] * (8 - 1) / (16 - 1)
+            page.mouse.move(target_x, hb["y"] + hb["height"] / 2, steps=12)
+            page.mouse.up()
+            readout = slider.locator(".widget-readout").first
             got = int(readout.inner_text().strip())
-        assert got == 8
-        assert _sum_rows(8) in _wait_described(page, "world size 8 · float32")
-        page.screenshot(path=str(shots / f"{lab['name']}_2_world_size_8.png"), full_page=True)
+            # fine-tune with the keyboard on the handle if the pixel maths landed next door
+            for _ in range(16):
+                if got == 8:
+                    break
+                handle.press("ArrowRight" if got < 8 else "ArrowLeft")
+                time.sleep(0.05)
+                got = int(readout.inner_text().strip())
+            assert got == 8
+            assert _sum_rows(8) in _wait_described(page, "world size 8 · float32")
+            page.screenshot(path=str(shots / f"{lab['name']}_2_world_size_8.png"), full_page=True)
 
-        # change the dtype through the dropdown: int8 SUM wraps, the float64 reference shows why
-        page.locator(".collnb-dtype select").select_option("int8")
-        assert _sum_rows(8, _wrap_int8) in _wait_described(page, "world size 8 · int8")
-        # every chunk differs from float64: the table highlights each with its exact sum
-        # (the description and the table are separate outputs of one draw: under load the table can come
-        # a moment after the description, so wait for it, up to 30 s, rather than count once)
-        cells = page.locator("table.collnb-reference td.differs")
-        expect(cells).to_have_count(64, timeout=30_000)
-        exact = [sum(10 * r + c for r in range(8)) for c in range(8)] * 8
-        assert [int(t.split()[0]) for t in cells.all_inner_texts()] == exact
-        # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
-        px = page.locator("table.collnb-reference td.differs span").first.evaluate(
-            "el => parseFloat(getComputedStyle(el).fontSize)")
-        assert px >= 10, f"reference table text is {px} px"
-        expect(page.locator(".collnb-status")).to_contain_text("dtype effect: int8 gives 24 where float64 gives 280",
-                                                               timeout=30_000)
-        # the image really is a PNG the browser decoded
-        size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
-        assert size[0] > 300 and size[1] > 200 and size[2]
-        page.screenshot(path=str(shots / f"{lab['name']}_3_int8.png"), full_page=True)
-        img.screenshot(path=str(shots / f"{lab['name']}_4_heatmap_int8.png"))
-    except BaseException:
-        try:
-            page.screenshot(path=str(shots / f"{lab['name']}_failure.png"), full_page=True)
-            print(f"screenshot of the failure: {shots / (lab['name'] + '_failure.png')}")
-        except Exception:
-            pass
-        raise
+            # change the dtype through the dropdown: int8 SUM wraps, the float64 reference shows why
+            page.locator(".collnb-dtype select").select_option("int8")
+            assert _sum_rows(8, _wrap_int8) in _wait_described(page, "world size 8 · int8")
+            # every chunk differs from float64: the table highlights each with its exact sum
+            # (the description and the table are separate outputs of one draw: under load the table can come
+            # a moment after the description, so wait for it, up to 30 s, rather than count once)
+            cells = page.locator("table.collnb-reference td.differs")
+            expect(cells).to_have_count(64, timeout=30_000)
+            exact = [sum(10 * r + c for r in range(8)) for c in range(8)] * 8
+            assert [int(t.split()[0]) for t in cells.all_inner_texts()] == exact
+            # the table's smallest text (the dtype's value under each float64 value) is >= 10 px
+            px = page.locator("table.collnb-reference td.differs span").first.evaluate(
+                "el => parseFloat(getComputedStyle(el).fontSize)")
+            assert px >= 10, f"reference table text is {px} px"
+            expect(page.locator(".collnb-status")).to_contain_text("dtype effect: int8 gives 24 where float64 gives 280",
+                                                                   timeout=30_000)
+            # the image really is a PNG the browser decoded
+            size = img.evaluate("el => [el.naturalWidth, el.naturalHeight, el.complete]")
+            assert size[0] > 300 and size[1] > 200 and size[2]
+            page.screenshot(path=str(shots / f"{lab['name']}_3_int8.png"), full_page=True)
+            img.screenshot(path=str(shots / f"{lab['name']}_4_heatmap_int8.png"))
     finally:
-        browser.close()
         keep = os.environ.get("COLLNB_SCREENSHOTS")
         if keep:
             os.makedirs(keep, exist_ok=True)
@@ -514,7 +526,7 @@ def test_redistribute_explorer_in_the_browser(jlab_redistribute):
         raise AssertionError(f"caption stayed {got!r}, wanted {texts}")
 
     browser = lab["browser"]
-    try:
+    with browser.closed_after(shots / "redistribute_failure.png"):
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         _open_and_run_all(page, lab, wait_ms=90_000, shown=figure)
         # (S(0), S(0)) -> (R, S(0)) on 2x2: two all_gathers (one per mesh dimension)
@@ -540,14 +552,6 @@ def test_redistribute_explorer_in_the_browser(jlab_redistribute):
         assert "✗" not in page.locator(".collnb-redistribute-explorer .collnb-status").inner_text()
         page.screenshot(path=str(shots / "redistribute_2_refused.png"), full_page=True)
         img.screenshot(path=str(shots / "redistribute_3_picture.png"))
-    except BaseException:
-        try:
-            page.screenshot(path=str(shots / "redistribute_failure.png"), full_page=True)
-        except Exception:
-            pass
-        raise
-    finally:
-        browser.close()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -652,7 +656,7 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
     measured = {}
     nb_path = lab["file"]
     browser = lab["browser"]
-    try:
+    with browser.closed_after(shots / "static_failure.png"):
         page = browser.new_page(viewport={"width": 1440, "height": 900})
         _open_and_run_all(page, lab, wait_ms=120_000)
         img = _img(page)
@@ -748,14 +752,6 @@ def test_readable_steppable_and_static_when_saved(jlab_saved):
         assert page.locator(".collnb-live").count() == 0
         assert not page.locator(".collnb-live-hint").first.is_visible()
         page.screenshot(path=str(shots / "reopened_static.png"), full_page=False)
-    except BaseException:
-        try:
-            page.screenshot(path=str(shots / "static_failure.png"), full_page=True)
-        except Exception:
-            pass
-        raise
-    finally:
-        browser.close()
     print("measured:", json.dumps(measured))
     # the same file as nbconvert (nbviewer, MyST-NB books) renders it: the pictures are there
     from nbconvert import HTMLExporter
@@ -928,7 +924,7 @@ def test_every_explorer_slider_has_a_track_a_mouse_can_use(jlab_sliders):
     shots = pathlib.Path(__file__).resolve().parents[1] / "artifacts" / "screenshots"
     shots.mkdir(parents=True, exist_ok=True)
     browser = lab["browser"]
-    try:
+    with browser.closed_after(shots / "sliders_failure.png"):
         page = browser.new_page(viewport={"width": 1400, "height": 1300})
         _open_and_run_all(page, lab, wait_ms=240_000, shown=".collnb-pipeline img.collnb-figure")
         _until(page, lambda: page.locator(".collnb-replay .noUi-target").count() > 0
@@ -964,14 +960,6 @@ def test_every_explorer_slider_has_a_track_a_mouse_can_use(jlab_sliders):
         caption = page.locator(".collnb-pipeline .collnb-caption")
         _until(page, lambda: "m=6:" in caption.inner_text(), 90, "the pipeline explorer redrawn at m = 6")
         page.screenshot(path=str(shots / "sliders_pipeline_m6.png"), full_page=True)
-    except BaseException:
-        try:
-            page.screenshot(path=str(shots / "sliders_failure.png"), full_page=True)
-        except Exception:
-            pass
-        raise
-    finally:
-        browser.close()
 
 
 #: The real notebooks Run All'd in JupyterLab by the next test (``COLLNB_BROWSER_NOTEBOOKS=12_device_mesh_dtensor,

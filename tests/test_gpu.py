@@ -4,6 +4,7 @@ Marked ``gpu``: skipped with the reason where torch sees no CUDA (``make test PY
 on a GPU machine runs them). The refusals at the end need no GPU: they run everywhere.
 """
 
+import os
 import subprocess
 import sys
 
@@ -85,8 +86,10 @@ def test_nccl_script_under_torchrun(tmp_path):
     from collnb.labs.script import script_text
     path = tmp_path / "ar.py"
     path.write_text(script_text("all_reduce", backend="nccl"))
+    # torchrun's own temp folder (torchelastic_*, never removed) goes under tmp_path, not the machine's /tmp
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", str(path)],
-                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                          env=dict(os.environ, TMPDIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr
     assert "rank 0 after: [10.0, 12.0]" in proc.stdout and "rank 1 after: [10.0, 12.0]" in proc.stdout
 

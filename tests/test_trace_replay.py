@@ -754,6 +754,41 @@ def test_replay_frame_speaks_chinese(ag4):
     assert np.array_equal(zh[y0:y1, x0:x1], en[y0:y1, x0:x1])
 
 
+@pytest.mark.parametrize("language", ["en", "zh"])
+@pytest.mark.parametrize("cell", [None, 36])
+def test_the_gap_note_is_wrapped_inside_the_frame(ag4, cell, language):
+    """The note under the plots was two fixed lines: in README's replay GIF (cell=36, a 647 px frame) its
+    second line ran off the right edge ("...bandwidth.ipynb fits α, β h"). It is wrapped to the frame's
+    width as drawn, in either language, the frame grows by the extra lines, and the note stays clear of
+    the plots. (A model with a tiny α makes the gap, whatever this machine measures.)"""
+    import dataclasses
+
+    import collnb
+    from collnb.views.frames import FrameRenderer
+
+    base = FrameRenderer(ag4, cell=cell)
+    model = dataclasses.replace(base.model, alpha=float(base.measured_cum[-1]) / 1000 / ag4.n_rounds)
+    collnb.set_language(language)
+    try:
+        ren = FrameRenderer(ag4, model=model, cell=cell)
+        note = ren.gap_note()
+        assert note and ren.gap_text is not None
+        lines = ren.gap_text.get_text().split("\n")
+        assert len(lines) >= 2
+        sep = " " if language == "en" else ""
+        assert sep.join(lines).replace(" ", "") == note.replace("\n", "").replace(" ", "")  # nothing lost
+        ren.png(ag4.n_rounds)
+        r = ren.fig.canvas.get_renderer()
+        box = ren.gap_text.get_window_extent(r)
+        assert box.x0 >= 0 and box.x1 <= ren.fig.bbox.width - ren._PAD / 2, (box, ren.fig.bbox.width, lines)
+        assert box.y0 >= 0
+        for ax in (ren.ax_time, ren.ax_bytes):
+            assert not box.overlaps(ax.get_tightbbox(r)), (box, ax.get_tightbbox(r))
+        assert ren.rgb(ag4.n_rounds).shape[:2] == (ren.size[1], ren.size[0])
+    finally:
+        collnb.set_language("en")
+
+
 def test_the_running_total_says_why_measured_and_model_are_far_apart(ag4):
     """Issue 34: the replay's timing panel put "measured" near 150 ms beside the model near 0.3 ms with
     nothing explaining the gap. When they differ by more than 3x a note under the plots says by how much and

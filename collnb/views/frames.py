@@ -132,21 +132,43 @@ class FrameRenderer:
         pad, title_h, side_w = self._PAD, self._TITLE_H, self._SIDE_W
         pt = 72.0 / self.dpi  # points per pixel: sizes below are pixels (>= 11), whatever the dpi
         self.stacked = hw + side_w + 3 * pad > self.MAX_WIDTH
-        foot_h = 40 + (44 if self.gap_note() else 0)
-        if self.stacked:  # heatmap on top, the two plots side by side below it
-            plots_h = 300
-            W = max(hw + 2 * pad, 2 * side_w + 3 * pad)
-            H = title_h + hh + plots_h + foot_h + pad
-        else:
-            W = hw + side_w + 3 * pad
-            H = max(hh + title_h + pad + foot_h, 490 + foot_h - 40)
-        self.size = (W, H)  # pixels
-        self.heat_box: Box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
-        self.title_box: Box = (pad, 26, W - pad, title_h - 2)
+        plots_h = 300 if self.stacked else 0
+        W = max(hw + 2 * pad, 2 * side_w + 3 * pad) if self.stacked else hw + side_w + 3 * pad
         from matplotlib import rc_context  # noqa: PLC0415 - on first use only: importing views stays free of matplotlib
 
         with rc_context({"font.family": matplotlib_fonts()}):  # a Text keeps the family it is made with
-            self._build_figure(W, H, hh, hw, pad, title_h, side_w, pt, plots_h if self.stacked else 0)
+            # the note under the plots, wrapped to the frame's width (a README-sized frame is ~650 px wide)
+            self._note_lines = self._wrapped(self.gap_note(), W - 2 * pad, 11.0)
+            self._note_h = self._NOTE_LINE_H * len(self._note_lines)
+            foot_h = 40 + self._note_h
+            if self.stacked:  # heatmap on top, the two plots side by side below it
+                H = title_h + hh + plots_h + foot_h + pad
+            else:
+                H = max(hh + title_h + pad + foot_h, 490 + foot_h - 40)
+            self.size = (W, H)  # pixels
+            self.heat_box: Box = (pad, title_h, pad + hw, title_h + hh)  # x0, y0, x1, y1 in pixels, y down
+            self.title_box: Box = (pad, 26, W - pad, title_h - 2)
+            self._build_figure(W, H, hh, hw, pad, title_h, side_w, pt, plots_h)
+
+    #: pixels a line of the note under the plots takes (11 px text, 1.25 line spacing, a little air)
+    _NOTE_LINE_H = 22
+
+    def _wrapped(self, text: str, width: float, px: float) -> list[str]:
+        """``text``'s lines (its own line breaks kept) broken to ``width`` pixels as matplotlib's Agg
+        renderer draws them at ``px`` pixels in the current ``font.family`` (English at spaces, Chinese
+        between ideographs: :func:`collnb.views.raster.wrap_text`)."""
+        if not text:
+            return []
+        from matplotlib.backends.backend_agg import RendererAgg  # noqa: PLC0415 - see _build
+        from matplotlib.font_manager import FontProperties  # noqa: PLC0415
+
+        renderer = RendererAgg(1, 1, self.dpi)
+        prop = FontProperties(size=px * 72.0 / self.dpi)  # points; the family is rc's font.family
+
+        def measure(line: str) -> float:
+            return float(renderer.get_text_width_height_descent(line, prop, ismath=False)[0])
+
+        return [line for para in text.split("\n") for line in (wrap_text(para, width, measure) or [""])]
 
     def _build_figure(self, W: int, H: int, hh: int, hw: int, pad: int, title_h: int, side_w: int, pt: float,
                       plots_h: int) -> None:
@@ -177,7 +199,7 @@ class FrameRenderer:
             x0 = (hw + 2 * pad + 58) / W
             wfrac = (side_w - 70) / W
             b_top = 1 - (title_h + 26) / H
-            extra = 44 if self.gap_note() else 0  # the note's two lines under the plots, and the x label above them
+            extra = self._note_h  # the note's lines under the plots, and the x label above them
             if extra:  # the plots' pixel sizes of a 490 px frame, raised above the note
                 rect_b = (x0, (274 + extra) / H, wfrac, b_top - (274 + extra) / H)
                 rect_t = (x0, (64 + extra) / H, wfrac, 142 / H)
@@ -237,10 +259,9 @@ class FrameRenderer:
         self.total_text: Text = ax_t.text(0.98, 0.04, "", transform=ax_t.transAxes, ha="right", va="bottom",
                                     fontsize=11 * pt, animated=True)
         self.ax_bytes, self.ax_time = ax_b, ax_t
-        note = self.gap_note()
         self.gap_text: Text | None = None
-        if note:  # why the two running totals are so far apart: two lines above the arrows' legend
-            self.gap_text = fig.text(pad / W, 38 / H, note, fontsize=11 * pt, color="#2E7D32", ha="left",
+        if self._note_lines:  # why the two running totals are so far apart: above the arrows' legend
+            self.gap_text = fig.text(pad / W, 38 / H, "\n".join(self._note_lines), fontsize=11 * pt, color="#2E7D32", ha="left",
                                      va="bottom", linespacing=1.25)
         fig.text(pad / W, 20 / H, _("arrows: red = receiver combines, blue = receiver overwrites; "
                                     "framed = received this round"), fontsize=11 * pt, color="#444444", ha="left",
