@@ -21,6 +21,21 @@ def run_summary(request) -> list:
 
 #: The built book (``make docs``; .ci/run builds it before ``make test``).
 BOOK = Path(__file__).resolve().parents[1] / "docs" / "_build" / "html"
+#: Seconds the ``book`` fixture gives ``make docs`` (and a worker waiting for another's build): about
+#: 330 s on 2 idle cores, 835 s on 2 cores at load 15 (four busy loops beside a two-worker run).
+BOOK_BUILD_S = 2400
+
+
+def pytest_collection_modifyitems(config, items):
+    """A test that uses the ``book`` fixture is timed by pytest-timeout in its function only
+    (``func_only=True``, with the timeout it had): the fixture may wait for ``make docs`` on the other
+    worker, which on a loaded machine took longer than the 300 s a test may take (every test of
+    test_zh_edition.py failed so), and the fixture bounds that wait itself (:data:`BOOK_BUILD_S`)."""
+    for item in items:
+        if "book" in getattr(item, "fixturenames", ()):
+            marker = item.get_closest_marker("timeout")
+            seconds = None if marker is None else marker.kwargs.get("timeout", marker.args[0] if marker.args else None)
+            item.add_marker(pytest.mark.timeout(seconds, func_only=True), append=False)
 
 
 @pytest.fixture(scope="session")
@@ -39,7 +54,7 @@ def book(request, run_summary) -> Path:
                  for item in request.session.items)
     if wanted and not (BOOK / "docs" / "index.html").is_file():
         BOOK.parent.mkdir(parents=True, exist_ok=True)
-        with filelock.FileLock(str(BOOK.parent / ".book-build.lock")):
+        with filelock.FileLock(str(BOOK.parent / ".book-build.lock"), timeout=BOOK_BUILD_S):
             if not (BOOK / "docs" / "index.html").is_file():  # another worker may have built it meanwhile
                 note = ("tests/conftest.py: no built book (docs/_build/html), so it is built now with make docs: "
                         "every notebook executed once, en + zh; the notebook tests then read those executions")
@@ -47,7 +62,7 @@ def book(request, run_summary) -> Path:
                 if reporter is not None:
                     reporter.write_line("\n" + note)
                 t0 = time.monotonic()
-                subprocess.run(["make", "docs"], cwd=BOOK.parents[2], check=True)
+                subprocess.run(["make", "docs"], cwd=BOOK.parents[2], check=True, timeout=BOOK_BUILD_S)
                 run_summary.append(f"{note} (built in {time.monotonic() - t0:.0f} s)")
     return BOOK
 

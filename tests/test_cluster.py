@@ -206,6 +206,52 @@ def _debug_and_group(rank, world_size):
     return dist.get_debug_level().name, type(dist.group.WORLD._get_backend(torch.device("cpu"))).__name__
 
 
+def _summed(rank, world_size):
+    import torch
+    import torch.distributed as dist
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return float(t)
+
+
+@pytest.mark.slow
+@needs_namespaces
+def test_a_rank_slow_to_start_costs_neither_the_group_timeout_nor_the_calls(tmp_path, monkeypatch):
+    """A loaded run failed twice here: fresh ranks made their default group as soon as each had imported
+    torch, so the first rank waited for a slower peer's import under the 5 s group timeout ("Wait timeout"
+    in init_process_group), and the call's timeout counted the ranks' start as well. Now the ranks make the
+    group when every one is up (DIR/up-RANK) and the call's time starts then. Rank 1 starts 8 s late here
+    (a sitecustomize that sleeps, on the ranks' PYTHONPATH): a 5 s group timeout and a 6 s call timeout
+    still give the sum."""
+    (tmp_path / "sitecustomize.py").write_text(  # once: the first Python started as rank 1 (the rank itself)
+        "import os, time\n"
+        "if os.environ.get('RANK') == '1' and os.environ.get('COLLNB_TEST_SLOW_START'):\n"
+        "    try:\n"
+        "        os.close(os.open(os.environ['COLLNB_TEST_SLOW_START'], os.O_CREAT | os.O_EXCL))\n"
+        "    except FileExistsError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        time.sleep(8)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("COLLNB_TEST_SLOW_START", str(tmp_path / "slept"))
+    with collnb.cluster(2, 1, activate=True, quiet=True) as c:
+        assert c.mode == "emulated"
+        assert collnb.launch(_summed, c, timeout=6, collective_timeout=5) == [2.0, 2.0]
+    assert (tmp_path / "slept").exists()  # rank 1 did start late
+    # ranks that do not start within START_TIMEOUT_S are stopped, with the reason said
+    from collnb.labs.cluster import virtual
+    monkeypatch.setattr(virtual, "START_TIMEOUT_S", 2.0)
+    (tmp_path / "slept").unlink()
+    with collnb.cluster(2, 1, activate=True, quiet=True) as c:
+        # (rank 1 sleeps 8 s, so it cannot be up; rank 0 may not be either on a loaded machine)
+        with pytest.raises(virtual.ClusterTimeout, match=r"ranks (0, )?1 had not started \(imported torch\) after "
+                                                         r"2 s; every rank was stopped") as info:
+            collnb.launch(_summed, c)
+        assert info.value.pending in ([1], [0, 1]) and info.value.outcomes[1] == "not started"
+        assert info.value.outcomes[0] == ("not started" if 0 in info.value.pending else "started")
+        assert c._vc._procs == [] and c._vc._work is None  # stopped, their folder gone
+
+
 def _mismatched_dtypes(rank, world_size):
     import torch
     import torch.distributed as dist

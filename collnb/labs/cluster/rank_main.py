@@ -11,8 +11,10 @@ which timeout ended a wait).
 1. Before its default group is made: Gloo bound to ``IFNAME`` (the node's ``eth0``), ``TORCH_FR_BUFFER_SIZE`` set
    to ``FLIGHT_RECORDER`` when it is not 0, ``TORCH_DISTRIBUTED_DEBUG`` to ``DETAIL`` where ``DEBUG`` is
    ``1``, else ``OFF`` (:func:`collnb.ranks.restore_environment`; torch reads them when a group is
-   made), then ``init_process_group("gloo", FileStore(DIR/store))``, once: the rank
-   stays warm for the next calls.
+   made). Started and imported, it writes ``DIR/up-RANK``; the launcher sends the first call when
+   every rank has, and the rank then makes ``init_process_group("gloo", FileStore(DIR/store))``, once
+   (its ``GROUP_TIMEOUT`` covers joining peers that are already up, not a slow peer's
+   ``import torch``): the rank stays warm for the next calls.
 2. One call per line of stdin (the call's number ``N``): ``DIR/call-N.pkl`` holds the
    :class:`collnb.ranks.Run` (function, arguments, instruments, language) and the timeout of the
    groups the function makes; the rank runs it, ends the groups the call made together with its
@@ -89,21 +91,27 @@ def main(argv: list[str]) -> NoReturn:
                               unwrapped_group)
     restore_environment(ifname, debug, flight_recorder)
     store = dist.FileStore(os.path.join(d, "store"), world_size)
+    # started and imported: the launcher sends the first call once every rank has said so, and the
+    # default group is made then, so its timeout (seconds) never has to cover a slower peer's start
+    _write(os.path.join(d, f"up-{rank}"), b"")
     joined: Failed | None = None
-    try:
-        dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=group_timeout))
-    except BaseException as exc:  # noqa: BLE001 - the first call's answer says it
-        joined = failure(exc, rank)
-    resolve_rank_names()
-    state = RankState(own_process=True, rearm=arm_faulthandler)
-    # the default group as made (a call runs as the default group the group it is given: the
-    # unwrapped one is the default only during a call that runs in it)
-    base = dist.group.WORLD if joined is None else None
+    state: RankState | None = None
+    base: dist.ProcessGroup | None = None
     # the default group's ranks without DETAIL's wrapper, once made (as new_group gives it: collnb.ranks' Group)
     unwrapped: list[dist.ProcessGroup | int] = []
     for line in sys.stdin:
         seq = int(line)
+        if state is None:  # the first call: make the default group (its failure is every call's answer)
+            try:
+                dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size,
+                                        timeout=datetime.timedelta(seconds=group_timeout))
+            except BaseException as exc:  # noqa: BLE001 - the first call's answer says it
+                joined = failure(exc, rank)
+            resolve_rank_names()
+            state = RankState(own_process=True, rearm=arm_faulthandler)
+            # the default group as made (a call runs as the default group the group it is given: the
+            # unwrapped one is the default only during a call that runs in it)
+            base = dist.group.WORLD if joined is None else None
         answer: Result | Failed
         if joined is not None:
             answer = joined

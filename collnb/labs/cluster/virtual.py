@@ -41,6 +41,9 @@ RANK_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "rank_main.
 #: (a peer of a failed rank fails within moments; on a loaded machine the culprit's own answer may
 #: come after its peers').
 SETTLE_S = 3.0
+#: Seconds fresh ranks may take to start (``import torch`` and collnb inside their node's namespace)
+#: before a call's ``timeout`` starts; past it they are stopped (``import torch`` takes 3-5 s idle).
+START_TIMEOUT_S = 300.0
 
 
 class ClusterRankError(RankError):
@@ -228,7 +231,8 @@ class VirtualCluster:
         Args:
             fn: ``fn(rank, world_size, *args)``, run on every rank.
             args: extra positional arguments, the same on every rank.
-            timeout: seconds for the call (its ranks' start included), > 0. Warm ranks keep their
+            timeout: seconds for the call, > 0, counted once its ranks are up (new ranks first have
+                :data:`START_TIMEOUT_S` to start and import torch). Warm ranks keep their
                 groups' timeout; new ones get the larger of ``timeout`` and :attr:`collective_timeout`.
             world_size: run on the first ``world_size`` ranks only (rank ``r`` still on node
                 ``r // ranks_per_node``), 1..the cluster's world size; default all of them. The warm
@@ -244,7 +248,8 @@ class VirtualCluster:
                 (collnb's blame: a rank's own error before a peer's lost connection), every rank
                 was stopped.
             ClusterTimeout: past ``timeout``; every rank was killed, the ones still running are
-                named with where they were.
+                named with where they were. New ranks not up after :data:`START_TIMEOUT_S`: every
+                rank was stopped, the ones not started named.
         """
         with self._lock:  # one call at a time on the warm ranks (an explorer's worker thread, a cell)
             return self._call(fn, tuple(args), {}, timeout, world_size, None, Instruments(), None, debug)
@@ -289,11 +294,13 @@ class VirtualCluster:
             group_s = float(collective_timeout)
         else:  # the warm ranks' own, or, for new ones, enough for the call
             group_s = self._group_timeout if self._procs else float(max(timeout, self.collective_timeout))
-        deadline = time.monotonic() + timeout
         if not self._procs or (self._ws, self._fr, self._group_timeout, self._debug) != (ws, fr, group_s, detail) \
                 or any(p.poll() is not None for p in self._procs):
             self._stop_ranks()
             self._start_ranks(ws, fr, group_s, detail)
+            self._wait_started()
+        # the call's time starts once its ranks are up (as on local ranks, whose pool is forked ready)
+        deadline = time.monotonic() + timeout
         assert self._work is not None
         self._seq += 1
         seq, work = self._seq, self._work
@@ -388,6 +395,31 @@ class VirtualCluster:
                      str(rank), str(ws), repr(self._group_timeout), str(flight_recorder), INTERFACE,
                      "1" if debug else "0"],
                     env=env, stdout=out, stderr=err, stdin=subprocess.PIPE, start_new_session=True))
+
+    def _wait_started(self) -> None:
+        """Wait until every rank just started has imported torch and collnb and said so
+        (``DIR/up-RANK``, :mod:`.rank_main`), or one of them has exited (the call then reports it).
+        ``import torch`` takes 3-5 s on an idle machine and several times that on a loaded one.
+
+        Raises:
+            ClusterTimeout: not every rank was up after :data:`START_TIMEOUT_S` seconds (they are
+                stopped).
+        """
+        assert self._work is not None
+        work, procs = self._work, self._procs
+        end = time.monotonic() + START_TIMEOUT_S
+        while True:
+            down = [r for r in range(len(procs)) if not os.path.exists(os.path.join(work, f"up-{r}"))]
+            if not down or any(p.poll() is not None for p in procs):
+                return
+            if time.monotonic() > end:
+                self._stop_ranks()
+                raise ClusterTimeout(_("the virtual cluster's ranks {ranks} had not started (imported torch) after "
+                                       "{seconds:g} s; every rank was stopped. Is the machine overloaded? Run the "
+                                       "call again when it is quieter.").format(
+                                           ranks=", ".join(map(str, down)), seconds=START_TIMEOUT_S), down,
+                                     {r: _("not started") if r in down else _("started") for r in range(len(procs))})
+            time.sleep(0.02)
 
     def _stop_ranks(self) -> None:
         """Stop every rank (SIGKILL to each one's process group) and remove their directory."""
