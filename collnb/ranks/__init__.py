@@ -55,7 +55,7 @@ from .serialization import code_files, dumps, iter_functions, loads
 from .call.groups import runs_unwrapped, unwrapped_group
 from .call.steps import Call, failure, resolve_rank_names, restore_environment
 from .explain.failures import conclude
-from .explain.tracebacks import named_cells, parse_stack
+from .explain.tracebacks import named_cells, parse_stack, wait_for_stacks
 from .fresh.rank_state import RankState
 from .instrument.backend_log import BackendLog
 from .instrument.backend_log import attach as attach_backend_log
@@ -71,6 +71,6 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "plan_launch", "launch_planned", "LaunchPlan", "LaunchRequest", "RankSetup", "RankSet", "use_rank_set",
            "active_rank_set", "warm_pool", "Instruments", "Recorded", "Taking", "launch_results", "is_comm_error",
            "on_shutdown", "connected_hosts", "code_files", "Call", "failure", "resolve_rank_names",
-           "restore_environment", "conclude", "named_cells", "parse_stack", "RankState", "BackendLog",
+           "restore_environment", "conclude", "named_cells", "parse_stack", "wait_for_stacks", "RankState", "BackendLog",
            "attach_backend_log", "Failed", "Result", "Run", "RankEvent", "RankExit", "RankFailure",
            "RankResult", "runs_unwrapped", "unwrapped_group"]

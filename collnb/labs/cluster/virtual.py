@@ -25,7 +25,7 @@ from typing import Any, cast
 from ...i18n import _, get_language
 from ...ranks import (BackendLog, Failed, Instruments, LaunchRequest, LaunchTimeout, RankError, RankEvent, RankExit,
                       RankFailure, RankResult, Run, attach_backend_log, code_files, conclude, dumps, launch_results,
-                      named_cells, parse_stack, runs_unwrapped)
+                      named_cells, parse_stack, runs_unwrapped, wait_for_stacks)
 from ...vocabulary import check_int
 from .network import INTERFACE, MAX_NODES, ClusterUnavailable, Network, available, sweep_leftovers
 
@@ -520,7 +520,7 @@ class VirtualCluster:
                 os.kill(self._procs[r].pid, signal.SIGUSR1)
             except OSError:
                 pass
-        time.sleep(0.2)
+        wait_for_stacks([os.path.join(self._work, f"stack-{r}.txt") for r in ranks])
         for r in ranks:
             try:
                 with open(os.path.join(self._work, f"stack-{r}.txt")) as f:

@@ -13,6 +13,7 @@ import linecache
 import os
 import re
 import sys
+import time
 import traceback
 from types import TracebackType
 from typing import Sequence
@@ -22,7 +23,7 @@ import torch
 from ...i18n import _
 from ..protocol import Frame
 
-__all__ = ["frames_of", "user_frames", "format_frames", "ipython_cells", "named_cells", "where", "waiting_in_collective",
+__all__ = ["wait_for_stacks", "frames_of", "user_frames", "format_frames", "ipython_cells", "named_cells", "where", "waiting_in_collective",
            "parse_stack",
            "is_comm_error", "RANK_FILE"]
 
@@ -128,6 +129,27 @@ def ipython_cells() -> dict[str, int]:
         return dict(ip.compile._filename_map)
     except Exception:  # noqa: BLE001 - not IPython, or an IPython without this map: no cells to name
         return {}
+
+
+def wait_for_stacks(paths: Sequence[str], seconds: float = 2.0) -> None:
+    """Wait until each file of ``paths`` holds a whole stack that a rank's :mod:`faulthandler` was
+    just asked for (SIGUSR1): non-empty and no longer growing over 50 ms, or ``seconds`` have passed.
+    (A fixed 0.2 s was too short on a loaded machine: every waiting rank "did not say where it was".)"""
+    end = time.monotonic() + seconds
+    sizes: dict[str, int] = {}
+    while time.monotonic() < end:
+        time.sleep(0.05)
+        done = True
+        for path in paths:
+            try:
+                size = os.path.getsize(path)
+            except OSError:
+                size = 0
+            if not size or sizes.get(path) != size:
+                done = False
+            sizes[path] = size
+        if done:
+            return
 
 
 def parse_stack(text: str, entry: str = RANK_FILE) -> list[Frame]:

@@ -28,7 +28,7 @@ from ...vocabulary import MAX_WORLD_SIZE
 from ..call.groups import runs_unwrapped
 from ..errors import LaunchError, LaunchTimeout, RankError
 from ..explain.failures import Stacks, conclude, death_text
-from ..explain.tracebacks import named_cells, parse_stack
+from ..explain.tracebacks import named_cells, parse_stack, wait_for_stacks
 from ..fresh.rank_state import Watch
 from ..instrument.backend_log import attach
 from ..instrument.interface import launch_results
@@ -354,7 +354,7 @@ class RankPool:
                 os.kill(cast(int, r.proc.pid), signal.SIGUSR1)  # a started process has a pid
             except OSError:
                 pass
-        time.sleep(0.15)
+        wait_for_stacks([os.path.join(self.dir, f"stack-{r.rank}.txt") for r in ranks])
         for r in ranks:
             status: str
             try:
