@@ -15,15 +15,12 @@ import socket
 import subprocess
 import time
 
+from ports import free_port
+
 
 class SlurmUnavailable(RuntimeError):
     """SLURM cannot start here; the message says why."""
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _tail(path, n=15):
@@ -73,7 +70,7 @@ class LocalSlurm:
                           f"--seed-file={r}/munge/munged.seed"], wait_for=sock, log=f"{r}/log/munged.log")
         host = socket.gethostname()
         conf = os.path.join(r, "slurm.conf")
-        ctld_port, d_port = _free_port(), _free_port()
+        ctld_port, d_port = free_port(), free_port()
         with open(conf, "w") as fh:
             fh.write(f"""ClusterName=collnbtest
 SlurmctldHost={host}(127.0.0.1)

@@ -14,7 +14,6 @@ import re
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import psutil
 import pytest
+from ports import free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -106,11 +106,6 @@ NOTEBOOK_SLIDERS = {
     "metadata": NOTEBOOK["metadata"], "nbformat": 4, "nbformat_minor": 5,
 }
 
-
-def _free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wrap_int8(v):
@@ -294,7 +289,7 @@ def _serve(tmp_path, name, settings=None):
         (tmp_path / "settings" / folder).mkdir(parents=True, exist_ok=True)
         (tmp_path / "settings" / folder / f"{file}.jupyterlab-settings").write_text(json.dumps(values))
     env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = open(tmp_path / "lab.log", "wb")
     proc = subprocess.Popen(
         [str(JUPYTER), command, "--no-browser", "--ServerApp.ip=127.0.0.1", f"--ServerApp.port={port}",
@@ -805,7 +800,7 @@ def test_make_lab_opens_copies_in_work_without_news_or_classroom_tools(tmp_path,
         env[var] = str(tmp_path / sub)
     work = tmp_path / "work"
     before = {p.name: p.read_bytes() for p in (REPO / "notebooks").glob("*.ipynb")}
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     log = open(tmp_path / "make_lab.log", "wb")
     proc = subprocess.Popen(["make", "-o", ".venv/.lab-installed", "lab", f"WORK={work}",
                              f"LAB_ARGS=--ServerApp.port={port} --ServerApp.port_retries=0 "

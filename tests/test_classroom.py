@@ -22,6 +22,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,7 @@ from collnb.labs.exercises import solution_code
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 import student  # noqa: E402
+from ports import free_port  # noqa: E402
 
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
 EXERCISE_NOTEBOOKS = [p for p in NOTEBOOKS
@@ -175,12 +177,23 @@ def test_present_command_line(capsys):
     assert main(["present", "--port", "70000", "--no-browser"]) == 2  # in-process: nothing is started
     err = capsys.readouterr().err
     assert "error: port must be an int from 1 to 65535 (a TCP port); got 70000" in err
+    # the page is served on the port asked for or not at all: Voila's own retries (50, onto another
+    # port than the URL printed) are off, and a port in use is said before Voila starts
+    assert "--Voila.port_retries=0" in cmd
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", free_port()))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        assert present.listen_problem("127.0.0.1", port) is not None
+        assert main(["present", "--port", str(port), "--no-browser"]) == 2  # nothing is started
+        out, err = capsys.readouterr()
+        assert f"error: port {port} on 127.0.0.1 is in use (another projector view or server?); stop it, " \
+               f"or choose another port: python -m collnb present --port {port + 1}" in err
+        assert "projector view:" not in out   # no URL printed for a page nobody serves
+    assert present.listen_problem("127.0.0.1", port) is None   # closed: free again
+    assert main(["present", "--ip", "no.such.host.invalid", "--no-browser"]) == 2
+    assert "error: cannot listen on no.such.host.invalid: " in capsys.readouterr().err
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # What the projector test measures, in the page: every control's parts (labels, slider tracks,
@@ -222,9 +235,12 @@ def _start_voila(tmp_path, port):
                             cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     deadline = time.monotonic() + 120
     while True:
-        try:   # Voila is listening (the page itself starts a kernel, so it is not fetched here)
+        try:   # Voila says it listens on the port (the page itself starts a kernel, so it is not fetched here)
             socket.create_connection(("127.0.0.1", port), timeout=2).close()
-            return proc
+            said = (tmp_path / "voila.log").read_text(errors="replace").partition("is running at:")[2]
+            if f"127.0.0.1:{port}/" in said:   # Voila's own line, not collnb's "projector view: URL"
+                return proc
+            raise ConnectionRefusedError("a listener, but Voila has not said it is running on the port yet")
         except OSError:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise AssertionError("voila did not start:\n" + (tmp_path / "voila.log").read_text()[-3000:])
@@ -277,7 +293,7 @@ def test_projector_view_is_laid_out_for_a_room(tmp_path, chromium):
     from collnb.cli.present import FONT_PX
     import collnb
 
-    port = _free_port()
+    port = free_port()
     proc = _start_voila(tmp_path, port)
     shots = Path(os.environ.get("COLLNB_SCREENSHOTS", tmp_path))
     shots.mkdir(parents=True, exist_ok=True)
@@ -349,7 +365,6 @@ def test_projector_view_is_laid_out_for_a_room(tmp_path, chromium):
 def _wait_kernel_idle(port, token, path, timeout=120):
     """Wait until the server's session for ``path`` has an idle kernel with a connection (the
     page's); ``timeout`` (s) is an upper bound."""
-    import urllib.request
     deadline = time.monotonic() + timeout
     sessions = None
     while time.monotonic() < deadline:
@@ -416,7 +431,7 @@ def test_rise_slides_at_1280x720(tmp_path, chromium):
                      ("JUPYTERLAB_SETTINGS_DIR", "settings"), ("JUPYTERLAB_WORKSPACES_DIR", "workspaces")):
         (tmp_path / sub).mkdir()
         env[var] = str(tmp_path / sub)
-    port, token = _free_port(), "t" + os.urandom(8).hex()
+    port, token = free_port(), "t" + os.urandom(8).hex()
     log = open(tmp_path / "lab.log", "wb")
     proc = subprocess.Popen(
         [str(Path(sys.executable).with_name("jupyter")), "lab", "--no-browser", "--ServerApp.ip=127.0.0.1",
@@ -430,7 +445,9 @@ def test_rise_slides_at_1280x720(tmp_path, chromium):
         deadline = time.monotonic() + 120
         while True:
             try:
-                socket.create_connection(("127.0.0.1", port), timeout=2).close()
+                req = urllib.request.Request(f"http://127.0.0.1:{port}/api/status",   # this server, by its token
+                                             headers={"Authorization": f"token {token}"})
+                urllib.request.urlopen(req, timeout=10).close()
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:

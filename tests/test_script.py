@@ -13,7 +13,6 @@ import glob
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ import uuid
 
 import numpy as np
 import pytest
+from ports import free_port
 import torch
 
 import collnb
@@ -66,11 +66,6 @@ def _check(printed, primitive, ws, root=0, op="sum"):
     for r, want in enumerate(_expected(primitive, ws, root, op)):
         assert printed[(r, "after")] == want, (primitive, r, printed[(r, "after")], want)
 
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _torchrun_env(tmpdir):
@@ -197,7 +192,7 @@ def two_node_runs(tmp_path_factory):
             fh.write(script_text(primitive, root=root_rank))
         scripts.append(path)
     scripts.append(to_script(my_collective, os.path.join(root, "mine.py")))
-    port, run_id = _free_port(), f"collnb-test-{uuid.uuid4().hex[:12]}"
+    port, run_id = free_port(), f"collnb-test-{uuid.uuid4().hex[:12]}"
     runs = ScriptRuns(root, {}, nodes=2)
     runs.start(scripts, options=lambda node: [
         "--nnodes", "2", "--node-rank", str(node), "--nproc-per-node", "1", "--rdzv-backend", "c10d",

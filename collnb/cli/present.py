@@ -11,14 +11,21 @@ scaled with CSS ``zoom`` to the screen (x1.5 on a 1920 px projector, x1 at 1280 
 control keeps the geometry ipywidgets gave it (nothing overlaps, no slider collapses) and text
 grows with it; the heatmap and the replay frame fill the width (drawn at :data:`FIGURE_DPI`).
 
-Exit status: 0 when Voilà ends normally; 2 when Voilà is not installed or the port is bad.
+The page is served on the port asked for or not at all: Voilà's own ``port_retries`` (50 by
+default, which would serve on another port than the URL printed) is set to 0, and a port already
+in use is said before Voilà starts.
+
+Exit status: 0 when Voilà ends normally; 2 when Voilà is not installed, the port is bad or in use,
+or the address cannot be listened on.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib.util
 import os
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -68,9 +75,37 @@ def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.
             :func:`collnb.vocabulary.check_int`).
     """
     check_int("port", port, 1, 65535, what=N_("a TCP port"))
-    return [sys.executable, "-m", "voila", str(NOTEBOOK), f"--port={port}", f"--Voila.ip={ip}",
+    return [sys.executable, "-m", "voila", str(NOTEBOOK), f"--port={port}", "--Voila.port_retries=0",
+            f"--Voila.ip={ip}",
             "--strip_sources=True", "--theme=light", "--show_tracebacks=True",
             *([] if open_browser else ["--no-browser"])]
+
+
+def listen_problem(ip: str, port: int) -> str | None:
+    """Why Voilà could not listen on ``ip``:``port`` now (a translated sentence), or None if it can.
+
+    Binds a socket with ``SO_REUSEADDR``, as tornado's server does (a port in TIME_WAIT is free to
+    it), and closes it. The answer can be out of date a moment later; Voilà, started with
+    ``port_retries=0``, then fails rather than serve elsewhere.
+    """
+    try:
+        infos = socket.getaddrinfo(ip, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        return _("cannot listen on {ip}: {reason}; give an address of this machine with --ip "
+                 "(default 127.0.0.1)").format(ip=ip, reason=exc.strerror)
+    family, _type, _proto, _name, address = infos[0]
+    with socket.socket(family, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(address)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                return _("port {port} on {ip} is in use (another projector view or server?); "
+                         "stop it, or choose another port: python -m collnb present --port {other}"
+                         ).format(port=port, ip=ip, other=port + 1 if port < 65535 else port - 1)
+            return _("cannot listen on {ip}:{port}: {reason}; give an address of this machine with --ip "
+                     "(default 127.0.0.1)").format(ip=ip, port=port, reason=exc.strerror)
+    return None
 
 
 def _cmd_present(args: argparse.Namespace) -> int:
@@ -82,6 +117,10 @@ def _cmd_present(args: argparse.Namespace) -> int:
         cmd = voila_command(args.port, open_browser=not args.no_browser, ip=args.ip)
     except (TypeError, ValueError) as exc:
         print(_("error: {message}").format(message=exc), file=sys.stderr)
+        return 2
+    problem = listen_problem(args.ip, args.port)
+    if problem is not None:
+        print(_("error: {message}").format(message=problem), file=sys.stderr)
         return 2
     print(_("projector view: {url}  (Ctrl+C stops it)").format(url=f"http://{args.ip}:{args.port}/"), flush=True)
     try:
