@@ -87,6 +87,32 @@ def _close(g):
     gc.collect()
 
 
+def _new_group(store, case, world_size, timeout, tries=5):
+    """A fresh group of all ranks for ``case``, made again (all ranks together) when making it failed
+    on any rank. The group's timeout is the short one under test, and it bounds making the group as
+    well (gloo connects every pair within it): on a loaded machine a 1 s group can time out while
+    connecting, before the call whose message is captured. That is the machine, not the call, so the
+    ranks agree on the store and try again, up to ``tries`` times.
+
+    Raises:
+        RuntimeError: making the group failed ``tries`` times (the last error is named).
+    """
+    last = None
+    for attempt in range(tries):
+        _meet(store, f"{case}/start/{attempt}", world_size)
+        try:
+            g = dist.new_group(list(range(world_size)), timeout=timeout)
+        except Exception as exc:  # noqa: BLE001 - any failure to make the group is retried
+            g, last = None, exc
+            store.add(f"{case}/failed/{attempt}", 1)
+        _meet(store, f"{case}/made/{attempt}", world_size)
+        if store.add(f"{case}/failed/{attempt}", 0) == 0:
+            return g
+        if g is not None:
+            _close(g)
+    raise RuntimeError(f"{case}: new_group failed {tries} times on a rank of this machine; last: {last!r}")
+
+
 def _capture(rank, world_size, store_path, cases):
     """On every rank: each case in a fresh group of all ranks; rank ``ABSENT`` never joins the call.
     Returns ``{case: [{"call", "type", "message", "waited", "report"}]}`` for the ranks that waited
@@ -95,8 +121,7 @@ def _capture(rank, world_size, store_path, cases):
     out = {}
     for case in cases:
         absent_does, own, what = CASES[case]
-        _meet(store, f"{case}/start", world_size)
-        g = dist.new_group(list(range(world_size)), timeout=TD(seconds=own) if own else None)
+        g = _new_group(store, case, world_size, TD(seconds=own) if own else None)
         if rank == ABSENT:
             if absent_does == "close":
                 while store.add(f"{case}/waiting", 0) < world_size - 1:
@@ -131,7 +156,7 @@ def capture(tmp_dir, debug, cases=tuple(CASES)):
     """``{case: {rank: [entries]}}`` captured on 3 real gloo ranks (see :func:`_capture`)."""
     store_path = str(Path(tmp_dir) / f"meet-{debug}-{time.monotonic_ns()}")
     out = collnb.launch(_capture, 3, args=(store_path, list(cases)), collective_timeout=CT, debug=debug,
-                        timeout=120)
+                        timeout=600)
     return {case: {str(rank): out[rank][case] for rank in range(3) if case in out[rank]} for case in cases}
 
 
