@@ -310,6 +310,59 @@ def test_spawn_start_method_works_for_a_lambda(tmp_path):
     assert done.stdout.strip() == "[2, 3]"
 
 
+SLOW_SPAWN_SCRIPT = textwrap.dedent("""
+    import os, sys, psutil, collnb
+    from collnb.ranks.local import processes
+    if __name__ == '__main__':
+        os.environ["COLLNB_TEST_SLOW_START"] = sys.argv[1]   # from now on: the first rank spawned sleeps
+        print(collnb.launch(lambda r, w: r + w, 2, start_method='spawn', timeout=25, collective_timeout=15),
+              flush=True)
+        os.environ["COLLNB_TEST_SLOW_START"] = sys.argv[2]
+        processes.START_TIMEOUT_S = 2.0
+        try:
+            collnb.launch(lambda r, w: r, 2, start_method='spawn')
+        except collnb.LaunchTimeout as exc:
+            print(exc, exc.pending, sorted(set(exc.outcomes.values())), flush=True)
+        rest = [p for p in psutil.Process().children(recursive=True)
+                if p.is_running() and "resource_tracker" not in " ".join(p.cmdline())]
+        print("children left:", len(rest), flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_a_spawned_rank_slow_to_start_costs_neither_the_group_timeout_nor_the_calls(tmp_path):
+    """Spawned ranks each import torch (3-5 s idle, several times that loaded); the pool used to send
+    ``InitGroup`` at once, so the first rank up waited for the slowest one's import inside
+    ``init_process_group``, under the group's timeout, and the call's timeout counted the start too.
+    Now the pool sends it when every new rank is up (DIR/up-RANK). One spawned rank starts 30 s late
+    here (a sitecustomize that sleeps once, in the first Python started by multiprocessing's
+    spawn_main): a 15 s group timeout and a 25 s call timeout still give the result (both below the
+    delay). With START_TIMEOUT_S at 2 s, ranks not up are named and no process is left."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, sys, time\n"
+        "marker = os.environ.get('COLLNB_TEST_SLOW_START')\n"
+        "if marker and 'spawn_main' in ' '.join(getattr(sys, 'orig_argv', [])):\n"
+        "    try:\n"
+        "        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))\n"
+        "    except FileExistsError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        time.sleep(30)\n")
+    script = tmp_path / "slow_spawn.py"
+    script.write_text(SLOW_SPAWN_SCRIPT)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "slept1"), str(tmp_path / "slept2")],
+                          capture_output=True, text=True, timeout=280, env=env, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    assert lines[0] == "[2, 3]", done.stdout + done.stderr[-3000:]
+    assert (tmp_path / "slept1").exists() and (tmp_path / "slept2").exists()  # a rank did start late, twice
+    assert re.fullmatch(r"ranks ([0-3](, )?)+ had not started \(imported torch\) after 2 s; every rank was "
+                        r"stopped\. Is the machine overloaded\? Run the call again when it is quieter\. "
+                        r"\[[0-3, ]+\] \['not started'(, 'started')?\]", lines[1]), lines[1]
+    assert lines[2] == "children left: 0"
+
+
 INTERRUPT_SCRIPT = textwrap.dedent("""
     import os, sys, time, psutil, collnb
     def slow(rank, world_size):

@@ -57,6 +57,7 @@ from .call.steps import Call, failure, resolve_rank_names, restore_environment
 from .explain.failures import conclude
 from .explain.tracebacks import named_cells, parse_stack, wait_for_stacks
 from .fresh.rank_state import RankState
+from .local.processes import mark_up, wait_until_up
 from .instrument.backend_log import BackendLog
 from .instrument.backend_log import attach as attach_backend_log
 from .protocol import Failed, Result, Run
@@ -71,6 +72,6 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "plan_launch", "launch_planned", "LaunchPlan", "LaunchRequest", "RankSetup", "RankSet", "use_rank_set",
            "active_rank_set", "warm_pool", "Instruments", "Recorded", "Taking", "launch_results", "is_comm_error",
            "on_shutdown", "connected_hosts", "code_files", "Call", "failure", "resolve_rank_names",
-           "restore_environment", "conclude", "named_cells", "parse_stack", "wait_for_stacks", "RankState", "BackendLog",
+           "restore_environment", "conclude", "named_cells", "parse_stack", "wait_for_stacks", "mark_up", "wait_until_up", "RankState", "BackendLog",
            "attach_backend_log", "Failed", "Result", "Run", "RankEvent", "RankExit", "RankFailure",
            "RankResult", "runs_unwrapped", "unwrapped_group"]

@@ -87,13 +87,13 @@ def main(argv: list[str]) -> NoReturn:
     arm_faulthandler()
     import torch.distributed as dist
 
-    from collnb.ranks import (Call, Failed, RankState, Result, failure, resolve_rank_names, restore_environment,
-                              unwrapped_group)
+    from collnb.ranks import (Call, Failed, RankState, Result, failure, mark_up, resolve_rank_names,
+                              restore_environment, unwrapped_group)
     restore_environment(ifname, debug, flight_recorder)
     store = dist.FileStore(os.path.join(d, "store"), world_size)
     # started and imported: the launcher sends the first call once every rank has said so, and the
     # default group is made then, so its timeout (seconds) never has to cover a slower peer's start
-    _write(os.path.join(d, f"up-{rank}"), b"")
+    mark_up(d, rank)
     joined: Failed | None = None
     state: RankState | None = None
     base: dist.ProcessGroup | None = None

@@ -25,7 +25,7 @@ from typing import Any, cast
 from ...i18n import _, get_language
 from ...ranks import (BackendLog, Failed, Instruments, LaunchRequest, LaunchTimeout, RankError, RankEvent, RankExit,
                       RankFailure, RankResult, Run, attach_backend_log, code_files, conclude, dumps, launch_results,
-                      named_cells, parse_stack, runs_unwrapped, wait_for_stacks)
+                      named_cells, parse_stack, runs_unwrapped, wait_for_stacks, wait_until_up)
 from ...vocabulary import check_int
 from .network import INTERFACE, MAX_NODES, ClusterUnavailable, Network, available, sweep_leftovers
 
@@ -407,19 +407,14 @@ class VirtualCluster:
         """
         assert self._work is not None
         work, procs = self._work, self._procs
-        end = time.monotonic() + START_TIMEOUT_S
-        while True:
-            down = [r for r in range(len(procs)) if not os.path.exists(os.path.join(work, f"up-{r}"))]
-            if not down or any(p.poll() is not None for p in procs):
-                return
-            if time.monotonic() > end:
-                self._stop_ranks()
-                raise ClusterTimeout(_("the virtual cluster's ranks {ranks} had not started (imported torch) after "
-                                       "{seconds:g} s; every rank was stopped. Is the machine overloaded? Run the "
-                                       "call again when it is quieter.").format(
-                                           ranks=", ".join(map(str, down)), seconds=START_TIMEOUT_S), down,
-                                     {r: _("not started") if r in down else _("started") for r in range(len(procs))})
-            time.sleep(0.02)
+        down = wait_until_up(work, range(len(procs)), lambda: any(p.poll() is not None for p in procs), START_TIMEOUT_S)
+        if down:
+            self._stop_ranks()
+            raise ClusterTimeout(_("the virtual cluster's ranks {ranks} had not started (imported torch) after "
+                                   "{seconds:g} s; every rank was stopped. Is the machine overloaded? Run the "
+                                   "call again when it is quieter.").format(
+                                       ranks=", ".join(map(str, down)), seconds=START_TIMEOUT_S), down,
+                                 {r: _("not started") if r in down else _("started") for r in range(len(procs))})
 
     def _stop_ranks(self) -> None:
         """Stop every rank (SIGKILL to each one's process group) and remove their directory."""

@@ -38,6 +38,7 @@ from ..serialization import Unsendable, code_files, dumps
 from .answers import RankProcess, gather
 from .backends import local_backend_info
 from .output import OutputRelay
+from . import processes
 from .processes import descendants, kill_all, make_pool_dir, remove_pool_dir, sigint_deferred, sweep_stale_dirs
 from ..call.steps import resolve_rank_names
 from .rank import RankConfig, rank_main
@@ -222,7 +223,7 @@ class RankPool:
             raise TypeError(f"cannot send {fn!r} and its arguments to the ranks: {exc}") from exc
         try:
             unwrapped = self.setup.debug and runs_unwrapped(fn, request.args, request.kwargs)
-            self._prepare(plan.world_size, deadline, unwrapped)
+            deadline += self._prepare(plan.world_size, deadline, unwrapped)  # a rank's start is not the call's
             self.output.drain(self.ranks, final=False)
             message = encode(Run(plan.world_size, self._next_count(), task, plan.instruments, get_language(),
                                  unwrapped))  # once for all
@@ -283,24 +284,53 @@ class RankPool:
         self._group_count += 1000
         return self._group_count
 
-    def _prepare(self, world_size: int, deadline: float, unwrapped: bool = False) -> None:
+    def _prepare(self, world_size: int, deadline: float, unwrapped: bool = False) -> float:
         """Make ranks 0..world_size-1 a process group: reuse a cached one, create one with
         ``new_group`` over the pool (a few ms), or grow the pool and initialise a new default
-        group (fork + rendezvous) when it has fewer ranks than asked for."""
+        group (fork + rendezvous) when it has fewer ranks than asked for. Returns the seconds
+        spent waiting for spawned ranks to start (0.0 when none were started or they were forked),
+        which the caller adds to the call's deadline. Raises :class:`LaunchTimeout` when ranks
+        just spawned were not up after :data:`.processes.START_TIMEOUT_S`."""
+        waited = 0.0
         if world_size > self.base_size:
             # grow in steps (4, 8, 16) so that a slider sweep re-initialises rarely
             size = min(max(world_size, 4, 1 << (world_size - 1).bit_length(), len(self.ranks)), self.max_size)
             if size > len(self.ranks):
+                first = len(self.ranks)
                 self._grow(size)
+                if self.start_method != "fork":  # forked ranks run at once: torch is imported already
+                    t0 = time.monotonic()
+                    self._wait_started(range(first, size))
+                    waited = time.monotonic() - t0
             self.generation += 1
             self._send_all(self.ranks, InitGroup(self.generation, size))
-            self._collect(self.ranks, deadline, phase="init")
+            self._collect(self.ranks, deadline + waited, phase="init")
             self.base_size, self.groups, self.unwrapped = size, {size}, set()
         made = self.unwrapped if unwrapped else self.groups
         if world_size not in made:
             self._send_all(self.ranks[:self.base_size], NewGroup(world_size, self._next_count(), unwrapped))
-            self._collect(self.ranks[:self.base_size], deadline, phase="init")
+            self._collect(self.ranks[:self.base_size], deadline + waited, phase="init")
             made.add(world_size)
+        return waited
+
+    def _wait_started(self, ranks: range) -> None:
+        """Wait until every rank of ``ranks`` just spawned has imported torch and collnb and said so
+        (:func:`.processes.mark_up`), or one of them has died (:meth:`_collect` then says how).
+        Spawned ranks each import torch, 3-5 s on an idle machine and several times that on a loaded
+        one; sent ``InitGroup`` at once, the first rank up would wait for the slowest one's import
+        inside ``init_process_group``, under the group's ``collective_timeout``.
+
+        Raises:
+            LaunchTimeout: not every rank was up after :data:`.processes.START_TIMEOUT_S` seconds.
+        """
+        down = processes.wait_until_up(self.dir, ranks, lambda: any(not self.ranks[r].proc.is_alive() for r in ranks),
+                                       processes.START_TIMEOUT_S)
+        if down:
+            raise LaunchTimeout(
+                _("ranks {ranks} had not started (imported torch) after {seconds:g} s; every rank was stopped. "
+                  "Is the machine overloaded? Run the call again when it is quieter.").format(
+                      ranks=", ".join(map(str, down)), seconds=processes.START_TIMEOUT_S),
+                down, {r.rank: _("not started") if r.rank in down else _("started") for r in self.ranks})
 
     @staticmethod
     def _send_all(ranks: Iterable[_Rank], message: Message | bytes) -> None:

@@ -22,7 +22,7 @@ import signal
 import tempfile
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import FrameType
 from typing import NoReturn
 
@@ -30,7 +30,7 @@ import psutil
 
 __all__ = ["TMP_PREFIX", "LOCK_NAME", "descendants", "kill_all", "exit_group", "on_sigterm", "register_fork_hooks",
            "watch_parent", "make_pool_dir", "remove_pool_dir", "pool_dir_is_live", "sweep_stale_dirs",
-           "sigint_deferred"]
+           "sigint_deferred", "START_TIMEOUT_S", "mark_up", "wait_until_up"]
 
 #: Prefix of a pool's temporary directory: ``collnb-<pid of the launcher>-<random>``.
 TMP_PREFIX = "collnb-"
@@ -250,3 +250,39 @@ def register_fork_hooks() -> None:
     started yet, 1 launch in ~80 under load). SIGTERM stays blocked across the fork; the child
     restores the default action, then unblocks (a pending one then kills it)."""
     os.register_at_fork(before=_hold_sigterm, after_in_parent=_release_sigterm, after_in_child=_default_sigterm)
+
+
+#: How long (s) ranks just started may take to start and import torch before a launch stops them.
+#: ``import torch`` takes 3-5 s on an idle 2-core machine and several times that on a loaded one.
+START_TIMEOUT_S = 300.0
+
+
+def mark_up(directory: str, rank: int) -> None:
+    """Say that ``rank`` has started and imported what it runs: create ``DIRECTORY/up-RANK``.
+
+    The launcher (:func:`wait_until_up`) sends a fresh rank its first command only when every new
+    rank has said so, so that a slow peer's start counts against neither the process group's
+    timeout (``init_process_group`` waits for every rank) nor the call's ``timeout``.
+    """
+    with open(os.path.join(directory, f"up-{rank}"), "wb"):
+        pass
+
+
+def wait_until_up(directory: str, ranks: Iterable[int], exited: Callable[[], bool],
+                  seconds: float = START_TIMEOUT_S) -> list[int]:
+    """Wait until every rank of ``ranks`` has written ``DIRECTORY/up-RANK`` (:func:`mark_up`), or
+    ``exited()`` is true (a rank's process ended: the caller reports how), for at most ``seconds``.
+
+    Returns:
+        The ranks (list of int) that were not up when ``seconds`` ran out; ``[]`` when all were up
+        or ``exited()`` became true first.
+    """
+    ranks = list(ranks)
+    end = time.monotonic() + seconds
+    while True:
+        down = [r for r in ranks if not os.path.exists(os.path.join(directory, f"up-{r}"))]
+        if not down or exited():
+            return []
+        if time.monotonic() > end:
+            return down
+        time.sleep(0.02)

@@ -38,7 +38,7 @@ from ..call.steps import Call, failure, flush_output, resolve_rank_names, restor
 from ..fresh.rank_state import RankState, Watch
 from ..protocol import InitGroup, NewGroup, Ready, Run, Settled, receive, send
 from ..rankset import RankSetup
-from .processes import exit_group, on_sigterm, register_fork_hooks, watch_parent
+from .processes import exit_group, mark_up, on_sigterm, register_fork_hooks, watch_parent
 
 __all__ = ["rank_main", "RankConfig"]
 
@@ -140,6 +140,7 @@ def rank_main(rank: int, cfg: RankConfig, cmd_r: Connection, res_w: Connection, 
 
         arm_faulthandler()
         torch.set_num_threads(1)
+        mark_up(cfg["dir"], rank)  # started; under spawn, torch and collnb were imported before rank_main
         restore_environment(cfg["ifname"], cfg["setup"].debug, cfg["setup"].flight_recorder)
         store = dist.FileStore(os.path.join(cfg["dir"], "store"), -1)
         resolve_rank_names()
