@@ -34,7 +34,7 @@ ifeq ($(filter en zh,$(EDITION)),)
 $(error EDITION must be en or zh (make lab, make lab-zh or make lab EDITION=zh), got '$(EDITION)')
 endif
 
-.PHONY: lab lab-zh test test-fast compat venv clean docs student meta lint i18n
+.PHONY: lab lab-zh test test-fast compat venv clean docs figures student meta lint i18n
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -155,11 +155,16 @@ SPHINX_ZH := COLLNB_BOOK_EDITION=zh $(BIN)/python -m sphinx -b html -q -j 2 -c d
 docs: $(VENV)/.test-installed
 	$(BIN)/python tools/committed.py the book
 	$(BIN)/python tools/notebook_meta.py
-	$(BIN)/python tools/readme_figures.py
+	$(BIN)/python tools/readme_figures.py docs/_build/img
 	$(SPHINX) || { echo "book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX); }
 	$(SPHINX_ZH) || { echo "Chinese book build failed; retrying once (notebooks that ran are cached)"; $(SPHINX_ZH); }
 	rm -rf docs/_build/html/zh-CN && cp -r docs/_build/zh/html docs/_build/html/zh-CN
 	@echo "book: docs/_build/html/index.html; 中文版: docs/_build/html/zh-CN/index.html"
+
+# README's two pictures (docs/img), made again on real ranks. make docs makes them too, into
+# docs/_build/img (checked, the tree untouched: the replay shows measured times, so it differs each run).
+figures: $(VENV)/.test-installed
+	$(BIN)/python tools/readme_figures.py
 
 # Student versions (no solutions) and the nbgrader course folder: classroom/, from the notebooks as
 # committed (tools/student.py refuses while notebooks/ differs from the last commit).

@@ -457,22 +457,44 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
     assert not problems, "\n".join(problems)
 
 
-def test_readme_figures_are_small_real_pictures():
-    """docs/img: the heatmap and the replay GIF README.md shows (tools/readme_figures.py, run by
-    make docs): small files, the heatmap a real picture, the GIF one frame per ring round + start."""
+def _check_readme_figures(folder):
+    """The heatmap and the replay GIF in ``folder``: small files, the heatmap a real picture, the
+    GIF one frame per ring round + start."""
     from PIL import Image
+    import readme_figures
+
+    for name in (readme_figures.HEATMAP, readme_figures.REPLAY):
+        size = (folder / name).stat().st_size
+        assert 10_000 < size <= readme_figures.MAX_BYTES, (folder / name, size)
+    png = Image.open(folder / readme_figures.HEATMAP)
+    assert png.size[0] >= 500 and len(png.convert("RGB").getcolors(1 << 16) or []) >= 8
+    gif = Image.open(folder / readme_figures.REPLAY)
+    # ring all_reduce at world size 4: 3 reduce-scatter + 3 all-gather rounds, plus the start
+    assert gif.n_frames == 2 * (4 - 1) + 1
+
+
+def test_readme_figures_are_small_real_pictures():
+    """docs/img: the pictures README.md shows (tools/readme_figures.py, ``make figures``)."""
     import readme_figures
 
     readme = (ROOT / "README.md").read_text()
     for name in (readme_figures.HEATMAP, readme_figures.REPLAY):
-        path = ROOT / "docs" / "img" / name
         assert f"(docs/img/{name})" in readme, f"README does not show {name}"
-        assert 10_000 < path.stat().st_size <= readme_figures.MAX_BYTES, (name, path.stat().st_size)
-    png = Image.open(ROOT / "docs" / "img" / readme_figures.HEATMAP)
-    assert png.size[0] >= 500 and len(png.convert("RGB").getcolors(1 << 16) or []) >= 8
-    gif = Image.open(ROOT / "docs" / "img" / readme_figures.REPLAY)
-    # ring all_reduce at world size 4: 3 reduce-scatter + 3 all-gather rounds, plus the start
-    assert gif.n_frames == 2 * (4 - 1) + 1
+    _check_readme_figures(ROOT / "docs" / "img")
+
+
+def test_the_book_build_makes_the_readme_figures_again_outside_the_tree(book):
+    """``make docs`` makes both pictures again on real ranks into docs/_build/img, not docs/img: the
+    replay shows measured times, so rewriting the committed GIF changed every clone's tree."""
+    import readme_figures
+
+    built = book.parent / "img"
+    assert (built / readme_figures.REPLAY).exists(), \
+        f"{built} has no README figures: this book was built before make docs made them there; run make docs"
+    _check_readme_figures(built)
+    recipe = subprocess.run(["make", "-n", "-o", ".venv/.test-installed", "docs"], cwd=ROOT, capture_output=True,
+                            text=True, check=True).stdout
+    assert "tools/readme_figures.py docs/_build/img" in recipe and "tools/readme_figures.py\n" not in recipe
 
 
 # ------------------------------------------------------------------------------------------------

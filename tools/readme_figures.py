@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Make the README's two pictures from real ranks (run by ``make docs``).
+"""Make the README's two pictures from real ranks (``make figures``; ``make docs`` checks them).
 
 * ``docs/img/all_reduce.png``: ``collnb.run("all_reduce", world_size=4)``, the before | after
   heatmap of a real Gloo all_reduce on 4 ranks (rank r, chunk c holds 10·r + c);
@@ -10,7 +10,9 @@ Both are checked before they are written: the run must match its reference (``ok
 must agree with the built-in collective, and each file must stay small (under ``MAX_BYTES``) so
 the repository does not grow with every rebuild.
 
-Usage: ``python tools/readme_figures.py [OUT_DIR]`` (default ``docs/img``).
+Usage: ``python tools/readme_figures.py [OUT_DIR]`` (default ``docs/img``; ``make figures``). ``make docs``
+writes them into ``docs/_build/img``: the replay shows measured round times, so a committed GIF
+rewritten by every book build would leave every clone's tree changed.
 """
 
 from __future__ import annotations
