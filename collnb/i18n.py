@@ -17,7 +17,10 @@ How to write a translatable string (``tests/test_i18n.py`` checks every one has 
   translates them where they are used (``_(LABELS[key])``);
 * give placeholders names and fill them after translating:
   ``_("rank {rank} failed").format(rank=r)`` (an f-string cannot be looked up);
-* plurals: ``ngettext("{n} rank", "{n} ranks", n).format(n=n)``.
+* plurals: ``ngettext("{n} rank", "{n} ranks", n).format(n=n)``;
+* a sentence kept in an object drawn again later (a trace's round details) is made with
+  :func:`later` (``later("step {k}", k=k)``, a ``str`` that remembers its message) and shown with
+  :func:`again`, which gives it in the language spoken then.
 """
 
 from __future__ import annotations
@@ -169,6 +172,46 @@ def ngettext(singular: str, plural: str, n: int) -> str:
 def N_(message: str) -> str:
     """Mark ``message`` for translation without translating it (a module-level table's entry)."""
     return message
+
+
+class Later(str):
+    """A sentence shown in the language spoken when it was made, that can be shown again in the
+    language spoken later (:func:`again`). Made by :func:`later`; it *is* the translated text
+    (a ``str``), and keeps its English ``msgid`` and its ``fields`` (placeholders: plain values, or
+    Later sentences themselves, translated again with it).
+
+    What lives on after the language may change says itself this way: an algorithm's round
+    details, made when a trace is recorded and drawn whenever its replay is (a trace recorded in
+    English and replayed after ``set_language("zh")`` shows Chinese). Pickled, it stays a Later.
+    """
+
+    msgid: str
+    fields: dict[str, object]
+
+    def __new__(cls, msgid: str, fields: dict[str, object]) -> Later:
+        made = super().__new__(cls, _format(msgid, fields))
+        made.msgid, made.fields = msgid, fields
+        return made
+
+    def __reduce__(self) -> tuple[type[Later], tuple[str, dict[str, object]]]:
+        return (Later, (self.msgid, self.fields))
+
+
+def _format(msgid: str, fields: dict[str, object]) -> str:
+    text = _(msgid)
+    return text.format(**{k: again(v) if isinstance(v, str) else v for k, v in fields.items()}) if fields else text
+
+
+def later(message: str, **fields: object) -> Later:
+    """``_(message).format(**fields)``, as a :class:`Later`: the same text now, and :func:`again`
+    gives it in the language spoken then. ``message`` is a message like ``_()``'s (``make i18n``
+    collects it); a field may be a Later itself (``what=later(N_("the result"))``)."""
+    return Later(message, fields)
+
+
+def again(text: str) -> str:
+    """``text`` in the language spoken now when it is a :class:`Later`; any other string unchanged."""
+    return _format(text.msgid, text.fields) if isinstance(text, Later) else text
 
 
 def reload_catalogues() -> None:

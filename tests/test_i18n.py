@@ -117,6 +117,42 @@ def test_a_rounds_description_is_written_in_the_language_spoken_when_its_schedul
     assert cached_schedule("all_reduce", "ring", 4).rounds[0].detail == english  # not the cached Chinese
 
 
+def test_a_trace_recorded_in_english_is_replayed_in_the_language_spoken_then():
+    """A trace keeps its round details as sentences that remember their message (collnb.i18n.later):
+    recorded in English, drawn after set_language("zh"), the frame's detail is Chinese, placeholders
+    that are sentences themselves included (the fold round's "what" and "verb")."""
+    import pickle
+    from collnb.algorithms import run_algorithm
+    from collnb.i18n import Later, again, later, N_
+    from collnb.views.frames import FrameRenderer
+
+    collnb.set_language("en")
+    trace = run_algorithm("all_reduce", "ring", 4)
+    folded = run_algorithm("all_reduce", "recursive_doubling", 3)  # 3 is not a power of two: a fold round
+    ren, fold = FrameRenderer(trace), FrameRenderer(folded)
+    english = ren.data(1)["detail"]
+    assert english == "step 1/3: rank r sends chunk (r-1) mod 4 to rank r+1, which combines it into its own copy"
+    assert fold.data(1)["detail"].startswith("3 is not a power of two: ranks 0..0 (even) send their whole buffer "
+                                             "to rank+1, which combines it with its own")
+    try:
+        collnb.set_language("zh")
+        assert ren.data(1)["detail"] == "第 1/3 步：rank r 把第 (r-1) mod 4 块发给 rank r+1，后者把它合并进自己的副本"
+        zh_fold = fold.data(1)["detail"]
+        assert "3 不是 2 的幂" in zh_fold and "their whole buffer" not in zh_fold and "combines" not in zh_fold, zh_fold
+        assert zh_fold == later("{n} is not a power of two: ranks 0..{last} (even) send {what} to rank+1, which "
+                                "{verb}; they sit out until the unfold round, leaving {p} active ranks",
+                                n=3, last=0, what=later(N_("their whole buffer")), verb=later("combines it with its own"),
+                                p=2)
+        assert trace.to_dict()["rounds"][0]["detail"] == english  # a saved trace keeps the words it was made in
+        assert type(trace.to_dict()["rounds"][0]["detail"]) is str
+    finally:
+        collnb.set_language("en")
+    detail = trace.rounds[0].detail
+    back = pickle.loads(pickle.dumps(detail))
+    assert isinstance(back, Later) and back == detail and (back.msgid, back.fields) == (detail.msgid, detail.fields)
+    assert again("plain words") == "plain words"
+
+
 def _raises_on_rank_1(rank, world_size):
     if rank == 1:
         raise ValueError("rank 1 cannot continue")

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """collnb's translation catalogues, with Babel: extract, update, compile, check (``make i18n``).
 
-Every string wrapped in ``_()``, ``N_()`` or ``ngettext()`` in ``collnb/`` is a message. The
+Every string wrapped in ``_()``, ``N_()``, ``ngettext()`` or ``later()`` in ``collnb/`` is a message. The
 messages are kept in one catalogue per **area** of the package (``AREAS``: a few folders or files
 each), ``collnb/locale/zh_CN/LC_MESSAGES/collnb-AREA.po``, so that work on two areas never edits
 the same file; ``collnb.i18n`` loads every compiled ``collnb-*.mo`` of a language. The English
@@ -34,7 +34,7 @@ from babel.messages.pofile import read_po, write_po
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "collnb"
 LOCALES = {"zh_CN": PACKAGE / "locale" / "zh_CN" / "LC_MESSAGES"}
-KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2)}
+KEYWORDS = {"_": None, "N_": None, "ngettext": (1, 2), "later": None}
 
 #: Area -> the paths (relative to collnb/) whose messages its catalogue holds. A file belongs to
 #: the first area that names it or a folder above it; "core" takes every file no area names.

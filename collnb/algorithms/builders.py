@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable, Iterable, Sequence
 from typing import TypeAlias
 
-from ..i18n import N_, _
+from ..i18n import N_, later
 from .rounds import Round, Transfer
 
 __all__ = ["BUILDERS", "N_CHUNKS", "Builder", "pof2_fold", "rabenseifner_chunks"]
@@ -74,10 +74,10 @@ def _fold_rounds(n: int, C: int, reduce: bool, what: str = _THEIR_BUFFER) -> lis
     if q == 0:
         return []
     ts = [_T(2 * i, 2 * i + 1, range(C), reduce) for i in range(q)]
-    verb = _("combines it with its own") if reduce else _("keeps it")
-    return [Round("fold", _("{n} is not a power of two: ranks 0..{last} (even) send {what} to rank+1, which {verb}; "
-                            "they sit out until the unfold round, leaving {p} active ranks").format(
-                                n=n, last=2 * q - 2, what=_(what), verb=verb, p=p), ts)]
+    verb = later("combines it with its own") if reduce else later("keeps it")
+    return [Round("fold", later("{n} is not a power of two: ranks 0..{last} (even) send {what} to rank+1, which {verb}; "
+                                "they sit out until the unfold round, leaving {p} active ranks",
+                                n=n, last=2 * q - 2, what=later(what), verb=verb, p=p), ts)]
 
 
 def _unfold_round(n: int, C_of_even: Callable[[int], Iterable[int]], what: str = _THE_RESULT) -> list[Round]:
@@ -87,8 +87,8 @@ def _unfold_round(n: int, C_of_even: Callable[[int], Iterable[int]], what: str =
     if q == 0:
         return []
     ts = [_T(2 * i + 1, 2 * i, C_of_even(2 * i)) for i in range(q)]
-    return [Round("unfold", _("ranks 1..{last} (odd) send {what} back to the ranks that sat out").format(
-        last=2 * q - 1, what=_(what)), ts)]
+    return [Round("unfold", later("ranks 1..{last} (odd) send {what} back to the ranks that sat out",
+        last=2 * q - 1, what=later(what)), ts)]
 
 
 # -- all_reduce ---------------------------------------------------------------------------------
@@ -97,13 +97,13 @@ def _ar_ring(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
-        rounds.append(Round("reduce-scatter", _("step {step}/{steps}: rank r sends chunk (r-{step}) mod {n} to "
-                                                "rank r+1, which combines it into its own copy").format(
+        rounds.append(Round("reduce-scatter", later("step {step}/{steps}: rank r sends chunk (r-{step}) mod {n} to "
+                                                    "rank r+1, which combines it into its own copy",
                                                     step=k + 1, steps=n - 1, n=n), ts))
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
-        rounds.append(Round("all-gather", _("step {step}/{steps}: rank r passes the finished chunk (r-{k}) "
-                                            "mod {n} to rank r+1, which overwrites its copy").format(
+        rounds.append(Round("all-gather", later("step {step}/{steps}: rank r passes the finished chunk (r-{k}) "
+                                                "mod {n} to rank r+1, which overwrites its copy",
                                                 step=k + 1, steps=n - 1, k=k, n=n), ts))
     return rounds
 
@@ -114,8 +114,8 @@ def _ar_recursive_doubling(n: int, root: int, C: int) -> list[Round]:
     m = 1
     while m < p:
         ts = [_T(old[i], old[i ^ m], range(C), True) for i in range(p)]
-        rounds.append(Round("exchange", _("distance {m}: every active rank swaps its whole buffer with the rank "
-                                          "whose new number differs in bit {bit}, and both combine").format(
+        rounds.append(Round("exchange", later("distance {m}: every active rank swaps its whole buffer with the rank "
+                                              "whose new number differs in bit {bit}, and both combine",
                                               m=m, bit=m.bit_length() - 1), ts))
         m <<= 1
     return rounds + _unfold_round(n, lambda r: range(C))
@@ -140,9 +140,9 @@ def _rs_halving(p: int, old: Sequence[int], groups_of: Sequence[Sequence[int]],
                 ts.append(_T(old[i], old[j], chunks, True))
         for i in range(p):
             resp[i] = {g for g in resp[i] if (g & m) == (i & m)}
-        rounds.append(Round(reduce_label, _("recursive halving step {step}/{total}, distance {m}: each rank sends "
-                                            "the half it is no longer responsible for to its partner, which "
-                                            "combines it").format(step=step, total=total, m=m), ts))
+        rounds.append(Round(reduce_label, later("recursive halving step {step}/{total}, distance {m}: each rank sends "
+                                                "the half it is no longer responsible for to its partner, which "
+                                                "combines it", step=step, total=total, m=m), ts))
         m //= 2
         step += 1
     return rounds
@@ -165,8 +165,8 @@ def _ag_doubling(p: int, old: Sequence[int], groups_of: Sequence[Sequence[int]],
             if chunks:
                 ts.append(_T(old[i], old[j], chunks))
         held = [held[i] | held[i ^ m] for i in range(p)]
-        rounds.append(Round(label, _("recursive doubling step {step}/{total}, distance {m}: each rank sends "
-                                     "everything it has gathered to its partner; the data held doubles").format(
+        rounds.append(Round(label, later("recursive doubling step {step}/{total}, distance {m}: each rank sends "
+                                         "everything it has gathered to its partner; the data held doubles",
                                          step=step, total=total, m=m), ts))
         m <<= 1
         step += 1
@@ -204,8 +204,8 @@ def _reduce_binomial(n: int, root: int, C: int, label: str = "reduce") -> list[R
         for v in range(n):
             if (v & (2 * m - 1)) == m:
                 ts.append(_T((v + root) % n, (v - m + root) % n, range(C), True))
-        rounds.append(Round(label, _("binomial tree step {step}/{total}: ranks at relative position "
-                                     "{m} mod {twice} send their partial result {m} ranks down the tree").format(
+        rounds.append(Round(label, later("binomial tree step {step}/{total}: ranks at relative position "
+                                         "{m} mod {twice} send their partial result {m} ranks down the tree",
                                          step=step, total=total, m=m, twice=2 * m), ts))
         m <<= 1
         step += 1
@@ -224,9 +224,9 @@ def _bcast_binomial(n: int, root: int, C: int, label: str = "broadcast",
             if v + m < n:
                 ch = range(C) if chunks_for is None else chunks_for(v + m, min(v + 2 * m, n))
                 ts.append(_T((v + root) % n, (v + m + root) % n, ch))
-        what = _("the whole buffer") if chunks_for is None else _("the chunks of the receiver's subtree")
-        rounds.append(Round(label, _("binomial tree step {step}/{steps}: every rank that has the data sends {what} "
-                                     "{m} ranks further (relative to the root); the ranks holding it double").format(
+        what = later("the whole buffer") if chunks_for is None else later("the chunks of the receiver's subtree")
+        rounds.append(Round(label, later("binomial tree step {step}/{steps}: every rank that has the data sends {what} "
+                                         "{m} ranks further (relative to the root); the ranks holding it double",
                                          step=k + 1, steps=L, what=what, m=m), ts))
     return rounds
 
@@ -241,7 +241,7 @@ def _ag_ring(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k) % n]) for r in range(n)]
-        rounds.append(Round("all-gather", _("step {step}/{steps}: rank r passes block (r-{k}) mod {n} to rank r+1").format(
+        rounds.append(Round("all-gather", later("step {step}/{steps}: rank r passes block (r-{k}) mod {n} to rank r+1",
             step=k + 1, steps=n - 1, k=k, n=n), ts))
     return rounds
 
@@ -251,8 +251,8 @@ def _ag_recursive_doubling(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     if q:
         ts = [_T(2 * i, 2 * i + 1, [2 * i]) for i in range(q)]
-        rounds.append(Round("fold", _("{n} is not a power of two: ranks 0..{last} (even) give their block "
-                                      "to rank+1 and sit out until the unfold round, leaving {p} ranks").format(
+        rounds.append(Round("fold", later("{n} is not a power of two: ranks 0..{last} (even) give their block "
+                                          "to rank+1 and sit out until the unfold round, leaving {p} ranks",
                                           n=n, last=2 * q - 2, p=p), ts))
     rounds += _ag_doubling(p, old, [list(mm) for mm in members])
     return rounds + _unfold_round(n, lambda r: [c for c in range(C) if c != r], N_("every block"))
@@ -266,8 +266,8 @@ def _ag_bruck(n: int, root: int, C: int) -> list[Round]:
     while d < n:
         cnt = min(d, n - d)
         ts = [_T(r, (r - d) % n, sorted((r + j) % n for j in range(cnt))) for r in range(n)]
-        rounds.append(Round("all-gather", _("Bruck step {step}/{total}: rank r holds blocks r, r+1, ... (mod {n}); it "
-                                            "sends the first {count} of them to rank r-{d}").format(
+        rounds.append(Round("all-gather", later("Bruck step {step}/{total}: rank r holds blocks r, r+1, ... (mod {n}); it "
+                                                "sends the first {count} of them to rank r-{d}",
                                                 step=step, total=total, n=n, count=cnt, d=d), ts))
         d <<= 1
         step += 1
@@ -280,9 +280,9 @@ def _rs_ring(n: int, root: int, C: int) -> list[Round]:
     rounds = []
     for k in range(n - 1):
         ts = [_T(r, (r + 1) % n, [(r - k - 1) % n], True) for r in range(n)]
-        rounds.append(Round("reduce-scatter", _("step {step}/{steps}: rank r sends chunk (r-{step}) mod {n} to "
-                                                "rank r+1, which combines it; after the last step rank r holds chunk r "
-                                                "complete").format(step=k + 1, steps=n - 1, n=n), ts))
+        rounds.append(Round("reduce-scatter", later("step {step}/{steps}: rank r sends chunk (r-{step}) mod {n} to "
+                                                    "rank r+1, which combines it; after the last step rank r holds chunk r "
+                                                    "complete", step=k + 1, steps=n - 1, n=n), ts))
     return rounds
 
 
@@ -296,7 +296,7 @@ def _rs_recursive_halving(n: int, root: int, C: int) -> list[Round]:
 # -- broadcast ----------------------------------------------------------------------------------
 
 def _bc_linear(n: int, root: int, C: int) -> list[Round]:
-    return [Round("send", _("send {k}/{last}: the root sends the whole buffer to rank {dst}").format(
+    return [Round("send", later("send {k}/{last}: the root sends the whole buffer to rank {dst}",
         k=k, last=n - 1, dst=(root + k) % n),
                   [_T(root, (root + k) % n, range(C))]) for k in range(1, n)]
 
@@ -311,8 +311,8 @@ def _bc_chain(n: int, root: int, C: int) -> list[Round]:
             s = t - i
             if 0 <= s < C:
                 ts.append(_T((root + i) % n, (root + i + 1) % n, [s]))
-        rounds.append(Round("pipeline", _("time step {step}/{steps}: the i-th rank of the chain (from the "
-                                          "root) forwards segment {t}-i to the next rank, all at once").format(
+        rounds.append(Round("pipeline", later("time step {step}/{steps}: the i-th rank of the chain (from the "
+                                              "root) forwards segment {t}-i to the next rank, all at once",
                                               step=t + 1, steps=C + n - 2, t=t), ts))
     return rounds
 
@@ -328,7 +328,7 @@ def _rd_binomial(n: int, root: int, C: int) -> list[Round]:
 
 
 def _sc_linear(n: int, root: int, C: int) -> list[Round]:
-    return [Round("send", _("send {k}/{last}: the root sends chunk {dst} to rank {dst}").format(
+    return [Round("send", later("send {k}/{last}: the root sends chunk {dst} to rank {dst}",
         k=k, last=n - 1, dst=(root + k) % n),
                   [_T(root, (root + k) % n, [(root + k) % n])]) for k in range(1, n)]
 
@@ -339,7 +339,7 @@ def _sc_binomial(n: int, root: int, C: int) -> list[Round]:
 
 
 def _ga_linear(n: int, root: int, C: int) -> list[Round]:
-    return [Round("send", _("send {k}/{last}: rank {src} sends its chunk to the root").format(
+    return [Round("send", later("send {k}/{last}: rank {src} sends its chunk to the root",
         k=k, last=n - 1, src=(root + k) % n),
                   [_T((root + k) % n, root, [(root + k) % n])]) for k in range(1, n)]
 
@@ -355,8 +355,8 @@ def _ga_binomial(n: int, root: int, C: int) -> list[Round]:
             if (v & (2 * m - 1)) == m:
                 ts.append(_T((v + root) % n, (v - m + root) % n,
                              sorted((u + root) % n for u in range(v, min(v + m, n)))))
-        rounds.append(Round("gather", _("binomial tree step {step}/{total}: ranks at relative position {m} mod "
-                                        "{twice} send every chunk gathered so far {m} ranks down the tree").format(
+        rounds.append(Round("gather", later("binomial tree step {step}/{total}: ranks at relative position {m} mod "
+                                            "{twice} send every chunk gathered so far {m} ranks down the tree",
                                             step=step, total=total, m=m, twice=2 * m), ts))
         m <<= 1
         step += 1
@@ -371,11 +371,11 @@ def _a2a_pairwise(n: int, root: int, C: int) -> list[Round]:
     for k in range(1, n):
         if pof2:
             ts = [_T(r, r ^ k, [r ^ k], dst_chunks=[r]) for r in range(n)]
-            how = _("rank r exchanges with rank r XOR {k}").format(k=k)
+            how = later("rank r exchanges with rank r XOR {k}", k=k)
         else:
             ts = [_T(r, (r + k) % n, [(r + k) % n], dst_chunks=[r]) for r in range(n)]
-            how = _("rank r sends to rank r+{k} and receives from rank r-{k}").format(k=k)
-        rounds.append(Round("all-to-all", _("pairwise step {k}/{last}: {how} (one block each way)").format(
+            how = later("rank r sends to rank r+{k} and receives from rank r-{k}", k=k)
+        rounds.append(Round("all-to-all", later("pairwise step {k}/{last}: {how} (one block each way)",
             k=k, last=n - 1, how=how), ts))
     return rounds
 
@@ -384,7 +384,7 @@ def _a2a_linear(n: int, root: int, C: int) -> list[Round]:
     if n == 1:
         return []
     ts = [_T(r, j, [j], dst_chunks=[r]) for r in range(n) for j in range(n) if j != r]
-    return [Round("all-to-all", _("every rank posts all {count} sends and {count} receives at once").format(
+    return [Round("all-to-all", later("every rank posts all {count} sends and {count} receives at once",
         count=n - 1), ts)]
 
 

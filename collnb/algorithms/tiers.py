@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeAlias
 
-from ..i18n import _
+from ..i18n import later
 from .builders import _T
 from .rounds import Round, Transfer
 
@@ -144,18 +144,18 @@ def _ar_hierarchical(N: int, L: int, C: int) -> list[Round]:
     cross_rs = _concurrent(*[_ring_steps(column(l), [(l * N + i,) for i in range(N)], True, False) for l in range(L)])
     cross_ag = _concurrent(*[_ring_steps(column(l), [(l * N + i,) for i in range(N)], True, True) for l in range(L)])
     ag = _concurrent(*[_ring_steps(node(n), shard, True, True) for n in range(N)])
-    return (_rounds(rs, "intra reduce-scatter", lambda k, n: _(
+    return (_rounds(rs, "intra reduce-scatter", lambda k, n: later(
                 "step {k}/{n} inside every node: local rank j sends shard (j-{k}) mod {L} to local rank j+1, which "
-                "combines it; afterwards local rank l holds its node's sum of shard l").format(k=k, n=n, L=L))
-            + _rounds(cross_rs, "inter reduce-scatter", lambda k, n: _(
+                "combines it; afterwards local rank l holds its node's sum of shard l", k=k, n=n, L=L))
+            + _rounds(cross_rs, "inter reduce-scatter", lambda k, n: later(
                 "across nodes, step {k}/{n}: the ranks with the same local rank form one ring per local rank "
-                "({L} rings at once, sharing each node's link) and reduce-scatter their shard").format(k=k, n=n, L=L))
-            + _rounds(cross_ag, "inter all-gather", lambda k, n: _(
+                "({L} rings at once, sharing each node's link) and reduce-scatter their shard", k=k, n=n, L=L))
+            + _rounds(cross_ag, "inter all-gather", lambda k, n: later(
                 "across nodes, step {k}/{n}: the same rings pass the finished pieces on; afterwards every rank "
-                "holds the global sum of its shard").format(k=k, n=n))
-            + _rounds(ag, "intra all-gather", lambda k, n: _(
+                "holds the global sum of its shard", k=k, n=n))
+            + _rounds(ag, "intra all-gather", lambda k, n: later(
                 "step {k}/{n} inside every node: local rank j passes finished shard (j-{k1}) mod {L} to local "
-                "rank j+1").format(k=k, n=n, k1=k - 1, L=L)))
+                "rank j+1", k=k, n=n, k1=k - 1, L=L)))
 
 
 
@@ -180,9 +180,9 @@ def _ar_ring_2d(N: int, L: int, C: int) -> list[Round]:
     b = b_rs1 + b_rs2 + b_ag2 + b_ag1
     steps = _concurrent(a, b)
     n_rs = (L - 1) + (N - 1)
-    return [Round("reduce-scatter" if k <= n_rs else "all-gather", _(
+    return [Round("reduce-scatter" if k <= n_rs else "all-gather", later(
         "2-D ring step {k}/{n}: half A of the buffer goes round inside the nodes first, then across; half B "
-        "across first, then inside; both at once").format(k=k, n=len(steps)), ts) for k, ts in enumerate(steps, 1)]
+        "across first, then inside; both at once", k=k, n=len(steps)), ts) for k, ts in enumerate(steps, 1)]
 
 
 
@@ -278,13 +278,13 @@ def _ar_double_binary_tree(N: int, L: int, C: int) -> list[Round]:
     up0, down0 = _tree_steps(_tree_parents(N, L, 0), tuple(range(half)))
     up1, down1 = _tree_steps(_tree_parents(N, L, 1), tuple(range(half, C)))
     up, down = _concurrent(up0, up1), _concurrent(down0, down1)
-    return (_rounds(up, "reduce", lambda k, n: _(
+    return (_rounds(up, "reduce", lambda k, n: later(
                 "tree reduce step {k}/{n}: a rank whose children have all sent passes its partial sum up (chain "
                 "inside a node, binary tree across nodes); tree 0 carries the first half of the buffer, tree 1 the "
-                "second").format(k=k, n=n))
-            + _rounds(down, "broadcast", lambda k, n: _(
+                "second", k=k, n=n))
+            + _rounds(down, "broadcast", lambda k, n: later(
                 "tree broadcast step {k}/{n}: the finished half goes back down each tree, one level per "
-                "step").format(k=k, n=n)))
+                "step", k=k, n=n)))
 
 
 
@@ -296,12 +296,12 @@ def _rs_hierarchical(N: int, L: int, C: int) -> list[Round]:
     bound_for = [tuple(m * L + l for m in range(N)) for l in range(L)]
     rs1 = _concurrent(*[_ring_steps(node(n), bound_for, True, False) for n in range(N)])
     rs2 = _concurrent(*[_ring_steps(column(l), [(m * L + l,) for m in range(N)], True, False) for l in range(L)])
-    return (_rounds(rs1, "intra reduce-scatter", lambda k, n: _(
+    return (_rounds(rs1, "intra reduce-scatter", lambda k, n: later(
                 "step {k}/{n} inside every node: the chunks bound for local rank l of every node are summed on "
-                "local rank l, so only node sums cross the slow link").format(k=k, n=n))
-            + _rounds(rs2, "inter reduce-scatter", lambda k, n: _(
+                "local rank l, so only node sums cross the slow link", k=k, n=n))
+            + _rounds(rs2, "inter reduce-scatter", lambda k, n: later(
                 "across nodes, step {k}/{n}: one ring per local rank ({L} at once) reduce-scatters the node "
-                "sums; afterwards rank r holds chunk r complete").format(k=k, n=n, L=L)))
+                "sums; afterwards rank r holds chunk r complete", k=k, n=n, L=L)))
 
 
 def _ag_hierarchical(N: int, L: int, C: int) -> list[Round]:
@@ -309,12 +309,12 @@ def _ag_hierarchical(N: int, L: int, C: int) -> list[Round]:
     gathered = [tuple(m * L + l for m in range(N)) for l in range(L)]
     ag1 = _concurrent(*[_ring_steps(column(l), [(m * L + l,) for m in range(N)], False, True) for l in range(L)])
     ag2 = _concurrent(*[_ring_steps(node(n), gathered, False, True) for n in range(N)])
-    return (_rounds(ag1, "inter all-gather", lambda k, n: _(
+    return (_rounds(ag1, "inter all-gather", lambda k, n: later(
                 "across nodes, step {k}/{n}: one ring per local rank ({L} at once): local rank l gathers the "
-                "block of local rank l of every node; each block crosses the slow link once per ring").format(
+                "block of local rank l of every node; each block crosses the slow link once per ring",
                     k=k, n=n, L=L))
-            + _rounds(ag2, "intra all-gather", lambda k, n: _(
-                "step {k}/{n} inside every node: local ranks pass on what they gathered across nodes").format(
+            + _rounds(ag2, "intra all-gather", lambda k, n: later(
+                "step {k}/{n} inside every node: local ranks pass on what they gathered across nodes",
                     k=k, n=n)))
 
 
@@ -337,9 +337,9 @@ def _a2a_hierarchical(N: int, L: int, C: int) -> list[Round]:
             n, l = divmod(r, L)
             lp = (l + k) % L
             ts.append(_T(r, n * L + lp, [m * L + lp for m in range(N)], dst_chunks=[m * L + l for m in range(N)]))
-        rounds.append(Round("intra all-to-all", _(
+        rounds.append(Round("intra all-to-all", later(
             "step {k}/{n} inside every node: local rank l gives local rank l+{k} the blocks bound for local rank "
-            "l+{k} of every node, so that each rank collects what its counterparts on other nodes need").format(
+            "l+{k} of every node, so that each rank collects what its counterparts on other nodes need",
                 k=k, n=L - 1), ts))
     # inter: node pairs swap, one message of L blocks per pair of ranks with the same local rank
     pairs: list[list[tuple[int, int]]]
@@ -353,9 +353,9 @@ def _a2a_hierarchical(N: int, L: int, C: int) -> list[Round]:
             for l in range(L):
                 ts.append(_T(n * L + l, m * L + l, [m * L + j for j in range(L)],
                              dst_chunks=[n * L + j for j in range(L)]))
-        rounds.append(Round("inter all-to-all", _(
+        rounds.append(Round("inter all-to-all", later(
             "across nodes, step {k}/{n}: pairs of nodes swap; each rank sends its counterpart one message of {L} "
-            "blocks (everything its node has for it) instead of {L} small ones").format(k=k, n=len(pairs), L=L),
+            "blocks (everything its node has for it) instead of {L} small ones", k=k, n=len(pairs), L=L),
             ts, from_work=True))
     return rounds
 

@@ -69,7 +69,7 @@ class RoundRecord:
 
     def to_dict(self) -> RoundDict:
         """The round as saved in a trace file (transfers as :meth:`Transfer.to_dict`)."""
-        return RoundDict(index=self.index, label=self.label, detail=self.detail, seconds=self.seconds,
+        return RoundDict(index=self.index, label=self.label, detail=str(self.detail), seconds=self.seconds,
                          transfers=[t.to_dict() for t in self.transfers])
 
     @classmethod

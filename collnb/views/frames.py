@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, round_costs
-from ..i18n import _
+from ..i18n import _, again
 from ..units import format_bytes, format_rate, format_seconds
 from .palette import INK, rank_color
 from .raster import Box, Canvas, Pixels, encode_png, matplotlib_fonts, wrap_text
@@ -317,7 +317,7 @@ class FrameRenderer:
         lines: list[str] = []
         if k:
             rnd = t.rounds[k - 1]
-            for para in textwrap.wrap(rnd.detail, 400):
+            for para in textwrap.wrap(again(rnd.detail), 400):  # in the language spoken now
                 lines += wrap_text(para, cv.w, lambda s: cv.measure(s, 12)[0]) or [""]
             lines = lines[:2]
         cv.text(head, 0, 5, 15, INK, ha="left", va="top")
@@ -346,7 +346,7 @@ class FrameRenderer:
             vals = None
         prov = [[sorted(s) for s in row] for row in t.provenance_sets(k)]
         return FrameData(round=k, n_rounds=t.n_rounds, label=t.label(k),
-                    detail="" if k == 0 else t.rounds[k - 1].detail, values=vals, provenance=prov,
+                    detail="" if k == 0 else again(t.rounds[k - 1].detail), values=vals, provenance=prov,
                     contributors=t.contributors(k).tolist(),
                     transfers=[cast(TransferData, tr.to_dict()) for tr in t.transfers(k)],
                     bytes_sent=self._sent[k].tolist(), bytes_received=self._recv[k].tolist(),
