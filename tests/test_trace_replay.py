@@ -819,3 +819,12 @@ def test_the_running_total_says_why_measured_and_model_are_far_apart(ag4):
     for rnd in plain.rounds:
         rnd.seconds = None
     assert plain.round_seconds() is None and FrameRenderer(plain).gap_note() == ""
+
+
+def test_the_time_plots_round_axis_has_whole_rounds_only():
+    """A 3-round trace drew ticks at 0.5, 1.5, ... under "round" (matplotlib's default locator)."""
+    from collnb.views.frames import FrameRenderer
+    ren = FrameRenderer(A.run_algorithm("all_reduce", "recursive_doubling", 3))
+    ren.rgb(1)
+    ticks = [float(x) for x in ren.ax_time.get_xticks()]
+    assert ticks and all(x == int(x) for x in ticks), ticks

@@ -224,6 +224,8 @@ class FrameRenderer:
         ax_b.set_title(_("bytes this round: sent (filled), received (outlined)"), fontsize=fs)
         ax_b.tick_params(labelsize=11.5 * pt)
         # running total against the model
+        from matplotlib.ticker import MaxNLocator  # noqa: PLC0415 - as rc_context above: on first use only
+
         ax_t = fig.add_axes(rect_t)
         R = t.n_rounds
         top_t = max(self.model_cum[-1], self.measured_cum[-1] if self.measured_cum is not None else 0.0, 1e-9)
@@ -244,6 +246,7 @@ class FrameRenderer:
             ax_t.plot(xs[first:], self.measured_cum[first:] / self._tscale, "-s", ms=3, color="#2E7D32",
                       label=_("measured") + where)
         ax_t.set_xlim(-0.3, max(R, 1) + 0.3)
+        ax_t.xaxis.set_major_locator(MaxNLocator(integer=True))  # rounds are whole: no 0.5 ticks at R = 3
         if log:
             lows = [c[1] for c in (self.model_cum, self.measured_cum) if c is not None and c[1] > 0]
             ax_t.set_yscale("log")
