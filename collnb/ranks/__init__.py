@@ -72,6 +72,6 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "plan_launch", "launch_planned", "LaunchPlan", "LaunchRequest", "RankSetup", "RankSet", "use_rank_set",
            "active_rank_set", "warm_pool", "Instruments", "Recorded", "Taking", "launch_results", "is_comm_error",
            "on_shutdown", "connected_hosts", "code_files", "Call", "failure", "resolve_rank_names",
-           "restore_environment", "conclude", "named_cells", "parse_stack", "wait_for_stacks", "mark_up", "wait_until_up", "RankState", "BackendLog",
-           "attach_backend_log", "Failed", "Result", "Run", "RankEvent", "RankExit", "RankFailure",
+           "restore_environment", "conclude", "named_cells", "parse_stack", "wait_for_stacks", "mark_up",
+           "wait_until_up", "RankState", "BackendLog", "attach_backend_log", "Failed", "Result", "Run", "RankEvent", "RankExit", "RankFailure",
            "RankResult", "runs_unwrapped", "unwrapped_group"]
