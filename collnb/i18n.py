@@ -182,19 +182,26 @@ class Later(str):
 
     What lives on after the language may change says itself this way: an algorithm's round
     details, made when a trace is recorded and drawn whenever its replay is (a trace recorded in
-    English and replayed after ``set_language("zh")`` shows Chinese). Pickled, it stays a Later.
+    English and replayed after ``set_language("zh")`` shows Chinese). Its text never changes:
+    copied or pickled, it is the same words, still a Later (a copy of a trace equals the trace).
     """
 
     msgid: str
     fields: dict[str, object]
 
-    def __new__(cls, msgid: str, fields: dict[str, object]) -> Later:
-        made = super().__new__(cls, _format(msgid, fields))
+    def __new__(cls, msgid: str, fields: dict[str, object], text: str | None = None) -> Later:
+        made = super().__new__(cls, _format(msgid, fields) if text is None else text)
         made.msgid, made.fields = msgid, fields
         return made
 
-    def __reduce__(self) -> tuple[type[Later], tuple[str, dict[str, object]]]:
-        return (Later, (self.msgid, self.fields))
+    def __reduce__(self) -> tuple[type[Later], tuple[str, dict[str, object], str]]:
+        return (Later, (self.msgid, self.fields, str(self)))
+
+    def __copy__(self) -> Later:
+        return self  # immutable, as a str
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Later:
+        return self
 
 
 def _format(msgid: str, fields: dict[str, object]) -> str:

@@ -121,6 +121,7 @@ def test_a_trace_recorded_in_english_is_replayed_in_the_language_spoken_then():
     """A trace keeps its round details as sentences that remember their message (collnb.i18n.later):
     recorded in English, drawn after set_language("zh"), the frame's detail is Chinese, placeholders
     that are sentences themselves included (the fold round's "what" and "verb")."""
+    import copy
     import pickle
     from collnb.algorithms import run_algorithm
     from collnb.i18n import Later, again, later, N_
@@ -145,11 +146,18 @@ def test_a_trace_recorded_in_english_is_replayed_in_the_language_spoken_then():
                                 p=2)
         assert trace.to_dict()["rounds"][0]["detail"] == english  # a saved trace keeps the words it was made in
         assert type(trace.to_dict()["rounds"][0]["detail"]) is str
+        # the whole frame follows, not only the detail: the figure (axes, legend, note, fonts) is built again
+        ren.png(1)
+        assert ren.ax_time.get_xlabel() == "轮" and ren.ax_time.get_title() == "累计时间"
+        # copied or pickled while Chinese is spoken, a detail keeps its words, and a trace its equality
+        detail = trace.rounds[0].detail
+        for twin in (copy.copy(detail), copy.deepcopy(detail), pickle.loads(pickle.dumps(detail))):
+            assert isinstance(twin, Later) and twin == detail == english and hash(twin) == hash(detail)
+            assert (twin.msgid, twin.fields) == (detail.msgid, detail.fields) and again(twin) == again(detail)
+        assert copy.deepcopy(trace).equals(trace) and pickle.loads(pickle.dumps(trace)).equals(trace)
+        assert copy.deepcopy(trace).to_dict()["rounds"][0]["detail"] == english
     finally:
         collnb.set_language("en")
-    detail = trace.rounds[0].detail
-    back = pickle.loads(pickle.dumps(detail))
-    assert isinstance(back, Later) and back == detail and (back.msgid, back.fields) == (detail.msgid, detail.fields)
     assert again("plain words") == "plain words"
 
 

@@ -22,7 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from ..algorithms import DEFAULT_MODEL, CostModel, Trace, round_costs
-from ..i18n import _, again
+from ..i18n import _, again, get_language
 from ..units import format_bytes, format_rate, format_seconds
 from .palette import INK, rank_color
 from .raster import Box, Canvas, Pixels, encode_png, matplotlib_fonts, wrap_text
@@ -117,6 +117,14 @@ class FrameRenderer:
         self._build()
         self._cache: dict[int, bytes] = {}  # round -> its PNG
 
+    def _in_current_language(self) -> None:
+        """Build the figure again when the language changed since it was built (its axes, legend,
+        note and fonts are drawn once): a replay made before ``set_language("zh")`` draws its next
+        frame wholly in Chinese, round details included, not half and half."""
+        if get_language() != self._language:
+            self._build()
+            self._cache.clear()
+
     # -------------------------------------------------------------- figure
     _TITLE_H = 92
     _PAD = 12
@@ -125,6 +133,7 @@ class FrameRenderer:
     MAX_WIDTH = 1000
 
     def _build(self) -> None:
+        self._language = get_language()
         t = self.trace
         self.lanes = arrow_lanes(t)
         heat = paint_heatmap(t, 0, self.cell, lanes=self.lanes)
@@ -363,6 +372,7 @@ class FrameRenderer:
         straight into the Agg buffer."""
         t = self.trace
         k = t.check_round(k)
+        self._in_current_language()
         canvas = self.canvas
         canvas.restore_region(self._bg)
         for bar, v in zip(self.bars_sent, self._sent[k]):
@@ -392,7 +402,8 @@ class FrameRenderer:
         return rgba[..., :3].copy()
 
     def png(self, k: int) -> bytes:
-        """Frame ``k`` as PNG bytes (cached per round)."""
+        """Frame ``k`` as PNG bytes (cached per round, in the language spoken now)."""
+        self._in_current_language()
         if k not in self._cache:
             self._cache[k] = encode_png(self.rgb(k))
         return self._cache[k]
