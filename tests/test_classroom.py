@@ -187,12 +187,19 @@ def test_present_command_line(capsys):
         assert present.listen_problem("127.0.0.1", port) is not None
         assert main(["present", "--port", str(port), "--no-browser"]) == 2  # nothing is started
         out, err = capsys.readouterr()
-        assert f"error: port {port} on 127.0.0.1 is in use (another projector view or server?); stop it, " \
-               f"or choose another port: python -m collnb present --port {port + 1}" in err
+        said = re.search(rf"error: port {port} on 127\.0\.0\.1 is in use \(another projector view or server\?\); "
+                         r"stop it, or choose another port: python -m collnb present --port (\d+)\n", err)
+        assert said and int(said.group(1)) > port and present.listen_problem("127.0.0.1", int(said.group(1))) is None
         assert "projector view:" not in out   # no URL printed for a page nobody serves
+        # every interface ("" as Voila takes it) includes the taken one; the hint keeps the address
+        assert re.search(rf"port {port} on \* is in use .* --port \d+ --ip ''$", present.listen_problem("", port))
     assert present.listen_problem("127.0.0.1", port) is None   # closed: free again
+    assert present.listen_problem("", port) is None   # every interface, as Voila binds it (was refused)
     assert main(["present", "--ip", "no.such.host.invalid", "--no-browser"]) == 2
     assert "error: cannot listen on no.such.host.invalid: " in capsys.readouterr().err
+    assert [present.page_url(ip, 8866) for ip in ("127.0.0.1", "::1", "", "0.0.0.0", "::")] == [
+        "http://127.0.0.1:8866/", "http://[::1]:8866/", "http://localhost:8866/", "http://localhost:8866/",
+        "http://localhost:8866/"]
 
 
 

@@ -323,6 +323,12 @@ SLOW_SPAWN_SCRIPT = textwrap.dedent("""
             collnb.launch(lambda r, w: r, 2, start_method='spawn')
         except collnb.LaunchTimeout as exc:
             print(exc, exc.pending, sorted(set(exc.outcomes.values())), flush=True)
+        os.environ.pop("COLLNB_TEST_SLOW_START")
+        os.environ["COLLNB_TEST_DIE_START"] = sys.argv[3]   # the first rank spawned now exits at its start
+        try:
+            collnb.launch(lambda r, w: r, 2, start_method='spawn')
+        except collnb.RankError as exc:
+            print(str(exc).splitlines()[0], exc.exc_type, exc.outcomes[exc.rank], flush=True)
         rest = [p for p in psutil.Process().children(recursive=True)
                 if p.is_running() and "resource_tracker" not in " ".join(p.cmdline())]
         print("children left:", len(rest), flush=True)
@@ -337,30 +343,41 @@ def test_a_spawned_rank_slow_to_start_costs_neither_the_group_timeout_nor_the_ca
     Now the pool sends it when every new rank is up (DIR/up-RANK). One spawned rank starts 30 s late
     here (a sitecustomize that sleeps once, in the first Python started by multiprocessing's
     spawn_main): a 15 s group timeout and a 25 s call timeout still give the result (both below the
-    delay). With START_TIMEOUT_S at 2 s, ranks not up are named and no process is left."""
+    delay). With START_TIMEOUT_S at 2 s, ranks not up are named; a rank that exits at its start is said to
+    have died while starting; no process is left."""
     (tmp_path / "sitecustomize.py").write_text(
         "import os, sys, time\n"
-        "marker = os.environ.get('COLLNB_TEST_SLOW_START')\n"
-        "if marker and 'spawn_main' in ' '.join(getattr(sys, 'orig_argv', [])):\n"
+        "def first(var):\n"
+        "    marker = os.environ.get(var)\n"
+        "    if not marker or 'spawn_main' not in ' '.join(getattr(sys, 'orig_argv', [])):\n"
+        "        return False\n"
         "    try:\n"
         "        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))\n"
         "    except FileExistsError:\n"
-        "        pass\n"
-        "    else:\n"
-        "        time.sleep(30)\n")
+        "        return False\n"
+        "    return True\n"
+        "if first('COLLNB_TEST_SLOW_START'):\n"
+        "    time.sleep(30)\n"
+        "if first('COLLNB_TEST_DIE_START'):\n"
+        "    os._exit(3)\n")
     script = tmp_path / "slow_spawn.py"
     script.write_text(SLOW_SPAWN_SCRIPT)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, str(script), str(tmp_path / "slept1"), str(tmp_path / "slept2")],
+    done = subprocess.run([sys.executable, str(script)] + [str(tmp_path / m) for m in ("slept1", "slept2", "died")],
                           capture_output=True, text=True, timeout=280, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     assert lines[0] == "[2, 3]", done.stdout + done.stderr[-3000:]
     assert (tmp_path / "slept1").exists() and (tmp_path / "slept2").exists()  # a rank did start late, twice
-    assert re.fullmatch(r"ranks ([0-3](, )?)+ had not started \(imported torch\) after 2 s; every rank was "
+    assert re.fullmatch(r"ranks? ([0-3](, )?)+ had not started \(imported torch\) after 2 s; every rank was "
                         r"stopped\. Is the machine overloaded\? Run the call again when it is quieter\. "
                         r"\[[0-3, ]+\] \['not started'(, 'started')?\]", lines[1]), lines[1]
-    assert lines[2] == "children left: 0"
+    # a rank that dies before it is up is said to have died while starting, not in init_process_group
+    assert re.fullmatch(r"rank [0-3]: exited with code 3 without returning \(os\._exit or a crash\) while starting, "
+                        r"before it had imported torch and collnb\. With start_method='spawn' every rank first "
+                        r"imports the main module .* Exited exited with code 3 without returning \(os\._exit or a "
+                        r"crash\) while starting", lines[2]), lines[2]
+    assert lines[3] == "children left: 0"
 
 
 INTERRUPT_SCRIPT = textwrap.dedent("""

@@ -81,31 +81,51 @@ def voila_command(port: int = 8866, open_browser: bool = True, ip: str = "127.0.
             *([] if open_browser else ["--no-browser"])]
 
 
-def listen_problem(ip: str, port: int) -> str | None:
-    """Why Voilà could not listen on ``ip``:``port`` now (a translated sentence), or None if it can.
+def _bind_error(ip: str, port: int) -> OSError | None:
+    """Bind ``ip``:``port`` exactly as Voilà's tornado server will (``tornado.netutil.bind_sockets``:
+    every address the name resolves to, ``SO_REUSEADDR``, IPv6 sockets ``IPV6_V6ONLY``; ``""`` is
+    every interface), close the sockets, and return the error, or None when it could."""
+    from tornado.netutil import bind_sockets  # noqa: PLC0415 - Voilà's own dependency; present checks Voilà first
 
-    Binds a socket with ``SO_REUSEADDR``, as tornado's server does (a port in TIME_WAIT is free to
-    it), and closes it. The answer can be out of date a moment later; Voilà, started with
-    ``port_retries=0``, then fails rather than serve elsewhere.
-    """
     try:
-        infos = socket.getaddrinfo(ip, port, type=socket.SOCK_STREAM)
-    except socket.gaierror as exc:
+        for sock in bind_sockets(port, ip):
+            sock.close()
+    except OSError as exc:
+        return exc
+    return None
+
+
+def listen_problem(ip: str, port: int) -> str | None:
+    """Why Voilà could not listen on ``ip``:``port`` now (a translated sentence naming a free port
+    to use instead when this one is taken), or None if it can.
+
+    The answer can be out of date a moment later; Voilà, started with ``port_retries=0``, then
+    fails rather than serve elsewhere.
+    """
+    exc = _bind_error(ip, port)
+    if exc is None:
+        return None
+    if isinstance(exc, socket.gaierror):
         return _("cannot listen on {ip}: {reason}; give an address of this machine with --ip "
                  "(default 127.0.0.1)").format(ip=ip, reason=exc.strerror)
-    family, _type, _proto, _name, address = infos[0]
-    with socket.socket(family, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(address)
-        except OSError as exc:
-            if exc.errno == errno.EADDRINUSE:
-                return _("port {port} on {ip} is in use (another projector view or server?); "
-                         "stop it, or choose another port: python -m collnb present --port {other}"
-                         ).format(port=port, ip=ip, other=port + 1 if port < 65535 else port - 1)
-            return _("cannot listen on {ip}:{port}: {reason}; give an address of this machine with --ip "
-                     "(default 127.0.0.1)").format(ip=ip, port=port, reason=exc.strerror)
-    return None
+    if exc.errno == errno.EADDRINUSE:
+        others = [q for q in range(port + 1, min(port + 50, 65535) + 1) if _bind_error(ip, q) is None][:1]
+        where = "" if ip == "127.0.0.1" else f" --ip {ip or repr(ip)}"
+        if not others:
+            return _("port {port} on {ip} is in use (another projector view or server?); stop it, or choose "
+                     "another port with --port").format(port=port, ip=ip or "*")
+        return _("port {port} on {ip} is in use (another projector view or server?); stop it, or choose "
+                 "another port: python -m collnb present --port {other}").format(
+                     port=port, ip=ip or "*", other=f"{others[0]}{where}")
+    return _("cannot listen on {ip}:{port}: {reason}; give an address of this machine with --ip "
+             "(default 127.0.0.1)").format(ip=ip, port=port, reason=exc.strerror)
+
+
+def page_url(ip: str, port: int) -> str:
+    """The URL a browser on this machine opens: ``ip`` in brackets when it is IPv6, ``localhost``
+    for every interface (``""``, ``0.0.0.0``, ``::``)."""
+    host = "localhost" if ip in ("", "0.0.0.0", "::") else f"[{ip}]" if ":" in ip else ip
+    return f"http://{host}:{port}/"
 
 
 def _cmd_present(args: argparse.Namespace) -> int:
@@ -122,7 +142,7 @@ def _cmd_present(args: argparse.Namespace) -> int:
     if problem is not None:
         print(_("error: {message}").format(message=problem), file=sys.stderr)
         return 2
-    print(_("projector view: {url}  (Ctrl+C stops it)").format(url=f"http://{args.ip}:{args.port}/"), flush=True)
+    print(_("projector view: {url}  (Ctrl+C stops it)").format(url=page_url(args.ip, args.port)), flush=True)
     try:
         return subprocess.call(cmd, env=dict(os.environ, PYTHONUNBUFFERED="1"))
     except KeyboardInterrupt:

@@ -156,8 +156,11 @@ def launch(fn: Callable[..., Any], world_size: int, args: Sequence[Any] = (), kw
         world_size: number of ranks, 1..:data:`MAX_WORLD_SIZE` (for NCCL at most the GPU count).
         args, kwargs: extra arguments, pickled to every rank.
         backend: ``"gloo"`` or ``"nccl"``.
-        timeout: seconds the whole call may take (pool start included) before
-            :class:`LaunchTimeout`.
+        timeout: seconds the whole call may take before :class:`LaunchTimeout`: forking new ranks
+            and making their process group included; ranks started with ``start_method="spawn"``
+            (each imports torch) and a virtual cluster's ranks are waited for first, up to
+            :data:`collnb.ranks.local.processes.START_TIMEOUT_S` (300 s), and the call's time starts
+            once every one is up.
         collective_timeout: seconds a rank waits in a collective for a missing peer before it
             fails (the process group's timeout; gloo's own default is 30 minutes).
         debug: ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` in the ranks, so a rank that calls a different

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from ...i18n import _, get_language
+from ...i18n import _, get_language, ngettext
 from ...ranks import (BackendLog, Failed, Instruments, LaunchRequest, LaunchTimeout, RankError, RankEvent, RankExit,
                       RankFailure, RankResult, Run, attach_backend_log, code_files, conclude, dumps, launch_results,
                       named_cells, parse_stack, runs_unwrapped, wait_for_stacks, wait_until_up)
@@ -410,9 +410,12 @@ class VirtualCluster:
         down = wait_until_up(work, range(len(procs)), lambda: any(p.poll() is not None for p in procs), START_TIMEOUT_S)
         if down:
             self._stop_ranks()
-            raise ClusterTimeout(_("the virtual cluster's ranks {ranks} had not started (imported torch) after "
-                                   "{seconds:g} s; every rank was stopped. Is the machine overloaded? Run the "
-                                   "call again when it is quieter.").format(
+            raise ClusterTimeout(ngettext("the virtual cluster's rank {ranks} had not started (imported torch) after "
+                                          "{seconds:g} s; every rank was stopped. Is the machine overloaded? Run the "
+                                          "call again when it is quieter.",
+                                          "the virtual cluster's ranks {ranks} had not started (imported torch) after "
+                                          "{seconds:g} s; every rank was stopped. Is the machine overloaded? Run the "
+                                          "call again when it is quieter.", len(down)).format(
                                        ranks=", ".join(map(str, down)), seconds=START_TIMEOUT_S), down,
                                  {r: _("not started") if r in down else _("started") for r in range(len(procs))})
 

@@ -23,7 +23,7 @@ from typing import Any, Literal, cast, overload
 import psutil
 import torch.multiprocessing as tmp
 
-from ...i18n import _, get_language
+from ...i18n import _, get_language, ngettext
 from ...vocabulary import MAX_WORLD_SIZE
 from ..call.groups import runs_unwrapped
 from ..errors import LaunchError, LaunchTimeout, RankError
@@ -325,12 +325,28 @@ class RankPool:
         """
         down = processes.wait_until_up(self.dir, ranks, lambda: any(not self.ranks[r].proc.is_alive() for r in ranks),
                                        processes.START_TIMEOUT_S)
+        up = {r.rank: os.path.exists(os.path.join(self.dir, f"up-{r.rank}")) for r in self.ranks}
+        outcomes = {r.rank: _("started") if up[r.rank] else _("not started") for r in self.ranks}
         if down:
             raise LaunchTimeout(
-                _("ranks {ranks} had not started (imported torch) after {seconds:g} s; every rank was stopped. "
-                  "Is the machine overloaded? Run the call again when it is quieter.").format(
-                      ranks=", ".join(map(str, down)), seconds=processes.START_TIMEOUT_S),
-                down, {r.rank: _("not started") if r.rank in down else _("started") for r in self.ranks})
+                ngettext("rank {ranks} had not started (imported torch) after {seconds:g} s; every rank was stopped. "
+                         "Is the machine overloaded? Run the call again when it is quieter.",
+                         "ranks {ranks} had not started (imported torch) after {seconds:g} s; every rank was stopped. "
+                         "Is the machine overloaded? Run the call again when it is quieter.", len(down)).format(
+                             ranks=", ".join(map(str, down)), seconds=processes.START_TIMEOUT_S),
+                down, outcomes)
+        dead = [r for r in ranks if not up[r] and not self.ranks[r].proc.is_alive()]
+        if dead:
+            code = self.ranks[dead[0]].proc.exitcode
+            for r in dead:
+                outcomes[r] = _("{how} while starting").format(how=death_text(self.ranks[r].proc.exitcode))
+            raise RankError(
+                _("rank {rank}: {how} while starting, before it had imported torch and collnb. With "
+                  "start_method='spawn' every rank first imports the main module of the script that launched it: "
+                  "code there that is not under if __name__ == '__main__': runs in every rank too. The rank's "
+                  "traceback, if it printed one, went to the terminal that started Python (a Jupyter server's "
+                  "log).").format(rank=dead[0], how=death_text(code)),
+                dead[0], "Killed" if code is not None and code < 0 else "Exited", "", outcomes)
 
     @staticmethod
     def _send_all(ranks: Iterable[_Rank], message: Message | bytes) -> None:
