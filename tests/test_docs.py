@@ -342,6 +342,20 @@ def executed_notebook(path: Path) -> dict:
     return merged
 
 
+def _open_article(page, html: Path) -> bool:
+    """Load ``html`` and wait for its ``<article>`` (the page's content); once more if it did not come.
+    A loaded CI run once found no article 30 s after the load event (the static page cannot lack one;
+    the tab was somewhere else), so the page is loaded again before it counts as a problem."""
+    for _attempt in range(2):
+        page.goto(html.as_uri(), wait_until="load")
+        try:
+            page.wait_for_selector("article", state="attached", timeout=60_000)
+            return True
+        except Exception:  # noqa: BLE001 - playwright's TimeoutError: try the load once more
+            continue
+    return False
+
+
 @pytest.mark.slow
 @pytest.mark.browser
 @pytest.mark.timeout(1800)
@@ -373,7 +387,11 @@ def test_book_pages_render_figures_and_links(book, tmp_path):
             if not html.is_file():
                 problems.append(f"{nb_path.stem}: no page {html}")
                 continue
-            page.goto(html.as_uri(), wait_until="load")
+            if not _open_article(page, html):
+                problems.append(f"{nb_path.stem}: no <article> on {html.name} after two loads; the tab showed "
+                                f"{page.url!r} titled {page.title()!r}")
+                page.screenshot(path=str(shots / f"book-{nb_path.stem}-no-article.png"))
+                continue
             imgs = page.eval_on_selector_all(
                 "article img", "els => els.map(e => [e.getAttribute('src'), e.complete && e.naturalWidth, "
                                "e.naturalHeight])")
