@@ -54,6 +54,18 @@ def _iopub(kc):
         msgs.append((m["msg_type"], m["content"]))
 
 
+def _wait_idle(kc, msg_id, timeout=30):
+    """Read iopub until the kernel says it is idle after the request ``msg_id`` (as
+    ``execute_interactive`` does before it returns); ``timeout`` (s) is an upper bound."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        m = kc.get_iopub_msg(timeout=max(0.1, deadline - time.monotonic()))
+        if (m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"
+                and m["parent_header"].get("msg_id") == msg_id):
+            return
+    raise AssertionError(f"the kernel did not go idle after {msg_id} within {timeout} s")
+
+
 def _ranks_of(pid):
     try:
         return [p for p in psutil.Process(pid).children(recursive=True) if p.is_running()]
@@ -150,14 +162,16 @@ def test_interrupt_then_restart_leave_nothing(kernel):
         reply = kc.get_shell_msg(timeout=30)
     assert reply["content"]["status"] == "error", (reply, _iopub(kc))
     assert reply["content"]["ename"] == "KeyboardInterrupt"
+    # ipykernel sends the error reply first and only then stops aborting what was queued behind the
+    # cell ("stop aborting" reaches its shell queue after the reply): a cell sent the moment the reply
+    # arrives can be answered "aborted" (seen once in CI). A frontend waits for the kernel's idle.
+    _wait_idle(kc, msg_id)
     gone, alive = psutil.wait_procs(ranks, timeout=5)
     assert alive == [] and _ranks_of(kpid) == []
     assert glob.glob(os.path.join(tempfile.gettempdir(), f"collnb-{kpid}-*")) == []
 
-    t0 = time.monotonic()
-    after = Cell(kc, "collnb.launch(lambda r, w: r, 4)")
+    after = Cell(kc, "collnb.launch(lambda r, w: r, 4)", timeout=120)  # the timeout is a hang guard only
     assert after.status == "ok" and after.results == ["[0, 1, 2, 3]"]
-    assert time.monotonic() - t0 < 60  # generous: the point is that it works at once, not how fast
     ranks = _ranks_of(kpid)
     assert len(ranks) == 4
 
