@@ -184,3 +184,30 @@ def test_the_flight_recorder_dump_passes_the_backend_where_the_dump_takes_one(mo
     monkeypatch.setattr(c10d_c, "_dump_fr_trace_json", without_backend)
     internals.flight_recorder_json("nccl")
     assert calls[-1] == ((True, False), None)
+
+
+#: A dotted torch path with a private part, wherever it stands (code, string, docstring, comment).
+_PRIVATE_PATH = re.compile(r"\btorch(?:\.[A-Za-z]\w*)*\._[A-Za-z]\w*")
+
+
+@pytest.mark.parametrize("path", sorted(p for p in (ROOT / "collnb").rglob("*.py") if p != HOME),
+                         ids=lambda p: str(p.relative_to(ROOT)))
+def test_no_other_module_names_a_private_torch_path_even_in_prose(path):
+    """Prose that names a private path goes stale the day torch moves it, as code would: the lessons and
+    docstrings cite the constants of _torch_internals (SHARD_DIM_ALLTOALL, DEBUG_MODE...) or say it in words."""
+    hits = [(n, m.group()) for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+            for m in _PRIVATE_PATH.finditer(line)]
+    assert not hits, f"{path.relative_to(ROOT)} names private torch paths {hits}: cite a _torch_internals constant"
+
+
+def test_the_prose_guard_finds_a_private_path_and_passes_public_ones():
+    assert [m.group() for m in _PRIVATE_PATH.finditer("see ``torch.utils._debug_mode.DebugMode`` and torch._dynamo")] \
+        == ["torch.utils._debug_mode", "torch._dynamo"]
+    assert not _PRIVATE_PATH.findall("torch.distributed.all_reduce, torch.__version__, torch.nn.Module")
+
+
+def test_the_cited_private_paths_exist_on_the_installed_torch():
+    import importlib
+    for path in (internals.SHARD_DIM_ALLTOALL, internals.ALL_TO_ALL_AUTOGRAD, internals.DEBUG_MODE):
+        module, _, name = path.rpartition(".")
+        assert hasattr(importlib.import_module(module), name), path

@@ -18,7 +18,7 @@ Runs inside a rank (``collnb.launch(..., record_calls=True)``), so torch is impo
   next one; making the mesh and the source DTensor issue none, measured). With ``repeats == 0`` the
   recorded call itself is timed (the explorer: one barrier and one call per move).
 * torch's log lines during the call (the CPU all_to_all fallback, the flattening advice) are
-  caught, not printed: torch logs them once per process (``torch._logging.warning_once``'s cache,
+  caught, not printed: torch logs them once per process (the cache :func:`collnb.ranks.forget_logged_once` clears,
   ``_redistribute._warned_flatten_issues``), and warm ranks run many calls, so both are cleared
   first (:func:`collnb.ranks.forget_logged_once`, beside collnb's other private torch names).
 """
@@ -162,7 +162,7 @@ def redistribute_on_rank(rank: int, world_size: int, request: RankRequest) -> Ra
     caught = _Lines()
     log = logging.getLogger(LOGGER)
     propagate, handlers = log.propagate, list(log.handlers)
-    log.handlers = [caught]   # torch._logging gives this logger a stderr handler of its own
+    log.handlers = [caught]   # torch's logging setup gives this logger a stderr handler of its own
     log.propagate = False
     from ..ranks import forget_logged_once  # noqa: PLC0415 - torch's private caches, kept in collnb.ranks
     forget_logged_once()

@@ -31,7 +31,8 @@ from ..vocabulary import BACKENDS, MAX_WORLD_SIZE
 from ._torch_internals import distributed_c10d, flight_recorder_dump, forget_logged_once
 from ._torch_internals import missing as missing_private_names  # collnb doctor
 # torch's private names that the composed-parallelism lab needs (notebook 20), kept beside the others
-from ._torch_internals import all_to_all_single_autograd, debug_mode_class, flatten_mesh
+from ._torch_internals import (ALL_TO_ALL_AUTOGRAD, DEBUG_MODE, SHARD_DIM_ALLTOALL, all_to_all_single_autograd,
+                                debug_mode_class, flatten_mesh)
 from .call.groups import keep_groups, kept_groups, same_on_every_rank
 from .errors import LaunchError, LaunchTimeout, RankError
 from .explain.tracebacks import is_comm_error
@@ -69,6 +70,7 @@ __all__ = ["launch", "shutdown", "backend_info", "LaunchError", "RankError", "La
            "Timeline", "Span", "region", "flight_recorder_dump", "forget_logged_once", "keep_groups", "kept_groups", "same_on_every_rank",
            "Divergence", "divergence", "entries_from_json", "LaunchOptions", "check_launch_options", "BackendFacts",
            "missing_private_names", "flatten_mesh", "all_to_all_single_autograd", "debug_mode_class",
+           "SHARD_DIM_ALLTOALL", "ALL_TO_ALL_AUTOGRAD", "DEBUG_MODE",
            "plan_launch", "launch_planned", "LaunchPlan", "LaunchRequest", "RankSetup", "RankSet", "use_rank_set",
            "active_rank_set", "warm_pool", "Instruments", "Recorded", "Taking", "launch_results", "is_comm_error",
            "on_shutdown", "connected_hosts", "code_files", "Call", "failure", "resolve_rank_names",

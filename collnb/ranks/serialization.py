@@ -82,7 +82,7 @@ class Unsendable(TypeError):
 def _unsendable_tensor(obj: torch.Tensor) -> str:
     """Why ``obj`` (a tensor) cannot be serialised and what to send instead, or ``""``."""
     if obj.layout == MKLDNN_LAYOUT:
-        return ("an MKL-DNN tensor (layout torch._mkldnn: opaque memory that neither pickle nor torch.save "
+        return (f"an MKL-DNN tensor (layout {MKLDNN_LAYOUT}: opaque memory that neither pickle nor torch.save "
                 "can copy); send t.to_dense() instead")
     if type(obj).__name__ == "DTensor":
         return ("a DTensor (a tensor sharded over a DeviceMesh, tied to this rank's process groups); "

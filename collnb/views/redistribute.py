@@ -34,6 +34,7 @@ from numpy.typing import ArrayLike, NDArray
 from .. import placements
 from ..algorithms import BUILTIN_FORM, DEFAULT_MODEL, CostModel, predict
 from ..i18n import _
+from ..ranks import SHARD_DIM_ALLTOALL
 from ..units import format_bytes, format_rate, format_seconds
 from .calls import calls_image, calls_text
 from .grid import PANEL_NAMES
@@ -116,8 +117,8 @@ def nccl_note(result: RedistributeResult, model: CostModel | None = None) -> str
                                                     a2a_seconds=format_seconds(a2a.seconds)))
     return (_("On a CPU mesh DTensor uses no all_to_all for a shard-dim change (its fallback is keyed on the mesh's "
               "device type; gloo itself runs all_to_all): it gathers the whole dimension and keeps its chunk "
-              "(torch.distributed.tensor._collective_utils.shard_dim_alltoall). With NCCL (CUDA tensors) it issues "
-              "one all_to_all instead: ") + "; ".join(parts))
+              "({source}). With NCCL (CUDA tensors) it issues one all_to_all instead: ").format(
+                  source=SHARD_DIM_ALLTOALL) + "; ".join(parts))
 
 
 def uneven_note(result: RedistributeResult) -> str:

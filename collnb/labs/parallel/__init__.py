@@ -22,7 +22,7 @@ beside CommDebugMode), :mod:`.resharding` (DCP from one layout to another), :mod
 inside a node vs across, on a virtual cluster) and :mod:`.composed_explorer`.
 
 Rank functions here are meant for ``collnb.launch(..., record_calls=True)``; those that build DTensors,
-FSDP2 or DDP import ``torch._dynamo`` on first use (seconds per fresh rank): give such launches a
+FSDP2 or DDP import TorchDynamo (``torch.compile``'s tracer) on first use (seconds per fresh rank): give such launches a
 ``collective_timeout`` with margin, or import it in the kernel before the ranks are forked.
 """
 

@@ -20,7 +20,7 @@ queries, keys and values for every head it holds.
   §3.1): one ``all_to_all`` turns "my tokens, every head" into "every token, my ``heads / p``
   heads" for ``q``, ``k`` and ``v`` (stacked), each rank computes ordinary attention for its heads,
   and a second ``all_to_all`` turns the output back. Backward: the same two all_to_alls, reversed
-  (``torch.distributed._functional_collectives.all_to_all_single_autograd``, as torchtitan's
+  (:data:`collnb.ranks._torch_internals.ALL_TO_ALL_AUTOGRAD`, a private function, as torchtitan's
   expert parallelism uses). It needs the head count to be a multiple of ``p``; the ring does not.
 
 Per layer and rank, with ``n = b s/p`` tokens of ``H`` heads of ``d`` features in float64: the ring
@@ -125,7 +125,7 @@ def ring_core(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, g
 
 def _all_to_all(x: torch.Tensor, group: Group) -> torch.Tensor:
     """A differentiable ``all_to_all_single`` with even splits of dim 0 over ``group``
-    (``torch.distributed._functional_collectives.all_to_all_single_autograd``; an
+    (:func:`collnb.ranks.all_to_all_single_autograd`; an
     AsyncCollectiveTensor: the first operation that reads it waits for the collective)."""
     from ...ranks import all_to_all_single_autograd
 

@@ -21,7 +21,7 @@ tensor (``2 · 2(2-1)/2 · N = 2N``) where one over four ranks moves ``2(4-1)/4 
 the reduction order: torch's message warns that sequential reductions "may give inconsistent
 results between ranks due to different reduction orders".
 
-**DebugMode** (``torch.utils._debug_mode.DebugMode``): a ``TorchDispatchMode`` that logs every
+**DebugMode** (:data:`collnb.ranks._torch_internals.DEBUG_MODE`, a private module): a ``TorchDispatchMode`` that logs every
 dispatched operation, DTensor's ``redistribute_input`` steps and the ``_c10d_functional``
 collectives inside them, as an indented trace; it appeared in torch's source in September 2025
 (pytorch/pytorch#162665) and PyTorch's DebugMode tutorial asks for "PyTorch 2.10 or later"; every
@@ -119,7 +119,7 @@ class _Capture(logging.Handler):
 @contextlib.contextmanager
 def captured_dtensor_log() -> Iterator[list[str]]:
     """Inside the block, DTensor's log lines (logger ``torch.distributed.tensor``) are collected
-    instead of printed (torch._logging gives that logger a stderr handler of its own). Yields the
+    instead of printed (torch's logging setup gives that logger a stderr handler of its own). Yields the
     list of messages."""
     capture = _Capture()
     log = logging.getLogger(LOGGER)
@@ -211,7 +211,7 @@ def flattening_rows(results: Recorded[FlattenResult], rank: int = 0) -> list[Fla
 
 
 def has_debug_mode() -> bool:
-    """Whether the installed torch has DTensor's ``DebugMode`` (``torch.utils._debug_mode``)."""
+    """Whether the installed torch has DTensor's ``DebugMode`` (:func:`collnb.ranks.debug_mode_class`)."""
     return debug_mode_class() is not None
 
 

@@ -55,7 +55,7 @@ replaced, deleted or added in ``torch``, ``torch.nn``, ``torch.nn.functional``, 
 ``signal``, ``threading``, ``io``, ``pickle``, ``cloudpickle``, ``multiprocessing.connection``,
 ``socket``, ``math``, ``random``, ``functools``, any ``collnb`` module, or a top-level library
 module an earlier call imported (torch's and collnb's own wrappers of a function do not count:
-``torch._dynamo`` wraps ``torch.manual_seed`` as it loads, :mod:`..instrument._dist_hooks` wraps
+TorchDynamo (``torch.compile``'s tracer) wraps ``torch.manual_seed`` as it loads, :mod:`..instrument._dist_hooks` wraps
 torch.distributed's functions; nor does a name torch or collnb fills in with a function or class of its
 own, as collnb's facades do when a lazy name is first asked for); inference mode left on; the inter-op thread count changed; a hard
 resource limit lowered; a setting above that could not be put back; a thread the call started

@@ -62,7 +62,7 @@ def _own_definition(value: object) -> bool:
 def _own_wrapper(new: object, old: object) -> bool:
     """Whether ``new`` is torch's or collnb's own wrapper of ``old``: their code, wrapping it
     (``functools.wraps``'s ``__wrapped__``, or ``old`` among its closure's cells). torch patches
-    itself as it imports parts of itself (``torch._dynamo`` wraps ``torch.manual_seed`` and
+    itself as it imports parts of itself (TorchDynamo, ``torch.compile``'s tracer, wraps ``torch.manual_seed`` and
     ``torch.nn.Module.__init__``); collnb wraps torch.distributed's functions (:mod:`..instrument._dist_hooks`)."""
     if not _own_code(new):
         return False

@@ -195,8 +195,8 @@ class Recorder(TorchDispatchMode):  # type: ignore[no-untyped-call]  # torch's _
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
-        """``False``: do not wrap :meth:`__torch_dispatch__` in ``torch._disable_dynamo``, which imports
-        ``torch._dynamo`` on the first operation (measured: 4.3 s on a loaded 2-core machine, in every
+        """``False``: do not wrap :meth:`__torch_dispatch__` in torch's disable-Dynamo wrapper, which imports
+        TorchDynamo on the first operation (measured: 4.3 s on a loaded 2-core machine, in every
         fresh rank). The recorder's own frames hold no tensor code for dynamo to compile."""
         return False
 

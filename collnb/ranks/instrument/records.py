@@ -50,7 +50,8 @@ class CallRecord:
         source: where it was issued from, one of :data:`SOURCES`: ``"torch.distributed"`` (a
             function of ``torch.distributed``), ``"ProcessGroup"`` (a ``ProcessGroup`` method or a
             ``torch.ops.c10d`` operator, from Python or from torch's C++, e.g. DDP's reducer),
-            ``"functional"`` (``torch.distributed._functional_collectives``), ``"DTensor"``
+            ``"functional"`` (the functional collectives,
+            :data:`.._torch_internals.FUNCTIONAL_COLLECTIVES_MODULE`), ``"DTensor"``
             (``torch.distributed.tensor``), ``"DeviceMesh"``.
         call: which call of this rank's code issued it, counted from 0 per launch: the records
             of one call (the two broadcasts of a ``broadcast_object_list``) share it.

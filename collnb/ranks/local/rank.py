@@ -239,7 +239,7 @@ def repoint_log_handlers(inherited: tuple[object, object], streams: tuple[object
     (``inherited``) at this rank's own (``streams``, the pipes the launcher relays to the calling cell).
 
     Handlers made before the fork keep the parent's stream objects: torch gives its loggers a
-    ``StreamHandler`` on ``sys.stderr`` when it is imported (``torch._logging``), in a notebook an
+    ``StreamHandler`` on ``sys.stderr`` when it is imported (torch's logging setup, ``TORCH_LOGS``), in a notebook an
     ipykernel ``OutStream``, which sends a forked child's writes to the cell that was running when the
     rank was started. A DTensor warning logged by a learner's call in a later cell showed under the
     first cell that launched ranks, without its ``[rank r]`` (issue 34, notebook 12)."""
