@@ -3,18 +3,12 @@
 Warm ranks serve many calls at many world sizes from one set of processes, which torch.distributed's
 public API does not offer: it has no way to make an existing group the default one, to start group
 names from a value every rank agrees on, or to give one call's groups a fresh rendezvous namespace.
-Each function below says which public API is missing. What they use (``c10d._world`` with its
-``pg_map`` and ``group_count``, ``c10d._update_default_pg``, ``c10d._get_default_timeout``,
-``ProcessGroup._get_sequence_number_for_group``, ``torch._debug_has_internal_overlap``,
-``torch._mkldnn``; for the recorder ``ProcessGroup.unbox``, ``Work.unbox``,
-``_resolve_process_group`` and the dispatch-mode stack; for a rank's clean state between calls
-``torch._GLOBAL_DEVICE_CONTEXT``, the torch-function and dispatch mode stacks of ``torch._C``,
-``torch._tensor_str.PRINT_OPTS``) is listed, name by name, in :data:`PRIVATE_NAMES`: the feature that
-needs it, the public API torch lacks, and the releases where it was checked (every one is present in
-2.13.0 and 2.15.0, the floor and the newest of :data:`collnb.torch_versions.TESTED`). :func:`missing`
-resolves each on the installed torch; a feature whose name is missing says so in one line
-(:func:`require`) and the rest of collnb works. When torch changes one of them, this is the only
-module to change.
+Each function below says which public API is missing. Every private name they use is listed in
+:data:`PRIVATE_NAMES` with the feature that needs it, the public API torch lacks, and the releases
+where it was checked (all present in 2.13.0 and 2.15.0, the floor and the newest of
+:data:`collnb.torch_versions.TESTED`). :func:`missing` resolves each on the installed torch; a
+feature whose name is missing says so in one line (:func:`require`) and the rest of collnb works.
+When torch changes one of them, this is the only module to change.
 
 The other modules use torch's public API only, and name no private torch path even in prose (they cite
 :data:`SHARD_DIM_ALLTOALL` and the like): ``tests/test_torch_internals.py`` checks both.
@@ -22,7 +16,10 @@ The other modules use torch's public API only, and name no private torch path ev
 
 from __future__ import annotations
 
-import contextlib, datetime, functools, sys  # noqa: E401 - one line: this module is at the 600-line cap
+import contextlib
+import datetime
+import functools
+import sys
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
